@@ -1,0 +1,120 @@
+"""Named failpoints compiled into the reference library, armed by ``CRASHPOINT_FAILPOINTS``.
+
+The harness arms them in a child's environment to crash or fail the library at exact places
+that no outside observer can reach (between a write and its fdatasync, between a temp write and
+its rename, ...). Unarmed, a failpoint costs one dict lookup.
+
+Syntax: ``NAME=ACTION[@N][;NAME=ACTION[@N]...]``; the action fires on the N-th hit (default 1)
+of that failpoint in this process, once.
+
+Actions: ``kill`` (SIGKILL self), ``exit`` / ``exit(CODE)`` (``os._exit``), ``enospc``,
+``eio``, ``efbig`` (raise that ``OSError``), ``abort`` (SIGABRT self).
+
+Failpoints in the library:
+
+=============================  ===========================================================
+``journal.write``              before a journal record is written (ENOSPC/EIO go here)
+``journal.after_write``        after a record's bytes are written, before its fdatasync
+``journal.after_sync``         after the fdatasync, before ``append`` returns
+``atomic.after_temp``          after a temp file is written and synced, before the rename
+``atomic.after_rename``        after ``os.replace``, before the folder is fsynced
+``effect.after_call``          after an effect's function returned, before its result record
+``step.after_complete``        after a step's record is durable, before the probe is told
+=============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+
+__all__ = ["ENV", "FAILPOINTS", "FailpointSpecError", "failpoint", "parse", "reload"]
+
+ENV = "CRASHPOINT_FAILPOINTS"
+
+FAILPOINTS = (
+    "journal.write",
+    "journal.after_write",
+    "journal.after_sync",
+    "atomic.after_temp",
+    "atomic.after_rename",
+    "effect.after_call",
+    "step.after_complete",
+)
+
+_ACTION = re.compile(r"^(kill|abort|enospc|eio|efbig|exit(?:\((\d{1,3})\))?)$")
+_ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO, "efbig": errno.EFBIG}
+
+
+class FailpointSpecError(ValueError):
+    """``CRASHPOINT_FAILPOINTS`` does not parse."""
+
+
+_armed: dict[str, tuple[str, int]] = {}
+_hits: dict[str, int] = {}
+
+
+def parse(spec: str) -> dict[str, tuple[str, int]]:
+    """Parse a failpoint spec into ``{name: (action, nth)}``; raise on anything unknown."""
+    out: dict[str, tuple[str, int]] = {}
+    for raw in spec.split(";"):
+        item = raw.strip()
+        if not item:
+            continue
+        name, sep, rest = item.partition("=")
+        name = name.strip()
+        if not sep or name not in FAILPOINTS:
+            raise FailpointSpecError(
+                f"{ENV}: {item!r} is not NAME=ACTION[@N]; known names: {', '.join(FAILPOINTS)}"
+            )
+        action, _, nth_s = rest.strip().partition("@")
+        if not _ACTION.match(action):
+            raise FailpointSpecError(
+                f"{ENV}: unknown action {action!r} for {name}; use kill, abort, exit, exit(CODE), "
+                "enospc, eio or efbig"
+            )
+        try:
+            nth = int(nth_s) if nth_s else 1
+        except ValueError:
+            nth = 0
+        if nth < 1:
+            raise FailpointSpecError(f"{ENV}: {item!r}: the count after @ must be an integer >= 1")
+        out[name] = (action, nth)
+    return out
+
+
+def reload(spec: str | None = None) -> None:
+    """(Re)arm from ``spec`` or the environment, and reset hit counters (used after fork)."""
+    global _armed
+    _armed = parse(os.environ.get(ENV, "") if spec is None else spec)
+    _hits.clear()
+
+
+def failpoint(name: str, path: str = "") -> None:
+    """Fire the action armed for ``name`` if this is its N-th hit; otherwise do nothing."""
+    if not _armed:
+        return
+    plan = _armed.get(name)
+    if plan is None:
+        return
+    n = _hits.get(name, 0) + 1
+    _hits[name] = n
+    action, nth = plan
+    if n != nth:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "abort":
+        os.kill(os.getpid(), signal.SIGABRT)
+    elif action.startswith("exit"):
+        m = _ACTION.match(action)
+        code = int(m.group(2)) if m and m.group(2) else 70
+        os._exit(code)
+    else:
+        err = _ERRNOS[action]
+        raise OSError(err, f"{os.strerror(err)} (failpoint {name})", path or None)
+
+
+reload()

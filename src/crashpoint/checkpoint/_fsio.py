@@ -1,0 +1,144 @@
+"""Durable file primitives, behind one object so a test can watch every write, sync and rename.
+
+The store never calls ``os.write`` / ``os.fsync`` / ``os.replace`` directly: it calls the methods
+of an :class:`FsOps`. The default instance is the real thing; :mod:`crashpoint.faults.powerloss`
+subclasses it to record which bytes and which folder entries were durable at each instant, so a
+test can rebuild the disk as a power cut would leave it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from crashpoint._failpoints import failpoint
+
+__all__ = ["DIR_MODE", "FILE_MODE", "FsOps", "REAL"]
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class FsOps:
+    """The file operations the store performs. Subclass to observe; every method is real I/O."""
+
+    def open_append(self, path: str) -> int:
+        """Open (creating) a file for appending; never follows a symlink."""
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC,
+                       FILE_MODE)
+
+    def open_rw(self, path: str) -> int:
+        """Open (creating) a file for reading and writing; never follows a symlink."""
+        return os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE)
+
+    def write(self, fd: int, data: bytes) -> None:
+        """Write all of ``data`` (looping over short writes)."""
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view = view[n:]
+            offset += n
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make the folder's entries (new files, renames, removals) durable."""
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path, DIR_MODE)
+
+    # -- composite operations -------------------------------------------------------------
+
+    def makedirs_durable(self, path: str) -> None:
+        """Create ``path`` and missing parents (0700), fsyncing each parent that gained an entry."""
+        path = os.path.abspath(path)
+        missing: list[str] = []
+        p = path
+        while not os.path.isdir(p):
+            missing.append(p)
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+        for d in reversed(missing):
+            try:
+                self.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+                continue
+            self.fsync_dir(os.path.dirname(d))
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole.
+
+        Temp file in the same folder, fsync it, ``os.replace``, fsync the folder.
+        """
+        folder = os.path.dirname(path) or "."
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW | _O_CLOEXEC,
+                     FILE_MODE)
+        try:
+            self._note_open(tmp, fd)
+            self.write(fd, data)
+            self.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        self.close(fd)
+        try:
+            failpoint("atomic.after_temp", tmp)
+            self.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        failpoint("atomic.after_rename", path)
+        self.fsync_dir(folder)
+
+    def _note_open(self, path: str, fd: int) -> None:
+        """Hook for recorders: ``fd`` now refers to ``path``."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def is_regular_file(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+REAL = FsOps()

@@ -1,0 +1,83 @@
+"""Secrets never reach disk: :class:`Secret` values and secret-named fields are redacted."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+__all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
+
+T = TypeVar("T")
+REDACTED = "[redacted]"
+
+#: A field is secret when one of the words of its name (split on ``_ - .`` and camelCase) is
+#: one of these, or two adjacent words join into one of them (``api_key`` -> ``apikey``).
+DEFAULT_SECRET_NAMES = frozenset({
+    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
+    "authorization", "auth", "cookie", "cookies", "credential", "credentials", "session",
+    "privatekey", "signature", "bearer",
+})
+
+_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+class Secret(Generic[T]):
+    """A value that must never be written to disk or printed.
+
+    ``Secret("sk-...")`` is stored as ``"[redacted]"``; read the value with :meth:`reveal`.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def reveal(self) -> T:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Secret cannot be pickled")
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORDS.findall(name)]
+
+
+class Redactor:
+    """Replaces secrets in a JSON-able structure with :data:`REDACTED`."""
+
+    def __init__(self, names: Iterable[str] = DEFAULT_SECRET_NAMES) -> None:
+        self.names = frozenset(n.lower() for n in names)
+        self._cache: dict[str, bool] = {}
+
+    def is_secret_name(self, name: str) -> bool:
+        hit = self._cache.get(name)
+        if hit is None:
+            words = _words(name)
+            hit = any(w in self.names for w in words) or any(
+                a + b in self.names for a, b in zip(words, words[1:], strict=False))
+            if len(self._cache) < 4096:
+                self._cache[name] = hit
+        return hit
+
+    def redact(self, value: Any) -> Any:
+        """A copy of ``value`` with every :class:`Secret` and secret-named field redacted."""
+        if isinstance(value, Secret):
+            return REDACTED
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"checkpoint keys must be strings, got {k!r}")
+                out[k] = REDACTED if (v is not None and self.is_secret_name(k)) \
+                    else self.redact(v)
+            return out
+        if isinstance(value, (list, tuple)):
+            return [self.redact(v) for v in value]
+        return value
