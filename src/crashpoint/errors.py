@@ -210,7 +210,7 @@ class RunPaused(CrashpointError):
 
     def __str__(self) -> str:
         return (
-            f"run {self.run_id!r} paused at {self.step!r} for a decision: {self.reason}. "
+            f"run {self.run_id!r} paused at {self.step!r} waiting for a decision ({self.reason}). "
             f"Decide with `crashpoint checkpoints approve {self.run_id}` (or --deny), then "
             "start the agent again."
         )

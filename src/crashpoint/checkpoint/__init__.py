@@ -3,8 +3,26 @@
 Imports neither pytest nor the harness: an agent imports this and nothing else.
 """
 
+import os as _os
+
+from crashpoint.checkpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._journal import Damage, Loaded, TornTail, records_reducer
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
+from crashpoint.checkpoint._run import (
+    EXIT_CODES,
+    Checkpointing,
+    Decision,
+    EffectPolicy,
+    PlanLine,
+    Run,
+    RunDenied,
+    decide,
+    exit_code,
+    open_run,
+    plan,
+    run_main,
+    run_reducer,
+)
 from crashpoint.checkpoint._store import (
     ACTIVE_STATUSES,
     PRUNABLE_STATUSES,
@@ -17,24 +35,55 @@ from crashpoint.checkpoint._store import (
     Store,
     validate_run_id,
 )
+from crashpoint.checkpoint._supervisor import (
+    ResumeOutcome,
+    Supervisor,
+    interrupted_runs,
+    resume_interrupted,
+)
+
+
+def atomic_write(path: str | _os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, whole
+    (same-folder temp file, fsync, ``os.replace``, fsync the folder)."""
+    _REAL.write_atomic(_os.fspath(path), data)
+
 
 __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_SECRET_NAMES",
+    "EXIT_CODES",
     "PRUNABLE_STATUSES",
     "REDACTED",
+    "Checkpointing",
     "Damage",
+    "Decision",
     "Durability",
+    "EffectPolicy",
     "Loaded",
+    "PlanLine",
     "Recovery",
     "Redactor",
+    "ResumeOutcome",
     "Retention",
+    "Run",
+    "RunDenied",
     "RunInfo",
     "RunJournal",
     "Secret",
     "SnapshotPolicy",
     "Store",
+    "Supervisor",
     "TornTail",
+    "atomic_write",
+    "decide",
+    "exit_code",
+    "interrupted_runs",
+    "open_run",
+    "plan",
     "records_reducer",
+    "resume_interrupted",
+    "run_main",
+    "run_reducer",
     "validate_run_id",
 ]

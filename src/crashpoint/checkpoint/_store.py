@@ -55,7 +55,7 @@ __all__ = [
 
 MiB = 1 << 20
 #: Statuses a run can be resumed from; pruning never removes these (nor unknown ones).
-ACTIVE_STATUSES = frozenset({"created", "running", "paused", "failed"})
+ACTIVE_STATUSES = frozenset({"created", "running", "paused", "decided", "failed"})
 #: Only runs in these statuses are ever pruned.
 PRUNABLE_STATUSES = frozenset({"completed", "denied", "dead"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -202,6 +202,16 @@ def _dir_size(path: str) -> int:
             except OSError:
                 pass
     return total
+
+
+def _existing_ancestor(path: str) -> str:
+    """``path`` or its nearest ancestor that exists (where a new folder's bytes would land)."""
+    while not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
 
 
 def _newest_mtime(path: str) -> float:
@@ -413,7 +423,7 @@ class Store:
         """The free-space reserve in bytes: configured, else min(64 MiB, 5% of the filesystem)."""
         if self.reserve_bytes is not None:
             return self.reserve_bytes
-        st = os.statvfs(self.root if os.path.isdir(self.root) else os.path.dirname(self.root))
+        st = os.statvfs(_existing_ancestor(self.root))
         return min(64 * MiB, (st.f_blocks * st.f_frsize) // 20)
 
     def _violation(self, n: int) -> str | None:
@@ -421,8 +431,7 @@ class Store:
             return f"the store's budget of {self.budget_bytes} bytes (in use: {self.usage()})"
         reserve = self.reserve_for()
         if reserve > 0:
-            probe_dir = self.root if os.path.isdir(self.root) else os.path.dirname(self.root)
-            st = os.statvfs(probe_dir)
+            st = os.statvfs(_existing_ancestor(self.root))
             free = st.f_bavail * st.f_frsize
             if free - n < reserve:
                 return f"the free-space reserve of {reserve} bytes (free: {free})"

@@ -1,0 +1,99 @@
+"""The demo agent: a small research agent built only on crashpoint's public API.
+
+    python -m crashpoint.agents.demo --state DIR [--topic TEXT] [--run-id ID] [--approval]
+
+plan -> search a bundled corpus (tool) -> summarise with a deterministic fake LLM -> write a
+report file -> send a notification (effect) -> [wait for approval] -> publish (effect).
+It prints its final output as one line of JSON, byte-identical whether or not it crashed and
+resumed on the way. Exit codes: 0 done, 75 paused for approval, 77 denied (see
+``crashpoint.checkpoint.EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+from importlib import resources
+from typing import Any
+
+from crashpoint.checkpoint import Checkpointing, Store, atomic_write, open_run, run_main
+
+STEPS = ["plan", "search", "summarise", "write_report", "notify", "publish"]
+STEPS_WITH_APPROVAL = ["plan", "search", "summarise", "write_report", "notify", "approve",
+                       "publish"]
+STOPWORDS = frozenset("a an and the of to in on for how why what is are do does with".split())
+
+
+def make_plan(topic: str) -> dict[str, Any]:
+    words = [w for w in re.findall(r"[a-z]+", topic.lower()) if w not in STOPWORDS]
+    return {"topic": topic, "keywords": sorted(set(words))}
+
+
+def search(keywords: list[str]) -> list[dict[str, Any]]:
+    """The tool: score each sentence of the bundled corpus by keyword hits."""
+    hits = []
+    corpus = resources.files("crashpoint.agents") / "corpus"
+    for doc in sorted(corpus.iterdir(), key=lambda p: p.name):
+        if not doc.name.endswith(".txt"):
+            continue
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines()):
+            score = sum(line.lower().count(k) for k in keywords)
+            if score:
+                hits.append({"doc": doc.name, "line": n, "score": score, "text": line})
+    hits.sort(key=lambda h: (-h["score"], h["doc"], h["line"]))
+    return hits[:5]
+
+
+def fake_llm(topic: str, hits: list[dict[str, Any]]) -> str:
+    """A deterministic stand-in for a language model: an extractive summary."""
+    if not hits:
+        return f"Nothing in the corpus is about {topic!r}."
+    return " ".join(h["text"] for h in hits[:3])
+
+
+def write_report(folder: str, topic: str, summary: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
+    body = f"# {topic}\n\n{summary}\n\n## Sources\n" + "".join(
+        f"- {h['doc']}:{h['line'] + 1}\n" for h in hits)
+    data = body.encode("utf-8")
+    atomic_write(os.path.join(folder, "report.md"), data)
+    return {"file": "report.md", "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m crashpoint.agents.demo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", required=True, help="folder for checkpoints and the report")
+    ap.add_argument("--topic", default="how do agents recover from a crash")
+    ap.add_argument("--run-id", default="demo")
+    ap.add_argument("--approval", action="store_true", help="wait for a human before publishing")
+    ap.add_argument("--interval", type=int, default=0,
+                    help="group-commit every N steps instead of every step")
+    args = ap.parse_args(argv)
+
+    store = Store(os.path.join(args.state, "checkpoints"), on_corrupt="rollback")
+    checkpointing = Checkpointing.interval(args.interval) if args.interval else Checkpointing()
+    steps = STEPS_WITH_APPROVAL if args.approval else STEPS
+    with open_run(store, args.run_id, steps=steps, checkpointing=checkpointing) as run:
+        plan = run.step("plan", lambda: make_plan(args.topic))
+        hits = run.step("search", lambda: search(plan["keywords"]), kind="tool")
+        summary = run.step("summarise", lambda: fake_llm(args.topic, hits), kind="llm")
+        report = run.step("write_report",
+                          lambda: write_report(args.state, args.topic, summary, hits))
+        note = {"channel": "#research", "text": f"report ready: {args.topic}",
+                "sha256": report["sha256"]}
+        notified = run.step("notify", lambda: run.effect("send_notification", note) is not None)
+        if args.approval:
+            run.approval("approve", {"report": report["sha256"]}, reason="publish the report?")
+        post = {"title": args.topic, "sha256": report["sha256"]}
+        published = run.step("publish", lambda: run.effect("publish", post) is not None)
+        output = run.finish({"topic": args.topic, "summary": summary, "report": report,
+                             "notified": notified, "published": published,
+                             "sources": [f"{h['doc']}:{h['line'] + 1}" for h in hits]})
+    print(json.dumps(output, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    run_main(main)

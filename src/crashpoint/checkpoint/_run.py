@@ -1,0 +1,582 @@
+"""Runs: resume from the last completed step, perform every effect exactly once.
+
+A run is a journal of records of these kinds (``"t"``)::
+
+    open      an attempt began (attempt number, the declared step list)
+    step      a step completed, with its position, name and result
+    intent    an effect is about to be performed (key, kind, payload, policy)
+    effect    the effect's result (how it was settled: call, reconcile, human)
+    pause     the run waits for a human decision
+    decision  a human decided (approved or denied, with a note)
+    finish    the run ended: completed (with its output), denied, failed or dead
+
+Replaying them in order gives the run's state; :func:`run_reducer` is that replay.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from crashpoint import probe
+from crashpoint._failpoints import failpoint
+from crashpoint.checkpoint._store import RunJournal, Store
+from crashpoint.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointWriteError,
+    DiskBudgetExceeded,
+    EffectInDoubt,
+    ResumeMismatch,
+    RunDeadLettered,
+    RunLocked,
+    RunPaused,
+    RunStateError,
+)
+
+__all__ = [
+    "EXIT_CODES",
+    "Checkpointing",
+    "Decision",
+    "EffectPolicy",
+    "PlanLine",
+    "Run",
+    "RunDenied",
+    "decide",
+    "exit_code",
+    "open_run",
+    "plan",
+    "run_main",
+    "run_reducer",
+]
+
+EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
+_POLICIES = ("retry", "reconcile", "ask", "fail")
+
+#: Documented exit codes (sysexits-style) for a run that stops without completing.
+EXIT_CODES = {
+    "paused": 75,  # EX_TEMPFAIL: waiting for a human decision; start again after it
+    "locked": 73,  # another live process holds the run
+    "denied": 77,  # EX_NOPERM: a human denied the approval; the run ended as denied
+    "corrupt": 65,  # EX_DATAERR: a checkpoint failed its checksums (on_corrupt="raise")
+    "disk": 74,  # EX_IOERR: ENOSPC / EFBIG / EIO / disk budget; nothing acknowledged lost
+    "in_doubt": 76,  # an effect is in doubt and its policy is "fail"
+    "mismatch": 70,  # EX_SOFTWARE: the code's steps differ from the journal's
+    "dead": 69,  # EX_UNAVAILABLE: dead-lettered after too many attempts
+}
+
+
+class RunDenied(CheckpointError):
+    """A human denied an approval; the run ended as denied."""
+
+    def __init__(self, run_id: str, step: str, note: str = "") -> None:
+        self.run_id, self.step, self.note = run_id, step, note
+        super().__init__(run_id, step, note)
+
+    def __str__(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"run {self.run_id!r} was denied at {self.step!r}{note}; it ended as denied"
+
+    def __reduce__(self) -> tuple[type[RunDenied], tuple[str, str, str]]:
+        return (type(self), (self.run_id, self.step, self.note))
+
+
+def exit_code(exc: BaseException) -> int:
+    """The documented exit code for an exception that stops a run (1 for anything else)."""
+    table: list[tuple[type[BaseException], str]] = [
+        (RunPaused, "paused"), (RunLocked, "locked"), (RunDenied, "denied"),
+        (CheckpointCorrupt, "corrupt"), (CheckpointWriteError, "disk"),
+        (DiskBudgetExceeded, "disk"), (EffectInDoubt, "in_doubt"),
+        (ResumeMismatch, "mismatch"), (RunDeadLettered, "dead"),
+    ]
+    for cls, name in table:
+        if isinstance(exc, cls):
+            return EXIT_CODES[name]
+    return 1
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Call ``main()`` and exit with the documented code for a run that cannot go on.
+
+    A paused, denied, locked or corrupt run prints one clear line on stderr, no traceback.
+    """
+    try:
+        main()
+    except (CheckpointError, RunPaused, RunDeadLettered) as exc:
+        print(f"crashpoint: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exit_code(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A human's answer to an approval request."""
+
+    approved: bool
+    note: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointing:
+    """When completed steps are made durable.
+
+    ``event`` (default): every step. ``interval(n)``: group commit every n steps — a power loss
+    may re-run up to n-1 completed steps, but effect records always sync, so effects stay
+    exactly-once. ``hybrid(n, seconds)``: every n steps or when ``seconds`` passed since the last
+    sync. ``after_tools``: also sync after a ``kind="tool"`` step. ``before_llm``: also sync
+    before a ``kind="llm"`` step starts (the expensive call is never lost to a crash).
+    """
+
+    mode: Literal["event", "interval", "hybrid"] = "event"
+    every: int = 1
+    seconds: float = 0.0
+    after_tools: bool = False
+    before_llm: bool = False
+
+    @classmethod
+    def event(cls, **kw: bool) -> Checkpointing:
+        return cls("event", 1, 0.0, **kw)
+
+    @classmethod
+    def interval(cls, n: int, **kw: bool) -> Checkpointing:
+        if n < 1:
+            raise ValueError(f"interval must be >= 1 step, got {n}")
+        return cls("interval", n, 0.0, **kw)
+
+    @classmethod
+    def hybrid(cls, n: int, seconds: float, **kw: bool) -> Checkpointing:
+        if n < 1 or seconds <= 0:
+            raise ValueError(f"hybrid needs n >= 1 and seconds > 0, got {n}, {seconds}")
+        return cls("hybrid", n, seconds, **kw)
+
+
+def _init_state(state: dict[str, Any]) -> None:
+    state.setdefault("order", [])  # [(name, kind)] of completed steps, by position
+    state.setdefault("results", [])
+    state.setdefault("effects", {})
+    state.setdefault("pauses", {})
+    state.setdefault("status", "created")
+    state.setdefault("attempts", 0)
+
+
+def run_reducer(state: dict[str, Any], rec: Any) -> None:
+    """Replay one run record into ``state`` (the reducer the run's journal is opened with)."""
+    _init_state(state)
+    t = rec.get("t")
+    if t == "open":
+        state["attempts"] = int(rec.get("attempt", state["attempts"] + 1))
+        if "steps" not in state:
+            state["steps"] = rec.get("steps")
+        if state["status"] in ("created", "failed"):
+            state["status"] = "running"
+    elif t == "step":
+        state["order"].append(rec["name"])
+        state["results"].append(rec.get("result"))
+    elif t == "intent":
+        state["effects"][rec["key"]] = {
+            "kind": rec["kind"], "step": rec.get("step"), "payload": rec.get("payload"),
+            "policy": rec.get("policy", "retry"), "status": "intent"}
+    elif t == "effect":
+        eff = state["effects"].setdefault(rec["key"], {"kind": rec.get("kind")})
+        eff["status"] = "done"
+        eff["result"] = rec.get("result")
+        eff["via"] = rec.get("via", "call")
+    elif t == "pause":
+        state["pauses"][rec["name"]] = {"reason": rec.get("reason", ""),
+                                        "request": rec.get("request"), "decision": None}
+        state["status"] = "paused"
+    elif t == "decision":
+        p = state["pauses"].setdefault(rec["name"], {"reason": "", "request": None})
+        p["decision"] = {"approved": bool(rec["approved"]), "note": rec.get("note", ""),
+                         "by": rec.get("by", "")}
+        state["status"] = "running"
+    elif t == "finish":
+        state["status"] = rec["status"]
+        if "output" in rec:
+            state["output"] = rec["output"]
+        if rec.get("reason"):
+            state["reason"] = rec["reason"]
+
+
+class Run:
+    """One run of an agent: steps that replay, effects that happen once, approvals that persist.
+
+    Open with :func:`open_run` (or ``Store.run``) and use as a context manager::
+
+        with open_run(store, "report-42", steps=["plan", "search", "write"]) as run:
+            plan = run.step("plan", lambda: make_plan(topic))
+            hits = run.step("search", lambda: search(plan), kind="tool")
+            run.effect("send_email", {"to": "ops@example.com"}, send)
+            run.finish({"plan": plan, "hits": hits})
+    """
+
+    def __init__(self, journal: RunJournal, *, steps: Sequence[str] | None,
+                 checkpointing: Checkpointing, policy: EffectPolicy,
+                 auto_resume_hitl: bool) -> None:
+        self.journal = journal
+        self.run_id = journal.run_id
+        self.checkpointing = checkpointing
+        self.default_policy = policy
+        self.auto_resume_hitl = auto_resume_hitl
+        _init_state(journal.state)
+        st = journal.state
+        declared = list(steps) if steps is not None else None
+        recorded = st.get("steps")
+        if declared is not None and recorded is not None and "steps" in st \
+                and list(recorded) != declared:
+            pos = next((i for i, (a, b) in enumerate(zip(recorded, declared, strict=False))
+                        if a != b), min(len(recorded), len(declared)))
+            raise ResumeMismatch(self.run_id, pos,
+                                 recorded[pos] if pos < len(recorded) else "<end>",
+                                 declared[pos] if pos < len(declared) else "<end>")
+        self.steps = declared if declared is not None else recorded
+        self._pos = 0
+        self._current: tuple[int, str] | None = None
+        self._ordinals: dict[str, int] = {}
+        self._pending: list[str] = []  # completed steps not yet durable (interval modes)
+        self._last_sync = time.monotonic()
+        if st["status"] == "dead":
+            raise RunDeadLettered(self.run_id, int(st["attempts"]), str(st.get("reason", "")))
+        if st["status"] not in ("completed", "denied", "dead"):
+            journal.append({"t": "open", "attempt": st["attempts"] + 1, "steps": declared},
+                           redact=False, sync=self._sync_flag(True))
+            journal.set_meta(status="paused" if st["status"] == "paused" else "running",
+                             attempts=st["attempts"], pid=os.getpid())
+
+    # -- facts -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.journal.state
+
+    @property
+    def status(self) -> str:
+        return str(self.state["status"])
+
+    @property
+    def attempt(self) -> int:
+        return int(self.state["attempts"])
+
+    @property
+    def completed_steps(self) -> list[str]:
+        return list(self.state["order"])
+
+    @property
+    def output(self) -> Any:
+        return self.state.get("output")
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("completed", "denied", "dead")
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _sync_flag(self, want: bool) -> bool:
+        return want and self.journal.store.durability.mode != "none"
+
+    def _check_position(self, name: str) -> Any:
+        """If position ``_pos`` is already recorded, check the name and return its result."""
+        order = self.state["order"]
+        pos = self._pos
+        if pos < len(order):
+            if order[pos] != name:
+                raise ResumeMismatch(self.run_id, pos, order[pos], name)
+            return True, self.state["results"][pos]
+        if self.steps is not None and (pos >= len(self.steps) or self.steps[pos] != name):
+            expected = self.steps[pos] if pos < len(self.steps) else "<no more steps>"
+            raise ResumeMismatch(self.run_id, pos, expected, name)
+        return False, None
+
+    def step(self, name: str, fn: Callable[[], Any], *,
+             kind: Literal["step", "tool", "llm"] = "step") -> Any:
+        """Run step ``name`` once: on resume a completed step returns its recorded result
+        without calling ``fn``. ``fn``'s result must be JSON-able (it is the checkpoint)."""
+        replayed, result = self._check_position(name)
+        if replayed:
+            self._pos += 1
+            return result
+        if self.done:
+            raise RunStateError(f"run {self.run_id!r} is {self.status}; it runs no more steps")
+        if kind == "llm" and self.checkpointing.before_llm:
+            self.flush()
+        self.begin(name)
+        result = fn()
+        self.complete(name, result, kind=kind)
+        return result
+
+    def begin(self, name: str) -> None:
+        """Mark step ``name`` as started (``step`` does this for you)."""
+        self._current = (self._pos, name)
+        self._ordinals = {}
+        probe.step_started(name)
+
+    def complete(self, name: str, result: Any = None, *,
+                 kind: Literal["step", "tool", "llm"] = "step") -> None:
+        """Record step ``name`` as completed with ``result``: durable (per the checkpointing
+        mode) before this returns and before the probe hears of it."""
+        if self._current is None or self._current[1] != name:
+            self._check_position(name)
+            self._current = (self._pos, name)
+        cp = self.checkpointing
+        due = (cp.mode == "event"
+               or len(self._pending) + 1 >= cp.every
+               or (cp.mode == "hybrid" and time.monotonic() - self._last_sync >= cp.seconds)
+               or (kind == "tool" and cp.after_tools))
+        value = self.journal.store.redactor.redact(result)
+        self.journal.append({"t": "step", "pos": self._pos, "name": name, "kind": kind,
+                             "result": value}, redact=False, sync=self._sync_flag(due))
+        self._pending.append(name)
+        self._pos += 1
+        self._current = None
+        if due:
+            self._announce()
+
+    def flush(self) -> None:
+        """Make every completed step durable now and tell the probe (a sync point)."""
+        if self._pending:
+            if self.journal.store.durability.mode != "none":
+                self.journal.sync()
+            self._announce()
+
+    def _announce(self) -> None:
+        self._last_sync = time.monotonic()
+        pending, self._pending = self._pending, []
+        failpoint("step.after_complete", self.journal.folder)
+        for n in pending:
+            probe.step_completed(n)
+
+    # -- effects -----------------------------------------------------------------------------
+
+    def effect_key(self, kind: str) -> str:
+        """The deterministic key of the next effect of ``kind`` in the current step."""
+        pos, step = self._current if self._current is not None else (self._pos, "")
+        ordinal = self._ordinals.get(kind, 0)
+        return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}"
+
+    def effect(self, kind: str, payload: Any, fn: Callable[[Any, str], Any] | None = None, *,
+               key: str | None = None, policy: EffectPolicy | None = None,
+               reconcile: Callable[[Any, str], tuple[bool, Any]] | None = None) -> Any:
+        """Perform a side effect exactly once, and return its result.
+
+        The intent (key, payload) is durable before ``fn(payload, key)`` is called and the
+        result after; on resume a finished effect returns its recorded result without calling
+        ``fn``. Without ``fn`` the effect is delivered through :func:`crashpoint.probe.effect`.
+        An effect left in doubt by a crash follows ``policy``: ``retry`` (call again with the
+        same key; the target must deduplicate), ``reconcile`` (``reconcile(payload, key)`` says
+        whether it happened and its result), ``ask`` (pause for a human) or ``fail``
+        (:class:`EffectInDoubt`). The key is never changed.
+        """
+        policy = policy or self.default_policy
+        if policy not in _POLICIES:
+            raise ValueError(f"unknown effect policy {policy!r}; use one of {_POLICIES}")
+        if policy == "reconcile" and reconcile is None:
+            raise ValueError("policy 'reconcile' needs a reconcile(payload, key) function")
+        if key is None:
+            key = self.effect_key(kind)
+        self._ordinals[kind] = self._ordinals.get(kind, 0) + 1
+        deliver = fn or (lambda p, k: probe.effect(kind, p, key=k))
+        rec = self.state["effects"].get(key)
+        if rec is not None and rec.get("status") == "done":
+            return rec.get("result")
+        stored_payload = self.journal.store.redactor.redact(payload)
+        if rec is not None:  # intent recorded, no result: in doubt
+            pol = rec.get("policy", policy)
+            if pol == "fail":
+                raise EffectInDoubt(self.run_id, key, kind)
+            if pol == "reconcile" and reconcile is not None:
+                happened, result = reconcile(payload, key)
+                if happened:
+                    return self._settle(key, kind, result, "reconcile")
+            elif pol == "ask":
+                decision = self._decision(f"effect:{key}")
+                if decision is None:
+                    self._pause(f"effect:{key}",
+                                f"effect {kind!r} may or may not have happened (a crash came "
+                                "between sending it and recording its result); approve to "
+                                "send again with the same key, deny to treat it as done",
+                                {"key": key, "kind": kind, "payload": stored_payload})
+                if decision is not None and not decision.approved:
+                    return self._settle(key, kind, None, "human")
+        else:
+            self.journal.append({"t": "intent", "key": key, "kind": kind, "policy": policy,
+                                 "step": self._current[1] if self._current else "",
+                                 "payload": stored_payload}, redact=False,
+                                sync=self._sync_flag(True))
+        result = deliver(payload, key)
+        failpoint("effect.after_call", self.journal.folder)
+        return self._settle(key, kind, result, "call")
+
+    def _settle(self, key: str, kind: str, result: Any, via: str) -> Any:
+        self.journal.append({"t": "effect", "key": key, "kind": kind, "via": via,
+                             "result": self.journal.store.redactor.redact(result)},
+                            redact=False, sync=self._sync_flag(True))
+        return result
+
+    # -- human approval ------------------------------------------------------------------------
+
+    def _decision(self, name: str) -> Decision | None:
+        d = self.state["pauses"].get(name, {}).get("decision")
+        return Decision(d["approved"], d.get("note", ""), d.get("by", "")) if d else None
+
+    def _pause(self, name: str, reason: str, request: Any) -> None:
+        if name not in self.state["pauses"]:
+            self.flush()
+            self.journal.append({"t": "pause", "name": name, "reason": reason,
+                                 "request": self.journal.store.redactor.redact(request)},
+                                redact=False, sync=self._sync_flag(True))
+        self.journal.set_meta(status="paused", waiting_for=name)
+        raise RunPaused(self.run_id, name, reason)
+
+    def approval(self, name: str, request: Any = None, *, reason: str = "") -> Decision:
+        """A step that waits for a human: without a decision the run pauses (the process should
+        exit with ``EXIT_CODES['paused']``); approved, it returns the decision; denied, the run
+        ends as denied (:class:`RunDenied`). Decide with ``crashpoint checkpoints approve``."""
+        replayed, result = self._check_position(name)
+        if replayed:
+            self._pos += 1
+            if not result["approved"]:
+                raise RunDenied(self.run_id, name, result.get("note", ""))
+            return Decision(**result)
+        decision = self._decision(name)
+        if decision is None:
+            self._pause(name, reason or f"approval needed for {name!r}", request)
+        assert decision is not None
+        self.begin(name)
+        value = {"approved": decision.approved, "note": decision.note, "by": decision.by}
+        self.complete(name, value)
+        if not decision.approved:
+            self._finish("denied", reason=f"denied at {name}: {decision.note}".rstrip(": "))
+            raise RunDenied(self.run_id, name, decision.note)
+        return decision
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def finish(self, output: Any = None) -> Any:
+        """The run completed with ``output`` (recorded, durable). Idempotent on a completed run:
+        returns the recorded output."""
+        if self.status == "completed":
+            return self.output
+        self.flush()
+        self._finish("completed", output=self.journal.store.redactor.redact(output))
+        return self.output
+
+    def fail(self, reason: str) -> None:
+        """The run stopped with an error that a later attempt may get past."""
+        self.flush()
+        self._finish("failed", reason=reason)
+
+    def _finish(self, status: str, **fields: Any) -> None:
+        self.journal.append({"t": "finish", "status": status, **fields}, redact=False,
+                            sync=self._sync_flag(True))
+        self.journal.set_meta(status=status, steps_done=len(self.state["order"]),
+                              waiting_for=None)
+
+    def close(self) -> None:
+        try:
+            if not self.journal.closed and self._pending and self.journal._broken is None:
+                self.flush()
+        finally:
+            self.journal.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: object) -> None:
+        self.close()
+
+
+def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
+             checkpointing: Checkpointing | None = None, policy: EffectPolicy = "retry",
+             auto_resume_hitl: bool = False, lock_timeout: float | None = None) -> Run:
+    """Start run ``run_id``, or resume it from its last completed step.
+
+    ``steps`` declares the step list (checked against the journal on resume: a different list
+    raises :class:`ResumeMismatch`); leave it out for dynamic steps (each position is still
+    checked). Raises :class:`RunLocked` if another live process has the run.
+    """
+    journal = store.open(run_id, reducer=run_reducer, lock_timeout=lock_timeout)
+    try:
+        return Run(journal, steps=steps, checkpointing=checkpointing or Checkpointing(),
+                   policy=policy, auto_resume_hitl=auto_resume_hitl)
+    except BaseException:
+        journal.close()
+        raise
+
+
+def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str = "",
+           lock_timeout: float = 0.0) -> str:
+    """Record a human decision for the run's pending pause; return the pause's name.
+
+    Raises :class:`RunStateError` if the run is not waiting for a decision.
+    """
+    with store.open(run_id, reducer=run_reducer, create=False,
+                    lock_timeout=lock_timeout) as journal:
+        _init_state(journal.state)
+        waiting = [n for n, p in journal.state["pauses"].items() if p.get("decision") is None]
+        if journal.state["status"] != "paused" or not waiting:
+            raise RunStateError(
+                f"run {run_id!r} is {journal.state['status']}, not waiting for a decision; "
+                "nothing was recorded")
+        name = waiting[-1]
+        journal.append({"t": "decision", "name": name, "approved": approved,
+                        "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
+        journal.set_meta(status="decided", waiting_for=None, decided=name)
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLine:
+    """One line of a resume plan: what will happen to a step or an effect, and why."""
+
+    action: str  # replay | run | in-doubt | wait | done
+    what: str
+    why: str
+
+
+def plan(store: Store, run_id: str) -> list[PlanLine]:
+    """What resuming ``run_id`` would do, without doing it (reads only; takes no lock)."""
+    loaded = store.read(run_id, reducer=run_reducer)
+    st = loaded.state
+    _init_state(st)
+    lines: list[PlanLine] = []
+    if st["status"] in ("completed", "denied", "dead"):
+        lines.append(PlanLine("done", f"run is {st['status']}",
+                              "a finished run replays its recorded output; nothing re-runs"))
+    for i, name in enumerate(st["order"]):
+        lines.append(PlanLine("replay", f"#{i} {name}", "completed and durable: its recorded "
+                                                        "result is returned, the code not run"))
+    for key, eff in st["effects"].items():
+        if eff.get("status") != "intent":
+            continue
+        pol = eff.get("policy", "retry")
+        what = {
+            "retry": "will be sent again with the same key; the target must deduplicate it",
+            "reconcile": "the reconcile function will ask the target whether it happened; "
+                         "sent again with the same key only if it did not",
+            "ask": "the run will pause for a human to decide (approve: send again with the "
+                   "same key; deny: treat as done)",
+            "fail": "the run will stop with EffectInDoubt (exit 76)",
+        }.get(pol, pol)
+        lines.append(PlanLine("in-doubt", f"effect {eff.get('kind')} key={key} "
+                                          f"(step {eff.get('step')})",
+                              f"intent recorded, no result (crash in the in-doubt window); "
+                              f"policy {pol}: {what}"))
+    for name, p in st["pauses"].items():
+        if p.get("decision") is None:
+            lines.append(PlanLine("wait", name, f"paused: {p.get('reason')}; decide with "
+                                               f"`crashpoint checkpoints approve {run_id}`"))
+    declared = st.get("steps")
+    if st["status"] not in ("completed", "denied", "dead"):
+        if declared:
+            for i, name in enumerate(declared[len(st["order"]):], start=len(st["order"])):
+                lines.append(PlanLine("run", f"#{i} {name}",
+                                      "not completed: runs from the start of the step"))
+        else:
+            lines.append(PlanLine("run", f"#{len(st['order'])} (next step the code asks for)",
+                                  "dynamic step list: whatever the code asks for next runs"))
+    return lines
