@@ -1,0 +1,107 @@
+"""Disk faults for a real child: a small tmpfs in a private mount namespace, RLIMIT_FSIZE,
+or failpoint-injected ENOSPC/EIO in the reference library. Chosen by what the machine supports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from crashpoint.faults._process import kill_tree
+
+__all__ = ["DiskCapability", "TmpfsNamespace", "capabilities"]
+
+
+@dataclass(frozen=True, slots=True)
+class DiskCapability:
+    tmpfs: bool
+    tmpfs_reason: str
+    rlimit: bool
+    rlimit_reason: str
+
+
+@functools.lru_cache(maxsize=1)
+def capabilities() -> DiskCapability:
+    """Probe once what disk faults this machine can inject into a real child."""
+    tmpfs, why = False, ""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        why = "unshare/nsenter (util-linux) not on PATH"
+    else:
+        d = tempfile.mkdtemp(prefix="cp-probe-")
+        try:
+            r = subprocess.run(
+                ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                 f"mount -t tmpfs -o size=8k tmpfs '{d}' && echo ok"],
+                capture_output=True, timeout=10, check=False)
+            tmpfs = r.returncode == 0 and b"ok" in r.stdout
+            why = "" if tmpfs else ("cannot mount a tmpfs in a private mount namespace "
+                                    f"(needs root or user namespaces): "
+                                    f"{r.stderr.decode(errors='replace').strip()[:200]}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"unshare failed: {exc}"
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+    try:
+        import resource
+
+        resource.getrlimit(resource.RLIMIT_FSIZE)
+        rl, rl_why = True, ""
+    except (ImportError, AttributeError, OSError) as exc:
+        rl, rl_why = False, f"RLIMIT_FSIZE unavailable: {exc}"
+    return DiskCapability(tmpfs, why, rl, rl_why)
+
+
+class TmpfsNamespace:
+    """A private mount namespace in which ``folder`` is a tmpfs of ``capacity`` bytes holding a
+    copy of the folder's content. Run commands in it with :meth:`wrap`; :meth:`close` copies the
+    tmpfs back into the real folder (space is "freed": later attempts run on the real disk)."""
+
+    def __init__(self, folder: str, capacity: int) -> None:
+        self.folder = os.path.abspath(folder)
+        self.capacity = capacity
+        self._side = tempfile.mkdtemp(prefix="cp-side-")
+        script = (
+            'set -e; mount --bind "$1" "$2"; '
+            'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
+            'cp -a "$2"/. "$1"/ 2>/dev/null || true; echo ready; exec sleep 100000')
+        self._holder = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+             self.folder, self._side, str(capacity)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True)
+        assert self._holder.stdout is not None
+        line = self._holder.stdout.readline()
+        if b"ready" not in line:
+            err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr \
+                else ""
+            self._reap()
+            raise OSError(f"could not mount a tmpfs over {self.folder}: {err.strip()}")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the namespace (nsenter execs it: same pid, same session)."""
+        return ["nsenter", "-t", str(self._holder.pid), "-m", "--", *argv]
+
+    def close(self) -> None:
+        """Copy the tmpfs content back to the real folder and end the namespace."""
+        try:
+            subprocess.run(
+                ["nsenter", "-t", str(self._holder.pid), "-m", "--", "sh", "-c",
+                 'find "$2" -mindepth 1 -delete; cp -a "$1"/. "$2"/', "sh",
+                 self.folder, self._side], check=False, capture_output=True, timeout=60)
+        finally:
+            self._reap()
+            with contextlib.suppress(OSError):
+                os.rmdir(self._side)
+
+    def _reap(self) -> None:
+        kill_tree(self._holder.pid, sid=self._holder.pid)
+        self._holder.wait()
+        for s in (self._holder.stdout, self._holder.stderr):
+            if s is not None:
+                s.close()

@@ -1,0 +1,183 @@
+"""Agent processes: start in their own session, capture output, time out, kill the whole tree.
+
+Every process started here is reaped: :func:`kill_tree` snapshots the tree with psutil before
+killing (a child that re-parents itself is still found), kills the process group and every
+snapshotted process, waits for them, and reports any survivor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+__all__ = ["AgentProcess", "Exit", "kill_tree", "session_members"]
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """How an attempt ended."""
+
+    returncode: int | None  # None: still running when we gave up (should not happen)
+    signal: int | None  # the signal that killed it, if any
+    timed_out: bool
+    duration: float
+    stdout: bytes
+    stderr: bytes
+    orphans: tuple[int, ...] = ()  # processes of its tree that outlived it (then killed)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.duration:.1f}s (killed)"
+        if self.signal is not None:
+            return f"killed by {signal.Signals(self.signal).name}"
+        return f"exit {self.returncode}"
+
+
+def session_members(sid: int) -> list[psutil.Process]:
+    """Live processes whose session id is ``sid`` (the agent's session)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def kill_tree(root: int, *, sid: int | None = None, grace: float = 0.0,
+              sig: int = signal.SIGKILL) -> list[int]:
+    """Kill ``root``'s whole tree (its group, its descendants, its session); return survivors.
+
+    With ``grace`` > 0 send SIGTERM first and wait that long before SIGKILL.
+    """
+    procs: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        r = psutil.Process(root)
+        procs[r.pid] = r
+        for c in r.children(recursive=True):
+            procs[c.pid] = c
+    if sid is not None:
+        for p in session_members(sid):
+            procs[p.pid] = p
+    if grace > 0:
+        _signal_all(root, procs, signal.SIGTERM)
+        _, alive = psutil.wait_procs(list(procs.values()), timeout=grace)
+        procs = {p.pid: p for p in alive}
+    _signal_all(root, procs, sig)
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=5)
+    return [p.pid for p in alive if _alive(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal_all(root: int, procs: Mapping[int, psutil.Process], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(root, sig)
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)
+
+
+@dataclass
+class AgentProcess:
+    """One attempt of an agent: started in its own session; :meth:`wait` always reaps it."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str | None = None
+    timeout: float = 60.0
+    stdin: bytes = b""
+    rlimit_fsize: int | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> AgentProcess:
+        limit = self.rlimit_fsize
+
+        def preexec() -> None:  # runs in the child between fork and exec
+            if limit is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        self._t0 = time.monotonic()
+        self.proc = subprocess.Popen(  # noqa: PLW1509 - preexec only sets an rlimit
+            list(self.argv), env=dict(self.env), cwd=self.cwd, start_new_session=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            preexec_fn=preexec if limit is not None else None)
+        self._out: list[bytes] = []
+        self._err: list[bytes] = []
+        self._readers = [
+            threading.Thread(target=self._drain, args=(self.proc.stdout, self._out), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, self._err), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write(self.stdin)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        return self
+
+    @staticmethod
+    def _drain(stream: object, sink: list[bytes]) -> None:
+        read = getattr(stream, "read1", None) or getattr(stream, "read")  # noqa: B009
+        while True:
+            chunk = read(65536)
+            if not chunk:
+                break
+            sink.append(chunk)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the attempt's whole process group."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def wait(self, timeout: float | None = None) -> Exit:
+        """Wait for the attempt to end (killing its tree on timeout); reap everything."""
+        assert self.proc is not None
+        limit = self.timeout if timeout is None else timeout
+        timed_out = False
+        try:
+            self.proc.wait(timeout=max(0.0, limit - (time.monotonic() - self._t0)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(self.pid, sid=self.pid)
+            self.proc.wait()
+        duration = time.monotonic() - self._t0
+        orphans = tuple(p.pid for p in session_members(self.pid))
+        if orphans:
+            kill_tree(self.pid, sid=self.pid)
+        for t in self._readers:
+            t.join(timeout=5)
+        rc = self.proc.returncode
+        return Exit(rc if rc is None or rc >= 0 else None, -rc if rc is not None and rc < 0
+                    else None, timed_out, duration, b"".join(self._out), b"".join(self._err),
+                    orphans)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            kill_tree(self.pid, sid=self.pid)

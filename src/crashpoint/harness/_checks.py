@@ -1,0 +1,249 @@
+"""The checks of Contract 2: black-box invariants judged from what crossed the agent's boundary.
+
+Each check is a function ``(TrialFacts) -> CheckResult`` registered in :data:`BUILTIN_CHECKS`.
+A message says what happened and where in the history (attempt, event index).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashpoint.harness._model import Attempt, CheckResult, Expect, Golden, Plan
+
+__all__ = ["BUILTIN_CHECKS", "TrialFacts", "run_checks", "scan_for_bytes"]
+
+
+@dataclass
+class TrialFacts:
+    """Everything a check may look at."""
+
+    golden: Golden
+    plan: Plan
+    expect: Expect
+    attempts: list[Attempt]
+    events: list[dict[str, Any]]
+    applied: Counter[tuple[str, str]]
+    canary: str
+    state_dirs: list[str]  # the live state folder and every copy taken at a crash
+    max_state_bytes: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def completed(self) -> bool:
+        return bool(self.attempts) and self.attempts[-1].returncode == 0
+
+    @property
+    def refused(self) -> bool:
+        f = self.final
+        return f is not None and f.returncode in self.expect.refuse_codes and bool(f.stderr)
+
+
+def _where(ev: dict[str, Any]) -> str:
+    what = ev.get("step") or ev.get("key") or ""
+    return f"attempt {ev['attempt']} event #{ev['i']} ({ev['op']} {what})".rstrip()
+
+
+def check_completes(f: TrialFacts) -> CheckResult:
+    fin = f.final
+    if fin is None:
+        return CheckResult("completes", False, "the agent never ran")
+    if fin.returncode == 0:
+        return CheckResult("completes", True)
+    if fin.returncode in f.expect.fail_stop_codes:
+        return CheckResult("completes", True, f"fail-stopped with documented exit "
+                                              f"{fin.returncode}")
+    if f.plan.corrupts and f.refused:
+        return CheckResult("completes", True, f"refused corrupt state (exit {fin.returncode})")
+    tail = fin.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    return CheckResult("completes", False,
+                       f"did not finish within {len(f.attempts)} attempts; last "
+                       f"{fin.describe()}; stderr: {tail[0][:200]!r}")
+
+
+def check_same_output(f: TrialFacts) -> CheckResult:
+    if not f.completed:
+        if f.plan.corrupts and f.refused:
+            return CheckResult("same_output", True, "refused corrupt state", skipped=True)
+        return CheckResult("same_output", False, "no output: the agent did not complete")
+    out = f.attempts[-1].stdout
+    if out == f.golden.output:
+        return CheckResult("same_output", True)
+    return CheckResult("same_output", False, f"final output differs from the golden run: got "
+                                             f"{out[:160]!r}, expected {f.golden.output[:160]!r}")
+
+
+def check_exactly_once(f: TrialFacts) -> CheckResult:
+    lost, dup, extra = [], [], []
+    for (kind, payload), n in f.golden.effects.items():
+        got = f.applied.get((kind, payload), 0)
+        if got < n and not (f.plan.corrupts and f.refused):
+            lost.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
+        elif got > n:
+            dup.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
+    for (kind, payload), n in f.applied.items():
+        if (kind, payload) not in f.golden.effects and n:
+            extra.append(f"{kind} {payload[:80]} applied {n}x, not in the golden run")
+    problems = [f"DUPLICATED {d}" for d in dup] + [f"LOST {x}" for x in lost] + \
+        [f"UNEXPECTED {e}" for e in extra]
+    if problems:
+        effects = [e for e in f.events if e["op"] == "effect"]
+        hist = ", ".join(f"{_where(e)} applied={e.get('applied')}" for e in effects[:12])
+        return CheckResult("exactly_once", False, "; ".join(problems) + f". Effects seen: {hist}")
+    return CheckResult("exactly_once", True)
+
+
+def check_resumes(f: TrialFacts) -> CheckResult:
+    name = "resumes_from_last_completed"
+    if f.plan.corrupts:
+        return CheckResult(name, True, "skipped after a corruption (re-running steps is a "
+                                       "legitimate rollback there)", skipped=True)
+    golden_steps = f.golden.steps
+    completed = 0  # positions of the golden step list reported completed so far
+    seen_first_of: set[int] = set()
+    for ev in f.events:
+        a = int(ev["attempt"])
+        if ev["op"] == "step_started" and a > 1 and a not in seen_first_of:
+            seen_first_of.add(a)
+            expected = golden_steps[completed] if completed < len(golden_steps) else "<none>"
+            got = ev.get("step")
+            if got != expected:
+                kind = "re-ran completed step" if got in golden_steps[:completed] else \
+                    "did not resume at the first incomplete step"
+                return CheckResult(name, False, f"{kind}: after the restart the first step "
+                                                f"started was {got!r} at {_where(ev)}, but "
+                                                f"{completed} step(s) were reported completed "
+                                                f"({', '.join(golden_steps[:completed]) or '-'}"
+                                                f"), so it should be {expected!r}")
+        if ev["op"] == "step_completed":
+            completed = max(completed, _position(golden_steps, ev.get("step"), completed))
+    return CheckResult(name, True)
+
+
+def _position(steps: list[str], step: Any, done: int) -> int:
+    """Number of golden steps completed once ``step`` completes, given ``done`` before."""
+    if done < len(steps) and steps[done] == step:
+        return done + 1
+    try:
+        return steps.index(step) + 1
+    except ValueError:
+        return done
+
+
+def check_single_writer(f: TrialFacts) -> CheckResult:
+    order: list[int] = []
+    for ev in f.events:
+        if ev["op"] not in ("step_started", "step_completed", "effect"):
+            continue
+        a = int(ev["attempt"])
+        if order and order[-1] == a:
+            continue
+        if a in order:
+            return CheckResult("single_writer", False,
+                               f"attempts {order[-1]} and {a} executed steps at the same time: "
+                               f"attempt {a} went on at {_where(ev)} after attempt {order[-1]} "
+                               "had started working (two live writers of one run)")
+        order.append(a)
+    return CheckResult("single_writer", True)
+
+
+def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
+    """Files under ``folders`` that contain ``needle``."""
+    hits = []
+    for folder in folders:
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in files:
+                p = os.path.join(dirpath, name)
+                try:
+                    if os.path.islink(p):
+                        continue
+                    with open(p, "rb") as fh:
+                        if needle in fh.read():
+                            hits.append(p)
+                except OSError:
+                    continue
+    return hits
+
+
+def check_no_secret_leak(f: TrialFacts) -> CheckResult:
+    hits = scan_for_bytes(f.state_dirs, f.canary.encode())
+    if hits:
+        return CheckResult("no_secret_leak", False,
+                           f"the canary secret from the agent's environment was written to "
+                           f"{len(hits)} file(s): {', '.join(hits[:5])}")
+    return CheckResult("no_secret_leak", True)
+
+
+def check_within_disk_budget(f: TrialFacts) -> CheckResult:
+    budget = f.expect.max_state_bytes
+    if budget is None:
+        return CheckResult("within_disk_budget", True, "no budget set", skipped=True)
+    if f.max_state_bytes > budget:
+        return CheckResult("within_disk_budget", False,
+                           f"the state folder reached {f.max_state_bytes} bytes; the budget is "
+                           f"{budget}")
+    return CheckResult("within_disk_budget", True)
+
+
+def check_no_orphans(f: TrialFacts) -> CheckResult:
+    bad = [(a.number, a.orphans) for a in f.attempts if a.orphans]
+    if bad:
+        desc = "; ".join(f"attempt {n}: pids {', '.join(map(str, p))}" for n, p in bad)
+        return CheckResult("no_orphans", False, f"processes of the agent's tree outlived it "
+                                                f"(killed by the harness): {desc}")
+    return CheckResult("no_orphans", True)
+
+
+def check_corruption_detected(f: TrialFacts) -> CheckResult:
+    name = "corruption_detected"
+    if not f.plan.corrupts:
+        return CheckResult(name, True, "no corruption in this trial", skipped=True)
+    if f.completed:
+        good_output = f.attempts[-1].stdout == f.golden.output
+        good_effects = all(f.applied.get(k, 0) == n for k, n in f.golden.effects.items())
+        if good_output and good_effects:
+            return CheckResult(name, True, "repaired to the correct result")
+        what = "output" if not good_output else "effects"
+        return CheckResult(name, False, f"completed with wrong {what} after the corruption "
+                                        "(it accepted damaged state silently)")
+    if f.refused:
+        return CheckResult(name, True, f"refused with exit {f.final.returncode if f.final else '?'}")
+    fin = f.final
+    return CheckResult(name, False, f"neither repaired nor refused clearly: {fin.describe() if fin else 'no attempt'}"
+                                    f" (a clear refusal exits with one of {list(f.expect.refuse_codes)} and says why on stderr)")
+
+
+BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
+    "completes": check_completes,
+    "same_output": check_same_output,
+    "exactly_once": check_exactly_once,
+    "resumes_from_last_completed": check_resumes,
+    "single_writer": check_single_writer,
+    "no_secret_leak": check_no_secret_leak,
+    "within_disk_budget": check_within_disk_budget,
+    "no_orphans": check_no_orphans,
+    "corruption_detected": check_corruption_detected,
+}
+
+
+def run_checks(facts: TrialFacts,
+               extra: dict[str, Callable[[TrialFacts], CheckResult]] | None = None
+               ) -> list[CheckResult]:
+    """Run every enabled check (built-in, then ``extra``) and return their results."""
+    e = facts.expect
+    off = {n for n, on in (("exactly_once", e.exactly_once),
+                           ("resumes_from_last_completed", e.resumes_from_last_completed),
+                           ("same_output", e.same_output), ("single_writer", e.single_writer),
+                           ("no_secret_leak", e.no_secret_leak),
+                           ("no_orphans", e.no_orphans)) if not on}
+    out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
+    for fn in (extra or {}).values():
+        out.append(fn(facts))
+    return out

@@ -1,0 +1,294 @@
+"""The ledger: the outside world and the kill switch, living in the harness process.
+
+One ledger per trial. It listens on a Unix socket (the probe's wire protocol) and, optionally,
+on a loopback HTTP port (effects as ``POST /effects/<kind>`` with an ``Idempotency-Key``
+header). It records every event in a history (memory and JSONL), applies each effect key at
+most once (a duplicate is acknowledged but not applied again), and can kill the agent's process
+group at an exact event: before the event is acted on, or, for an effect, after it was applied
+and before the agent hears so (the in-doubt window).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socketserver
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import IO, Any
+
+__all__ = ["ENV_HTTP", "ENV_LEDGER", "KillAt", "Ledger", "canonical"]
+
+ENV_LEDGER = "CRASHPOINT_LEDGER"
+ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
+
+
+def canonical(payload: Any) -> str:
+    """The canonical form of an effect payload (how effects are compared with the golden run)."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class KillAt:
+    """Kill the agent at the ``index``-th event (0-based) of attempt ``attempt``.
+
+    ``phase``: ``"before"`` — the event is recorded, the agent is killed before it is acted on
+    (an effect is not applied); ``"in_doubt"`` — only for effects: applied, then killed before
+    the agent learns it.
+    """
+
+    attempt: int
+    index: int
+    phase: str = "before"
+
+
+@dataclass(slots=True)
+class _Effect:
+    kind: str
+    payload: Any
+    applied: int = 0
+    duplicates: int = 0
+
+
+@dataclass
+class Ledger:
+    """Start with :meth:`start`, stop with :meth:`close` (or use as a context manager)."""
+
+    history_path: str | None = None
+    http: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+    effects: dict[str, _Effect] = field(default_factory=dict)
+    attempt: int = 0
+    pgids: dict[int, int] = field(default_factory=dict)
+    kills: list[KillAt] = field(default_factory=list)
+    on_kill: Callable[[dict[str, Any]], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._attempt_index: dict[int, int] = {}
+        self._dir = tempfile.mkdtemp(prefix="cp-ledger-")
+        self.address = os.path.join(self._dir, "ledger.sock")
+        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._log: IO[str] | None = None
+        self.killed: list[dict[str, Any]] = []
+        self.http_url = ""
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> Ledger:
+        ledger = self
+        if self.history_path:
+            self._log = open(self.history_path, "a", encoding="utf-8")  # noqa: SIM115
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                ledger._serve(self.rfile, self.wfile)
+
+        class Server(socketserver.ThreadingUnixStreamServer):
+            daemon_threads = True
+
+        self._server = Server(self.address, Handler)
+        t = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="ledger",
+                             daemon=True)
+        t.start()
+        self._threads.append(t)
+        if self.http:
+            self._start_http()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        for t in self._threads:
+            t.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.address)
+        with contextlib.suppress(OSError):
+            os.rmdir(self._dir)
+
+    def __enter__(self) -> Ledger:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point an agent's probe at this ledger."""
+        env = {ENV_LEDGER: self.address}
+        if self.http_url:
+            env[ENV_HTTP] = self.http_url
+        return env
+
+    def begin_attempt(self, attempt: int, pgid: int | None) -> None:
+        """Attempt ``attempt`` runs in process group ``pgid`` (what a kill at its events hits)."""
+        with self._lock:
+            self.attempt = attempt
+            if pgid is not None:
+                self.pgids[attempt] = pgid
+
+    # -- the outside world ---------------------------------------------------------------------
+
+    def applied_counts(self) -> dict[tuple[str, str], int]:
+        """How many times the outside world applied each (kind, canonical payload)."""
+        out: dict[tuple[str, str], int] = {}
+        for eff in self.effects.values():
+            k = (eff.kind, canonical(eff.payload))
+            out[k] = out.get(k, 0) + eff.applied
+        return out
+
+    def _record(self, ev: dict[str, Any]) -> dict[str, Any]:
+        attempt = int(ev.get("attempt") or self.attempt)
+        ev["attempt"] = attempt
+        ev["i"] = len(self.events)
+        ev["ai"] = self._attempt_index.get(attempt, 0)  # index within the attempt
+        self._attempt_index[attempt] = ev["ai"] + 1
+        ev["t"] = time.monotonic()
+        self.events.append(ev)
+        if self._log is not None:
+            self._log.write(json.dumps(ev, sort_keys=True, default=str) + "\n")
+            self._log.flush()
+        return ev
+
+    def _kill_for(self, ev: dict[str, Any], phase: str) -> bool:
+        for k in self.kills:
+            if k.attempt == ev["attempt"] and k.index == ev["ai"] and k.phase == phase:
+                return True
+        return False
+
+    def _kill(self, ev: dict[str, Any], phase: str) -> None:
+        pgid = self.pgids.get(int(ev["attempt"]))
+        self.killed.append({"event": ev["i"], "attempt": ev["attempt"], "phase": phase,
+                            "op": ev["op"]})
+        if self.on_kill is not None:
+            self.on_kill(ev)
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """Act on one probe message; return the reply, or None if the agent was killed."""
+        op = msg.get("op")
+        if op == "hello":
+            return {"ok": True}
+        if op not in ("step_started", "step_completed", "effect", "event"):
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        with self._lock:
+            ev = {k: v for k, v in msg.items() if k != "payload"}
+            if op == "effect":
+                key = msg.get("key")
+                if not isinstance(key, str) or not key:
+                    return {"ok": False, "error": "an effect needs a non-empty string key"}
+                ev["payload"] = msg.get("payload")
+            ev = self._record(ev)
+            if self._kill_for(ev, "before"):
+                self._kill(ev, "before")
+                return None
+            reply: dict[str, Any] = {"ok": True}
+            if op == "effect":
+                key = msg["key"]
+                eff = self.effects.get(key)
+                if eff is None:
+                    eff = self.effects[key] = _Effect(str(msg.get("kind")), msg.get("payload"))
+                if eff.applied:
+                    eff.duplicates += 1
+                    reply["applied"] = False
+                else:
+                    eff.applied += 1
+                    reply["applied"] = True
+                ev["applied"] = reply["applied"]
+                if self._kill_for(ev, "in_doubt"):
+                    self._kill(ev, "in_doubt")
+                    return None
+            return reply
+
+    def _serve(self, rfile: Any, wfile: Any) -> None:
+        conn_attempt = 0  # from the connection's hello: which attempt is speaking
+        for line in rfile:
+            try:
+                msg = json.loads(line)
+                if not isinstance(msg, dict):
+                    raise ValueError("not an object")
+            except ValueError as exc:
+                reply: dict[str, Any] | None = {"ok": False, "error": f"bad request: {exc}"}
+            else:
+                if msg.get("op") == "hello":
+                    with contextlib.suppress(TypeError, ValueError):
+                        conn_attempt = int(msg.get("attempt") or 0)
+                elif conn_attempt and "attempt" not in msg:
+                    msg["attempt"] = conn_attempt
+                reply = self.handle(msg)
+            if reply is None:
+                return  # killed: the agent never hears back
+            try:
+                wfile.write(json.dumps(reply).encode() + b"\n")
+                wfile.flush()
+            except OSError:
+                return
+
+    # -- HTTP front ----------------------------------------------------------------------------
+
+    def _start_http(self) -> None:
+        ledger = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                parts = self.path.strip("/").split("/")
+                key = self.headers.get("Idempotency-Key", "")
+                if len(parts) != 2 or parts[0] != "effects" or not key:
+                    self._send(400, {"ok": False, "error": "POST /effects/<kind> with an "
+                                                            "Idempotency-Key header"})
+                    return
+                n = int(self.headers.get("Content-Length") or 0)
+                try:
+                    payload = json.loads(self.rfile.read(n) or b"null")
+                except ValueError:
+                    self._send(400, {"ok": False, "error": "body is not JSON"})
+                    return
+                reply = ledger.handle({"op": "effect", "kind": parts[1], "payload": payload,
+                                       "key": key, "via": "http",
+                                       "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
+                                       "pid": self.headers.get("X-Crashpoint-Pid", "")})
+                if reply is None:
+                    self.close_connection = True
+                    return
+                self._send(200 if reply.get("ok") else 400, reply)
+
+            def _send(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if body.get("applied") is False:
+                    self.send_header("Idempotent-Replayed", "true")
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self._http.daemon_threads = True
+        self.http_url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        t = threading.Thread(target=self._http.serve_forever, args=(0.02,), name="ledger-http",
+                             daemon=True)
+        t.start()
+        self._threads.append(t)
+
+

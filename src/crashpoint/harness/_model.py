@@ -1,0 +1,288 @@
+"""The harness's vocabulary: agents, faults, plans, golden runs, attempts, trials, verdicts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "CHECKS",
+    "FAULT_KINDS",
+    "AgentSpec",
+    "Attempt",
+    "Boundary",
+    "CheckResult",
+    "Expect",
+    "Fault",
+    "Golden",
+    "Plan",
+    "TrialResult",
+]
+
+#: The checks of Contract 2, in report order.
+CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
+          "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
+          "corruption_detected")
+
+#: Fault kinds a plan can hold (one trial applies its faults in order).
+FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
+               "resumers")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """How to start the agent. ``command`` placeholders: {python} {state_dir} {workdir}
+    {run_id}. ``entry`` (``module:function``) runs in a pre-forked warm interpreter."""
+
+    command: tuple[str, ...] = ()
+    entry: str = ""
+    timeout: float = 30.0
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.entry):
+            raise ValueError("an agent needs exactly one of command or entry")
+
+    def argv(self, *, state_dir: str, workdir: str, run_id: str) -> list[str]:
+        if self.entry:
+            return [sys.executable, "-m", "crashpoint.harness._entry", self.entry]
+        subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
+                 "run_id": run_id}
+        return [part.format_map(subst) for part in self.command]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
+                "env": dict(self.env), "cwd": self.cwd}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AgentSpec:
+        return cls(tuple(d.get("command") or ()), d.get("entry", ""),
+                   float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
+                   d.get("cwd", ""))
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of a plan. ``attempt``: which attempt it hits (file faults: applied just
+    before that attempt starts). ``args`` depend on ``kind``:
+
+    - kill: ``index`` (event of the attempt), ``phase`` before|in_doubt, ``label``
+    - kill_at_time: ``seconds`` after the attempt starts
+    - failpoint: ``spec`` (``CRASHPOINT_FAILPOINTS`` syntax)
+    - fileop: ``n`` (SIGKILL before the n-th file-mutating operation; Python agents)
+    - signal: ``sig`` TERM|STOP, ``seconds``, ``grace`` (TERM) / ``pause`` (STOP then CONT)
+    - corrupt: ``how``, ``path`` glob, ``seed``
+    - disk_full: ``capacity`` bytes, ``mechanism`` tmpfs|rlimit|failpoint
+    - resumers: start ``attempt`` and ``attempt + 1`` at once
+    """
+
+    kind: str
+    attempt: int = 1
+    args: tuple[tuple[str, Any], ...] = ()
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        return dict(self.args).get(name, default)
+
+    @classmethod
+    def make(cls, kind: str, attempt: int = 1, **args: Any) -> Fault:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAULT_KINDS)}")
+        return cls(kind, attempt, tuple(sorted(args.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "attempt": self.attempt, **dict(self.args)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Fault:
+        d = dict(d)
+        return cls.make(d.pop("kind"), int(d.pop("attempt", 1)), **d)
+
+    def __str__(self) -> str:
+        a = dict(self.args)
+        if self.kind == "kill":
+            return f"kill attempt {self.attempt} at event #{a.get('index')} " \
+                   f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+        body = ", ".join(f"{k}={v}" for k, v in a.items())
+        return f"{self.kind}(attempt {self.attempt}{', ' if body else ''}{body})"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The faults of one trial, reproducible from (seed, index)."""
+
+    faults: tuple[Fault, ...]
+    family: str = ""
+    seed: int = 0
+    index: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "seed": self.seed, "index": self.index,
+                "faults": [f.to_json() for f in self.faults]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        return cls(tuple(Fault.from_json(f) for f in d.get("faults", [])), d.get("family", ""),
+                   int(d.get("seed", 0)), int(d.get("index", 0)))
+
+    def describe(self) -> str:
+        return "; ".join(str(f) for f in self.faults) or "no fault"
+
+    @property
+    def corrupts(self) -> bool:
+        return any(f.kind == "corrupt" for f in self.faults)
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A point of the golden run's event stream where a kill can land."""
+
+    index: int
+    phase: str  # before | in_doubt
+    label: str  # e.g. "step_completed:search" or "effect:publish"
+
+
+@dataclass
+class Golden:
+    """The crash-free run every trial is judged against."""
+
+    steps: list[str]
+    events: list[dict[str, Any]]
+    effects: Counter[tuple[str, str]]
+    output: bytes
+    duration: float
+    returncode: int = 0
+
+    def boundaries(self) -> list[Boundary]:
+        out = []
+        for i, ev in enumerate(self.events):
+            label = f"{ev['op']}:{ev.get('step') or ev.get('kind') or ''}"
+            out.append(Boundary(i, "before", label))
+            if ev["op"] == "effect":
+                out.append(Boundary(i, "in_doubt", label))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, "events": self.events,
+                "effects": [[k, p, n] for (k, p), n in sorted(self.effects.items())],
+                "output": self.output.decode("utf-8", "replace"), "duration": self.duration}
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a scenario expects (Contract 3 ``expect:``)."""
+
+    exactly_once: bool = True
+    resumes_from_last_completed: bool = True
+    same_output: bool = True
+    single_writer: bool = True
+    no_secret_leak: bool = True
+    no_orphans: bool = True
+    max_state_bytes: int | None = None
+    fail_stop_codes: tuple[int, ...] = ()  # exit codes that count as a documented fail-stop
+    refuse_codes: tuple[int, ...] = (65,)  # exit codes that count as "refused corrupt state"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fail_stop_codes"] = list(self.fail_stop_codes)
+        d["refuse_codes"] = list(self.refuse_codes)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Expect:
+        d = dict(d)
+        d["fail_stop_codes"] = tuple(d.get("fail_stop_codes", ()))
+        d["refuse_codes"] = tuple(d.get("refuse_codes", (65,)))
+        return cls(**d)
+
+
+@dataclass
+class Attempt:
+    """One process run of the agent within a trial."""
+
+    number: int
+    argv: list[str]
+    returncode: int | None
+    signal: int | None
+    timed_out: bool
+    duration: float
+    stdout: bytes
+    stderr: bytes
+    orphans: tuple[int, ...] = ()
+    killed_by: str = ""  # which fault ended it, if one did
+    state_copy: str = ""  # folder holding the state as it was when the attempt ended
+
+    def describe(self) -> str:
+        if self.timed_out:
+            how = f"hung, killed after {self.duration:.1f}s"
+        elif self.signal is not None:
+            how = f"killed by signal {self.signal}"
+        else:
+            how = f"exit {self.returncode}"
+        return f"attempt {self.number}: {how}" + (f" ({self.killed_by})" if self.killed_by
+                                                   else "")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    ok: bool
+    message: str = ""
+    skipped: bool = False
+
+    def __str__(self) -> str:
+        mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
+        return f"{self.name}: {mark}" + (f": {self.message}" if self.message else "")
+
+
+@dataclass
+class TrialResult:
+    plan: Plan
+    attempts: list[Attempt]
+    events: list[dict[str, Any]]
+    applied: dict[tuple[str, str], int]
+    duplicates: int
+    checks: list[CheckResult]
+    duration: float
+    folder: str = ""
+    max_state_bytes: int = 0
+    corruptions: list[dict[str, Any]] = field(default_factory=list)
+    rerun_steps: list[str] = field(default_factory=list)
+    skipped: str = ""  # a reason the trial could not run here (e.g. no tmpfs)
+    resume_times: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.ok]
+
+    def verdict(self) -> dict[str, Any]:
+        """The comparable outcome of the trial (same across fork/spawn, shards, workers)."""
+        return {"index": self.plan.index, "family": self.plan.family,
+                "plan": self.plan.describe(), "skipped": self.skipped,
+                "checks": {c.name: ("skip" if c.skipped else c.ok) for c in self.checks}}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.verdict(),
+            "ok": self.ok,
+            "seed": self.plan.seed,
+            "attempts": [a.describe() for a in self.attempts],
+            "failures": [str(c) for c in self.failed],
+            "duplicates": self.duplicates,
+            "duration": round(self.duration, 4),
+            "max_state_bytes": self.max_state_bytes,
+            "corruptions": self.corruptions,
+            "rerun_steps": self.rerun_steps,
+            "folder": self.folder,
+        }
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)
