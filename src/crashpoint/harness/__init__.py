@@ -1,1 +1,60 @@
-"""crashpoint.harness"""
+"""The fault-injection harness: spawn any agent, crash it at exact points, judge its recovery.
+
+Imports no pytest. The pytest plugin and ``crashpoint run`` are thin doors onto this.
+"""
+
+from crashpoint.harness._campaign import (
+    FAMILY_KINDS,
+    Campaign,
+    CampaignResult,
+    FaultFamily,
+    family_from_spec,
+    plan_for,
+    replay,
+)
+from crashpoint.harness._checks import BUILTIN_CHECKS, TrialFacts, run_checks
+from crashpoint.harness._ledger import KillAt, Ledger, canonical
+from crashpoint.harness._model import (
+    CHECKS,
+    FAULT_KINDS,
+    AgentSpec,
+    Attempt,
+    Boundary,
+    CheckResult,
+    Expect,
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+)
+from crashpoint.harness._trial import CANARY_VAR, GoldenRunFailed, TrialRunner
+
+__all__ = [
+    "BUILTIN_CHECKS",
+    "CANARY_VAR",
+    "CHECKS",
+    "FAMILY_KINDS",
+    "FAULT_KINDS",
+    "AgentSpec",
+    "Attempt",
+    "Boundary",
+    "Campaign",
+    "CampaignResult",
+    "CheckResult",
+    "Expect",
+    "Fault",
+    "FaultFamily",
+    "Golden",
+    "GoldenRunFailed",
+    "KillAt",
+    "Ledger",
+    "Plan",
+    "TrialFacts",
+    "TrialResult",
+    "TrialRunner",
+    "canonical",
+    "family_from_spec",
+    "plan_for",
+    "replay",
+    "run_checks",
+]
