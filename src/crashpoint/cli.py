@@ -1,6 +1,632 @@
-"""The ``crashpoint`` command."""
+"""The ``crashpoint`` command.
+
+``crashpoint checkpoints --store DIR COMMAND`` inspects and maintains a checkpoint store
+(``list``, ``show``, ``verify``, ``prune``, ``stale``). ``crashpoint run`` and ``crashpoint
+replay`` (the harness) come later, as more entries of the same table.
+
+Adding a command is one decorated function: it declares its place and arguments, receives a
+:class:`Context`, and returns the exit code::
+
+    @command("checkpoints", "approve", help="record a human decision for a paused run",
+             args=[arg("run", metavar="RUN", help="the run id"),
+                   arg("--deny", action="store_true", help="refuse instead of approving")])
+    def _approve(ctx: Context) -> int:
+        store = ctx.store()
+        ...
+        return EXIT_OK
+
+Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
+corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
+OS error), 130 interrupted, 141 the reader of the output went away (``| head``). Errors are one
+message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
 import sys
-def main(argv: list[str] | None = None) -> int:
-    return 0
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, NoReturn, TextIO, TypeVar
+
+from crashpoint import __version__
+from crashpoint._units import UnitError, format_duration, format_size, parse_duration, parse_size
+from crashpoint.checkpoint import (
+    PRUNABLE_STATUSES,
+    Damage,
+    Retention,
+    RunInfo,
+    Store,
+    TornTail,
+    validate_run_id,
+)
+from crashpoint.checkpoint._journal import list_files
+from crashpoint.errors import CheckpointCorrupt, CrashpointError, InvalidRunId
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "STORE_ENV",
+    "Arg",
+    "Context",
+    "UsageError",
+    "arg",
+    "build_parser",
+    "command",
+    "group",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
+STORE_ENV = "CRASHPOINT_STORE"
+PROG = "crashpoint"
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """Bad usage or input: printed as ``crashpoint: error: MESSAGE``, exit 2."""
+
+
+# -- the command table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One ``add_argument`` call, kept for later: flags and keyword arguments."""
+
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any]
+
+
+def arg(*flags: str, **kwargs: Any) -> Arg:
+    """Declare an argument exactly as ``ArgumentParser.add_argument`` takes it."""
+    return Arg(flags, kwargs)
+
+
+Handler = Callable[["Context"], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    name: str
+    help: str
+    description: str
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    path: tuple[str, ...]
+    help: str
+    description: str
+    args: tuple[Arg, ...]
+    func: Handler
+
+
+_GROUPS: dict[str, _Group] = {}
+_COMMANDS: dict[tuple[str, ...], _Command] = {}
+
+
+def group(name: str, *, help: str, description: str = "", args: Iterable[Arg] = ()) -> None:
+    """Declare a top-level command that holds subcommands (``checkpoints``); ``args`` are
+    accepted both before and after the subcommand's name."""
+    _GROUPS[name] = _Group(name, help, description or help, tuple(args))
+
+
+def command(*path: str, help: str, description: str = "",
+            args: Iterable[Arg] = ()) -> Callable[[Handler], Handler]:
+    """Register ``func`` as the command at ``path``: ``("checkpoints", "list")`` or ``("run",)``.
+
+    A two-part path needs its group declared with :func:`group` first.
+    """
+    if not 1 <= len(path) <= 2:
+        raise ValueError(f"a command path has one or two names, got {path!r}")
+    if len(path) == 2 and path[0] not in _GROUPS:
+        raise ValueError(f"declare the group {path[0]!r} with group() before its commands")
+
+    def register(func: Handler) -> Handler:
+        _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func)
+        return func
+
+    return register
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 2 with the subcommand's usage line, as argparse does, but through
+    ``main`` rather than ``sys.exit`` deep inside argparse."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _add(parser: argparse.ArgumentParser, a: Arg, *, suppress_default: bool = False) -> None:
+    kwargs = dict(a.kwargs)
+    if suppress_default:  # a subparser's default must not overwrite the value given before it
+        kwargs["default"] = argparse.SUPPRESS
+    parser.add_argument(*a.flags, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, built from the table."""
+    parser = _Parser(
+        prog=PROG,
+        description="Crash-proof checkpoints for agents, and a harness that proves it.",
+        epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run), 2 the command "
+               "could not do its job (bad usage or input, no store, an OS error).",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
+    subs: dict[str, argparse._SubParsersAction[_Parser]] = {}
+    for g in _GROUPS.values():
+        gp = top.add_parser(g.name, help=g.help, description=g.description)
+        for a in g.args:
+            _add(gp, a)
+        subs[g.name] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True,
+                                         parser_class=_Parser)
+    for path, c in _COMMANDS.items():
+        where = top if len(path) == 1 else subs[path[0]]
+        cp = where.add_parser(path[-1], help=c.help, description=c.description)
+        if len(path) == 2:
+            for a in _GROUPS[path[0]].args:
+                _add(cp, a, suppress_default=True)
+        for a in c.args:
+            _add(cp, a)
+        cp.set_defaults(_handler=c.func)
+    return parser
+
+
+# -- what a command receives ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Context:
+    """The parsed arguments and the streams; :meth:`store` opens the store the user named."""
+
+    args: argparse.Namespace
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def print(self, *parts: object) -> None:
+        print(*parts, file=self.out)
+
+    def note(self, *parts: object) -> None:
+        print(*parts, file=self.err)
+
+    def json(self, obj: Any) -> None:
+        json.dump(obj, self.out, indent=2, sort_keys=True, ensure_ascii=False)
+        self.out.write("\n")
+
+    def store_root(self) -> str:
+        """``--store``, else ``$CRASHPOINT_STORE``; the folder must exist."""
+        root = getattr(self.args, "store", None) or os.environ.get(STORE_ENV, "")
+        if not root:
+            raise UsageError(f"no store given: pass --store DIR or set {STORE_ENV}=DIR "
+                             "(the folder that holds one sub-folder per run)")
+        where = "--store" if getattr(self.args, "store", None) else STORE_ENV
+        if not os.path.exists(root):
+            raise UsageError(f"no store at {root} (from {where}): the folder does not exist")
+        if not os.path.isdir(root):
+            raise UsageError(f"{root} (from {where}) is not a folder")
+        return root
+
+    def store(self, **kwargs: Any) -> Store:
+        """The store named by ``--store`` / ``$CRASHPOINT_STORE``; ``kwargs`` go to ``Store``."""
+        return Store(self.store_root(), **kwargs)
+
+
+# -- argument types -------------------------------------------------------------------------
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text, what="")
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, what="")
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; give 0 or more")
+    return n
+
+
+_duration.__name__ = "duration"  # argparse names the type in "invalid duration value"
+_size.__name__ = "size"
+_count.__name__ = "count"
+
+_JSON = arg("--json", action="store_true", help="print JSON instead of text")
+
+
+# -- crashpoint checkpoints ... -------------------------------------------------------------
+
+group(
+    "checkpoints",
+    help="inspect and maintain a checkpoint store",
+    description="Inspect and maintain a checkpoint store: one folder per run under DIR. "
+                "`list`, `show`, `verify` and `stale` only read: safe while agents write.",
+    args=[arg("--store", metavar="DIR",
+              help=f"the store's folder (default: ${STORE_ENV})")],
+)
+
+
+def _settled(read: Callable[[], T], attempts: int = 5) -> T:
+    """``read()``, again if a file vanished under it: a live writer that takes a snapshot
+    deletes the segments it covers, possibly between our listing and our open."""
+    for _ in range(attempts - 1):
+        try:
+            return read()
+        except FileNotFoundError:
+            time.sleep(0.01)
+    return read()
+
+
+def _steps_done(store: Store, info: RunInfo) -> int | str:
+    """meta ``steps_done`` if the run keeps it, else the number of records in its journal;
+    ``"corrupt"`` if the journal fails a check, ``"unreadable"`` if the OS refuses it."""
+    steps = info.meta.get("steps_done")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return steps
+    try:
+        return _settled(lambda: store.read(info.run_id, reducer=_ignore).seq)
+    except CheckpointCorrupt:
+        return "corrupt"
+    except OSError:
+        return "unreadable"
+
+
+def _ignore(state: dict[str, Any], data: Any) -> None:
+    """A reducer that keeps nothing: counting records does not need their content."""
+
+
+def _run_json(info: RunInfo, steps: int | str) -> dict[str, Any]:
+    return {
+        "run_id": info.run_id,
+        "path": info.path,
+        "status": info.status,
+        "steps_done": steps if isinstance(steps, int) else None,
+        "problem": steps if isinstance(steps, str) else None,
+        "size": info.size,
+        "updated": info.updated,
+        "age_seconds": round(info.age, 3),
+        "generation": info.generation,
+        "locked": info.locked,
+        "meta": info.meta,
+    }
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
+    """Columns padded to their widest cell; columns in ``right`` aligned right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    ralign = set(right)
+    lines = []
+    for r in rows:
+        cells = [c.rjust(w) if i in ralign else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+@command(
+    "checkpoints", "list",
+    help="list runs: status, steps done, size, age, generation, locked",
+    description="List every run in the store. STEPS is meta.json's steps_done when the run "
+                "keeps it, else the number of records in its journal ('corrupt' if it cannot "
+                "be read). AGE is the time since any of its files last changed. LOCKED says "
+                "whether a live process holds the run open now.",
+    args=[_JSON],
+)
+def _list(ctx: Context) -> int:
+    store = ctx.store()
+    runs = store.runs()
+    steps = {r.run_id: _steps_done(store, r) for r in runs}
+    if ctx.args.json:
+        ctx.json([_run_json(r, steps[r.run_id]) for r in runs])
+        return EXIT_OK
+    if not runs:
+        ctx.print(f"no runs in {store.root}")
+        return EXIT_OK
+    rows = [("RUN", "STATUS", "STEPS", "SIZE", "AGE", "GEN", "LOCKED")]
+    for r in runs:
+        rows.append((r.run_id, r.status, str(steps[r.run_id]),
+                     format_size(r.size), format_duration(r.age), str(r.generation),
+                     "yes" if r.locked else "no"))
+    for line in _table(rows, right=(2, 3, 4, 5)):
+        ctx.print(line)
+    return EXIT_OK
+
+
+def _find(store: Store, run_id: str) -> RunInfo:
+    try:
+        validate_run_id(run_id)
+    except InvalidRunId as exc:
+        raise UsageError(str(exc)) from None
+    for r in store.runs():
+        if r.run_id == run_id:
+            return r
+    known = ", ".join(store.run_ids()[:10]) or "none"
+    raise UsageError(f"no run {run_id!r} in {store.root} (runs: {known}); "
+                     "`crashpoint checkpoints list` shows them all")
+
+
+def _files(folder: str) -> list[dict[str, Any]]:
+    out = []
+    with os.scandir(folder) as it:
+        for e in sorted(it, key=lambda e: e.name):
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out.append({"name": e.name, "size": st.st_size, "mtime": st.st_mtime})
+    return out
+
+
+@command(
+    "checkpoints", "show",
+    help="show one run: meta, generation, sequence, snapshot, files and state",
+    description="Show one run without locking or repairing it: meta.json, the fencing "
+                "generation, the last sequence number, the snapshot it loads from, its files, "
+                "and its state (for the default reducer, the list of every record). A corrupt "
+                "run prints where the damage is and exits 1.",
+    args=[arg("run", metavar="RUN", help="the run id"), _JSON],
+)
+def _show(ctx: Context) -> int:
+    store = ctx.store()
+    info = _find(store, ctx.args.run)
+    files = _files(info.path)
+    head: dict[str, Any] = {
+        "run_id": info.run_id,
+        "path": info.path,
+        "status": info.status,
+        "locked": info.locked,
+        "generation": info.generation,
+        "size": info.size,
+        "age_seconds": round(info.age, 3),
+        "meta": info.meta,
+        "files": files,
+    }
+    try:
+        loaded = _settled(lambda: store.read(info.run_id))
+    except CheckpointCorrupt as exc:
+        if ctx.args.json:
+            ctx.json({**head, "error": {"path": exc.path, "offset": exc.offset,
+                                        "reason": exc.reason, "message": str(exc)}})
+        else:
+            _show_head(ctx, head)
+            ctx.note(str(exc))
+        return EXIT_FOUND
+    body = {
+        "seq": loaded.seq,
+        "records_generation": loaded.generation,
+        "snapshot": ({"seq": loaded.snapshot_seq, "bytes": loaded.snapshot_bytes}
+                     if loaded.snapshot_seq else None),
+        "torn_tail": (None if loaded.torn is None else
+                      {"path": loaded.torn.path, "offset": loaded.torn.offset,
+                       "bytes": loaded.torn.dropped, "reason": loaded.torn.reason}),
+        "state": loaded.state,
+    }
+    if ctx.args.json:
+        ctx.json({**head, **body})
+        return EXIT_OK
+    _show_head(ctx, head)
+    ctx.print(f"seq:        {loaded.seq} (records written by generation "
+              f"{loaded.generation or '-'})")
+    if loaded.snapshot_seq:
+        ctx.print(f"snapshot:   after record {loaded.snapshot_seq} "
+                  f"({format_size(loaded.snapshot_bytes)}), "
+                  f"{_plural(loaded.seq - loaded.snapshot_seq, 'record')} since")
+    else:
+        ctx.print(f"snapshot:   none ({_plural(loaded.seq, 'record')} in the journal)")
+    if loaded.torn is not None:
+        ctx.print(f"note:       torn tail, repaired on the next open: {loaded.torn}")
+    ctx.print("state:")
+    ctx.print(json.dumps(loaded.state, indent=2, sort_keys=True, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _show_head(ctx: Context, head: dict[str, Any]) -> None:
+    ctx.print(f"run:        {head['run_id']}")
+    ctx.print(f"path:       {head['path']}")
+    ctx.print(f"status:     {head['status']}")
+    ctx.print(f"locked:     {'yes' if head['locked'] else 'no'}")
+    ctx.print(f"generation: {head['generation']}")
+    ctx.print(f"size:       {format_size(head['size'])}")
+    ctx.print(f"age:        {format_duration(head['age_seconds'])}")
+    ctx.print("meta:")
+    ctx.print(json.dumps(head["meta"], indent=2, sort_keys=True, ensure_ascii=False))
+    ctx.print("files:")
+    rows = [(f["name"], str(f["size"])) for f in head["files"]] or [("(none)", "")]
+    for line in _table(rows, right=(1,)):
+        ctx.print(f"  {line}")
+
+
+def _verify_one(store: Store, run_id: str) -> tuple[list[Damage], list[TornTail]]:
+    return store.verify(run_id)[run_id]
+
+
+def _checked_files(folder: str) -> int:
+    snaps, segs = list_files(folder)
+    return len(snaps) + len(segs)
+
+
+@command(
+    "checkpoints", "verify",
+    help="check every checksum of one run or all; exit 1 naming file and offset of any damage",
+    description="Check every record of every snapshot and journal segment: header and payload "
+                "checksums, structure, sequence gaps and fencing generations. Prints one line "
+                "per damage, 'PATH at byte OFFSET: REASON', and exits 1 if there is any. A torn "
+                "tail (the partial last record a crash leaves) is a note, not damage: the next "
+                "open repairs it.",
+    args=[arg("run", metavar="RUN", nargs="?", help="one run id (default: every run)"), _JSON],
+)
+def _verify(ctx: Context) -> int:
+    store = ctx.store()
+    run_ids = store.run_ids() if ctx.args.run is None else [_find(store, ctx.args.run).run_id]
+    found = {rid: _settled(partial(_verify_one, store, rid)) for rid in run_ids}
+    nfiles = sum(_checked_files(store.path(rid)) for rid in run_ids)
+    ndamage = sum(len(d) for d, _ in found.values())
+    if ctx.args.json:
+        ctx.json({
+            "ok": ndamage == 0,
+            "runs": len(run_ids),
+            "files": nfiles,
+            "damage": [{"run_id": rid, "path": d.path, "offset": d.offset, "reason": d.reason}
+                       for rid, (ds, _) in found.items() for d in ds],
+            "torn_tails": [{"run_id": rid, "path": t.path, "offset": t.offset,
+                            "bytes": t.dropped, "reason": t.reason}
+                           for rid, (_, ts) in found.items() for t in ts],
+        })
+        return EXIT_FOUND if ndamage else EXIT_OK
+    for _rid, (damage, torn) in found.items():
+        for d in damage:
+            ctx.print(str(d))
+        for t in torn:
+            ctx.print(f"note: {t}; repaired on the next open, not damage")
+    if ndamage:
+        bad = sum(1 for d, _ in found.values() if d)
+        ctx.print(f"damage: {_plural(ndamage, 'problem')} in {bad} of "
+                  f"{_plural(len(run_ids), 'run')}; "
+                  "opening with on_corrupt='rollback' keeps the valid prefix")
+        return EXIT_FOUND
+    ctx.print(f"ok: {_plural(len(run_ids), 'run')}, {_plural(nfiles, 'file')} verified")
+    return EXIT_OK
+
+
+@command(
+    "checkpoints", "prune",
+    help="remove finished runs by age, count or total size",
+    description="Remove finished runs (status completed, denied or dead) that a limit selects, "
+                "oldest first. Never a run that is unfinished, paused, of unknown status, or "
+                "locked by a live process. Give at least one limit.",
+    args=[
+        arg("--older-than", metavar="DURATION", type=_duration,
+            help="remove finished runs not written for this long (30m, 2h, 7d, 90s)"),
+        arg("--keep", metavar="N", type=_count,
+            help="keep at most N finished runs (the newest)"),
+        arg("--max-bytes", metavar="SIZE", type=_size,
+            help="keep at most SIZE of finished runs (64KiB, 10MB, 1GiB)"),
+        arg("--dry-run", action="store_true", help="print what would be removed, remove nothing"),
+        _JSON,
+    ],
+)
+def _prune(ctx: Context) -> int:
+    a = ctx.args
+    if a.older_than is None and a.keep is None and a.max_bytes is None:
+        raise UsageError("prune needs a limit: --older-than DURATION, --keep N or "
+                         "--max-bytes SIZE (finished runs beyond it are removed)")
+    store = ctx.store(retention=Retention(max_age=a.older_than, max_runs=a.keep,
+                                          max_bytes=a.max_bytes))
+    removed = store.prune(dry_run=a.dry_run)
+    if a.json:
+        ctx.json({"dry_run": a.dry_run,
+                  "removed": [{"run_id": r.run_id, "status": r.status, "size": r.size,
+                               "age_seconds": round(r.age, 3)} for r in removed],
+                  "freed": sum(r.size for r in removed)})
+        return EXIT_OK
+    verb = "would remove" if a.dry_run else "removed"
+    for r in removed:
+        ctx.print(f"{verb} {r.run_id} status={r.status} size={format_size(r.size)} "
+                  f"age={format_duration(r.age)}")
+    if removed:
+        total = format_size(sum(r.size for r in removed))
+        ctx.print(f"{verb} {_plural(len(removed), 'run')}, {total}")
+    else:
+        ctx.print("nothing to prune")
+    return EXIT_OK
+
+
+@command(
+    "checkpoints", "stale",
+    help="list unfinished runs nobody is working on; exit 1 if any (for cron / timers)",
+    description="A monitor that needs no LLM: a run is stale when its status is not finished "
+                "(not completed, denied or dead; unknown counts as unfinished), none of its "
+                "files changed for --older-than, and no live process holds its lock. Prints "
+                "one line per stale run, 'RUN status=STATUS age=AGE', and exits 1; prints "
+                "nothing and exits 0 if there is none.",
+    args=[
+        arg("--older-than", metavar="DURATION", type=_duration, required=True,
+            help="how long without a write makes an unlocked unfinished run stale (30m, 2h)"),
+        _JSON,
+    ],
+)
+def _stale(ctx: Context) -> int:
+    store = ctx.store()
+    limit = ctx.args.older_than
+    stale = [r for r in store.runs()
+             if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > limit]
+    if ctx.args.json:
+        ctx.json([{"run_id": r.run_id, "status": r.status, "age_seconds": round(r.age, 3),
+                   "updated": r.updated, "generation": r.generation, "path": r.path}
+                  for r in stale])
+    else:
+        for r in stale:
+            ctx.print(f"{r.run_id} status={r.status} age={format_duration(r.age)}")
+    return EXIT_FOUND if stale else EXIT_OK
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (the console script exits with it)."""
+    parser = build_parser()
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version end here
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        handler: Handler = args._handler
+        return handler(Context(args))
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `crashpoint checkpoints list | head`: the reader left, not an error
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except (CrashpointError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (captured in a test): nothing to flush
+        pass
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 Imports no pytest. The pytest plugin and ``crashpoint run`` are thin doors onto this.
 """
 
+from crashpoint.harness._api import CrashHarness, HarnessResult, as_agent, as_families
 from crashpoint.harness._campaign import (
     FAMILY_KINDS,
     Campaign,
@@ -41,17 +42,21 @@ __all__ = [
     "Campaign",
     "CampaignResult",
     "CheckResult",
+    "CrashHarness",
     "Expect",
     "Fault",
     "FaultFamily",
     "Golden",
     "GoldenRunFailed",
+    "HarnessResult",
     "KillAt",
     "Ledger",
     "Plan",
     "TrialFacts",
     "TrialResult",
     "TrialRunner",
+    "as_agent",
+    "as_families",
     "canonical",
     "family_from_spec",
     "plan_for",

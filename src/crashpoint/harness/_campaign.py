@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint._units import parse_size
 from crashpoint.faults._files import CORRUPTIONS
 from crashpoint.harness._checks import TrialFacts
 from crashpoint.harness._model import (
@@ -99,6 +100,11 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
             if bad:
                 raise ValueError(f"corrupt: unknown how {bad}; use {', '.join(CORRUPTIONS)}")
             opts["how"] = tuple(hows)
+        if "capacity" in opts:
+            opts["capacity"] = parse_size(opts["capacity"], what=f"{kind}.capacity")
+        if "count" in opts and (isinstance(opts["count"], bool)
+                                or not isinstance(opts["count"], int) or opts["count"] < 0):
+            raise ValueError(f"{kind}.count must be a whole number >= 0, got {opts['count']!r}")
         if kind == "signal" and str(opts.get("sig", "TERM")).upper() not in ("TERM", "STOP"):
             raise ValueError("signal: sig must be TERM or STOP")
         chain.append((kind, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
@@ -173,7 +179,7 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
 def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
              boundary: int | None = None, mode: str | None = None) -> Plan:
     """The plan of trial ``index``: a pure function of its inputs."""
-    rng = random.Random(f"crashpoint:{seed}:{index}")
+    rng = random.Random(f"crashpoint:{seed}:{family.name}:{index}")
     faults: list[Fault] = []
     attempt = 1
     for kind, opts in family.chain:
@@ -331,11 +337,13 @@ class Campaign:
         i, n = self.shard
         return [p for p in plans if p.index % n == i - 1]
 
-    def run(self, progress: ProgressFn | None = None,
-            only: Sequence[int] | None = None) -> CampaignResult:
+    def run(self, progress: ProgressFn | None = None, only: Sequence[int] | None = None,
+            golden: Golden | None = None) -> CampaignResult:
+        """Run the golden run (unless given) and every selected trial, in index order."""
         t0 = time.monotonic()
         runner = self.runner()
-        golden = runner.golden()
+        if golden is None:
+            golden = runner.golden()
         plans = self.selected(self.plans(golden))
         if only is not None:
             plans = [p for p in plans if p.index in set(only)]

@@ -2,9 +2,13 @@
 
 One ledger per trial. It listens on a Unix socket (the probe's wire protocol) and, optionally,
 on a loopback HTTP port (effects as ``POST /effects/<kind>`` with an ``Idempotency-Key``
-header). It records every event in a history (memory and JSONL), applies each effect key at
-most once (a duplicate is acknowledged but not applied again), and can kill the agent's process
-group at an exact event: before the event is acted on, or, for an effect, after it was applied
+header; step events as ``POST /events/<op>`` with a JSON body, for agents that have an HTTP
+client but no Unix-socket one). Both fronts go through :meth:`Ledger.handle`, so attribution,
+history and kills are the same; see ``docs/reference/wire-protocol.md``.
+
+It records every event in a history (memory and JSONL), applies each effect key at most once (a
+duplicate is acknowledged but not applied again), and can kill the agent's process group at an
+exact event: before the event is acted on, or, for an effect, after it was applied
 and before the agent hears so (the in-doubt window).
 """
 
@@ -22,11 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
+from urllib.parse import unquote, urlsplit
 
-__all__ = ["ENV_HTTP", "ENV_LEDGER", "KillAt", "Ledger", "canonical"]
+__all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "OPS", "KillAt", "Ledger", "canonical"]
 
 ENV_LEDGER = "CRASHPOINT_LEDGER"
 ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
+#: The ops that are recorded in the history (``hello`` only opens a connection).
+OPS = ("step_started", "step_completed", "effect", "event")
+#: The ops the HTTP front takes as ``POST /events/<op>`` (effects go to ``/effects/<kind>``).
+HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
 
 
 def canonical(payload: Any) -> str:
@@ -153,18 +162,21 @@ class Ledger:
             out[k] = out.get(k, 0) + eff.applied
         return out
 
-    def _record(self, ev: dict[str, Any]) -> dict[str, Any]:
-        attempt = int(ev.get("attempt") or self.attempt)
+    def _record(self, ev: dict[str, Any], attempt: int) -> dict[str, Any]:
         ev["attempt"] = attempt
         ev["i"] = len(self.events)
         ev["ai"] = self._attempt_index.get(attempt, 0)  # index within the attempt
         self._attempt_index[attempt] = ev["ai"] + 1
         ev["t"] = time.monotonic()
         self.events.append(ev)
+        return ev
+
+    def _write(self, ev: dict[str, Any]) -> None:
+        """Append ``ev`` to the JSONL history once it is final (an effect's ``applied`` known,
+        a kill marked), and always before the kill lands."""
         if self._log is not None:
             self._log.write(json.dumps(ev, sort_keys=True, default=str) + "\n")
             self._log.flush()
-        return ev
 
     def _kill_for(self, ev: dict[str, Any], phase: str) -> bool:
         for k in self.kills:
@@ -183,21 +195,33 @@ class Ledger:
                 os.killpg(pgid, signal.SIGKILL)
 
     def handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
-        """Act on one probe message; return the reply, or None if the agent was killed."""
+        """Act on one probe message; return the reply, or None if the agent was killed.
+
+        A malformed message gets ``{"ok": false, "error": ...}`` and is not recorded.
+        """
         op = msg.get("op")
         if op == "hello":
             return {"ok": True}
-        if op not in ("step_started", "step_completed", "effect", "event"):
-            return {"ok": False, "error": f"unknown op {op!r}"}
+        if op not in OPS:
+            return {"ok": False, "error": f"unknown op {op!r}; use one of hello, "
+                                          f"{', '.join(OPS)}"}
+        try:
+            attempt = int(msg.get("attempt") or self.attempt)
+        except (TypeError, ValueError):
+            return {"ok": False, "error": f"attempt must be an integer, got "
+                                          f"{msg.get('attempt')!r}"}
+        if op == "effect":
+            key = msg.get("key")
+            if not isinstance(key, str) or not key:
+                return {"ok": False, "error": "an effect needs a non-empty string key"}
         with self._lock:
             ev = {k: v for k, v in msg.items() if k != "payload"}
             if op == "effect":
-                key = msg.get("key")
-                if not isinstance(key, str) or not key:
-                    return {"ok": False, "error": "an effect needs a non-empty string key"}
                 ev["payload"] = msg.get("payload")
-            ev = self._record(ev)
+            ev = self._record(ev, attempt)
             if self._kill_for(ev, "before"):
+                ev["killed"] = "before"
+                self._write(ev)
                 self._kill(ev, "before")
                 return None
             reply: dict[str, Any] = {"ok": True}
@@ -214,9 +238,20 @@ class Ledger:
                     reply["applied"] = True
                 ev["applied"] = reply["applied"]
                 if self._kill_for(ev, "in_doubt"):
+                    ev["killed"] = "in_doubt"
+                    self._write(ev)
                     self._kill(ev, "in_doubt")
                     return None
+            self._write(ev)
             return reply
+
+    def _safe_handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """:meth:`handle`, but a bug or an odd message never takes the server down."""
+        try:
+            return self.handle(msg)
+        except Exception as exc:  # the reply carries it to the agent
+            return {"ok": False, "error": f"the ledger failed on this request: "
+                                          f"{type(exc).__name__}: {exc}"}
 
     def _serve(self, rfile: Any, wfile: Any) -> None:
         conn_attempt = 0  # from the connection's hello: which attempt is speaking
@@ -233,7 +268,7 @@ class Ledger:
                         conn_attempt = int(msg.get("attempt") or 0)
                 elif conn_attempt and "attempt" not in msg:
                     msg["attempt"] = conn_attempt
-                reply = self.handle(msg)
+                reply = self._safe_handle(msg)
             if reply is None:
                 return  # killed: the agent never hears back
             try:
@@ -251,23 +286,47 @@ class Ledger:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                parts = self.path.strip("/").split("/")
-                key = self.headers.get("Idempotency-Key", "")
-                if len(parts) != 2 or parts[0] != "effects" or not key:
-                    self._send(400, {"ok": False, "error": "POST /effects/<kind> with an "
-                                                            "Idempotency-Key header"})
+            def do_POST(self) -> None:  # http.server's naming
+                parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+                route, name = (parts[0], parts[1]) if len(parts) == 2 and parts[1] else ("", "")
+                if route not in ("effects", "events") or \
+                        (route == "events" and name not in HTTP_EVENT_OPS):
+                    self._send(404, {"ok": False, "error": f"no route POST {self.path}; use "
+                                     "POST /effects/<kind> (Idempotency-Key header) or POST "
+                                     f"/events/<{'|'.join(HTTP_EVENT_OPS)}>"})
                     return
-                n = int(self.headers.get("Content-Length") or 0)
                 try:
-                    payload = json.loads(self.rfile.read(n) or b"null")
+                    n = int(self.headers.get("Content-Length") or 0)
+                    if n < 0:
+                        raise ValueError("negative")
+                except ValueError:
+                    self._send(400, {"ok": False, "error": "bad Content-Length header"})
+                    return
+                try:
+                    body = json.loads(self.rfile.read(n) or b"null")
                 except ValueError:
                     self._send(400, {"ok": False, "error": "body is not JSON"})
                     return
-                reply = ledger.handle({"op": "effect", "kind": parts[1], "payload": payload,
-                                       "key": key, "via": "http",
-                                       "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
-                                       "pid": self.headers.get("X-Crashpoint-Pid", "")})
+                pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
+                who = {"via": "http", "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
+                       "pid": int(pid_h) if pid_h.isdigit() else None}
+                if route == "effects":
+                    key = self.headers.get("Idempotency-Key", "")
+                    if not key:
+                        self._send(400, {"ok": False, "error": "POST /effects/<kind> needs an "
+                                                               "Idempotency-Key header"})
+                        return
+                    msg = {**who, "op": "effect", "kind": name, "payload": body, "key": key}
+                else:
+                    if body is None:
+                        body = {}
+                    if not isinstance(body, dict):
+                        self._send(400, {"ok": False, "error": "an event body is a JSON object "
+                                                               "such as {\"step\": \"fetch\"}"})
+                        return
+                    msg = {**who, **body, "op": name}  # the body's attempt/pid win, as on
+                    #                                    the socket a message's win over hello
+                reply = ledger._safe_handle(msg)
                 if reply is None:
                     self.close_connection = True
                     return

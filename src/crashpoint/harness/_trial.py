@@ -113,7 +113,9 @@ class TrialRunner:
         os.makedirs(state)
         os.makedirs(work)
         argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
-        with Ledger(history_path=os.path.join(folder, "history.jsonl")) as ledger:
+        # http=True as in trials: an agent that speaks the HTTP front needs it in the golden
+        # run too, or its golden run records no effect and every trial looks UNEXPECTED
+        with Ledger(history_path=os.path.join(folder, "history.jsonl"), http=True) as ledger:
             env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
             t0 = time.monotonic()
             proc = self._spawn(argv, env, self.agent.cwd or work, None)

@@ -1,1 +1,414 @@
-"""pytest plugin (entry point ``pytest11: crashpoint``); a thin adapter over the harness."""
+"""pytest plugin (entry point ``pytest11: crashpoint``): a thin adapter over the harness.
+
+Imports only pytest and the standard library at module level: loading pytest does not import
+the harness. Options, marker, fixtures, hooks, and the ``*.scenario.yaml`` collector.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from crashpoint.checkpoint import Store
+    from crashpoint.faults._disk import TmpfsNamespace
+    from crashpoint.faults._files import Corruption
+    from crashpoint.faults._process import AgentProcess
+    from crashpoint.harness import CrashHarness, Ledger
+
+SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
+TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
+MODE_DESC = "systematic: kill at every boundary; random: draw boundaries at random"
+REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
+SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
+PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
+
+#: name -> (CLI flag, environment variable, ini key, help, default)
+OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
+    "seed": ("--crashpoint-seed", "CRASHPOINT_SEED", "crashpoint_seed", SEED_DESC, None),
+    "trials": ("--crashpoint-trials", "CRASHPOINT_TRIALS", "crashpoint_trials", TRIALS_DESC,
+               None),
+    "mode": ("--crashpoint-mode", "CRASHPOINT_MODE", "crashpoint_mode", MODE_DESC, None),
+    "report": ("--crashpoint-report", "CRASHPOINT_REPORT", "crashpoint_report", REPORT_DESC,
+               None),
+    "shard": ("--crashpoint-shard", "CRASHPOINT_SHARD", "crashpoint_shard", SHARD_DESC, None),
+    "progress": ("--crashpoint-progress", "CRASHPOINT_PROGRESS", "crashpoint_progress",
+                 PROGRESS_DESC, None),
+}
+MARKER = "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings " \
+         "for the crash_harness fixture of this test"
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved crashpoint options, each with where it came from."""
+
+    seed: int | None
+    trials: int | None
+    mode: str | None
+    report: str | None
+    shard: tuple[int, int] | None
+    progress: bool
+    where: dict[str, str]
+
+
+SETTINGS = pytest.StashKey[Settings]()
+SUMMARIES = pytest.StashKey[list[dict[str, Any]]]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from crashpoint.pytest_plugin import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("crashpoint", "crash-recovery testing (crashpoint)")
+    for name, (flag, env, ini, help_, _default) in OPTIONS.items():
+        if name == "progress":
+            group.addoption(flag, action="store_true", default=None, dest=f"crashpoint_{name}",
+                            help=f"{help_} [env {env}, ini {ini}]")
+            parser.addini(ini, help_, type="bool", default=False)
+            continue
+        group.addoption(flag, action="store", default=None, dest=f"crashpoint_{name}",
+                        metavar=name.upper(), help=f"{help_} [env {env}, ini {ini}]")
+        parser.addini(ini, help_, default="")
+
+
+def _parse(name: str, raw: str, where: str) -> Any:
+    def bad(why: str) -> pytest.UsageError:
+        return pytest.UsageError(f"crashpoint: bad value {raw!r} for {where}: {why}")
+
+    if name in ("seed", "trials"):
+        try:
+            v = int(str(raw).strip())
+        except ValueError:
+            raise bad("expected a whole number") from None
+        if v < 0:
+            raise bad("expected a number >= 0")
+        return v
+    if name == "mode":
+        v2 = str(raw).strip().lower()
+        if v2 not in ("systematic", "random"):
+            raise bad("expected one of: systematic, random")
+        return v2
+    if name == "shard":
+        m = _SHARD.match(str(raw))
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise bad("expected I/N with 1 <= I <= N, e.g. 1/4")
+        return (int(m.group(1)), int(m.group(2)))
+    if name == "progress":
+        if isinstance(raw, bool):
+            return raw
+        v3 = str(raw).strip().lower()
+        if v3 in ("1", "true", "yes", "on"):
+            return True
+        if v3 in ("0", "false", "no", "off", ""):
+            return False
+        raise bad("expected true or false")
+    if not str(raw).strip():
+        raise bad("expected a folder path")
+    return str(raw)
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """Each option from the command line, else the environment, else the ini file."""
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for name, (flag, env, ini, _help, default) in OPTIONS.items():
+        cli = config.getoption(f"crashpoint_{name}")
+        if cli is not None:
+            values[name], where[name] = _parse(name, cli, f"{flag} (command line)"), "cli"
+        elif os.environ.get(env, "") != "":
+            values[name] = _parse(name, os.environ[env], f"{env} (environment)")
+            where[name] = "env"
+        else:
+            ini_v = config.getini(ini)
+            if ini_v not in ("", None, False) or (name == "progress" and ini_v):
+                values[name] = _parse(name, ini_v, f"{ini} (ini file {config.inipath})")
+                where[name] = "ini"
+            else:
+                values[name] = default if name != "progress" else False
+                where[name] = "default"
+    return Settings(values["seed"], values["trials"], values["mode"], values["report"],
+                    values["shard"], bool(values["progress"]), where)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+    config.stash[SETTINGS] = resolve_settings(config)
+    config.stash[SUMMARIES] = []
+    config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    s = config.stash[SETTINGS]
+    shard = f"{s.shard[0]}/{s.shard[1]}" if s.shard else "all"
+    return (f"crashpoint: seed={s.seed if s.seed is not None else 'per test (default 0)'} "
+            f"trials={s.trials if s.trials is not None else 'per test'} "
+            f"mode={s.mode or 'as declared'} shard={shard} "
+            f"report={s.report or 'tmp_path'}")
+
+
+# -- marker -----------------------------------------------------------------------------------
+
+
+def _marker_signature(*, trials: int | None = None, faults: Any = None, seed: int | None = None,
+                      restarts: int | None = None) -> dict[str, Any]:
+    return {"trials": trials, "faults": faults, "seed": seed, "restarts": restarts}
+
+
+def marker_options(item: pytest.Item) -> dict[str, Any]:
+    """The crashpoint marker's arguments, parsed strictly (unknown ones are an error)."""
+    m = item.get_closest_marker("crashpoint")
+    if m is None:
+        return _marker_signature()
+    try:
+        opts = _marker_signature(*m.args, **m.kwargs)
+    except TypeError as exc:
+        raise pytest.UsageError(
+            f"{item.nodeid}: bad @pytest.mark.crashpoint arguments (from marker): {exc}; "
+            "allowed: trials=, faults=, seed=, restarts=") from None
+    for key in ("trials", "seed", "restarts"):
+        v = opts[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.crashpoint({key}={v!r}) "
+                                    "(from marker): expected a whole number >= 0")
+    return opts
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("crashpoint") is not None:
+        try:
+            marker_options(item)
+        except pytest.UsageError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+def _folder_for(config: pytest.Config, nodeid: str, fallback: Path) -> str:
+    s = config.stash[SETTINGS]
+    if not s.report:
+        return str(fallback)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:150]
+    return os.path.join(s.report, safe)
+
+
+def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
+                 trials: int | None = None, faults: Any = None,
+                 restarts: int | None = None) -> CrashHarness:
+    """A CrashHarness configured from the options (CLI > env > ini > marker > default)."""
+    from crashpoint.harness import CrashHarness
+
+    s = config.stash[SETTINGS]
+    checks: dict[str, Any] = {}
+    for part in config.hook.pytest_crashpoint_checks(config=config):
+        if part:
+            checks.update(part)
+
+    def plan_hook(family: Any, golden: Any, seed_: int, index: int) -> Any:
+        return config.hook.pytest_crashpoint_plan(config=config, family=family, golden=golden,
+                                                  seed=seed_, index=index)
+
+    return CrashHarness(folder, seed=s.seed if s.seed is not None else (seed or 0),
+                        trials=s.trials, mode=s.mode, shard=s.shard,
+                        restarts=3 if restarts is None else restarts, extra_checks=checks,
+                        plan_hook=plan_hook, progress=_progress(config),
+                        default_faults=faults, default_trials=trials)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_crashpoint_plan(config: pytest.Config, family: Any, golden: Any, seed: int,
+                           index: int) -> Any:
+    return None  # the built-in plan (crashpoint.harness.plan_for) is used
+
+
+@pytest.fixture
+def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarness:
+    """A campaign runner bound to this test's folder and the session's seed.
+
+    ``crash_harness.run(agent, faults=..., trials=...)`` returns a result whose ``assert_ok()``
+    fails with the failing checks and a replay command for each failing trial.
+    """
+    opts = marker_options(request.node)
+    folder = _folder_for(request.config, request.node.nodeid, tmp_path / "crashpoint")
+    return make_harness(request.config, folder, seed=opts["seed"], trials=opts["trials"],
+                        faults=opts["faults"], restarts=opts["restarts"])
+
+
+@pytest.fixture
+def effect_ledger() -> Iterator[Ledger]:
+    """A started ledger (the outside world + kill switch); ``.env()`` points a probe at it."""
+    from crashpoint.harness import Ledger
+
+    ledger = Ledger(http=True).start()
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+@pytest.fixture
+def agent_process() -> Iterator[Callable[..., AgentProcess]]:
+    """Start agent processes in their own session; every tree is killed and reaped after the
+    test (a survivor fails the test)."""
+    from crashpoint.faults._process import AgentProcess, kill_tree
+
+    started: list[AgentProcess] = []
+
+    def start(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 30.0,
+              cwd: str | None = None) -> AgentProcess:
+        p = AgentProcess(argv, dict(os.environ if env is None else env), cwd=cwd,
+                         timeout=timeout).start()
+        started.append(p)
+        return p
+
+    yield start
+    survivors: list[int] = []
+    for p in started:
+        if p.proc is not None and p.proc.poll() is None:
+            survivors += kill_tree(p.pid, sid=p.pid)
+            p.proc.wait()
+        elif p.proc is not None:
+            survivors += kill_tree(p.pid, sid=p.pid)
+        for stream in (p.proc.stdout, p.proc.stderr) if p.proc else ():
+            if stream is not None:
+                stream.close()
+    assert not survivors, f"processes survived the test: {survivors}"
+
+
+@pytest.fixture
+def disk_fault() -> Iterator[Callable[..., TmpfsNamespace]]:
+    """``disk_fault(folder, capacity="16KiB")``: ``folder`` becomes a tmpfs of that size in a
+    private mount namespace; run commands in it with ``ns.wrap(argv)``. Skips with the reason
+    where the machine cannot mount one."""
+    from crashpoint._units import parse_size
+    from crashpoint.faults._disk import TmpfsNamespace, capabilities
+
+    caps = capabilities()
+    if not caps.tmpfs:
+        pytest.skip(f"disk_fault: {caps.tmpfs_reason}")
+    opened: list[TmpfsNamespace] = []
+
+    def make(folder: str | os.PathLike[str], capacity: int | str = "16KiB") -> TmpfsNamespace:
+        ns = TmpfsNamespace(os.fspath(folder), parse_size(capacity))
+        opened.append(ns)
+        return ns
+
+    yield make
+    for ns in opened:
+        ns.close()
+
+
+@pytest.fixture
+def full_fake_disk() -> Iterator[Any]:
+    """A pyfakefs file system whose disk holds 64 KiB (``fs.set_disk_usage(n)`` to change it):
+    writes past it raise a real ``OSError(ENOSPC)``. For in-process code only."""
+    from pyfakefs.fake_filesystem_unittest import Patcher
+
+    with Patcher() as patcher:
+        assert patcher.fs is not None
+        patcher.fs.set_disk_usage(64 * 1024)
+        yield patcher.fs
+
+
+@pytest.fixture
+def corrupt_file() -> Callable[..., Corruption | None]:
+    """``corrupt_file(pattern, how="bitflip", seed=0)``: damage one file matching ``pattern``
+    (seeded, reproducible); returns what was done, or None if nothing matched."""
+    import random
+
+    from crashpoint.faults._files import corrupt
+
+    def do(pattern: str | os.PathLike[str], how: str = "bitflip", seed: int = 0,
+           older: str | None = None, root: str | None = None) -> Corruption | None:
+        return corrupt(how, os.fspath(pattern), random.Random(seed), older=older, root=root)
+
+    return do
+
+
+@pytest.fixture
+def checkpoint_store(tmp_path: Path) -> Store:
+    """A :class:`crashpoint.checkpoint.Store` in a fresh folder of this test."""
+    from crashpoint.checkpoint import Store
+
+    return Store(tmp_path / "checkpoints")
+
+
+# -- scenario files -----------------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.name.endswith(".scenario.yaml"):
+        from crashpoint.pytest_plugin._collect import ScenarioFile
+
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+# -- progress and summary --------------------------------------------------------------------
+
+
+def _progress(config: pytest.Config) -> Callable[[int, int, int, Any], None] | None:
+    if not config.stash[SETTINGS].progress:
+        return None
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None:
+        return None
+    step = [0]
+
+    def show(done: int, total: int, failures: int, result: Any) -> None:
+        every = max(10, total // 10)
+        if done != total and done % every and not (failures and not result.ok):
+            return
+        step[0] += 1
+        msg = f"    trials {done}/{total}, failures so far: {failures}"
+        if not result.ok:
+            msg += f" (trial {result.plan.index}: {', '.join(c.name for c in result.failed)})"
+        ctx = capman.global_and_fixture_disabled() if capman is not None else \
+            contextlib.nullcontext()
+        with ctx:
+            tr.write_line(msg)
+
+    return show
+
+
+class _SummaryCollector:
+    """Gathers campaign summaries from test reports (works under xdist: reports carry them)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for key, value in report.user_properties:
+            if key == "crashpoint":
+                self.config.stash[SUMMARIES].append(json.loads(value))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    summaries = config.stash[SUMMARIES]
+    if not summaries:
+        return
+    from crashpoint.pytest_plugin._summary import summary_table, write_session_reports
+
+    for line in summary_table(summaries):
+        terminalreporter.write_line(line)
+    s = config.stash[SETTINGS]
+    if s.report and not hasattr(config, "workerinput"):
+        paths = write_session_reports(s.report, summaries)
+        terminalreporter.write_line("crashpoint reports: " + ", ".join(paths))

@@ -1,0 +1,118 @@
+"""Collect ``*.scenario.yaml`` files: one item per scenario and fault family."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from crashpoint.harness import CampaignResult, Golden
+from crashpoint.harness._api import HarnessResult
+from crashpoint.harness._campaign import FaultFamily
+from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_scenario
+from crashpoint.pytest_plugin import SETTINGS, make_harness
+
+GOLDEN = pytest.StashKey[Golden]()
+
+
+class ScenarioFailed(Exception):
+    """A campaign of a scenario item had failing trials."""
+
+    def __init__(self, result: CampaignResult) -> None:
+        super().__init__(result.name)
+        self.result = result
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            scenario = load_scenario(self.path)
+        except ScenarioError as exc:
+            raise self.CollectError(f"crashpoint scenario error: {exc}") from None
+        counts = _split_trials(scenario)
+        names: dict[str, int] = {}
+        for fam, count in zip(scenario.families, counts, strict=True):
+            base = fam.family.name
+            names[base] = names.get(base, 0) + 1
+            name = base if names[base] == 1 else f"{base}#{names[base]}"
+            item = ScenarioItem.from_parent(self, name=name, scenario=scenario, family=fam,
+                                            count=count)
+            for mark in scenario.marks:
+                item.add_marker(getattr(pytest.mark, mark))
+            yield item
+
+
+def _split_trials(scenario: Scenario) -> list[int | None]:
+    """Random families without their own ``count`` share the scenario's ``trials``."""
+    shared = [f for f in scenario.families
+              if not f.family.systematic and f.family.count is None]
+    explicit = sum(f.family.count or 0 for f in scenario.families if not f.family.systematic)
+    left = max(0, scenario.trials - explicit)
+    out: list[int | None] = []
+    k = 0
+    for f in scenario.families:
+        if f.family.systematic or f.family.count is not None:
+            out.append(f.family.count)
+        else:
+            out.append(left // len(shared) + (1 if k < left % len(shared) else 0))
+            k += 1
+    return out
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, scenario: Scenario, family: Family, count: int | None,
+                 **kw: Any) -> None:
+        super().__init__(**kw)
+        self.scenario = scenario
+        self.family = family
+        self.count = count
+
+    def runtest(self) -> None:
+        sc = self.scenario
+        settings = self.config.stash[SETTINGS]
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{sc.slug}-{self.name}").strip("_")
+        base = settings.report or os.path.join(self.config.invocation_params.dir,
+                                               "crashpoint-report")
+        folder = os.path.join(base, "scenarios")
+        harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts)
+        fam = self.family.family
+        if self.count is not None and fam.count != self.count:
+            last_kind, last_opts = fam.chain[-1]
+            opts = {**dict(last_opts), "count": self.count}
+            fam = FaultFamily((*fam.chain[:-1], (last_kind, tuple(sorted(opts.items())))))
+        campaign = harness.campaign(sc.agent, faults=fam, trials=self.count or 0,
+                                    expect=sc.expect, name=safe, mode=sc.mode)
+        if settings.mode is not None:
+            campaign.mode = settings.mode
+        parent = self.parent
+        assert parent is not None
+        golden = parent.stash.get(GOLDEN, None)
+        result = campaign.run(progress=harness.progress, golden=golden)
+        parent.stash[GOLDEN] = result.golden
+        paths = result.write_reports()
+        self.config.hook.pytest_crashpoint_campaign_finished(config=self.config, name=safe,
+                                                             result=result)
+        summary = result.summary()
+        summary.update({"scenario": sc.name, "file": sc.path, "family": self.name,
+                        "reports": paths, "trial_results": [t.to_json()
+                                                            for t in result.trials]})
+        self.user_properties.append(("crashpoint", json.dumps(summary, default=str)))
+        if not result.ok:
+            raise ScenarioFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return f"scenario {self.scenario.name!r} [{self.name}] " \
+                   f"({self.scenario.path}:{self.family.line})\n" + \
+                HarnessResult(excinfo.value.result).report()
+        if isinstance(excinfo.value, ScenarioError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[os.PathLike[str] | str, int | None, str]:
+        return self.path, self.family.line - 1, f"scenario: {self.scenario.name} [{self.name}]"
