@@ -1,8 +1,8 @@
 """The ``crashpoint`` command.
 
 ``crashpoint checkpoints --store DIR COMMAND`` inspects and maintains a checkpoint store
-(``list``, ``show``, ``verify``, ``prune``, ``stale``). ``crashpoint run`` and ``crashpoint
-replay`` (the harness) come later, as more entries of the same table.
+(``list``, ``show``, ``verify``, ``prune``, ``stale``, ``approve``, ``plan``). ``crashpoint run``
+is the crash-recovery gate over scenario files; ``crashpoint replay`` re-runs one failing trial.
 
 Adding a command is one decorated function: it declares its place and arguments, receives a
 :class:`Context`, and returns the exit code::
@@ -267,7 +267,8 @@ group(
     "checkpoints",
     help="inspect and maintain a checkpoint store",
     description="Inspect and maintain a checkpoint store: one folder per run under DIR. "
-                "`list`, `show`, `verify` and `stale` only read: safe while agents write.",
+                "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
+                "write. `prune` deletes finished runs; `approve` records a human decision.",
     args=[arg("--store", metavar="DIR",
               help=f"the store's folder (default: ${STORE_ENV})")],
 )
@@ -589,6 +590,145 @@ def _stale(ctx: Context) -> int:
         for r in stale:
             ctx.print(f"{r.run_id} status={r.status} age={format_duration(r.age)}")
     return EXIT_FOUND if stale else EXIT_OK
+
+
+@command(
+    "checkpoints", "approve",
+    help="record a human decision for a paused run (approve, or --deny)",
+    description="A paused run waits for a decision. `approve RUN` lets it go on when the agent "
+                "is started again; `--deny` ends it as denied there. For an effect left in "
+                "doubt with policy 'ask', approve means 'send again with the same key' and "
+                "deny 'treat it as done'. The decision is durable before this returns.",
+    args=[arg("run", metavar="RUN", help="the run id"),
+          arg("--deny", action="store_true", help="refuse instead of approving"),
+          arg("--note", default="", help="a note kept with the decision"),
+          arg("--by", default="", help="who decided (default: $USER)"),
+          arg("--wait", metavar="DURATION", type=_duration, default=0.0,
+              help="wait this long for the run's lock (default: do not wait)")],
+)
+def _approve(ctx: Context) -> int:
+    from crashpoint.checkpoint import decide
+
+    store = ctx.store()
+    run_id = validate_run_id(ctx.args.run)
+    _find(store, run_id)
+    name = decide(store, run_id, approved=not ctx.args.deny, note=ctx.args.note,
+                  by=ctx.args.by, lock_timeout=ctx.args.wait)
+    verb = "denied" if ctx.args.deny else "approved"
+    ctx.print(f"{run_id}: {verb} {name}; start the agent again to "
+              f"{'end the run as denied' if ctx.args.deny else 'continue'}")
+    return EXIT_OK
+
+
+@command(
+    "checkpoints", "plan",
+    help="dry run: what resuming a run would replay, re-run, or decide about effects in doubt",
+    description="Reads the run (no lock, no change) and prints, for each step, whether it "
+                "replays from its record or runs again, and for each effect left in doubt by "
+                "a crash what its policy will do, and why.",
+    args=[arg("run", metavar="RUN", help="the run id"), _JSON],
+)
+def _plan(ctx: Context) -> int:
+    from crashpoint.checkpoint import plan
+
+    store = ctx.store()
+    run_id = validate_run_id(ctx.args.run)
+    _find(store, run_id)
+    lines = _settled(lambda: plan(store, run_id))
+    if ctx.args.json:
+        ctx.json([{"action": ln.action, "what": ln.what, "why": ln.why} for ln in lines])
+    else:
+        width = max((len(ln.action) for ln in lines), default=0)
+        for ln in lines:
+            ctx.print(f"{ln.action.ljust(width)}  {ln.what}: {ln.why}")
+    return EXIT_OK
+
+
+# -- crashpoint run / replay (the harness) ---------------------------------------------------
+
+
+@command(
+    "run",
+    help="the crash-recovery gate: run scenario files, print a table, write reports",
+    description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
+                "with the crashpoint plugin (one engine, two doors), shows progress, ends "
+                "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
+                "and exits 0 if every trial passed, 1 otherwise.",
+    args=[arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
+          arg("--seed", type=_count, help="campaign seed (default: each scenario's own)"),
+          arg("--trials", type=_count, help="random trials per scenario (overrides files)"),
+          arg("--mode", choices=("systematic", "random"), help="override every scenario's mode"),
+          arg("--report", metavar="DIR", default="crashpoint-report",
+              help="where reports and failing trials go (default: ./crashpoint-report)"),
+          arg("--shard", metavar="I/N", help="run shard I of N of every campaign"),
+          arg("-n", dest="workers", metavar="N",
+              help="parallel workers (pytest-xdist: a number or auto)"),
+          arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
+          arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
+          arg("--quiet", action="store_true", help="no progress lines")],
+)
+def _run(ctx: Context) -> int:
+    import pytest
+
+    a = ctx.args
+    paths = a.paths or ["scenarios"]
+    for p in paths:
+        if not os.path.exists(p):
+            raise UsageError(f"no such file or folder: {p} (give scenario files or folders; "
+                             "the default is ./scenarios)")
+    report = os.path.abspath(a.report)
+    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rfE",
+            "--crashpoint-report", report, f"--junitxml={os.path.join(report, 'junit.xml')}"]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
+    for flag, value in (("--crashpoint-seed", a.seed), ("--crashpoint-trials", a.trials),
+                        ("--crashpoint-mode", a.mode), ("--crashpoint-shard", a.shard),
+                        ("-n", a.workers), ("-k", a.keyword)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if a.exitfirst:
+        argv.append("-x")
+    if not a.quiet:
+        argv.append("--crashpoint-progress")
+    code = int(pytest.main(argv))
+    if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
+        ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
+        return EXIT_FOUND
+    if code not in (0, 1):
+        ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
+    return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+@command(
+    "replay",
+    help="re-run exactly one failing trial from its folder and print its checks",
+    description="FOLDER is a failing trial's folder (it holds plan.json, golden.json, "
+                "runner.json and REPLAY). The same plan runs again against the same golden "
+                "run; exit 1 if a check fails again (reproduced), 0 if every check passes.",
+    args=[arg("folder", metavar="FOLDER", help="a trial folder from a report")],
+)
+def _replay(ctx: Context) -> int:
+    from crashpoint.harness import replay
+
+    folder = ctx.args.folder
+    if not os.path.isdir(folder):
+        raise UsageError(f"no such folder: {folder}")
+    try:
+        result = replay(folder)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    ctx.print(f"trial {result.plan.index} [{result.plan.family}]: {result.plan.describe()}")
+    for att in result.attempts:
+        ctx.print(f"  {att.describe()}")
+    for c in result.checks:
+        ctx.print(f"  {c}")
+    ctx.print(f"evidence: {result.folder}")
+    if result.ok:
+        ctx.print("did not reproduce: every check passed this time")
+        return EXIT_OK
+    ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
+    return EXIT_FOUND
+
 
 
 # -- entry point ----------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class CheckpointWriteError(CheckpointError, OSError):
     """
 
     def __init__(self, err: int, path: str | os.PathLike[str], detail: str = "") -> None:
+        self.detail = detail
         msg = os.strerror(err)
         if detail:
             msg = f"{msg} ({detail})"
@@ -81,7 +82,7 @@ class CheckpointWriteError(CheckpointError, OSError):
         )
 
     def __reduce__(self) -> tuple[type[CheckpointWriteError], tuple[int, str, str]]:
-        return (type(self), (self.errno or 0, self.filename or "", ""))
+        return (type(self), (self.errno or 0, self.filename or "", self.detail))
 
 
 class DiskBudgetExceeded(CheckpointError, OSError):

@@ -173,6 +173,14 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
         if stopped:
             out.unusable.append(path)
             continue
+        if first > out.seq + 1:  # its name says records before `first` exist; they do not
+            hit(Damage(path, 0, f"records {out.seq + 1}..{first - 1} are missing: this segment "
+                                f"starts at record {first} (a segment before it was truncated, "
+                                "deleted or replaced by an older copy)"))
+            out.unusable.append(path)
+            out.lost_from_seq = out.seq + 1
+            stopped = True
+            continue
         is_last = i == len(segs) - 1
         buf = _read(path)
         res = scan(buf)
@@ -222,7 +230,7 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             out.lost_from_seq = out.seq + 1
             stopped = True
             continue
-        if is_last and file_max_seq > out.snapshot_seq or (is_last and not res.records):
+        if (is_last and file_max_seq > out.snapshot_seq) or (is_last and not res.records):
             out.last_segment, out.last_segment_end = path, res.end  # the writer appends here
         elif file_max_seq <= out.snapshot_seq:
             out.covered.append(path)
@@ -248,7 +256,7 @@ def verify_folder(folder: str) -> tuple[list[Damage], list[TornTail]]:
         for off, _kind, payload in res.records:
             try:
                 env = decode_payload(payload)
-                int(env["s"]), int(env["g"])  # noqa: B018 - structure check
+                int(env["s"]), int(env["g"])
             except (ValueError, KeyError, TypeError) as exc:
                 damage.append(Damage(path, off, f"record does not decode: {exc}"))
         if res.stop == "torn" and i == len(segs) - 1:
