@@ -24,7 +24,8 @@ from crashpoint.checkpoint import Checkpointing, Store, atomic_write, open_run, 
 STEPS = ["plan", "search", "summarise", "write_report", "notify", "publish"]
 STEPS_WITH_APPROVAL = ["plan", "search", "summarise", "write_report", "notify", "approve",
                        "publish"]
-STOPWORDS = frozenset("a an and the of to in on for how why what is are do does with".split())
+STOPWORDS = frozenset({"a", "an", "and", "the", "of", "to", "in", "on", "for", "how", "why",
+                       "what", "is", "are", "do", "does", "with"})
 
 
 def make_plan(topic: str) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def make_plan(topic: str) -> dict[str, Any]:
 
 def search(keywords: list[str]) -> list[dict[str, Any]]:
     """The tool: score each sentence of the bundled corpus by keyword hits."""
-    hits = []
+    hits: list[dict[str, Any]] = []
     corpus = resources.files("crashpoint.agents") / "corpus"
     for doc in sorted(corpus.iterdir(), key=lambda p: p.name):
         if not doc.name.endswith(".txt"):
@@ -54,7 +55,8 @@ def fake_llm(topic: str, hits: list[dict[str, Any]]) -> str:
     return " ".join(h["text"] for h in hits[:3])
 
 
-def write_report(folder: str, topic: str, summary: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
+def write_report(folder: str, topic: str, summary: str,
+                 hits: list[dict[str, Any]]) -> dict[str, Any]:
     body = f"# {topic}\n\n{summary}\n\n## Sources\n" + "".join(
         f"- {h['doc']}:{h['line'] + 1}\n" for h in hits)
     data = body.encode("utf-8")

@@ -13,7 +13,7 @@ import stat
 
 from crashpoint._failpoints import failpoint
 
-__all__ = ["DIR_MODE", "FILE_MODE", "FsOps", "REAL"]
+__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "FsOps"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700

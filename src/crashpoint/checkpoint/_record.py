@@ -50,10 +50,13 @@ _HEAD12 = struct.Struct("<2sBBII")
 MAX_PAYLOAD = 1 << 30
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False,
+                            allow_nan=False)
+
+
 def encode_json(obj: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(obj).encode("utf-8")
 
 
 def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:

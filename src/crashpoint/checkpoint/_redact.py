@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
 from typing import Any, Generic, TypeVar
 
 __all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
@@ -61,13 +62,26 @@ class Redactor:
         if hit is None:
             words = _words(name)
             hit = any(w in self.names for w in words) or any(
-                a + b in self.names for a, b in zip(words, words[1:], strict=False))
+                a + b in self.names for a, b in pairwise(words))
             if len(self._cache) < 4096:
                 self._cache[name] = hit
         return hit
 
     def redact(self, value: Any) -> Any:
         """A copy of ``value`` with every :class:`Secret` and secret-named field redacted."""
+        t = type(value)
+        if t is str or t is int or t is float or t is bool or value is None:
+            return value  # the common leaves, without the cost of ABC isinstance checks
+        if t is dict:
+            out_: dict[str, Any] = {}
+            for k, v in value.items():
+                if type(k) is not str:
+                    raise TypeError(f"checkpoint keys must be strings, got {k!r}")
+                out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) \
+                    else self.redact(v)
+            return out_
+        if t is list:
+            return [self.redact(v) for v in value]
         if isinstance(value, Secret):
             return REDACTED
         if isinstance(value, Mapping):

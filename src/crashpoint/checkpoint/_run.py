@@ -526,7 +526,7 @@ def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str
         journal.append({"t": "decision", "name": name, "approved": approved,
                         "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
         journal.set_meta(status="decided", waiting_for=None, decided=name)
-        return name
+        return str(name)
 
 
 @dataclass(frozen=True, slots=True)

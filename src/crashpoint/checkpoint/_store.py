@@ -126,7 +126,7 @@ class Durability:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPolicy:
-    """Snapshot when the journal since the last snapshot reaches ``max(min_bytes, ratio × last
+    """Snapshot when the journal since the last snapshot reaches ``max(min_bytes, ratio x last
     snapshot size)``. Growing the interval with the state keeps total bytes written O(N)."""
 
     min_bytes: int = 256 * 1024
@@ -268,6 +268,9 @@ class Store:
         self.fs = fs
         self.bytes_written = 0  # every byte this Store object wrote (records, snapshots, meta)
         self._usage: int | None = None
+        self._reserve: int | None = None
+        self._free_seen = 0  # free bytes at the last statvfs
+        self._since_statvfs = MiB + 1  # bytes written since (forces a first reading)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -423,32 +426,47 @@ class Store:
         """The free-space reserve in bytes: configured, else min(64 MiB, 5% of the filesystem)."""
         if self.reserve_bytes is not None:
             return self.reserve_bytes
-        st = os.statvfs(_existing_ancestor(self.root))
-        return min(64 * MiB, (st.f_blocks * st.f_frsize) // 20)
+        if self._reserve is None:
+            st = os.statvfs(_existing_ancestor(self.root))
+            self._reserve = min(64 * MiB, (st.f_blocks * st.f_frsize) // 20)
+        return self._reserve
 
-    def _violation(self, n: int) -> str | None:
+    def _free(self) -> int:
+        st = os.statvfs(_existing_ancestor(self.root))
+        free = st.f_bavail * st.f_frsize
+        self._free_seen, self._since_statvfs = free, 0
+        return free
+
+    def _violation(self, n: int, *, fresh: bool = False) -> str | None:
         if self.budget_bytes is not None and self.usage() + n > self.budget_bytes:
             return f"the store's budget of {self.budget_bytes} bytes (in use: {self.usage()})"
         reserve = self.reserve_for()
         if reserve > 0:
-            st = os.statvfs(_existing_ancestor(self.root))
-            free = st.f_bavail * st.f_frsize
-            if free - n < reserve:
-                return f"the free-space reserve of {reserve} bytes (free: {free})"
+            # Free space is read with statvfs only when our own writes since the last reading
+            # could have brought it near the reserve (others' writes are caught within 1 MiB of
+            # ours, or at once once the estimate is close): no syscall on the hot path.
+            est = self._free_seen - self._since_statvfs
+            if fresh or est - n < 2 * reserve + 4 * MiB or self._since_statvfs > MiB:
+                est = self._free()
+            if est - n < reserve:
+                return f"the free-space reserve of {reserve} bytes (free: {est})"
         return None
 
     def _guard(self, n: int, path: str) -> None:
         """Make room for a write of ``n`` bytes or raise DiskBudgetExceeded before writing."""
         if self._violation(n) is None:
+            self._since_statvfs += n
             return
         self.usage(refresh=True)
-        if self._violation(n) is None:
+        if self._violation(n, fresh=True) is None:
+            self._since_statvfs += n
             return
         self.prune(need=n)
         self.usage(refresh=True)
-        why = self._violation(n)
+        why = self._violation(n, fresh=True)
         if why is not None:
             raise DiskBudgetExceeded(path, n, why)
+        self._since_statvfs += n
 
 
 class RunJournal:
@@ -522,7 +540,10 @@ class RunJournal:
 
     def append(self, data: Any, *, redact: bool = True, sync: bool | None = None) -> int:
         """Append one record; return its sequence number once it is durable per the store's
-        durability (``sync=True`` forces an fdatasync, ``False`` skips it)."""
+        durability (``sync=True`` forces an fdatasync, ``False`` skips it).
+
+        With ``redact=False`` the reducer is given ``data`` itself, not a copy: pass a structure
+        you will not mutate afterwards."""
         if self._broken is not None:
             raise CheckpointWriteError(self._broken.errno or errno.EIO, self._path,
                                        "the journal stopped at an earlier write error; reopen")
@@ -551,11 +572,19 @@ class RunJournal:
         self.seq += 1
         self.store._account(len(frame))
         self._since_snapshot += len(frame)
-        self._reducer(self.state, json.loads(payload)["d"])
+        self._reducer(self.state, data)  # as encoded: redacted, a fresh copy of the caller's
         if self.store.snapshots.due(self._since_snapshot, self._snapshot_size):
             self.snapshot(required=False)
         elif self._end >= self.store.segment_bytes:
-            self._roll()
+            try:
+                self._roll()
+            except CheckpointWriteError:
+                raise
+            except OSError as exc:  # the record is durable, but its ack is withheld: stop
+                self._broken = exc
+                raise CheckpointWriteError(exc.errno or errno.EIO, self.folder,
+                                           f"starting a new segment after record {self.seq}") \
+                    from exc
         return self.seq
 
     def sync(self) -> None:
@@ -621,13 +650,19 @@ class RunJournal:
             self.fs.fsync_dir(self.folder)
 
     def _new_segment(self) -> None:
-        self._path = os.path.join(self.folder, segment_name(self.seq + 1))
-        self._fd = self.fs.open_append(self._path)
-        self._end = os.fstat(self._fd).st_size
-        if self._end:  # a leftover with this name: only an empty or torn one can exist
-            self.fs.truncate(self._fd, 0)
-            self._end = 0
-        self.fs.fsync_dir(self.folder)
+        """Switch to a new segment only once its folder entry is durable; on error keep the
+        current one (a record acknowledged in a segment whose entry was never synced would not
+        survive a power loss)."""
+        path = os.path.join(self.folder, segment_name(self.seq + 1))
+        fd = self.fs.open_append(path)
+        try:
+            if os.fstat(fd).st_size:  # a leftover with this name: only an empty or torn one
+                self.fs.truncate(fd, 0)
+            self.fs.fsync_dir(self.folder)
+        except BaseException:
+            self.fs.close(fd)
+            raise
+        self._path, self._fd, self._end = path, fd, 0
 
     def _unlink(self, path: str, *, sync: bool = True) -> None:
         try:

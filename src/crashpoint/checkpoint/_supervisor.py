@@ -114,7 +114,7 @@ class Supervisor:
                 self.resume(run_id)
             except RunPaused:
                 return ""
-            except (CheckpointError, Exception) as exc:  # noqa: BLE001 - any failure counts
+            except (CheckpointError, Exception) as exc:  # any failure counts as a failed attempt
                 return f"{type(exc).__name__}: {exc}"
             return ""
         assert self.command is not None

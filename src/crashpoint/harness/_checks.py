@@ -126,12 +126,16 @@ def check_resumes(f: TrialFacts) -> CheckResult:
                     return CheckResult(name, False, f"{kind}: after the restart the first step "
                                                     f"started was {got!r} at {_where(ev)}, but "
                                                     f"{completed} step(s) were reported "
-                                                    f"completed ({', '.join(golden_steps[:completed]) or '-'}"
+                                                    f"completed ({_names(golden_steps, completed)}"
                                                     f"), so it should be {expected!r}")
             started = max(started, pos + 1)
         elif ev["op"] == "step_completed":
             completed = max(completed, _position(golden_steps, ev.get("step"), completed))
     return CheckResult(name, True)
+
+
+def _names(steps: list[str], n: int) -> str:
+    return ", ".join(steps[:n]) or "-"
 
 
 def _position(steps: list[str], step: Any, done: int) -> int:
@@ -220,11 +224,13 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
         what = "output" if not good_output else "effects"
         return CheckResult(name, False, f"completed with wrong {what} after the corruption "
                                         "(it accepted damaged state silently)")
-    if f.refused:
-        return CheckResult(name, True, f"refused with exit {f.final.returncode if f.final else '?'}")
     fin = f.final
-    return CheckResult(name, False, f"neither repaired nor refused clearly: {fin.describe() if fin else 'no attempt'}"
-                                    f" (a clear refusal exits with one of {list(f.expect.refuse_codes)} and says why on stderr)")
+    if f.refused and fin is not None:
+        return CheckResult(name, True, f"refused with exit {fin.returncode}")
+    how = fin.describe() if fin else "no attempt"
+    return CheckResult(name, False, f"neither repaired nor refused clearly: {how} (a clear "
+                                    f"refusal exits with one of {list(f.expect.refuse_codes)} "
+                                    "and says why on stderr)")
 
 
 BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {

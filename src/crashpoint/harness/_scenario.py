@@ -117,9 +117,9 @@ class _Doc:
 def _plain(node: yaml.Node) -> Any:
     loader = yaml.SafeLoader("")
     try:
-        return loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+        return loader.construct_object(node, deep=True)
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
 
 
 def _int(doc: _Doc, key: str, default: int, lo: int = 0) -> int:

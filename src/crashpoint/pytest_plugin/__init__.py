@@ -84,7 +84,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(ini, help_, default="")
 
 
-def _parse(name: str, raw: str, where: str) -> Any:
+def _parse(name: str, raw: Any, where: str) -> Any:
     def bad(why: str) -> pytest.UsageError:
         return pytest.UsageError(f"crashpoint: bad value {raw!r} for {where}: {why}")
 
@@ -396,7 +396,7 @@ class _SummaryCollector:
             return
         for key, value in report.user_properties:
             if key == "crashpoint":
-                self.config.stash[SUMMARIES].append(json.loads(value))
+                self.config.stash[SUMMARIES].append(json.loads(str(value)))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,

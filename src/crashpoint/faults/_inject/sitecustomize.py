@@ -14,18 +14,18 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _count = 0
 
 
-def _mutating(event, args):
+def _mutating(event: str, args: "tuple[object, ...]") -> bool:
     if event == "open":
         mode = args[1] if len(args) > 1 else None
         flags = args[2] if len(args) > 2 else 0
         if isinstance(mode, str):
             return any(c in mode for c in "wax+")
-        return bool((flags or 0) & _WRITE_FLAGS)
+        return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
     return event in ("os.rename", "os.remove", "os.truncate", "os.mkdir", "os.rmdir",
                      "os.link", "os.symlink")
 
 
-def _hook(event, args):
+def _hook(event: str, args: "tuple[object, ...]") -> None:
     global _count
     if not _mutating(event, args):
         return
