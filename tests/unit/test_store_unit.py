@@ -390,10 +390,12 @@ def _dir_bytes(path: Path) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io (Linux)")
 def test_bytes_written_are_linear_in_the_content(tmp_path: Path) -> None:
-    """10,000 appends of ~200 B with the default snapshot policy. Counted two ways: the store's
-    own counter and the kernel's count of bytes this process passed to write(2). Durability
-    ``none`` keeps it fast; syncs write no bytes of their own, so the counts are the same."""
-    store = Store(tmp_path / "store", durability="none", reserve_bytes=0)
+    """10,000 appends of ~200 B with snapshots (a 64 KiB threshold, so several are taken and
+    the segments they cover deleted). Counted two ways: the store's own counter and the
+    kernel's count of bytes this process passed to write(2). Durability ``none`` keeps it fast;
+    syncs write no bytes of their own, so the counts are the same."""
+    store = Store(tmp_path / "store", durability="none", reserve_bytes=0,
+                  snapshots=SnapshotPolicy(min_bytes=64 * 1024, ratio=2.0))
     content = 0
     per_append: dict[int, tuple[float, float]] = {}
     with store.open("run") as j:
@@ -415,7 +417,10 @@ def test_bytes_written_are_linear_in_the_content(tmp_path: Path) -> None:
     for i in (2_500, 5_000):
         assert per_append[10_000][0] <= 1.5 * per_append[i][0]
         assert per_append[10_000][1] <= 1.5 * per_append[i][1]
-    assert len([n for n in os.listdir(tmp_path / "store" / "run") if n.startswith("seg-")]) == 1
+    names = os.listdir(tmp_path / "store" / "run")
+    assert len([n for n in names if n.startswith("seg-")]) == 1
+    snaps = [n for n in names if n.startswith("snap-")]
+    assert len(snaps) == 1 and int(snaps[0][5:17]) > 5_000  # snapshots happened, late ones too
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -185,9 +185,10 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
         buf = _read(path)
         res = scan(buf)
         file_max_seq = first - 1
-        for off, kind, payload in res.records:
+        envelopes = _decode_all(res.records)
+        for (off, kind, payload), pre in zip(res.records, envelopes, strict=True):
             try:
-                env = decode_payload(payload)
+                env = pre if pre is not None else decode_payload(payload)
                 s, g, d = int(env["s"]), int(env["g"]), env["d"]
             except (ValueError, KeyError, TypeError) as exc:
                 hit(Damage(path, off, f"record does not decode: {exc}"))
@@ -234,6 +235,21 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             out.last_segment, out.last_segment_end = path, res.end  # the writer appends here
         elif file_max_seq <= out.snapshot_seq:
             out.covered.append(path)
+    return out
+
+
+def _decode_all(records: list[tuple[int, int, bytes]]) -> list[Any]:
+    """Decode every payload with one ``json.loads`` over a JSON array (one C call instead of
+    one per record); ``None`` entries (all of them, if the batch fails) are decoded one by one
+    by the caller, which then names the record that does not decode."""
+    if not records:
+        return []
+    try:
+        out = json.loads(b"[" + b",".join(p for _, _, p in records) + b"]")
+    except ValueError:
+        return [None] * len(records)
+    if not isinstance(out, list) or len(out) != len(records):
+        return [None] * len(records)  # a payload that is not one JSON value
     return out
 
 

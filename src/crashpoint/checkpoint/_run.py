@@ -165,7 +165,8 @@ def _init_state(state: dict[str, Any]) -> None:
 
 def run_reducer(state: dict[str, Any], rec: Any) -> None:
     """Replay one run record into ``state`` (the reducer the run's journal is opened with)."""
-    _init_state(state)
+    if "effects" not in state:
+        _init_state(state)
     t = rec.get("t")
     if t == "open":
         state["attempts"] = int(rec.get("attempt", state["attempts"] + 1))
