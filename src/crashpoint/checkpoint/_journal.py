@@ -14,9 +14,11 @@ are contiguous from 1, so a deleted or stale middle segment shows as a gap.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,13 +122,30 @@ def list_files(folder: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]
     return snaps, segs
 
 
+class _NotAFile(Exception):
+    """A journal file name that is a symbolic link or not a regular file."""
+
+
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
+    """The file's bytes, never through a symbolic link: a link planted where a segment or
+    snapshot belongs (pointing at another run's files, say) is damage, not data."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _NotAFile("a symbolic link where a journal file belongs") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _NotAFile("not a regular file")
         return f.read()
 
 
 def _load_snapshot(path: str, seq: int) -> tuple[dict[str, Any], int, int] | Damage:
-    data = _read(path)
+    try:
+        data = _read(path)
+    except _NotAFile as exc:
+        return Damage(path, 0, str(exc))
     res = scan(data)
     if res.stop != "end" or len(res.records) != 1:
         return Damage(path, res.end, res.reason or "a snapshot must hold exactly one record")
@@ -182,7 +201,14 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             stopped = True
             continue
         is_last = i == len(segs) - 1
-        buf = _read(path)
+        try:
+            buf = _read(path)
+        except _NotAFile as exc:
+            hit(Damage(path, 0, str(exc)))
+            out.unusable.append(path)
+            out.lost_from_seq = out.seq + 1
+            stopped = True
+            continue
         res = scan(buf)
         file_max_seq = first - 1
         envelopes = _decode_all(res.records)
@@ -267,7 +293,11 @@ def verify_folder(folder: str) -> tuple[list[Damage], list[TornTail]]:
         if isinstance(got, Damage):
             damage.append(got)
     for i, (_, path) in enumerate(segs):
-        buf = _read(path)
+        try:
+            buf = _read(path)
+        except _NotAFile as exc:
+            damage.append(Damage(path, 0, str(exc)))
+            continue
         res = scan(buf)
         for off, _kind, payload in res.records:
             try:
