@@ -134,6 +134,8 @@ def _read(path: str) -> bytes:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _NotAFile("a symbolic link where a journal file belongs") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise _NotAFile(f"unreadable ({exc.strerror}): fix its owner or mode") from None
         raise
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
@@ -320,8 +322,7 @@ def verify_folder(folder: str) -> tuple[list[Damage], list[TornTail]]:
 def read_meta(folder: str) -> dict[str, Any]:
     """The run's meta.json, or ``{}`` if missing or unreadable (it is a cache, never truth)."""
     try:
-        with open(os.path.join(folder, META), "rb") as f:
-            obj = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
+        obj = json.loads(_read(os.path.join(folder, META)).decode("utf-8"))
+    except (OSError, ValueError, _NotAFile):
+        return {}  # a link planted as meta.json is ignored: pruning trusts this status
     return obj if isinstance(obj, dict) else {}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from crashpoint.checkpoint._fsio import FsOps, is_regular_file
-from crashpoint.errors import CheckpointError, RunLocked
+from crashpoint.errors import CheckpointCorrupt, RunLocked
 
 __all__ = ["RunLock", "acquire"]
 
@@ -59,14 +59,13 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
         fd = fs.open_rw(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise CheckpointError(
-                f"refusing the lock file {path}: it is a symbolic link. Someone planted a link "
-                "where the run's lock belongs; remove it and check who can write the store."
-            ) from exc
+            raise CheckpointCorrupt(
+                path, 0, "the lock file is a symbolic link: someone planted a link where the "
+                "run's lock belongs; remove it and check who can write the store") from exc
         raise
     try:
         if not is_regular_file(fd):
-            raise CheckpointError(f"refusing the lock file {path}: it is not a regular file")
+            raise CheckpointCorrupt(path, 0, "the lock file is not a regular file")
         if created:
             fs.fsync_dir(os.path.dirname(path))
         deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint._units import parse_size
+from crashpoint._units import parse_duration, parse_size
 from crashpoint.faults._files import CORRUPTIONS
 from crashpoint.harness._checks import TrialFacts
 from crashpoint.harness._model import (
@@ -42,6 +42,16 @@ __all__ = [
 ]
 
 FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang")
+#: The options each fault family accepts (``count`` everywhere).
+FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "kill": ("at", "count", "names", "max"),
+    "signal": ("sig", "grace", "pause", "count"),
+    "corrupt": ("how", "path", "count"),
+    "disk_full": ("capacity", "mechanism", "nth", "count"),
+    "resumers": ("count",),
+    "hang": ("count",),
+}
+DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 _KILL_FAILPOINTS = ("journal.after_write", "journal.after_sync", "atomic.after_temp",
                     "atomic.after_rename", "effect.after_call", "step.after_complete")
@@ -89,7 +99,18 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
         (kind, opts), = item.items()
         if kind not in FAMILY_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAMILY_KINDS)}")
+        if opts is not None and not isinstance(opts, Mapping):
+            raise ValueError(f"{kind}: options must be a mapping, e.g. {{{kind}: {{count: 3}}}}")
         opts = dict(opts or {})
+        unknown = sorted(set(opts) - set(FAMILY_OPTIONS[kind]))
+        if unknown:
+            raise ValueError(f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
+                             f"{', '.join(FAMILY_OPTIONS[kind])}")
+        for key in ("grace", "pause"):
+            if key in opts:
+                opts[key] = parse_duration(opts[key], what=f"{kind}.{key}")
+        if kind == "disk_full" and opts.get("mechanism", "auto") not in DISK_MECHANISMS:
+            raise ValueError(f"disk_full: mechanism must be one of {', '.join(DISK_MECHANISMS)}")
         if kind == "kill" and opts.get("at", "random") not in KILL_AT:
             raise ValueError(f"kill: unknown at={opts.get('at')!r}; use one of "
                              f"{', '.join(KILL_AT)}")

@@ -213,15 +213,12 @@ def _agent(doc: _Doc) -> AgentSpec:
     args = doc.value("args", [])
     if not isinstance(args, list):
         raise doc.err("args", "must be a list of strings")
-    cmd = tuple(str(c) for c in (command or ()))
-    if entry and args:
-        cmd = ()
-    spec = AgentSpec(cmd, str(entry or ""), timeout,
+    if args and command is not None:
+        raise doc.err("args", "goes with 'entry' (the function's arguments); with 'command' put "
+                              "the arguments in the command list")
+    return AgentSpec(tuple(str(c) for c in (command or ())), str(entry or ""), timeout,
                      tuple(sorted((k, str(v)) for k, v in env.items())),
-                     str(doc.value("cwd", "") or ""))
-    if args and hasattr(spec, "args"):
-        object.__setattr__(spec, "args", tuple(str(a) for a in args))
-    return spec
+                     str(doc.value("cwd", "") or ""), tuple(str(a) for a in args))
 
 
 def _families(doc: _Doc) -> Iterator[Family]:

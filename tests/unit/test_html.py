@@ -1,0 +1,131 @@
+"""The gate's HTML report: one self-contained page, a timeline per failing trial, all escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from crashpoint.harness._html import render_html, timeline_svg
+
+XSS = "<script>alert('x')</script>"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+HISTORY = [
+    {"op": "step_started", "step": "fetch", "attempt": 1, "i": 0},
+    {"op": "step_completed", "step": "fetch", "attempt": 1, "i": 1},
+    {"op": "step_started", "step": XSS, "attempt": 1, "i": 2},
+    {"op": "effect", "kind": "send_email", "key": "k1", "payload": {"to": XSS},
+     "applied": True, "killed": "in_doubt", "attempt": 1, "i": 3},
+    {"op": "step_started", "step": XSS, "attempt": 2, "i": 4},
+    {"op": "effect", "kind": "send_email", "key": "k1", "payload": {"to": XSS},
+     "applied": False, "attempt": 2, "i": 5},
+    {"op": "effect", "kind": "publish", "key": "k2", "applied": None, "attempt": 2, "i": 6},
+]
+ATTEMPTS = ["attempt 1: killed by signal 9 (killed at event #3 effect (in_doubt))",
+            "attempt 2: exit 0", "attempt 3: exit 65"]
+
+
+def _summary(ok: bool, folder: str = "", **extra: Any) -> dict[str, Any]:
+    trial = {"index": 7, "family": "kill@every-boundary", "ok": ok, "seed": 42,
+             "plan": f"kill attempt 1 at event #3 {XSS}; corrupt(attempt 3, how=bitflip)",
+             "attempts": ATTEMPTS, "folder": folder,
+             "corruptions": [{"how": "bitflip", "path": f"/s/{XSS}", "offset": 12,
+                              "length": 1, "detail": "bit 3"}],
+             "checks": {"exactly_once": ok, "completes": True},
+             "failures": [] if ok else [f"exactly_once: FAIL: DUPLICATED {XSS}"],
+             "rerun_steps": [], "skipped": ""}
+    s = {"name": "demo-kill", "scenario": f"demo {XSS}", "family": "kill@every-boundary",
+         "seed": 42, "ok": ok, "trials": 1, "ran": 1, "passed": int(ok), "failed": int(not ok),
+         "skipped": 0, "skip_reasons": [], "faults_by_kind": {"kill": 1},
+         "checks": {"exactly_once": {"passed": int(ok), "failed": int(not ok), "skipped": 0},
+                    "corruption_detected": {"passed": 0, "failed": 0, "skipped": 1}},
+         "duplicate_effects": 0 if ok else 1, "lost_effects": 0, "dedup_hits": 1,
+         "median_resume_ms": 12.4, "failures": [] if ok else [
+             {"index": 7, "plan": trial["plan"], "folder": folder,
+              "checks": [f"exactly_once: FAIL: DUPLICATED {XSS}"],
+              "replay": f"crashpoint replay {folder}"}],
+         "trial_results": [trial]}
+    s.update(extra)
+    return s
+
+
+def _svgs(page: str) -> list[ET.Element]:
+    found = re.findall(r'<svg xmlns="http://www\.w3\.org/2000/svg" class="timeline-svg".*?'
+                       r"</svg>", page, re.DOTALL)
+    # parsing also proves the SVG is well-formed XML
+    return [ET.fromstring(s) for s in found]  # noqa: S314 - our own output, not untrusted
+
+
+def _groups(svg: ET.Element, css: str) -> list[ET.Element]:
+    return [g for g in svg.iter(f"{SVG_NS}g") if css in (g.get("class") or "").split()]
+
+
+def test_failing_summary_has_a_timeline_with_lanes_markers_and_escapes(tmp_path: Path) -> None:
+    folder = tmp_path / "trial-0007"
+    folder.mkdir()
+    (folder / "history.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in HISTORY) + "not json\n")
+    page = render_html([_summary(False, str(folder))])
+
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page  # no script at all, and the payload is escaped
+    assert "&lt;script&gt;" in page
+    assert "FAIL" in page
+    assert "crashpoint replay " + str(folder) in page
+    assert "DUPLICATED &lt;script&gt;" in page  # the failing check's message
+    assert "bitflip" in page  # the corruption listed
+    assert "bit 3" in page
+    assert "src=" not in page  # self-contained: no external asset
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+    (svg,) = _svgs(page)
+    lanes = [g.get("data-attempt") for g in _groups(svg, "attempt")]
+    assert lanes == ["1", "2", "3"]  # one lane per attempt, an attempt without events too
+    kills = _groups(svg, "kill-point")
+    assert [k.get("data-phase") for k in kills] == ["in_doubt"]
+    assert len(_groups(svg, "effect-applied")) == 1
+    assert len(_groups(svg, "effect-dedup")) == 1
+    assert len(_groups(svg, "effect-not-applied")) == 1
+    assert len(_groups(svg, "step_started")) == 3
+    assert len(_groups(svg, "step_completed")) == 1
+    ends = {g.get("data-attempt"): (g.get("class") or "") for g in _groups(svg, "end")}
+    assert ends == {"1": "end end-sig", "2": "end end-ok", "3": "end end-exit"}
+    texts = "".join(svg.itertext())
+    for outcome in ("SIGKILL", "exit 0", "exit 65"):
+        assert outcome in texts
+    assert len(_groups(svg, "corruption")) == 1  # drawn on attempt 3's lane
+
+
+def test_passing_summary_has_a_table_and_no_timeline() -> None:
+    page = render_html([_summary(True)])
+    assert "crashpoint gate: <span class=\"verdict-pass\">PASS</span>" in page
+    assert "Failing trials" not in page
+    assert _svgs(page) == []
+    assert "kill: 1" in page  # faults by kind
+    assert "12 ms" in page  # median resume
+    assert "&lt;script&gt;" in page
+    assert "<script" not in page
+
+
+def test_missing_history_says_so_instead_of_a_timeline(tmp_path: Path) -> None:
+    page = render_html([_summary(False, str(tmp_path / "gone"))])
+    assert "no history.jsonl" in page
+    assert _svgs(page) == []
+
+
+def test_skipped_campaign_and_empty_gate() -> None:
+    skipped = _summary(True, ran=0, skipped=3, trial_results=[],
+                       skip_reasons=["disk_full via tmpfs skipped: <no unshare>"])
+    page = render_html([skipped])
+    assert "SKIP" in page
+    assert "&lt;no unshare&gt;" in page
+    assert "NO CAMPAIGNS" in render_html([])
+
+
+def test_timeline_svg_alone_is_well_formed() -> None:
+    svg = ET.fromstring(timeline_svg(HISTORY, ATTEMPTS[:2], plan=XSS))  # noqa: S314 - ours
+    assert svg.tag == f"{SVG_NS}svg"
+    assert XSS in (svg.findtext(f"{SVG_NS}title") or "")  # escaped in the markup, intact here
