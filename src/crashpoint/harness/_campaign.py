@@ -238,8 +238,10 @@ class CampaignResult:
             for c in t.checks:
                 d = checks.setdefault(c.name, {"passed": 0, "failed": 0, "skipped": 0})
                 d["skipped" if c.skipped else "passed" if c.ok else "failed"] += 1
-        lost = sum(max(0, n - t.applied.get(k, 0)) for t in ran
-                   for k, n in self.golden.effects.items())
+        refused = {t.plan.index for t in ran for c in t.checks
+                   if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")}
+        lost = sum(max(0, n - t.applied.get(k, 0)) for t in ran if t.plan.index not in refused
+                   for k, n in self.golden.effects.items())  # a clear refusal loses nothing
         dup = sum(max(0, t.applied.get(k, 0) - n) for t in ran
                   for k, n in self.golden.effects.items())
         resumes = [r for t in ran for r in t.resume_times]

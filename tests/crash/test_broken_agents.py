@@ -1,0 +1,273 @@
+"""Broken agents are caught: each fails a fixed-seed campaign with the right check named.
+
+Every agent in ``tests/agents/`` is ``good_agent.py`` (a home-grown agent on the bare probe) with
+ONE bug, named in its docstring. Each runs a small campaign under the fault family that exposes
+its bug, and the campaign must fail with the expected check, say something specific about it,
+leave a complete evidence folder, and reproduce the same failure when that folder is replayed.
+The good agent runs the same campaigns and passes every one of them, so each check has a passing
+case as well as a failing one. Last, the demo agent passes a mixed-fault campaign (all fault
+families); its 200-trial version is marked slow.
+
+Replay a failing trial by hand: ``python -m crashpoint replay FOLDER`` (the folder's REPLAY).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from crashpoint.checkpoint import EXIT_CODES
+from crashpoint.faults._disk import capabilities
+from crashpoint.faults._files import CORRUPTIONS
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CampaignResult,
+    Expect,
+    TrialResult,
+    family_from_spec,
+    replay,
+)
+
+if TYPE_CHECKING:
+    from conftest import Children
+
+AGENTS = Path(__file__).resolve().parents[1] / "agents"
+SEED = 1
+#: A fault item ``{"disk_full": DISK}`` is given a mechanism this machine has at run time.
+DISK: dict[str, Any] = {}
+KILL_ONCE = {"kill": {"at": "random", "count": 1}}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A broken agent, the faults that expose it, and the check that must name it."""
+
+    agent: str
+    faults: tuple[Any, ...]  # fault families, as in a scenario's ``faults:``
+    check: str
+    says: str  # a regex the failed check's message must match
+    expect: Expect = field(default_factory=Expect)
+    restarts: int = 3
+    timeout: float = 30.0
+    env: tuple[tuple[str, str], ...] = ()  # for the agent (the good twin runs with it too)
+
+
+GALLERY = [
+    Case("fresh_key_effect", ({"kill": {"at": "every-boundary"}},), "exactly_once",
+         r"DUPLICATED notify .* applied 2x, golden 1x"),
+    Case("completed_before_durable", ({"kill": {"at": "every-boundary"}},),
+         "resumes_from_last_completed", r"re-ran a completed step: after the restart the first "
+                                        r"step started was '\w+' .* reported completed"),
+    Case("torn_checkpoint", ({"kill": {"at": "fileop", "max": 6, "count": 3}},), "completes",
+         r"did not finish within 4 attempts; last attempt 4: exit 65; stderr: 'refusing to "
+         r"resume: checksum mismatch"),
+    Case("no_checksum", ({"corrupt": {"how": ["bitflip"], "count": 2}},), "corruption_detected",
+         r"completed with wrong output after the corruption"),
+    Case("leaks_secret", (KILL_ONCE,), "no_secret_leak",
+         r"canary secret .* written to \d+ file\(s\): .*/state\.json"),
+    Case("no_lock", ({"resumers": {"count": 1}},), "single_writer",
+         r"attempts \d and \d executed steps at the same time",
+         env=(("AGENT_STEP_SECONDS", "0.3"),)),  # the two resumers overlap for ~1 s
+    Case("from_step_zero", ({"kill": {"at": "random", "count": 2}},),
+         "resumes_from_last_completed", r"re-ran a completed step: .* was 'fetch'"),
+    Case("swallows_enospc", ([{"disk_full": DISK}, KILL_ONCE],), "resumes_from_last_completed",
+         r"re-ran a completed step: after the restart the first step started was 'summarise'"),
+    Case("unbounded_growth", (KILL_ONCE,), "within_disk_budget",
+         r"the state folder reached \d+ bytes; the budget is 12288",
+         expect=Expect(max_state_bytes=12288)),
+    Case("stale_lock_file", (KILL_ONCE,), "completes",
+         r"did not finish within 4 attempts; last attempt 4: exit 1; stderr: 'another run is "
+         r"in progress, refusing to start"),
+    Case("leaves_child", (KILL_ONCE,), "no_orphans",
+         r"outlived it \(killed by the harness\): attempt \d: pids \d+"),
+    Case("hangs_on_resume", (KILL_ONCE,), "completes",
+         r"did not finish within 2 attempts; last attempt 2: hung, killed after",
+         restarts=1, timeout=4.0),
+]
+
+
+def _disk_full() -> dict[str, Any]:
+    """Options of a disk_full fault that bites the gallery's agents here, or skip with why."""
+    caps = capabilities()
+    if caps.tmpfs:  # tmpfs counts pages: 2 pages fill up at the second save
+        return {"mechanism": "tmpfs", "capacity": 8192}
+    if caps.rlimit:  # RLIMIT_FSIZE caps one file: the checkpoint outgrows 4 KiB at step 2
+        return {"mechanism": "rlimit", "capacity": 4096}
+    pytest.skip(f"no disk-full mechanism for a real child: {caps.tmpfs_reason}; "
+                f"{caps.rlimit_reason}")
+
+
+def _concrete(spec: Any) -> Any:
+    if isinstance(spec, list):
+        return [_concrete(s) for s in spec]
+    return {"disk_full": _disk_full()} if spec.get("disk_full") is DISK else spec
+
+
+def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignResult:
+    spec = AgentSpec(command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
+                     timeout=case.timeout, env=case.env)
+    families = [family_from_spec(_concrete(f)) for f in case.faults]
+    return Campaign(spec, families, report_dir=str(report_dir), name=agent, seed=SEED,
+                    restarts=case.restarts, expect=case.expect).run()
+
+
+def _failed(trial: TrialResult) -> str:
+    return f"trial {trial.plan.index} ({trial.plan.describe()}): " + \
+        "; ".join(str(c) for c in trial.failed)
+
+
+def assert_evidence(trial: TrialResult) -> None:
+    """The failing trial's folder holds everything needed to understand and replay it."""
+    folder = Path(trial.folder)
+    assert folder.is_dir(), f"no evidence folder for {_failed(trial)}"
+    assert json.loads((folder / "plan.json").read_text()) == trial.plan.to_json()
+    history = iter(json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines())
+    for ev in trial.events:  # every event of the trial, in order (the file may hold more)
+        assert any(h.get("i") == ev["i"] and h.get("op") == ev["op"] for h in history), ev
+    for a in trial.attempts:
+        for stream in ("stdout", "stderr"):
+            assert (folder / f"attempt-{a.number}.{stream}").is_file()
+    crashed = {f"crash-{a.number}" for a in trial.attempts if a.returncode != 0}
+    assert {p.name for p in folder.glob("crash-*") if p.is_dir()} == crashed
+    line = (folder / "REPLAY").read_text().strip()
+    assert line.endswith(f"-m crashpoint replay {folder}"), line
+
+
+def _matching(result: CampaignResult, case: Case) -> list[TrialResult]:
+    return [t for t in result.failures for c in t.failed
+            if c.name == case.check and re.search(case.says, c.message)]
+
+
+@pytest.mark.parametrize("case", GALLERY, ids=lambda c: c.agent)
+def test_broken_agent_is_caught(case: Case, tmp_path: Path) -> None:
+    result = run_gallery_campaign(case.agent, case, tmp_path)
+    ran = [t for t in result.trials if not t.skipped]
+    assert ran, f"every trial was skipped: {result.summary()['skip_reasons']}"
+    assert not result.ok, f"{case.agent} passed every trial of {len(ran)}; its bug went unseen"
+    named = [t for t in result.failures if case.check in {c.name for c in t.failed}]
+    assert named, f"{case.agent} failed, but never {case.check}:\n" + \
+        "\n".join(map(_failed, result.failures))
+    caught = _matching(result, case)
+    assert caught, f"{case.check} failed without saying /{case.says}/:\n" + \
+        "\n".join(map(_failed, named))
+    trial = caught[0]
+    assert_evidence(trial)
+
+    again = replay(trial.folder)
+    assert again.plan == trial.plan
+    assert any(c.name == case.check and re.search(case.says, c.message) for c in again.failed), \
+        f"replay of {trial.folder} did not reproduce {case.check}: " + \
+        "; ".join(str(c) for c in again.checks)
+
+
+def _good_runs() -> list[Any]:
+    """The gallery's distinct campaigns, each run once against the good agent."""
+    seen: dict[tuple[Any, ...], list[Case]] = {}
+    for case in GALLERY:
+        key = (json.dumps(case.faults, sort_keys=True), case.expect, case.restarts,
+               case.timeout, case.env)
+        seen.setdefault(key, []).append(case)
+    return [pytest.param(cases, id="+".join(c.agent for c in cases)) for cases in seen.values()]
+
+
+@pytest.mark.parametrize("cases", _good_runs())
+def test_good_agent_passes_the_same_campaign(cases: Sequence[Case], tmp_path: Path) -> None:
+    result = run_gallery_campaign("good_agent", cases[0], tmp_path)
+    ran = [t for t in result.trials if not t.skipped]
+    assert ran, f"every trial was skipped: {result.summary()['skip_reasons']}"
+    assert result.ok, "the good agent failed:\n" + "\n".join(map(_failed, result.failures))
+    assert any(len(t.attempts) > 1 for t in ran), "no fault ever interrupted the good agent"
+    for case in cases:  # the check that catches the broken twin was judged here, not skipped
+        judged = [c for t in ran for c in t.checks if c.name == case.check]
+        assert judged, f"{case.check} was never judged"
+        assert all(c.ok and not c.skipped for c in judged), judged
+
+
+def test_replay_command_line_reproduces(tmp_path: Path, children: Children) -> None:
+    """The REPLAY one-liner in a failing trial's folder reproduces it (exit 1, check named)."""
+    case = next(c for c in GALLERY if c.agent == "leaks_secret")
+    result = run_gallery_campaign(case.agent, case, tmp_path)
+    trial = _matching(result, case)[0]
+    argv = shlex.split((Path(trial.folder) / "REPLAY").read_text())
+    child = children.spawn(argv)
+    code = child.wait(60)
+    out = "\n".join(iter(lambda: child.read_line(5), None))
+    assert code == 1, out + child.stderr_text()
+    assert f"reproduced: {case.check} failed" in out, out
+
+
+# -- the demo agent passes a mixed-fault campaign ----------------------------------------------
+
+def _demo_disk() -> dict[str, Any]:
+    """A disk_full fault that bites the demo (its store holds ~4 KB in 3 files) part-way."""
+    caps = capabilities()
+    if caps.tmpfs:  # pages, not bytes: 4 pages run out during the run
+        return {"mechanism": "tmpfs", "capacity": 16384}
+    if caps.rlimit:  # one file: the journal segment outgrows 2 KiB
+        return {"mechanism": "rlimit", "capacity": 2048}
+    return {"mechanism": "failpoint"}  # ENOSPC injected into the reference library
+
+
+def demo_faults() -> list[Any]:
+    disk = _demo_disk()
+    return [
+        {"kill": {"at": "every-boundary"}},  # systematic: a trial per boundary, besides `trials`
+        *({"kill": {"at": at}} for at in ("random", "time", "failpoint", "fileop", "recovery")),
+        *({"corrupt": {"how": [how]}} for how in CORRUPTIONS),  # one family per how
+        {"disk_full": disk},
+        {"signal": {"sig": "TERM"}},
+        {"signal": {"sig": "STOP"}},
+        {"resumers": {}},
+        [{"disk_full": disk}, {"kill": {"at": "random"}}],
+    ]
+
+
+DEMO = AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
+                 timeout=30)
+
+
+def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
+    campaign = Campaign(DEMO, [family_from_spec(f) for f in demo_faults()],
+                        report_dir=str(tmp_path), name="demo-mixed", trials=trials, seed=SEED,
+                        expect=Expect(max_state_bytes=1 << 20))
+    t0 = time.monotonic()
+    result = campaign.run()
+    took = time.monotonic() - t0
+    s = result.summary()
+    assert result.ok, f"the demo agent failed {s['failed']} of {s['trials']} trials:\n" + \
+        "\n".join(f"{f['plan']}: {f['checks']} -> {f['replay']}" for f in s["failures"])
+    assert s["skipped"] == 0, s["skip_reasons"]
+    assert s["duplicate_effects"] == 0
+    assert s["lost_effects"] == 0
+    assert set(s["faults_by_kind"]) == {"kill", "kill_at_time", "failpoint", "fileop", "corrupt",
+                                        "signal", "resumers", "disk_full"}, s["faults_by_kind"]
+    hows = {f.arg("how") for t in result.trials for f in t.plan.faults if f.kind == "corrupt"}
+    assert hows == set(CORRUPTIONS)
+    full = [t for t in result.trials if any(f.kind == "disk_full" for f in t.plan.faults)]
+    assert any(a.returncode == EXIT_CODES["disk"] for t in full for a in t.attempts), \
+        "the disk never filled up: the disk_full trials tested nothing"
+    sys.stderr.write(f"demo campaign: {s['trials']} trials in {took:.1f}s\n")
+    return result
+
+
+def test_demo_agent_passes_a_mixed_fault_campaign(tmp_path: Path) -> None:
+    """Every family at least once: a kill at each boundary (16) + 24 drawn trials, about 40."""
+    result = run_demo_campaign(tmp_path, trials=24)
+    assert len(result.trials) == 24 + len(result.golden.boundaries())
+
+
+@pytest.mark.slow
+def test_demo_agent_passes_200_mixed_fault_trials(tmp_path: Path) -> None:
+    """The issue's bar: 200 drawn trials over every family, plus the systematic kills (~3 min)."""
+    result = run_demo_campaign(tmp_path, trials=200)
+    assert len(result.trials) == 200 + len(result.golden.boundaries())
