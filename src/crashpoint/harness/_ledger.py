@@ -99,7 +99,9 @@ class Ledger:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                ledger._serve(self.rfile, self.wfile)
+                # an agent killed with a reply unread resets the connection: nothing to serve
+                with contextlib.suppress(ConnectionError):
+                    ledger._serve(self.rfile, self.wfile)
 
         class Server(socketserver.ThreadingUnixStreamServer):
             daemon_threads = True
