@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from crashpoint.errors import CrashpointError
+from crashpoint.errors import CheckpointError, CrashpointError, RunDeadLettered, RunPaused
 
 __all__ = ["EntryError", "call", "exit_status", "main", "resolve"]
 
@@ -54,6 +54,9 @@ def resolve(entry: str) -> EntryFunction:
         raise EntryError(f"agent entry {entry!r}: cannot import module {module_name!r}: "
                          f"{exc}. Install it, or put its folder on PYTHONPATH or in the "
                          f"agent's cwd; {where}") from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise EntryError(f"agent entry {entry!r}: importing module {module_name!r} raised "
+                         f"{type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -72,22 +75,21 @@ def exit_status(code: object) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF if code >= 0 else code % 256
+        return code & 0xFF  # what the parent sees, as for sys.exit(code)
     print(code, file=sys.stderr)
     return 1
 
 
 def _library_stop(exc: BaseException) -> int | None:
-    """The reference library's documented exit code for ``exc`` (``run_main``'s table)."""
-    lib = sys.modules.get("crashpoint.checkpoint")
-    if lib is None:
+    """The reference library's documented exit code for ``exc`` (``run_main``'s handling)."""
+    if not isinstance(exc, (CheckpointError, RunPaused, RunDeadLettered)):
         return None
-    stops = tuple(getattr(lib, n) for n in ("CheckpointError", "RunPaused", "RunDeadLettered")
-                  if isinstance(getattr(lib, n, None), type))
-    if not stops or not isinstance(exc, stops):
+    lib = sys.modules.get("crashpoint.checkpoint")  # loaded: the library raised it
+    exit_code = getattr(lib, "exit_code", None)
+    if exit_code is None:
         return None
     print(f"crashpoint: {exc}", file=sys.stderr, flush=True)
-    code: int = lib.exit_code(exc)
+    code: int = exit_code(exc)
     return code
 
 
@@ -99,7 +101,7 @@ def call(entry: str, fn: EntryFunction, args: Sequence[str]) -> int:
     except SystemExit as exc:
         return exit_status(exc.code)
     except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        sys.excepthook(*sys.exc_info())
         _flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
@@ -108,7 +110,7 @@ def call(entry: str, fn: EntryFunction, args: Sequence[str]) -> int:
         code = _library_stop(exc)
         if code is not None:
             return code
-        sys.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        sys.excepthook(*sys.exc_info())
         return 1
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 

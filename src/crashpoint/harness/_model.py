@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "CHECKS",
+    "ENTRY_ARGV",
     "FAULT_KINDS",
     "AgentSpec",
     "Attempt",
@@ -31,38 +32,55 @@ CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_complet
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
                "resumers")
 
+#: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
+ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
+
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """How to start the agent. ``command`` placeholders: {python} {state_dir} {workdir}
-    {run_id}. ``entry`` (``module:function``) runs in a pre-forked warm interpreter."""
+    """How to start the agent: exactly one of ``command`` or ``entry``.
+
+    ``command``: an argv; placeholders {python} {state_dir} {workdir} {run_id}.
+    ``entry`` (``module:function``): spawned as ``python -m crashpoint.harness._entry ENTRY
+    ARGS...``, or forked from a warm zygote (fork mode); either way the function is called with
+    one argument, the list ``args`` with the same placeholders filled in (see
+    :mod:`crashpoint.harness._entry` for the exit-code convention).
+    """
 
     command: tuple[str, ...] = ()
     entry: str = ""
     timeout: float = 30.0
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = ""
+    args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.entry):
             raise ValueError("an agent needs exactly one of command or entry")
+        if self.args and not self.entry:
+            raise ValueError("args are what an entry agent's function is called with; a "
+                             "command agent takes its arguments in command")
+
+    def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
+              run_id: str) -> list[str]:
+        subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
+                 "run_id": run_id}
+        return [part.format_map(subst) for part in parts]
 
     def argv(self, *, state_dir: str, workdir: str, run_id: str) -> list[str]:
         if self.entry:
-            return [sys.executable, "-m", "crashpoint.harness._entry", self.entry]
-        subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
-                 "run_id": run_id}
-        return [part.format_map(subst) for part in self.command]
+            return [*ENTRY_ARGV, self.entry, *self._fill(self.args, state_dir, workdir, run_id)]
+        return self._fill(self.command, state_dir, workdir, run_id)
 
     def to_json(self) -> dict[str, Any]:
         return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
-                "env": dict(self.env), "cwd": self.cwd}
+                "env": dict(self.env), "cwd": self.cwd, "args": list(self.args)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
         return cls(tuple(d.get("command") or ()), d.get("entry", ""),
                    float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
-                   d.get("cwd", ""))
+                   d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ restart limit, judged by the checks. Also the golden (crash-free) run."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from crashpoint.faults._process import AgentProcess, Exit
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import KillAt, Ledger, canonical
 from crashpoint.harness._model import (
+    ENTRY_ARGV,
     AgentSpec,
     Attempt,
     CheckResult,
@@ -93,15 +95,25 @@ class TrialRunner:
         env.update(extra)
         return env
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str,
-               rlimit: int | None) -> AgentProcess:
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str, rlimit: int | None,
+               on_start: Callable[[int], None]) -> AgentProcess:
+        """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
+
+        With a launcher (fork mode) an entry agent is forked, unless the attempt needs a
+        process set-up only a fresh interpreter has: a wrapper such as nsenter (tmpfs), an
+        RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is spawned.
+        """
+        prefix = [*ENTRY_ARGV, self.agent.entry]
         if self.launcher is not None and self.agent.entry and rlimit is None \
-                and argv[:1] != ["nsenter"]:
-            proc: AgentProcess = self.launcher.spawn(self.agent.entry, env=env, cwd=cwd,
-                                                    timeout=self.agent.timeout)
+                and argv[:len(prefix)] == prefix and "CRASHPOINT_FILEOP_KILL" not in env:
+            proc: AgentProcess = self.launcher.spawn(
+                self.agent.entry, env=env, cwd=cwd, timeout=self.agent.timeout,
+                args=argv[len(prefix):], on_start=on_start)
             return proc
-        return AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout,
+        proc = AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout,
                             rlimit_fsize=rlimit).start()
+        on_start(proc.pid)
+        return proc
 
     # -- golden ---------------------------------------------------------------------------------
 
@@ -118,8 +130,8 @@ class TrialRunner:
         with Ledger(history_path=os.path.join(folder, "history.jsonl"), http=True) as ledger:
             env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
             t0 = time.monotonic()
-            proc = self._spawn(argv, env, self.agent.cwd or work, None)
-            ledger.begin_attempt(1, proc.pid)
+            proc = self._spawn(argv, env, self.agent.cwd or work, None,
+                               functools.partial(ledger.begin_attempt, 1))
             ex = proc.wait()
             duration = time.monotonic() - t0
             events = [dict(e) for e in ledger.events]
@@ -242,8 +254,8 @@ class TrialRunner:
                 procs = []
                 for num in numbers:
                     env = self._env(ledger, num, canary, f"{plan.seed}:{plan.index}", extra)
-                    p = self._spawn(argv, env, self.agent.cwd or work, rlimit)
-                    ledger.begin_attempt(num, p.pid)
+                    p = self._spawn(argv, env, self.agent.cwd or work, rlimit,
+                                    functools.partial(ledger.begin_attempt, num))
                     procs.append((num, p))
                 timers = self._timers(faults, procs[0][1])
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None

@@ -1,0 +1,692 @@
+"""Fork mode: a pre-forked, single-threaded "zygote" interpreter that imports an agent given as
+``module:function`` once and forks one child per attempt (milliseconds instead of a fresh
+interpreter's tens to hundreds).
+
+Use it as a context manager and hand it to the harness as its launcher::
+
+    with Zygote.for_agent(agent) as zygote:
+        result = Campaign(agent, families, report_dir, launcher=zygote).run()
+
+:meth:`Zygote.spawn` returns a :class:`ForkedProcess`, which has the interface of
+:class:`~crashpoint.faults._process.AgentProcess` (``pid``, ``wait() -> Exit``, ``signal``,
+``kill``), so the trial runner treats a forked attempt exactly as a spawned one: the child leads
+its own session (``killpg`` and ``kill_tree`` reach it and everything it starts), its exit is
+the real wait status (exit code or killing signal), a timeout kills its tree, its stdout and
+stderr are captured, and stragglers of its session are reported as orphans.
+
+How a child is made (in the zygote, which has no thread, so fork is safe)::
+
+    fork -> setsid -> tell the zygote (sync pipe) -> stdin /dev/null, stdout/stderr onto the
+    harness's files -> os.environ = the attempt's env, chdir -> wait for "go" -> re-seed
+    random, probe.reset(), _failpoints.reload() -> call the function (crashpoint.harness._entry
+    .call, the spawn path's own code) -> join threads, atexit, flush -> os._exit(code)
+
+The "go" pipe lets the harness register the child's process group with the ledger
+(``on_start``) before the agent can send its first probe event, so a kill at event #0 finds it.
+
+The control channel is a Unix ``SOCK_SEQPACKET`` socketpair: one JSON object per packet (message
+boundaries kept by the kernel, so no framing), file descriptors attached with ``SCM_RIGHTS``::
+
+    zygote  -> harness   {"op": "ready", "pid": Z}            | {"op": "error", "error": "..."}
+    harness -> zygote    {"op": "spawn", "id": N, "entry": "m:f", "args": [..], "env": {..},
+                          "cwd": "..."} + fds [stdout, stderr, go]
+    zygote  -> harness   {"op": "started", "id": N, "pid": P} | {"op": "refused", "id": N,
+                                                                  "error": "..."}
+    zygote  -> harness   {"op": "exited", "pid": P, "status": S}   (raw wait status, any time)
+
+The zygote watches each child through a pidfd (Linux >= 5.3; otherwise it polls ``waitpid``
+every 10 ms), reaps it and reports its status. When the harness's end closes (``close()``, or
+the harness died), the zygote SIGKILLs the process groups of the children left, reaps them and
+exits. Output goes to anonymous memory files (memfd) the harness creates and reads after the
+exit: no reader threads, no pipe that a straggler keeps open.
+
+What differs from a fresh interpreter, by construction: the module is imported once, in the
+zygote, with the zygote's environment (read per-attempt settings inside the function, not at
+import); interpreter-level settings read at start-up (``PYTHONUNBUFFERED``, ``PYTHONPATH``,
+``-X`` options) are the zygote's, and so is the str-hash seed: forked attempts share one where
+fresh interpreters each draw their own (``random`` is re-seeded per fork). Faults that need a
+different process set-up (a tmpfs namespace, ``RLIMIT_FSIZE``, the injected ``sitecustomize``
+of ``fileop`` kills) make the trial runner fall back to the spawn path for that attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, NoReturn
+
+from crashpoint.errors import CrashpointError
+from crashpoint.faults._process import Exit, kill_tree, leftovers
+from crashpoint.harness._model import AgentSpec
+
+if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _entry, which
+    #                spawned entry agents run with -m (runpy warns on stderr if it is loaded)
+    from crashpoint.harness._entry import EntryFunction
+
+__all__ = ["ForkedProcess", "Zygote", "ZygoteError"]
+
+#: Largest control message (a spawn carries the attempt's whole environment).
+MAX_MESSAGE = 1 << 20
+_CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is on its stderr)
+_POLL_S = 0.01  # reaping interval when pidfds are not available
+_IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
+#: How the zygote starts (``-c``, not ``-m``: this module must not run twice as __main__).
+_BOOT = ("import sys; from crashpoint.harness._zygote import _zygote_main; "
+         "_zygote_main(sys.argv[1:])")
+
+
+class ZygoteError(CrashpointError, RuntimeError):
+    """The fork-mode zygote could not start, refused a spawn, or died."""
+
+
+# -- the zygote process ------------------------------------------------------------------------
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the harness is gone: the loop sees EOF next
+        sock.send(json.dumps(msg).encode())
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _pidfd(pid: int) -> int:
+    opener: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return -1
+    try:
+        return opener(pid)
+    except OSError:
+        return -1
+
+
+class _Server:
+    """The zygote's single-threaded loop (runs in the zygote process only)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.entries: dict[str, EntryFunction] = {}
+        self.children: dict[int, int] = {}  # pid -> pidfd (-1: polled)
+        self.threaded = ""  # why forking is no longer safe, once it is not
+
+    def load(self, entry: str) -> EntryFunction:
+        fn = self.entries.get(entry)
+        if fn is not None:
+            return fn
+        if self.threaded:
+            raise ZygoteError(self.threaded)
+        from crashpoint.harness._entry import resolve
+
+        fn = resolve(entry)
+        n = _thread_count()
+        if n > 1:
+            self.threaded = (
+                f"importing {entry!r} started {n - 1} thread(s) in the fork-mode zygote; forking "
+                "a threaded interpreter is unsafe. Run this agent with `command:` (spawn mode), "
+                "or start the threads inside the function rather than at import")
+            raise ZygoteError(self.threaded)
+        self.entries[entry] = fn
+        return fn
+
+    def serve(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            self._kill_children()
+
+    def _step(self) -> bool:
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        for fd in self.children.values():
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        polled = any(fd < 0 for fd in self.children.values())
+        events = poller.poll(_POLL_S * 1000 if polled else None)
+        self._reap(block=False)
+        if any(fd == self.sock.fileno() for fd, _ in events):
+            return self._request()
+        return True
+
+    def _reap(self, *, block: bool) -> None:
+        for pid, fd in list(self.children.items()):
+            try:
+                got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if got == 0:
+                continue
+            del self.children[pid]
+            if fd >= 0:
+                os.close(fd)
+            _send(self.sock, {"op": "exited", "pid": pid, "status": status})
+
+    def _request(self) -> bool:
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+        except OSError:
+            return False
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False  # the harness closed its end (or died): shut down
+        rid = None
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ZygoteError("a control message was truncated")
+            msg = json.loads(data)
+            rid = msg.get("id")
+            if msg.get("op") != "spawn":
+                raise ZygoteError(f"unknown request {msg.get('op')!r}")
+            if len(fds) != 3:
+                raise ZygoteError(f"a spawn needs 3 file descriptors, got {len(fds)}")
+            pid = self._fork(msg, fds)
+        except Exception as exc:  # a refusal, never the end of the zygote
+            _send(self.sock, {"op": "refused", "id": rid, "error": str(exc),
+                              "type": type(exc).__name__})
+        else:
+            _send(self.sock, {"op": "started", "id": rid, "pid": pid})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def _fork(self, msg: dict[str, Any], fds: list[int]) -> int:
+        entry = str(msg["entry"])
+        fn = self.load(entry)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        sync_r, sync_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(sync_r)
+            os.close(sync_w)
+            raise
+        if pid == 0:
+            os.close(sync_r)
+            self.sock.close()
+            _child(entry, fn, msg, fds, sync_w, [fd for fd in self.children.values() if fd >= 0])
+        os.close(sync_w)
+        try:
+            os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
+        finally:
+            os.close(sync_r)
+        self.children[pid] = _pidfd(pid)
+        return pid
+
+    def _kill_children(self) -> None:
+        for pid in self.children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self._reap(block=True)
+
+
+def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], sync_w: int,
+           pidfds: list[int]) -> NoReturn:
+    """The forked child: set up like a fresh agent process, run, exit. Never returns."""
+    code = _CHILD_FAILED
+    try:
+        os.setsid()
+        os.close(sync_w)
+        for fd in pidfds:  # the zygote's watch on earlier children
+            os.close(fd)
+        out, err, go = fds
+        null = os.open(os.devnull, os.O_RDONLY)
+        for src, dst in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(src, dst)
+            os.close(src)
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in dict(msg["env"]).items()})
+        os.chdir(str(msg["cwd"]))
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        while os.read(go, 1):  # the harness closes its end once the ledger knows our group
+            pass
+        os.close(go)
+        code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
+        random.seed()
+        from crashpoint import _failpoints, probe
+        from crashpoint.harness._entry import call
+
+        probe.reset()
+        _failpoints.reload()
+        code = call(entry, fn, [str(a) for a in msg.get("args", ())])
+    except BaseException:  # the set-up failed: say why on the attempt's stderr
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    _finish(code)
+
+
+def _finish(code: int) -> NoReturn:
+    """End the child as the interpreter would: join threads, run atexit, flush, exit."""
+    for name, mod in (("_shutdown", threading), ("_run_exitfuncs", sys.modules.get("atexit"))):
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            with contextlib.suppress(BaseException):
+                fn()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
+
+
+def _zygote_main(argv: list[str]) -> None:
+    """The zygote process: ``argv`` is ``FD CWD ENTRY...`` (see :data:`_BOOT`)."""
+    fd, cwd, preload = int(argv[0]), argv[1], argv[2:]
+    # an ignored SIGCHLD survives exec and would have the kernel reap our children unseen
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # sys.path[0] is where we were started; an entry resolves against the agent's cwd instead,
+    # as ``python -m crashpoint.harness._entry`` run there would
+    if sys.path and sys.path[0] in ("", ".", os.getcwd()):
+        sys.path.pop(0)
+    if cwd:
+        sys.path.insert(0, cwd)
+    sock = socket.socket(fileno=fd)
+    server = _Server(sock)
+    try:
+        for entry in preload:
+            server.load(entry)
+    except Exception as exc:
+        _send(sock, {"op": "error", "error": str(exc), "type": type(exc).__name__})
+        return
+    _send(sock, {"op": "ready", "pid": os.getpid()})
+    server.serve()
+
+
+# -- the harness side ----------------------------------------------------------------------------
+
+
+def _memfile(name: str) -> int:
+    create: Callable[[str, int], int] | None = getattr(os, "memfd_create", None)
+    if create is not None:
+        with contextlib.suppress(OSError):
+            return create(name, getattr(os, "MFD_CLOEXEC", 1))
+    fd, path = tempfile.mkstemp(prefix=f"crashpoint-{name}-")
+    os.unlink(path)
+    return fd
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ForkedProcess:
+    """One attempt forked by a :class:`Zygote`; the interface of ``AgentProcess``."""
+
+    def __init__(self, zygote: Zygote, pid: int, timeout: float, out: int, err: int,
+                 t0: float) -> None:
+        self.zygote, self.pid, self.timeout = zygote, pid, timeout
+        self._out, self._err, self._t0 = out, err, t0
+        self._exit: Exit | None = None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the attempt's whole process group."""
+        if self._exit is None and not self.zygote._has_exited(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    def kill(self) -> None:
+        if self._exit is None and not self.zygote._has_exited(self.pid):
+            kill_tree(self.pid, sid=self.pid)
+
+    def wait(self, timeout: float | None = None) -> Exit:
+        """Wait for the attempt to end (killing its tree on timeout); reap everything."""
+        if self._exit is not None:
+            return self._exit
+        limit = self.timeout if timeout is None else timeout
+        timed_out = False
+        try:
+            status = self.zygote._wait_exit(self.pid, self._t0 + limit)
+            if status is None:
+                timed_out = True
+                kill_tree(self.pid, sid=self.pid)
+                status = self.zygote._wait_exit(self.pid, time.monotonic() + 30.0)
+                if status is None:
+                    raise ZygoteError(f"the zygote did not report the end of pid {self.pid} "
+                                      "within 30s of SIGKILL")
+        except BaseException:
+            kill_tree(self.pid, sid=self.pid)
+            self._close_files()
+            raise
+        duration = time.monotonic() - self._t0
+        orphans = leftovers(self.pid)  # as AgentProcess.wait judges them
+        if orphans:
+            kill_tree(self.pid, sid=self.pid)
+        stdout, stderr = _read_all(self._out), _read_all(self._err)
+        self._close_files()
+        rc = os.waitstatus_to_exitcode(status)
+        self._exit = Exit(rc if rc >= 0 else None, -rc if rc < 0 else None, timed_out, duration,
+                          stdout, stderr, orphans)
+        return self._exit
+
+    def _close_files(self) -> None:
+        for fd in (self._out, self._err):
+            if fd >= 0:
+                os.close(fd)
+        self._out = self._err = -1
+
+    def __del__(self) -> None:  # never waited for (an error in between): do not leak its files
+        with contextlib.suppress(Exception):
+            self._close_files()
+
+    def __repr__(self) -> str:
+        return f"<ForkedProcess pid={self.pid} zygote={self.zygote.pid}>"
+
+
+def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    """Close the control channel and reap the zygote (kills it if it does not go in time)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid, sid=proc.pid)
+        proc.wait()
+
+
+class Zygote:
+    """A warm interpreter that forks attempts of entry agents; see the module docstring.
+
+    ``preload``: entries imported at start (a broken one fails :meth:`start` at once; others are
+    imported on first :meth:`spawn`). ``env``: the zygote's environment (default: a clean one,
+    as the harness gives agents). ``cwd``: the folder entries resolve against, as an agent's
+    ``cwd`` (default: only ``PYTHONPATH`` and installed packages).
+    """
+
+    def __init__(self, preload: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
+                 cwd: str = "", start_timeout: float = 60.0,
+                 python: str = sys.executable) -> None:
+        self.preload = tuple(preload)
+        self.env = dict(env) if env is not None else _clean_env()
+        self.cwd = cwd
+        self.start_timeout = start_timeout
+        self.python = python
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._log: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._exits: dict[int, int] = {}
+        self._live: set[int] = set()
+        self._ready: dict[str, Any] | None = None
+        self._dead = ""
+        self._next_id = 0
+        self.forks = 0  # attempts forked so far (the rest of a runner's attempts were spawned)
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @classmethod
+    def for_agent(cls, agent: AgentSpec, **kw: Any) -> Zygote:
+        """A zygote set up as the harness sets up ``agent`` (its env, its cwd, its entry)."""
+        if not agent.entry:
+            raise ValueError("fork mode needs an agent given as entry: 'module:function'")
+        env = {**_clean_env(), **dict(agent.env)}
+        return cls((agent.entry,), env=env, cwd=agent.cwd, **kw)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and not self._dead
+
+    def start(self) -> Zygote:
+        """Start the zygote and import ``preload``; raise EntryError / ZygoteError if it fails."""
+        if self._proc is not None:
+            return self
+        self._ready, self._dead = None, ""
+        self._replies.clear()
+        self._exits.clear()
+        self._live.clear()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with contextlib.suppress(OSError):  # room for one whole spawn message (an environment)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * MAX_MESSAGE)
+        self._log = tempfile.TemporaryFile(prefix="crashpoint-zygote-")  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-c", _BOOT, str(theirs.fileno()), self.cwd, *self.preload],
+                env=self.env, cwd=self.cwd or tempfile.gettempdir(), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            self._log.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, ours)
+        self._reader = threading.Thread(target=self._read_loop, name="crashpoint-zygote",
+                                        daemon=True)
+        self._reader.start()
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready is not None or bool(self._dead),
+                                timeout=self.start_timeout)
+        ready = self._ready_message()
+        if ready is None or ready.get("op") != "ready":
+            why = (ready or {}).get("error") or self._dead or \
+                f"no answer within {self.start_timeout}s"
+            kind = (ready or {}).get("type", "")
+            self.close()
+            if kind in _IMPORT_ERRORS:
+                raise _entry_error(why)
+            raise ZygoteError(f"the fork-mode zygote did not start: {why}{self._log_tail()}")
+        return self
+
+    def _ready_message(self) -> dict[str, Any] | None:
+        with self._cond:
+            return self._ready
+
+    def close(self) -> None:
+        """Kill what is still running, stop the zygote, reap it. Safe to call twice."""
+        if self._proc is None:
+            return
+        for pid in list(self._live):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, 9)
+        deadline = time.monotonic() + 10.0
+        for pid in list(self._live):
+            with contextlib.suppress(ZygoteError):
+                self._wait_exit(pid, deadline)
+        if self._finalizer is not None:
+            self._finalizer()  # closes the socket, reaps the zygote
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
+        self._proc = self._sock = self._log = self._reader = None
+        self._dead = self._dead or "closed"
+
+    def __enter__(self) -> Zygote:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- spawning ------------------------------------------------------------------------------
+
+    def spawn(self, entry: str, *, env: Mapping[str, str], cwd: str, timeout: float,
+              args: Sequence[str] = (),
+              on_start: Callable[[int], None] | None = None) -> ForkedProcess:
+        """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code."""
+        if self._proc is None:
+            self.start()
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(f"the agent's working folder does not exist: {cwd}")
+        msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": dict(env),
+                          "cwd": cwd, "id": self._new_id()})
+        rid = json.loads(msg)["id"]
+        data = msg.encode()
+        if len(data) > MAX_MESSAGE:
+            raise ZygoteError(f"the attempt's environment and arguments take {len(data)} bytes; "
+                              f"fork mode passes at most {MAX_MESSAGE}")
+        out, err = _memfile("stdout"), _memfile("stderr")
+        proc: ForkedProcess | None = None  # owns out and err once it exists
+        go_w = -1
+        try:
+            go_r, go_w = os.pipe()
+            t0 = time.monotonic()
+            try:
+                with self._send_lock:
+                    if self._dead or self._sock is None:
+                        raise ZygoteError(f"the fork-mode zygote is gone ({self._dead})")
+                    try:
+                        socket.send_fds(self._sock, [data], [out, err, go_r])
+                    except OSError as exc:
+                        if exc.errno != errno.EMSGSIZE:
+                            raise
+                        raise ZygoteError(
+                            f"the attempt's environment and arguments ({len(data)} bytes) do "
+                            "not fit one control message here; pass fewer variables") from exc
+            finally:
+                os.close(go_r)
+            reply = self._wait_reply(rid)
+            if reply.get("op") != "started":
+                if reply.get("type") in _IMPORT_ERRORS:
+                    raise _entry_error(str(reply.get("error")))
+                raise ZygoteError(f"the fork-mode zygote refused {entry!r}: "
+                                  f"{reply.get('error')}")
+            proc = ForkedProcess(self, int(reply["pid"]), timeout, out, err, t0)
+            if on_start is not None:
+                on_start(proc.pid)
+        except BaseException:
+            if proc is None:
+                for fd in (out, err):
+                    os.close(fd)
+            else:  # it never ran a line of the agent: kill it while it waits for "go"
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                os.close(go_w)
+                go_w = -1
+                with contextlib.suppress(Exception):
+                    proc.wait()
+            raise
+        finally:
+            if go_w >= 0:
+                os.close(go_w)  # the child goes
+        return proc
+
+    def _new_id(self) -> int:
+        with self._cond:
+            self._next_id += 1
+            return self._next_id
+
+    # -- the control channel -------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        why = "its control channel closed"
+        while True:
+            try:
+                data = sock.recv(MAX_MESSAGE)
+            except OSError as exc:
+                why = f"its control channel failed: {exc}"
+                break
+            if not data:
+                break
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                continue
+            with self._cond:
+                op = msg.get("op")
+                if op in ("ready", "error"):
+                    self._ready = msg
+                elif op == "started":
+                    self.forks += 1
+                    self._live.add(int(msg["pid"]))
+                    self._exits.pop(int(msg["pid"]), None)  # a recycled pid starts afresh
+                    self._replies[int(msg["id"])] = msg
+                elif op == "refused":
+                    self._replies[int(msg.get("id") or 0)] = msg
+                elif op == "exited":
+                    self._live.discard(int(msg["pid"]))
+                    self._exits[int(msg["pid"])] = int(msg["status"])
+                self._cond.notify_all()
+        with self._cond:
+            self._dead = why
+            self._cond.notify_all()
+
+    def _wait_reply(self, rid: int) -> dict[str, Any]:
+        with self._cond:
+            self._cond.wait_for(lambda: rid in self._replies or bool(self._dead))
+            if rid in self._replies:
+                return self._replies.pop(rid)
+        raise ZygoteError(f"the fork-mode zygote died while forking: {self._dead}"
+                          f"{self._log_tail()}")
+
+    def _wait_exit(self, pid: int, deadline: float) -> int | None:
+        """The wait status of ``pid`` once the zygote reaped it; None at ``deadline``."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: pid in self._exits or bool(self._dead),
+                                       timeout=max(0.0, deadline - time.monotonic()))
+            if pid in self._exits:
+                return self._exits[pid]
+            if not done:
+                return None
+        raise ZygoteError(f"the fork-mode zygote died before attempt pid {pid} ended: "
+                          f"{self._dead}{self._log_tail()}")
+
+    def _has_exited(self, pid: int) -> bool:
+        with self._cond:
+            return pid in self._exits
+
+    def _log_tail(self) -> str:
+        if self._log is None:
+            return ""
+        try:
+            self._log.seek(0)
+            text = self._log.read()[-2000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return f"\nzygote stderr:\n{text}" if text else ""
+
+    def __repr__(self) -> str:
+        return f"<Zygote pid={self.pid} preload={list(self.preload)} live={sorted(self._live)}>"
+
+
+def _entry_error(message: str) -> Exception:
+    from crashpoint.harness._entry import EntryError
+
+    return EntryError(message)
+
+
+def _clean_env() -> dict[str, str]:
+    from crashpoint.harness._trial import _PASS_ENV
+
+    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
