@@ -206,7 +206,7 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
 class Run:
     """One run of an agent: steps that replay, effects that happen once, approvals that persist.
 
-    Open with :func:`open_run` (or ``Store.run``) and use as a context manager::
+    Open with :func:`open_run` and use as a context manager::
 
         with open_run(store, "report-42", steps=["plan", "search", "write"]) as run:
             plan = run.step("plan", lambda: make_plan(topic))
@@ -216,13 +216,11 @@ class Run:
     """
 
     def __init__(self, journal: RunJournal, *, steps: Sequence[str] | None,
-                 checkpointing: Checkpointing, policy: EffectPolicy,
-                 auto_resume_hitl: bool) -> None:
+                 checkpointing: Checkpointing, policy: EffectPolicy) -> None:
         self.journal = journal
         self.run_id = journal.run_id
         self.checkpointing = checkpointing
         self.default_policy = policy
-        self.auto_resume_hitl = auto_resume_hitl
         _init_state(journal.state)
         st = journal.state
         declared = list(steps) if steps is not None else None
@@ -237,7 +235,8 @@ class Run:
         self.steps = declared if declared is not None else recorded
         self._pos = 0
         self._current: tuple[int, str] | None = None
-        self._ordinals: dict[str, int] = {}
+        self._ordinals: dict[str, int] = {}  # effects of each kind so far at _ordinals_at
+        self._ordinals_at: tuple[int, str] | None = None
         self._pending: list[str] = []  # completed steps not yet durable (interval modes)
         self._last_sync = time.monotonic()
         if st["status"] == "dead":
@@ -352,9 +351,17 @@ class Run:
 
     # -- effects -----------------------------------------------------------------------------
 
+    def _where(self) -> tuple[int, str]:
+        """(position, step) effects are keyed by: the current step, or the position between
+        steps; effect ordinals count from 0 again at each new place."""
+        where = self._current if self._current is not None else (self._pos, "")
+        if where != self._ordinals_at:
+            self._ordinals, self._ordinals_at = {}, where
+        return where
+
     def effect_key(self, kind: str) -> str:
         """The deterministic key of the next effect of ``kind`` in the current step."""
-        pos, step = self._current if self._current is not None else (self._pos, "")
+        pos, step = self._where()
         ordinal = self._ordinals.get(kind, 0)
         return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}"
 
@@ -378,6 +385,7 @@ class Run:
             raise ValueError("policy 'reconcile' needs a reconcile(payload, key) function")
         if key is None:
             key = self.effect_key(kind)
+        self._where()
         self._ordinals[kind] = self._ordinals.get(kind, 0) + 1
         deliver = fn or (lambda p, k: probe.effect(kind, p, key=k))
         rec = self.state["effects"].get(key)
@@ -386,8 +394,15 @@ class Run:
         stored_payload = self.journal.store.redactor.redact(payload)
         if rec is not None:  # intent recorded, no result: in doubt
             pol = rec.get("policy", policy)
-            if pol == "fail":
-                raise EffectInDoubt(self.run_id, key, kind)
+            if pol == "fail":  # stop; a human settles it with `approve` (re-send) or `--deny`
+                decision = self._decision(f"effect:{key}")
+                if decision is None:
+                    self._pause(f"effect:{key}",
+                                f"effect {kind!r} is in doubt and its policy is 'fail'",
+                                {"key": key, "kind": kind, "payload": stored_payload},
+                                error=EffectInDoubt(self.run_id, key, kind))
+                if decision is not None and not decision.approved:
+                    return self._settle(key, kind, None, "human")
             if pol == "reconcile" and reconcile is not None:
                 happened, result = reconcile(payload, key)
                 if happened:
@@ -423,14 +438,15 @@ class Run:
         d = self.state["pauses"].get(name, {}).get("decision")
         return Decision(d["approved"], d.get("note", ""), d.get("by", "")) if d else None
 
-    def _pause(self, name: str, reason: str, request: Any) -> None:
+    def _pause(self, name: str, reason: str, request: Any,
+               error: BaseException | None = None) -> None:
         if name not in self.state["pauses"]:
             self.flush()
             self.journal.append({"t": "pause", "name": name, "reason": reason,
                                  "request": self.journal.store.redactor.redact(request)},
                                 redact=False, sync=self._sync_flag(True))
         self.journal.set_meta(status="paused", waiting_for=name)
-        raise RunPaused(self.run_id, name, reason)
+        raise error if error is not None else RunPaused(self.run_id, name, reason)
 
     def approval(self, name: str, request: Any = None, *, reason: str = "") -> Decision:
         """A step that waits for a human: without a decision the run pauses (the process should
@@ -493,7 +509,7 @@ class Run:
 
 def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
              checkpointing: Checkpointing | None = None, policy: EffectPolicy = "retry",
-             auto_resume_hitl: bool = False, lock_timeout: float | None = None) -> Run:
+             lock_timeout: float | None = None) -> Run:
     """Start run ``run_id``, or resume it from its last completed step.
 
     ``steps`` declares the step list (checked against the journal on resume: a different list
@@ -503,7 +519,7 @@ def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
     journal = store.open(run_id, reducer=run_reducer, lock_timeout=lock_timeout)
     try:
         return Run(journal, steps=steps, checkpointing=checkpointing or Checkpointing(),
-                   policy=policy, auto_resume_hitl=auto_resume_hitl)
+                   policy=policy)
     except BaseException:
         journal.close()
         raise

@@ -40,7 +40,7 @@ def capabilities() -> DiskCapability:
                 capture_output=True, timeout=10, check=False)
             tmpfs = r.returncode == 0 and b"ok" in r.stdout
             why = "" if tmpfs else ("cannot mount a tmpfs in a private mount namespace "
-                                    f"(needs root or user namespaces): "
+                                    f"(needs root: CAP_SYS_ADMIN): "
                                     f"{r.stderr.decode(errors='replace').strip()[:200]}")
         except (OSError, subprocess.SubprocessError) as exc:
             why = f"unshare failed: {exc}"
@@ -57,22 +57,40 @@ def capabilities() -> DiskCapability:
     return DiskCapability(tmpfs, why, rl, rl_why)
 
 
+PAGE = 4096
+
+
+def tmpfs_bytes_for(folder: str) -> int:
+    """What ``folder``'s files occupy on a tmpfs (whole pages per file), plus a page per
+    folder for slack."""
+    total = 0
+    for _dp, dirs, files in os.walk(folder):
+        total += PAGE * (1 + len(dirs))
+        for name in files:
+            with contextlib.suppress(OSError):
+                size = os.lstat(os.path.join(_dp, name)).st_size
+                total += -(-size // PAGE) * PAGE
+    return total
+
+
 class TmpfsNamespace:
-    """A private mount namespace in which ``folder`` is a tmpfs of ``capacity`` bytes holding a
-    copy of the folder's content. Run commands in it with :meth:`wrap`; :meth:`close` copies the
-    tmpfs back into the real folder (space is "freed": later attempts run on the real disk)."""
+    """A private mount namespace in which ``folder`` is a tmpfs holding a copy of the folder's
+    content with ``capacity`` bytes of free space left. Run commands in it with :meth:`wrap`;
+    :meth:`close` copies the tmpfs back into the real folder (space is "freed": later attempts
+    run on the real disk). If the copy in fails, nothing is ever copied back."""
 
     def __init__(self, folder: str, capacity: int) -> None:
         self.folder = os.path.abspath(folder)
         self.capacity = capacity
+        self.size = tmpfs_bytes_for(self.folder) + capacity
         self._side = tempfile.mkdtemp(prefix="cp-side-")
         script = (
             'set -e; mount --bind "$1" "$2"; '
             'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
-            'cp -a "$2"/. "$1"/ 2>/dev/null || true; echo ready; exec sleep 100000')
+            'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000')
         self._holder = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-             self.folder, self._side, str(capacity)],
+             self.folder, self._side, str(self.size)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True)
         assert self._holder.stdout is not None

@@ -137,6 +137,9 @@ class CrashHarness:
     default_trials: int | None = None  # from the crashpoint marker
     _runs: int = 0
 
+    def __post_init__(self) -> None:
+        self.folder = os.path.abspath(self.folder)
+
     def campaign(self, agent: AgentLike, *, faults: FaultsLike = None,
                  trials: int | None = None, restarts: int | None = None,
                  expect: Expect | None = None, seed: int | None = None, name: str = "",

@@ -137,6 +137,12 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
           boundary: int | None, mode: str | None) -> list[Fault]:
     """The faults for one chain item."""
     bs = golden.boundaries()
+    if not bs and (kind == "corrupt" or (kind == "kill" and opts.get("at", "random") in
+                                          ("every-boundary", "random", "recovery"))):
+        raise ValueError(
+            f"{kind} faults at event boundaries need an agent that reports events through the "
+            "probe (crashpoint.probe, the reference library, or the wire protocol); its golden "
+            "run reported none. Use kill at time, failpoint or fileop for a silent agent.")
     if kind == "kill":
         at = opts.get("at", "random")
         if mode == "random" and at == "every-boundary":
@@ -318,6 +324,9 @@ class Campaign:
     launcher: Any = None
     plan_hook: Callable[[FaultFamily, Golden, int, int], Plan | None] | None = None
 
+    def __post_init__(self) -> None:
+        self.report_dir = os.path.abspath(self.report_dir)
+
     def runner(self) -> TrialRunner:
         return TrialRunner(self.agent, os.path.join(self.report_dir, "trials"),
                            restarts=self.restarts, expect=self.expect,
@@ -328,9 +337,10 @@ class Campaign:
         """Every plan of the campaign, in index order (before sharding)."""
         plans: list[Plan] = []
         nb = len(golden.boundaries())
-        systematic = [f for f in self.families if f.systematic or
-                      (self.mode == "systematic" and f.chain[0][0] == "kill"
-                       and len(f.chain) == 1)]
+        systematic = [f for f in self.families if self.mode != "random" and (
+            f.systematic or (self.mode == "systematic" and len(f.chain) == 1
+                             and f.chain[0][0] == "kill"
+                             and dict(f.chain[0][1]).get("at", "random") == "random"))]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
             for b in range(nb):

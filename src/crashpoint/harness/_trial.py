@@ -82,6 +82,11 @@ class TrialRunner:
     extra_checks: dict[str, Callable[[TrialFacts], CheckResult]] = field(default_factory=dict)
     launcher: Any = None  # a fork-mode zygote (crashpoint.harness._zygote.Zygote) or None
 
+    def __post_init__(self) -> None:
+        # the agent runs in its own working folder: a relative {state_dir} would land there,
+        # and the checks would look at an empty folder
+        self.folder = os.path.abspath(self.folder)
+
     # -- environment ----------------------------------------------------------------------------
 
     def _env(self, ledger: Ledger, attempt: int, canary: str, trial: str,
