@@ -45,15 +45,31 @@ def _is_alive(p: psutil.Process) -> bool:
 
 
 def _holds_pipe(pid: int, inodes: set[int]) -> bool:
-    """True if process ``pid`` has an open descriptor on one of the pipes ``inodes``."""
+    """True if process ``pid`` can write to one of the pipes ``inodes`` (the child's stdout and
+    stderr).
+
+    Only the write end counts: that is what the child's descendants inherit. The read ends are
+    the test process's, and so are held, between fork and exec, by every process the test
+    process is starting at that moment (another trial's agent, on another thread): such a
+    process is no part of this child's tree.
+    """
     if not inodes:
         return False
     wanted = {f"pipe:[{i}]" for i in inodes}
     fd_dir = f"/proc/{pid}/fd"
     for fd in os.listdir(fd_dir):
         with contextlib.suppress(OSError):
-            if os.readlink(f"{fd_dir}/{fd}") in wanted:
+            if os.readlink(f"{fd_dir}/{fd}") in wanted and _writable(pid, fd):
                 return True
+    return False
+
+
+def _writable(pid: int, fd: str) -> bool:
+    """True if descriptor ``fd`` of process ``pid`` was opened for writing."""
+    with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+        for line in info:
+            if line.startswith("flags:"):
+                return (int(line.split()[1], 8) & os.O_ACCMODE) != os.O_RDONLY
     return False
 
 
@@ -160,10 +176,16 @@ class Child:
                 procs[c.pid] = c
         unreaped = self.popen.returncode is None  # then its pid still names its session
         pipes = self._pipe_inodes()
+        me = os.getpid()
         for pid in psutil.pids():
-            if pid in procs or pid == os.getpid():
+            if pid in procs or pid == me:
                 continue
             with contextlib.suppress(OSError, psutil.Error):
+                # Another child of the test process (a sibling, maybe not yet exec'd) is never
+                # in this tree; killing it and then waiting for it with psutil would reap it
+                # behind its Popen's back, and its Popen would then read returncode 0.
+                if psutil.Process(pid).ppid() == me:
+                    continue
                 if (unreaped and os.getsid(pid) == self.pid) or _holds_pipe(pid, pipes):
                     procs[pid] = psutil.Process(pid)
         return list(procs.values())

@@ -694,6 +694,8 @@ def _run(ctx: Context) -> int:
     if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
         ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
         return EXIT_FOUND
+    if code == int(pytest.ExitCode.USAGE_ERROR):
+        return EXIT_USAGE  # a bad option value: the message is above
     if code not in (0, 1):
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
     return EXIT_OK if code == 0 else EXIT_FOUND

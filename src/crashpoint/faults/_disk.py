@@ -61,11 +61,9 @@ PAGE = 4096
 
 
 def tmpfs_bytes_for(folder: str) -> int:
-    """What ``folder``'s files occupy on a tmpfs (whole pages per file), plus a page per
-    folder for slack."""
+    """What ``folder``'s files occupy on a tmpfs: whole pages per file."""
     total = 0
-    for _dp, dirs, files in os.walk(folder):
-        total += PAGE * (1 + len(dirs))
+    for _dp, _dirs, files in os.walk(folder):
         for name in files:
             with contextlib.suppress(OSError):
                 size = os.lstat(os.path.join(_dp, name)).st_size
@@ -74,15 +72,16 @@ def tmpfs_bytes_for(folder: str) -> int:
 
 
 class TmpfsNamespace:
-    """A private mount namespace in which ``folder`` is a tmpfs holding a copy of the folder's
-    content with ``capacity`` bytes of free space left. Run commands in it with :meth:`wrap`;
+    """A private mount namespace in which ``folder`` is a tmpfs of ``capacity`` bytes holding
+    a copy of the folder's content. If the content needs more, the tmpfs holds it plus one page
+    (state already on disk is never cut to fit). Run commands in it with :meth:`wrap`;
     :meth:`close` copies the tmpfs back into the real folder (space is "freed": later attempts
     run on the real disk). If the copy in fails, nothing is ever copied back."""
 
     def __init__(self, folder: str, capacity: int) -> None:
         self.folder = os.path.abspath(folder)
         self.capacity = capacity
-        self.size = tmpfs_bytes_for(self.folder) + capacity
+        self.size = max(capacity, tmpfs_bytes_for(self.folder) + PAGE)
         self._side = tempfile.mkdtemp(prefix="cp-side-")
         script = (
             'set -e; mount --bind "$1" "$2"; '

@@ -375,19 +375,22 @@ class Campaign:
         """Run the golden run (unless given) and every selected trial, in index order."""
         t0 = time.monotonic()
         runner = self.runner()
-        if golden is None:
-            golden = runner.golden()
-        plans = self.selected(self.plans(golden))
-        if only is not None:
-            plans = [p for p in plans if p.index in set(only)]
-        results: list[TrialResult] = []
-        failures = 0
-        for k, plan in enumerate(plans):
-            res = runner.run(plan, golden)
-            failures += 0 if res.ok else 1
-            results.append(res)
-            if progress is not None:
-                progress(k + 1, len(plans), failures, res)
+        try:
+            if golden is None:
+                golden = runner.golden()
+            plans = self.selected(self.plans(golden))
+            if only is not None:
+                plans = [p for p in plans if p.index in set(only)]
+            results: list[TrialResult] = []
+            failures = 0
+            for k, plan in enumerate(plans):
+                res = runner.run(plan, golden)
+                failures += 0 if res.ok else 1
+                results.append(res)
+                if progress is not None:
+                    progress(k + 1, len(plans), failures, res)
+        finally:
+            runner.close()
         result = CampaignResult(self.name, golden, results, time.monotonic() - t0, self.seed,
                                 self.report_dir)
         return result
@@ -404,7 +407,7 @@ def replay(folder: str) -> TrialResult:
     runner_cfg = load_json(os.path.join(folder, "runner.json"))
     golden = golden_from_json(load_json(os.path.join(folder, "golden.json")))
     out = os.path.join(folder, "replays", time.strftime("%Y%m%dT%H%M%S"))
-    runner = TrialRunner(AgentSpec.from_json(runner_cfg["agent"]), out,
-                         restarts=int(runner_cfg["restarts"]),
-                         expect=Expect.from_json(runner_cfg["expect"]), keep_passing=True)
-    return runner.run(plan, golden)
+    with TrialRunner(AgentSpec.from_json(runner_cfg["agent"]), out,
+                     restarts=int(runner_cfg["restarts"]),
+                     expect=Expect.from_json(runner_cfg["expect"]), keep_passing=True) as runner:
+        return runner.run(plan, golden)

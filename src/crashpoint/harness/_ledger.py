@@ -147,6 +147,26 @@ class Ledger:
             env[ENV_HTTP] = self.http_url
         return env
 
+    def reset(self, history_path: str | None = None) -> Ledger:
+        """Forget everything (history, effects, kills) and log to ``history_path``: a fresh
+        ledger on the same sockets, for the next trial (its agents are all gone by then).
+        Starting and stopping the servers costs more than a short trial."""
+        with self._lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            self.history_path = history_path
+            if history_path:
+                self._log = open(history_path, "a", encoding="utf-8")  # noqa: SIM115
+            self.events = []
+            self.effects = {}
+            self.attempt = 0
+            self.pgids = {}
+            self.kills = []
+            self.killed = []
+            self._attempt_index = {}
+        return self
+
     def begin_attempt(self, attempt: int, pgid: int | None) -> None:
         """Attempt ``attempt`` runs in process group ``pgid`` (what a kill at its events hits)."""
         with self._lock:

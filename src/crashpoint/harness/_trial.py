@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,27 @@ class TrialRunner:
         # the agent runs in its own working folder: a relative {state_dir} would land there,
         # and the checks would look at an empty folder
         self.folder = os.path.abspath(self.folder)
+        self._ledger: Ledger | None = None
+
+    def ledger(self, history_path: str) -> Ledger:
+        """The runner's ledger, reset for a new trial (started once, reused: see
+        :meth:`Ledger.reset`); closed by :meth:`close` or when the runner is collected."""
+        if self._ledger is None:
+            self._ledger = Ledger(history_path=history_path, http=True).start()
+            weakref.finalize(self, Ledger.close, self._ledger)
+            return self._ledger
+        return self._ledger.reset(history_path)
+
+    def close(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- environment ----------------------------------------------------------------------------
 
@@ -130,17 +152,17 @@ class TrialRunner:
         os.makedirs(state)
         os.makedirs(work)
         argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
-        # http=True as in trials: an agent that speaks the HTTP front needs it in the golden
-        # run too, or its golden run records no effect and every trial looks UNEXPECTED
-        with Ledger(history_path=os.path.join(folder, "history.jsonl"), http=True) as ledger:
-            env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
-            t0 = time.monotonic()
-            proc = self._spawn(argv, env, self.agent.cwd or work, None,
-                               functools.partial(ledger.begin_attempt, 1))
-            ex = proc.wait()
-            duration = time.monotonic() - t0
-            events = [dict(e) for e in ledger.events]
-            applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
+        # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
+        # it in the golden run too, or its golden run records no effect
+        ledger = self.ledger(os.path.join(folder, "history.jsonl"))
+        env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
+        t0 = time.monotonic()
+        proc = self._spawn(argv, env, self.agent.cwd or work, None,
+                           functools.partial(ledger.begin_attempt, 1))
+        ex = proc.wait()
+        duration = time.monotonic() - t0
+        events = [dict(e) for e in ledger.events]
+        applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         if ex.returncode != 0:
             raise GoldenRunFailed(
                 f"the golden run (no faults) did not complete: {ex.describe()}. Command: "
@@ -169,16 +191,16 @@ class TrialRunner:
         corruptions: list[dict[str, Any]] = []
         max_bytes = [0]
         resume_times: list[float] = []
-        with Ledger(history_path=os.path.join(tdir, "history.jsonl"), http=True) as ledger:
-            ledger.kills = [KillAt(f.attempt, int(f.arg("index", 0)), str(f.arg("phase",
-                                                                              "before")))
-                            for f in plan.faults if f.kind == "kill"]
-            if not skipped:
-                self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
-                               max_bytes, resume_times)
-            events = [dict(e) for e in ledger.events]
-            applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
-            duplicates = sum(e.duplicates for e in ledger.effects.values())
+        ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
+        ledger.kills = [KillAt(f.attempt, int(f.arg("index", 0)), str(f.arg("phase",
+                                                                          "before")))
+                        for f in plan.faults if f.kind == "kill"]
+        if not skipped:
+            self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
+                           max_bytes, resume_times)
+        events = [dict(e) for e in ledger.events]
+        applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
+        duplicates = sum(e.duplicates for e in ledger.effects.values())
         max_bytes[0] = max(max_bytes[0], _dir_size(state))
         copies = [a.state_copy for a in attempts if a.state_copy]
         facts = TrialFacts(golden, plan, self.expect, attempts, events, applied, canary,

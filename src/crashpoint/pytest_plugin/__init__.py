@@ -77,7 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if name == "progress":
             group.addoption(flag, action="store_true", default=None, dest=f"crashpoint_{name}",
                             help=f"{help_} [env {env}, ini {ini}]")
-            parser.addini(ini, help_, type="bool", default=False)
+            # a string, parsed by _parse: pytest's type="bool" turns a bad value into an
+            # INTERNALERROR instead of a usage error naming the ini file
+            parser.addini(ini, f"{help_} (true/false)", default="")
             continue
         group.addoption(flag, action="store", default=None, dest=f"crashpoint_{name}",
                         metavar=name.upper(), help=f"{help_} [env {env}, ini {ini}]")
@@ -117,7 +119,9 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         raise bad("expected true or false")
     if not str(raw).strip():
         raise bad("expected a folder path")
-    return str(raw)
+    if os.path.exists(raw) and not os.path.isdir(raw):
+        raise bad("it is an existing file; expected a folder path")
+    return os.path.abspath(str(raw))  # agents run in their own folder: relative would move
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -133,7 +137,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             where[name] = "env"
         else:
             ini_v = config.getini(ini)
-            if ini_v not in ("", None, False) or (name == "progress" and ini_v):
+            if str(ini_v).strip():
                 values[name] = _parse(name, ini_v, f"{ini} (ini file {config.inipath})")
                 where[name] = "ini"
             else:
@@ -156,7 +160,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     return (f"crashpoint: seed={s.seed if s.seed is not None else 'per test (default 0)'} "
             f"trials={s.trials if s.trials is not None else 'per test'} "
             f"mode={s.mode or 'as declared'} shard={shard} "
-            f"report={s.report or 'tmp_path'}")
+            f"report={s.report or 'tmp_path (fixtures), ./crashpoint-report (scenarios)'}")
 
 
 # -- marker -----------------------------------------------------------------------------------
@@ -175,23 +179,37 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
     try:
         opts = _marker_signature(*m.args, **m.kwargs)
     except TypeError as exc:
+        why = str(exc).replace("_marker_signature()", "crashpoint()")
         raise pytest.UsageError(
-            f"{item.nodeid}: bad @pytest.mark.crashpoint arguments (from marker): {exc}; "
+            f"{item.nodeid}: bad @pytest.mark.crashpoint arguments (from marker): {why}; "
             "allowed: trials=, faults=, seed=, restarts=") from None
     for key in ("trials", "seed", "restarts"):
         v = opts[key]
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.crashpoint({key}={v!r}) "
                                     "(from marker): expected a whole number >= 0")
+    if opts["faults"] is not None:
+        from crashpoint.harness import as_families
+
+        try:
+            as_families(opts["faults"])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.crashpoint(faults={opts['faults']!r}) (from "
+                f"marker): {exc}") from None
     return opts
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("crashpoint") is not None:
-        try:
-            marker_options(item)
-        except pytest.UsageError as exc:
-            pytest.fail(str(exc), pytrace=False)
+    if item.get_closest_marker("crashpoint") is None:
+        return
+    try:
+        marker_options(item)
+    except pytest.UsageError as exc:
+        message = str(exc)
+    else:
+        return
+    pytest.fail(message, pytrace=False)  # outside the except: the message is shown once
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -243,8 +261,31 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
     """
     opts = marker_options(request.node)
     folder = _folder_for(request.config, request.node.nodeid, tmp_path / "crashpoint")
-    return make_harness(request.config, folder, seed=opts["seed"], trials=opts["trials"],
-                        faults=opts["faults"], restarts=opts["restarts"])
+    harness = make_harness(request.config, folder, seed=opts["seed"], trials=opts["trials"],
+                           faults=opts["faults"], restarts=opts["restarts"])
+    run = harness.run
+    item = request.node
+
+    def run_and_record(agent: Any, **kw: Any) -> Any:
+        result = run(agent, **kw)
+        record_campaign(item, result.campaign, scenario=item.nodeid, file=str(item.path),
+                        family=result.campaign.name, reports=result.campaign.report_dir)
+        return result
+
+    harness.run = run_and_record  # type: ignore[method-assign]
+    return harness
+
+
+def record_campaign(item: pytest.Item, result: Any, **extra: Any) -> None:
+    """Report a finished campaign: call ``pytest_crashpoint_campaign_finished`` and attach its
+    summary to the item's test report (the end table and gate.json are built from those
+    reports, so this works under pytest-xdist too)."""
+    item.config.hook.pytest_crashpoint_campaign_finished(config=item.config, name=result.name,
+                                                         result=result)
+    summary = result.summary()
+    summary.update(extra)
+    summary["trial_results"] = [t.to_json() for t in result.trials]
+    item.user_properties.append(("crashpoint", json.dumps(summary, default=str)))
 
 
 @pytest.fixture
@@ -277,12 +318,13 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     yield start
     survivors: list[int] = []
     for p in started:
-        if p.proc is not None and p.proc.poll() is None:
-            survivors += kill_tree(p.pid, sid=p.pid)
-            p.proc.wait()
-        elif p.proc is not None:
-            survivors += kill_tree(p.pid, sid=p.pid)
-        for stream in (p.proc.stdout, p.proc.stderr) if p.proc else ():
+        if p.proc is None:
+            continue
+        survivors += kill_tree(p.pid, sid=p.pid)  # the agent and whatever is left of its session
+        # reap it and join its output readers before closing the pipes (closing a pipe under a
+        # reader thread makes that thread raise)
+        p.wait()
+        for stream in (p.proc.stdout, p.proc.stderr):
             if stream is not None:
                 stream.close()
     assert not survivors, f"processes survived the test: {survivors}"
@@ -315,6 +357,10 @@ def disk_fault() -> Iterator[Callable[..., TmpfsNamespace]]:
 def full_fake_disk() -> Iterator[Any]:
     """A pyfakefs file system whose disk holds 64 KiB (``fs.set_disk_usage(n)`` to change it):
     writes past it raise a real ``OSError(ENOSPC)``. For in-process code only."""
+    # Importing pyfakefs's pytest plugin module tells the Patcher to leave pytest's own modules
+    # (capture, pathlib) on the real disk; without it (-p no:fakefs, plugin autoload off) the
+    # patched test fails with EBADF on pytest's capture files.
+    import pyfakefs.pytest_plugin  # noqa: F401
     from pyfakefs.fake_filesystem_unittest import Patcher
 
     with Patcher() as patcher:

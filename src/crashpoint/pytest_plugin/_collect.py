@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -10,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import CampaignResult, Golden
+from crashpoint.harness import CampaignResult, Golden, GoldenRunFailed
 from crashpoint.harness._api import HarnessResult
 from crashpoint.harness._campaign import FaultFamily
 from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_scenario
-from crashpoint.pytest_plugin import SETTINGS, make_harness
+from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign
 
 GOLDEN = pytest.StashKey[Golden]()
 
@@ -33,7 +32,9 @@ class ScenarioFile(pytest.File):
             scenario = load_scenario(self.path)
         except ScenarioError as exc:
             raise self.CollectError(f"crashpoint scenario error: {exc}") from None
-        counts = _split_trials(scenario)
+        override = self.config.stash[SETTINGS].trials
+        counts = [c if (override is None or f.family.systematic) else override
+                  for f, c in zip(scenario.families, _split_trials(scenario), strict=True)]
         names: dict[str, int] = {}
         for fam, count in zip(scenario.families, counts, strict=True):
             base = fam.family.name
@@ -42,7 +43,11 @@ class ScenarioFile(pytest.File):
             item = ScenarioItem.from_parent(self, name=name, scenario=scenario, family=fam,
                                             count=count)
             for mark in scenario.marks:
-                item.add_marker(getattr(pytest.mark, mark))
+                try:
+                    item.add_marker(getattr(pytest.mark, mark))
+                except pytest.fail.Exception as exc:  # --strict-markers and not registered
+                    raise self.CollectError(f"crashpoint scenario error: {self.path} (key "
+                                            f"'marks'): {exc.msg}") from None
             yield item
 
 
@@ -91,16 +96,14 @@ class ScenarioItem(pytest.Item):
         parent = self.parent
         assert parent is not None
         golden = parent.stash.get(GOLDEN, None)
-        result = campaign.run(progress=harness.progress, golden=golden)
+        try:
+            result = campaign.run(progress=harness.progress, golden=golden)
+        except GoldenRunFailed as exc:
+            raise ScenarioError(sc.path, self.family.line, "agent", str(exc)) from None
         parent.stash[GOLDEN] = result.golden
         paths = result.write_reports()
-        self.config.hook.pytest_crashpoint_campaign_finished(config=self.config, name=safe,
-                                                             result=result)
-        summary = result.summary()
-        summary.update({"scenario": sc.name, "file": sc.path, "family": self.name,
-                        "reports": paths, "trial_results": [t.to_json()
-                                                            for t in result.trials]})
-        self.user_properties.append(("crashpoint", json.dumps(summary, default=str)))
+        record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
+                        reports=paths)
         if not result.ok:
             raise ScenarioFailed(result)
 

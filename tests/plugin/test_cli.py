@@ -1,0 +1,106 @@
+"""``crashpoint run``, the gate, as a user runs it: a subprocess, its exit code, its output
+and its reports."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("no_unrelated_plugins")
+
+
+def crashpoint(inner: Any, *args: Any) -> pytest.RunResult:
+    """``crashpoint ARGS...`` in the pytester folder (``python -m crashpoint``: the console
+    script's code, without depending on PATH)."""
+    result: pytest.RunResult = inner.pytester.run(sys.executable, "-m", "crashpoint",
+                                                  *map(str, args), timeout=180)
+    return result
+
+
+def junit_suite(report: Path) -> ET.Element:
+    root = ET.parse(report / "junit.xml").getroot()  # noqa: S314 - the gate's own report
+    suite = root.find("testsuite")
+    assert suite is not None
+    return suite
+
+
+def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
+    inner.scenario("demo_kills", "kill: {at: random, count: 2}", folder="gate", extra="seed: 21")
+    report = inner.path / "out"
+    result = crashpoint(inner, "run", "gate", "--report", report)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([
+        "    trials 2/2, failures so far: 0",  # progress, on by default
+        "crashpoint gate: 1 campaigns, seed 21",
+        "scenario ?family?*trials*faults*checks ok*dup*lost*resume p50*verdict",
+        "demo kills ?kill@random?*2*kill:2*0*0*ms*PASS",
+        f"crashpoint reports: {report / 'gate.json'}*",
+    ])
+    gate = json.loads((report / "gate.json").read_text())
+    assert gate["ok"] is True
+    assert [(c["scenario"], c["family"], c["ran"]) for c in gate["campaigns"]] == [
+        ("demo kills", "kill@random", 2)]
+    suite = junit_suite(report)
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "0")
+    # each campaign's own reports and verdicts
+    (campaign,) = (report / "scenarios").iterdir()
+    assert {p.name for p in campaign.iterdir()} >= {"summary.json", "verdicts.json", "junit.xml"}
+
+
+def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
+    inner.scenario("broken", "kill: {at: random, count: 2}", folder="gate", extra="seed: 1",
+                   command=inner.command(inner.broken_agent))
+    report = inner.path / "out"
+    result = crashpoint(inner, "run", "gate", "--report", report, "--quiet")
+    assert result.ret == 1, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([
+        "crashpoint gate: 1 campaigns, seed 1",
+        "broken ?kill@random?*2*kill:2*FAIL (*)",
+        "FAILED broken ?kill@random? trial *: *: FAIL*",
+        f"  replay: crashpoint replay {report}/scenarios/*/trials/trial-000*",
+    ])
+    assert "trials 2/2" not in result.stdout.str()  # --quiet: no progress lines
+    gate = json.loads((report / "gate.json").read_text())
+    assert gate["ok"] is False
+    suite = junit_suite(report)
+    assert suite.get("failures") == "1"
+
+
+def test_no_scenario_found_exits_1_with_a_message(inner: Any) -> None:
+    (inner.path / "empty").mkdir()
+    (inner.path / "empty" / "notes.yaml").write_text("name: not a scenario\n")
+    result = crashpoint(inner, "run", "empty", "--report", inner.path / "out")
+    assert result.ret == 1
+    result.stderr.fnmatch_lines(["crashpoint: no *.scenario.yaml found under empty"])
+
+
+def test_missing_path_exits_2(inner: Any) -> None:
+    result = crashpoint(inner, "run", "no-such-folder")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["crashpoint: error: no such file or folder: no-such-folder *"])
+    assert not (inner.path / "crashpoint-report").exists()
+
+
+def test_bad_scenario_file_fails_the_gate_naming_file_and_line(inner: Any) -> None:
+    bad = inner.path / "gate" / "bad.scenario.yaml"
+    bad.parent.mkdir()
+    bad.write_text("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: sometimes}\n")
+    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"crashpoint scenario error: {bad}:5 (key 'faults?0?'): "
+                                 "kill: unknown at='sometimes'*"])
+    result.stderr.fnmatch_lines(["crashpoint: the gate did not run cleanly (pytest exit 2)*"])
+
+
+def test_bad_option_value_exits_2(inner: Any) -> None:
+    inner.scenario("demo_kills", "kill: {at: random, count: 1}", folder="gate")
+    result = crashpoint(inner, "run", "gate", "--shard", "5/2", "--report", inner.path / "out")
+    result.stderr.fnmatch_lines(["ERROR: crashpoint: bad value '5/2' for --crashpoint-shard "
+                                 "(command line): expected I/N with 1 <= I <= N, e.g. 1/4"])
+    assert result.ret == 2
