@@ -47,7 +47,7 @@ def wchar() -> int:
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def stats(xs: list[float]) -> dict[str, float]:
@@ -446,11 +446,13 @@ def markdown(r: dict[str, Any]) -> str:
         + f"; {r['when']}{' (quick run)' if r['quick'] else ''}.", "",
         "## Headline ratios", "",
         "| metric | value | target |", "|---|---:|---|",
-        f"| one durable append (p50) / raw write+fdatasync | {h['append_p50_over_limit']} | ≤ 1.5 |",
+        "| one durable append (p50) / raw write+fdatasync | "
+        f"{h['append_p50_over_limit']} | ≤ 1.5 |",
         f"| batch(10) per step / batched raw limit | {h['batch10_p50_over_limit']} | ≤ 2 |",
         f"| SqliteSaver per-step overhead / ours | {h['sqlitesaver_overhead_over_ours']} | ≥ 5 |",
         f"| DBOS per-step overhead / ours | {h['dbos_overhead_over_ours']} | ≥ 20 |",
-        f"| bytes written per step, N={r['largest_n']} / N=10 | {h['bytes_per_step_10k_over_10']} | ≤ 1.2 |",
+        f"| bytes written per step, N={r['largest_n']} / N=10 | "
+        f"{h['bytes_per_step_10k_over_10']} | ≤ 1.2 |",
         f"| resume at N={r['largest_n']} (ms) | {h['resume_ms_10k']} | < 50 |",
         f"| fork-mode crash trials/s (demo, state on tmpfs) | {h['fork_trials_per_s']} | ≥ 150 |",
         f"| spawn-mode crash trials/s | {h['spawn_trials_per_s']} | - |",

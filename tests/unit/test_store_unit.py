@@ -420,7 +420,8 @@ def test_bytes_written_are_linear_in_the_content(tmp_path: Path) -> None:
     names = os.listdir(tmp_path / "store" / "run")
     assert len([n for n in names if n.startswith("seg-")]) == 1
     snaps = [n for n in names if n.startswith("snap-")]
-    assert len(snaps) == 1 and int(snaps[0][5:17]) > 5_000  # snapshots happened, late ones too
+    assert len(snaps) == 1
+    assert int(snaps[0][5:17]) > 5_000  # snapshots happened, late ones too
 
 
 # -- errors -----------------------------------------------------------------------------------

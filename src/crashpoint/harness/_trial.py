@@ -212,10 +212,11 @@ class TrialRunner:
         result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
                              time.monotonic() - t0, tdir, max_bytes[0], corruptions,
                              _reruns(events), skipped, resume_times)
-        self._write_evidence(result, golden, tdir)
-        if result.ok and not self.keep_passing:
+        if result.ok and not self.keep_passing:  # evidence is for failures (and replays)
             shutil.rmtree(tdir, ignore_errors=True)
             result.folder = ""
+        else:
+            self._write_evidence(result, golden, tdir)
         return result
 
     def _unsupported(self, plan: Plan) -> str:
