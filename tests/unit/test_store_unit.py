@@ -472,3 +472,56 @@ def test_error_categories_and_messages() -> None:
     assert isinstance(RunLocked("r", "/l"), TimeoutError)
     assert isinstance(DiskBudgetExceeded("/s", 1, "x"), OSError)
     assert DiskBudgetExceeded("/s", 1, "x").errno == errno.ENOSPC
+
+
+# -- free-space reserve -----------------------------------------------------------------------
+
+
+class _FakeStatvfs:
+    """os.statvfs with a free-space figure the test controls (4 KiB blocks)."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.calls = 0
+
+    def __call__(self, path: object) -> os.statvfs_result:
+        self.calls += 1
+        blocks = self.free // 4096
+        return os.statvfs_result((4096, 4096, 1 << 30, blocks, blocks, 0, 0, 0, 0, 255))
+
+
+def test_the_reserve_refuses_a_write_before_it_happens(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeStatvfs(free=1 << 20)  # 1 MiB free, reserve 1 MiB - 8 KiB: room for ~8 KiB
+    monkeypatch.setattr(os, "statvfs", fake)
+    store = Store(tmp_path / "store", reserve_bytes=(1 << 20) - 8192)
+    with store.open("run") as j:
+        written = 0
+        with pytest.raises(DiskBudgetExceeded, match="free-space reserve"):
+            for i in range(1000):
+                j.append({"i": i, "text": "x" * 200})
+                written += 1
+                fake.free -= 300  # what the append took
+        seg = next((tmp_path / "store" / "run").glob("seg-*"))
+        size = seg.stat().st_size
+        assert 10 <= written < 40  # refused near the reserve, not at once and not never
+        with pytest.raises(DiskBudgetExceeded):
+            j.append({"again": True})
+        assert seg.stat().st_size == size  # nothing of a refused record was written
+    assert len(store.read("run").state["records"]) == written
+
+
+def test_a_sudden_drop_in_free_space_is_seen_within_a_mebibyte(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeStatvfs(free=10 << 30)  # plenty: appends skip the reading
+    monkeypatch.setattr(os, "statvfs", fake)
+    store = Store(tmp_path / "store", reserve_bytes=64 << 20)
+    with store.open("run") as j:
+        for i in range(100):
+            j.append({"i": i, "text": "x" * 200})
+        assert fake.calls <= 3  # the fast path: no statvfs per append
+        fake.free = 1 << 20  # someone else filled the disk
+        with pytest.raises(DiskBudgetExceeded):
+            for i in range(10_000):
+                j.append({"i": i, "text": "x" * 200})
+        assert store.bytes_written < 3 << 20  # noticed within about a MiB of our own writes

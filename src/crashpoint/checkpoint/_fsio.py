@@ -36,7 +36,10 @@ class FsOps:
 
     def write(self, fd: int, data: bytes) -> None:
         """Write all of ``data`` (looping over short writes)."""
-        view = memoryview(data)
+        n = os.write(fd, data)
+        if n == len(data):
+            return
+        view = memoryview(data)[n:]
         while view:
             n = os.write(fd, view)
             view = view[n:]

@@ -85,7 +85,9 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
         data = json.dumps({"generation": generation, "pid": os.getpid()}).encode()
         fs.truncate(fd, 0)
         fs.pwrite(fd, data, 0)
-        fs.fsync(fd)
+        # not fsynced: records carry the generation that fences, and the next opener takes
+        # max(lock file, journal) + 1, so a lost lock-file write cannot reuse a generation
+        # that reached the journal
         return RunLock(path, fd, generation, fs)
     except BaseException:
         os.close(fd)

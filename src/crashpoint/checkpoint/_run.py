@@ -168,15 +168,15 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
     if "effects" not in state:
         _init_state(state)
     t = rec.get("t")
-    if t == "open":
+    if t == "step":  # the common record first
+        state["order"].append(rec["name"])
+        state["results"].append(rec.get("result"))
+    elif t == "open":
         state["attempts"] = int(rec.get("attempt", state["attempts"] + 1))
         if "steps" not in state:
             state["steps"] = rec.get("steps")
         if state["status"] in ("created", "failed"):
             state["status"] = "running"
-    elif t == "step":
-        state["order"].append(rec["name"])
-        state["results"].append(rec.get("result"))
     elif t == "intent":
         state["effects"][rec["key"]] = {
             "kind": rec["kind"], "step": rec.get("step"), "payload": rec.get("payload"),
@@ -242,8 +242,10 @@ class Run:
         if st["status"] == "dead":
             raise RunDeadLettered(self.run_id, int(st["attempts"]), str(st.get("reason", "")))
         if st["status"] not in ("completed", "denied", "dead"):
+            # not synced on its own: only an attempt counter, made durable by the next
+            # durable append (meta.json, written durably next, is what the registry reads)
             journal.append({"t": "open", "attempt": st["attempts"] + 1, "steps": declared},
-                           redact=False, sync=self._sync_flag(True))
+                           redact=False, sync=False)
             journal.set_meta(status="paused" if st["status"] == "paused" else "running",
                              attempts=st["attempts"], pid=os.getpid())
 
@@ -295,6 +297,10 @@ class Run:
              kind: Literal["step", "tool", "llm"] = "step") -> Any:
         """Run step ``name`` once: on resume a completed step returns its recorded result
         without calling ``fn``. ``fn``'s result must be JSON-able (it is the checkpoint)."""
+        pos, order = self._pos, self.journal.state["order"]
+        if pos < len(order) and order[pos] == name:  # the replay fast path
+            self._pos = pos + 1
+            return self.journal.state["results"][pos]
         replayed, result = self._check_position(name)
         if replayed:
             self._pos += 1

@@ -278,6 +278,7 @@ class Store:
         self._reserve: int | None = None
         self._free_seen = 0  # free bytes at the last statvfs
         self._since_statvfs = MiB + 1  # bytes written since (forces a first reading)
+        self._statvfs_every = 0  # bytes writable without any check (set by _guard when safe)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -463,6 +464,7 @@ class Store:
         """Make room for a write of ``n`` bytes or raise DiskBudgetExceeded before writing."""
         if self._violation(n) is None:
             self._since_statvfs += n
+            self._arm_fast_path()
             return
         self.usage(refresh=True)
         if self._violation(n, fresh=True) is None:
@@ -474,6 +476,14 @@ class Store:
         if why is not None:
             raise DiskBudgetExceeded(path, n, why)
         self._since_statvfs += n
+        self._arm_fast_path()
+
+    def _arm_fast_path(self) -> None:
+        """Let appends skip the check while free space is far above the reserve: up to 1 MiB
+        of our writes between readings, never closer than 2 x reserve + 4 MiB to the reserve."""
+        reserve = self.reserve_for()
+        room = self._free_seen - 2 * reserve - 4 * MiB
+        self._statvfs_every = MiB if reserve == 0 or room > MiB else 0
 
 
 class RunJournal:
@@ -512,6 +522,9 @@ class RunJournal:
         self.generation = lock.generation
         self._since_snapshot = loaded.bytes_since_snapshot
         self._snapshot_size = loaded.snapshot_bytes
+        self._snapshot_due = self._due()
+        dur = store.durability
+        self._sync_every = {"always": 1, "batch": dur.every}.get(dur.mode, 0)
         moved: list[str] = []
         try:
             if loaded.damage:  # rollback: make the valid prefix durable on its own first
@@ -545,6 +558,13 @@ class RunJournal:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _due(self) -> float:
+        """Journal bytes since the last snapshot at which the next one is taken."""
+        pol = self.store.snapshots
+        if not pol.enabled:
+            return float("inf")
+        return max(pol.min_bytes, int(pol.ratio * self._snapshot_size))
+
     def append(self, data: Any, *, redact: bool = True, sync: bool | None = None) -> int:
         """Append one record; return its sequence number once it is durable per the store's
         durability (``sync=True`` forces an fdatasync, ``False`` skips it).
@@ -556,14 +576,20 @@ class RunJournal:
                                        "the journal stopped at an earlier write error; reopen")
         if self._fd < 0:
             raise CheckpointError(f"run {self.run_id!r} is closed")
+        store = self.store
         if redact:
-            data = self.store.redactor.redact(data)
-        payload = encode_json({"s": self.seq + 1, "g": self.generation, "d": data})
+            data = store.redactor.redact(data)
+        # the canonical encoding of {"s": seq, "g": generation, "d": data}, keys sorted
+        payload = b'{"d":%b,"g":%d,"s":%d}' % (encode_json(data), self.generation, self.seq + 1)
         frame = encode(payload)
-        self.store._guard(len(frame), self._path)
-        dur = self.store.durability
+        n = len(frame)
+        if store.budget_bytes is not None or store._since_statvfs + n > store._statvfs_every:
+            store._guard(n, self._path)  # the full check: budget, or free space due a reading
+        else:
+            store._since_statvfs += n  # free space was read recently and was plentiful
         if sync is None:
-            sync = dur.mode == "always" or (dur.mode == "batch" and self._unsynced + 1 >= dur.every)
+            every = self._sync_every
+            sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
         try:
             failpoint("journal.write", self._path)
             self.fs.write(self._fd, frame)
@@ -575,14 +601,16 @@ class RunJournal:
             self._fail(exc)
             raise CheckpointWriteError(exc.errno or errno.EIO, self._path) from exc
         self._unsynced = 0 if sync else self._unsynced + 1
-        self._end += len(frame)
+        self._end += n
         self.seq += 1
-        self.store._account(len(frame))
-        self._since_snapshot += len(frame)
+        store.bytes_written += n
+        if store._usage is not None:
+            store._usage += n
+        self._since_snapshot += n
         self._reducer(self.state, data)  # as encoded: redacted, a fresh copy of the caller's
-        if self.store.snapshots.due(self._since_snapshot, self._snapshot_size):
+        if self._since_snapshot >= self._snapshot_due:
             self.snapshot(required=False)
-        elif self._end >= self.store.segment_bytes:
+        elif self._end >= store.segment_bytes:
             try:
                 self._roll()
             except CheckpointWriteError:
@@ -636,6 +664,7 @@ class RunJournal:
         self.store._account(len(frame))
         self._snapshot_size = len(frame)
         self._since_snapshot = 0
+        self._snapshot_due = self._due()
 
     def _roll(self, *, covered: bool = False) -> None:
         """Start a new segment at the next sequence number; with ``covered``, delete every older
