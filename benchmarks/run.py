@@ -378,7 +378,15 @@ def main() -> int:
                     help="where the durable-write benchmarks write (its filesystem matters)")
     ap.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--harness-only", nargs=2, metavar=("DIR", "TRIALS"), help=argparse.SUPPRESS)
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite docs/BENCHMARKS.md from benchmarks/results/latest.json")
     args = ap.parse_args()
+    if args.render:
+        with open(os.path.join(HERE, "results", "latest.json")) as f:
+            results = json.load(f)
+        with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
+            f.write(markdown(results))
+        return 0
     if args.harness_only:
         print(json.dumps(harness(args.harness_only[0], int(args.harness_only[1]))))
         return 0
@@ -493,6 +501,10 @@ def markdown(r: dict[str, Any]) -> str:
     for n, v in r["resume"].items():
         lines.append(f"| {n} | {v['p50_ms']} | {v['max_ms']} |")
     lines += ["", "## Harness", "", "```json", json.dumps(r["harness"], indent=2), "```", ""]
+    notes = os.path.join(HERE, "NOTES.md")
+    if os.path.exists(notes):
+        with open(notes, encoding="utf-8") as f:
+            lines += [f.read()]
     return "\n".join(lines)
 
 
