@@ -93,8 +93,10 @@ _PHASES_RUN = tuple(p for p in Phase if p is not Phase.explain)
 settings.register_profile(CI_PROFILE, derandomize=True, deadline=None, max_examples=50,
                           print_blob=True, phases=_PHASES_RUN,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile(LOCAL_PROFILE, deadline=None, max_examples=300, phases=_PHASES_RUN,
-                          suppress_health_check=[HealthCheck.too_slow])
+# explicit derandomize=False: Hypothesis loads its own "ci" profile (derandomized) when $CI is
+# set, and a profile registered then would inherit it
+settings.register_profile(LOCAL_PROFILE, derandomize=False, deadline=None, max_examples=300,
+                          phases=_PHASES_RUN, suppress_health_check=[HealthCheck.too_slow])
 
 
 # -- golden runs ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import random
 import shutil
 import signal
@@ -435,7 +436,7 @@ def test_a_hang_is_a_timeout_failure_not_a_stuck_job(demo_golden: Golden, tmp_pa
     assert only.signal == signal.SIGKILL
     assert 1.0 <= only.duration < 5.0
     failed = {c.name: c.message for c in res.failed}
-    assert "hung, killed after 1.0s" in failed["completes"]
+    assert re.search(r"hung, killed after 1\.\ds", failed["completes"])  # the 1 s timeout
     assert "no_orphans" not in failed
     assert Path(res.folder, "REPLAY").is_file()
 
