@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import random
+import re
 import shutil
 import signal
 import stat

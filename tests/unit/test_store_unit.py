@@ -496,12 +496,17 @@ def test_the_reserve_refuses_a_write_before_it_happens(tmp_path: Path,
     monkeypatch.setattr(os, "statvfs", fake)
     store = Store(tmp_path / "store", reserve_bytes=(1 << 20) - 8192)
     with store.open("run") as j:
-        written = 0
-        with pytest.raises(DiskBudgetExceeded, match="free-space reserve"):
+        acked: list[int] = []
+
+        def fill() -> None:
             for i in range(1000):
                 j.append({"i": i, "text": "x" * 200})
-                written += 1
+                acked.append(i)
                 fake.free -= 300  # what the append took
+
+        with pytest.raises(DiskBudgetExceeded, match="free-space reserve"):
+            fill()
+        written = len(acked)
         seg = next((tmp_path / "store" / "run").glob("seg-*"))
         size = seg.stat().st_size
         assert 10 <= written < 40  # refused near the reserve, not at once and not never
@@ -521,7 +526,11 @@ def test_a_sudden_drop_in_free_space_is_seen_within_a_mebibyte(
             j.append({"i": i, "text": "x" * 200})
         assert fake.calls <= 3  # the fast path: no statvfs per append
         fake.free = 1 << 20  # someone else filled the disk
-        with pytest.raises(DiskBudgetExceeded):
+
+        def keep_writing() -> None:
             for i in range(10_000):
                 j.append({"i": i, "text": "x" * 200})
+
+        with pytest.raises(DiskBudgetExceeded):
+            keep_writing()
         assert store.bytes_written < 3 << 20  # noticed within about a MiB of our own writes
