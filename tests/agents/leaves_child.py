@@ -1,7 +1,10 @@
 """Broken: at start it launches a background "telemetry uploader" and never stops or waits for
 it, so the child outlives every attempt that exits.
 
-Caught by `no_orphans` (the harness kills the survivor and names it).
+Caught by `no_orphans` (the harness kills the survivor and names it). With
+``LEAVE_CHILD_DETACHED=1`` the child starts a session of its own (``setsid``), so once the agent
+is gone it is neither a descendant nor a session member: the harness finds it by the attempt's
+``CRASHPOINT_REAP_TOKEN`` instead. Its pid goes to stderr.
 
 Otherwise identical to good_agent.py.
 """
@@ -60,7 +63,9 @@ def main():
     fcntl.flock(lock, fcntl.LOCK_EX)  # a second resumer waits here; the kernel frees it on death
     path = os.path.join(folder, "state.json")
     state = load(path)
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # BUG: never reaped
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],  # BUG: never
+                             start_new_session=os.environ.get("LEAVE_CHILD_DETACHED") == "1")
+    print(f"child {child.pid}", file=sys.stderr)  # reaped
     for step in STEPS[len(state["done"]):]:
         probe.step_started(step)
         state["results"][step] = work(step, state["results"])

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 
 from crashpoint.checkpoint import EXIT_CODES
@@ -168,6 +169,27 @@ def test_broken_agent_is_caught(case: Case, tmp_path: Path) -> None:
     assert any(c.name == case.check and re.search(case.says, c.message) for c in again.failed), \
         f"replay of {trial.folder} did not reproduce {case.check}: " + \
         "; ".join(str(c) for c in again.checks)
+
+
+def test_a_child_that_setsids_and_outlives_the_agent_fails_no_orphans(tmp_path: Path) -> None:
+    """Neither a descendant nor a session member once the agent is gone: found by the attempt's
+    CRASHPOINT_REAP_TOKEN, killed, and named by no_orphans."""
+    case = Case("leaves_child", (KILL_ONCE,), "no_orphans",
+                r"outlived it \(killed by the harness\): attempt \d: pids \d+",
+                env=(("LEAVE_CHILD_DETACHED", "1"),))
+    result = run_gallery_campaign(case.agent, case, tmp_path)
+    caught = _matching(result, case)
+    assert caught, "the detached child went unseen:\n" + "\n".join(map(_failed, result.failures))
+    for trial in caught:
+        for a in trial.attempts:
+            started = [int(m) for m in re.findall(rb"child (\d+)", a.stderr)]
+            assert started, a.stderr
+            assert a.orphans == tuple(started), (a.orphans, started)
+            message = next(c.message for c in trial.failed if c.name == "no_orphans")
+            assert f"attempt {a.number}: pids {started[0]}" in message
+            for pid in started:
+                assert not psutil.pid_exists(pid) or \
+                    psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def _good_runs() -> list[Any]:

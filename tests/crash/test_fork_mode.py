@@ -88,6 +88,23 @@ AGENTS = textwrap.dedent('''
 
     def leaves_orphan(argv):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def leaves_detached(argv):  # a new session; orphaned (re-parented) once the agent exits
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+        print(p.pid)
+
+    def daemonizes(argv):  # the classic double fork, no exec: the daemon is a copy of the agent
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                os.close(w)
+                time.sleep(60)
+            os._exit(0)
+        os.close(w)
+        print(os.read(r, 32).decode())
 ''')
 
 
@@ -243,6 +260,26 @@ def test_a_straggler_of_a_forked_attempt_is_an_orphan_and_is_killed(
     assert len(ex.orphans) == 1
     assert not psutil.pid_exists(ex.orphans[0]) or \
         psutil.Process(ex.orphans[0]).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("entry", ["leaves_detached", "daemonizes"])
+def test_a_detached_straggler_of_a_forked_attempt_is_found_by_its_reap_token(
+        zygote: Zygote, agent_env: dict[str, str], tmp_path: Path, entry: str) -> None:
+    """A process in a new session whose parent is gone carries the attempt's token: an exec'd
+    one through os.environ, a plain fork of the agent through the stamped environment block."""
+    proc = zygote.spawn(f"cp_fork_agents:{entry}", env=agent_env, cwd=str(tmp_path), timeout=30)
+    assert proc.reap_token
+    ex = proc.wait()
+    assert ex.returncode == 0, ex.stderr
+    daemon = int(ex.stdout)
+    try:
+        assert ex.orphans == (daemon,)
+        assert not psutil.pid_exists(daemon) or \
+            psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+    finally:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(daemon).ppid() != os.getpid():
+                psutil.Process(daemon).kill()
 
 
 # -- the zygote survives its children ----------------------------------------------------------

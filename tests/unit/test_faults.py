@@ -28,7 +28,14 @@ import pytest
 from crashpoint._failpoints import FAILPOINTS, FailpointSpecError, parse
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
 from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt
-from crashpoint.faults._process import AgentProcess, kill_tree, leftovers
+from crashpoint.faults._process import (
+    REAP_VAR,
+    AgentProcess,
+    kill_tree,
+    leftovers,
+    marked,
+    with_reap_token,
+)
 from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialResult, TrialRunner
 
 INJECT = Path(__file__).resolve().parents[2] / "src" / "crashpoint" / "faults" / "_inject"
@@ -542,18 +549,11 @@ DETACH = """
 """
 
 
-class DaemonSurvived(AssertionError):
-    """The known limit pinned below, as its own exception so the xfail cannot pass for another
-    reason."""
-
-
-@pytest.mark.xfail(raises=DaemonSurvived, strict=True,
-                   reason="known limit: a process that left the agent's session and whose "
-                          "parent is gone is neither a descendant nor a session member when the "
-                          "harness looks, so it escapes (this test reaps it)")
 @pytest.mark.parametrize("how", ["double-fork", "setsid-child"])
-def test_a_process_in_a_new_session_that_lost_its_parent_escapes(how: str,
-                                                                 tmp_path: Path) -> None:
+def test_a_process_in_a_new_session_that_lost_its_parent_is_found_by_its_reap_token(
+        how: str, tmp_path: Path) -> None:
+    """It is neither a descendant nor a session member when the harness looks, but it carries
+    the attempt's CRASHPOINT_REAP_TOKEN: found, killed, reported as an orphan."""
     (tmp_path / "spawner.py").write_text(textwrap.dedent(DETACH))
     pidfile = tmp_path / "daemon.pid"
     agent = AgentProcess([sys.executable, str(tmp_path / "spawner.py"), how, str(pidfile)],
@@ -565,16 +565,59 @@ def test_a_process_in_a_new_session_that_lost_its_parent_escapes(how: str,
             time.sleep(0.01)
         daemon = int(pidfile.read_text())
         assert os.getsid(daemon) == daemon != agent.pid
+        # the agent and its daemon carry the token (the double fork's intermediate is gone)
+        assert sorted(p.pid for p in marked(agent.reap_token)) == sorted([agent.pid, daemon])
         agent.signal(signal.SIGKILL)  # what a planned kill does: killpg of the attempt's group
         ex = agent.wait()  # then the harness looks for what is left, and kills it
         assert ex.signal == signal.SIGKILL
-        if _alive(daemon):
-            assert daemon not in ex.orphans  # not even reported: no_orphans cannot fail
-            raise DaemonSurvived(f"pid {daemon} (sleep) outlived its attempt unnoticed")
+        assert ex.orphans == (daemon,)  # reported: no_orphans fails
+        assert not _alive(daemon)  # and killed
     finally:
         agent.kill()
         if daemon:
             _kill_by_pid(daemon, "sleep")
+
+
+def test_a_process_that_cleared_its_environment_still_escapes(tmp_path: Path) -> None:
+    """The remaining limit: ``env -i`` drops the marker, so a detached process started that way
+    is found by nothing once its parent is gone (this test reaps it)."""
+    code = """
+        import subprocess, sys
+        p = subprocess.Popen(["env", "-i", "sleep", "30"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        print(p.pid)
+    """
+    (tmp_path / "child.py").write_text(textwrap.dedent(code))
+    ex = AgentProcess([sys.executable, str(tmp_path / "child.py")], BASE_ENV,
+                      timeout=20).start().wait()
+    daemon = int(ex.stdout)
+    try:
+        assert ex.returncode == 0, ex.stderr
+        assert ex.orphans == ()
+        assert _alive(daemon)
+    finally:
+        _kill_by_pid(daemon, "sleep")
+
+
+def test_marked_matches_the_exact_entry_only() -> None:
+    token, env = with_reap_token(BASE_ENV)
+    assert env[REAP_VAR] == token
+    assert re.fullmatch(r"[0-9a-f]{32}", token)
+    assert with_reap_token(env) == (token, env)  # a given token is kept
+    assert with_reap_token({**BASE_ENV, REAP_VAR: "short"})[0] != "short"
+    longer = {**BASE_ENV, REAP_VAR: token + "0"}  # a prefix is not the entry
+    procs = [AgentProcess(["sleep", "30"], e, timeout=20).start() for e in (env, longer)]
+    try:
+        assert [p.pid for p in marked(token)] == [procs[0].pid]
+        assert marked("") == []
+        with pytest.MonkeyPatch.context() as mp:  # inherited from us: replaced, never scanned
+            mp.setenv(REAP_VAR, token)
+            assert with_reap_token(env)[0] != token
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def _kill_by_pid(pid: int, name: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from crashpoint.errors import CrashpointError
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
 from crashpoint.faults._files import corrupt
-from crashpoint.faults._process import AgentProcess, Exit
+from crashpoint.faults._process import REAP_VAR, AgentProcess, Exit, new_reap_token
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import KillAt, Ledger, canonical
 from crashpoint.harness._model import (
@@ -120,6 +120,8 @@ class TrialRunner:
                     "CRASHPOINT_RUN_ID": RUN_ID, CANARY_VAR: canary,
                     "PYTHONDONTWRITEBYTECODE": "1"})
         env.update(extra)
+        # one fresh marker per attempt: the reaper finds what the attempt detached by it
+        env[REAP_VAR] = new_reap_token()
         return env
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str, rlimit: int | None,

@@ -17,9 +17,18 @@ stderr are captured, and stragglers of its session are reported as orphans.
 How a child is made (in the zygote, which has no thread, so fork is safe)::
 
     fork -> setsid -> tell the zygote (sync pipe) -> stdin /dev/null, stdout/stderr onto the
-    harness's files -> os.environ = the attempt's env, chdir -> wait for "go" -> re-seed
+    harness's files -> os.environ = the attempt's env, its reap token stamped into the
+    process's initial environment, chdir -> wait for "go" -> re-seed
     random, probe.reset(), _failpoints.reload() -> call the function (crashpoint.harness._entry
     .call, the spawn path's own code) -> join threads, atexit, flush -> os._exit(code)
+
+``os.environ`` changes what the child's execs inherit, not ``/proc/PID/environ`` (the block the
+zygote was started with), which the reaper reads to find an attempt's detached processes
+(:func:`~crashpoint.faults._process.marked`). So the zygote starts with a placeholder
+``CRASHPOINT_REAP_TOKEN=000…`` and each child overwrites, in its own copy of that block, the
+placeholder with its attempt's token (same length): a plain ``os.fork`` of the agent that
+detaches is marked too. Where ``/proc/self/mem`` cannot be written, only what the child execs
+carries the token.
 
 The "go" pipe lets the harness register the child's process group with the ledger
 (``on_start``) before the agent can send its first probe event, so a kill at event #0 finds it.
@@ -70,7 +79,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from crashpoint.errors import CrashpointError
-from crashpoint.faults._process import Exit, kill_tree, leftovers
+from crashpoint.faults._process import (
+    PLACEHOLDER_TOKEN,
+    REAP_VAR,
+    Exit,
+    kill_tree,
+    leftovers,
+    with_reap_token,
+)
 from crashpoint.harness._model import AgentSpec
 
 if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _entry, which
@@ -259,6 +275,7 @@ def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], s
             os.close(src)
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in dict(msg["env"]).items()})
+        _stamp_environ(os.environ.get(REAP_VAR, ""))
         os.chdir(str(msg["cwd"]))
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         while os.read(go, 1):  # the harness closes its end once the ledger knows our group
@@ -276,6 +293,30 @@ def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], s
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     _finish(code)
+
+
+def _stamp_environ(token: str) -> bool:
+    """Write ``token`` over the placeholder in this process's initial environment block (what
+    ``/proc/self/environ`` shows and a plain fork inherits); best effort, False if not done."""
+    old = f"{REAP_VAR}={PLACEHOLDER_TOKEN}".encode()
+    new = f"{REAP_VAR}={token}".encode()
+    if len(new) != len(old) or new == old:
+        return False
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = b"\0" + mem.read(end - start)
+            at = block.find(b"\0" + old + b"\0")
+            if at < 0:
+                return False
+            mem.seek(start + at)
+            mem.write(new)
+    except (OSError, IndexError, ValueError):
+        return False
+    return True
 
 
 def _finish(code: int) -> NoReturn:
@@ -340,8 +381,9 @@ class ForkedProcess:
     """One attempt forked by a :class:`Zygote`; the interface of ``AgentProcess``."""
 
     def __init__(self, zygote: Zygote, pid: int, timeout: float, out: int, err: int,
-                 t0: float) -> None:
+                 t0: float, reap_token: str = "") -> None:
         self.zygote, self.pid, self.timeout = zygote, pid, timeout
+        self.reap_token = reap_token  # the attempt's REAP_VAR: finds what it detached
         self._out, self._err, self._t0 = out, err, t0
         self._exit: Exit | None = None
 
@@ -353,7 +395,7 @@ class ForkedProcess:
 
     def kill(self) -> None:
         if self._exit is None and not self.zygote._has_exited(self.pid):
-            kill_tree(self.pid, sid=self.pid)
+            kill_tree(self.pid, sid=self.pid, token=self.reap_token)
 
     def wait(self, timeout: float | None = None) -> Exit:
         """Wait for the attempt to end (killing its tree on timeout); reap everything."""
@@ -365,19 +407,19 @@ class ForkedProcess:
             status = self.zygote._wait_exit(self.pid, self._t0 + limit)
             if status is None:
                 timed_out = True
-                kill_tree(self.pid, sid=self.pid)
+                kill_tree(self.pid, sid=self.pid, token=self.reap_token)
                 status = self.zygote._wait_exit(self.pid, time.monotonic() + 30.0)
                 if status is None:
                     raise ZygoteError(f"the zygote did not report the end of pid {self.pid} "
                                       "within 30s of SIGKILL")
         except BaseException:
-            kill_tree(self.pid, sid=self.pid)
+            kill_tree(self.pid, sid=self.pid, token=self.reap_token)
             self._close_files()
             raise
         duration = time.monotonic() - self._t0
-        orphans = leftovers(self.pid)  # as AgentProcess.wait judges them
+        orphans = leftovers(self.pid, token=self.reap_token)  # as AgentProcess.wait judges
         if orphans:
-            kill_tree(self.pid, sid=self.pid)
+            kill_tree(self.pid, sid=self.pid, token=self.reap_token)
         stdout, stderr = _read_all(self._out), _read_all(self._err)
         self._close_files()
         rc = os.waitstatus_to_exitcode(status)
@@ -476,7 +518,8 @@ class Zygote:
         try:
             self._proc = subprocess.Popen(
                 [self.python, "-c", _BOOT, str(theirs.fileno()), self.cwd, *self.preload],
-                env=self.env, cwd=self.cwd or tempfile.gettempdir(), start_new_session=True,
+                env={**self.env, REAP_VAR: PLACEHOLDER_TOKEN},  # see _stamp_environ
+                cwd=self.cwd or tempfile.gettempdir(), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                 pass_fds=(theirs.fileno(),))
         except BaseException:
@@ -544,7 +587,8 @@ class Zygote:
             self.start()
         if not os.path.isdir(cwd):
             raise FileNotFoundError(f"the agent's working folder does not exist: {cwd}")
-        msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": dict(env),
+        token, env = with_reap_token(env)
+        msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": env,
                           "cwd": cwd, "id": self._new_id()})
         rid = json.loads(msg)["id"]
         data = msg.encode()
@@ -577,7 +621,7 @@ class Zygote:
                     raise _entry_error(str(reply.get("error")))
                 raise ZygoteError(f"the fork-mode zygote refused {entry!r}: "
                                   f"{reply.get('error')}")
-            proc = ForkedProcess(self, int(reply["pid"]), timeout, out, err, t0)
+            proc = ForkedProcess(self, int(reply["pid"]), timeout, out, err, t0, token)
             if on_start is not None:
                 on_start(proc.pid)
         except BaseException:

@@ -320,7 +320,8 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     for p in started:
         if p.proc is None:
             continue
-        survivors += kill_tree(p.pid, sid=p.pid)  # the agent and whatever is left of its session
+        survivors += kill_tree(p.pid, sid=p.pid,  # the agent, what is left of its session,
+                               token=p.reap_token)  # what it detached
         # reap it and join its output readers before closing the pipes (closing a pipe under a
         # reader thread makes that thread raise)
         p.wait()
