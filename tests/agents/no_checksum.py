@@ -4,67 +4,21 @@ After a bit flip in state.json the agent either crashes on the damaged JSON (nei
 nor refusing clearly) or, when the bit lands in a result, completes silently with a different
 report. Caught by `corruption_detected` (corrupt: bitflip).
 
-Otherwise identical to good_agent.py.
+Everything else is good_agent.py's.
 """
 
-import fcntl
-import hashlib
 import json
-import os
-import sys
-import time
 
-from crashpoint import probe
-
-STEPS = ("fetch", "summarise", "notify")
-PACE = float(os.environ.get("AGENT_STEP_SECONDS", "0"))  # a slow API, when a test asks for one
+from good_agent import Agent
 
 
-def work(step, results):
-    time.sleep(PACE)
-    if step == "fetch":  # ~3 KB of "documents"
-        return " ".join(f"fact-{i:04d}" for i in range(300))
-    if step == "summarise":
-        return results["fetch"][:1500].upper()
-    probe.effect("notify", {"to": "ops", "text": results["summarise"][:40]}, key="run:notify")
-    return "sent"
+class NoChecksum(Agent):
+    def encode(self, state):
+        return json.dumps(state, sort_keys=True).encode()  # BUG: no checksum...
 
-
-def load(path):
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())  # BUG: no checksum: a flipped bit is believed
-    except FileNotFoundError:
-        return {"done": [], "results": {}}
-
-
-def save(path, state):
-    body = json.dumps(state, sort_keys=True).encode()
-    with open(path + ".tmp", "wb") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-
-
-def main():
-    folder = sys.argv[sys.argv.index("--state") + 1]
-    lock = open(os.path.join(folder, "lock"), "a")  # noqa: SIM115 - held until exit
-    fcntl.flock(lock, fcntl.LOCK_EX)  # a second resumer waits here; the kernel frees it on death
-    path = os.path.join(folder, "state.json")
-    state = load(path)
-    for step in STEPS[len(state["done"]):]:
-        probe.step_started(step)
-        state["results"][step] = work(step, state["results"])
-        state["done"].append(step)
-        save(path, state)
-        probe.step_completed(step)
-    digest = hashlib.sha256(json.dumps(state["results"], sort_keys=True).encode()).hexdigest()
-    print(json.dumps({"summary": state["results"]["summarise"][:40], "report": digest[:16]}))
+    def decode(self, data):
+        return json.loads(data)  # BUG: ...so a flipped bit is believed
 
 
 if __name__ == "__main__":
-    main()
+    NoChecksum.main()

@@ -5,67 +5,21 @@ A crash inside that save routine (a fileop kill between the truncate and the wri
 empty checkpoint. Its checksum still catches the damage, so every later attempt refuses to
 resume (exit 65, not a crash recovery): the run never finishes. Caught by `completes`.
 
-Otherwise identical to good_agent.py.
+Everything else is good_agent.py's.
 """
 
-import fcntl
-import hashlib
-import json
 import os
-import sys
-import time
 
-from crashpoint import probe
-
-STEPS = ("fetch", "summarise", "notify")
-PACE = float(os.environ.get("AGENT_STEP_SECONDS", "0"))  # a slow API, when a test asks for one
+from good_agent import Agent
 
 
-def work(step, results):
-    time.sleep(PACE)
-    if step == "fetch":  # ~3 KB of "documents"
-        return " ".join(f"fact-{i:04d}" for i in range(300))
-    if step == "summarise":
-        return results["fetch"][:1500].upper()
-    probe.effect("notify", {"to": "ops", "text": results["summarise"][:40]}, key="run:notify")
-    return "sent"
-
-
-def load(path):
-    try:
-        with open(path, "rb") as f:
-            digest, _, body = f.read().partition(b"\n")
-    except FileNotFoundError:
-        return {"done": [], "results": {}}
-    if hashlib.sha256(body).hexdigest().encode() != digest:
-        print(f"refusing to resume: checksum mismatch in {path}", file=sys.stderr)
-        sys.exit(65)
-    return json.loads(body)
-
-
-def save(path, state):
-    body = json.dumps(state, sort_keys=True).encode()
-    if os.path.exists(path):
-        os.truncate(path, 0)  # BUG: in place; a crash from here to the write loses everything
-    with open(path, "ab") as f:
-        f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-
-
-def main():
-    folder = sys.argv[sys.argv.index("--state") + 1]
-    lock = open(os.path.join(folder, "lock"), "a")  # noqa: SIM115 - held until exit
-    fcntl.flock(lock, fcntl.LOCK_EX)  # a second resumer waits here; the kernel frees it on death
-    path = os.path.join(folder, "state.json")
-    state = load(path)
-    for step in STEPS[len(state["done"]):]:
-        probe.step_started(step)
-        state["results"][step] = work(step, state["results"])
-        state["done"].append(step)
-        save(path, state)
-        probe.step_completed(step)
-    digest = hashlib.sha256(json.dumps(state["results"], sort_keys=True).encode()).hexdigest()
-    print(json.dumps({"summary": state["results"]["summarise"][:40], "report": digest[:16]}))
+class TornCheckpoint(Agent):
+    def write(self, data):
+        if os.path.exists(self.path):
+            os.truncate(self.path, 0)  # BUG: in place; a crash from here to the write loses all
+        with open(self.path, "ab") as f:
+            f.write(data)
 
 
 if __name__ == "__main__":
-    main()
+    TornCheckpoint.main()
