@@ -149,20 +149,41 @@ def _position(steps: list[str], step: Any, done: int) -> int:
 
 
 def check_single_writer(f: TrialFacts) -> CheckResult:
+    """No attempt starts a step while another live attempt is inside one, and no attempt goes
+    back to work after another took over. An attempt's open step ends with its
+    step_completed, or when the attempt went away (its probe connection closed)."""
+    name = "single_writer"
+    ended: dict[int, float] = f.extra.get("ended", {})
+    inside: dict[int, dict[str, Any]] = {}  # attempt -> its open step_started event
     order: list[int] = []
     for ev in f.events:
         if ev["op"] not in ("step_started", "step_completed", "effect"):
             continue
         a = int(ev["attempt"])
+        t = ev.get("t")
+        for b in [b for b in inside if t is not None and b in ended and ended[b] <= t]:
+            del inside[b]  # b went away mid-step: its step is over
+        if ev["op"] == "step_started":
+            others = [b for b in inside if b != a]
+            if others:
+                b = others[0]
+                return CheckResult(name, False,
+                                   f"attempts {b} and {a} executed steps at the same time: attempt "
+                                   f"{a} started {ev.get('step')!r} at {_where(ev)} while attempt "
+                                   f"{b} was still inside {inside[b].get('step')!r} (started at "
+                                   f"{_where(inside[b])}); two live writers of one run")
+            inside[a] = ev
+        elif ev["op"] == "step_completed":
+            inside.pop(a, None)
         if order and order[-1] == a:
             continue
         if a in order:
-            return CheckResult("single_writer", False,
+            return CheckResult(name, False,
                                f"attempts {order[-1]} and {a} executed steps at the same time: "
                                f"attempt {a} went on at {_where(ev)} after attempt {order[-1]} "
                                "had started working (two live writers of one run)")
         order.append(a)
-    return CheckResult("single_writer", True)
+    return CheckResult(name, True)
 
 
 def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:

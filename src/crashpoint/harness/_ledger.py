@@ -88,6 +88,8 @@ class Ledger:
         self._threads: list[threading.Thread] = []
         self._log: IO[str] | None = None
         self.killed: list[dict[str, Any]] = []
+        #: attempt -> when it went away (its probe connection closed, or the runner reaped it)
+        self.ended: dict[int, float] = {}
         self.http_url = ""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -164,6 +166,7 @@ class Ledger:
             self.pgids = {}
             self.kills = []
             self.killed = []
+            self.ended = {}
             self._attempt_index = {}
         return self
 
@@ -275,29 +278,45 @@ class Ledger:
             return {"ok": False, "error": f"the ledger failed on this request: "
                                           f"{type(exc).__name__}: {exc}"}
 
+    def end_attempt(self, attempt: int, when: float | None = None, *,
+                    reaped: bool = False) -> None:
+        """Attempt ``attempt`` went away at ``when``. A closed probe connection says so
+        precisely (the latest close of the attempt counts); ``reaped`` (the runner waited for
+        it) only fills in for an attempt that had no connection, e.g. an HTTP-only agent."""
+        t = time.monotonic() if when is None else when
+        with self._lock:
+            if reaped:
+                self.ended.setdefault(attempt, t)
+            else:
+                self.ended[attempt] = max(self.ended.get(attempt, t), t)
+
     def _serve(self, rfile: Any, wfile: Any) -> None:
         conn_attempt = 0  # from the connection's hello: which attempt is speaking
-        for line in rfile:
-            try:
-                msg = json.loads(line)
-                if not isinstance(msg, dict):
-                    raise ValueError("not an object")
-            except ValueError as exc:
-                reply: dict[str, Any] | None = {"ok": False, "error": f"bad request: {exc}"}
-            else:
-                if msg.get("op") == "hello":
-                    with contextlib.suppress(TypeError, ValueError):
-                        conn_attempt = int(msg.get("attempt") or 0)
-                elif conn_attempt and "attempt" not in msg:
-                    msg["attempt"] = conn_attempt
-                reply = self._safe_handle(msg)
-            if reply is None:
-                return  # killed: the agent never hears back
-            try:
-                wfile.write(json.dumps(reply).encode() + b"\n")
-                wfile.flush()
-            except OSError:
-                return
+        try:
+            for line in rfile:
+                try:
+                    msg = json.loads(line)
+                    if not isinstance(msg, dict):
+                        raise ValueError("not an object")
+                except ValueError as exc:
+                    reply: dict[str, Any] | None = {"ok": False, "error": f"bad request: {exc}"}
+                else:
+                    if msg.get("op") == "hello":
+                        with contextlib.suppress(TypeError, ValueError):
+                            conn_attempt = int(msg.get("attempt") or 0)
+                    elif conn_attempt and "attempt" not in msg:
+                        msg["attempt"] = conn_attempt
+                    reply = self._safe_handle(msg)
+                if reply is None:
+                    return  # killed: the agent never hears back
+                try:
+                    wfile.write(json.dumps(reply).encode() + b"\n")
+                    wfile.flush()
+                except OSError:
+                    return
+        finally:
+            if conn_attempt:  # the agent's process closed its connection: it is gone
+                self.end_attempt(conn_attempt)
 
     # -- HTTP front ----------------------------------------------------------------------------
 

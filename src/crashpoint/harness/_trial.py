@@ -206,7 +206,7 @@ class TrialRunner:
         max_bytes[0] = max(max_bytes[0], _dir_size(state))
         copies = [a.state_copy for a in attempts if a.state_copy]
         facts = TrialFacts(golden, plan, self.expect, attempts, events, applied, canary,
-                           [state, *copies], max_bytes[0])
+                           [state, *copies], max_bytes[0], {"ended": dict(ledger.ended)})
         if skipped:
             checks: list[CheckResult] = []
         else:
@@ -299,6 +299,8 @@ class TrialRunner:
                     ns.close()
             if together:
                 n += 1
+            for num, _ex in exits:
+                ledger.end_attempt(num, reaped=True)
             for num, ex in exits:
                 killed = [k for k in ledger.killed if k["attempt"] == num]
                 why = ""
