@@ -5,8 +5,10 @@
 
 Peers (LangGraph's SqliteSaver, DBOS) come from benchmarks/requirements.txt and are installed
 into benchmarks/.venv, never into the project's runtime dependencies: without them importable,
-this script creates that venv (with the system site-packages, so it sees crashpoint) and runs
-itself again there. Variants run in interleaved rounds on the same filesystem; every figure is
+this script creates that venv, installs this checkout into it (editable) beside the peers, and
+runs itself again there. It works from any interpreter, a virtual environment included (a venv
+made from a venv does not see the outer one's packages, so crashpoint is installed, not
+borrowed). Variants run in interleaved rounds on the same filesystem; every figure is
 a median (p50) or p99 over all rounds. Writes benchmarks/results/latest.json and
 docs/BENCHMARKS.md. Benchmarks are not tests: nothing here asserts a timing.
 """
@@ -339,10 +341,12 @@ def bootstrap(argv: list[str]) -> int:
     py = os.path.join(VENV, "bin", "python")
     if not os.path.exists(py):
         print(f"creating {VENV} for the peers (benchmarks/requirements.txt)...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", VENV],
-                       check=True)
-        subprocess.run([py, "-m", "pip", "install", "-q", "-r",
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT, "-r",
                         os.path.join(HERE, "requirements.txt")], check=True)
+    elif subprocess.run([py, "-c", "import crashpoint"], capture_output=True,
+                        check=False).returncode != 0:  # a venv left by an older version
+        subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT], check=True)
     return subprocess.run([py, os.path.abspath(__file__), "--in-venv", *argv],
                           check=False).returncode
 

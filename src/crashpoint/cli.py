@@ -676,8 +676,18 @@ def _run(ctx: Context) -> int:
         if not os.path.exists(p):
             raise UsageError(f"no such file or folder: {p} (give scenario files or folders; "
                              "the default is ./scenarios)")
+    if a.workers is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is None:
+            raise UsageError("-n needs pytest-xdist, a dependency of crashpoint that is not "
+                             "installed in this environment: `python3 -m pip install "
+                             "pytest-xdist`, or run without -n")
     report = os.path.abspath(a.report)
-    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rfE",
+    # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
+    # (imported by this command) is "already imported", which filterwarnings=error, common in
+    # a project's own configuration, turns into a crash of the gate
+    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "--assert=plain", "-q", "-rfE",
             "--crashpoint-report", report, f"--junitxml={os.path.join(report, 'junit.xml')}"]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
@@ -686,6 +696,8 @@ def _run(ctx: Context) -> int:
                         ("-n", a.workers), ("-k", a.keyword)):
         if value is not None:
             argv += [flag, str(value)]
+    if a.workers is not None:  # a file's items on one worker: one golden run per file
+        argv += ["--dist", "loadfile"]
     if a.exitfirst:
         argv.append("-x")
     if not a.quiet:

@@ -36,7 +36,9 @@ def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
     result = crashpoint(inner, "run", "gate", "--report", report)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines([
-        "    trials 2/2, failures so far: 0",  # progress, on by default
+        # progress, on by default: the item, the overall count, an ETA
+        "?crashpoint 0/1 items, * trials, 0 failed, * elapsed, ETA *? "
+        "demo_kills ?kill@random?: trials 2/2, failures so far: 0",
         "crashpoint gate: 1 campaigns, seed 21",
         "scenario ?family?*trials*faults*checks ok*dup*lost*resume p50*verdict",
         "demo kills ?kill@random?*2*kill:2*0*0*ms*PASS",
@@ -104,3 +106,48 @@ def test_bad_option_value_exits_2(inner: Any) -> None:
     result.stderr.fnmatch_lines(["ERROR: crashpoint: bad value '5/2' for --crashpoint-shard "
                                  "(command line): expected I/N with 1 <= I <= N, e.g. 1/4"])
     assert result.ret == 2
+
+
+def test_run_in_a_project_whose_config_turns_warnings_into_errors(inner: Any) -> None:
+    """Downstream repositories often set ``filterwarnings = error``: the gate must not trip over
+    its own import (pytest 9.2 warns "Module already imported so cannot be rewritten")."""
+    inner.pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
+    inner.scenario("tiny", "kill: {at: random, count: 2}", folder="gate",
+                   command=inner.command(inner.tiny_agent))
+    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert "Warning" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["tiny ?kill@random?*2*PASS"])
+
+
+def test_parallel_workers_show_combined_progress_and_same_verdicts(inner: Any) -> None:
+    """``-n 2`` works out of the box (pytest-xdist is a dependency); the controller prints the
+    workers' progress as one line with the overall count and an ETA."""
+    for stem in ("one", "two"):
+        inner.scenario(stem, "kill: {at: random, count: 3}\nkill: {at: every-boundary}",
+                       folder="gate", command=inner.command(inner.tiny_agent))
+    result = crashpoint(inner, "run", "gate", "-n", "2", "--report", inner.path / "out")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*?crashpoint */4 items, * trials, 0 failed, * ETA *?*gw*: *"])
+    result.stdout.fnmatch_lines(["crashpoint gate: 4 campaigns*"])
+    gate = json.loads((inner.path / "out" / "gate.json").read_text())
+    assert sorted((c["scenario"], c["family"], c["ran"], c["ok"]) for c in gate["campaigns"]) \
+        == [("one", "kill@every-boundary", 2, True), ("one", "kill@random", 3, True),
+            ("two", "kill@every-boundary", 2, True), ("two", "kill@random", 3, True)]
+
+
+def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any) -> None:
+    bad = inner.path / "gate" / "bad.scenario.yaml"
+    bad.parent.mkdir()
+    bad.write_text("name: bad\nseed: 3\n\nagent:\n"
+                   "  command: [sh, -c, 'echo the-agent-said-boom >&2; exit 3']\n"
+                   "faults:\n  - kill: {at: random, count: 2}\n  - corrupt: {how: [bitflip]}\n")
+    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert out.splitlines().count("the-agent-said-boom") == 1, out  # the stderr tail, once
+    result.stdout.fnmatch_lines([
+        f"{bad}:4 (key 'agent'): the golden run (no faults) did not complete: exit 3*",
+        f"{bad}:4 (key 'agent'): not run: the golden run of this file failed (shown once, "
+        "under ?kill@random?)",
+    ])

@@ -272,7 +272,9 @@ def test_values_reach_a_real_campaign(inner: Any) -> None:
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "crashpoint: seed=11 trials=2 *",
-        "    trials 2/2, failures so far: 0",
+        "?crashpoint */2 items, * trials, 0 failed, * elapsed, ETA *? "
+        "test_real.py::test_tiny: trials 2/2, failures so far: 0",
+        "*?crashpoint */2 items, * ETA *? tiny ?kill@random?: trials 2/2, failures so far: 0",
         "crashpoint gate: 2 campaigns, seed 11",
         "test_real.py::test_tiny ?campaign-1?*2*kill:2*PASS",
         "tiny ?kill@random?*2*kill:2*PASS",  # the option beats the file's count: 5

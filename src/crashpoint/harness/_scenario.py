@@ -68,6 +68,7 @@ class Scenario:
     marks: tuple[str, ...] = ()
     mode: str | None = None
     line: int = 1
+    agent_line: int = 1  # the line of the ``agent:`` key (where golden-run failures point)
 
     @property
     def slug(self) -> str:
@@ -178,7 +179,8 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise doc.err("seed", f"must be an integer, got {seed!r}")
     return Scenario(p, name.strip(), agent, families, _int(doc, "restarts", 3),
-                    _int(doc, "trials", 50), seed, expect, tuple(marks), mode, 1)
+                    _int(doc, "trials", 50), seed, expect, tuple(marks), mode, 1,
+                    agent_line=doc.line("agent"))
 
 
 def _agent(doc: _Doc) -> AgentSpec:

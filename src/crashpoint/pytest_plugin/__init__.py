@@ -152,6 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS] = resolve_settings(config)
     config.stash[SUMMARIES] = []
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
+    _start_progress(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -225,7 +226,7 @@ def _folder_for(config: pytest.Config, nodeid: str, fallback: Path) -> str:
 
 def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
                  trials: int | None = None, faults: Any = None,
-                 restarts: int | None = None) -> CrashHarness:
+                 restarts: int | None = None, item: str = "") -> CrashHarness:
     """A CrashHarness configured from the options (CLI > env > ini > marker > default)."""
     from crashpoint.harness import CrashHarness
 
@@ -242,7 +243,7 @@ def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
     return CrashHarness(folder, seed=s.seed if s.seed is not None else (seed or 0),
                         trials=s.trials, mode=s.mode, shard=s.shard,
                         restarts=3 if restarts is None else restarts, extra_checks=checks,
-                        plan_hook=plan_hook, progress=_progress(config),
+                        plan_hook=plan_hook, progress=_progress(config, item),
                         default_faults=faults, default_trials=trials)
 
 
@@ -262,7 +263,8 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
     opts = marker_options(request.node)
     folder = _folder_for(request.config, request.node.nodeid, tmp_path / "crashpoint")
     harness = make_harness(request.config, folder, seed=opts["seed"], trials=opts["trials"],
-                           faults=opts["faults"], restarts=opts["restarts"])
+                           faults=opts["faults"], restarts=opts["restarts"],
+                           item=request.node.nodeid)
     run = harness.run
     item = request.node
 
@@ -407,29 +409,110 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 # -- progress and summary --------------------------------------------------------------------
 
 
-def _progress(config: pytest.Config) -> Callable[[int, int, int, Any], None] | None:
-    if not config.stash[SETTINGS].progress:
+BOARD = pytest.StashKey[Any]()  # crashpoint.pytest_plugin._board.Board
+WATCHER = pytest.StashKey[Any]()  # the xdist controller's _progress.Watcher
+WORKER_FILE = pytest.StashKey[Any]()  # an xdist worker's _progress.WorkerFile
+PROGRESS_DIR = "crashpoint_progress_dir"  # key in an xdist worker's workerinput
+
+
+def _is_crashpoint_item(item: pytest.Item) -> bool:
+    from crashpoint.pytest_plugin._collect import ScenarioItem
+
+    return isinstance(item, ScenarioItem) or "crash_harness" in getattr(item, "fixturenames", ())
+
+
+def _progress(config: pytest.Config, item: str = "") -> Callable[[int, int, int, Any], None] | None:
+    """The campaign's progress callback: a line naming the item, its trials, the session's
+    items done of all and an ETA (printed here, or, on an xdist worker, written for the
+    controller to print)."""
+    board = config.stash.get(BOARD, None)
+    if not config.stash[SETTINGS].progress or board is None:
         return None
     tr = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")
-    if tr is None:
-        return None
-    step = [0]
+    worker_file = config.stash.get(WORKER_FILE, None)
+    board.start_item(item)
+    last = [0.0]
 
     def show(done: int, total: int, failures: int, result: Any) -> None:
-        every = max(10, total // 10)
-        if done != total and done % every and not (failures and not result.ok):
+        import time
+
+        board.trial(done, total, not result.ok)
+        if worker_file is not None:
+            worker_file.write(board)
             return
-        step[0] += 1
-        msg = f"    trials {done}/{total}, failures so far: {failures}"
+        every = max(10, total // 10)
+        due = done == total or done % every == 0 or not result.ok or \
+            time.monotonic() - last[0] > 5.0
+        if tr is None or not due:
+            return
+        last[0] = time.monotonic()
+        msg = f"{item}: trials {done}/{total}, failures so far: {failures}"
         if not result.ok:
             msg += f" (trial {result.plan.index}: {', '.join(c.name for c in result.failed)})"
         ctx = capman.global_and_fixture_disabled() if capman is not None else \
             contextlib.nullcontext()
         with ctx:
-            tr.write_line(msg)
+            tr.write_line(board.line(msg))
 
     return show
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    board = session.config.stash.get(BOARD, None)
+    if board is not None:
+        board.items_total = sum(1 for i in session.items if _is_crashpoint_item(i))
+
+
+class _ProgressItems:
+    """Counts finished crashpoint items on the board (and, on a worker, tells the file)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        yield
+        board = self.config.stash.get(BOARD, None)
+        if board is None or not _is_crashpoint_item(item):
+            return
+        board.finish_item()
+        worker_file = self.config.stash.get(WORKER_FILE, None)
+        if worker_file is not None:
+            worker_file.write(board)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """xdist controller: start the watcher once and hand its folder to each worker."""
+        watcher = self.config.stash.get(WATCHER, None)
+        if watcher is None:
+            from crashpoint.pytest_plugin._board import Watcher
+
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is None:
+                return
+            watcher = Watcher(tr.write_line)
+            self.config.stash[WATCHER] = watcher
+        node.workerinput[PROGRESS_DIR] = watcher.folder
+
+
+def _start_progress(config: pytest.Config) -> None:
+    if not config.stash[SETTINGS].progress:
+        return
+    from crashpoint.pytest_plugin._board import Board, WorkerFile
+
+    config.stash[BOARD] = Board()
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get(PROGRESS_DIR):
+        config.stash[WORKER_FILE] = WorkerFile(workerinput[PROGRESS_DIR],
+                                               str(workerinput.get("workerid", "gw")))
+    config.pluginmanager.register(_ProgressItems(config), "crashpoint-progress")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    watcher = config.stash.get(WATCHER, None)
+    if watcher is not None:
+        watcher.close()
 
 
 class _SummaryCollector:

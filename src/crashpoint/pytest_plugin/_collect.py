@@ -16,6 +16,8 @@ from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_s
 from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign
 
 GOLDEN = pytest.StashKey[Golden]()
+#: the item whose golden run failed: the file's other items point at it instead of repeating it
+GOLDEN_FAILED = pytest.StashKey[str]()
 
 
 class ScenarioFailed(Exception):
@@ -83,7 +85,8 @@ class ScenarioItem(pytest.Item):
         base = settings.report or os.path.join(self.config.invocation_params.dir,
                                                "crashpoint-report")
         folder = os.path.join(base, "scenarios")
-        harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts)
+        harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts,
+                               item=f"{sc.slug} [{self.name}]")
         fam = self.family.family
         if self.count is not None and fam.count != self.count:
             last_kind, last_opts = fam.chain[-1]
@@ -96,10 +99,16 @@ class ScenarioItem(pytest.Item):
         parent = self.parent
         assert parent is not None
         golden = parent.stash.get(GOLDEN, None)
+        first = parent.stash.get(GOLDEN_FAILED, None)
+        if first is not None:
+            raise ScenarioError(sc.path, sc.agent_line, "agent",
+                                f"not run: the golden run of this file failed (shown once, "
+                                f"under [{first}])")
         try:
             result = campaign.run(progress=harness.progress, golden=golden)
         except GoldenRunFailed as exc:
-            raise ScenarioError(sc.path, self.family.line, "agent", str(exc)) from None
+            parent.stash[GOLDEN_FAILED] = self.name
+            raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
         parent.stash[GOLDEN] = result.golden
         paths = result.write_reports()
         record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
