@@ -17,7 +17,8 @@ Adding a command is one decorated function: it declares its place and arguments,
 
 Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
 corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
-OS error), 130 interrupted, 141 the reader of the output went away (``| head``). Errors are one
+OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM (``crashpoint run``), 141
+the reader of the output went away (``| head``). Errors are one
 message on stderr, never a traceback.
 """
 
@@ -52,6 +53,7 @@ __all__ = [
     "EXIT_FOUND",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "STORE_ENV",
     "Arg",
@@ -68,6 +70,7 @@ EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM: `crashpoint run` stopped by SIGTERM, cleanly
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 STORE_ENV = "CRASHPOINT_STORE"
 PROG = "crashpoint"
@@ -653,7 +656,9 @@ def _plan(ctx: Context) -> int:
     description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
                 "with the crashpoint plugin (one engine, two doors), shows progress, ends "
                 "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
-                "and exits 0 if every trial passed, 1 otherwise.",
+                "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
+                "stops it cleanly (agents killed, temporary folders removed, the report "
+                "marked incomplete): exit 130 or 143.",
     args=[arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
           arg("--seed", type=_count, help="campaign seed (default: each scenario's own)"),
           arg("--trials", type=_count, help="random trials per scenario (overrides files)"),
@@ -665,6 +670,9 @@ def _plan(ctx: Context) -> int:
               help="parallel workers (pytest-xdist: a number or auto)"),
           arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
           arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
+          arg("--budget", metavar="DURATION",
+              help="time budget per campaign, e.g. 10m or none (default: each scenario's "
+                   "budget, else 10m); past it the campaign stops and fails"),
           arg("--quiet", action="store_true", help="no progress lines")],
 )
 def _run(ctx: Context) -> int:
@@ -677,20 +685,46 @@ def _run(ctx: Context) -> int:
             raise UsageError(f"no such file or folder: {p} (give scenario files or folders; "
                              "the default is ./scenarios)")
     report = os.path.abspath(a.report)
-    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rfE",
+    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rfE", "--assert=plain",
             "--crashpoint-report", report, f"--junitxml={os.path.join(report, 'junit.xml')}"]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
     for flag, value in (("--crashpoint-seed", a.seed), ("--crashpoint-trials", a.trials),
                         ("--crashpoint-mode", a.mode), ("--crashpoint-shard", a.shard),
-                        ("-n", a.workers), ("-k", a.keyword)):
+                        ("--crashpoint-budget", a.budget), ("-n", a.workers),
+                        ("-k", a.keyword)):
         if value is not None:
             argv += [flag, str(value)]
     if a.exitfirst:
         argv.append("-x")
     if not a.quiet:
         argv.append("--crashpoint-progress")
-    code = int(pytest.main(argv))
+    from crashpoint.faults._cleanup import (
+        cleanup_all,
+        install_signal_handlers,
+        reap_stale,
+        received,
+        signal_name,
+    )
+
+    # SIGTERM as well as SIGINT stops the gate cleanly: the plugin session kills the agents,
+    # removes mounts and temporary folders, writes the report marked incomplete
+    restore = install_signal_handlers()
+    try:
+        reaped = reap_stale()
+        if reaped.harnesses:
+            ctx.note(f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
+                     f"{reaped.describe()}")
+        code = int(pytest.main(argv))
+    finally:
+        if received() is not None:
+            cleanup_all()
+        restore()
+    sig = received()
+    if sig is not None:
+        ctx.note(f"{PROG}: interrupted by {signal_name(sig)}: agents stopped, temporary "
+                 f"folders removed; the report in {report} is marked incomplete")
+        return 128 + sig
     if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
         ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
         return EXIT_FOUND
@@ -756,8 +790,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        from crashpoint.faults._cleanup import exit_status
+
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status(EXIT_INTERRUPTED)  # 130 SIGINT, 143 SIGTERM
 
 
 def _silence_stdout() -> None:
