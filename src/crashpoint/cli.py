@@ -17,14 +17,15 @@ Adding a command is one decorated function: it declares its place and arguments,
 
 Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
 corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
-OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM (``crashpoint run``), 141
-the reader of the output went away (``| head``). Errors are one
+OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the
+output went away (``| head``). Errors are one
 message on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -70,7 +71,7 @@ EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143  # 128 + SIGTERM: `crashpoint run` stopped by SIGTERM, cleanly
+EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by SIGTERM (cleanly: KeyboardInterrupt path)
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 STORE_ENV = "CRASHPOINT_STORE"
 PROG = "crashpoint"
@@ -715,11 +716,13 @@ def _run(ctx: Context) -> int:
         if reaped.harnesses:
             ctx.note(f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
                      f"{reaped.describe()}")
+        _gate_running(report, on=True)
         code = int(pytest.main(argv))
     finally:
         if received() is not None:
             cleanup_all()
         restore()
+    _gate_running(report, on=False)
     sig = received()
     if sig is not None:
         ctx.note(f"{PROG}: interrupted by {signal_name(sig)}: agents stopped, temporary "
@@ -733,6 +736,32 @@ def _run(ctx: Context) -> int:
     if code not in (0, 1):
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
     return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+#: gate.json while the gate runs (the plugin writes the same at the start of its session)
+_GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
+
+
+def _gate_running(report: str, *, on: bool) -> None:
+    """Replace gate.json by :data:`_GATE_RUNNING` (``on``); afterwards remove that marker if no
+    session replaced it (pytest stopped before running anything, e.g. a bad option value).
+    Either way an earlier run's ``"ok": true`` is never left behind. Best effort: a report
+    path that is not a folder is the plugin's usage error to report."""
+    path = os.path.join(report, "gate.json")
+    with contextlib.suppress(OSError, ValueError):
+        if on:
+            os.makedirs(report, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(_GATE_RUNNING, f)
+            os.replace(tmp, path)  # replaces a planted symlink, never writes through it
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            still = json.load(f) == _GATE_RUNNING
+        if still:
+            os.unlink(path)
 
 
 @command(
@@ -779,7 +808,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version end here
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         handler: Handler = args._handler
-        return handler(Context(args))
+        from crashpoint.faults._cleanup import install_signal_handlers
+
+        restore = install_signal_handlers()  # SIGTERM, too, ends in the finally blocks
+        try:
+            return handler(Context(args))
+        finally:
+            restore()
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -482,3 +482,22 @@ def test_a_session_that_runs_no_campaign_leaves_no_gate(
                 "test_plain.py", "--crashpoint-report", str(report))
     assert child.wait(60) == 0, child.stderr_text()
     assert not (report / "gate.json").exists()  # replaced by "running", then removed
+
+
+def test_a_gate_that_cannot_start_leaves_no_old_success(
+        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    sc = tmp_path / "scenarios"
+    scenario(sc, "fine", HANGS, "hang: {count: 1}")
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
+    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
+                "--report", str(report), "--budget", "lots")
+    assert child.wait(60) == 2
+    lines = []
+    while (line := child.read_line(10)) is not None:
+        lines.append(line)
+    assert any("bad value 'lots' for --crashpoint-budget (command line): 'lots' is not a "
+               "duration" in ln and ln.endswith("; or none for no limit")
+               for ln in lines + child.stderr_text().splitlines()), lines
+    assert not (report / "gate.json").exists()

@@ -254,10 +254,17 @@ def _forward_to_workers(sig: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from crashpoint.faults._cleanup import cleanup_all, received
+    from crashpoint.faults._cleanup import cleanup_all, reap_stale, received
 
     if received() is not None:
         cleanup_all()  # whatever the interrupted session's finally blocks did not reach
+    if not _is_worker(config) and config.pluginmanager.hasplugin("dsession"):
+        reaped = reap_stale()  # xdist workers killed after the grace period: not next time
+        if reaped.harnesses:
+            import sys
+
+            print(f"crashpoint: reaped what {reaped.harnesses} stopped worker(s) left: "
+                  f"{reaped.describe()}", file=sys.stderr)
     restore = config.stash.get(_RESTORE_SIGNALS, None)
     if restore is not None:
         restore()
