@@ -17,13 +17,15 @@ Adding a command is one decorated function: it declares its place and arguments,
 
 Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
 corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
-OS error), 130 interrupted, 141 the reader of the output went away (``| head``). Errors are one
+OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the
+output went away (``| head``). Errors are one
 message on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -52,6 +54,7 @@ __all__ = [
     "EXIT_FOUND",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "STORE_ENV",
     "Arg",
@@ -68,6 +71,7 @@ EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by SIGTERM (cleanly: KeyboardInterrupt path)
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 STORE_ENV = "CRASHPOINT_STORE"
 PROG = "crashpoint"
@@ -653,7 +657,9 @@ def _plan(ctx: Context) -> int:
     description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
                 "with the crashpoint plugin (one engine, two doors), shows progress, ends "
                 "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
-                "and exits 0 if every trial passed, 1 otherwise.",
+                "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
+                "stops it cleanly (agents killed, temporary folders removed, the report "
+                "marked incomplete): exit 130 or 143.",
     args=[arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
           arg("--seed", type=_count, help="campaign seed (default: each scenario's own)"),
           arg("--trials", type=_count, help="random trials per scenario (overrides files)"),
@@ -665,6 +671,9 @@ def _plan(ctx: Context) -> int:
               help="parallel workers (pytest-xdist: a number or auto)"),
           arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
           arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
+          arg("--budget", metavar="DURATION",
+              help="time budget per campaign, e.g. 10m or none (default: each scenario's "
+                   "budget, else 10m); past it the campaign stops and fails"),
           arg("--quiet", action="store_true", help="no progress lines")],
 )
 def _run(ctx: Context) -> int:
@@ -693,7 +702,8 @@ def _run(ctx: Context) -> int:
         argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
     for flag, value in (("--crashpoint-seed", a.seed), ("--crashpoint-trials", a.trials),
                         ("--crashpoint-mode", a.mode), ("--crashpoint-shard", a.shard),
-                        ("-n", a.workers), ("-k", a.keyword)):
+                        ("--crashpoint-budget", a.budget), ("-n", a.workers),
+                        ("-k", a.keyword)):
         if value is not None:
             argv += [flag, str(value)]
     if a.workers is not None:  # a file's items on one worker: one golden run per file
@@ -702,7 +712,34 @@ def _run(ctx: Context) -> int:
         argv.append("-x")
     if not a.quiet:
         argv.append("--crashpoint-progress")
-    code = int(pytest.main(argv))
+    from crashpoint.faults._cleanup import (
+        cleanup_all,
+        install_signal_handlers,
+        reap_stale,
+        received,
+        signal_name,
+    )
+
+    # SIGTERM as well as SIGINT stops the gate cleanly: the plugin session kills the agents,
+    # removes mounts and temporary folders, writes the report marked incomplete
+    restore = install_signal_handlers()
+    try:
+        reaped = reap_stale()
+        if reaped.harnesses:
+            ctx.note(f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
+                     f"{reaped.describe()}")
+        _gate_running(report, on=True)
+        code = int(pytest.main(argv))
+    finally:
+        if received() is not None:
+            cleanup_all()
+        restore()
+    _gate_running(report, on=False)
+    sig = received()
+    if sig is not None:
+        ctx.note(f"{PROG}: interrupted by {signal_name(sig)}: agents stopped, temporary "
+                 f"folders removed; the report in {report} is marked incomplete")
+        return 128 + sig
     if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
         ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
         return EXIT_FOUND
@@ -711,6 +748,32 @@ def _run(ctx: Context) -> int:
     if code not in (0, 1):
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
     return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+#: gate.json while the gate runs (the plugin writes the same at the start of its session)
+_GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
+
+
+def _gate_running(report: str, *, on: bool) -> None:
+    """Replace gate.json by :data:`_GATE_RUNNING` (``on``); afterwards remove that marker if no
+    session replaced it (pytest stopped before running anything, e.g. a bad option value).
+    Either way an earlier run's ``"ok": true`` is never left behind. Best effort: a report
+    path that is not a folder is the plugin's usage error to report."""
+    path = os.path.join(report, "gate.json")
+    with contextlib.suppress(OSError, ValueError):
+        if on:
+            os.makedirs(report, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(_GATE_RUNNING, f)
+            os.replace(tmp, path)  # replaces a planted symlink, never writes through it
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            still = json.load(f) == _GATE_RUNNING
+        if still:
+            os.unlink(path)
 
 
 @command(
@@ -757,7 +820,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version end here
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         handler: Handler = args._handler
-        return handler(Context(args))
+        from crashpoint.faults._cleanup import install_signal_handlers
+
+        restore = install_signal_handlers()  # SIGTERM, too, ends in the finally blocks
+        try:
+            return handler(Context(args))
+        finally:
+            restore()
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -768,8 +837,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        from crashpoint.faults._cleanup import exit_status
+
         print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status(EXIT_INTERRUPTED)  # 130 SIGINT, 143 SIGTERM
 
 
 def _silence_stdout() -> None:

@@ -33,7 +33,7 @@ for _module in ("hypothesis.internal.observability", "crashpoint.harness",
 #: Every environment variable the plugin reads, cleared for each test so the outer
 #: environment (a developer's shell, CI) cannot leak into the runs under test.
 OPTION_ENV = ("CRASHPOINT_SEED", "CRASHPOINT_TRIALS", "CRASHPOINT_MODE", "CRASHPOINT_REPORT",
-              "CRASHPOINT_SHARD", "CRASHPOINT_PROGRESS")
+              "CRASHPOINT_SHARD", "CRASHPOINT_PROGRESS", "CRASHPOINT_BUDGET")
 
 #: The demo agent, as a scenario file spells it.
 DEMO_COMMAND = '["{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"]'

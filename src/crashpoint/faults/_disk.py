@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from crashpoint.faults._cleanup import LIVE, shielded
 from crashpoint.faults._process import kill_tree
 
 __all__ = ["DiskCapability", "TmpfsNamespace", "capabilities"]
@@ -32,7 +33,9 @@ def capabilities() -> DiskCapability:
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         why = "unshare/nsenter (util-linux) not on PATH"
     else:
-        d = tempfile.mkdtemp(prefix="cp-probe-")
+        with shielded():
+            d = tempfile.mkdtemp(prefix="cp-probe-")
+            LIVE.add_folder(d)
         try:
             r = subprocess.run(
                 ["unshare", "-m", "--propagation", "private", "sh", "-c",
@@ -47,6 +50,8 @@ def capabilities() -> DiskCapability:
         finally:
             with contextlib.suppress(OSError):
                 os.rmdir(d)
+            if not os.path.lexists(d):
+                LIVE.drop_folder(d)
     try:
         import resource
 
@@ -82,22 +87,36 @@ class TmpfsNamespace:
         self.folder = os.path.abspath(folder)
         self.capacity = capacity
         self.size = max(capacity, tmpfs_bytes_for(self.folder) + PAGE)
-        self._side = tempfile.mkdtemp(prefix="cp-side-")
         script = (
             'set -e; mount --bind "$1" "$2"; '
             'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
             'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000')
-        self._holder = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-             self.folder, self._side, str(self.size)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)
+        with shielded():  # a signal lands before or after, never between start and registration
+            self._side = tempfile.mkdtemp(prefix="cp-side-")
+            LIVE.add_folder(self._side)
+            try:
+                self._holder = subprocess.Popen(
+                    ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+                     self.folder, self._side, str(self.size)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    start_new_session=True)
+            except BaseException:
+                self._remove_side()
+                raise
+            LIVE.add_holder(self._holder.pid)
         assert self._holder.stdout is not None
-        line = self._holder.stdout.readline()
+        try:
+            line = self._holder.stdout.readline()
+        except BaseException:  # interrupted while it mounts
+            with shielded():
+                self._reap()
+                self._remove_side()
+            raise
         if b"ready" not in line:
             err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr \
                 else ""
             self._reap()
+            self._remove_side()
             raise OSError(f"could not mount a tmpfs over {self.folder}: {err.strip()}")
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -112,13 +131,20 @@ class TmpfsNamespace:
                  'find "$2" -mindepth 1 -delete; cp -a "$1"/. "$2"/', "sh",
                  self.folder, self._side], check=False, capture_output=True, timeout=60)
         finally:
-            self._reap()
-            with contextlib.suppress(OSError):
-                os.rmdir(self._side)
+            with shielded():
+                self._reap()
+                self._remove_side()
 
     def _reap(self) -> None:
         kill_tree(self._holder.pid, sid=self._holder.pid)
         self._holder.wait()
+        LIVE.drop_holder(self._holder.pid)
         for s in (self._holder.stdout, self._holder.stderr):
             if s is not None:
                 s.close()
+
+    def _remove_side(self) -> None:
+        with contextlib.suppress(OSError):
+            os.rmdir(self._side)
+        if not os.path.lexists(self._side):
+            LIVE.drop_folder(self._side)

@@ -7,6 +7,7 @@ from crashpoint.harness._api import CrashHarness, HarnessResult, as_agent, as_fa
 from crashpoint.harness._campaign import (
     FAMILY_KINDS,
     Campaign,
+    CampaignInterrupted,
     CampaignResult,
     FaultFamily,
     family_from_spec,
@@ -28,7 +29,7 @@ from crashpoint.harness._model import (
     Plan,
     TrialResult,
 )
-from crashpoint.harness._trial import CANARY_VAR, GoldenRunFailed, TrialRunner
+from crashpoint.harness._trial import CANARY_VAR, BudgetExceeded, GoldenRunFailed, TrialRunner
 
 __all__ = [
     "BUILTIN_CHECKS",
@@ -39,7 +40,9 @@ __all__ = [
     "AgentSpec",
     "Attempt",
     "Boundary",
+    "BudgetExceeded",
     "Campaign",
+    "CampaignInterrupted",
     "CampaignResult",
     "CheckResult",
     "CrashHarness",

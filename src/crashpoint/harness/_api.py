@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashpoint.harness._campaign import (
+    DEFAULT_BUDGET,
     Campaign,
     CampaignResult,
     FaultFamily,
@@ -100,6 +101,8 @@ class HarnessResult:
         s = self.summary()
         lines = [f"crashpoint: {s['failed']} of {s['ran']} trials failed "
                  f"(seed {s['seed']}, {s['skipped']} skipped)"]
+        if self.campaign.incomplete:
+            lines.append(f"STOPPED: {self.campaign.incomplete}")
         for t in self.campaign.failures[:limit]:
             lines.append(f"- trial {t.plan.index} [{t.plan.family}]: {t.plan.describe()}")
             for a in t.attempts:
@@ -135,6 +138,7 @@ class CrashHarness:
     keep_passing: bool = False
     default_faults: FaultsLike = None  # from the crashpoint marker
     default_trials: int | None = None  # from the crashpoint marker
+    budget: float | None = None  # seconds per campaign (math.inf: none); None: DEFAULT_BUDGET
     _runs: int = 0
 
     def __post_init__(self) -> None:
@@ -143,7 +147,10 @@ class CrashHarness:
     def campaign(self, agent: AgentLike, *, faults: FaultsLike = None,
                  trials: int | None = None, restarts: int | None = None,
                  expect: Expect | None = None, seed: int | None = None, name: str = "",
-                 mode: str | None = None, **expect_kw: Any) -> Campaign:
+                 mode: str | None = None, budget: float | None = None,
+                 **expect_kw: Any) -> Campaign:
+        """A campaign; ``budget`` (seconds, ``math.inf`` for none) applies unless the harness
+        has its own (the ``--crashpoint-budget`` option); default :data:`DEFAULT_BUDGET`."""
         self._runs += 1
         name = name or f"campaign-{self._runs}"
         if expect is None:
@@ -161,7 +168,9 @@ class CrashHarness:
                         restarts=self.restarts if restarts is None else restarts,
                         mode=mode or self.mode, expect=expect, shard=self.shard,
                         keep_passing=self.keep_passing, extra_checks=dict(self.extra_checks),
-                        launcher=self.launcher, plan_hook=self.plan_hook)
+                        launcher=self.launcher, plan_hook=self.plan_hook,
+                        budget=self.budget if self.budget is not None else
+                        budget if budget is not None else DEFAULT_BUDGET)
 
     def run(self, agent: AgentLike, **kw: Any) -> HarnessResult:
         """Run a campaign of ``agent`` under ``faults``; see :meth:`campaign` for the options."""

@@ -7,6 +7,8 @@ run at least once; random families draw ``count`` trials each (or share ``trials
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import random
 import statistics
@@ -17,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint._units import parse_duration, parse_size
+from crashpoint._units import UnitError, format_duration, parse_duration, parse_size
+from crashpoint.faults._cleanup import received, shielded, signal_name
 from crashpoint.faults._files import CORRUPTIONS
 from crashpoint.harness._checks import TrialFacts
 from crashpoint.harness._model import (
@@ -30,16 +33,41 @@ from crashpoint.harness._model import (
     TrialResult,
     dumps,
 )
-from crashpoint.harness._trial import TrialRunner, golden_from_json, load_json
+from crashpoint.harness._trial import BudgetExceeded, TrialRunner, golden_from_json, load_json
 
 __all__ = [
+    "BUDGET_HOW",
+    "DEFAULT_BUDGET",
     "FAMILY_KINDS",
     "Campaign",
+    "CampaignInterrupted",
     "CampaignResult",
     "FaultFamily",
     "family_from_spec",
+    "parse_budget",
     "replay",
 ]
+
+#: A campaign's time budget (seconds) unless the scenario, an option or the caller says.
+DEFAULT_BUDGET = 600.0
+BUDGET_HOW = ("raise it with `budget:` in the scenario file, --crashpoint-budget (crashpoint "
+              "run --budget), CRASHPOINT_BUDGET or the crashpoint_budget ini key; `none` "
+              "turns the limit off")
+
+
+def parse_budget(raw: str | float, *, what: str = "budget") -> float:
+    """A campaign budget in seconds: a duration (``10m``, ``90s``; more than zero), or
+    ``none`` / ``off`` for no limit (``math.inf``). Raises UnitError (which does not mention
+    ``none``: callers add how to say "no limit" where they take the value)."""
+    if isinstance(raw, str) and raw.strip().lower() in ("none", "off", "unlimited"):
+        return math.inf
+    where = f"{what}: " if what else ""
+    if not isinstance(raw, (str, int, float)):
+        raise UnitError(f"{where}expected a duration such as 10m, got {raw!r}")
+    v = parse_duration(raw, what=what)
+    if v <= 0:
+        raise UnitError(f"{where}a budget must be more than 0")
+    return v
 
 FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang")
 #: The options each fault family accepts (``count`` everywhere).
@@ -216,6 +244,15 @@ def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
     return Plan(tuple(faults), family.name, seed, index)
 
 
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM (or Ctrl-C) stopped a campaign. Its processes and temporary folders are
+    gone; ``result`` holds the trials that ran, marked incomplete (its reports are written)."""
+
+    def __init__(self, result: CampaignResult) -> None:
+        super().__init__(f"campaign {result.name!r}: {result.incomplete}")
+        self.result = result
+
+
 @dataclass
 class CampaignResult:
     name: str
@@ -224,10 +261,15 @@ class CampaignResult:
     duration: float
     seed: int
     report_dir: str
+    #: why the campaign stopped before its last trial ("": it ran them all); such a campaign
+    #: never passes
+    incomplete: str = ""
+    interrupted_by: str = ""  # "SIGINT" / "SIGTERM" when a signal stopped it
+    not_run: list[Plan] = field(default_factory=list)  # the trials that never ran (or stopped)
 
     @property
     def ok(self) -> bool:
-        return all(t.ok for t in self.trials)
+        return not self.incomplete and all(t.ok for t in self.trials)
 
     @property
     def failures(self) -> list[TrialResult]:
@@ -253,7 +295,9 @@ class CampaignResult:
         resumes = [r for t in ran for r in t.resume_times]
         return {
             "name": self.name, "seed": self.seed, "ok": self.ok,
-            "trials": len(self.trials), "ran": len(ran),
+            "incomplete": bool(self.incomplete), "stopped": self.incomplete,
+            "interrupted_by": self.interrupted_by or None, "not_run": len(self.not_run),
+            "trials": len(self.trials) + len(self.not_run), "ran": len(ran),
             "passed": sum(t.ok for t in ran), "failed": len(self.failures),
             "skipped": len(self.trials) - len(ran),
             "skip_reasons": sorted({t.skipped for t in self.trials if t.skipped}),
@@ -286,8 +330,10 @@ class CampaignResult:
 
     def junit(self) -> ET.Element:
         suite = ET.Element("testsuite", name=f"crashpoint.{self.name}",
-                           tests=str(len(self.trials)), failures=str(len(self.failures)),
-                           skipped=str(sum(1 for t in self.trials if t.skipped)),
+                           tests=str(len(self.trials) + len(self.not_run)),
+                           failures=str(len(self.failures)),
+                           skipped=str(sum(1 for t in self.trials if t.skipped)
+                                       + len(self.not_run)),
                            time=f"{self.duration:.3f}")
         for t in self.trials:
             case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
@@ -299,6 +345,10 @@ class CampaignResult:
                 fail = ET.SubElement(case, "failure", message="; ".join(c.name for c in t.failed))
                 fail.text = "\n".join(str(c) for c in t.failed) + \
                     f"\nreplay: crashpoint replay {t.folder}"
+        for p in self.not_run:
+            case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
+                                 name=f"trial-{p.index:04d} {p.describe()}", time="0.000")
+            ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
         return suite
 
 
@@ -323,6 +373,9 @@ class Campaign:
     extra_checks: dict[str, Callable[[TrialFacts], CheckResult]] = field(default_factory=dict)
     launcher: Any = None
     plan_hook: Callable[[FaultFamily, Golden, int, int], Plan | None] | None = None
+    #: seconds for the whole campaign (golden run and trials); math.inf: no limit. Past it the
+    #: running attempt is stopped, the rest is not run, and the campaign fails
+    budget: float = DEFAULT_BUDGET
 
     def __post_init__(self) -> None:
         self.report_dir = os.path.abspath(self.report_dir)
@@ -372,28 +425,66 @@ class Campaign:
 
     def run(self, progress: ProgressFn | None = None, only: Sequence[int] | None = None,
             golden: Golden | None = None) -> CampaignResult:
-        """Run the golden run (unless given) and every selected trial, in index order."""
+        """Run the golden run (unless given) and every selected trial, in index order.
+
+        Within :attr:`budget` (else the campaign stops and fails, see :meth:`_over_budget`).
+        Interrupted (SIGINT/SIGTERM, Ctrl-C), it kills what runs, removes its temporary
+        folders, writes its reports marked incomplete and raises :class:`CampaignInterrupted`.
+        """
         t0 = time.monotonic()
         runner = self.runner()
+        if math.isfinite(self.budget):
+            runner.deadline = t0 + self.budget
+        results: list[TrialResult] = []
+        plans: list[Plan] = []
+        stopped = ""
         try:
-            if golden is None:
-                golden = runner.golden()
-            plans = self.selected(self.plans(golden))
-            if only is not None:
-                plans = [p for p in plans if p.index in set(only)]
-            results: list[TrialResult] = []
-            failures = 0
-            for k, plan in enumerate(plans):
-                res = runner.run(plan, golden)
-                failures += 0 if res.ok else 1
-                results.append(res)
-                if progress is not None:
-                    progress(k + 1, len(plans), failures, res)
+            try:
+                if golden is None:
+                    golden = runner.golden()
+                plans = self.selected(self.plans(golden))
+                if only is not None:
+                    plans = [p for p in plans if p.index in set(only)]
+                failures = 0
+                for k, plan in enumerate(plans):
+                    if runner.deadline is not None and time.monotonic() >= runner.deadline:
+                        raise BudgetExceeded("")
+                    res = runner.run(plan, golden)
+                    failures += 0 if res.ok else 1
+                    results.append(res)
+                    if progress is not None:
+                        progress(k + 1, len(plans), failures, res)
+            except BudgetExceeded as exc:
+                stopped = self._over_budget(str(exc), len(results), len(plans))
+            except KeyboardInterrupt as exc:
+                with shielded():
+                    sig = received()
+                    by = signal_name(sig) if sig is not None else "SIGINT"
+                    where = f"after {len(results)} of {len(plans)} trials" if plans else \
+                        "during the golden run"
+                    partial = self._result(golden, results, plans, t0,
+                                           f"interrupted by {by} {where}", by)
+                    with contextlib.suppress(Exception):
+                        partial.write_reports()
+                raise CampaignInterrupted(partial) from exc
         finally:
-            runner.close()
-        result = CampaignResult(self.name, golden, results, time.monotonic() - t0, self.seed,
-                                self.report_dir)
-        return result
+            with shielded():
+                runner.close()
+        return self._result(golden, results, plans, t0, stopped, "")
+
+    def _result(self, golden: Golden | None, results: list[TrialResult], plans: list[Plan],
+                t0: float, incomplete: str, interrupted_by: str) -> CampaignResult:
+        return CampaignResult(self.name, golden or Golden([], [], Counter(), b"", 0.0), results,
+                              time.monotonic() - t0, self.seed, self.report_dir, incomplete,
+                              interrupted_by, plans[len(results):] if incomplete else [])
+
+    def _over_budget(self, detail: str, ran: int, planned: int) -> str:
+        what = f"{ran} of {planned} trials ran" if planned else "no trial ran"
+        left = planned - ran
+        return (f"the campaign's time budget of {format_duration(self.budget)} ran out: {what}"
+                f"{f' ({detail})' if detail else ''}"
+                f"{f', {left} not run' if left else ''}. A campaign stopped by its budget "
+                f"fails: {BUDGET_HOW}")
 
 
 def replay(folder: str) -> TrialResult:

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
+from crashpoint.faults._cleanup import LIVE, shielded
+
 __all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "OPS", "KillAt", "Ledger", "canonical"]
 
 ENV_LEDGER = "CRASHPOINT_LEDGER"
@@ -81,7 +83,9 @@ class Ledger:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._attempt_index: dict[int, int] = {}
-        self._dir = tempfile.mkdtemp(prefix="cp-ledger-")
+        with shielded():  # registered at once: removed by cleanup_all if we are stopped
+            self._dir = tempfile.mkdtemp(prefix="cp-ledger-")
+            LIVE.add_folder(self._dir)
         self.address = os.path.join(self._dir, "ledger.sock")
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -135,6 +139,8 @@ class Ledger:
             os.unlink(self.address)
         with contextlib.suppress(OSError):
             os.rmdir(self._dir)
+        if not os.path.lexists(self._dir):
+            LIVE.drop_folder(self._dir)
 
     def __enter__(self) -> Ledger:
         return self.start()

@@ -17,14 +17,19 @@ import yaml
 
 from crashpoint._units import UnitError, parse_duration, parse_size
 from crashpoint.errors import CrashpointError
-from crashpoint.harness._campaign import FAMILY_KINDS, FaultFamily, family_from_spec
+from crashpoint.harness._campaign import (
+    FAMILY_KINDS,
+    FaultFamily,
+    family_from_spec,
+    parse_budget,
+)
 from crashpoint.harness._model import AgentSpec, Expect
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
 SUFFIX = ".scenario.yaml"
 TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "marks", "mode",
-            "description")
+            "description", "budget")
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
@@ -69,6 +74,7 @@ class Scenario:
     mode: str | None = None
     line: int = 1
     agent_line: int = 1  # the line of the ``agent:`` key (where golden-run failures point)
+    budget: float | None = None  # seconds per family's campaign (inf: none); None: the default
 
     @property
     def slug(self) -> str:
@@ -178,8 +184,14 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     seed = doc.value("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise doc.err("seed", f"must be an integer, got {seed!r}")
+    budget = None
+    if "budget" in doc.items:
+        try:
+            budget = parse_budget(doc.value("budget"), what="")
+        except UnitError as exc:
+            raise doc.err("budget", f"{exc}; or none for no limit") from exc
     return Scenario(p, name.strip(), agent, families, _int(doc, "restarts", 3),
-                    _int(doc, "trials", 50), seed, expect, tuple(marks), mode, 1,
+                    _int(doc, "trials", 50), seed, expect, tuple(marks), mode, 1, budget=budget,
                     agent_line=doc.line("agent"))
 
 

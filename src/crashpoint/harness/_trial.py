@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashpoint.errors import CrashpointError
+from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
 from crashpoint.faults._files import corrupt
-from crashpoint.faults._process import REAP_VAR, AgentProcess, Exit, new_reap_token
+from crashpoint.faults._process import REAP_VAR, AgentProcess, Exit, kill_tree, new_reap_token
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import KillAt, Ledger, canonical
 from crashpoint.harness._model import (
@@ -39,7 +40,7 @@ from crashpoint.harness._model import (
     dumps,
 )
 
-__all__ = ["CANARY_VAR", "GoldenRunFailed", "TrialRunner"]
+__all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "TrialRunner"]
 
 CANARY_VAR = "OPENAI_API_KEY"
 RUN_ID = "run-1"
@@ -50,6 +51,33 @@ _PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_
 
 class GoldenRunFailed(CrashpointError, RuntimeError):
     """The agent does not complete even without faults: nothing to judge trials against."""
+
+
+class BudgetExceeded(CrashpointError, TimeoutError):
+    """The campaign's time budget ran out (:attr:`TrialRunner.deadline`); what was running was
+    stopped and cleaned up."""
+
+
+def _abort(procs: list[Any]) -> None:
+    """Kill attempts that were not waited for (an interruption): their whole trees and what
+    their reap token marks, then reap them and close their output."""
+    for p in procs:
+        with contextlib.suppress(Exception):
+            if _unreaped(p):
+                kill_tree(p.pid, sid=p.pid, token=p.reap_token)
+            else:  # its pid may name another process by now: only its token is safe
+                kill_marked([p.reap_token])
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.wait(timeout=0)
+
+
+def _unreaped(p: Any) -> bool:
+    """True while ``p``'s pid is still its own (not reaped: cannot name another process)."""
+    proc = getattr(p, "proc", None)
+    if proc is not None:
+        return proc.returncode is None
+    return not p.zygote._has_exited(p.pid)
 
 
 def _dir_size(path: str) -> int:
@@ -82,6 +110,9 @@ class TrialRunner:
     keep_passing: bool = False
     extra_checks: dict[str, Callable[[TrialFacts], CheckResult]] = field(default_factory=dict)
     launcher: Any = None  # a fork-mode zygote (crashpoint.harness._zygote.Zygote) or None
+    #: time.monotonic() by which every attempt must have ended (the campaign's budget); an
+    #: attempt still running then is stopped and BudgetExceeded raised
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         # the agent runs in its own working folder: a relative {state_dir} would land there,
@@ -144,6 +175,17 @@ class TrialRunner:
         on_start(proc.pid)
         return proc
 
+    def _limit(self, t_spawn: float) -> float:
+        """How long an attempt started at ``t_spawn`` may run: its timeout, within the budget."""
+        if self.deadline is None:
+            return self.agent.timeout
+        return max(0.0, min(self.agent.timeout, self.deadline - t_spawn))
+
+    def _budget_cut(self, ex: Exit | None, t_spawn: float) -> bool:
+        """True if the budget, not the agent's own timeout, ended this attempt."""
+        return ex is not None and ex.timed_out and self.deadline is not None and \
+            self.deadline - t_spawn < self.agent.timeout
+
     # -- golden ---------------------------------------------------------------------------------
 
     def golden(self) -> Golden:
@@ -159,9 +201,23 @@ class TrialRunner:
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         t0 = time.monotonic()
-        proc = self._spawn(argv, env, self.agent.cwd or work, None,
-                           functools.partial(ledger.begin_attempt, 1))
-        ex = proc.wait()
+        token = env[REAP_VAR]
+        LIVE.add_token(token)  # before it starts: a harness killed now leaves it to the reaper
+        procs: list[AgentProcess] = []
+        ex: Exit | None = None
+        try:
+            with shielded():  # started and recorded as one step
+                procs.append(self._spawn(argv, env, self.agent.cwd or work, None,
+                                         functools.partial(ledger.begin_attempt, 1)))
+            ex = procs[0].wait(timeout=self._limit(t0))
+        finally:
+            with shielded():
+                if ex is None:
+                    _abort(procs)
+                LIVE.drop_token(token)
+        assert ex is not None
+        if self._budget_cut(ex, t0):
+            raise BudgetExceeded("the golden run was stopped")
         duration = time.monotonic() - t0
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
@@ -279,24 +335,43 @@ class TrialRunner:
                             filter(None, [extra.get("CRASHPOINT_FAILPOINTS"),
                                           f"journal.write=enospc@{int(f.arg('nth', 3))}"]))
             together = any(f.kind == "resumers" for f in faults)
+            numbers = [n, n + 1] if together else [n]
+            procs: list[tuple[int, AgentProcess, float]] = []
+            exits: list[tuple[int, Exit]] = []
+            timers: list[threading.Timer] = []
+            sampler: _Sampler | None = None
+            tokens: list[str] = []
             try:
-                numbers = [n, n + 1] if together else [n]
-                procs = []
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    raise BudgetExceeded(f"trial {plan.index} was stopped")
                 for num in numbers:
                     env = self._env(ledger, num, canary, f"{plan.seed}:{plan.index}", extra)
-                    p = self._spawn(argv, env, self.agent.cwd or work, rlimit,
-                                    functools.partial(ledger.begin_attempt, num))
-                    procs.append((num, p))
-                timers = self._timers(faults, procs[0][1])
+                    tokens.append(env[REAP_VAR])
+                    LIVE.add_token(tokens[-1])  # before it starts (see golden)
+                    t_spawn = time.monotonic()
+                    with shielded():  # started and recorded as one step
+                        p = self._spawn(argv, env, self.agent.cwd or work, rlimit,
+                                        functools.partial(ledger.begin_attempt, num))
+                        procs.append((num, p, t_spawn))
+                with shielded():
+                    timers = self._timers(faults, procs[0][1])
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
-                exits: list[tuple[int, Exit]] = [(num, p.wait()) for num, p in procs]
-                for t in timers:
-                    t.cancel()
-                if sampler:
-                    sampler.stop()
+                for num, p, t_spawn in procs:
+                    exits.append((num, p.wait(timeout=self._limit(t_spawn))))
             finally:
-                if ns is not None:
-                    ns.close()
+                with shielded():  # stopped (a signal, the budget, an error): nothing left behind
+                    for t in timers:
+                        t.cancel()
+                    if sampler:
+                        sampler.stop()
+                    _abort([p for _num, p, _t in procs[len(exits):]])
+                    for token in tokens:
+                        LIVE.drop_token(token)
+                    if ns is not None:
+                        ns.close()
+            if any(self._budget_cut(ex, t) for (_n, ex), (_m, _p, t) in zip(exits, procs,
+                                                                          strict=True)):
+                raise BudgetExceeded(f"trial {plan.index} was stopped")
             if together:
                 n += 1
             for num, _ex in exits:

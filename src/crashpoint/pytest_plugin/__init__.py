@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ MODE_DESC = "systematic: kill at every boundary; random: draw boundaries at rand
 REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
 SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
 PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
+BUDGET_DESC = "time budget of each campaign, e.g. 10m (none: no limit); past it the running " \
+              "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
 
 #: name -> (CLI flag, environment variable, ini key, help, default)
 OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
@@ -42,6 +45,8 @@ OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
     "shard": ("--crashpoint-shard", "CRASHPOINT_SHARD", "crashpoint_shard", SHARD_DESC, None),
     "progress": ("--crashpoint-progress", "CRASHPOINT_PROGRESS", "crashpoint_progress",
                  PROGRESS_DESC, None),
+    "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC,
+               None),
 }
 MARKER = "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings " \
          "for the crash_harness fixture of this test"
@@ -59,10 +64,15 @@ class Settings:
     shard: tuple[int, int] | None
     progress: bool
     where: dict[str, str]
+    budget: float | None = None  # seconds (inf: no limit); None: the scenario's, else 10m
 
 
 SETTINGS = pytest.StashKey[Settings]()
 SUMMARIES = pytest.StashKey[list[dict[str, Any]]]()
+#: puts back the signal handlers that were there before the session (pytest_unconfigure)
+_RESTORE_SIGNALS = pytest.StashKey[Callable[[], None]]()
+#: the session's gate.json paths once written (pytest_sessionfinish), for the summary line
+_REPORT_PATHS = pytest.StashKey[list[str]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -108,6 +118,14 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
             raise bad("expected I/N with 1 <= I <= N, e.g. 1/4")
         return (int(m.group(1)), int(m.group(2)))
+    if name == "budget":
+        from crashpoint._units import UnitError
+        from crashpoint.harness._campaign import parse_budget
+
+        try:
+            return parse_budget(str(raw), what="")
+        except UnitError as exc:
+            raise bad(f"{exc}; or none for no limit") from None
     if name == "progress":
         if isinstance(raw, bool):
             return raw
@@ -144,7 +162,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
                 values[name] = default if name != "progress" else False
                 where[name] = "default"
     return Settings(values["seed"], values["trials"], values["mode"], values["report"],
-                    values["shard"], bool(values["progress"]), where)
+                    values["shard"], bool(values["progress"]), where, values["budget"])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -153,6 +171,112 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SUMMARIES] = []
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
     _start_progress(config)
+    from crashpoint.faults._cleanup import install_signal_handlers
+
+    # SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
+    # mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish)
+    config.stash[_RESTORE_SIGNALS] = install_signal_handlers()
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")  # a pytest-xdist worker
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Reap what a killed earlier run left; replace a previous gate.json by "running"."""
+    config = session.config
+    if _is_worker(config):
+        return
+    from crashpoint.faults._cleanup import reap_stale
+
+    reaped = reap_stale()
+    if reaped.harnesses:
+        _say(config, f"crashpoint: reaped what {reaped.harnesses} killed harness(es) left: "
+                     f"{reaped.describe()}")
+    report = config.stash[SETTINGS].report
+    if report:
+        from crashpoint.pytest_plugin._summary import write_gate_running
+
+        write_gate_running(report)
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(line)
+    else:
+        import sys
+
+        print(line, file=sys.stderr)
+
+
+def _interrupted_by(config: pytest.Config) -> str:
+    """"SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
+    from crashpoint.faults._cleanup import received, signal_name
+
+    sig = received()
+    if sig is not None:
+        return signal_name(sig)
+    return next((str(s["interrupted_by"]) for s in config.stash[SUMMARIES]
+                 if s.get("interrupted_by")), "")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write gate.json (marked incomplete if interrupted); exit 128 + the signal if one came."""
+    config = session.config
+    from crashpoint.faults._cleanup import received
+
+    sig = received()
+    if sig is not None and config.pluginmanager.hasplugin("dsession"):
+        _forward_to_workers(sig)  # xdist: `kill PID` reaches only the controller
+    by = _interrupted_by(config)
+    report = config.stash[SETTINGS].report
+    if report and not _is_worker(config):
+        from crashpoint.pytest_plugin._summary import remove_gate_running, write_session_reports
+
+        summaries = config.stash[SUMMARIES]
+        if summaries or by:
+            config.stash[_REPORT_PATHS] = write_session_reports(report, summaries,
+                                                                interrupted_by=by)
+        else:
+            remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
+    # 143 SIGTERM (pytest would die of it: the shell says 143 too); 130 SIGINT where crashpoint
+    # ran or collected something (elsewhere pytest's own 2 stands: we change no one else's exit)
+    used = bool(config.stash[SUMMARIES]) or config.stash.get(_USED, False)
+    if sig is not None and (sig == signal.SIGTERM or used):
+        session.exitstatus = 128 + sig
+
+
+def _forward_to_workers(sig: int) -> None:
+    """Send ``sig`` to this process's children (the xdist workers: they clean up too)."""
+    import psutil
+
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(sig)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from crashpoint.faults._cleanup import cleanup_all, reap_stale, received
+
+    watcher = config.stash.get(WATCHER, None)
+    if watcher is not None:
+        watcher.close()
+
+    if received() is not None:
+        cleanup_all()  # whatever the interrupted session's finally blocks did not reach
+    if not _is_worker(config) and config.pluginmanager.hasplugin("dsession"):
+        reaped = reap_stale()  # xdist workers killed after the grace period: not next time
+        if reaped.harnesses:
+            import sys
+
+            print(f"crashpoint: reaped what {reaped.harnesses} stopped worker(s) left: "
+                  f"{reaped.describe()}", file=sys.stderr)
+    restore = config.stash.get(_RESTORE_SIGNALS, None)
+    if restore is not None:
+        restore()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -244,7 +368,7 @@ def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
                         trials=s.trials, mode=s.mode, shard=s.shard,
                         restarts=3 if restarts is None else restarts, extra_checks=checks,
                         plan_hook=plan_hook, progress=_progress(config, item),
-                        default_faults=faults, default_trials=trials)
+                        default_faults=faults, default_trials=trials, budget=s.budget)
 
 
 @pytest.hookimpl(trylast=True)
@@ -267,9 +391,15 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
                            item=request.node.nodeid)
     run = harness.run
     item = request.node
+    from crashpoint.harness import CampaignInterrupted
 
     def run_and_record(agent: Any, **kw: Any) -> Any:
-        result = run(agent, **kw)
+        try:
+            result = run(agent, **kw)
+        except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
+            record_interrupted(item, exc.result, scenario=item.nodeid, file=str(item.path),
+                               family=exc.result.name, reports=exc.result.report_dir)
+            raise
         record_campaign(item, result.campaign, scenario=item.nodeid, file=str(item.path),
                         family=result.campaign.name, reports=result.campaign.report_dir)
         return result
@@ -288,6 +418,15 @@ def record_campaign(item: pytest.Item, result: Any, **extra: Any) -> None:
     summary.update(extra)
     summary["trial_results"] = [t.to_json() for t in result.trials]
     item.user_properties.append(("crashpoint", json.dumps(summary, default=str)))
+
+
+def record_interrupted(item: pytest.Item, result: Any, **extra: Any) -> None:
+    """Keep the summary of a campaign a signal stopped (it has no test report) for the end
+    table and gate.json (marked incomplete)."""
+    summary = result.summary()
+    summary.update(extra)
+    summary["trial_results"] = [t.to_json() for t in result.trials]
+    item.config.stash[SUMMARIES].append(json.loads(json.dumps(summary, default=str)))
 
 
 @pytest.fixture
@@ -409,6 +548,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 # -- progress and summary --------------------------------------------------------------------
 
 
+_USED = pytest.StashKey[bool]()  # the session collected crashpoint items
 BOARD = pytest.StashKey[Any]()  # crashpoint.pytest_plugin._board.Board
 WATCHER = pytest.StashKey[Any]()  # the xdist controller's _progress.Watcher
 WORKER_FILE = pytest.StashKey[Any]()  # an xdist worker's _progress.WorkerFile
@@ -459,9 +599,11 @@ def _progress(config: pytest.Config, item: str = "") -> Callable[[int, int, int,
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    count = sum(1 for i in session.items if _is_crashpoint_item(i))
+    session.config.stash[_USED] = count > 0
     board = session.config.stash.get(BOARD, None)
     if board is not None:
-        board.items_total = sum(1 for i in session.items if _is_crashpoint_item(i))
+        board.items_total = count
 
 
 class _ProgressItems:
@@ -509,12 +651,6 @@ def _start_progress(config: pytest.Config) -> None:
     config.pluginmanager.register(_ProgressItems(config), "crashpoint-progress")
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    watcher = config.stash.get(WATCHER, None)
-    if watcher is not None:
-        watcher.close()
-
-
 class _SummaryCollector:
     """Gathers campaign summaries from test reports (works under xdist: reports carry them)."""
 
@@ -532,13 +668,13 @@ class _SummaryCollector:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
                             config: pytest.Config) -> None:
     summaries = config.stash[SUMMARIES]
-    if not summaries:
+    by = _interrupted_by(config)
+    if not summaries and not (by and config.stash[SETTINGS].report):
         return
-    from crashpoint.pytest_plugin._summary import summary_table, write_session_reports
+    from crashpoint.pytest_plugin._summary import summary_table
 
-    for line in summary_table(summaries):
+    for line in summary_table(summaries, interrupted_by=by):
         terminalreporter.write_line(line)
-    s = config.stash[SETTINGS]
-    if s.report and not hasattr(config, "workerinput"):
-        paths = write_session_reports(s.report, summaries)
+    paths = config.stash.get(_REPORT_PATHS, None)
+    if paths:
         terminalreporter.write_line("crashpoint reports: " + ", ".join(paths))

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import CampaignResult, Golden, GoldenRunFailed
+from crashpoint.harness import CampaignInterrupted, CampaignResult, Golden, GoldenRunFailed
 from crashpoint.harness._api import HarnessResult
 from crashpoint.harness._campaign import FaultFamily
 from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_scenario
-from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign
+from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, record_interrupted
 
 GOLDEN = pytest.StashKey[Golden]()
 #: the item whose golden run failed: the file's other items point at it instead of repeating it
@@ -93,7 +93,8 @@ class ScenarioItem(pytest.Item):
             opts = {**dict(last_opts), "count": self.count}
             fam = FaultFamily((*fam.chain[:-1], (last_kind, tuple(sorted(opts.items())))))
         campaign = harness.campaign(sc.agent, faults=fam, trials=self.count or 0,
-                                    expect=sc.expect, name=safe, mode=sc.mode)
+                                    expect=sc.expect, name=safe, mode=sc.mode,
+                                    budget=sc.budget)
         if settings.mode is not None:
             campaign.mode = settings.mode
         parent = self.parent
@@ -109,7 +110,12 @@ class ScenarioItem(pytest.Item):
         except GoldenRunFailed as exc:
             parent.stash[GOLDEN_FAILED] = self.name
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
-        parent.stash[GOLDEN] = result.golden
+        except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
+            record_interrupted(self, exc.result, scenario=sc.name, file=sc.path,
+                               family=self.name, reports=exc.result.report_dir)
+            raise
+        if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
+            parent.stash[GOLDEN] = result.golden                     # short is not kept
         paths = result.write_reports()
         record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
                         reports=paths)
