@@ -451,9 +451,10 @@ def test_a_hang_is_a_timeout_failure_not_a_stuck_job(demo_golden: Golden, tmp_pa
 # -- killing a process tree ------------------------------------------------------------------------
 
 SPAWNER = """
-    import subprocess, sys, time
+    import os, subprocess, sys, time
     kids = [subprocess.Popen(["sleep", "30"]),                          # same group
-            subprocess.Popen(["sleep", "30"], process_group=0),         # its own group
+            subprocess.Popen(["sleep", "30"],                           # its own group
+                             preexec_fn=lambda: os.setpgid(0, 0)),
             subprocess.Popen(["sleep", "30"], start_new_session=True),  # setsid, still a child
             subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30"])]      # a grandchild's child
     time.sleep(0.2)
@@ -479,7 +480,6 @@ def _descendants(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="Popen(process_group=) is 3.11+")
 def test_kill_tree_leaves_no_survivor_among_groups_and_new_sessions(tmp_path: Path,
                                                                      children: Any) -> None:
     (tmp_path / "spawner.py").write_text(textwrap.dedent(SPAWNER))
