@@ -499,6 +499,12 @@ def _relative_hint(what: str, rel: str, agent: AgentSpec) -> str:
             f"{{workdir}} (no agent.cwd){hint}")
 
 
+def _missing(what: str, given: str, full: str, agent: AgentSpec) -> str:
+    if os.path.isabs(given):
+        return f"{what} {full} does not exist ('{{scenario_dir}}' is the scenario file's folder)"
+    return f"{what} {given!r} not found in the agent's working folder {agent.cwd}"
+
+
 def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
     """``{python} [options] script.py ...`` or ``{python} -m module ...``: does it exist?"""
     argv = list(agent.command[1:])
@@ -527,8 +533,7 @@ def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
         if full is None:
             raise doc.err("command", _relative_hint("the script", script, agent))
         if not os.path.isfile(full):
-            raise doc.err("command", f"the script {full} does not exist (check the path; "
-                                     "'{scenario_dir}' is the scenario file's folder)")
+            raise doc.err("command", _missing("the script", script, full, agent))
         return
 
 
@@ -545,7 +550,7 @@ def _program(doc: _Doc, agent: AgentSpec, env: dict[str, str], program: str) -> 
     if full is None:
         raise doc.err("command", _relative_hint("the program", program, agent))
     if not os.path.isfile(full):
-        raise doc.err("command", f"the program {full} does not exist")
+        raise doc.err("command", _missing("the program", program, full, agent))
     if not os.access(full, os.X_OK):
         raise doc.err("command", f"the program {full} is not executable (chmod +x it, or run "
                                  "it through its interpreter, e.g. [sh, ...])")
