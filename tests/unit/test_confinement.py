@@ -174,6 +174,13 @@ def test_without_roots_the_folder_the_pattern_starts_in_is_the_root(
     assert outside_prints(outside) == before
 
 
+def test_no_roots_means_nothing_may_be_touched(world: dict[str, Path]) -> None:
+    state = world["state"]
+    (state / "data").write_bytes(b"data")
+    assert corrupt("delete", f"{state}/**", random.Random(0), roots=[]) is None
+    assert (state / "data").exists()
+
+
 def test_the_filesystem_root_is_never_a_root() -> None:
     with pytest.raises(ConfinementError, match="refusing to corrupt files under /"):
         pick_target("/*", random.Random(0))

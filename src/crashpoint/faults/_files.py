@@ -113,8 +113,8 @@ def _real_roots(pattern: str, root: str | None, roots: Sequence[str] | None) -> 
     """The real folders a corruption may touch. Given folders that are themselves symbolic
     links (planted in place of the state folder) are dropped; without any, the folder the
     pattern is rooted in. Never ``/``."""
-    given = list(roots) if roots is not None else ([root] if root else [])
-    if given:
+    if roots is not None or root:
+        given = list(roots) if roots is not None else [str(root)]
         out = [os.path.realpath(r) for r in given
                if os.path.isdir(r) and not os.path.islink(r)]
     else:
