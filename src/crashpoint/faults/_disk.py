@@ -62,6 +62,16 @@ def capabilities() -> DiskCapability:
     return DiskCapability(tmpfs, why, rl, rl_why)
 
 
+@functools.lru_cache(maxsize=1)
+def _nsenter_wdns() -> bool:
+    """Whether nsenter has ``--wdns`` (a working folder resolved inside the namespace)."""
+    try:
+        r = subprocess.run(["nsenter", "--help"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return b"--wdns" in r.stdout
+
+
 PAGE = 4096
 
 
@@ -119,9 +129,24 @@ class TmpfsNamespace:
             self._remove_side()
             raise OSError(f"could not mount a tmpfs over {self.folder}: {err.strip()}")
 
-    def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` run inside the namespace (nsenter execs it: same pid, same session)."""
-        return ["nsenter", "-t", str(self._holder.pid), "-m", "--", *argv]
+    def wrap(self, argv: list[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
+        """``argv`` run inside the namespace (nsenter execs it: same pid, same session, same
+        environment).
+
+        Entering a mount namespace moves a process to that namespace's ``/``; so the wrapped
+        command is put back in a working folder: ``cwd`` (give the one the command is spawned
+        with; resolved inside the namespace, so a working folder within the tmpfs folder is
+        the tmpfs), or, without ``cwd``, the folder the wrapped command is started in.
+        """
+        ns = ["nsenter", "-t", str(self._holder.pid), "-m"]
+        if cwd is None:  # the folder nsenter starts in, opened before it enters the namespace
+            return [*ns, "--wd=.", "--", *argv]
+        wd = os.path.abspath(cwd)
+        if _nsenter_wdns():
+            return [*ns, f"--wdns={wd}", "--", *argv]
+        # util-linux < 2.38: change folder in a shell that then execs the command (same pid)
+        return [*ns, "--", "sh", "-c", 'cd -- "$1" || exit 127; shift; exec "$@"', "sh", wd,
+                *argv]
 
     def close(self) -> None:
         """Copy the tmpfs content back to the real folder and end the namespace."""

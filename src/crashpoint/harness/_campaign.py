@@ -12,6 +12,7 @@ import math
 import os
 import random
 import statistics
+import string
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -19,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint._failpoints import FAILPOINTS
+from crashpoint._placeholders import PlaceholderError, fields, fill
 from crashpoint._units import UnitError, format_duration, parse_duration, parse_size
 from crashpoint.faults._cleanup import received, shielded, signal_name
 from crashpoint.faults._files import CORRUPTIONS
@@ -39,10 +42,12 @@ __all__ = [
     "BUDGET_HOW",
     "DEFAULT_BUDGET",
     "FAMILY_KINDS",
+    "FAMILY_OPTIONS",
     "Campaign",
     "CampaignInterrupted",
     "CampaignResult",
     "FaultFamily",
+    "FaultSpecError",
     "family_from_spec",
     "parse_budget",
     "replay",
@@ -83,6 +88,149 @@ DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 _KILL_FAILPOINTS = ("journal.after_write", "journal.after_sync", "atomic.after_temp",
                     "atomic.after_rename", "effect.after_call", "step.after_complete")
+#: The placeholders a ``corrupt`` path may start with: the trial's own folders.
+CORRUPT_ROOTS = ("state_dir", "workdir")
+#: Bounds of the options (a value outside is refused, naming the bound).
+MAX_COUNT = 100_000  # trials drawn from one family
+MAX_FILEOP = 100_000  # kill: {at: fileop, max: N}
+MAX_NTH = 1_000  # disk_full: {nth: N}
+MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in memory)
+MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
+
+
+class FaultSpecError(ValueError):
+    """A bad fault family: what, and where within the ``faults:`` item: ``item`` (the index
+    within a chain, None for a single fault), ``kind`` and ``option`` (empty when the item as a
+    whole is wrong)."""
+
+    def __init__(self, message: str, *, item: int | None = None, kind: str = "",
+                 option: str = "") -> None:
+        super().__init__(message)
+        self.item, self.kind, self.option = item, kind, option
+
+
+def _whole(v: Any, lo: int, hi: int, what: str, *, cap: str = "",
+           err: Callable[[str], FaultSpecError]) -> int:
+    """``v`` as a whole number in ``[lo, hi]``, or a FaultSpecError saying which bound."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise err(f"{what} must be a whole number from {lo} to {hi}, got {v!r}")
+    if v < lo:
+        why = " (0 runs no trial of this family: give 1 or more, or remove the family)" \
+            if what.endswith(".count") and v == 0 else ""
+        raise err(f"{what} must be at least {lo}, got {v}{why}")
+    if v > hi:
+        raise err(f"{what} is {v}, above the cap of {hi}{cap}")
+    return v
+
+
+def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
+    """A ``corrupt`` path that can only reach the trial's own folders: it starts with
+    ``{state_dir}`` or ``{workdir}``, then ``/`` and a glob without ``..``."""
+    how_to = ('; a corruption touches only the trial\'s own folders: write e.g. '
+              '"{state_dir}/**" or "{workdir}/cache/*.json"')
+    if not isinstance(path, str) or not path:
+        raise err(f"corrupt.path must be a glob string, got {path!r}{how_to}")
+    if "\0" in path:
+        raise err(f"corrupt.path contains a NUL byte: {path!r}")
+    try:
+        names = fields(path, CORRUPT_ROOTS)
+    except PlaceholderError as exc:
+        raise err(f"corrupt.path: {exc}") from None
+    first = next(iter(string.Formatter().parse(path)))
+    if first[0] != "" or first[1] not in CORRUPT_ROOTS or len(names) != 1:
+        raise err(f"corrupt.path must start with {{state_dir}} or {{workdir}} and name no "
+                  f"other placeholder, got {path!r}{how_to}")
+    rest = fill(path, dict.fromkeys(CORRUPT_ROOTS, ""))
+    if rest and not rest.startswith("/"):
+        raise err(f"corrupt.path: {path!r} names a sibling of {{{first[1]}}}, not a path "
+                  f"inside it (a '/' must follow the placeholder){how_to}")
+    if os.pardir in rest.split("/"):
+        raise err(f"corrupt.path: {path!r} climbs out with '..'{how_to}")
+    return path
+
+
+def _check_options(kind: str, opts: dict[str, Any], last: bool,
+                   err: Callable[[str, str], FaultSpecError]) -> None:
+    """Validate (and normalise, in place) the options of one fault of kind ``kind``."""
+    def at(option: str) -> Callable[[str], FaultSpecError]:
+        return lambda message: err(message, option)
+
+    def text(option: str, allowed: tuple[str, ...], default: str) -> str:
+        v = opts.get(option, default)
+        if not isinstance(v, str) or v not in allowed:
+            raise err(f"{kind}.{option} must be one of {', '.join(allowed)}, got {v!r}", option)
+        return v
+
+    if "count" in opts:
+        if not last:
+            raise err(f"{kind}.count: put count on the last fault of a chain (it is the "
+                      "number of trials of the whole chain)", "count")
+        _whole(opts["count"], 1, MAX_COUNT, f"{kind}.count", err=at("count"),
+               cap=" trials per family; split the family or raise the cap in crashpoint")
+    if kind == "kill":
+        mode = text("at", KILL_AT, "random")
+        if "names" in opts:
+            if mode != "failpoint":
+                raise err("kill.names goes with at: failpoint (it narrows the failpoints)",
+                          "names")
+            names = opts["names"]
+            names = [names] if isinstance(names, str) else names
+            if not isinstance(names, list) or not names:
+                raise err(f"kill.names must be a non-empty list of failpoint names, got "
+                          f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}", "names")
+            bad = [n for n in names if not isinstance(n, str) or n not in FAILPOINTS]
+            if bad:
+                raise err(f"kill.names: unknown failpoint(s) {', '.join(map(repr, bad))}; "
+                          f"known: {', '.join(FAILPOINTS)}", "names")
+            opts["names"] = tuple(names)
+        if "max" in opts:
+            if mode != "fileop":
+                raise err("kill.max goes with at: fileop (the highest file operation to "
+                          "kill before)", "max")
+            _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
+    elif kind == "signal":
+        sig = opts.get("sig", "TERM")
+        if not isinstance(sig, str) or sig.upper() not in ("TERM", "STOP"):
+            raise err(f"signal.sig must be TERM or STOP, got {sig!r}", "sig")
+        sig = sig.upper()
+        for option, goes in (("grace", "TERM"), ("pause", "STOP")):
+            if option not in opts:
+                continue
+            if sig != goes:
+                raise err(f"signal.{option} goes with sig: {goes}", option)
+            try:
+                secs = parse_duration(opts[option], what=f"signal.{option}")
+            except UnitError as exc:
+                raise err(str(exc), option) from None
+            if secs > MAX_SIGNAL_WAIT:
+                raise err(f"signal.{option} is {secs:g}s, above the cap of "
+                          f"{MAX_SIGNAL_WAIT:g}s", option)
+            opts[option] = secs
+    elif kind == "corrupt":
+        hows = opts.get("how", list(CORRUPTIONS))
+        hows = [hows] if isinstance(hows, str) else hows
+        if not isinstance(hows, list) or not hows:
+            raise err(f"corrupt.how must be a corruption or a non-empty list of them, got "
+                      f"{opts.get('how')!r}; use {', '.join(CORRUPTIONS)}", "how")
+        bad = [h for h in hows if not isinstance(h, str) or h not in CORRUPTIONS]
+        if bad:
+            raise err(f"corrupt: unknown how {bad}; use {', '.join(CORRUPTIONS)}", "how")
+        opts["how"] = tuple(hows)
+        if "path" in opts:
+            _corrupt_path(opts["path"], at("path"))
+    elif kind == "disk_full":
+        text("mechanism", DISK_MECHANISMS, "auto")
+        if "capacity" in opts:
+            try:
+                cap = parse_size(opts["capacity"], what="disk_full.capacity")
+            except UnitError as exc:
+                raise err(str(exc), "capacity") from None
+            if not 0 < cap <= MAX_CAPACITY:
+                raise err(f"disk_full.capacity must be more than 0 and at most 1 GiB (the "
+                          f"cap), got {opts['capacity']!r}", "capacity")
+            opts["capacity"] = cap
+        if "nth" in opts:
+            _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
 
 
 @dataclass(frozen=True)
@@ -118,44 +266,44 @@ class FaultFamily:
 
 
 def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> FaultFamily:
-    """``{"kill": {"at": "random"}}`` or a list of such items -> a FaultFamily (validated)."""
-    items = [spec] if isinstance(spec, Mapping) else list(spec)
+    """``{"kill": {"at": "random"}}`` or a list of such items (a chain) -> a FaultFamily.
+
+    Every option is validated (type, range, known names); a bad one raises
+    :class:`FaultSpecError` (a ValueError) saying which fault and option, and why.
+    """
+    raw: Any = spec  # checked here: it comes from a YAML file or a marker
+    chained = not isinstance(raw, Mapping)
+    if chained and (isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence)):
+        hint = f" (write '{raw}:' with a colon)" if raw in FAMILY_KINDS else ""
+        raise FaultSpecError(f"a fault is a mapping with one key (the fault kind), or a list "
+                             f"of them (a chain), got {raw!r}{hint}")
+    items = list(raw) if chained else [raw]
+    if not items:
+        raise FaultSpecError("an empty chain: a chain lists one or more faults, e.g. "
+                             "[disk_full: {capacity: 8KiB}, kill: {at: random}]")
     chain = []
-    for item in items:
+    for j, item in enumerate(items):
+        where = j if chained else None
         if not isinstance(item, Mapping) or len(item) != 1:
-            raise ValueError(f"a fault is a mapping with one key (the fault kind), got {item!r}")
+            raise FaultSpecError(f"a fault is a mapping with one key (the fault kind), got "
+                                 f"{item!r}", item=where)
         (kind, opts), = item.items()
         if kind not in FAMILY_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAMILY_KINDS)}")
+            raise FaultSpecError(f"unknown fault kind {kind!r}; use one of "
+                                 f"{', '.join(FAMILY_KINDS)}", item=where)
+
+        def err(message: str, option: str = "", _kind: str = str(kind),
+                _where: int | None = where) -> FaultSpecError:
+            return FaultSpecError(message, item=_where, kind=_kind, option=option)
+
         if opts is not None and not isinstance(opts, Mapping):
-            raise ValueError(f"{kind}: options must be a mapping, e.g. {{{kind}: {{count: 3}}}}")
+            raise err(f"{kind}: options must be a mapping, e.g. {{{kind}: {{count: 3}}}}")
         opts = dict(opts or {})
-        unknown = sorted(set(opts) - set(FAMILY_OPTIONS[kind]))
+        unknown = sorted(map(str, set(opts) - set(FAMILY_OPTIONS[kind])))
         if unknown:
-            raise ValueError(f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
-                             f"{', '.join(FAMILY_OPTIONS[kind])}")
-        for key in ("grace", "pause"):
-            if key in opts:
-                opts[key] = parse_duration(opts[key], what=f"{kind}.{key}")
-        if kind == "disk_full" and opts.get("mechanism", "auto") not in DISK_MECHANISMS:
-            raise ValueError(f"disk_full: mechanism must be one of {', '.join(DISK_MECHANISMS)}")
-        if kind == "kill" and opts.get("at", "random") not in KILL_AT:
-            raise ValueError(f"kill: unknown at={opts.get('at')!r}; use one of "
-                             f"{', '.join(KILL_AT)}")
-        if kind == "corrupt":
-            hows = opts.get("how", list(CORRUPTIONS))
-            hows = [hows] if isinstance(hows, str) else list(hows)
-            bad = [h for h in hows if h not in CORRUPTIONS]
-            if bad:
-                raise ValueError(f"corrupt: unknown how {bad}; use {', '.join(CORRUPTIONS)}")
-            opts["how"] = tuple(hows)
-        if "capacity" in opts:
-            opts["capacity"] = parse_size(opts["capacity"], what=f"{kind}.capacity")
-        if "count" in opts and (isinstance(opts["count"], bool)
-                                or not isinstance(opts["count"], int) or opts["count"] < 0):
-            raise ValueError(f"{kind}.count must be a whole number >= 0, got {opts['count']!r}")
-        if kind == "signal" and str(opts.get("sig", "TERM")).upper() not in ("TERM", "STOP"):
-            raise ValueError("signal: sig must be TERM or STOP")
+            raise err(f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
+                      f"{', '.join(FAMILY_OPTIONS[kind])}", unknown[0])
+        _check_options(kind, opts, j == len(items) - 1, err)
         chain.append((kind, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                          for k, v in opts.items()))))
     return FaultFamily(tuple(chain))

@@ -8,7 +8,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from crashpoint._placeholders import fields, fill
+
 __all__ = [
+    "AGENT_PLACEHOLDERS",
     "CHECKS",
     "ENTRY_ARGV",
     "FAULT_KINDS",
@@ -32,6 +35,9 @@ CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_complet
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
                "resumers")
 
+#: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir).
+AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir")
+
 #: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
 ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
 
@@ -40,11 +46,14 @@ ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
 class AgentSpec:
     """How to start the agent: exactly one of ``command`` or ``entry``.
 
-    ``command``: an argv; placeholders {python} {state_dir} {workdir} {run_id}.
+    ``command``: an argv; placeholders {python} {state_dir} {workdir} {run_id}
+    {scenario_dir} (only bare names: no format spec, conversion or index).
     ``entry`` (``module:function``): spawned as ``python -m crashpoint.harness._entry ENTRY
     ARGS...``, or forked from a warm zygote (fork mode); either way the function is called with
     one argument, the list ``args`` with the same placeholders filled in (see
     :mod:`crashpoint.harness._entry` for the exit-code convention).
+    ``scenario_dir``: the absolute folder of the scenario file the agent came from (what
+    ``{scenario_dir}`` becomes); empty for an agent built in Python.
     """
 
     command: tuple[str, ...] = ()
@@ -53,6 +62,7 @@ class AgentSpec:
     env: tuple[tuple[str, str], ...] = ()
     cwd: str = ""
     args: tuple[str, ...] = ()
+    scenario_dir: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.entry):
@@ -60,12 +70,17 @@ class AgentSpec:
         if self.args and not self.entry:
             raise ValueError("args are what an entry agent's function is called with; a "
                              "command agent takes its arguments in command")
+        for part in (*self.command, *self.args):
+            used = fields(part, AGENT_PLACEHOLDERS)  # PlaceholderError is a ValueError
+            if "scenario_dir" in used and not self.scenario_dir:
+                raise ValueError(f"{part!r} uses {{scenario_dir}}, but this agent has no "
+                                 "scenario_dir (set AgentSpec.scenario_dir to a folder)")
 
     def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
               run_id: str) -> list[str]:
         subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
-                 "run_id": run_id}
-        return [part.format_map(subst) for part in parts]
+                 "run_id": run_id, "scenario_dir": self.scenario_dir}
+        return [fill(part, subst) for part in parts]
 
     def argv(self, *, state_dir: str, workdir: str, run_id: str) -> list[str]:
         if self.entry:
@@ -74,13 +89,15 @@ class AgentSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
-                "env": dict(self.env), "cwd": self.cwd, "args": list(self.args)}
+                "env": dict(self.env), "cwd": self.cwd, "args": list(self.args),
+                "scenario_dir": self.scenario_dir}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
         return cls(tuple(d.get("command") or ()), d.get("entry", ""),
                    float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
-                   d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()))
+                   d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()),
+                   str(d.get("scenario_dir") or ""))
 
 
 @dataclass(frozen=True)

@@ -7,23 +7,30 @@ to fix it. Loading runs no code (``yaml.SafeLoader``; no tags, no eval).
 from __future__ import annotations
 
 import difflib
+import importlib.machinery
+import importlib.util
 import os
+import re
 import shlex
+import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from crashpoint._units import UnitError, parse_duration, parse_size
+from crashpoint._placeholders import PlaceholderError, fields, fill
+from crashpoint._units import UnitError, format_size, parse_duration, parse_size
 from crashpoint.errors import CrashpointError
 from crashpoint.harness._campaign import (
     FAMILY_KINDS,
     FaultFamily,
+    FaultSpecError,
     family_from_spec,
     parse_budget,
 )
-from crashpoint.harness._model import AgentSpec, Expect
+from crashpoint.harness._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
@@ -34,6 +41,19 @@ AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
                "refuse_codes")
+
+#: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
+MAX_FILE_BYTES = 1 << 20  # 1 MiB
+MAX_DEPTH = 32  # nesting of mappings and lists (a scenario needs 6)
+MAX_NODES = 20_000  # values in the file, aliases expanded
+MAX_TIMEOUT = 86_400.0  # agent.timeout: one day
+MAX_RESTARTS = 100
+MAX_TRIALS = 100_000
+MAX_SEED = 2**63 - 1
+MAX_STATE_BYTES = 1 << 40  # expect.max_state_bytes: 1 TiB
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The options of ``python`` that take the next argument (then comes the script).
+_PY_OPTS_WITH_ARG = ("-W", "-X", "--check-hash-based-pycs")
 
 
 class ScenarioError(CrashpointError, ValueError):
@@ -129,23 +149,101 @@ def _plain(node: yaml.Node) -> Any:
         loader.dispose()
 
 
-def _int(doc: _Doc, key: str, default: int, lo: int = 0) -> int:
+def _int(doc: _Doc, key: str, default: int, lo: int, hi: int, why: str = "") -> int:
     v = doc.value(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise doc.err(key, f"must be a whole number >= {lo}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise doc.err(key, f"must be a whole number from {lo} to {hi}, got {v!r}")
+    if not lo <= v <= hi:
+        raise doc.err(key, f"must be from {lo} to {hi}, got {v}{why}")
     return v
 
 
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
-    """Read and validate one scenario file (see ``scenarios/README.md`` for the format)."""
-    p = os.fspath(path)
+def _read(p: str) -> str:
+    """The file's text, at most MAX_FILE_BYTES of it."""
     try:
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ScenarioError(p, None, "", f"cannot read the file: {exc.strerror}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise ScenarioError(p, None, "", f"the file is larger than {format_size(MAX_FILE_BYTES)}"
+                                         ", the limit for a scenario file; split it")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScenarioError(p, None, "", f"not UTF-8 text: {exc}") from exc
+
+
+def _line(ev: yaml.Event) -> int | None:
+    return ev.start_mark.line + 1 if ev.start_mark else None
+
+
+def _check_shape(p: str, text: str) -> None:
+    """Refuse a file nested deeper than MAX_DEPTH or with more than MAX_NODES values, before
+    anything recursive (composing, constructing) sees it. Stops at the first excess."""
+    depth = nodes = 0
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ScenarioError(p, _line(ev), "",
+                                        f"nested more than {MAX_DEPTH} levels deep (the limit; "
+                                        "a scenario needs about 6)")
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+            if isinstance(ev, yaml.NodeEvent):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise ScenarioError(p, _line(ev), "",
+                                        f"more than {MAX_NODES} values (the limit for a "
+                                        "scenario file)")
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise ScenarioError(p, mark.line + 1 if mark else None, "",
+                            f"not valid YAML: {exc.problem or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ScenarioError(p, None, "", f"not valid YAML: {exc}") from exc
+
+
+def _expanded(p: str, node: yaml.Node) -> None:
+    """Refuse aliases that expand to more than MAX_NODES values ("billion laughs") or refer
+    to themselves: a value is built and printed as a tree."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(n: yaml.Node) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in busy:
+            raise ScenarioError(p, n.start_mark.line + 1, "",
+                                "a YAML alias refers to the value that contains it")
+        busy.add(id(n))
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(size(c) for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in n.value)
+        busy.discard(id(n))
+        if total > MAX_NODES:
+            raise ScenarioError(p, n.start_mark.line + 1, "",
+                                f"YAML aliases expand to more than {MAX_NODES} values (the "
+                                "limit for a scenario file)")
+        sizes[id(n)] = total
+        return total
+
+    size(node)
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate one scenario file (see ``scenarios/README.md`` for the format).
+
+    Structure and values first (every key, type and range), then first contact: the agent's
+    program, script or module must exist where the agent will look for it.
+    """
+    p = os.fspath(path)
+    text = _read(p)
+    _check_shape(p, text)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -156,6 +254,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raise ScenarioError(p, None, "", f"not valid YAML: {exc}") from exc
     if node is None:
         raise ScenarioError(p, 1, "", "the file is empty; a scenario needs name, agent, faults")
+    _expanded(p, node)
     try:
         _plain(node)  # rejects tags and constructs nothing unsafe
     except yaml.YAMLError as exc:
@@ -170,7 +269,9 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     name = doc.value("name")
     if not isinstance(name, str) or not name.strip():
         raise doc.err("name", "must be a non-empty string")
-    agent = _agent(_Doc(p, doc.items["agent"][0], "agent"))
+    scenario_dir = os.path.dirname(os.path.abspath(p))
+    agent_doc = _Doc(p, doc.items["agent"][0], "agent")
+    agent = _agent(agent_doc, scenario_dir)
     families = tuple(_families(doc))
     expect = _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items \
         else Expect()
@@ -181,21 +282,41 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     mode = doc.value("mode")
     if mode not in (None, "systematic", "random"):
         raise doc.err("mode", f"must be systematic or random, got {mode!r}")
-    seed = doc.value("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise doc.err("seed", f"must be an integer, got {seed!r}")
+    seed = _int(doc, "seed", 0, 0, MAX_SEED)
+    restarts = _int(doc, "restarts", 3, 0, MAX_RESTARTS)
+    trials = _int(doc, "trials", 50, 1, MAX_TRIALS,
+                  " (the trials shared by the families without a count)")
     budget = None
     if "budget" in doc.items:
         try:
             budget = parse_budget(doc.value("budget"), what="")
         except UnitError as exc:
             raise doc.err("budget", f"{exc}; or none for no limit") from exc
-    return Scenario(p, name.strip(), agent, families, _int(doc, "restarts", 3),
-                    _int(doc, "trials", 50), seed, expect, tuple(marks), mode, 1, budget=budget,
-                    agent_line=doc.line("agent"))
+    _first_contact(agent_doc, agent)
+    return Scenario(p, name.strip(), agent, families, restarts, trials, seed, expect,
+                    tuple(marks), mode, 1, budget=budget, agent_line=doc.line("agent"))
 
 
-def _agent(doc: _Doc) -> AgentSpec:
+def _text(doc: _Doc, key: str, v: Any, what: str) -> str:
+    """A scalar of an agent's command, args or env as the string the agent gets."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        hint = " (quote it: 'true')" if isinstance(v, bool) else ""
+        raise doc.err(key, f"{what} must be a string, got {v!r}{hint}")
+    text = str(v)
+    if "\0" in text:
+        raise doc.err(key, f"{what} contains a NUL byte: {text!r} (a process argument or "
+                           "environment variable cannot hold one)")
+    return text
+
+
+def _template(doc: _Doc, key: str, text: str, allowed: tuple[str, ...]) -> list[str]:
+    try:
+        return fields(text, allowed)
+    except PlaceholderError as exc:
+        raise doc.err(key, str(exc)) from None
+
+
+def _agent(doc: _Doc, scenario_dir: str) -> AgentSpec:
     doc.check_keys(AGENT_KEYS)
     command = doc.value("command")
     entry = doc.value("entry", "")
@@ -204,35 +325,88 @@ def _agent(doc: _Doc) -> AgentSpec:
                                  "'entry' (module:function)")
     if isinstance(command, str):
         command = shlex.split(command)
-    if command is not None and (not isinstance(command, list) or not command
-                                or not all(isinstance(c, (str, int, float)) for c in command)):
+    if command is not None and (not isinstance(command, list) or not command):
         raise doc.err("command", "must be a non-empty list of strings, e.g. "
                                  '["{python}", "-m", "mypkg.agent", "--state", "{state_dir}"]')
-    if entry and (not isinstance(entry, str) or ":" not in entry):
-        raise doc.err("entry", f"must be 'module:function', got {entry!r}")
-    for part in command or []:
-        try:
-            str(part).format_map({"python": "", "state_dir": "", "workdir": "", "run_id": ""})
-        except (KeyError, ValueError, IndexError) as exc:
-            raise doc.err("command", f"unknown placeholder in {part!r}: {exc}; use {{python}}, "
-                                     "{state_dir}, {workdir}, {run_id} (double braces for a "
-                                     "literal brace)") from exc
+    parts = [_text(doc, "command", c, "each part of the command") for c in command or []]
+    if parts and not parts[0]:
+        raise doc.err("command", "the program (the first part) is empty")
+    for part in parts:
+        _template(doc, "command", part, AGENT_PLACEHOLDERS)
+    if entry:
+        if not isinstance(entry, str) or ":" not in entry:
+            raise doc.err("entry", f"must be 'module:function', got {entry!r}")
+        module, _, func = entry.partition(":")
+        if not all(x.isidentifier() for x in (*module.split("."), *func.split("."))):
+            raise doc.err("entry", f"must be 'module:function' with dotted Python names, "
+                                   f"got {entry!r}")
     try:
         timeout = parse_duration(doc.value("timeout", "30s"), what="agent.timeout")
     except UnitError as exc:
         raise doc.err("timeout", str(exc)) from exc
-    env = doc.value("env", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise doc.err("timeout", f"agent.timeout must be more than 0 and at most 24h (the cap),"
+                                 f" got {doc.value('timeout')!r}")
+    env_raw = doc.value("env", {})
+    if not isinstance(env_raw, dict):
         raise doc.err("env", "must be a mapping of variable names to values")
-    args = doc.value("args", [])
-    if not isinstance(args, list):
+    env: dict[str, str] = {}
+    for k, v in env_raw.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise doc.err("env", f"{k!r} is not a variable name (letters, digits and _, not "
+                                 "starting with a digit)")
+        # only the exact text {scenario_dir} is filled: other braces are the value's own
+        env[k] = _text(doc, "env", v, f"the value of {k}").replace("{scenario_dir}",
+                                                                   scenario_dir)
+    args_raw = doc.value("args", [])
+    if not isinstance(args_raw, list):
         raise doc.err("args", "must be a list of strings")
-    if args and command is not None:
+    if args_raw and command is not None:
         raise doc.err("args", "goes with 'entry' (the function's arguments); with 'command' put "
                               "the arguments in the command list")
-    return AgentSpec(tuple(str(c) for c in (command or ())), str(entry or ""), timeout,
-                     tuple(sorted((k, str(v)) for k, v in env.items())),
-                     str(doc.value("cwd", "") or ""), tuple(str(a) for a in args))
+    args = [_text(doc, "args", a, "each argument") for a in args_raw]
+    for a in args:
+        _template(doc, "args", a, AGENT_PLACEHOLDERS)
+    cwd = _cwd(doc, scenario_dir)
+    return AgentSpec(tuple(parts), str(entry or ""), timeout, tuple(sorted(env.items())), cwd,
+                     tuple(args), scenario_dir)
+
+
+def _cwd(doc: _Doc, scenario_dir: str) -> str:
+    """``agent.cwd`` as an existing absolute folder ({scenario_dir} filled, a relative path
+    taken from the scenario's folder), or "" (the trial's {workdir})."""
+    raw = doc.value("cwd", "")
+    if raw in ("", None):
+        return ""
+    cwd = _text(doc, "cwd", raw, "agent.cwd")
+    _template(doc, "cwd", cwd, ("scenario_dir",))
+    cwd = os.path.normpath(os.path.join(scenario_dir, fill(cwd, {"scenario_dir": scenario_dir})))
+    if not os.path.isdir(cwd):
+        raise doc.err("cwd", f"the folder {cwd} does not exist (a relative cwd is taken from "
+                             "the scenario file's folder)")
+    return cwd
+
+
+def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str]:
+    """The line and key of what a FaultSpecError is about, within ``faults[i]``."""
+    line, key = item.start_mark.line + 1, f"faults[{i}]"
+    node: yaml.Node | None = item
+    if exc.item is not None and isinstance(item, yaml.SequenceNode) \
+            and exc.item < len(item.value):
+        node = item.value[exc.item]
+        line, key = node.start_mark.line + 1, f"{key}[{exc.item}]"
+    for part in (exc.kind, exc.option):
+        if not part:
+            break
+        key = f"{key}.{part}"
+        found = None
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value
+                          if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+        if found is None:
+            break
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line, key
 
 
 def _families(doc: _Doc) -> Iterator[Family]:
@@ -244,6 +418,9 @@ def _families(doc: _Doc) -> Iterator[Family]:
         iline = item.start_mark.line + 1
         try:
             fam = family_from_spec(_plain(item))
+        except FaultSpecError as exc:
+            eline, key = _fault_where(item, i, exc)
+            raise ScenarioError(doc.path, eline, key, str(exc)) from None
         except (ValueError, TypeError) as exc:
             raise ScenarioError(doc.path, iline, f"faults[{i}]", str(exc)) from exc
         yield Family(fam, iline)
@@ -261,13 +438,128 @@ def _expect(doc: _Doc) -> Expect:
                 kw[key] = parse_size(v, what="expect.max_state_bytes")
             except UnitError as exc:
                 raise doc.err(key, str(exc)) from exc
+            if not 0 < kw[key] <= MAX_STATE_BYTES:
+                raise doc.err(key, f"expect.max_state_bytes must be more than 0 and at most "
+                                   f"{format_size(MAX_STATE_BYTES)} (the cap), got {v!r}")
         elif key in ("fail_stop_codes", "refuse_codes"):
-            if not isinstance(v, list) or not all(isinstance(c, int) and 0 < c < 256
-                                                  for c in v):
-                raise doc.err(key, "must be a list of exit codes 1-255")
+            if not isinstance(v, list) or not all(
+                    isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v):
+                raise doc.err(key, f"must be a list of exit codes 1-255, got {v!r}")
             kw[key] = tuple(v)
         else:
             if not isinstance(v, bool):
                 raise doc.err(key, f"must be true or false, got {v!r}")
             kw[key] = v
     return Expect(**kw)
+
+
+# -- first contact: is the agent where the scenario says? ------------------------------------
+
+
+def _first_contact(doc: _Doc, agent: AgentSpec) -> None:
+    """One clear line, at collection, for an agent that cannot start: a program not on PATH
+    (or not executable), a ``{python}`` script or ``-m`` module, or an ``entry`` module, that
+    does not exist where the agent will look. Cheap: no import, no process."""
+    env = dict(agent.env)
+    if agent.entry:
+        module = agent.entry.partition(":")[0]
+        if not _module_found(module, agent, env):
+            raise doc.err("entry", f"module {module!r} not found: it must be importable by "
+                                   f"the agent's interpreter ({_where_python(agent)})")
+        return
+    filled = _known(agent, agent.command[0])
+    if agent.command[0] == "{python}":
+        _python_target(doc, agent, env)
+    elif filled is not None:
+        _program(doc, agent, env, filled)
+
+
+def _known(agent: AgentSpec, part: str) -> str | None:
+    """``part`` with {scenario_dir} filled, or None if it names a per-trial folder."""
+    if set(fields(part)) - {"scenario_dir", "python"}:
+        return None
+    return fill(part, {"scenario_dir": agent.scenario_dir, "python": sys.executable})
+
+
+def _where_python(agent: AgentSpec) -> str:
+    cwd = agent.cwd or "the trial's empty {workdir}"
+    return f"installed, in its working folder ({cwd}), or on PYTHONPATH"
+
+
+def _module_found(module: str, agent: AgentSpec, env: dict[str, str]) -> bool:
+    top = module.split(".")[0]
+    try:
+        if importlib.util.find_spec(top) is not None:  # top level: imports nothing
+            return True
+    except (ImportError, ValueError):
+        return True  # cannot tell: let the agent's own run say
+    paths = [agent.cwd] if agent.cwd else []
+    paths += [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
+    return importlib.machinery.PathFinder.find_spec(top, paths) is not None
+
+
+def _relative_hint(what: str, rel: str, agent: AgentSpec) -> str:
+    if agent.cwd:
+        return f"{what} {rel!r} not found in the agent's working folder {agent.cwd}"
+    beside = os.path.join(agent.scenario_dir, rel)
+    hint = f"; it is beside the scenario: write '{{scenario_dir}}/{rel}'" \
+        if os.path.exists(beside) else "; give its path, e.g. '{scenario_dir}/...'"
+    return (f"{what} {rel!r} is relative, and the agent starts in the trial's empty "
+            f"{{workdir}} (no agent.cwd){hint}")
+
+
+def _missing(what: str, given: str, full: str, agent: AgentSpec) -> str:
+    if os.path.isabs(given):
+        return f"{what} {full} does not exist ('{{scenario_dir}}' is the scenario file's folder)"
+    return f"{what} {given!r} not found in the agent's working folder {agent.cwd}"
+
+
+def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
+    """``{python} [options] script.py ...`` or ``{python} -m module ...``: does it exist?"""
+    argv = list(agent.command[1:])
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+            module = argv[i + 1] if a == "-m" and i + 1 < len(argv) else a[2:]
+            if module and "{" not in module and not _module_found(module, agent, env):
+                raise doc.err("command", f"module {module!r} (after -m) not found: it must be "
+                                         f"importable by {{python}} ({_where_python(agent)})")
+            return
+        if a == "-c" or a.startswith("-c") or a == "-":
+            return
+        if a in _PY_OPTS_WITH_ARG:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        script = _known(agent, a)
+        if script is None:
+            return
+        full = script if os.path.isabs(script) else os.path.join(agent.cwd, script) \
+            if agent.cwd else None
+        if full is None:
+            raise doc.err("command", _relative_hint("the script", script, agent))
+        if not os.path.isfile(full):
+            raise doc.err("command", _missing("the script", script, full, agent))
+        return
+
+
+def _program(doc: _Doc, agent: AgentSpec, env: dict[str, str], program: str) -> None:
+    """The first part of a command: a program on PATH, or a path to an executable file."""
+    if "/" not in program:
+        search = env.get("PATH", os.environ.get("PATH", os.defpath))
+        if shutil.which(program, path=search) is None:
+            raise doc.err("command", f"{program!r} not found on PATH; fix the name, install "
+                                     "it, or give its path (e.g. '{scenario_dir}/my-agent')")
+        return
+    full = program if os.path.isabs(program) else os.path.join(agent.cwd, program) \
+        if agent.cwd else None
+    if full is None:
+        raise doc.err("command", _relative_hint("the program", program, agent))
+    if not os.path.isfile(full):
+        raise doc.err("command", _missing("the program", program, full, agent))
+    if not os.access(full, os.X_OK):
+        raise doc.err("command", f"the program {full} is not executable (chmod +x it, or run "
+                                 "it through its interpreter, e.g. [sh, ...])")

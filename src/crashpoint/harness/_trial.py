@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint._placeholders import fill
 from crashpoint.errors import CrashpointError
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
@@ -303,9 +304,10 @@ class TrialRunner:
                 if f.kind == "corrupt":
                     rng = random.Random(f"{plan.seed}:{plan.index}:{f.arg('seed', 0)}")
                     older = next((a.state_copy for a in attempts if a.state_copy), None)
-                    pattern = str(f.arg("path", "{state_dir}/**")).format(
-                        state_dir=state, workdir=work)
-                    c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state)
+                    pattern = fill(str(f.arg("path", "{state_dir}/**")),
+                                   {"state_dir": state, "workdir": work})
+                    c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state,
+                                roots=(state, work))
                     corruptions.append(c.to_json() if c else {"how": f.arg("how"),
                                                                "path": pattern,
                                                                "detail": "nothing to corrupt"})
@@ -327,7 +329,7 @@ class TrialRunner:
                     cap = int(f.arg("capacity", 65536))
                     if mech == "tmpfs":
                         ns = TmpfsNamespace(state, cap)
-                        argv = ns.wrap(argv)
+                        argv = ns.wrap(argv, cwd=self.agent.cwd or work)
                     elif mech == "rlimit":
                         rlimit = cap
                     else:

@@ -514,14 +514,18 @@ def full_fake_disk() -> Iterator[Any]:
 @pytest.fixture
 def corrupt_file() -> Callable[..., Corruption | None]:
     """``corrupt_file(pattern, how="bitflip", seed=0)``: damage one file matching ``pattern``
-    (seeded, reproducible); returns what was done, or None if nothing matched."""
+    (seeded, reproducible); returns what was done, or None if nothing matched. Only files
+    inside ``roots`` are touched (default: ``root``, else the folder before the pattern's first
+    wildcard), never through a symbolic link."""
     import random
 
     from crashpoint.faults._files import corrupt
 
     def do(pattern: str | os.PathLike[str], how: str = "bitflip", seed: int = 0,
-           older: str | None = None, root: str | None = None) -> Corruption | None:
-        return corrupt(how, os.fspath(pattern), random.Random(seed), older=older, root=root)
+           older: str | None = None, root: str | None = None,
+           roots: list[str] | None = None) -> Corruption | None:
+        return corrupt(how, os.fspath(pattern), random.Random(seed), older=older, root=root,
+                       roots=roots)
 
     return do
 
