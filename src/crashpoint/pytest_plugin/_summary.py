@@ -39,6 +39,7 @@ def summary_table(summaries: list[dict[str, Any]]) -> list[str]:
             out.append("  ".join("-" * w for w in widths))
     reasons = sorted({r for s in summaries for r in s.get("skip_reasons", [])})
     out += [f"skipped: {r}" for r in reasons]
+    out += _limits_lines(summaries)
     for s in summaries:
         for f in s.get("failures", [])[:3]:
             out.append(f"FAILED {s.get('scenario')} [{s.get('family')}] trial {f['index']}: "
@@ -47,20 +48,58 @@ def summary_table(summaries: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _size(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
+    out = []
+    for s in summaries:
+        name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
+        ow = s.get("outside_writes") or {}
+        if ow.get("tmp_bytes") or ow.get("system_tmp"):
+            line = f"outside its folders: {name}: {_size(int(ow.get('tmp_bytes', 0)))} in " \
+                   "private TMPDIRs (removed)"
+            if ow.get("system_tmp"):
+                line += f"; new in the system temp folders ({ow['trials_writing_system_tmp']} " \
+                        f"trial(s), not removed): {', '.join(ow['system_tmp'][:5])}"
+            out.append(line)
+        ev = s.get("evidence") or {}
+        if ev.get("trials_cut"):
+            out.append(f"evidence cut: {name}: {ev['trials_cut']} trial folder(s) over the "
+                       f"evidence limit (see evidence_omitted in result.json)")
+        refused = s.get("ledger_refused") or {}
+        if refused:
+            out.append(f"ledger limits: {name}: refused " +
+                       ", ".join(f"{k} x{v}" for k, v in refused.items()))
+    return out
+
+
 def write_session_reports(folder: str, summaries: list[dict[str, Any]]) -> list[str]:
-    """gate.json (every campaign) and report.html (tables + a timeline per failing trial)."""
-    os.makedirs(folder, exist_ok=True)
+    """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
+
+    The folder is created 0700 without following a link and refused if another user owns it
+    or can write in it (crashpoint.harness._reportfs.UnsafeReportFolder); each file is written
+    whole (temp + fsync + rename), 0600, never through a planted link."""
+    from crashpoint.harness._reportfs import secure_dir, write_file
+
+    secure_dir(folder)
     path = os.path.join(folder, "gate.json")
     ok = all(s["ok"] for s in summaries)
-    with open(path, "w") as f:
-        json.dump({"ok": ok, "campaigns": summaries}, f, indent=2, sort_keys=True, default=str)
+    write_file(path, json.dumps({"ok": ok, "campaigns": summaries}, indent=2, sort_keys=True,
+                                default=str))
     paths = [path]
     try:
         from crashpoint.harness._html import render_html
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
-    with open(html, "w", encoding="utf-8") as f:
-        f.write(render_html(summaries))
+    write_file(html, render_html(summaries))
     paths.append(html)
     return paths
