@@ -599,6 +599,7 @@ class _Bounded(socketserver.ThreadingMixIn):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 64  # a burst of agents connecting at once waits in the backlog
     http = False
     ledger: Ledger
 

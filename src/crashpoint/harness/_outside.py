@@ -4,8 +4,9 @@ Every attempt gets a private temporary folder (``TMPDIR``, ``TEMP`` and ``TMP`` 
 ``<trial>/tmp/attempt-N``); when the attempt has ended its size is measured and it is removed
 (:class:`PrivateTmp`). An agent that writes to ``/tmp`` by name instead is only seen: the
 system's temporary folders are listed before and after each trial, and the new top-level
-entries are reported with their size (:func:`temp_entries`, :func:`new_temp_entries`). They are
-never removed: they may belong to someone else (another process wrote them at the same time).
+entries are reported with their size (:func:`temp_entries`, :func:`new_temp_entries`; an entry whose
+size or time changed counts too, so a file rewritten by every attempt is seen). They are never
+removed: they may belong to someone else (another process wrote them at the same time).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 
 from crashpoint.harness._reportfs import DIR_MODE, human_size, secure_dir
 
-__all__ = ["PrivateTmp", "new_temp_entries", "sized", "temp_entries"]
+__all__ = ["PrivateTmp", "Snapshot", "new_temp_entries", "sized", "temp_entries"]
 
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 #: The harness's own temporary names (ledger sockets, tmpfs side folders, zygote logs).
@@ -109,24 +110,35 @@ def _temp_dirs() -> list[str]:
     return out
 
 
-def temp_entries() -> dict[str, set[str]]:
-    """The top-level names in each system temporary folder (one ``scandir`` each)."""
-    out: dict[str, set[str]] = {}
+Snapshot = dict[str, dict[str, tuple[int, int, int]]]
+
+
+def temp_entries() -> Snapshot:
+    """Each system temporary folder's top-level entries: name -> (inode, mtime, size), from
+    one ``scandir`` and one ``lstat`` per entry."""
+    out: Snapshot = {}
     for d in _temp_dirs():
-        with contextlib.suppress(OSError):
-            out[d] = set(os.listdir(d))
+        entries: dict[str, tuple[int, int, int]] = {}
+        with contextlib.suppress(OSError), os.scandir(d) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    st = e.stat(follow_symlinks=False)
+                    entries[e.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        out[d] = entries
     return out
 
 
-def new_temp_entries(before: dict[str, set[str]]) -> list[str]:
-    """The entries that appeared since ``before`` (the harness's own excluded), each as
-    ``"/tmp/name (10.0 MiB)"``; nothing is removed."""
+def new_temp_entries(before: Snapshot) -> list[str]:
+    """The entries that appeared or changed since ``before`` (the harness's own excluded),
+    each as ``"/tmp/name (10.0 MiB, new)"``; nothing is removed."""
     found: list[str] = []
-    for d, names in temp_entries().items():
-        for name in sorted(names - before.get(d, set())):
-            if name.startswith(OWN_PREFIXES):
+    for d, now in temp_entries().items():
+        old = before.get(d, {})
+        for name in sorted(now):
+            if name.startswith(OWN_PREFIXES) or now[name] == old.get(name):
                 continue
             path = os.path.join(d, name)
             size, complete = sized(path)
-            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)})")
+            what = "changed" if name in old else "new"
+            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, {what})")
     return found

@@ -38,7 +38,7 @@ from crashpoint.harness._model import (
     TrialResult,
     dumps,
 )
-from crashpoint.harness._outside import PrivateTmp, new_temp_entries, temp_entries
+from crashpoint.harness._outside import PrivateTmp, Snapshot, new_temp_entries, temp_entries
 from crashpoint.harness._reportfs import (
     EvidenceBudget,
     copy_tree_bounded,
@@ -108,7 +108,7 @@ class _Scope:
     budget: EvidenceBudget
     whole_copies: bool = False  # a stale-copy corruption reads the copies
     tmp: PrivateTmp = field(init=False)
-    temp_before: dict[str, set[str]] = field(init=False)
+    temp_before: Snapshot = field(init=False)
 
     def __post_init__(self) -> None:
         self.tmp = PrivateTmp(os.path.join(self.folder, "tmp"))
@@ -181,8 +181,12 @@ class TrialRunner:
 
     def secrets(self, canary: str) -> dict[str, str]:
         """Name -> value of what evidence must never hold: every ``agent.env`` value and the
-        canary (it wins over an ``agent.env`` entry of the same name, as in the environment)."""
-        return {**dict(self.agent.env), CANARY_VAR: canary}
+        canary (it wins over an ``agent.env`` entry of the same name, as in the environment);
+        a trial's messages also quote the golden run's output, so its canary too."""
+        out = {**dict(self.agent.env), CANARY_VAR: canary}
+        if canary != canary_for(0, -1):
+            out[f"{CANARY_VAR}_GOLDEN"] = canary_for(0, -1)
+        return out
 
     def _new_scope(self, folder: str, canary: str, plan: Plan | None = None) -> _Scope:
         left = self.evidence_per_campaign - self.evidence_used
