@@ -207,11 +207,12 @@ def _open_dir(folder: str) -> int:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str) -> Iterator[IO[bytes]]:
+def atomic_writer(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
     """Write ``path`` whole or not at all: yields a binary file (a fresh 0600 temp file in the
-    same folder, opened without following links); on success it is fsynced and renamed over
-    ``path``. The folder must pass :func:`secure_dir`'s rules; an existing ``path`` that is a
-    symbolic link or not a regular file is refused."""
+    same folder, opened without following links); on success it is fsynced (unless not
+    ``durable``: a file about to be deleted) and renamed over ``path``. The folder must pass
+    :func:`secure_dir`'s rules; an existing ``path`` that is a symbolic link or not a regular
+    file is refused."""
     folder, name = os.path.split(os.path.abspath(path))
     dfd = _open_dir(folder)
     tmp = f".{name}.{_secrets.token_hex(6)}.tmp"
@@ -234,7 +235,8 @@ def atomic_writer(path: str) -> Iterator[IO[bytes]]:
                 yield f
                 f.flush()
                 os.fchmod(f.fileno(), FILE_MODE)
-                os.fsync(f.fileno())
+                if durable:
+                    os.fsync(f.fileno())
             if _DIR_FD:
                 os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             else:
@@ -243,15 +245,16 @@ def atomic_writer(path: str) -> Iterator[IO[bytes]]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_path, **kw)
             raise
-        with contextlib.suppress(OSError):
-            os.fsync(dfd)
+        if durable:
+            with contextlib.suppress(OSError):
+                os.fsync(dfd)
     finally:
         os.close(dfd)
 
 
-def write_file(path: str, data: bytes | str) -> str:
+def write_file(path: str, data: bytes | str, *, durable: bool = True) -> str:
     """Write ``data`` to ``path`` with :func:`atomic_writer`; return ``path``."""
-    with atomic_writer(path) as f:
+    with atomic_writer(path, durable=durable) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
     return path
 

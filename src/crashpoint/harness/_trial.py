@@ -305,7 +305,7 @@ class TrialRunner:
         state, work = os.path.join(tdir, "state"), os.path.join(tdir, "work")
         secure_dir(state, root=self.folder)
         secure_dir(work, root=self.folder)
-        write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()))
+        write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()), durable=False)
         canary = canary_for(plan.seed, plan.index)
         self._new_scope(tdir, canary, plan)
         skipped = self._unsupported(plan)
@@ -536,6 +536,8 @@ class TrialRunner:
                 budget.leave_out(entry, size)
         _redact_history(os.path.join(folder, "history.jsonl"), scope.secrets)
         scrub_tree(folder, scope.secrets, skip=_ESSENTIAL)
+
+
 class _Sampler:
     """Samples the state folder's size every 50 ms while an attempt runs."""
 
