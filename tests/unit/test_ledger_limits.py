@@ -305,3 +305,12 @@ def test_accept_survives_running_out_of_file_descriptors(children: Any) -> None:
         s.close()
     server.close_stdin()
     assert server.read_json().get("accept_errors", 0) > 0
+
+
+def test_a_last_request_without_its_newline_is_still_served(small: Ledger) -> None:
+    s = connect(small.address)
+    s.sendall(b'{"op": "step_started", "step": "last"}')
+    s.shutdown(socket.SHUT_WR)  # like `printf ... | nc -U`: no newline, then end of input
+    assert json.loads(read_line(s)) == {"ok": True}
+    s.close()
+    assert [e["step"] for e in small.events] == ["last"]

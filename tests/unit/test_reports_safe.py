@@ -248,3 +248,27 @@ def test_scrub_tree_redacts_contents_and_names_sets_modes_and_follows_no_link(
     assert target.read_text() == "sk-live-0123456789abcdef outside"  # never followed
     assert mode(tree / "sub") == 0o700
     assert mode(tree / "sub" / "log") == 0o600
+
+
+def test_a_link_of_your_own_above_the_report_folder_is_followed(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "reports"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to("./data/../data/reports")  # relative, with . and ..
+    got = secure_dir(str(tmp_path / "link" / "r"))
+    assert got == str(real / "r")
+    assert mode(real / "r") == 0o700
+
+
+def test_a_campaign_refuses_a_planted_trials_link_before_running_anything(
+        tmp_path: Path) -> None:
+    from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    report = Path(secure_dir(str(tmp_path / "report")))
+    (report / "trials").symlink_to(elsewhere)
+    camp = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})],
+                    str(report))
+    with pytest.raises(UnsafeReportFolder, match=r"trials: it is a symbolic link"):
+        camp.run()
+    assert list(elsewhere.iterdir()) == []

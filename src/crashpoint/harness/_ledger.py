@@ -412,8 +412,12 @@ class Ledger:
                         continue
                     except OSError:
                         return
-                    if not chunk:
-                        return  # the agent closed (or died); a partial request is dropped
+                    if not chunk:  # the agent closed its side (or died)
+                        if buf.strip():  # a last request without its newline: served as before
+                            reply, conn_attempt = self._answer(bytes(buf), conn_attempt)
+                            if reply is not None:
+                                self._send_line(sock, reply)
+                        return
                     if not buf:
                         started = time.monotonic()
                     buf += chunk

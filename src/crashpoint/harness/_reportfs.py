@@ -116,6 +116,8 @@ def _walk_ancestors(path: str) -> tuple[str, list[str]]:
     hops = 0
     while parts:
         name = parts.pop(0)
+        if name == ".":
+            continue
         if name == "..":
             real = os.path.dirname(real)
             continue

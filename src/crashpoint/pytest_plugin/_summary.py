@@ -48,23 +48,16 @@ def summary_table(summaries: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _size(n: int) -> str:
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024 or unit == "GiB":
-            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
     """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
+    from crashpoint.harness._reportfs import human_size
+
     out = []
     for s in summaries:
         name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
         ow = s.get("outside_writes") or {}
         if ow.get("tmp_bytes") or ow.get("system_tmp"):
-            line = f"outside its folders: {name}: {_size(int(ow.get('tmp_bytes', 0)))} in " \
+            line = f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in " \
                    "private TMPDIRs (removed)"
             if ow.get("system_tmp"):
                 line += f"; new in the system temp folders ({ow['trials_writing_system_tmp']} " \
