@@ -728,6 +728,7 @@ def _run(ctx: Context) -> int:
         if reaped.harnesses:
             ctx.note(f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
                      f"{reaped.describe()}")
+        _safe_report_folder(report)
         _gate_running(report, on=True)
         code = int(pytest.main(argv))
     finally:
@@ -754,20 +755,37 @@ def _run(ctx: Context) -> int:
 _GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
 
 
+def _safe_report_folder(report: str) -> None:
+    """The report folder, created 0700 without following a link, and refused (exit 2) if
+    another user owns it or can write in it; pytest's own ``--junitxml`` would write through a
+    link planted at ``junit.xml``, so anything there but a regular file is refused too."""
+    import stat
+
+    from crashpoint.harness._reportfs import UnsafeReportFolder, secure_dir
+
+    try:
+        secure_dir(report)
+    except UnsafeReportFolder as exc:
+        raise UsageError(str(exc)) from None
+    junit = os.path.join(report, "junit.xml")
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(junit).st_mode):
+            raise UsageError(f"{junit} exists and is not a regular file (a link?): the gate "
+                             "will not write through it; remove it or choose another --report "
+                             "folder")
+
+
 def _gate_running(report: str, *, on: bool) -> None:
     """Replace gate.json by :data:`_GATE_RUNNING` (``on``); afterwards remove that marker if no
     session replaced it (pytest stopped before running anything, e.g. a bad option value).
-    Either way an earlier run's ``"ok": true`` is never left behind. Best effort: a report
-    path that is not a folder is the plugin's usage error to report."""
+    Either way an earlier run's ``"ok": true`` is never left behind. The folder is safe by
+    then (:func:`_safe_report_folder`); a link planted at gate.json is refused, not followed."""
+    from crashpoint.harness._reportfs import write_file
+
     path = os.path.join(report, "gate.json")
     with contextlib.suppress(OSError, ValueError):
         if on:
-            os.makedirs(report, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(_GATE_RUNNING, f)
-            os.replace(tmp, path)  # replaces a planted symlink, never writes through it
+            write_file(path, json.dumps(_GATE_RUNNING))
             return
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd) as f:

@@ -34,14 +34,16 @@ if TYPE_CHECKING:
 
 
 def ours(tmp: Path) -> list[psutil.Process]:
-    """Live processes started with ``TMPDIR=tmp`` (the harness under test and all it started)."""
-    entry = f"TMPDIR={tmp}".encode()
+    """Live processes started with ``TMPDIR=tmp`` (the harness under test) or with a TMPDIR
+    below the test's folder (the agents: each attempt gets a private TMPDIR in its trial)."""
+    below = f"TMPDIR={tmp.parent}/".encode()
     out = []
     for p in psutil.process_iter():
         try:
             with open(f"/proc/{p.pid}/environ", "rb") as f:
-                if entry in f.read().split(b"\0") and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
+                env = f.read().split(b"\0")
+            if any(e.startswith(below) for e in env) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
         except (OSError, psutil.Error):
             continue
     return out

@@ -151,3 +151,20 @@ def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any)
         f"{bad}:4 (key 'agent'): not run: the golden run of this file failed (shown once, "
         "under ?kill@random?)",
     ])
+
+
+def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(inner: Any) -> None:
+    """pytest's own --junitxml writes through a link; the gate refuses to start instead."""
+    inner.scenario("tiny", "kill: {at: random, count: 1}", folder="gate",
+                   command=inner.command(inner.tiny_agent))
+    report = inner.path / "out"
+    report.mkdir(mode=0o700)
+    target = inner.path / "precious.txt"
+    target.write_text("keep me")
+    (report / "junit.xml").symlink_to(target)
+    result = crashpoint(inner, "run", "gate", "--report", report)
+    assert result.ret == 2, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(["crashpoint: error: */junit.xml exists and is not a regular "
+                                 "file (a link?)*"])
+    assert target.read_text() == "keep me"
+    assert not (report / "gate.json").exists()

@@ -36,7 +36,15 @@ from crashpoint.harness._model import (
     TrialResult,
     dumps,
 )
-from crashpoint.harness._trial import BudgetExceeded, TrialRunner, golden_from_json, load_json
+from crashpoint.harness._reportfs import secure_dir, write_file
+from crashpoint.harness._trial import (
+    EVIDENCE_PER_CAMPAIGN,
+    EVIDENCE_PER_TRIAL,
+    BudgetExceeded,
+    TrialRunner,
+    load_json,
+    replay_inputs,
+)
 
 __all__ = [
     "BUDGET_HOW",
@@ -456,24 +464,37 @@ class CampaignResult:
             "golden": {"steps": self.golden.steps, "events": len(self.golden.events),
                        "duration_s": round(self.golden.duration, 3)},
             "duration_s": round(self.duration, 3),
+            "outside_writes": {
+                "tmp_bytes": sum(t.tmp_bytes for t in ran),
+                "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
+                "system_tmp": sorted({o for t in ran for o in t.outside_writes})[:20],
+                "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes)},
+            "evidence": {
+                "bytes": sum(t.evidence_bytes for t in self.trials),
+                "trials_cut": sum(1 for t in self.trials if t.evidence_omitted),
+                "omitted": [f"trial {t.plan.index}: {m}" for t in self.trials
+                            for m in t.evidence_omitted][:10]},
+            "ledger_refused": dict(sorted(sum((Counter(t.ledger_refused) for t in ran),
+                                              Counter()).items())),
             "failures": [{"index": t.plan.index, "plan": t.plan.describe(),
                           "checks": [str(c) for c in t.failed], "folder": t.folder,
                           "replay": f"crashpoint replay {t.folder}"} for t in self.failures],
         }
 
     def write_reports(self) -> dict[str, str]:
-        """summary.json, verdicts.json and junit.xml in the report folder; return their paths."""
-        os.makedirs(self.report_dir, exist_ok=True)
+        """summary.json, verdicts.json and junit.xml in the report folder; return their paths.
+
+        The folder is created 0700 without following a link, and refused if another user owns
+        it or can write in it; each file is written whole (temp + rename), 0600."""
+        secure_dir(self.report_dir)
         paths = {"json": os.path.join(self.report_dir, "summary.json"),
                  "verdicts": os.path.join(self.report_dir, "verdicts.json"),
                  "junit": os.path.join(self.report_dir, "junit.xml")}
-        with open(paths["json"], "w") as f:
-            f.write(dumps({**self.summary(), "trial_results": [t.to_json()
-                                                              for t in self.trials]}))
-        with open(paths["verdicts"], "w") as f:
-            f.write(dumps([t.verdict() for t in self.trials]))
-        ET.ElementTree(self.junit()).write(paths["junit"], encoding="utf-8",
-                                           xml_declaration=True)
+        write_file(paths["json"], dumps({**self.summary(), "trial_results": [
+            t.to_json() for t in self.trials]}))
+        write_file(paths["verdicts"], dumps([t.verdict() for t in self.trials]))
+        write_file(paths["junit"], ET.tostring(self.junit(), encoding="utf-8",
+                                               xml_declaration=True))
         return paths
 
     def junit(self) -> ET.Element:
@@ -524,6 +545,9 @@ class Campaign:
     #: seconds for the whole campaign (golden run and trials); math.inf: no limit. Past it the
     #: running attempt is stopped, the rest is not run, and the campaign fails
     budget: float = DEFAULT_BUDGET
+    evidence_per_trial: int = EVIDENCE_PER_TRIAL  # bytes a kept trial folder may hold
+    evidence_per_campaign: int = EVIDENCE_PER_CAMPAIGN  # bytes all kept trial folders may hold
+    source: str = ""  # the scenario file (runner.json names it: replay reads agent.env there)
 
     def __post_init__(self) -> None:
         self.report_dir = os.path.abspath(self.report_dir)
@@ -532,7 +556,9 @@ class Campaign:
         return TrialRunner(self.agent, os.path.join(self.report_dir, "trials"),
                            restarts=self.restarts, expect=self.expect,
                            keep_passing=self.keep_passing, extra_checks=self.extra_checks,
-                           launcher=self.launcher)
+                           launcher=self.launcher, evidence_per_trial=self.evidence_per_trial,
+                           evidence_per_campaign=self.evidence_per_campaign,
+                           source=self.source)
 
     def plans(self, golden: Golden) -> list[Plan]:
         """Every plan of the campaign, in index order (before sharding)."""
@@ -643,10 +669,9 @@ def replay(folder: str) -> TrialResult:
                 f"{folder} is not a crashpoint trial folder: {name} is missing (a failing "
                 "trial's folder holds plan.json, runner.json, golden.json and REPLAY)")
     plan = Plan.from_json(load_json(os.path.join(folder, "plan.json")))
-    runner_cfg = load_json(os.path.join(folder, "runner.json"))
-    golden = golden_from_json(load_json(os.path.join(folder, "golden.json")))
+    agent, golden, runner_cfg = replay_inputs(folder)  # agent.env values are redacted there
     out = os.path.join(folder, "replays", time.strftime("%Y%m%dT%H%M%S"))
-    with TrialRunner(AgentSpec.from_json(runner_cfg["agent"]), out,
-                     restarts=int(runner_cfg["restarts"]),
-                     expect=Expect.from_json(runner_cfg["expect"]), keep_passing=True) as runner:
+    with TrialRunner(agent, out, restarts=int(runner_cfg["restarts"]),
+                     expect=Expect.from_json(runner_cfg["expect"]), keep_passing=True,
+                     source=str(runner_cfg.get("scenario") or "")) as runner:
         return runner.run(plan, golden)

@@ -10,18 +10,28 @@ It records every event in a history (memory and JSONL), applies each effect key 
 duplicate is acknowledged but not applied again), and can kill the agent's process group at an
 exact event: before the event is acted on, or, for an effect, after it was applied
 and before the agent hears so (the in-doubt window).
+
+Its resources are bounded (see ``docs/how-it-works.md``, "The ledger's limits"): at most
+``max_connections`` connections at once over both fronts (the excess gets an error and is
+closed), a request (a socket line, an HTTP body) of at most ``max_request_bytes``, a request
+must arrive whole within ``idle_timeout`` seconds of its first byte (a quiet connection between
+requests may stay open: the probe keeps one for the agent's whole life), and the history file
+stops at ``max_history_bytes``. Running out of file descriptors never stops the server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
+import socket
 import socketserver
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +48,32 @@ ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
 OPS = ("step_started", "step_completed", "effect", "event")
 #: The ops the HTTP front takes as ``POST /events/<op>`` (effects go to ``/effects/<kind>``).
 HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
+#: Defaults of the limits (see :class:`Ledger`).
+MAX_CONNECTIONS = 256
+MAX_REQUEST_BYTES = 1 << 20
+IDLE_TIMEOUT = 120.0
+MAX_HISTORY_BYTES = 16 << 20
+#: accept() failing for want of descriptors or memory: wait a little instead of spinning
+_ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_POLL = 1.0  # how often a quiet connection's thread looks up (limits, close)
+
+
+def default_max_connections() -> int:
+    """A quarter of this process's file-descriptor limit (each connection holds one), between
+    8 and :data:`MAX_CONNECTIONS`: the harness keeps descriptors for its own work."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, (soft - 64) // 4))
+
+
+def _size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
 
 
 def canonical(payload: Any) -> str:
@@ -69,7 +105,13 @@ class _Effect:
 
 @dataclass
 class Ledger:
-    """Start with :meth:`start`, stop with :meth:`close` (or use as a context manager)."""
+    """Start with :meth:`start`, stop with :meth:`close` (or use as a context manager).
+
+    Limits: ``max_connections`` (None: :func:`default_max_connections`), ``max_request_bytes``,
+    ``idle_timeout`` (seconds a started request may take to arrive whole), and
+    ``max_history_bytes`` (the JSONL history stops there, saying so). What they refused is
+    counted in :attr:`refused`.
+    """
 
     history_path: str | None = None
     http: bool = False
@@ -79,6 +121,10 @@ class Ledger:
     pgids: dict[int, int] = field(default_factory=dict)
     kills: list[KillAt] = field(default_factory=list)
     on_kill: Callable[[dict[str, Any]], None] | None = None
+    max_connections: int | None = None
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    idle_timeout: float = IDLE_TIMEOUT
+    max_history_bytes: int = MAX_HISTORY_BYTES
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -95,24 +141,42 @@ class Ledger:
         #: attempt -> when it went away (its probe connection closed, or the runner reaped it)
         self.ended: dict[int, float] = {}
         self.http_url = ""
+        self._init_limits()
+
+    def _init_limits(self) -> None:
+        if self.max_connections is None:
+            self.max_connections = default_max_connections()
+        if self.max_connections < 1 or self.max_request_bytes < 1 or self.idle_timeout <= 0:
+            raise ValueError("ledger limits must be positive: max_connections "
+                             f"{self.max_connections}, max_request_bytes "
+                             f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}")
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._closing = threading.Event()
+        self._log_bytes = 0
+        self._log_full = False
+        #: what the limits refused: connections, request_size, body_size, idle, accept_errors
+        self.refused: Counter[str] = Counter()
+        self.server_errors: list[str] = []  # the last few errors a connection's thread hit
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> Ledger:
         ledger = self
+        self._closing.clear()
         if self.history_path:
-            self._log = open(self.history_path, "a", encoding="utf-8")  # noqa: SIM115
+            self._log = self._open_log(self.history_path)
 
-        class Handler(socketserver.StreamRequestHandler):
+        class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 # an agent killed with a reply unread resets the connection: nothing to serve
                 with contextlib.suppress(ConnectionError):
-                    ledger._serve(self.rfile, self.wfile)
+                    ledger._serve_socket(self.request)
 
-        class Server(socketserver.ThreadingUnixStreamServer):
-            daemon_threads = True
+        class Server(_Bounded, socketserver.ThreadingUnixStreamServer):
+            pass
 
         self._server = Server(self.address, Handler)
+        self._server.ledger = self
         t = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="ledger",
                              daemon=True)
         t.start()
@@ -122,6 +186,7 @@ class Ledger:
         return self
 
     def close(self) -> None:
+        self._closing.set()  # quiet connections' threads end within a poll
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -165,7 +230,8 @@ class Ledger:
                 self._log = None
             self.history_path = history_path
             if history_path:
-                self._log = open(history_path, "a", encoding="utf-8")  # noqa: SIM115
+                self._log = self._open_log(history_path)
+            self.refused = Counter()
             self.events = []
             self.effects = {}
             self.attempt = 0
@@ -202,12 +268,31 @@ class Ledger:
         self.events.append(ev)
         return ev
 
+    def _open_log(self, path: str) -> IO[str]:
+        """The history file: appended to, 0600, never through a symlink."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self._log_bytes = os.fstat(fd).st_size
+        self._log_full = False
+        return open(fd, "a", encoding="utf-8")
+
     def _write(self, ev: dict[str, Any]) -> None:
         """Append ``ev`` to the JSONL history once it is final (an effect's ``applied`` known,
-        a kill marked), and always before the kill lands."""
-        if self._log is not None:
-            self._log.write(json.dumps(ev, sort_keys=True, default=str) + "\n")
-            self._log.flush()
+        a kill marked), and always before the kill lands. At ``max_history_bytes`` one last
+        line says the history stops there (the events stay in memory for the checks)."""
+        if self._log is None or self._log_full:
+            return
+        line = json.dumps(ev, sort_keys=True, default=str) + "\n"
+        if self._log_bytes + len(line) > self.max_history_bytes:
+            self._log_full = True
+            self.refused["history"] += 1
+            line = json.dumps({"op": "history_truncated", "i": ev.get("i"),
+                               "note": f"history.jsonl stops here: it reached its limit of "
+                                       f"{_size_text(self.max_history_bytes)}; later events "
+                                       "were not written"}) + "\n"
+        self._log.write(line)
+        self._log.flush()
+        self._log_bytes += len(line)
 
     def _kill_for(self, ev: dict[str, Any], phase: str) -> bool:
         for k in self.kills:
@@ -296,33 +381,105 @@ class Ledger:
             else:
                 self.ended[attempt] = max(self.ended.get(attempt, t), t)
 
-    def _serve(self, rfile: Any, wfile: Any) -> None:
+    def _serve_socket(self, sock: socket.socket) -> None:
+        """One probe connection: newline-delimited requests, one reply each, within limits.
+
+        A request is bounded in size (``max_request_bytes``) and, once its first byte has
+        arrived, in time (``idle_timeout``); either way the agent gets an error line and the
+        connection is closed. A connection with no request under way may stay quiet for good
+        (the probe keeps one open for the agent's life; the connection limit bounds them).
+        """
         conn_attempt = 0  # from the connection's hello: which attempt is speaking
+        buf = bytearray()
+        scanned = 0  # bytes of buf known to hold no newline
+        started = 0.0  # when the first byte of the request under way arrived
+        limit = self.max_request_bytes
+        sock.settimeout(min(_POLL, self.idle_timeout))
         try:
-            for line in rfile:
-                try:
-                    msg = json.loads(line)
-                    if not isinstance(msg, dict):
-                        raise ValueError("not an object")
-                except ValueError as exc:
-                    reply: dict[str, Any] | None = {"ok": False, "error": f"bad request: {exc}"}
-                else:
-                    if msg.get("op") == "hello":
-                        with contextlib.suppress(TypeError, ValueError):
-                            conn_attempt = int(msg.get("attempt") or 0)
-                    elif conn_attempt and "attempt" not in msg:
-                        msg["attempt"] = conn_attempt
-                    reply = self._safe_handle(msg)
+            while not self._closing.is_set():
+                nl = buf.find(b"\n", scanned)
+                if nl > limit or (nl < 0 and len(buf) > limit):
+                    self.refused["request_size"] += 1
+                    self._send_line(sock, {"ok": False, "error": (
+                        f"request line over {_size_text(limit)}: the ledger reads at most "
+                        f"{_size_text(limit)} per request; the connection is closed")})
+                    return
+                if nl < 0:
+                    scanned = len(buf)
+                    if buf and time.monotonic() - started > self.idle_timeout:
+                        self.refused["idle"] += 1
+                        self._send_line(sock, {"ok": False, "error": (
+                            f"request not completed within {self.idle_timeout:g} s of its "
+                            "first byte (no newline): the connection is closed")})
+                        return
+                    try:
+                        chunk = sock.recv(65536)
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        return
+                    if not chunk:  # the agent closed its side (or died)
+                        if buf.strip():  # a last request without its newline: served as before
+                            reply, conn_attempt = self._answer(bytes(buf), conn_attempt)
+                            if reply is not None:
+                                self._send_line(sock, reply)
+                        return
+                    if not buf:
+                        started = time.monotonic()
+                    buf += chunk
+                    continue
+                line = bytes(buf[:nl])
+                del buf[:nl + 1]
+                scanned = 0
+                started = time.monotonic()
+                reply, conn_attempt = self._answer(line, conn_attempt)
                 if reply is None:
                     return  # killed: the agent never hears back
-                try:
-                    wfile.write(json.dumps(reply).encode() + b"\n")
-                    wfile.flush()
-                except OSError:
+                if not self._send_line(sock, reply):
                     return
         finally:
             if conn_attempt:  # the agent's process closed its connection: it is gone
                 self.end_attempt(conn_attempt)
+
+    def _answer(self, line: bytes, conn_attempt: int) -> tuple[dict[str, Any] | None, int]:
+        try:
+            msg = json.loads(line)
+            if not isinstance(msg, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            return {"ok": False, "error": f"bad request: {exc}"}, conn_attempt
+        if msg.get("op") == "hello":
+            with contextlib.suppress(TypeError, ValueError):
+                conn_attempt = int(msg.get("attempt") or 0)
+        elif conn_attempt and "attempt" not in msg:
+            msg["attempt"] = conn_attempt
+        return self._safe_handle(msg), conn_attempt
+
+    def _send_line(self, sock: socket.socket, reply: dict[str, Any]) -> bool:
+        """Send one reply line; False if the agent is gone or does not read (``idle_timeout``
+        to take it)."""
+        try:
+            sock.settimeout(self.idle_timeout)
+            sock.sendall(json.dumps(reply).encode() + b"\n")
+            sock.settimeout(min(_POLL, self.idle_timeout))
+        except OSError:
+            return False
+        return True
+
+    def _refuse_connection(self, sock: socket.socket, http: bool) -> None:
+        """Answer a connection over the limit without a thread, then close it."""
+        self.refused["connections"] += 1
+        body = json.dumps({"ok": False, "error": (
+            f"the ledger already serves {self.max_connections} connections (its limit); close "
+            "one before opening another (one connection per process is enough)")}).encode()
+        data = body + b"\n"
+        if http:
+            data = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: " + str(len(body)).encode() +
+                    b"\r\n\r\n" + body)
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)  # never wait on an agent that does not read
+            sock.send(data)
 
     # -- HTTP front ----------------------------------------------------------------------------
 
@@ -330,6 +487,8 @@ class Ledger:
         ledger = self
 
         class H(BaseHTTPRequestHandler):
+            timeout = ledger.idle_timeout  # every read of a request waits at most this long
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -349,8 +508,18 @@ class Ledger:
                 except ValueError:
                     self._send(400, {"ok": False, "error": "bad Content-Length header"})
                     return
+                if n > ledger.max_request_bytes:  # refused before reading a byte of it
+                    ledger.refused["body_size"] += 1
+                    self.close_connection = True
+                    self._send(413, {"ok": False, "error": (
+                        f"body of {n} bytes is over the ledger's limit of "
+                        f"{_size_text(ledger.max_request_bytes)} per request")})
+                    return
+                raw = self._body(n)
+                if raw is None:
+                    return
                 try:
-                    body = json.loads(self.rfile.read(n) or b"null")
+                    body = json.loads(raw or b"null")
                 except ValueError:
                     self._send(400, {"ok": False, "error": "body is not JSON"})
                     return
@@ -379,6 +548,35 @@ class Ledger:
                     return
                 self._send(200 if reply.get("ok") else 400, reply)
 
+            def _body(self, n: int) -> bytes | None:
+                """The ``n`` bytes announced, within ``idle_timeout`` in all; None (after an
+                error reply) if they do not come."""
+                deadline = time.monotonic() + ledger.idle_timeout
+                parts: list[bytes] = []
+                got = 0
+                while got < n:
+                    try:
+                        chunk = self.rfile.read1(min(65536, n - got)) \
+                            if time.monotonic() < deadline else None
+                    except (TimeoutError, OSError):
+                        chunk = None
+                    if chunk is None:
+                        ledger.refused["idle"] += 1
+                        self.close_connection = True
+                        self._send(408, {"ok": False, "error": (
+                            f"the body announced {n} bytes and sent {got} within "
+                            f"{ledger.idle_timeout:g} s; the connection is closed")})
+                        return None
+                    if not chunk:
+                        self.close_connection = True
+                        self._send(400, {"ok": False, "error": (
+                            f"the body announced {n} bytes and the connection closed after "
+                            f"{got}")})
+                        return None
+                    parts.append(chunk)
+                    got += len(chunk)
+                return b"".join(parts)
+
             def _send(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
@@ -387,10 +585,14 @@ class Ledger:
                 if body.get("applied") is False:
                     self.send_header("Idempotent-Replayed", "true")
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(OSError):
+                    self.wfile.write(data)
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self._http.daemon_threads = True
+        class Server(_Bounded, ThreadingHTTPServer):
+            http = True
+
+        self._http = Server(("127.0.0.1", 0), H)
+        self._http.ledger = self
         self.http_url = f"http://127.0.0.1:{self._http.server_address[1]}"
         t = threading.Thread(target=self._http.serve_forever, args=(0.02,), name="ledger-http",
                              daemon=True)
@@ -398,3 +600,49 @@ class Ledger:
         self._threads.append(t)
 
 
+
+
+class _Bounded(socketserver.ThreadingMixIn):
+    """A threading server that serves at most the ledger's ``max_connections`` at once (both
+    fronts share the count), answers the excess without a thread, survives accept() failing
+    for want of descriptors, and keeps a connection's errors out of stderr."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64  # a burst of agents connecting at once waits in the backlog
+    http = False
+    ledger: Ledger
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()  # type: ignore[misc]
+        except OSError as exc:
+            if exc.errno in _ACCEPT_ERRNOS:
+                self.ledger.refused["accept_errors"] += 1
+                time.sleep(0.05)  # the pending connection stays readable: do not spin on it
+            raise  # socketserver drops this one request and goes on serving
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.ledger._slots.acquire(blocking=False):
+            self.ledger._refuse_connection(request, self.http)
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread was started (e.g. out of threads): free the slot
+            self.ledger._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.ledger._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        errors = self.ledger.server_errors
+        errors.append(f"{type(exc).__name__}: {exc}")
+        del errors[:-20]

@@ -249,6 +249,7 @@ class Attempt:
     orphans: tuple[int, ...] = ()
     killed_by: str = ""  # which fault ended it, if one did
     state_copy: str = ""  # folder holding the state as it was when the attempt ended
+    tmp_bytes: int = 0  # what it left in its private TMPDIR (measured, then removed)
 
     def describe(self) -> str:
         if self.timed_out:
@@ -288,6 +289,11 @@ class TrialResult:
     rerun_steps: list[str] = field(default_factory=list)
     skipped: str = ""  # a reason the trial could not run here (e.g. no tmpfs)
     resume_times: list[float] = field(default_factory=list)
+    tmp_bytes: int = 0  # bytes its attempts left in their private TMPDIRs (since removed)
+    outside_writes: list[str] = field(default_factory=list)  # new in the system temp folders
+    ledger_refused: dict[str, int] = field(default_factory=dict)  # what the ledger's limits hit
+    evidence_bytes: int = 0  # size of the trial's folder as kept (0: not kept)
+    evidence_omitted: list[str] = field(default_factory=list)  # left out over the limit
 
     @property
     def ok(self) -> bool:
@@ -316,6 +322,11 @@ class TrialResult:
             "corruptions": self.corruptions,
             "rerun_steps": self.rerun_steps,
             "folder": self.folder,
+            "tmp_bytes": self.tmp_bytes,
+            "outside_writes": self.outside_writes,
+            "ledger_refused": self.ledger_refused,
+            "evidence_bytes": self.evidence_bytes,
+            "evidence_omitted": self.evidence_omitted,
         }
 
 

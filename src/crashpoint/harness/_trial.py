@@ -40,14 +40,37 @@ from crashpoint.harness._model import (
     TrialResult,
     dumps,
 )
+from crashpoint.harness._outside import PrivateTmp, Snapshot, new_temp_entries, temp_entries
+from crashpoint.harness._reportfs import (
+    EvidenceBudget,
+    copy_tree_bounded,
+    human_size,
+    is_plain_path,
+    marker,
+    redact_env,
+    redact_json,
+    redact_text,
+    scrub_tree,
+    secure_dir,
+    tree_size,
+    unredact_json,
+    write_file,
+)
 
-__all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "TrialRunner"]
+__all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "ReplayError", "TrialRunner",
+           "replay_inputs"]
 
 CANARY_VAR = "OPENAI_API_KEY"
 RUN_ID = "run-1"
 _INJECT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults", "_inject")
 _PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
              "SYSTEMROOT", "TZ")
+#: Default evidence limits (bytes): per trial folder, and per campaign (one runner).
+EVIDENCE_PER_TRIAL = 64 << 20
+EVIDENCE_PER_CAMPAIGN = 512 << 20
+#: The files of a trial folder that are always kept (small; the history is capped).
+_ESSENTIAL = ("result.json", "golden.json", "runner.json", "REPLAY", "plan.json",
+              "history.jsonl")
 
 
 class GoldenRunFailed(CrashpointError, RuntimeError):
@@ -81,6 +104,10 @@ def _unreaped(p: Any) -> bool:
     return not p.zygote._has_exited(p.pid)
 
 
+class ReplayError(CrashpointError, ValueError):
+    """A trial folder cannot be replayed as it is (e.g. a redacted agent.env value is unknown)."""
+
+
 def _dir_size(path: str) -> int:
     total = 0
     for dirpath, _d, files in os.walk(path):
@@ -90,9 +117,46 @@ def _dir_size(path: str) -> int:
     return total
 
 
-def _copy_state(src: str, dst: str) -> None:
+def _copy_state(src: str, dst: str, scope: _Scope | None = None) -> None:
+    """Copy the state folder ``src`` to ``dst`` (a ``crash-N`` folder of the trial): links as
+    links, folders 0700, files 0600, and within what is left of the trial's evidence limit
+    (what does not fit is left out and listed in the trial's result). A plan with a stale-copy
+    corruption needs its copies whole (they are the fault's input): they are bounded only
+    when the trial's evidence is written."""
+    allowance = scope.allowance(dst) if scope is not None else 1 << 62
+    budget = scope.budget if scope is not None else EvidenceBudget(allowance)
     with contextlib.suppress(OSError):
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        copy_tree_bounded(src, dst, allowance, budget, os.path.basename(dst) + "/")
+
+
+@dataclass
+class _Scope:
+    """What the runner keeps for the trial (or golden run) under way: the attempts' private
+    TMPDIRs, the system temp folders' entries before it, its secrets, its evidence budget."""
+
+    folder: str
+    secrets: dict[str, str]
+    budget: EvidenceBudget
+    whole_copies: bool = False  # a stale-copy corruption reads the copies
+    tmp: PrivateTmp = field(init=False)
+    temp_before: Snapshot = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tmp = PrivateTmp(os.path.join(self.folder, "tmp"))
+        self.temp_before = temp_entries()
+
+    def allowance(self, dst: str) -> int:
+        """Bytes a new copy at ``dst`` may take: the limit minus the evidence already there
+        (the live state, work and tmp folders are not evidence yet)."""
+        if self.whole_copies:
+            return 1 << 62
+        used = 0
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.folder):
+                if name not in ("state", "work", "tmp") and \
+                        os.path.join(self.folder, name) != dst:
+                    used += tree_size(os.path.join(self.folder, name))
+        return max(0, self.budget.limit - used)
 
 
 def canary_for(seed: int, index: int) -> str:
@@ -114,12 +178,18 @@ class TrialRunner:
     #: time.monotonic() by which every attempt must have ended (the campaign's budget); an
     #: attempt still running then is stopped and BudgetExceeded raised
     deadline: float | None = None
+    #: bytes of evidence one kept trial folder may hold; all the runner's trials together
+    evidence_per_trial: int = EVIDENCE_PER_TRIAL
+    evidence_per_campaign: int = EVIDENCE_PER_CAMPAIGN
+    source: str = ""  # the scenario file, if any: where replay finds redacted agent.env values
 
     def __post_init__(self) -> None:
         # the agent runs in its own working folder: a relative {state_dir} would land there,
         # and the checks would look at an empty folder
         self.folder = os.path.abspath(self.folder)
         self._ledger: Ledger | None = None
+        self._scope: _Scope | None = None
+        self.evidence_used = 0  # bytes of the trial folders kept so far
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
@@ -141,6 +211,52 @@ class TrialRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- what a trial keeps -----------------------------------------------------------------------
+
+    def secrets(self, canary: str) -> dict[str, str]:
+        """Name -> value of what evidence must never hold: every ``agent.env`` value (but an
+        existing absolute path: :func:`is_plain_path`) and the canary (it wins over an
+        ``agent.env`` entry of the same name, as in the environment);
+        a trial's messages also quote the golden run's output, so its canary too."""
+        out = {k: v for k, v in self.agent.env if not is_plain_path(k, v)}
+        out[CANARY_VAR] = canary
+        if canary != canary_for(0, -1):
+            out[f"{CANARY_VAR}_GOLDEN"] = canary_for(0, -1)
+        return out
+
+    def _new_scope(self, folder: str, canary: str, plan: Plan | None = None) -> _Scope:
+        left = self.evidence_per_campaign - self.evidence_used
+        if left < self.evidence_per_trial:
+            why = f"the campaign's evidence limit of {human_size(self.evidence_per_campaign)}" \
+                  f", {human_size(self.evidence_used)} already used by earlier trials"
+        else:
+            why = f"the per-trial evidence limit of {human_size(self.evidence_per_trial)}"
+        stale = plan is not None and any(f.kind == "corrupt" and f.arg("how") == "stale-copy"
+                                         for f in plan.faults)
+        self._scope = _Scope(folder, self.secrets(canary),
+                             EvidenceBudget(max(0, min(self.evidence_per_trial, left)), why),
+                             whole_copies=stale)
+        return self._scope
+
+    def _end_scope(self, result: TrialResult | None, ledger: Ledger) -> None:
+        """The trial's attempts are over: measure and remove their TMPDIRs, list what appeared
+        in the system temp folders, note what the ledger refused, redact the messages."""
+        scope = self._scope
+        if scope is None:
+            return
+        sizes = scope.tmp.finish()
+        outside = new_temp_entries(scope.temp_before)
+        if result is None:
+            return
+        for att in result.attempts:
+            att.tmp_bytes = sizes.get(att.number, 0)
+        result.tmp_bytes = sum(sizes.values())
+        result.outside_writes = [redact_text(o, scope.secrets) for o in outside]
+        result.ledger_refused = {k: n for k, n in sorted(ledger.refused.items()) if n}
+        result.checks = [CheckResult(c.name, c.ok, redact_text(c.message, scope.secrets),
+                                     c.skipped) for c in result.checks]
+        result.corruptions = redact_json(result.corruptions, scope.secrets)
+
     # -- environment ----------------------------------------------------------------------------
 
     def _env(self, ledger: Ledger, attempt: int, canary: str, trial: str,
@@ -151,6 +267,9 @@ class TrialRunner:
         env.update({"CRASHPOINT_ATTEMPT": str(attempt), "CRASHPOINT_TRIAL": trial,
                     "CRASHPOINT_RUN_ID": RUN_ID, CANARY_VAR: canary,
                     "PYTHONDONTWRITEBYTECODE": "1"})
+        if self._scope is not None:  # a private temp folder, measured and removed after it
+            tmp = self._scope.tmp.for_attempt(attempt)
+            env.update({"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp})
         env.update(extra)
         # one fresh marker per attempt: the reaper finds what the attempt detached by it
         env[REAP_VAR] = new_reap_token()
@@ -192,14 +311,16 @@ class TrialRunner:
     def golden(self) -> Golden:
         """Run the agent once without faults and record what it did."""
         folder = os.path.join(self.folder, "golden")
+        secure_dir(self.folder)  # refuse a planted or foreign folder before touching it
         shutil.rmtree(folder, ignore_errors=True)
         state, work = os.path.join(folder, "state"), os.path.join(folder, "work")
-        os.makedirs(state)
-        os.makedirs(work)
+        secure_dir(state, root=self.folder)
+        secure_dir(work, root=self.folder)
         argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
         # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
+        scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         t0 = time.monotonic()
         token = env[REAP_VAR]
@@ -220,12 +341,15 @@ class TrialRunner:
         if self._budget_cut(ex, t0):
             raise BudgetExceeded("the golden run was stopped")
         duration = time.monotonic() - t0
+        self._end_scope(None, ledger)
+        self._bound_folder(folder, scope)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         if ex.returncode != 0:
-            raise GoldenRunFailed(
+            raise GoldenRunFailed(redact_text(
                 f"the golden run (no faults) did not complete: {ex.describe()}. Command: "
-                f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}")
+                f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}",
+                scope.secrets))
         steps = [str(e.get("step")) for e in events if e["op"] == "step_started"]
         for e in events:
             e.pop("t", None)
@@ -237,13 +361,14 @@ class TrialRunner:
     def run(self, plan: Plan, golden: Golden) -> TrialResult:
         """Run one trial under ``plan``; keep its folder only if it failed (or keep_passing)."""
         tdir = os.path.join(self.folder, f"trial-{plan.index:04d}")
+        secure_dir(self.folder)  # refuse a planted or foreign folder before touching it
         shutil.rmtree(tdir, ignore_errors=True)
         state, work = os.path.join(tdir, "state"), os.path.join(tdir, "work")
-        os.makedirs(state)
-        os.makedirs(work)
-        with open(os.path.join(tdir, "plan.json"), "w") as f:
-            f.write(dumps(plan.to_json()))
+        secure_dir(state, root=self.folder)
+        secure_dir(work, root=self.folder)
+        write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()), durable=False)
         canary = canary_for(plan.seed, plan.index)
+        self._new_scope(tdir, canary, plan)
         skipped = self._unsupported(plan)
         t0 = time.monotonic()
         attempts: list[Attempt] = []
@@ -271,6 +396,7 @@ class TrialRunner:
         result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
                              time.monotonic() - t0, tdir, max_bytes[0], corruptions,
                              _reruns(events), skipped, resume_times)
+        self._end_scope(result, ledger)
         if result.ok and not self.keep_passing:  # evidence is for failures (and replays)
             shutil.rmtree(tdir, ignore_errors=True)
             result.folder = ""
@@ -396,7 +522,7 @@ class TrialRunner:
                 max_bytes[0] = max(max_bytes[0], _dir_size(state))
                 if ex.returncode != 0:
                     att.state_copy = os.path.join(tdir, f"crash-{num}")
-                    _copy_state(state, att.state_copy)
+                    _copy_state(state, att.state_copy, self._scope)
                 first = next((e["t"] for e in ledger.events if e["attempt"] == num), None)
                 if num > 1 and first is not None:
                     resume_times.append(max(0.0, first - (time.monotonic() - ex.duration)))
@@ -432,18 +558,65 @@ class TrialRunner:
         return timers
 
     def _write_evidence(self, result: TrialResult, golden: Golden, tdir: str) -> None:
+        """The failing (or kept) trial's folder as evidence: result.json, golden.json,
+        runner.json and REPLAY written safely (0600, temp + rename, no link followed); every
+        secret redacted from every file; everything within the evidence limit, what was left
+        out listed in result.json."""
+        scope = self._scope if self._scope is not None and self._scope.folder == tdir else \
+            _Scope(tdir, self.secrets(canary_for(result.plan.seed, result.plan.index)),
+                   EvidenceBudget(self.evidence_per_trial))
+        golden_secrets = self.secrets(canary_for(0, -1))
+        write_file(os.path.join(tdir, "golden.json"),
+                   dumps(redact_json(golden.to_json(), golden_secrets)))
+        agent = self.agent.to_json()
+        agent["env"] = redact_env(agent.get("env", {}))  # replay: see replay_inputs()
+        write_file(os.path.join(tdir, "runner.json"),
+                   dumps({"agent": agent, "restarts": self.restarts,
+                          "expect": self.expect.to_json(), "scenario": self.source,
+                          "redacted_env": sorted(k for k, v in agent["env"].items()
+                                                 if v == marker(k))}))
+        replay = f"{sys.executable} -m crashpoint replay {tdir}"
+        write_file(os.path.join(tdir, "REPLAY"), replay + "\n")
+        self._bound_folder(tdir, scope)
+        result.evidence_omitted = scope.budget.messages()
         summary = result.to_json()
         summary["checks_detail"] = [str(c) for c in result.checks]
-        summary["replay"] = f"{sys.executable} -m crashpoint replay {tdir}"
-        with open(os.path.join(tdir, "result.json"), "w") as f:
-            f.write(dumps(summary))
-        with open(os.path.join(tdir, "golden.json"), "w") as f:
-            f.write(dumps(golden.to_json()))
-        with open(os.path.join(tdir, "runner.json"), "w") as f:
-            f.write(dumps({"agent": self.agent.to_json(), "restarts": self.restarts,
-                           "expect": self.expect.to_json()}))
-        with open(os.path.join(tdir, "REPLAY"), "w") as f:
-            f.write(summary["replay"] + "\n")
+        summary["replay"] = replay
+        write_file(os.path.join(tdir, "result.json"), dumps(summary))
+        result.evidence_bytes = tree_size(tdir)
+        self.evidence_used += result.evidence_bytes
+
+    def _bound_folder(self, folder: str, scope: _Scope) -> None:
+        """Keep ``folder`` within ``scope``'s evidence budget (the essential files first, then
+        attempt outputs, crash copies in order, the final state and work folders: a file that
+        does not fit is deleted and listed), then redact every secret in what is left."""
+        budget = scope.budget
+        used = sum(tree_size(os.path.join(folder, n)) for n in _ESSENTIAL)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+
+        def rank(name: str) -> tuple[int, int, str]:
+            num = int("".join(c for c in name if c.isdigit()) or 0)
+            if name.startswith("attempt-"):
+                return (0, num, name)
+            if name.startswith("crash-"):
+                return (1, num, name)
+            return (2 if name == "state" else 3 if name == "work" else 4, 0, name)
+
+        for name in sorted((n for n in names if n not in _ESSENTIAL), key=rank):
+            path = os.path.join(folder, name)
+            entry = name + "/" if os.path.isdir(path) and not os.path.islink(path) else name
+            for fpath, size in _files(path):
+                if used + size <= budget.limit:
+                    used += size
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(fpath)
+                budget.leave_out(entry, size)
+        _redact_history(os.path.join(folder, "history.jsonl"), scope.secrets)
+        scrub_tree(folder, scope.secrets, skip=_ESSENTIAL)
 
 
 class _Sampler:
@@ -464,6 +637,44 @@ class _Sampler:
         self._t.join()
 
 
+def _files(path: str) -> list[tuple[str, int]]:
+    """(path, size) of the regular files at or under ``path``, in a stable order."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    if not os.path.isdir(path) or os.path.islink(path):
+        return [(path, st.st_size)] if os.path.isfile(path) and not os.path.islink(path) else []
+    out = []
+    for dirpath, dirs, files in os.walk(path):
+        dirs.sort()
+        for n in sorted(files):
+            p = os.path.join(dirpath, n)
+            with contextlib.suppress(OSError):
+                fst = os.lstat(p)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    out.append((p, fst.st_size))
+    return out
+
+
+def _redact_history(path: str, secrets: dict[str, str]) -> None:
+    """Rewrite a history.jsonl with the secrets redacted inside each event's strings (so a
+    value escaped in JSON is found too); lines that are not JSON are redacted as text."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    out = []
+    for line in lines:
+        try:
+            out.append(json.dumps(redact_json(json.loads(line), secrets), sort_keys=True,
+                                  default=str))
+        except ValueError:
+            out.append(redact_text(line, secrets))
+    write_file(path, "".join(x + "\n" for x in out))
+
+
 def _reruns(events: list[dict[str, Any]]) -> list[str]:
     done: set[str] = set()
     again: list[str] = []
@@ -473,6 +684,46 @@ def _reruns(events: list[dict[str, Any]]) -> list[str]:
         elif e["op"] == "step_started" and e.get("step") in done:
             again.append(str(e.get("step")))
     return again
+
+
+def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:
+    """The agent, golden run and runner.json of the trial folder ``folder``, with the agent.env
+    values that evidence never holds filled back in.
+
+    Each redacted value comes from the scenario file runner.json names (if it still sets
+    it), else from this process's environment; a value found in neither is a
+    :class:`ReplayError` that says how to give it. golden.json gets its values back too.
+    """
+    cfg = load_json(os.path.join(folder, "runner.json"))
+    agent = dict(cfg["agent"])
+    env = {str(k): str(v) for k, v in (agent.get("env") or {}).items()}
+    redacted = [k for k, v in env.items() if v == marker(k)]
+    source = str(cfg.get("scenario") or "")
+    known: dict[str, str] = {}
+    if redacted and source and os.path.isfile(source):
+        from crashpoint.harness._scenario import ScenarioError, load_scenario
+
+        try:
+            from_file = dict(load_scenario(source).agent.env)
+        except ScenarioError as exc:
+            raise ReplayError(f"cannot take the redacted agent.env values from {source}: "
+                              f"{exc}") from None
+        known.update({k: from_file[k] for k in redacted if k in from_file})
+    known.update({k: os.environ[k] for k in redacted if k not in known and k in os.environ})
+    missing = [k for k in redacted if k not in known]
+    if missing:
+        where = f"the scenario file {source} does not set them" if source else \
+            "runner.json names no scenario file to take them from"
+        raise ReplayError(
+            f"{os.path.join(folder, 'runner.json')}: the agent.env value(s) of "
+            f"{', '.join(missing)} are redacted (evidence never holds them) and {where}. Set "
+            f"them in the environment and replay again, e.g. {missing[0]}=... crashpoint "
+            f"replay {folder}")
+    env.update(known)
+    agent["env"] = env
+    golden = load_json(os.path.join(folder, "golden.json"))
+    golden = unredact_json(golden, {**known, CANARY_VAR: canary_for(0, -1)})
+    return AgentSpec.from_json(agent), golden_from_json(golden), cfg
 
 
 def golden_from_json(d: dict[str, Any]) -> Golden:

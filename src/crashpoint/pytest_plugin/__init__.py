@@ -139,6 +139,12 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         raise bad("expected a folder path")
     if os.path.exists(raw) and not os.path.isdir(raw):
         raise bad("it is an existing file; expected a folder path")
+    from crashpoint.harness._reportfs import UnsafeReportFolder, check_report_folder
+
+    try:  # another user's folder, or one others can write in: refused before anything runs
+        check_report_folder(str(raw))
+    except UnsafeReportFolder as exc:
+        raise bad(str(exc)) from None
     return os.path.abspath(str(raw))  # agents run in their own folder: relative would move
 
 

@@ -97,6 +97,7 @@ class ScenarioItem(pytest.Item):
                                     budget=sc.budget)
         if settings.mode is not None:
             campaign.mode = settings.mode
+        campaign.source = sc.path  # replay takes the redacted agent.env values from it
         parent = self.parent
         assert parent is not None
         golden = parent.stash.get(GOLDEN, None)

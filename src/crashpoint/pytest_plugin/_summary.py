@@ -54,6 +54,7 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
             out.append("  ".join("-" * w for w in widths))
     reasons = sorted({r for s in summaries for r in s.get("skip_reasons", [])})
     out += [f"skipped: {r}" for r in reasons]
+    out += _limits_lines(summaries)
     for s in summaries:
         if s.get("stopped"):
             out.append(f"STOPPED {s.get('scenario')} [{s.get('family')}]: {s['stopped']}")
@@ -65,13 +66,43 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
     return out
 
 
+def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
+    from crashpoint.harness._reportfs import human_size
+
+    out = []
+    for s in summaries:
+        name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
+        ow = s.get("outside_writes") or {}
+        if ow.get("tmp_bytes") or ow.get("system_tmp"):
+            line = f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in " \
+                   "private TMPDIRs (removed)"
+            if ow.get("system_tmp"):
+                line += f"; new in the system temp folders ({ow['trials_writing_system_tmp']} " \
+                        f"trial(s), not removed): {', '.join(ow['system_tmp'][:5])}"
+            out.append(line)
+        ev = s.get("evidence") or {}
+        if ev.get("trials_cut"):
+            out.append(f"evidence cut: {name}: {ev['trials_cut']} trial folder(s) over the "
+                       f"evidence limit (see evidence_omitted in result.json)")
+        refused = s.get("ledger_refused") or {}
+        if refused:
+            out.append(f"ledger limits: {name}: refused " +
+                       ", ".join(f"{k} x{v}" for k, v in refused.items()))
+    return out
+
+
 def write_session_reports(folder: str, summaries: list[dict[str, Any]], *,
                           interrupted_by: str = "") -> list[str]:
     """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
 
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
-    (``"ok": false, "incomplete": true``)."""
-    os.makedirs(folder, exist_ok=True)
+    (``"ok": false, "incomplete": true``). The folder is created 0700 without following a link
+    and refused if another user owns it or can write in it
+    (crashpoint.harness._reportfs.UnsafeReportFolder); each file is written whole (temp + fsync
+    + rename), 0600, never through a planted link."""
+    from crashpoint.harness._reportfs import write_file
+
     path = os.path.join(folder, "gate.json")
     incomplete = bool(interrupted_by) or any(s.get("incomplete") for s in summaries)
     ok = all(s["ok"] for s in summaries) and not interrupted_by
@@ -85,15 +116,13 @@ def write_session_reports(folder: str, summaries: list[dict[str, Any]], *,
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
-    with open(html, "w", encoding="utf-8") as f:
-        f.write(render_html(summaries))
+    write_file(html, render_html(summaries))
     paths.append(html)
     return paths
 
 
 def write_gate_running(folder: str) -> str:
     """Replace any gate.json in ``folder`` by :data:`GATE_RUNNING` (before any trial runs)."""
-    os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "gate.json")
     _write_json(path, GATE_RUNNING)
     return path
@@ -114,15 +143,10 @@ def remove_gate_running(folder: str) -> None:
 
 
 def _write_json(path: str, data: Any) -> None:
-    """Write by temp file + rename: a reader sees the old or the new file, never half; a
-    symlink planted at ``path`` is replaced, not followed."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write by temp file + fsync + rename into a safe folder (created 0700, never through a
+    link): a reader sees the old or the new file, never half; a link planted at ``path`` is
+    refused, not followed."""
+    from crashpoint.harness._reportfs import secure_dir, write_file
+
+    secure_dir(os.path.dirname(path))
+    write_file(path, json.dumps(data, indent=2, sort_keys=True, default=str))
