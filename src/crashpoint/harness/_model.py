@@ -232,6 +232,7 @@ class Attempt:
     orphans: tuple[int, ...] = ()
     killed_by: str = ""  # which fault ended it, if one did
     state_copy: str = ""  # folder holding the state as it was when the attempt ended
+    containment: str = ""  # how its processes were contained: "cgroup" or "session (why)"
 
     def describe(self) -> str:
         if self.timed_out:
