@@ -316,20 +316,23 @@ def test_a_helper_holding_stdout_does_not_hold_the_attempt(files: dict[str, str]
     is empty, with the reader thread done and the pipes closed (not after a read timeout)."""
     p = AgentProcess([sys.executable, files["agent"], "holds-stdout", "exit", files["helper"],
                       files["marker"]], BASE_ENV, timeout=30).start()
+    pipes = {os.readlink(f"/proc/self/fd/{fd}") for fd in p._capture._fds}
     ex = p.wait()
     assert ex.stdout == b"helper started\n"
     assert ex.orphans
     assert _with_marker(files["marker"]) == []
     assert not p._capture._thread.is_alive()
-    assert all(_closed(fd) for fd in p._capture._fds)
+    assert len(pipes) == 2
+    assert all(p.startswith("pipe:") for p in pipes)
+    assert not pipes & set(_links())
 
 
-def _closed(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return True
-    return not os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+def _links() -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return out
 
 
 def test_stale_cgroups_of_a_dead_harness_are_reaped(tmp_path: Path) -> None:

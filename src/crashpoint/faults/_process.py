@@ -281,6 +281,7 @@ class CappedOutput:
         self._sha = hashlib.sha256()
         self._fd = -1
         self._view: bytes | None = None
+        self._cut = -1  # known once finished
         if path is not None:
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
                                | os.O_NOFOLLOW, 0o600)
@@ -302,6 +303,8 @@ class CappedOutput:
     @property
     def cut(self) -> int:
         """Bytes of the stream kept in neither the head nor the tail."""
+        if self._cut >= 0:
+            return self._cut
         return max(0, self.total - len(self._head) - min(len(self._tail), self.tail_max))
 
     def finish(self) -> bytes:
@@ -315,6 +318,7 @@ class CappedOutput:
                           f"sha256 {self._sha.hexdigest()}) ...\n").encode()
             self._write(middle + bytes(self._tail))
             self._view = bytes(self._head) + middle + bytes(self._tail)
+            self._cut = self.cut
             self._head.clear()
             self._tail.clear()
             self.close()
@@ -442,49 +446,49 @@ class OutputCapture:
 
 def start_error(exc: OSError, argv: Sequence[str], cwd: str | None,
                 env: Mapping[str, str]) -> AgentStartError:
-    """One clear line for an agent that could not be started (``exc`` from Popen)."""
+    """One clear line for an agent that could not be started (``exc`` from Popen): what, where
+    (the program and the working folder) and how to fix it."""
     argv0 = str(argv[0]) if argv else ""
     where = cwd or os.getcwd()
+    start = f"cannot start the agent in {where}"
     if not argv0:
-        return AgentNotFound(errno.ENOENT, "cannot start the agent: its command is empty; give "
-                             "agent.command a program to run", "", where)
+        return AgentNotFound(errno.ENOENT, f"{start}: its command is empty; give agent.command "
+                             "a program to run", "", where)
     if cwd is not None and (str(exc.filename) == str(cwd) or not os.path.isdir(cwd)):
         return AgentNotFound(exc.errno or errno.ENOENT,
-                             f"cannot start the agent: its working folder {cwd!r} does not "
-                             "exist or is not a folder; create it, or fix agent.cwd",
+                             f"cannot start the agent {argv0!r}: its working folder {cwd} does "
+                             "not exist or is not a folder; create it, or fix agent.cwd",
                              argv0, where)
+    path = ""
     if "/" in argv0:
         path = os.path.join(where, argv0)
-        what = f"{argv0!r} (in the working folder {where})" if not os.path.isabs(argv0) \
-            else repr(argv0)
+        what = repr(argv0) if os.path.isabs(argv0) else f"{argv0!r} (relative to that folder)"
     else:
-        path = ""
         search = env.get("PATH", os.defpath)
         for folder in search.split(os.pathsep):
             candidate = os.path.join(where, folder or ".", argv0)
             if os.path.exists(candidate):
                 path = candidate
                 break
-        what = f"{argv0!r} (searched the agent's PATH={search})"
+        what = f"{argv0!r} (looked up on the agent's PATH={search})"
     if isinstance(exc, PermissionError):
         return AgentNotExecutable(
             exc.errno or errno.EACCES,
-            f"cannot start the agent: {what} is not executable; make it executable (chmod +x) "
-            f"or start it through its interpreter, e.g. command: [\"{{python}}\", \"{argv0}\"]",
+            f"{start}: {what} is not executable; make it executable (chmod +x) or start it "
+            f"through its interpreter, e.g. command: [\"{{python}}\", \"{argv0}\"]",
             argv0, where)
     if isinstance(exc, FileNotFoundError):
         if path and os.path.isfile(path):
             return AgentNotFound(
                 exc.errno or errno.ENOENT,
-                f"cannot start the agent: {what} exists but its interpreter (its #! line) was "
-                "not found; fix the #! line or start it through its interpreter", argv0, where)
+                f"{start}: {what} exists but its interpreter (its #! line) was not found; fix "
+                "the #! line or start it through its interpreter", argv0, where)
         return AgentNotFound(
             exc.errno or errno.ENOENT,
-            f"cannot start the agent: {what} was not found; give an absolute path, a path "
-            "relative to the agent's working folder, or a program on its PATH (agent.env)",
-            argv0, where)
-    return AgentStartError(exc.errno or 0, f"cannot start the agent: {what}: "
-                           f"{exc.strerror or exc}", argv0, where)
+            f"{start}: {what} was not found; give an absolute path, a path relative to the "
+            "working folder, or a program on the agent's PATH (agent.env)", argv0, where)
+    return AgentStartError(exc.errno or 0, f"{start}: {what}: {exc.strerror or exc}", argv0,
+                           where)
 
 
 @dataclass
