@@ -11,6 +11,9 @@ import errno as _errno
 import os
 
 __all__ = [
+    "AgentNotExecutable",
+    "AgentNotFound",
+    "AgentStartError",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointWriteError",
@@ -29,6 +32,34 @@ __all__ = [
 
 class CrashpointError(Exception):
     """Base of every crashpoint error."""
+
+
+class AgentStartError(CrashpointError, OSError):
+    """The harness could not start the agent's process; nothing of the agent ran.
+
+    ``argv0`` is the program it tried, ``cwd`` the agent's working folder; the message says
+    which was wrong and how to fix it, in one line.
+    """
+
+    def __init__(self, err: int, message: str, argv0: str = "", cwd: str = "") -> None:
+        super().__init__(err, message, argv0 or None)
+        self.message = message
+        self.argv0 = argv0
+        self.cwd = cwd
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[type[AgentStartError], tuple[int, str, str, str]]:
+        return (type(self), (self.errno or 0, self.message, self.argv0, self.cwd))
+
+
+class AgentNotFound(AgentStartError, FileNotFoundError):
+    """The agent's program (or its ``#!`` interpreter, or its working folder) does not exist."""
+
+
+class AgentNotExecutable(AgentStartError, PermissionError):
+    """The agent's program exists but may not be executed (no execute permission)."""
 
 
 class CheckpointError(CrashpointError):

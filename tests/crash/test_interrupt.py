@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
-from crashpoint.faults import _cleanup
+from crashpoint.faults import _cgroup, _cleanup
 from crashpoint.faults._disk import capabilities
 from crashpoint.faults._process import REAP_VAR
 
@@ -123,12 +123,15 @@ HANGS = "sleep 0.5; echo done"
 needs_tmpfs = pytest.mark.skipif(not capabilities().tmpfs, reason=capabilities().tmpfs_reason)
 
 
-def cli(children: Children, tmp: Path, cwd: Path, *args: str) -> Child:
+def cli(children: Children, tmp: Path, cwd: Path, *args: str,
+        containment: str | None = None) -> Child:
     env: dict[str, str | None] = {"TMPDIR": str(tmp), "PYTEST_ADDOPTS": None,
                                   "PYTEST_DISABLE_PLUGIN_AUTOLOAD": None, REAP_VAR: None}
     for k in os.environ:
         if k.startswith("CRASHPOINT_"):
             env[k] = None
+    if containment is not None:
+        env["CRASHPOINT_CONTAINMENT"] = containment
     return children.spawn([sys.executable, "-m", *args], env=env, cwd=cwd)
 
 
@@ -254,19 +257,31 @@ def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
 
 
 @needs_tmpfs
+@pytest.mark.parametrize("containment", ["session", "cgroup"])
 def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+        children: Children, private_tmp: Path, tmp_path: Path, containment: str) -> None:
+    """With the session reaper (no cgroup) the agent and the tmpfs holder outlive a SIGKILLed
+    harness until the next session reaps them by their token; with a cgroup per attempt the
+    harness's watcher kills the agents at once, and the holder waits for the next session."""
+    if containment == "cgroup" and _cgroup.containment().mechanism != "cgroup":
+        pytest.skip(f"no cgroup here: {_cgroup.containment().describe()}")
     sc = tmp_path / "scenarios"
     scenario(sc, "killed", SLOW, "disk_full: {mechanism: tmpfs, count: 2}")
     child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
-                "--report", str(tmp_path / "report"))
+                "--report", str(tmp_path / "report"), containment=containment)
     wait_for(lambda: len(other_mount_ns(ours(private_tmp))) >= 2, why="agent and holder")
     os.kill(child.pid, signal.SIGKILL)  # no clean-up can run
     assert child.wait(30) == -signal.SIGKILL
-    time.sleep(0.5)
-    left = ours(private_tmp)
-    assert len(other_mount_ns(left)) >= 2, "the agent and the holder outlive a SIGKILLed harness"
-    assert len(agents(private_tmp, "killed")) >= 2
+    if containment == "session":
+        time.sleep(0.5)
+        left = ours(private_tmp)
+        assert len(other_mount_ns(left)) >= 2, \
+            "the agent and the holder outlive a SIGKILLed harness"
+        assert len(agents(private_tmp, "killed")) >= 2
+    else:
+        wait_for(lambda: not agents(private_tmp, "killed"), 30,
+                 why="the cgroup watcher to kill the agents of the dead harness")
+        assert other_mount_ns(ours(private_tmp)), "the tmpfs holder is no attempt's: it waits"
     folders = temp_folders(private_tmp)
     assert any(f.startswith("cp-ledger-") for f in folders)
     assert any(f.startswith("cp-side-") for f in folders)
@@ -469,7 +484,8 @@ def test_an_interrupted_campaign_keeps_what_ran_and_cleans_up(tmp_path: Path) ->
     assert not partial.ok
     summary = json.loads((Path(partial.report_dir) / "summary.json").read_text())
     assert (summary["incomplete"], summary["ran"], summary["not_run"]) == (True, 1, 2)
-    assert not _cleanup.LIVE  # the ledger's folder is gone, no attempt is registered
+    live = _cleanup.LIVE  # the ledger's folder is gone, no attempt is registered
+    assert not live, (live.tokens, live.holders, live.folders)
 
 
 def test_a_session_that_runs_no_campaign_leaves_no_gate(

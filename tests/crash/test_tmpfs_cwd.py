@@ -130,7 +130,9 @@ def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_fol
     assert (after["cwd"], after["result"]) == (str(gate), "ok")
     # the same environment as the attempt without the fault (the shell fallback may add its
     # own PWD and the like)
-    per_attempt = {"CRASHPOINT_ATTEMPT", REAP_VAR}
+    per_attempt = {"CRASHPOINT_ATTEMPT", REAP_VAR, "TMPDIR", "TMP", "TEMP"}  # TMPDIR: private
+    for e in (under_tmpfs["env"], after["env"]):                           # per attempt
+        assert e["TMPDIR"].endswith(f"/tmp/attempt-{e['CRASHPOINT_ATTEMPT']}")
     if entering == "sh":
         per_attempt |= {"PWD", "OLDPWD", "SHLVL", "_"}
     env1 = {k: v for k, v in under_tmpfs["env"].items() if k not in per_attempt}

@@ -26,6 +26,8 @@ import psutil
 import pytest
 
 from crashpoint._failpoints import FAILPOINTS, FailpointSpecError, parse
+from crashpoint.faults import _process
+from crashpoint.faults._cgroup import containment
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
 from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt
 from crashpoint.faults._process import (
@@ -549,11 +551,19 @@ DETACH = """
 """
 
 
+@pytest.fixture
+def no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts use the fallback reaper (session + reap token), as where no cgroup is allowed."""
+    monkeypatch.setattr(_process, "attempt_cgroup", lambda: (None, "disabled by the test"))
+
+
+@pytest.mark.usefixtures("no_cgroup")
 @pytest.mark.parametrize("how", ["double-fork", "setsid-child"])
 def test_a_process_in_a_new_session_that_lost_its_parent_is_found_by_its_reap_token(
         how: str, tmp_path: Path) -> None:
     """It is neither a descendant nor a session member when the harness looks, but it carries
-    the attempt's CRASHPOINT_REAP_TOKEN: found, killed, reported as an orphan."""
+    the attempt's CRASHPOINT_REAP_TOKEN: found, killed, reported as an orphan (the fallback
+    reaper; with a cgroup it is found there first)."""
     (tmp_path / "spawner.py").write_text(textwrap.dedent(DETACH))
     pidfile = tmp_path / "daemon.pid"
     agent = AgentProcess([sys.executable, str(tmp_path / "spawner.py"), how, str(pidfile)],
@@ -578,9 +588,16 @@ def test_a_process_in_a_new_session_that_lost_its_parent_is_found_by_its_reap_to
             _kill_by_pid(daemon, "sleep")
 
 
-def test_a_process_that_cleared_its_environment_still_escapes(tmp_path: Path) -> None:
-    """The remaining limit: ``env -i`` drops the marker, so a detached process started that way
-    is found by nothing once its parent is gone (this test reaps it)."""
+@pytest.mark.parametrize("contained", [True, False], ids=["cgroup", "no-cgroup"])
+def test_a_process_that_cleared_its_environment_escapes_only_without_a_cgroup(
+        contained: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback reaper's limit: ``env -i`` drops the marker, so a detached process started
+    that way is found by nothing once its parent is gone (this test reaps it). In the attempt's
+    cgroup it is found, reported and killed like any other orphan."""
+    if not contained:
+        monkeypatch.setattr(_process, "attempt_cgroup", lambda: (None, "disabled by the test"))
+    elif containment().mechanism != "cgroup":
+        pytest.skip(f"no cgroup here: {containment().reason}")
     code = """
         import subprocess, sys
         p = subprocess.Popen(["env", "-i", "sleep", "30"], start_new_session=True,
@@ -594,8 +611,9 @@ def test_a_process_that_cleared_its_environment_still_escapes(tmp_path: Path) ->
     daemon = int(ex.stdout)
     try:
         assert ex.returncode == 0, ex.stderr
-        assert ex.orphans == ()
-        assert _alive(daemon)
+        assert ex.containment == ("cgroup" if contained else "session (disabled by the test)")
+        assert ex.orphans == ((daemon,) if contained else ())
+        assert _alive(daemon) is not contained
     finally:
         _kill_by_pid(daemon, "sleep")
 

@@ -127,6 +127,7 @@ class Ledger:
     max_history_bytes: int = MAX_HISTORY_BYTES
 
     def __post_init__(self) -> None:
+        self._init_limits()  # a bad limit is refused before anything is made on disk
         self._lock = threading.Lock()
         self._attempt_index: dict[int, int] = {}
         with shielded():  # registered at once: removed by cleanup_all if we are stopped
@@ -141,7 +142,6 @@ class Ledger:
         #: attempt -> when it went away (its probe connection closed, or the runner reaped it)
         self.ended: dict[int, float] = {}
         self.http_url = ""
-        self._init_limits()
 
     def _init_limits(self) -> None:
         if self.max_connections is None:

@@ -250,6 +250,7 @@ class Attempt:
     killed_by: str = ""  # which fault ended it, if one did
     state_copy: str = ""  # folder holding the state as it was when the attempt ended
     tmp_bytes: int = 0  # what it left in its private TMPDIR (measured, then removed)
+    containment: str = ""  # how its processes were contained: "cgroup" or "session (why)"
 
     def describe(self) -> str:
         if self.timed_out:

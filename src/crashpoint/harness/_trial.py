@@ -21,11 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashpoint._placeholders import fill
-from crashpoint.errors import CrashpointError
+from crashpoint.errors import AgentStartError, CrashpointError
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
 from crashpoint.faults._files import corrupt
-from crashpoint.faults._process import REAP_VAR, AgentProcess, Exit, kill_tree, new_reap_token
+from crashpoint.faults._process import (
+    KEEP_HEAD,
+    KEEP_TAIL,
+    REAP_VAR,
+    AgentProcess,
+    Exit,
+    kill_tree,
+    new_reap_token,
+)
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import KillAt, Ledger, canonical
 from crashpoint.harness._model import (
@@ -182,6 +190,8 @@ class TrialRunner:
     evidence_per_trial: int = EVIDENCE_PER_TRIAL
     evidence_per_campaign: int = EVIDENCE_PER_CAMPAIGN
     source: str = ""  # the scenario file, if any: where replay finds redacted agent.env values
+    keep_head: int = KEEP_HEAD  # bytes of each attempt's stdout/stderr kept from the start
+    keep_tail: int = KEEP_TAIL  # and from the end (the rest is cut, and the cut stated)
 
     def __post_init__(self) -> None:
         # the agent runs in its own working folder: a relative {state_dir} would land there,
@@ -276,22 +286,26 @@ class TrialRunner:
         return env
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str, rlimit: int | None,
-               on_start: Callable[[int], None]) -> AgentProcess:
+               on_start: Callable[[int], None], output: str | None = None) -> AgentProcess:
         """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
+        ``output``: stream its stdout and stderr to ``output + ".stdout"`` / ``".stderr"``.
 
         With a launcher (fork mode) an entry agent is forked, unless the attempt needs a
         process set-up only a fresh interpreter has: a wrapper such as nsenter (tmpfs), an
         RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is spawned.
         """
+        out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         prefix = [*ENTRY_ARGV, self.agent.entry]
         if self.launcher is not None and self.agent.entry and rlimit is None \
                 and argv[:len(prefix)] == prefix and "CRASHPOINT_FILEOP_KILL" not in env:
             proc: AgentProcess = self.launcher.spawn(
                 self.agent.entry, env=env, cwd=cwd, timeout=self.agent.timeout,
-                args=argv[len(prefix):], on_start=on_start)
+                args=argv[len(prefix):], on_start=on_start, keep_head=self.keep_head,
+                keep_tail=self.keep_tail, stdout_path=out, stderr_path=err)
             return proc
-        proc = AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout,
-                            rlimit_fsize=rlimit).start()
+        proc = AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout, rlimit_fsize=rlimit,
+                            stdout_path=out, stderr_path=err, keep_head=self.keep_head,
+                            keep_tail=self.keep_tail).start()
         on_start(proc.pid)
         return proc
 
@@ -329,8 +343,12 @@ class TrialRunner:
         ex: Exit | None = None
         try:
             with shielded():  # started and recorded as one step
-                procs.append(self._spawn(argv, env, self.agent.cwd or work, None,
-                                         functools.partial(ledger.begin_attempt, 1)))
+                try:
+                    procs.append(self._spawn(argv, env, self.agent.cwd or work, None,
+                                             functools.partial(ledger.begin_attempt, 1)))
+                except AgentStartError as exc:  # one line, not a traceback
+                    raise GoldenRunFailed(
+                        f"the golden run (no faults) could not start: {exc}") from None
             ex = procs[0].wait(timeout=self._limit(t0))
         finally:
             with shielded():
@@ -479,7 +497,8 @@ class TrialRunner:
                     t_spawn = time.monotonic()
                     with shielded():  # started and recorded as one step
                         p = self._spawn(argv, env, self.agent.cwd or work, rlimit,
-                                        functools.partial(ledger.begin_attempt, num))
+                                        functools.partial(ledger.begin_attempt, num),
+                                        os.path.join(tdir, f"attempt-{num}"))
                         procs.append((num, p, t_spawn))
                 with shielded():
                     timers = self._timers(faults, procs[0][1])
@@ -512,13 +531,10 @@ class TrialRunner:
                     why = f"killed at event #{k['event']} {k['op']} ({k['phase']})"
                 elif ex.signal is not None:
                     why = next((str(f) for f in faults if f.kind != "corrupt"), "")
+                # its stdout/stderr are in attempt-N.stdout/.stderr already (streamed, capped)
                 att = Attempt(num, argv, ex.returncode, ex.signal, ex.timed_out, ex.duration,
-                              ex.stdout, ex.stderr, ex.orphans, why)
-                base = os.path.join(tdir, f"attempt-{num}")
-                with open(base + ".stdout", "wb") as fo:
-                    fo.write(ex.stdout)
-                with open(base + ".stderr", "wb") as fe:
-                    fe.write(ex.stderr)
+                              ex.stdout, ex.stderr, ex.orphans, why,
+                              containment=ex.containment)
                 max_bytes[0] = max(max_bytes[0], _dir_size(state))
                 if ex.returncode != 0:
                     att.state_copy = os.path.join(tdir, f"crash-{num}")

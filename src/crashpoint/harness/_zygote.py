@@ -12,15 +12,18 @@ Use it as a context manager and hand it to the harness as its launcher::
 ``kill``), so the trial runner treats a forked attempt exactly as a spawned one: the child leads
 its own session (``killpg`` and ``kill_tree`` reach it and everything it starts), its exit is
 the real wait status (exit code or killing signal), a timeout kills its tree, its stdout and
-stderr are captured, and stragglers of its session are reported as orphans.
+stderr are captured (capped, as spawned attempts' are), and what it leaves behind is reported as
+orphans: the members of its cgroup where the machine allows one per attempt (the child joins it
+before the zygote answers "started"), else the stragglers of its session and reap token.
 
 How a child is made (in the zygote, which has no thread, so fork is safe)::
 
-    fork -> setsid -> tell the zygote (sync pipe) -> stdin /dev/null, stdout/stderr onto the
-    harness's files -> os.environ = the attempt's env, its reap token stamped into the
-    process's initial environment, chdir -> wait for "go" -> re-seed
-    random, probe.reset(), _failpoints.reload() -> call the function (crashpoint.harness._entry
-    .call, the spawn path's own code) -> join threads, atexit, flush -> os._exit(code)
+    fork -> setsid -> join the attempt's cgroup (if any) -> tell the zygote (sync pipe) -> stdin
+    /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
+    reap token stamped into the process's initial environment, chdir -> wait for "go" ->
+    re-seed random, probe.reset(), _failpoints.reload() -> call the function
+    (crashpoint.harness._entry.call, the spawn path's own code) -> join threads, atexit, flush
+    -> os._exit(code)
 
 ``os.environ`` changes what the child's execs inherit, not ``/proc/PID/environ`` (the block the
 zygote was started with), which the reaper reads to find an attempt's detached processes
@@ -38,7 +41,8 @@ boundaries kept by the kernel, so no framing), file descriptors attached with ``
 
     zygote  -> harness   {"op": "ready", "pid": Z}            | {"op": "error", "error": "..."}
     harness -> zygote    {"op": "spawn", "id": N, "entry": "m:f", "args": [..], "env": {..},
-                          "cwd": "..."} + fds [stdout, stderr, go]
+                          "cwd": "...", "cgroup": ".../cgroup.procs" or ""}
+                          + fds [stdout, stderr, go]
     zygote  -> harness   {"op": "started", "id": N, "pid": P} | {"op": "refused", "id": N,
                                                                   "error": "..."}
     zygote  -> harness   {"op": "exited", "pid": P, "status": S}   (raw wait status, any time)
@@ -46,8 +50,9 @@ boundaries kept by the kernel, so no framing), file descriptors attached with ``
 The zygote watches each child through a pidfd (Linux >= 5.3; otherwise it polls ``waitpid``
 every 10 ms), reaps it and reports its status. When the harness's end closes (``close()``, or
 the harness died), the zygote SIGKILLs the process groups of the children left, reaps them and
-exits. Output goes to anonymous memory files (memfd) the harness creates and reads after the
-exit: no reader threads, no pipe that a straggler keeps open.
+exits. Output goes to pipes the harness reads (one thread per attempt, capped: see
+:class:`~crashpoint.faults._process.OutputCapture`); the capture ends once the attempt's
+processes are gone, not on end-of-file, so a straggler that keeps a pipe open holds nothing.
 
 What differs from a fresh interpreter, by construction: the module is imported once, in the
 zygote, with the zygote's environment (read per-attempt settings inside the function, not at
@@ -79,10 +84,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from crashpoint.errors import CrashpointError
+from crashpoint.faults._cgroup import AttemptCgroup, attempt_cgroup
 from crashpoint.faults._process import (
+    KEEP_HEAD,
+    KEEP_TAIL,
     PLACEHOLDER_TOKEN,
     REAP_VAR,
     Exit,
+    OutputCapture,
     kill_tree,
     leftovers,
     with_reap_token,
@@ -265,6 +274,13 @@ def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], s
     code = _CHILD_FAILED
     try:
         os.setsid()
+        cgroup = str(msg.get("cgroup") or "")
+        if cgroup:  # before the zygote answers "started": all it starts is in the cgroup
+            fd = os.open(cgroup, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
         os.close(sync_w)
         for fd in pidfds:  # the zygote's watch on earlier children
             os.close(fd)
@@ -359,32 +375,16 @@ def _zygote_main(argv: list[str]) -> None:
 # -- the harness side ----------------------------------------------------------------------------
 
 
-def _memfile(name: str) -> int:
-    create: Callable[[str, int], int] | None = getattr(os, "memfd_create", None)
-    if create is not None:
-        with contextlib.suppress(OSError):
-            return create(name, getattr(os, "MFD_CLOEXEC", 1))
-    fd, path = tempfile.mkstemp(prefix=f"crashpoint-{name}-")
-    os.unlink(path)
-    return fd
-
-
-def _read_all(fd: int) -> bytes:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class ForkedProcess:
     """One attempt forked by a :class:`Zygote`; the interface of ``AgentProcess``."""
 
-    def __init__(self, zygote: Zygote, pid: int, timeout: float, out: int, err: int,
-                 t0: float, reap_token: str = "") -> None:
+    def __init__(self, zygote: Zygote, pid: int, timeout: float, capture: OutputCapture,
+                 t0: float, reap_token: str = "", cgroup: AttemptCgroup | None = None,
+                 containment: str = "") -> None:
         self.zygote, self.pid, self.timeout = zygote, pid, timeout
         self.reap_token = reap_token  # the attempt's REAP_VAR: finds what it detached
-        self._out, self._err, self._t0 = out, err, t0
+        self.containment = containment
+        self._capture, self._cgroup, self._t0 = capture, cgroup, t0
         self._exit: Exit | None = None
 
     def signal(self, sig: int) -> None:
@@ -394,8 +394,16 @@ class ForkedProcess:
                 os.killpg(self.pid, sig)
 
     def kill(self) -> None:
+        """Kill the attempt's processes, all of them (its cgroup), whether or not it ended."""
+        if self._cgroup is not None:
+            self._cgroup.kill()
         if self._exit is None and not self.zygote._has_exited(self.pid):
             kill_tree(self.pid, sid=self.pid, token=self.reap_token)
+
+    def _kill_all(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.kill()
+        kill_tree(self.pid, sid=self.pid, token=self.reap_token)
 
     def wait(self, timeout: float | None = None) -> Exit:
         """Wait for the attempt to end (killing its tree on timeout); reap everything."""
@@ -407,35 +415,39 @@ class ForkedProcess:
             status = self.zygote._wait_exit(self.pid, self._t0 + limit)
             if status is None:
                 timed_out = True
-                kill_tree(self.pid, sid=self.pid, token=self.reap_token)
+                self._kill_all()
                 status = self.zygote._wait_exit(self.pid, time.monotonic() + 30.0)
                 if status is None:
                     raise ZygoteError(f"the zygote did not report the end of pid {self.pid} "
                                       "within 30s of SIGKILL")
         except BaseException:
-            kill_tree(self.pid, sid=self.pid, token=self.reap_token)
-            self._close_files()
+            self._kill_all()
+            self._end()
             raise
         duration = time.monotonic() - self._t0
-        orphans = leftovers(self.pid, token=self.reap_token)  # as AgentProcess.wait judges
-        if orphans:
-            kill_tree(self.pid, sid=self.pid, token=self.reap_token)
-        stdout, stderr = _read_all(self._out), _read_all(self._err)
-        self._close_files()
+        orphans = self._end()  # as AgentProcess.wait judges
+        out, err = self._capture.finish()
         rc = os.waitstatus_to_exitcode(status)
         self._exit = Exit(rc if rc >= 0 else None, -rc if rc < 0 else None, timed_out, duration,
-                          stdout, stderr, orphans)
+                          out.finish(), err.finish(), orphans, out.total, err.total,
+                          self.containment)
         return self._exit
 
-    def _close_files(self) -> None:
-        for fd in (self._out, self._err):
-            if fd >= 0:
-                os.close(fd)
-        self._out = self._err = -1
+    def _end(self) -> tuple[int, ...]:
+        if self._cgroup is not None:
+            orphans = self._cgroup.leftovers()
+            self._cgroup.close()
+        else:
+            orphans = leftovers(self.pid, token=self.reap_token)
+            if orphans:
+                kill_tree(self.pid, sid=self.pid, token=self.reap_token)
+        self._capture.finish()
+        return orphans
 
-    def __del__(self) -> None:  # never waited for (an error in between): do not leak its files
+    def __del__(self) -> None:  # never waited for (an error in between): do not leak its pipes
         with contextlib.suppress(Exception):
-            self._close_files()
+            if self._exit is None:
+                self._capture.finish()
 
     def __repr__(self) -> str:
         return f"<ForkedProcess pid={self.pid} zygote={self.zygote.pid}>"
@@ -580,23 +592,37 @@ class Zygote:
     # -- spawning ------------------------------------------------------------------------------
 
     def spawn(self, entry: str, *, env: Mapping[str, str], cwd: str, timeout: float,
-              args: Sequence[str] = (),
-              on_start: Callable[[int], None] | None = None) -> ForkedProcess:
-        """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code."""
+              args: Sequence[str] = (), on_start: Callable[[int], None] | None = None,
+              stdout_path: str | None = None, stderr_path: str | None = None,
+              keep_head: int = KEEP_HEAD, keep_tail: int = KEEP_TAIL) -> ForkedProcess:
+        """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code.
+        Output is captured as :class:`~crashpoint.faults._process.AgentProcess` captures it."""
         if self._proc is None:
             self.start()
         if not os.path.isdir(cwd):
             raise FileNotFoundError(f"the agent's working folder does not exist: {cwd}")
         token, env = with_reap_token(env)
+        cgroup, why = attempt_cgroup()
+        containment = "cgroup" if cgroup is not None else f"session ({why})"
         msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": env,
-                          "cwd": cwd, "id": self._new_id()})
+                          "cwd": cwd, "id": self._new_id(),
+                          "cgroup": cgroup.procs if cgroup is not None else ""})
         rid = json.loads(msg)["id"]
         data = msg.encode()
         if len(data) > MAX_MESSAGE:
+            if cgroup is not None:
+                cgroup.close()
             raise ZygoteError(f"the attempt's environment and arguments take {len(data)} bytes; "
                               f"fork mode passes at most {MAX_MESSAGE}")
-        out, err = _memfile("stdout"), _memfile("stderr")
-        proc: ForkedProcess | None = None  # owns out and err once it exists
+        try:
+            (out_r, out_w), (err_r, err_w), sinks = OutputCapture.pipes(
+                stdout_path, stderr_path, keep_head, keep_tail)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.close()
+            raise
+        reads: list[int] = [out_r, err_r]  # closed here until a capture owns them
+        proc: ForkedProcess | None = None
         go_w = -1
         try:
             go_r, go_w = os.pipe()
@@ -606,7 +632,7 @@ class Zygote:
                     if self._dead or self._sock is None:
                         raise ZygoteError(f"the fork-mode zygote is gone ({self._dead})")
                     try:
-                        socket.send_fds(self._sock, [data], [out, err, go_r])
+                        socket.send_fds(self._sock, [data], [out_w, err_w, go_r])
                     except OSError as exc:
                         if exc.errno != errno.EMSGSIZE:
                             raise
@@ -614,20 +640,28 @@ class Zygote:
                             f"the attempt's environment and arguments ({len(data)} bytes) do "
                             "not fit one control message here; pass fewer variables") from exc
             finally:
-                os.close(go_r)
+                for fd in (go_r, out_w, err_w):
+                    os.close(fd)
             reply = self._wait_reply(rid)
             if reply.get("op") != "started":
                 if reply.get("type") in _IMPORT_ERRORS:
                     raise _entry_error(str(reply.get("error")))
                 raise ZygoteError(f"the fork-mode zygote refused {entry!r}: "
                                   f"{reply.get('error')}")
-            proc = ForkedProcess(self, int(reply["pid"]), timeout, out, err, t0, token)
+            capture = OutputCapture(out_r, err_r, sinks)
+            reads = []
+            proc = ForkedProcess(self, int(reply["pid"]), timeout, capture, t0, token, cgroup,
+                                 containment)
             if on_start is not None:
                 on_start(proc.pid)
         except BaseException:
+            for fd in reads:
+                os.close(fd)
             if proc is None:
-                for fd in (out, err):
-                    os.close(fd)
+                for sink in sinks:
+                    sink.close()
+                if cgroup is not None:
+                    cgroup.close()
             else:  # it never ran a line of the agent: kill it while it waits for "go"
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
