@@ -467,7 +467,9 @@ class CampaignResult:
             "outside_writes": {
                 "tmp_bytes": sum(t.tmp_bytes for t in ran),
                 "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
-                "system_tmp": sorted({o for t in ran for o in t.outside_writes})[:20],
+                # one line a path (each trial's entry says its size then)
+                "system_tmp": sorted({o.rsplit(" (", 1)[0] for t in ran
+                                      for o in t.outside_writes})[:20],
                 "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes)},
             "evidence": {
                 "bytes": sum(t.evidence_bytes for t in self.trials),

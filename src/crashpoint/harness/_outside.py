@@ -4,9 +4,10 @@ Every attempt gets a private temporary folder (``TMPDIR``, ``TEMP`` and ``TMP`` 
 ``<trial>/tmp/attempt-N``); when the attempt has ended its size is measured and it is removed
 (:class:`PrivateTmp`). An agent that writes to ``/tmp`` by name instead is only seen: the
 system's temporary folders are listed before and after each trial, and the new top-level
-entries are reported with their size (:func:`temp_entries`, :func:`new_temp_entries`; an entry whose
-size or time changed counts too, so a file rewritten by every attempt is seen). They are never
-removed: they may belong to someone else (another process wrote them at the same time).
+entries are reported with their size (:func:`temp_entries`, :func:`new_temp_entries`; an entry
+replaced by a new inode counts too, so a file an agent rewrites by temp + rename is seen, while a
+file that only grew in place, such as another process's log, is not). They are never removed:
+they may belong to someone else (another process wrote them at the same time).
 """
 
 from __future__ import annotations
@@ -135,10 +136,13 @@ def new_temp_entries(before: Snapshot) -> list[str]:
     for d, now in temp_entries().items():
         old = before.get(d, {})
         for name in sorted(now):
-            if name.startswith(OWN_PREFIXES) or now[name] == old.get(name):
+            if name.startswith(OWN_PREFIXES):
                 continue
+            if name in old and now[name][0] == old[name][0]:
+                continue  # the same inode: grown or touched in place, e.g. another process's
+                #           log; an agent that rewrites a file (temp + rename) makes a new one
             path = os.path.join(d, name)
             size, complete = sized(path)
-            what = "changed" if name in old else "new"
+            what = "replaced" if name in old else "new"
             found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, {what})")
     return found
