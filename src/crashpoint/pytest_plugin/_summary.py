@@ -78,8 +78,9 @@ def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
             line = f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in " \
                    "private TMPDIRs (removed)"
             if ow.get("system_tmp"):
-                line += f"; new in the system temp folders ({ow['trials_writing_system_tmp']} " \
-                        f"trial(s), not removed): {', '.join(ow['system_tmp'][:5])}"
+                line += f"; appeared in the system temp folders during " \
+                        f"{ow['trials_writing_system_tmp']} trial(s) (the agent's or another " \
+                        f"process's; not removed): {', '.join(ow['system_tmp'][:5])}"
             out.append(line)
         ev = s.get("evidence") or {}
         if ev.get("trials_cut"):
