@@ -5,9 +5,9 @@ Every attempt gets a private temporary folder (``TMPDIR``, ``TEMP`` and ``TMP`` 
 (:class:`PrivateTmp`). An agent that writes to ``/tmp`` by name instead is only seen: the
 system's temporary folders are listed before and after each trial, and the new top-level
 entries are reported with their size (:func:`temp_entries`, :func:`new_temp_entries`; an entry
-replaced by a new inode counts too, so a file an agent rewrites by temp + rename is seen, while a
-file that only grew in place, such as another process's log, is not). They are never removed:
-they may belong to someone else (another process wrote them at the same time).
+whose size, time or inode changed counts too, so a file rewritten by every attempt is seen).
+Nothing tells whose they are: what another process wrote there meanwhile (a log, pip's
+unpacking) is listed too, and the report says so. They are never removed.
 """
 
 from __future__ import annotations
@@ -136,13 +136,10 @@ def new_temp_entries(before: Snapshot) -> list[str]:
     for d, now in temp_entries().items():
         old = before.get(d, {})
         for name in sorted(now):
-            if name.startswith(OWN_PREFIXES):
+            if name.startswith(OWN_PREFIXES) or now[name] == old.get(name):
                 continue
-            if name in old and now[name][0] == old[name][0]:
-                continue  # the same inode: grown or touched in place, e.g. another process's
-                #           log; an agent that rewrites a file (temp + rename) makes a new one
             path = os.path.join(d, name)
             size, complete = sized(path)
-            what = "replaced" if name in old else "new"
+            what = "changed" if name in old else "new"
             found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, {what})")
     return found
