@@ -50,8 +50,8 @@ from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
 from crashpoint.faults._cgroup import AttemptCgroup, attempt_cgroup
 
 __all__ = ["KEEP_HEAD", "KEEP_TAIL", "PLACEHOLDER_TOKEN", "REAP_VAR", "AgentProcess",
-           "CappedOutput", "Exit", "OutputCapture", "kill_tree", "leftovers", "marked",
-           "new_reap_token", "session_members", "start_error", "with_reap_token"]
+           "CappedOutput", "Exit", "OutputCapture", "end_attempt", "kill_tree", "leftovers",
+           "marked", "new_reap_token", "session_members", "start_error", "with_reap_token"]
 
 #: The environment variable that marks every process of one attempt (see :func:`marked`).
 REAP_VAR = "CRASHPOINT_REAP_TOKEN"
@@ -491,6 +491,21 @@ def start_error(exc: OSError, argv: Sequence[str], cwd: str | None,
                            where)
 
 
+def end_attempt(pid: int, token: str, cgroup: AttemptCgroup | None,
+                capture: OutputCapture) -> tuple[int, ...]:
+    """An attempt whose leader ``pid`` is reaped: what is left of it (its cgroup's members, or
+    its session's and token's), killed; its output capture stopped. Returns the orphans."""
+    if cgroup is not None:
+        orphans: tuple[int, ...] = tuple(cgroup.leftovers())
+        cgroup.close()
+    else:
+        orphans = leftovers(pid, token=token)
+        if orphans:
+            kill_tree(pid, sid=pid, token=token)
+    capture.finish()
+    return orphans
+
+
 @dataclass
 class AgentProcess:
     """One attempt of an agent: started in its own session (and, where the machine allows, its
@@ -600,15 +615,7 @@ class AgentProcess:
 
     def _end(self) -> tuple[int, ...]:
         """The leader is reaped: report what is left of the attempt, kill it, stop capture."""
-        if self._cgroup is not None:
-            orphans = self._cgroup.leftovers()
-            self._cgroup.close()
-        else:
-            orphans = leftovers(self.pid, token=self.reap_token)
-            if orphans:
-                kill_tree(self.pid, sid=self.pid, token=self.reap_token)
-        self._capture.finish()
-        return orphans
+        return end_attempt(self.pid, self.reap_token, self._cgroup, self._capture)
 
     def _kill_all(self) -> None:
         if self._cgroup is not None:

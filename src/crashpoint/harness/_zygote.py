@@ -92,8 +92,8 @@ from crashpoint.faults._process import (
     REAP_VAR,
     Exit,
     OutputCapture,
+    end_attempt,
     kill_tree,
-    leftovers,
     with_reap_token,
 )
 from crashpoint.harness._model import AgentSpec
@@ -434,15 +434,7 @@ class ForkedProcess:
         return self._exit
 
     def _end(self) -> tuple[int, ...]:
-        if self._cgroup is not None:
-            orphans = self._cgroup.leftovers()
-            self._cgroup.close()
-        else:
-            orphans = leftovers(self.pid, token=self.reap_token)
-            if orphans:
-                kill_tree(self.pid, sid=self.pid, token=self.reap_token)
-        self._capture.finish()
-        return orphans
+        return end_attempt(self.pid, self.reap_token, self._cgroup, self._capture)
 
     def __del__(self) -> None:  # never waited for (an error in between): do not leak its pipes
         with contextlib.suppress(Exception):
