@@ -537,13 +537,20 @@ def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
         script = _known(agent, a)
         if script is None:
             return
-        full = script if os.path.isabs(script) else os.path.join(agent.cwd, script) \
-            if agent.cwd else None
-        if full is None:
-            raise doc.err("command", _relative_hint("the script", script, agent))
-        if not os.path.isfile(full):
-            raise doc.err("command", _missing("the script", script, full, agent))
+        _existing_file(doc, agent, "the script", script)
         return
+
+
+def _existing_file(doc: _Doc, agent: AgentSpec, what: str, path: str) -> str:
+    """``path`` (absolute, or relative to the agent's cwd) as an existing file, else the
+    ``agent.command`` error that says what is missing and where it was looked for."""
+    full = path if os.path.isabs(path) else os.path.join(agent.cwd, path) \
+        if agent.cwd else None
+    if full is None:
+        raise doc.err("command", _relative_hint(what, path, agent))
+    if not os.path.isfile(full):
+        raise doc.err("command", _missing(what, path, full, agent))
+    return full
 
 
 def _program(doc: _Doc, agent: AgentSpec, env: dict[str, str], program: str) -> None:
@@ -554,12 +561,7 @@ def _program(doc: _Doc, agent: AgentSpec, env: dict[str, str], program: str) -> 
             raise doc.err("command", f"{program!r} not found on PATH; fix the name, install "
                                      "it, or give its path (e.g. '{scenario_dir}/my-agent')")
         return
-    full = program if os.path.isabs(program) else os.path.join(agent.cwd, program) \
-        if agent.cwd else None
-    if full is None:
-        raise doc.err("command", _relative_hint("the program", program, agent))
-    if not os.path.isfile(full):
-        raise doc.err("command", _missing("the program", program, full, agent))
+    full = _existing_file(doc, agent, "the program", program)
     if not os.access(full, os.X_OK):
         raise doc.err("command", f"the program {full} is not executable (chmod +x it, or run "
                                  "it through its interpreter, e.g. [sh, ...])")
