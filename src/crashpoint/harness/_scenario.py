@@ -198,12 +198,8 @@ def _check_shape(p: str, text: str) -> None:
                     raise ScenarioError(p, _line(ev), "",
                                         f"more than {MAX_NODES} values (the limit for a "
                                         "scenario file)")
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ScenarioError(p, mark.line + 1 if mark else None, "",
-                            f"not valid YAML: {exc.problem or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ScenarioError(p, None, "", f"not valid YAML: {exc}") from exc
+        raise _yaml_error(p, exc) from exc
 
 
 def _expanded(p: str, node: yaml.Node) -> None:
@@ -235,6 +231,15 @@ def _expanded(p: str, node: yaml.Node) -> None:
     size(node)
 
 
+def _yaml_error(path: str, exc: yaml.YAMLError) -> ScenarioError:
+    """A parser's complaint as a ScenarioError at its line (where the parser knows it)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        return ScenarioError(path, mark.line + 1 if mark else None, "",
+                             f"not valid YAML: {exc.problem or exc}")
+    return ScenarioError(path, None, "", f"not valid YAML: {exc}")
+
+
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read and validate one scenario file (see ``scenarios/README.md`` for the format).
 
@@ -246,12 +251,8 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     _check_shape(p, text)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ScenarioError(p, mark.line + 1 if mark else None, "",
-                            f"not valid YAML: {exc.problem or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ScenarioError(p, None, "", f"not valid YAML: {exc}") from exc
+        raise _yaml_error(p, exc) from exc
     if node is None:
         raise ScenarioError(p, 1, "", "the file is empty; a scenario needs name, agent, faults")
     _expanded(p, node)
