@@ -7,6 +7,10 @@ its rename, ...). Unarmed, a failpoint costs one dict lookup.
 Syntax: ``NAME=ACTION[@N][;NAME=ACTION[@N]...]``; the action fires on the N-th hit (default 1)
 of that failpoint in this process, once.
 
+When ``CRASHPOINT_FAILPOINTS_LOG`` names a file, a failpoint that fires first appends one line
+to it (``NAME ACTION N PID``, then its path if it has one): the harness's evidence that the
+fault was hit.
+
 Actions: ``kill`` (SIGKILL self), ``exit`` / ``exit(CODE)`` (``os._exit``), ``enospc``,
 ``eio``, ``efbig`` (raise that ``OSError``), ``abort`` (SIGABRT self).
 
@@ -30,9 +34,10 @@ import os
 import re
 import signal
 
-__all__ = ["ENV", "FAILPOINTS", "FailpointSpecError", "failpoint", "parse", "reload"]
+__all__ = ["ENV", "FAILPOINTS", "LOG_ENV", "FailpointSpecError", "failpoint", "parse", "reload"]
 
 ENV = "CRASHPOINT_FAILPOINTS"
+LOG_ENV = "CRASHPOINT_FAILPOINTS_LOG"
 
 FAILPOINTS = (
     "journal.write",
@@ -104,6 +109,7 @@ def failpoint(name: str, path: str = "") -> None:
     action, nth = plan
     if n != nth:
         return
+    _log(f"{name} {action} {nth} {os.getpid()} {path}".rstrip())
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "abort":
@@ -115,6 +121,21 @@ def failpoint(name: str, path: str = "") -> None:
     else:
         err = _ERRNOS[action]
         raise OSError(err, f"{os.strerror(err)} (failpoint {name})", path or None)
+
+
+def _log(line: str) -> None:
+    """Append ``line`` to the hit log, if there is one (never fails the caller)."""
+    where = os.environ.get(LOG_ENV)
+    if not where:
+        return
+    try:
+        fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, (line.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 reload()

@@ -130,10 +130,15 @@ def step_completed(step: str) -> None:
     event("step_completed", step=step)
 
 
-def effect(kind: str, payload: Any, *, key: str) -> bool:
+def effect(kind: str, payload: Any, *, key: str | None = None) -> bool:
     """Ask the outside world to apply an effect; True if applied, False if ``key`` was a duplicate.
 
+    Without a key nothing can be deduplicated: every call is applied (the harness then judges
+    the effect by its kind and payload, so a retry after a crash shows as a duplicate).
     Outside the harness this returns True and does nothing.
     """
-    reply = event("effect", kind=kind, payload=payload, key=key)
+    if key is None:
+        reply = event("effect", kind=kind, payload=payload)
+    else:
+        reply = event("effect", kind=kind, payload=payload, key=key)
     return bool(reply.get("applied", True))

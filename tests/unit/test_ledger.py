@@ -132,7 +132,8 @@ def test_a_kill_at_an_effect_sigkills_the_attempt_and_applies_it_only_in_doubt(
     applied = phase == "in_doubt"
     assert ("run-1:send:0" in ledger.effects) is applied
     assert sum(ledger.applied_counts().values()) == int(applied)
-    assert ledger.killed == [{"event": 1, "attempt": 1, "phase": phase, "op": "effect"}]
+    assert [{k: v for k, v in x.items() if k in ("event", "attempt", "phase", "op")}
+            for x in ledger.killed] == [{"event": 1, "attempt": 1, "phase": phase, "op": "effect"}]
     assert ledger.events[1]["killed"] == phase
     assert ledger.history_path is not None
     logged = [json.loads(x) for x in Path(ledger.history_path).read_text().splitlines()]
@@ -171,9 +172,8 @@ BAD: list[tuple[bytes, str]] = [
     (b'{"op": ["step_started"]}', "unknown op"),
     (b'{"op": "step_started", "attempt": "two"}', "attempt must be an integer"),
     (b'{"op": "step_started", "attempt": [1]}', "attempt must be an integer"),
-    (b'{"op": "effect", "kind": "send", "payload": 1}', "an effect needs a non-empty string key"),
-    (b'{"op": "effect", "kind": "send", "key": ""}', "an effect needs a non-empty string key"),
-    (b'{"op": "effect", "kind": "send", "key": 7}', "an effect needs a non-empty string key"),
+    (b'{"op": "effect", "kind": "send", "key": 7}', "an effect's key must be a string"),
+    (b'{"op": "effect", "kind": "send", "key": ["k"]}', "an effect's key must be a string"),
 ]
 
 
@@ -192,17 +192,20 @@ def test_bad_requests_get_an_error_reply_and_never_break_the_server(ledger: Ledg
     assert not ledger.effects.keys() - {"k"}
 
 
-def test_the_probe_raises_when_the_ledger_refuses_an_effect_without_key(
+def test_a_keyless_effect_is_applied_every_time_and_judged_by_content(
         ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(probe.ENV_LEDGER, ledger.address)
     probe.reset()
     try:
-        with pytest.raises(probe.ProbeError, match="non-empty string key"):
-            probe.effect("send_email", {"to": "a@b"}, key="")
+        assert probe.effect("send_email", {"to": "a@b"}) is True
+        assert probe.effect("send_email", {"to": "a@b"}, key="") is True  # empty: no key
     finally:
         probe.reset()
-    assert not ledger.effects
-    assert not ledger.events
+    # nothing to deduplicate by: both applied; by content, the same effect twice
+    assert ledger.applied_counts() == {("send_email", '{"to":"a@b"}'): 2}
+    assert [(e["op"], e.get("keyless"), e["nth"]) for e in ledger.events] == \
+        [("effect", True, 1), ("effect", True, 2)]
+    assert all("key" not in e for e in ledger.events)
 
 
 # -- the HTTP front --------------------------------------------------------------------------------
@@ -255,7 +258,6 @@ def test_http_step_events_are_recorded_like_socket_ones(ledger: Ledger) -> None:
 
 
 @pytest.mark.parametrize(("path", "body", "headers", "code", "error"), [
-    ("/effects/publish", b"{}", {}, 400, "POST /effects/<kind> needs an Idempotency-Key"),
     ("/effects/publish", b"{nope", {"Idempotency-Key": "k"}, 400, "body is not JSON"),
     ("/effects/", b"{}", {"Idempotency-Key": "k"}, 404, "no route"),
     ("/events/effect", b"{}", {}, 404, "no route"),

@@ -23,6 +23,7 @@ from typing import Any
 from crashpoint._failpoints import FAILPOINTS
 from crashpoint._placeholders import PlaceholderError, fields, fill
 from crashpoint._units import UnitError, format_duration, parse_duration, parse_size
+from crashpoint.errors import CrashpointError
 from crashpoint.faults._cleanup import received, shielded, signal_name
 from crashpoint.faults._files import CORRUPTIONS
 from crashpoint.harness._checks import TrialFacts
@@ -35,6 +36,7 @@ from crashpoint.harness._model import (
     Plan,
     TrialResult,
     dumps,
+    event_name,
 )
 from crashpoint.harness._reportfs import secure_dir, write_file
 from crashpoint.harness._trial import (
@@ -85,8 +87,8 @@ def parse_budget(raw: str | float, *, what: str = "budget") -> float:
 FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang")
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "kill": ("at", "count", "names", "max"),
-    "signal": ("sig", "grace", "pause", "count"),
+    "kill": ("at", "count", "names", "max", "within"),
+    "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
     "resumers": ("count",),
@@ -104,6 +106,10 @@ MAX_FILEOP = 100_000  # kill: {at: fileop, max: N}
 MAX_NTH = 1_000  # disk_full: {nth: N}
 MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in memory)
 MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
+#: kill at time / signal: instants are drawn in [0, within) seconds after the attempt's first
+#: event (a function of the seed alone, never of a measured duration)
+DEFAULT_WITHIN = 1.0
+MAX_WITHIN = 3600.0
 
 
 class FaultSpecError(ValueError):
@@ -157,6 +163,16 @@ def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
     return path
 
 
+def _within(v: Any, what: str, err: Callable[[str], FaultSpecError]) -> float:
+    try:
+        secs = parse_duration(v, what=what)
+    except UnitError as exc:
+        raise err(str(exc)) from None
+    if not 0 < secs <= MAX_WITHIN:
+        raise err(f"{what} must be more than 0 and at most {MAX_WITHIN:g}s, got {v!r}")
+    return secs
+
+
 def _check_options(kind: str, opts: dict[str, Any], last: bool,
                    err: Callable[[str, str], FaultSpecError]) -> None:
     """Validate (and normalise, in place) the options of one fault of kind ``kind``."""
@@ -191,12 +207,19 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
                 raise err(f"kill.names: unknown failpoint(s) {', '.join(map(repr, bad))}; "
                           f"known: {', '.join(FAILPOINTS)}", "names")
             opts["names"] = tuple(names)
+        if "within" in opts:
+            if mode != "time":
+                raise err("kill.within goes with at: time (the window after the first event "
+                          "in which the instant is drawn)", "within")
+            opts["within"] = _within(opts["within"], "kill.within", at("within"))
         if "max" in opts:
             if mode != "fileop":
                 raise err("kill.max goes with at: fileop (the highest file operation to "
                           "kill before)", "max")
             _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
     elif kind == "signal":
+        if "within" in opts:
+            opts["within"] = _within(opts["within"], "signal.within", at("within"))
         sig = opts.get("sig", "TERM")
         if not isinstance(sig, str) or sig.upper() not in ("TERM", "STOP"):
             raise err(f"signal.sig must be TERM or STOP, got {sig!r}", "sig")
@@ -261,8 +284,48 @@ class FaultFamily:
 
     @property
     def systematic(self) -> bool:
-        return len(self.chain) == 1 and self.chain[0][0] == "kill" and \
-            dict(self.chain[0][1]).get("at", "random") == "every-boundary"
+        """Sweeps the golden run's points (one trial each) unless the scenario says random:
+        kill at every boundary, kill at each file operation (``at: fileop`` without a
+        count), a full disk at each write point (``disk_full`` without a capacity or count).
+        """
+        if len(self.chain) != 1:
+            return False
+        kind, opts = self.chain[0]
+        o = dict(opts)
+        if kind == "kill":
+            at = o.get("at", "random")
+            return at == "every-boundary" or (at == "fileop" and "count" not in o)
+        return kind == "disk_full" and "capacity" not in o and "count" not in o and \
+            o.get("mechanism", "auto") != "failpoint"
+
+    def points(self, golden: Golden) -> int:
+        """How many trials a systematic sweep of this family has over ``golden``."""
+        kind, opts = self.chain[0]
+        o = dict(opts)
+        if kind == "kill" and o.get("at") == "fileop":
+            return max(1, len(golden.fileops[:int(o.get("max", MAX_FILEOP))]))
+        if kind == "disk_full":
+            from crashpoint.faults._disk import capabilities
+
+            mech = o.get("mechanism", "auto")
+            if mech == "auto":
+                caps = capabilities()
+                mech = "tmpfs" if caps.tmpfs else "rlimit"
+            return max(1, len(golden.writes.get(mech, [])))
+        return len(golden.boundaries())
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the golden run must record for this family: ``fileops``, ``writes``."""
+        out = set()
+        for kind, opts in self.chain:
+            o = dict(opts)
+            if kind == "kill" and o.get("at") == "fileop":
+                out.add("fileops")
+            if kind == "disk_full" and "capacity" not in o and \
+                    o.get("mechanism", "auto") != "failpoint":
+                out.add("writes")
+        return frozenset(out)
 
     @property
     def count(self) -> int | None:
@@ -317,56 +380,111 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
     return FaultFamily(tuple(chain))
 
 
+class NoBoundaries(CrashpointError, ValueError):
+    """The golden run reported no event and no file operation: nothing to place a fault at,
+    nothing to judge a trial by."""
+
+
+#: How to give a campaign boundaries (the message of :class:`NoBoundaries`).
+ADD_PROBE_CALLS = (
+    "Add probe calls to the agent: `from crashpoint import probe`, then "
+    "probe.step_started(name) / probe.step_completed(name) around each step and "
+    "probe.effect(kind, payload, key=...) for each side effect (the reference library "
+    "crashpoint.checkpoint calls them for you; other languages speak the wire protocol, or "
+    "POST to $CRASHPOINT_LEDGER_HTTP: see docs/reference/wire-protocol.md)")
+
+
+def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 0) -> Fault:
+    """A kill of ``attempt`` at golden event ``index`` by identity: its op, its name, and its
+    occurrence counted from golden event ``start`` (where the attempt is expected to begin)."""
+    ev = golden.events[index]
+    name = event_name(ev)
+    nth = sum(1 for e in golden.events[start:index + 1]
+              if e["op"] == ev["op"] and event_name(e) == name)
+    return Fault.make("kill", attempt, op=str(ev["op"]), name=name, nth=max(1, nth),
+                      phase=phase, label=f"{ev['op']}:{name}")
+
+
+def _resume_point(golden: Golden, index: int) -> int:
+    """Where the attempt after a kill at golden event ``index`` is expected to begin: just
+    after the last step reported completed before it."""
+    for j in range(index - 1, -1, -1):
+        if golden.events[j]["op"] == "step_completed":
+            return j + 1
+    return 0
+
+
+def _later_kill(attempt: int, golden: Golden, first: int, rng: random.Random,
+                label: str, *, after: bool = False) -> Fault:
+    """A kill of the attempt that follows a kill at golden event ``first``: at an event drawn
+    from ``first`` on (``after``: from the next one, if there is one), counted from where that
+    attempt is expected to resume."""
+    lo = min(first + 1, len(golden.events) - 1) if after else first
+    j = lo + rng.randrange(max(1, len(golden.events) - lo))
+    f = _kill_at(attempt, golden, j, "before", _resume_point(golden, first))
+    return Fault.make("kill", attempt, **{**dict(f.args), "label": label})
+
+
+def _instant(opts: dict[str, Any], golden: Golden, rng: random.Random) -> dict[str, Any]:
+    """An instant in [0, within) seconds after the attempt's first event (after its start
+    when the golden run reported no event): the seed alone decides it."""
+    within = float(opts.get("within", DEFAULT_WITHIN))
+    out: dict[str, Any] = {"seconds": round(rng.uniform(0.0, within), 4)}
+    if not golden.events:
+        out["anchor"] = "start"
+    return out
+
+
 def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
           boundary: int | None, mode: str | None) -> list[Fault]:
-    """The faults for one chain item."""
+    """The faults for one chain item (``boundary``: the index of the systematic point)."""
     bs = golden.boundaries()
     if not bs and (kind == "corrupt" or (kind == "kill" and opts.get("at", "random") in
                                           ("every-boundary", "random", "recovery"))):
-        raise ValueError(
+        raise NoBoundaries(
             f"{kind} faults at event boundaries need an agent that reports events through the "
-            "probe (crashpoint.probe, the reference library, or the wire protocol); its golden "
-            "run reported none. Use kill at time, failpoint or fileop for a silent agent.")
+            f"probe; its golden run reported none. {ADD_PROBE_CALLS}. Or use kill at time, "
+            "failpoint or fileop for a silent agent.")
     if kind == "kill":
         at = opts.get("at", "random")
         if mode == "random" and at == "every-boundary":
             at = "random"
         if at in ("every-boundary", "random", "recovery"):
             b = bs[boundary] if boundary is not None else rng.choice(bs)
-            out = [Fault.make("kill", attempt, index=b.index, phase=b.phase, label=b.label)]
+            out = [_kill_at(attempt, golden, b.index, b.phase)]
             if at == "recovery":  # a second crash while recovering from the first
-                out.append(Fault.make("kill", attempt + 1, index=rng.randrange(
-                    max(1, len(golden.events) - b.index)), phase="before", label="recovery"))
+                out.append(_later_kill(attempt + 1, golden, b.index, rng, "recovery"))
             return out
         if at == "time":
-            return [Fault.make("kill_at_time", attempt,
-                               seconds=round(rng.uniform(0.0, max(golden.duration, 0.01)), 4))]
+            return [Fault.make("kill_at_time", attempt, **_instant(opts, golden, rng))]
         if at == "failpoint":
             names = list(opts.get("names", _KILL_FAILPOINTS))
             return [Fault.make("failpoint", attempt,
                                spec=f"{rng.choice(names)}=kill@{rng.randint(1, 3)}")]
         if at == "fileop":
-            return [Fault.make("fileop", attempt, n=rng.randint(1, int(opts.get("max", 40))))]
+            ops = golden.fileops[:int(opts.get("max", MAX_FILEOP))]
+            if not ops:  # nothing recorded (yet): the trial says so, never passes
+                return [Fault.make("fileop", attempt, fileop={}, label="no file operation "
+                                   "recorded in the golden run")]
+            op = ops[boundary] if boundary is not None else rng.choice(ops)
+            return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
-        at_s = round(rng.uniform(0.0, max(golden.duration, 0.01)), 4)
+        when = _instant(opts, golden, rng)
         if sig == "TERM":
-            return [Fault.make("signal", attempt, sig="TERM", seconds=at_s,
+            return [Fault.make("signal", attempt, sig="TERM", **when,
                                grace=float(opts.get("grace", 2.0)))]
-        return [Fault.make("signal", attempt, sig="STOP", seconds=at_s,
+        return [Fault.make("signal", attempt, sig="STOP", **when,
                            pause=float(opts.get("pause", 0.3)))]
     if kind == "corrupt":
         hows = opts.get("how", CORRUPTIONS)
         how = rng.choice(list(hows))
         path = str(opts.get("path", "{state_dir}/**"))
         b1 = rng.choice(bs)
-        out = [Fault.make("kill", attempt, index=b1.index, phase=b1.phase, label=b1.label)]
+        out = [_kill_at(attempt, golden, b1.index, b1.phase)]
         nxt = attempt + 1
         if how == "stale-copy":  # needs an older copy: crash twice, roll back to the first
-            later = [b for b in bs if b.index > b1.index] or [bs[-1]]
-            b2 = rng.choice(later)
-            out.append(Fault.make("kill", nxt, index=max(0, b2.index - b1.index - 1),
-                                  phase="before", label="second crash"))
+            out.append(_later_kill(nxt, golden, b1.index, rng, "second crash", after=True))
             nxt += 1
         out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30)))
         return out
@@ -377,19 +495,36 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         if mech == "auto":
             caps = capabilities()
             mech = "tmpfs" if caps.tmpfs else "rlimit" if caps.rlimit else "failpoint"
+        if "capacity" not in opts and mech in ("tmpfs", "rlimit"):  # the write-point mode
+            points = golden.writes.get(mech, [])
+            if not points:
+                return [Fault.make("disk_full", attempt, mechanism=mech, point={},
+                                   label="no write point recorded in the golden run")]
+            pt = points[boundary] if boundary is not None else rng.choice(points)
+            return [Fault.make("disk_full", attempt, mechanism=mech, point=pt,
+                               label=str(pt.get("label", "")))]
         cap = int(opts.get("capacity", 65536))
-        return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech,
-                           nth=rng.randint(2, 6))]
+        if mech == "failpoint":
+            nth = int(opts.get("nth", rng.randint(2, 6)))
+            return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech, nth=nth)]
+        return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
     if kind == "resumers":
         return [Fault.make("resumers", attempt)]
     if kind == "hang":
-        return [Fault.make("signal", attempt, sig="STOP", seconds=0.05, pause=1e6)]
+        return [Fault.make("signal", attempt, sig="STOP", seconds=0.0, pause=1e6,
+                           **({"anchor": "start"} if not golden.events else {}))]
     raise ValueError(f"cannot draw faults of kind {kind!r}")
+
+
+def _fileop_label(op: dict[str, Any]) -> str:
+    return str(op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} "
+               f"#{op.get('n', 1)}")
 
 
 def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
              boundary: int | None = None, mode: str | None = None) -> Plan:
-    """The plan of trial ``index``: a pure function of its inputs."""
+    """The plan of trial ``index``: a pure function of the family, the golden run's events
+    and recorded operations (never its timings), the seed and the index."""
     rng = random.Random(f"crashpoint:{seed}:{family.name}:{index}")
     faults: list[Fault] = []
     attempt = 1
@@ -425,11 +560,50 @@ class CampaignResult:
 
     @property
     def ok(self) -> bool:
-        return not self.incomplete and all(t.ok for t in self.trials)
+        """Complete, no failing trial, and every family that ran has an exercised trial (a
+        family whose faults never fired proved nothing: it fails, see :meth:`unexercised`)."""
+        return not self.incomplete and all(t.ok for t in self.trials) and \
+            not self.unexercised()
 
     @property
     def failures(self) -> list[TrialResult]:
         return [t for t in self.trials if not t.ok]
+
+    def families(self) -> dict[str, dict[str, Any]]:
+        """Per family (in plan order): trials planned, run, exercised, passed, failed, not
+        exercised, skipped; and why trials were not exercised (the commonest reasons)."""
+        out: dict[str, dict[str, Any]] = {}
+        examples: dict[str, str] = {}
+        for p in [*(t.plan for t in self.trials), *self.not_run]:
+            out.setdefault(p.family, {"planned": 0, "ran": 0, "exercised": 0, "passed": 0,
+                                      "failed": 0, "not_exercised": 0, "skipped": 0,
+                                      "not_fired": Counter()})["planned"] += 1
+        for t in self.trials:
+            d = out[t.plan.family]
+            status = t.status
+            d["skipped" if status == "skipped" else "ran"] += 1
+            d["exercised"] += t.exercised
+            d[{"passed": "passed", "failed": "failed", "not exercised": "not_exercised",
+               "skipped": "skipped"}[status]] += 0 if status == "skipped" else 1
+            for o in t.not_fired:  # like reasons grouped; the first one's text shown
+                key = _reason(o.why_not)
+                d["not_fired"][key] += 1
+                examples.setdefault(key, o.why_not)
+        for d in out.values():
+            d["not_fired"] = [f"{examples[key]} ({n} trial{'s' if n > 1 else ''})"
+                              for key, n in d["not_fired"].most_common(3)]
+        return out
+
+    def unexercised(self) -> list[str]:
+        """One message per family that ran trials none of which was exercised: why, and how
+        to make its faults fire."""
+        msgs = []
+        for name, d in self.families().items():
+            if d["ran"] and not d["exercised"] and not d["failed"]:
+                why = "; ".join(d["not_fired"]) or "no fault was planned"
+                msgs.append(f"family {name}: none of its {d['ran']} trial(s) was exercised "
+                            f"(a fault that does not fire proves nothing): {why}")
+        return msgs
 
     def summary(self) -> dict[str, Any]:
         ran = [t for t in self.trials if not t.skipped]
@@ -449,12 +623,17 @@ class CampaignResult:
         dup = sum(max(0, t.applied.get(k, 0) - n) for t in ran
                   for k, n in self.golden.effects.items())
         resumes = [r for t in ran for r in t.resume_times]
+        fams = self.families()
         return {
+            "families": {k: dict(v) for k, v in fams.items()},
+            "exercised": sum(d["exercised"] for d in fams.values()),
+            "not_exercised": sum(d["not_exercised"] for d in fams.values()),
+            "unexercised": self.unexercised(),
             "name": self.name, "seed": self.seed, "ok": self.ok,
             "incomplete": bool(self.incomplete), "stopped": self.incomplete,
             "interrupted_by": self.interrupted_by or None, "not_run": len(self.not_run),
             "trials": len(self.trials) + len(self.not_run), "ran": len(ran),
-            "passed": sum(t.ok for t in ran), "failed": len(self.failures),
+            "passed": sum(t.status == "passed" for t in ran), "failed": len(self.failures),
             "skipped": len(self.trials) - len(ran),
             "skip_reasons": sorted({t.skipped for t in self.trials if t.skipped}),
             "faults_by_kind": dict(sorted(by_kind.items())),
@@ -479,6 +658,8 @@ class CampaignResult:
             "ledger_refused": dict(sorted(sum((Counter(t.ledger_refused) for t in ran),
                                               Counter()).items())),
             "failures": [{"index": t.plan.index, "plan": t.plan.describe(),
+                          "landed": t.landed(),
+                          "root_cause": str(t.root_cause) if t.root_cause else "",
                           "checks": [str(c) for c in t.failed], "folder": t.folder,
                           "replay": f"crashpoint replay {t.folder}"} for t in self.failures],
         }
@@ -500,12 +681,22 @@ class CampaignResult:
         return paths
 
     def junit(self) -> ET.Element:
+        unexercised = self.unexercised()
         suite = ET.Element("testsuite", name=f"crashpoint.{self.name}",
-                           tests=str(len(self.trials) + len(self.not_run)),
-                           failures=str(len(self.failures)),
-                           skipped=str(sum(1 for t in self.trials if t.skipped)
-                                       + len(self.not_run)),
+                           tests=str(len(self.trials) + len(self.not_run) + len(unexercised)),
+                           failures=str(len(self.failures) + len(unexercised)),
+                           skipped=str(sum(1 for t in self.trials if t.status in (
+                               "skipped", "not exercised")) + len(self.not_run)),
                            time=f"{self.duration:.3f}")
+        props = ET.SubElement(suite, "properties")
+        for name, d in self.families().items():
+            ET.SubElement(props, "property", name=f"exercised[{name}]",
+                          value=f"{d['exercised']}/{d['planned']}")
+        for msg in unexercised:  # the family's verdict: a failure of its own
+            case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
+                                 name=f"family {msg.split(':', 1)[0].removeprefix('family ')}"
+                                      " exercised", time="0.000")
+            ET.SubElement(case, "failure", message="no trial was exercised").text = msg
         for t in self.trials:
             case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
                                  name=f"trial-{t.plan.index:04d} {t.plan.describe()}",
@@ -513,14 +704,27 @@ class CampaignResult:
             if t.skipped:
                 ET.SubElement(case, "skipped", message=t.skipped)
             elif not t.ok:
-                fail = ET.SubElement(case, "failure", message="; ".join(c.name for c in t.failed))
-                fail.text = "\n".join(str(c) for c in t.failed) + \
+                root = t.root_cause
+                fail = ET.SubElement(case, "failure", message=root.name if root else
+                                     "; ".join(c.name for c in t.failed))
+                fail.text = f"landed: {t.landed()}\n" + \
+                    "\n".join(str(c) for c in t.failed) + \
                     f"\nreplay: crashpoint replay {t.folder}"
+            elif not t.exercised:
+                ET.SubElement(case, "skipped", message=f"not exercised: {t.landed()}")
         for p in self.not_run:
             case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
                                  name=f"trial-{p.index:04d} {p.describe()}", time="0.000")
             ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
         return suite
+
+
+def _reason(why: str) -> str:
+    """A not-fired reason without the attempt's own numbers, so like reasons group."""
+    import re
+
+    return re.sub(r"\d+\.\d+s", "Ns", re.sub(r"after \d+ event\(s\)", "after N event(s)",
+                                              why))[:300]
 
 
 ProgressFn = Callable[[int, int, int, TrialResult], None]
@@ -563,16 +767,23 @@ class Campaign:
                            source=self.source)
 
     def plans(self, golden: Golden) -> list[Plan]:
-        """Every plan of the campaign, in index order (before sharding)."""
+        """Every plan of the campaign, in index order (before sharding).
+
+        Raises :class:`NoBoundaries` when the golden run reported no event and no file
+        operation: a campaign would then test nothing."""
+        if not golden.events and not golden.fileops:
+            raise NoBoundaries(
+                f"campaign {self.name!r}: the agent's golden run reported no event (no step, "
+                f"no effect) and no file operation was recorded, so there is no boundary to "
+                f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}.")
         plans: list[Plan] = []
-        nb = len(golden.boundaries())
         systematic = [f for f in self.families if self.mode != "random" and (
             f.systematic or (self.mode == "systematic" and len(f.chain) == 1
                              and f.chain[0][0] == "kill"
                              and dict(f.chain[0][1]).get("at", "random") == "random"))]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
-            for b in range(nb):
+            for b in range(fam.points(golden) if fam.systematic else len(golden.boundaries())):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:
             explicit = sum(f.count or 0 for f in randoms)

@@ -83,7 +83,11 @@ def canonical(payload: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KillAt:
-    """Kill the agent at the ``index``-th event (0-based) of attempt ``attempt``.
+    """Kill the agent at one event of attempt ``attempt``: by identity, the ``nth`` event
+    (from 1) of that attempt whose op is ``op`` and whose step or effect kind is ``name`` —
+    what a plan drawn from the golden run uses, so a framework's background thread that sends
+    an extra event does not move the kill — or, when ``op`` is empty, by position, the
+    ``index``-th event (0-based) of the attempt.
 
     ``phase``: ``"before"`` — the event is recorded, the agent is killed before it is acted on
     (an effect is not applied); ``"in_doubt"`` — only for effects: applied, then killed before
@@ -91,8 +95,28 @@ class KillAt:
     """
 
     attempt: int
-    index: int
+    index: int = -1
     phase: str = "before"
+    op: str = ""
+    name: str = ""
+    nth: int = 1
+
+    def matches(self, ev: dict[str, Any], nth: int) -> bool:
+        """Is ``ev`` (the ``nth`` of its op and name in its attempt) this kill's event?"""
+        if self.attempt != ev["attempt"]:
+            return False
+        if self.op:
+            return self.op == ev["op"] and self.name == _name(ev) and self.nth == nth
+        return bool(self.index == ev["ai"])
+
+    def describe(self) -> str:
+        if self.op:
+            return f"{self.op}:{self.name}" + (f" #{self.nth}" if self.nth > 1 else "")
+        return f"event #{self.index}"
+
+
+def _name(ev: dict[str, Any]) -> str:
+    return str(ev.get("step") or ev.get("kind") or ev.get("name") or "")
 
 
 @dataclass(slots=True)
@@ -130,6 +154,8 @@ class Ledger:
         self._init_limits()  # a bad limit is refused before anything is made on disk
         self._lock = threading.Lock()
         self._attempt_index: dict[int, int] = {}
+        self._seen: Counter[tuple[int, str, str]] = Counter()  # (attempt, op, name) -> count
+        self._keyless = 0
         with shielded():  # registered at once: removed by cleanup_all if we are stopped
             self._dir = tempfile.mkdtemp(prefix="cp-ledger-")
             LIVE.add_folder(self._dir)
@@ -141,6 +167,11 @@ class Ledger:
         self.killed: list[dict[str, Any]] = []
         #: attempt -> when it went away (its probe connection closed, or the runner reaped it)
         self.ended: dict[int, float] = {}
+        #: attempt -> time.monotonic() of its first event
+        self.first_event: dict[int, float] = {}
+        #: called (outside the lock) with the attempt number when an attempt sends its first
+        #: event: what starts a kill at an instant "after the first event"
+        self.on_first_event: Callable[[int], None] | None = None
         self.http_url = ""
 
     def _init_limits(self) -> None:
@@ -240,6 +271,9 @@ class Ledger:
             self.killed = []
             self.ended = {}
             self._attempt_index = {}
+            self._seen = Counter()
+            self._keyless = 0
+            self.first_event = {}
         return self
 
     def begin_attempt(self, attempt: int, pgid: int | None) -> None:
@@ -264,7 +298,11 @@ class Ledger:
         ev["i"] = len(self.events)
         ev["ai"] = self._attempt_index.get(attempt, 0)  # index within the attempt
         self._attempt_index[attempt] = ev["ai"] + 1
+        ident = (attempt, str(ev.get("op")), _name(ev))
+        self._seen[ident] += 1
+        ev["nth"] = self._seen[ident]  # its occurrence among the attempt's (op, name) events
         ev["t"] = time.monotonic()
+        self.first_event.setdefault(attempt, ev["t"])
         self.events.append(ev)
         return ev
 
@@ -294,16 +332,17 @@ class Ledger:
         self._log.flush()
         self._log_bytes += len(line)
 
-    def _kill_for(self, ev: dict[str, Any], phase: str) -> bool:
+    def _kill_for(self, ev: dict[str, Any], phase: str) -> KillAt | None:
         for k in self.kills:
-            if k.attempt == ev["attempt"] and k.index == ev["ai"] and k.phase == phase:
-                return True
-        return False
+            if k.phase == phase and k.matches(ev, int(ev["nth"])):
+                return k
+        return None
 
-    def _kill(self, ev: dict[str, Any], phase: str) -> None:
+    def _kill(self, ev: dict[str, Any], phase: str, k: KillAt | None = None) -> None:
         pgid = self.pgids.get(int(ev["attempt"]))
         self.killed.append({"event": ev["i"], "attempt": ev["attempt"], "phase": phase,
-                            "op": ev["op"]})
+                            "op": ev["op"], "name": _name(ev), "nth": ev.get("nth", 1),
+                            "ai": ev.get("ai"), "kill": k, "pgid": pgid})
         if self.on_kill is not None:
             self.on_kill(ev)
         if pgid is not None:
@@ -328,38 +367,57 @@ class Ledger:
                                           f"{msg.get('attempt')!r}"}
         if op == "effect":
             key = msg.get("key")
-            if not isinstance(key, str) or not key:
-                return {"ok": False, "error": "an effect needs a non-empty string key"}
+            if key in ("", None):  # Contract 1: the key is optional (judged by content)
+                msg = {k: v for k, v in msg.items() if k != "key"}
+            elif not isinstance(key, str):
+                return {"ok": False, "error": f"an effect's key must be a string, got "
+                                              f"{type(key).__name__}"}
+        first = False
         with self._lock:
             ev = {k: v for k, v in msg.items() if k != "payload"}
             if op == "effect":
                 ev["payload"] = msg.get("payload")
+            first = attempt not in self.first_event
             ev = self._record(ev, attempt)
-            if self._kill_for(ev, "before"):
-                ev["killed"] = "before"
-                self._write(ev)
-                self._kill(ev, "before")
-                return None
-            reply: dict[str, Any] = {"ok": True}
-            if op == "effect":
-                key = msg["key"]
-                eff = self.effects.get(key)
-                if eff is None:
-                    eff = self.effects[key] = _Effect(str(msg.get("kind")), msg.get("payload"))
-                if eff.applied:
-                    eff.duplicates += 1
-                    reply["applied"] = False
-                else:
-                    eff.applied += 1
-                    reply["applied"] = True
-                ev["applied"] = reply["applied"]
-                if self._kill_for(ev, "in_doubt"):
-                    ev["killed"] = "in_doubt"
-                    self._write(ev)
-                    self._kill(ev, "in_doubt")
-                    return None
+            reply = self._act(ev, op, msg)
+        if first and self.on_first_event is not None:
+            self.on_first_event(attempt)
+        return reply
+
+    def _act(self, ev: dict[str, Any], op: str, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """Apply a recorded event (under the lock): kill before it, apply an effect, kill in
+        its in-doubt window. None: the agent was killed."""
+        k = self._kill_for(ev, "before")
+        if k is not None:
+            ev["killed"] = "before"
             self._write(ev)
-            return reply
+            self._kill(ev, "before", k)
+            return None
+        reply: dict[str, Any] = {"ok": True}
+        if op == "effect":
+            key = msg.get("key")
+            if key is None:  # keyless: nothing to deduplicate by; each call applies
+                self._keyless += 1
+                key = f"\0keyless:{self._keyless}"
+                ev["keyless"] = True
+            eff = self.effects.get(key)
+            if eff is None:
+                eff = self.effects[key] = _Effect(str(msg.get("kind")), msg.get("payload"))
+            if eff.applied:
+                eff.duplicates += 1
+                reply["applied"] = False
+            else:
+                eff.applied += 1
+                reply["applied"] = True
+            ev["applied"] = reply["applied"]
+            k = self._kill_for(ev, "in_doubt")
+            if k is not None:
+                ev["killed"] = "in_doubt"
+                self._write(ev)
+                self._kill(ev, "in_doubt", k)
+                return None
+        self._write(ev)
+        return reply
 
     def _safe_handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
         """:meth:`handle`, but a bug or an odd message never takes the server down."""
@@ -527,12 +585,12 @@ class Ledger:
                 who = {"via": "http", "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
                        "pid": int(pid_h) if pid_h.isdigit() else None}
                 if route == "effects":
+                    # no Idempotency-Key: a keyless effect (applied each time, judged by
+                    # content against the golden run)
                     key = self.headers.get("Idempotency-Key", "")
-                    if not key:
-                        self._send(400, {"ok": False, "error": "POST /effects/<kind> needs an "
-                                                               "Idempotency-Key header"})
-                        return
-                    msg = {**who, "op": "effect", "kind": name, "payload": body, "key": key}
+                    msg = {**who, "op": "effect", "kind": name, "payload": body}
+                    if key:
+                        msg["key"] = key
                 else:
                     if body is None:
                         body = {}

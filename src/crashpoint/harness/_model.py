@@ -22,6 +22,7 @@ __all__ = [
     "Expect",
     "Fault",
     "Golden",
+    "Outcome",
     "Plan",
     "TrialResult",
 ]
@@ -105,8 +106,13 @@ class Fault:
     """One fault of a plan. ``attempt``: which attempt it hits (file faults: applied just
     before that attempt starts). ``args`` depend on ``kind``:
 
-    - kill: ``index`` (event of the attempt), ``phase`` before|in_doubt, ``label``
-    - kill_at_time: ``seconds`` after the attempt starts
+    - kill: the event it lands on, by identity: ``op`` (step_started, step_completed,
+      effect, event), ``name`` (the step or the effect's kind) and ``nth`` (its occurrence
+      among the attempt's events of that op and name, from 1); or, for a plan written by
+      hand or a Hypothesis strategy, ``index`` (the attempt's event number, from 0). ``phase``
+      before|in_doubt; ``label`` (what reports show)
+    - kill_at_time: ``seconds`` after the attempt's first event (after its start if
+      ``anchor`` is ``start``: an agent that reports no events)
     - failpoint: ``spec`` (``CRASHPOINT_FAILPOINTS`` syntax)
     - fileop: ``n`` (SIGKILL before the n-th file-mutating operation; Python agents)
     - signal: ``sig`` TERM|STOP, ``seconds``, ``grace`` (TERM) / ``pause`` (STOP then CONT)
@@ -139,8 +145,16 @@ class Fault:
     def __str__(self) -> str:
         a = dict(self.args)
         if self.kind == "kill":
+            if a.get("op"):
+                nth = f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else ""
+                return f"kill attempt {self.attempt} at {a['op']}:{a.get('name', '')}{nth} " \
+                       f"({a.get('phase', 'before')})"
             return f"kill attempt {self.attempt} at event #{a.get('index')} " \
                    f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+        if self.kind == "kill_at_time":
+            origin = "start" if a.get("anchor") == "start" else "first event"
+            return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \
+                   f"its {origin}"
         body = ", ".join(f"{k}={v}" for k, v in a.items())
         return f"{self.kind}(attempt {self.attempt}{', ' if body else ''}{body})"
 
@@ -190,11 +204,31 @@ class Golden:
     output: bytes
     duration: float
     returncode: int = 0
+    #: the file operations recorded in the golden run (crashpoint.faults._fileops.FileOp as
+    #: JSON), when a fault family needed them
+    fileops: list[dict[str, Any]] = field(default_factory=list)
+    #: the write points learned from the golden run (crashpoint.faults._writes.WritePoint as
+    #: JSON) per mechanism, when a disk_full family needed them
+    writes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: how the file operations / writes were recorded ("strace", "audit hook") or why not
+    recorded_by: str = ""
+    #: seconds from the golden run's first event to its last (what a kill at time's `within`
+    #: should be about; reported in hints, never used to plan)
+    span: float = 0.0
+
+    def identity(self, index: int) -> tuple[str, str, int]:
+        """(op, name, nth) of event ``index``: its op, its step or effect kind, and its
+        occurrence among the events of that op and name up to it (from 1)."""
+        ev = self.events[index]
+        name = event_name(ev)
+        nth = sum(1 for e in self.events[:index + 1]
+                  if e["op"] == ev["op"] and event_name(e) == name)
+        return str(ev["op"]), name, nth
 
     def boundaries(self) -> list[Boundary]:
         out = []
         for i, ev in enumerate(self.events):
-            label = f"{ev['op']}:{ev.get('step') or ev.get('kind') or ''}"
+            label = f"{ev['op']}:{event_name(ev)}"
             out.append(Boundary(i, "before", label))
             if ev["op"] == "effect":
                 out.append(Boundary(i, "in_doubt", label))
@@ -203,7 +237,14 @@ class Golden:
     def to_json(self) -> dict[str, Any]:
         return {"steps": self.steps, "events": self.events,
                 "effects": [[k, p, n] for (k, p), n in sorted(self.effects.items())],
-                "output": self.output.decode("utf-8", "replace"), "duration": self.duration}
+                "output": self.output.decode("utf-8", "replace"), "duration": self.duration,
+                "fileops": self.fileops, "writes": self.writes,
+                "recorded_by": self.recorded_by, "span": self.span}
+
+
+def event_name(ev: dict[str, Any]) -> str:
+    """What an event is about: its step, or its effect's kind (or its name, for ``event``)."""
+    return str(ev.get("step") or ev.get("kind") or ev.get("name") or "")
 
 
 @dataclass(frozen=True)
@@ -265,14 +306,48 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
+    """One check's verdict on a trial. ``cause``: for a failure that follows from another
+    (e.g. no output because the agent did not complete), the name of that check; ``hint``:
+    how to fix it, drawn from the evidence."""
+
     name: str
     ok: bool
     message: str = ""
     skipped: bool = False
+    cause: str = ""
+    hint: str = ""
 
     def __str__(self) -> str:
         mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
-        return f"{self.name}: {mark}" + (f": {self.message}" if self.message else "")
+        text = f"{self.name}: {mark}" + (f": {self.message}" if self.message else "")
+        if self.cause:
+            text += f" [a consequence of {self.cause}]"
+        if self.hint and not self.ok:
+            text += f" -- hint: {self.hint}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """Whether planned fault ``fault`` (its index in the plan) took effect in the trial.
+
+    ``fired``: it did (the kill landed at the planned event, instant or file operation; the
+    agent really got ENOSPC/EFBIG; the corruption changed an existing file; the failpoint was
+    hit; the signal reached a running process). ``where``: where it landed. ``why_not``: when
+    it did not, why, and how to make it fire."""
+
+    fault: int
+    kind: str
+    fired: bool
+    where: str = ""
+    why_not: str = ""
+
+    def __str__(self) -> str:
+        return f"fired: {self.where}" if self.fired else f"did not fire: {self.why_not}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fault": self.fault, "kind": self.kind, "fired": self.fired,
+                "where": self.where, "why_not": self.why_not}
 
 
 @dataclass
@@ -295,19 +370,53 @@ class TrialResult:
     ledger_refused: dict[str, int] = field(default_factory=dict)  # what the ledger's limits hit
     evidence_bytes: int = 0  # size of the trial's folder as kept (0: not kept)
     evidence_omitted: list[str] = field(default_factory=list)  # left out over the limit
+    #: per planned fault, whether it took effect (one entry per fault of the plan)
+    outcomes: list[Outcome] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """No check failed (a trial that was not exercised is not a failure, nor a pass: see
+        :attr:`status`)."""
         return all(c.ok for c in self.checks)
+
+    @property
+    def exercised(self) -> bool:
+        """Every planned fault took effect (and there was one): only then can it pass."""
+        return not self.skipped and bool(self.outcomes) and all(o.fired for o in self.outcomes)
+
+    @property
+    def status(self) -> str:
+        """``failed`` (a check failed: evidence, whatever fired), ``skipped`` (could not run
+        here), ``not exercised`` (a planned fault did not take effect: proves nothing) or
+        ``passed``."""
+        if self.skipped:
+            return "skipped"
+        if not self.ok:
+            return "failed"
+        return "passed" if self.exercised else "not exercised"
+
+    @property
+    def not_fired(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.fired]
 
     @property
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if not c.ok]
 
+    @property
+    def root_cause(self) -> CheckResult | None:
+        """The first failing check that is not a consequence of another."""
+        return next((c for c in self.failed if not c.cause), None)
+
+    def landed(self) -> str:
+        """Where each planned fault landed, or why it did not, in one line."""
+        return "; ".join(str(o) for o in self.outcomes) or "no fault planned"
+
     def verdict(self) -> dict[str, Any]:
         """The comparable outcome of the trial (same across fork/spawn, shards, workers)."""
         return {"index": self.plan.index, "family": self.plan.family,
                 "plan": self.plan.describe(), "skipped": self.skipped,
+                "status": self.status,
                 "checks": {c.name: ("skip" if c.skipped else c.ok) for c in self.checks}}
 
     def to_json(self) -> dict[str, Any]:
@@ -328,6 +437,9 @@ class TrialResult:
             "ledger_refused": self.ledger_refused,
             "evidence_bytes": self.evidence_bytes,
             "evidence_omitted": self.evidence_omitted,
+            "exercised": self.exercised,
+            "outcomes": [o.to_json() for o in self.outcomes],
+            "root_cause": self.root_cause.name if self.root_cause else None,
         }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint._failpoints import LOG_ENV as FAILPOINT_LOG
 from crashpoint._placeholders import fill
 from crashpoint.errors import AgentStartError, CrashpointError
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
@@ -34,8 +35,9 @@ from crashpoint.faults._process import (
     kill_tree,
     new_reap_token,
 )
+from crashpoint.harness._accounting import account, kill_at
 from crashpoint.harness._checks import TrialFacts, run_checks
-from crashpoint.harness._ledger import KillAt, Ledger, canonical
+from crashpoint.harness._ledger import Ledger, canonical
 from crashpoint.harness._model import (
     ENTRY_ARGV,
     AgentSpec,
@@ -114,6 +116,16 @@ def _unreaped(p: Any) -> bool:
 
 class ReplayError(CrashpointError, ValueError):
     """A trial folder cannot be replayed as it is (e.g. a redacted agent.env value is unknown)."""
+
+
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` runs (exists and is not a zombie waiting to be reaped)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _dir_size(path: str) -> int:
@@ -369,10 +381,11 @@ class TrialRunner:
                 f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}",
                 scope.secrets))
         steps = [str(e.get("step")) for e in events if e["op"] == "step_started"]
+        span = events[-1]["t"] - events[0]["t"] if events else 0.0
         for e in events:
             e.pop("t", None)
             e.pop("pid", None)
-        return Golden(steps, events, applied, ex.stdout, duration)
+        return Golden(steps, events, applied, ex.stdout, duration, span=round(span, 4))
 
     # -- trial ------------------------------------------------------------------------------------
 
@@ -394,12 +407,11 @@ class TrialRunner:
         max_bytes = [0]
         resume_times: list[float] = []
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
-        ledger.kills = [KillAt(f.attempt, int(f.arg("index", 0)), str(f.arg("phase",
-                                                                          "before")))
-                        for f in plan.faults if f.kind == "kill"]
+        ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill"]
+        notes: dict[int, dict[str, Any]] = {}
         if not skipped:
             self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
-                           max_bytes, resume_times)
+                           max_bytes, resume_times, notes)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         duplicates = sum(e.duplicates for e in ledger.effects.values())
@@ -414,6 +426,9 @@ class TrialRunner:
         result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
                              time.monotonic() - t0, tdir, max_bytes[0], corruptions,
                              _reruns(events), skipped, resume_times)
+        if not skipped:
+            result.outcomes = account(plan, attempts, events, list(ledger.killed), notes,
+                                      golden)
         self._end_scope(result, ledger)
         if result.ok and not self.keep_passing:  # evidence is for failures (and replays)
             shutil.rmtree(tdir, ignore_errors=True)
@@ -438,13 +453,17 @@ class TrialRunner:
 
     def _attempts(self, plan: Plan, ledger: Ledger, state: str, work: str, tdir: str,
                   canary: str, attempts: list[Attempt], corruptions: list[dict[str, Any]],
-                  max_bytes: list[int], resume_times: list[float]) -> None:
+                  max_bytes: list[int], resume_times: list[float],
+                  notes: dict[int, dict[str, Any]]) -> None:
+        """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
+        plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
         argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
         n = 0
         while n < 1 + self.restarts:
             n += 1
-            faults = [f for f in plan.faults if f.attempt == n]
-            for f in faults:
+            mine = [(i, f) for i, f in enumerate(plan.faults) if f.attempt == n]
+            faults = [f for _i, f in mine]
+            for i, f in mine:
                 if f.kind == "corrupt":
                     rng = random.Random(f"{plan.seed}:{plan.index}:{f.arg('seed', 0)}")
                     older = next((a.state_copy for a in attempts if a.state_copy), None)
@@ -452,15 +471,18 @@ class TrialRunner:
                                    {"state_dir": state, "workdir": work})
                     c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state,
                                 roots=(state, work))
+                    notes[i] = {"corruption": c.to_json() if c else None,
+                                "pattern": f.arg("path", "{state_dir}/**")}
                     corruptions.append(c.to_json() if c else {"how": f.arg("how"),
                                                                "path": pattern,
                                                                "detail": "nothing to corrupt"})
             extra: dict[str, str] = {}
             fps = [str(f.arg("spec")) for f in faults if f.kind == "failpoint"]
+            fp_log = os.path.join(tdir, f"attempt-{n}.failpoints")
             if fps:
                 extra["CRASHPOINT_FAILPOINTS"] = ";".join(fps)
             fileop = [f for f in faults if f.kind == "fileop"]
-            if fileop:
+            if fileop and fileop[0].arg("n") is not None:  # a hand-written plan: by number
                 extra["CRASHPOINT_FILEOP_KILL"] = str(int(fileop[0].arg("n", 1)))
                 extra["PYTHONPATH"] = os.pathsep.join(
                     [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])])
@@ -480,6 +502,11 @@ class TrialRunner:
                         extra["CRASHPOINT_FAILPOINTS"] = ";".join(
                             filter(None, [extra.get("CRASHPOINT_FAILPOINTS"),
                                           f"journal.write=enospc@{int(f.arg('nth', 3))}"]))
+            if "CRASHPOINT_FAILPOINTS" in extra:
+                extra[FAILPOINT_LOG] = fp_log
+                for i, f in mine:
+                    if f.kind in ("failpoint", "disk_full"):
+                        notes.setdefault(i, {})["failpoint_log"] = fp_log
             together = any(f.kind == "resumers" for f in faults)
             numbers = [n, n + 1] if together else [n]
             procs: list[tuple[int, AgentProcess, float]] = []
@@ -501,12 +528,14 @@ class TrialRunner:
                                         os.path.join(tdir, f"attempt-{num}"))
                         procs.append((num, p, t_spawn))
                 with shielded():
-                    timers = self._timers(faults, procs[0][1])
+                    timers = self._timers(mine, procs[0][1], procs[0][0], procs[0][2], ledger,
+                                          notes)
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
                 for num, p, t_spawn in procs:
                     exits.append((num, p.wait(timeout=self._limit(t_spawn))))
             finally:
                 with shielded():  # stopped (a signal, the budget, an error): nothing left behind
+                    ledger.on_first_event = None
                     for t in timers:
                         t.cancel()
                     if sampler:
@@ -521,14 +550,18 @@ class TrialRunner:
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
             if together:
                 n += 1
+                for i, f in mine:
+                    if f.kind == "resumers":
+                        notes[i] = {"spans": [(t, t + ex.duration) for (_n, ex), (_m, _p, t)
+                                              in zip(exits, procs, strict=True)]}
             for num, _ex in exits:
                 ledger.end_attempt(num, reaped=True)
-            for num, ex in exits:
+            for (num, ex), (_m, _p, t_spawn) in zip(exits, procs, strict=True):
                 killed = [k for k in ledger.killed if k["attempt"] == num]
                 why = ""
                 if killed:
                     k = killed[-1]
-                    why = f"killed at event #{k['event']} {k['op']} ({k['phase']})"
+                    why = f"killed at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
                 elif ex.signal is not None:
                     why = next((str(f) for f in faults if f.kind != "corrupt"), "")
                 # its stdout/stderr are in attempt-N.stdout/.stderr already (streamed, capped)
@@ -539,37 +572,72 @@ class TrialRunner:
                 if ex.returncode != 0:
                     att.state_copy = os.path.join(tdir, f"crash-{num}")
                     _copy_state(state, att.state_copy, self._scope)
-                first = next((e["t"] for e in ledger.events if e["attempt"] == num), None)
+                first = ledger.first_event.get(num)
                 if num > 1 and first is not None:
-                    resume_times.append(max(0.0, first - (time.monotonic() - ex.duration)))
+                    resume_times.append(max(0.0, first - t_spawn))
                 attempts.append(att)
-            # stop when it completed (or fail-stopped as documented) and no fault is pending
+            # stop when it completed; or when it stopped as documented (a fail-stop code, a
+            # refusal of corrupt state) and no fault is planned for a later attempt. A
+            # completed run is never restarted: a fault planned for a later attempt did not
+            # take effect, and the accounting says so.
             final = attempts[-1]
             pending = any(f.attempt > n for f in plan.faults)
             stop_codes = (0, *self.expect.fail_stop_codes,
                           *(self.expect.refuse_codes if plan.corrupts else ()))
-            if final.returncode in stop_codes and not pending:
+            if final.returncode == 0 or (final.returncode in stop_codes and not pending):
                 break
 
-    def _timers(self, faults: list[Fault], proc: AgentProcess) -> list[threading.Timer]:
-        timers = []
-        for f in faults:
+    def _timers(self, mine: list[tuple[int, Fault]], proc: AgentProcess, num: int,
+                t_spawn: float, ledger: Ledger,
+                notes: dict[int, dict[str, Any]]) -> list[threading.Timer]:
+        """Timers for the attempt's faults at an instant: started at its first event (or at
+        its start, for a fault anchored there); each delivery is noted for the accounting:
+        when, and whether the process was still running."""
+        timers: list[threading.Timer] = []
+        early: list[threading.Timer] = []
+
+        def deliver(i: int, sig: int, what: str) -> None:
+            alive = _alive(proc.pid)
+            if alive:
+                proc.signal(sig)
+            sent = notes.setdefault(i, {}).setdefault("sent", [])
+            origin = ledger.first_event.get(num, t_spawn)
+            sent.append({"what": what, "alive": alive, "at": time.monotonic() - origin,
+                         "events": sum(1 for e in list(ledger.events) if e["attempt"] == num)})
+
+        for i, f in mine:
+            if f.kind not in ("kill_at_time", "signal"):
+                continue
+            at = float(f.arg("seconds", 0.1))
+            pairs: list[tuple[float, int, str]] = []
             if f.kind == "kill_at_time":
-                timers.append(threading.Timer(float(f.arg("seconds", 0.1)),
-                                              proc.signal, (signal.SIGKILL,)))
-            elif f.kind == "signal":
-                sig = str(f.arg("sig", "TERM")).upper()
-                at = float(f.arg("seconds", 0.1))
-                if sig == "TERM":
-                    timers.append(threading.Timer(at, proc.signal, (signal.SIGTERM,)))
-                    timers.append(threading.Timer(at + float(f.arg("grace", 2.0)),
-                                                  proc.signal, (signal.SIGKILL,)))
-                elif sig == "STOP":
-                    timers.append(threading.Timer(at, proc.signal, (signal.SIGSTOP,)))
-                    timers.append(threading.Timer(at + float(f.arg("pause", 0.5)),
-                                                  proc.signal, (signal.SIGCONT,)))
-        for t in timers:
-            t.daemon = True
+                pairs.append((at, signal.SIGKILL, "SIGKILL"))
+            elif str(f.arg("sig", "TERM")).upper() == "TERM":
+                pairs += [(at, signal.SIGTERM, "SIGTERM"),
+                          (at + float(f.arg("grace", 2.0)), signal.SIGKILL, "SIGKILL")]
+            else:
+                pairs += [(at, signal.SIGSTOP, "SIGSTOP"),
+                          (at + float(f.arg("pause", 0.5)), signal.SIGCONT, "SIGCONT")]
+            notes.setdefault(i, {})["anchor"] = f.arg("anchor", "first event")
+            for secs, sig, what in pairs:
+                t = threading.Timer(secs, deliver, (i, sig, what))
+                t.daemon = True
+                timers.append(t)
+                if f.arg("anchor") == "start":
+                    early.append(t)
+        later = [t for t in timers if t not in early]
+        once = threading.Lock()
+
+        def start_later(attempt: int) -> None:
+            if attempt == num and once.acquire(blocking=False):  # the ledger's thread or us
+                for t in later:
+                    t.start()
+
+        if later:
+            ledger.on_first_event = start_later
+            if num in ledger.first_event:  # it spoke before the timers were made
+                start_later(num)
+        for t in early:
             t.start()
         return timers
 
@@ -744,7 +812,10 @@ def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:
 
 def golden_from_json(d: dict[str, Any]) -> Golden:
     eff: Counter[tuple[str, str]] = Counter({(k, p): n for k, p, n in d["effects"]})
-    return Golden(d["steps"], d["events"], eff, d["output"].encode("utf-8"), d["duration"])
+    return Golden(d["steps"], d["events"], eff, d["output"].encode("utf-8"), d["duration"],
+                  fileops=list(d.get("fileops") or []), writes=dict(d.get("writes") or {}),
+                  recorded_by=str(d.get("recorded_by") or ""),
+                  span=float(d.get("span") or 0.0))
 
 
 def canonical_effects(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:

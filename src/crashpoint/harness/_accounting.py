@@ -1,0 +1,260 @@
+"""Fault accounting: did each planned fault of a trial take effect, and where did it land?
+
+A trial proves something only if its faults fired. For every fault of the plan this module
+turns the trial's evidence (the ledger's kills and events, the attempts' exits, the timers'
+deliveries, the failpoints' hit log, the corruption record, the file-operation and disk
+traces) into an :class:`Outcome`: ``fired`` with where it landed, or not, with why and how
+to make it fire. A trial with a fault that did not fire is *not exercised*: never a PASS.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from crashpoint.harness._ledger import KillAt
+from crashpoint.harness._model import Attempt, Fault, Golden, Outcome, Plan, event_name
+
+__all__ = ["ACCOUNTANTS", "account", "kill_at"]
+
+Evidence = dict[str, Any]
+
+
+def kill_at(f: Fault) -> KillAt:
+    """The ledger's kill for a ``kill`` fault: by identity when the plan gives one."""
+    phase = str(f.arg("phase", "before"))
+    if f.arg("op"):
+        return KillAt(f.attempt, -1, phase, str(f.arg("op")), str(f.arg("name", "")),
+                      int(f.arg("nth", 1)))
+    return KillAt(f.attempt, int(f.arg("index", 0)), phase)
+
+
+def _attempt(attempts: list[Attempt], number: int) -> Attempt | None:
+    return next((a for a in attempts if a.number == number), None)
+
+
+def _never_ran(f: Fault, attempts: list[Attempt]) -> str:
+    """Why attempt ``f.attempt`` never ran: how the trial ended before it."""
+    if not attempts:
+        return f"attempt {f.attempt} never ran: the trial ran no attempt"
+    last = attempts[-1]
+    if last.returncode == 0:
+        why = f"attempt {last.number} completed (exit 0) first, and a completed run is not " \
+              "restarted"
+    else:
+        why = f"the trial stopped after {last.describe()}"
+    return f"attempt {f.attempt} never ran: {why}"
+
+
+def _events_of(events: list[Evidence], attempt: int) -> list[Evidence]:
+    return [e for e in events if int(e["attempt"]) == attempt]
+
+
+def _ended(a: Attempt) -> str:
+    if a.timed_out:
+        return f"hung until its timeout ({a.duration:.2f}s)"
+    if a.signal is not None:
+        return f"was killed by signal {a.signal}"
+    return f"exited {a.returncode}"
+
+
+def _kill(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+          killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    want = kill_at(f)
+    hit = next((k for k in killed if k.get("kill") == want), None)
+    a = _attempt(attempts, f.attempt)
+    if hit is not None:
+        where = f"attempt {hit['attempt']} event #{hit['event']} {hit['op']}:{hit['name']}" \
+                + (f" #{hit['nth']}" if int(hit.get("nth", 1)) > 1 else "") \
+                + f" ({hit['phase']})"
+        if a is not None and a.signal not in (None, signal.SIGKILL) and a.returncode != \
+                -signal.SIGKILL:
+            return Outcome(i, f.kind, False, where,
+                           f"the kill was sent at {where}, but the attempt {_ended(a)} "
+                           "(not by SIGKILL)")
+        return Outcome(i, f.kind, True, where)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    mine = _events_of(events, f.attempt)
+    if want.op:
+        same = [e for e in mine if e["op"] == want.op and event_name(e) == want.name]
+        seen = f"it sent {want.op}:{want.name} {len(same)} time(s)" if same else \
+            f"it never sent {want.op}:{want.name}"
+        return Outcome(i, f.kind, False, why_not=(
+            f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); {seen}, the plan "
+            f"kills at occurrence #{want.nth}" + ("" if f.attempt == 1 else
+                                                   " (it resumed past that point)")))
+    return Outcome(i, f.kind, False, why_not=(
+        f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); the plan kills at "
+        f"its event #{want.index}"))
+
+
+def _timed(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+           killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    """kill at time, signal (TERM, STOP) and hang: the first signal reached a running
+    process (a SIGKILL: and the attempt died of it)."""
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    sent = notes.get("sent") or []
+    anchor = notes.get("anchor", "first event")
+    at = float(f.arg("seconds", 0.0))
+    first = sent[0] if sent else None
+    span = f" (its golden run worked {golden.span:.3f}s after its first event)" \
+        if golden.span else ""
+    if first is None:
+        if anchor != "start" and not _events_of(events, f.attempt):
+            return Outcome(i, f.kind, False, why_not=(
+                f"attempt {f.attempt} {_ended(a)} without sending an event, and the instant "
+                f"is counted from its first event"))
+        return Outcome(i, f.kind, False, why_not=(
+            f"attempt {f.attempt} {_ended(a)} before the instant ({at:.3f}s after its "
+            f"{anchor}): lower `within` to about how long the agent works{span}"))
+    if not first["alive"]:
+        return Outcome(i, f.kind, False, why_not=(
+            f"{first['what']} at {first['at']:.3f}s after the {anchor} found attempt "
+            f"{f.attempt} already ended ({_ended(a)}): lower `within` to about how long the "
+            f"agent works{span}"))
+    where = f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt " \
+            f"{f.attempt}, after its event #{first['events'] - 1}" if first["events"] else \
+            f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt {f.attempt}, " \
+            "before its first event"
+    if first["what"] == "SIGKILL" and a.signal != signal.SIGKILL:
+        return Outcome(i, f.kind, False, where, f"{where}, but the attempt {_ended(a)}")
+    return Outcome(i, f.kind, True, where)
+
+
+def _hits(path: str | None) -> list[list[str]]:
+    if not path:
+        return []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [line.split() for line in fh.read(1 << 20).splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def _failpoint(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+               killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    if f.kind == "disk_full":
+        name, nth = "journal.write", int(f.arg("nth", 3))
+    else:
+        spec = str(f.arg("spec", ""))
+        name, _, rest = spec.partition("=")
+        nth = int(rest.partition("@")[2] or 1)
+    hits = [h for h in _hits(notes.get("failpoint_log")) if h and h[0] == name]
+    if hits:
+        h = hits[0]
+        return Outcome(i, f.kind, True, f"failpoint {name} hit #{h[2]} in attempt "
+                                        f"{f.attempt} ({h[1]}" +
+                       (f" on {h[4]})" if len(h) > 4 else ")"))
+    return Outcome(i, f.kind, False, why_not=(
+        f"attempt {f.attempt} {_ended(a)} without reaching failpoint {name} a {_nth(nth)} "
+        "time: failpoints exist only inside the reference library (crashpoint.checkpoint); "
+        "an agent not built on it never hits them (use kill at every-boundary, fileop or "
+        "disk_full with a tmpfs instead)"))
+
+
+def _nth(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def _corrupt(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+             killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    if "corruption" not in notes:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts).replace(
+            "never ran", "never ran, so nothing was corrupted before it"))
+    c = notes["corruption"]
+    if not c:
+        return Outcome(i, f.kind, False, why_not=(
+            f"nothing to corrupt: {notes.get('pattern')} matched no file before attempt "
+            f"{f.attempt} (the agent had written none there yet): point `path` at the "
+            "agent's state files"))
+    where = f"{c['how']} {os.path.basename(str(c['path']))}"
+    if c["how"] in ("truncate", "bitflip", "zero"):
+        where += f" at byte {c['offset']}"
+    return Outcome(i, f.kind, True, where + f" before attempt {f.attempt}")
+
+
+def _resumers(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+              killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    spans = notes.get("spans") or []
+    if len(spans) < 2:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    (s1, e1), (s2, e2) = spans[:2]
+    overlap = min(e1, e2) - max(s1, s2)
+    if overlap <= 0:
+        return Outcome(i, f.kind, False, why_not=(
+            f"attempt {f.attempt} ended before attempt {f.attempt + 1} started: they never "
+            "ran at the same time"))
+    return Outcome(i, f.kind, True, f"attempts {f.attempt} and {f.attempt + 1} ran at the "
+                                    f"same time for {overlap:.3f}s")
+
+
+def _fileop(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+            killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    landed = notes.get("landed")
+    if landed is not None:  # (fired, where, why_not) from crashpoint.faults._fileops
+        return Outcome(i, f.kind, bool(landed[0]), str(landed[1]), str(landed[2]))
+    if not f.arg("fileop") and f.arg("n") is None:
+        return Outcome(i, f.kind, False, why_not=(
+            "no file operation was recorded in the golden run to kill at: " +
+            (golden.recorded_by or "the agent wrote no file under {state_dir} or "
+                                   "{workdir}")))
+    if a.signal == signal.SIGKILL:  # a hand-written plan (by number): the best evidence
+        return Outcome(i, f.kind, True, f"attempt {f.attempt} killed by SIGKILL before a "
+                                        f"file operation")
+    return Outcome(i, f.kind, False, why_not=(
+        f"attempt {f.attempt} {_ended(a)}: it never reached the planned file operation"))
+
+
+def _disk(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+          killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    if f.arg("mechanism") == "failpoint":
+        return _failpoint(i, f, attempts, events, killed, notes, golden)
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    got = notes.get("disk")
+    if got is not None:  # (fired, where, why_not) from crashpoint.faults._writes
+        return Outcome(i, f.kind, bool(got[0]), str(got[1]), str(got[2]))
+    return Outcome(i, f.kind, False, why_not=(
+        "no evidence that the agent got ENOSPC/EFBIG (no trace of its writes and no reading "
+        "of the disk's use)"))
+
+
+Accountant = Callable[[int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence,
+                       Golden], Outcome]
+
+#: One function per fault kind.
+ACCOUNTANTS: dict[str, Accountant] = {
+    "kill": _kill,
+    "kill_at_time": _timed,
+    "signal": _timed,
+    "failpoint": _failpoint,
+    "corrupt": _corrupt,
+    "resumers": _resumers,
+    "fileop": _fileop,
+    "disk_full": _disk,
+}
+
+
+def account(plan: Plan, attempts: list[Attempt], events: list[Evidence],
+            killed: list[Evidence], notes: dict[int, Evidence], golden: Golden) -> list[Outcome]:
+    """One :class:`Outcome` per fault of ``plan``, in plan order."""
+    out = []
+    for i, f in enumerate(plan.faults):
+        fn = ACCOUNTANTS.get(f.kind)
+        if fn is None:
+            out.append(Outcome(i, f.kind, False, why_not=f"no accounting for {f.kind!r}"))
+            continue
+        out.append(fn(i, f, attempts, events, killed, notes.get(i, {}), golden))
+    return out
