@@ -813,13 +813,16 @@ def _replay(ctx: Context) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     ctx.print(f"trial {result.plan.index} [{result.plan.family}]: {result.plan.describe()}")
+    ctx.print(f"  landed: {result.landed()}")
     for att in result.attempts:
         ctx.print(f"  {att.describe()}")
     for c in result.checks:
         ctx.print(f"  {c}")
     ctx.print(f"evidence: {result.folder}")
     if result.ok:
-        ctx.print("did not reproduce: every check passed this time")
+        how = "every check passed this time" if result.exercised else \
+            "every check passed, but a planned fault did not take effect this time"
+        ctx.print(f"did not reproduce: {how}")
         return EXIT_OK
     ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
     return EXIT_FOUND

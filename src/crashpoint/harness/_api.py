@@ -99,16 +99,22 @@ class HarnessResult:
     def report(self, limit: int = 5) -> str:
         """What failed, where, and the command that replays each failure."""
         s = self.summary()
-        lines = [f"crashpoint: {s['failed']} of {s['ran']} trials failed "
-                 f"(seed {s['seed']}, {s['skipped']} skipped)"]
+        lines = [f"crashpoint: {s['failed']} of {s['ran']} trials failed, "
+                 f"{s['exercised']} exercised (seed {s['seed']}, {s['skipped']} skipped)"]
         if self.campaign.incomplete:
             lines.append(f"STOPPED: {self.campaign.incomplete}")
+        lines += [f"NOT EXERCISED: {m}" for m in self.campaign.unexercised()]
         for t in self.campaign.failures[:limit]:
             lines.append(f"- trial {t.plan.index} [{t.plan.family}]: {t.plan.describe()}")
+            lines.append(f"    landed: {t.landed()}")
             for a in t.attempts:
                 lines.append(f"    {a.describe()}")
+            root = t.root_cause
+            if root is not None:
+                lines.append(f"    ROOT CAUSE {root}")
             for c in t.failed:
-                lines.append(f"    {c}")
+                if c is not root:
+                    lines.append(f"    {c}" if c.cause else f"    also: {c}")
             lines.append(f"    replay: crashpoint replay {t.folder}")
         if len(self.campaign.failures) > limit:
             lines.append(f"... and {len(self.campaign.failures) - limit} more failing trials "

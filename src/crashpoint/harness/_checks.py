@@ -42,12 +42,15 @@ class TrialFacts:
 
     @property
     def refused(self) -> bool:
+        """The last attempt refused damaged state clearly (after a corruption): see
+        :meth:`Expect.refusal` (a refuse code, or a refuse pattern on its stderr)."""
         f = self.final
-        return f is not None and f.returncode in self.expect.refuse_codes and bool(f.stderr)
+        return f is not None and self.plan.corrupts and \
+            bool(self.expect.refusal(f.returncode, f.stderr))
 
 
 def _where(ev: dict[str, Any]) -> str:
-    what = ev.get("step") or ev.get("key") or ""
+    what = ev.get("step") or ev.get("key") or ev.get("kind") or ""
     return f"attempt {ev['attempt']} event #{ev['i']} ({ev['op']} {what})".rstrip()
 
 
@@ -60,8 +63,9 @@ def check_completes(f: TrialFacts) -> CheckResult:
     if fin.returncode in f.expect.fail_stop_codes:
         return CheckResult("completes", True, f"fail-stopped with documented exit "
                                               f"{fin.returncode}")
-    if f.plan.corrupts and f.refused:
-        return CheckResult("completes", True, f"refused corrupt state (exit {fin.returncode})")
+    if f.refused:
+        return CheckResult("completes", True, f"refused corrupt state "
+                                              f"({f.expect.refusal(fin.returncode, fin.stderr)})")
     tail = fin.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     return CheckResult("completes", False,
                        f"did not finish within {len(f.attempts)} attempts; last "
@@ -70,7 +74,7 @@ def check_completes(f: TrialFacts) -> CheckResult:
 
 def check_same_output(f: TrialFacts) -> CheckResult:
     if not f.completed:
-        if f.plan.corrupts and f.refused:
+        if f.refused:
             return CheckResult("same_output", True, "refused corrupt state", skipped=True)
         return CheckResult("same_output", False, "no output: the agent did not complete")
     out = f.attempts[-1].stdout
@@ -80,14 +84,35 @@ def check_same_output(f: TrialFacts) -> CheckResult:
                                              f"{out[:160]!r}, expected {f.golden.output[:160]!r}")
 
 
+def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
+    """The effect events of this content (kind + canonical payload) the world applied."""
+    from crashpoint.harness._ledger import canonical
+
+    return [e for e in f.events if e["op"] == "effect" and e.get("applied")
+            and str(e.get("kind")) == kind and canonical(e.get("payload")) == payload]
+
+
+def _dup_text(f: TrialFacts, kind: str, payload: str, got: int, n: int) -> str:
+    sends = _sends(f, kind, payload)
+    keyless = [e for e in sends if e.get("keyless")]
+    what = f"{kind} {payload[:80]} applied {got}x, golden {n}x"
+    if keyless and len(keyless) == len(sends):
+        return f"{what}: {len(sends)} sends of the same payload, no key"
+    keys = sorted({str(e.get("key")) for e in sends if not e.get("keyless")})
+    if len(keys) > 1:
+        return f"{what}: under {len(keys)} different keys " + \
+            ", ".join(f"{k[:40]!r}" for k in keys[:3])
+    return what
+
+
 def check_exactly_once(f: TrialFacts) -> CheckResult:
     lost, dup, extra = [], [], []
     for (kind, payload), n in f.golden.effects.items():
         got = f.applied.get((kind, payload), 0)
-        if got < n and not (f.plan.corrupts and f.refused):
+        if got < n and not f.refused:
             lost.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
         elif got > n:
-            dup.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
+            dup.append(_dup_text(f, kind, payload, got, n))
     for (kind, payload), n in f.applied.items():
         if (kind, payload) not in f.golden.effects and n:
             extra.append(f"{kind} {payload[:80]} applied {n}x, not in the golden run")
@@ -247,11 +272,12 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
                                         "(it accepted damaged state silently)")
     fin = f.final
     if f.refused and fin is not None:
-        return CheckResult(name, True, f"refused with exit {fin.returncode}")
+        return CheckResult(name, True, f"refused: {f.expect.refusal(fin.returncode, fin.stderr)}")
     how = fin.describe() if fin else "no attempt"
     return CheckResult(name, False, f"neither repaired nor refused clearly: {how} (a clear "
-                                    f"refusal exits with one of {list(f.expect.refuse_codes)} "
-                                    "and says why on stderr)")
+                                    f"refusal exits non-zero and says on stderr that the state "
+                                    f"is corrupt or damaged, or exits with one of "
+                                    f"{list(f.expect.refuse_codes)})")
 
 
 BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
@@ -280,4 +306,6 @@ def run_checks(facts: TrialFacts,
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))
-    return out
+    from crashpoint.harness._verdict import explain
+
+    return explain(facts, out)

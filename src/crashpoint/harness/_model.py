@@ -15,6 +15,7 @@ __all__ = [
     "CHECKS",
     "ENTRY_ARGV",
     "FAULT_KINDS",
+    "ROOT_ORDER",
     "AgentSpec",
     "Attempt",
     "Boundary",
@@ -31,6 +32,14 @@ __all__ = [
 CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
           "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
           "corruption_detected")
+
+#: Which failure is a trial's root cause when several are not consequences of one another:
+#: the earliest in a crash's story first (two writers, a wrong resume point, an effect
+#: repeated or dropped, damage accepted, no completion, a wrong output), then the independent
+#: ones; a check not listed (a custom one) comes last.
+ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
+              "corruption_detected", "completes", "same_output", "no_secret_leak",
+              "within_disk_budget", "no_orphans")
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
@@ -247,6 +256,13 @@ def event_name(ev: dict[str, Any]) -> str:
     return str(ev.get("step") or ev.get("kind") or ev.get("name") or "")
 
 
+#: What a clear refusal of damaged state says on stderr (Expect.refuse_patterns' default):
+#: the reference library's CheckpointCorrupt, SQLite's "database disk image is malformed" and
+#: "file is not a database", and the words such messages use.
+REFUSE_PATTERNS = (r"CheckpointCorrupt", r"\bcorrupt", r"malformed", r"not a database",
+                   r"checksum", r"integrity", r"\bdamaged\b", r"bad magic")
+
+
 @dataclass(frozen=True)
 class Expect:
     """What a scenario expects (Contract 3 ``expect:``)."""
@@ -260,11 +276,33 @@ class Expect:
     max_state_bytes: int | None = None
     fail_stop_codes: tuple[int, ...] = ()  # exit codes that count as a documented fail-stop
     refuse_codes: tuple[int, ...] = (65,)  # exit codes that count as "refused corrupt state"
+    #: after a corruption, a non-zero exit whose stderr matches one of these (regular
+    #: expressions, case-insensitive) is a clear refusal too, whatever its code
+    refuse_patterns: tuple[str, ...] = REFUSE_PATTERNS
+
+    def refusal(self, returncode: int | None, stderr: bytes) -> str:
+        """Why an exit is a clear refusal of damaged state ("" if it is not): a refuse code
+        with something on stderr, or any other non-zero exit whose stderr matches a refuse
+        pattern (a signal or a hang is never a refusal)."""
+        if returncode is None or returncode <= 0 or not stderr.strip():
+            return ""
+        if returncode in self.refuse_codes:
+            return f"exit {returncode}"
+        import re
+
+        text = stderr[-65536:].decode("utf-8", "replace")
+        for pat in self.refuse_patterns:
+            m = re.search(pat, text, re.IGNORECASE)
+            if m:
+                line = next((ln for ln in text.splitlines() if m.group(0) in ln), m.group(0))
+                return f"exit {returncode}, stderr: {line.strip()[:160]!r}"
+        return ""
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["fail_stop_codes"] = list(self.fail_stop_codes)
         d["refuse_codes"] = list(self.refuse_codes)
+        d["refuse_patterns"] = list(self.refuse_patterns)
         return d
 
     @classmethod
@@ -272,6 +310,7 @@ class Expect:
         d = dict(d)
         d["fail_stop_codes"] = tuple(d.get("fail_stop_codes", ()))
         d["refuse_codes"] = tuple(d.get("refuse_codes", (65,)))
+        d["refuse_patterns"] = tuple(d.get("refuse_patterns", REFUSE_PATTERNS))
         return cls(**d)
 
 
@@ -405,8 +444,11 @@ class TrialResult:
 
     @property
     def root_cause(self) -> CheckResult | None:
-        """The first failing check that is not a consequence of another."""
-        return next((c for c in self.failed if not c.cause), None)
+        """The failing check, first in :data:`ROOT_ORDER`, that is not a consequence of
+        another."""
+        roots = [c for c in self.failed if not c.cause]
+        order = {n: k for k, n in enumerate(ROOT_ORDER)}
+        return min(roots, key=lambda c: order.get(c.name, len(order)), default=None)
 
     def landed(self) -> str:
         """Where each planned fault landed, or why it did not, in one line."""

@@ -40,7 +40,7 @@ TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
-               "refuse_codes")
+               "refuse_codes", "refuse_patterns")
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
@@ -442,6 +442,17 @@ def _expect(doc: _Doc) -> Expect:
             if not 0 < kw[key] <= MAX_STATE_BYTES:
                 raise doc.err(key, f"expect.max_state_bytes must be more than 0 and at most "
                                    f"{format_size(MAX_STATE_BYTES)} (the cap), got {v!r}")
+        elif key == "refuse_patterns":
+            if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+                raise doc.err(key, f"must be a list of regular expressions matched against "
+                                   f"the agent's stderr, got {v!r}")
+            for x in v:
+                try:
+                    re.compile(x)
+                except re.error as exc:
+                    raise doc.err(key, f"{x!r} is not a valid regular expression: {exc}") \
+                        from None
+            kw[key] = tuple(v)
         elif key in ("fail_stop_codes", "refuse_codes"):
             if not isinstance(v, list) or not all(
                     isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v):

@@ -4,6 +4,7 @@ restart limit, judged by the checks. Also the golden (crash-free) run."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -275,8 +276,9 @@ class TrialRunner:
         result.tmp_bytes = sum(sizes.values())
         result.outside_writes = [redact_text(o, scope.secrets) for o in outside]
         result.ledger_refused = {k: n for k, n in sorted(ledger.refused.items()) if n}
-        result.checks = [CheckResult(c.name, c.ok, redact_text(c.message, scope.secrets),
-                                     c.skipped) for c in result.checks]
+        result.checks = [dataclasses.replace(c, message=redact_text(c.message, scope.secrets),
+                                             hint=redact_text(c.hint, scope.secrets))
+                         for c in result.checks]
         result.corruptions = redact_json(result.corruptions, scope.secrets)
 
     # -- environment ----------------------------------------------------------------------------
@@ -582,9 +584,9 @@ class TrialRunner:
             # take effect, and the accounting says so.
             final = attempts[-1]
             pending = any(f.attempt > n for f in plan.faults)
-            stop_codes = (0, *self.expect.fail_stop_codes,
-                          *(self.expect.refuse_codes if plan.corrupts else ()))
-            if final.returncode == 0 or (final.returncode in stop_codes and not pending):
+            documented = final.returncode in self.expect.fail_stop_codes or (
+                plan.corrupts and bool(self.expect.refusal(final.returncode, final.stderr)))
+            if final.returncode == 0 or (documented and not pending):
                 break
 
     def _timers(self, mine: list[tuple[int, Fault]], proc: AgentProcess, num: int,

@@ -13,8 +13,8 @@ __all__ = ["remove_gate_running", "summary_table", "write_gate_running",
 #: gate.json while a session runs: a killed gate never leaves an old "ok": true behind
 GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
 
-_COLS = ("scenario [family]", "trials", "faults", "checks ok", "dup", "lost", "resume p50",
-         "verdict")
+_COLS = ("scenario [family]", "trials", "exercised", "faults", "checks ok", "dup", "lost",
+         "resume p50", "verdict")
 
 
 def _row(s: dict[str, Any]) -> tuple[str, ...]:
@@ -25,13 +25,17 @@ def _row(s: dict[str, Any]) -> tuple[str, ...]:
     trials = f"{s['ran']}" + (f" (+{s['skipped']} skipped)" if s.get("skipped") else "")
     resume = f"{s['median_resume_ms']:.0f} ms" if s.get("median_resume_ms") is not None else "-"
     verdict = "PASS" if s["ok"] else f"FAIL ({s['failed']})"
+    if not s["ok"] and not s["failed"] and s.get("unexercised"):
+        verdict = "FAIL (not exercised)"
     if s["ok"] and s.get("skipped") and not s["ran"]:
         verdict = "SKIP"
+    planned = sum(int(d.get("planned", 0)) for d in (s.get("families") or {}).values())
+    exercised = f"{s.get('exercised', 0)}/{planned}" if "exercised" in s else "-"
     if s.get("incomplete"):
         verdict = "INTERRUPTED" if s.get("interrupted_by") else "FAIL (budget)"
     if s.get("not_run"):
         trials += f" (+{s['not_run']} not run)"
-    return (f"{s.get('scenario', s['name'])} [{s.get('family', '')}]", trials, faults,
+    return (f"{s.get('scenario', s['name'])} [{s.get('family', '')}]", trials, exercised, faults,
             f"{passed}/{judged}", str(s.get("duplicate_effects", 0)),
             str(s.get("lost_effects", 0)), resume, verdict)
 
@@ -59,9 +63,14 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
         if s.get("stopped"):
             out.append(f"STOPPED {s.get('scenario')} [{s.get('family')}]: {s['stopped']}")
     for s in summaries:
+        for msg in s.get("unexercised", []):
+            out.append(f"NOT EXERCISED {s.get('scenario')}: {msg}")
+    for s in summaries:
         for f in s.get("failures", [])[:3]:
             out.append(f"FAILED {s.get('scenario')} [{s.get('family')}] trial {f['index']}: "
-                       f"{'; '.join(f['checks'])}")
+                       f"{f.get('root_cause') or '; '.join(f['checks'])}")
+            if f.get("landed"):
+                out.append(f"  landed: {f['landed']}")
             out.append(f"  replay: {f['replay']}")
     return out
 

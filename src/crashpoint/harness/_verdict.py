@@ -1,0 +1,174 @@
+"""One root cause per failing trial, with a fix hint drawn from the evidence.
+
+The checks of Contract 2 are judged independently, so one bug often fails several: an agent
+that never finishes also has no output and "loses" every effect it did not reach. This module
+marks each failure that follows from another as its consequence (``CheckResult.cause``) and
+gives every failure a hint (``CheckResult.hint``) built from what the trial recorded: the keys
+of a duplicated effect, the kill that left it in doubt, a full disk on an earlier attempt's
+stderr. :attr:`TrialResult.root_cause` is then the first failure, in :data:`ROOT_ORDER`, that
+is not a consequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+from crashpoint.harness._model import ROOT_ORDER, CheckResult
+
+if TYPE_CHECKING:
+    from crashpoint.harness._checks import TrialFacts
+
+__all__ = ["ROOT_ORDER", "disk_trouble", "explain"]
+
+_DISK = re.compile(r"No space left on device|ENOSPC|File too large|EFBIG|Disk quota exceeded"
+                   r"|EDQUOT", re.IGNORECASE)
+
+_HINTS = {
+    "single_writer": "take an exclusive OS lock (flock) on the run's state before doing any "
+                     "work and hold it until exit; a second resumer must wait or refuse",
+    "no_secret_leak": "a secret from the agent's environment reached its state folder: never "
+                      "persist os.environ or a config object holding secrets "
+                      "(crashpoint.checkpoint keeps Secret values off disk)",
+    "within_disk_budget": "the state kept growing: snapshot and delete the segments a "
+                          "snapshot covers, and prune old runs",
+    "no_orphans": "a process the agent started outlived it: wait for child processes before "
+                  "exiting and do not detach them (setsid, double fork)",
+    "corruption_detected": "check the state when loading it (checksums) and either roll back "
+                           "to the last good checkpoint or refuse with a clear error (a "
+                           "message saying the state is corrupt, or exit 65)",
+    "resumes_from_last_completed": "on restart, load the last checkpoint first and start at "
+                                   "the first step not completed; report step_completed only "
+                                   "once the step's result is durable (written and fsynced)",
+}
+
+
+def disk_trouble(facts: TrialFacts) -> str:
+    """The first attempt whose stderr says the disk was full (or a file too large): where
+    and its line, or ""."""
+    for a in facts.attempts:
+        text = a.stderr[-65536:].decode("utf-8", "replace")
+        m = _DISK.search(text)
+        if m:
+            line = next((ln for ln in text.splitlines() if m.group(0) in ln), m.group(0))
+            return f"attempt {a.number} hit a full disk (its stderr: {line.strip()[:160]!r})"
+    return ""
+
+
+def _problems(c: CheckResult, tag: str) -> bool:
+    return f"{tag} " in c.message
+
+
+def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
+    from crashpoint.harness._ledger import canonical
+
+    return [e for e in facts.events if e["op"] == "effect" and
+            f"{e.get('kind')} {canonical(e.get('payload'))[:80]}" == payload_text]
+
+
+def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
+    msg = c.message
+    if "no key" in msg:
+        return ("the effect has no key, so its retry after the crash was applied again: pass "
+                "a key derived from the run id ($CRASHPOINT_RUN_ID) and the step, e.g. "
+                "f\"{run_id}:{step}:send_email\"")
+    m = re.search(r"under \d+ different keys (.*?)(?:;|\. Effects seen)", msg)
+    if m:
+        return (f"the key changes between attempts ({m.group(1)}): derive it from the run id "
+                "and the step, never from the time, a counter in memory or a random value")
+    if "DUPLICATED" in msg:
+        return "the effect was applied again after a restart: give it a stable key"
+    if "LOST" in msg:
+        lost = re.search(r"LOST (.+?) applied", msg)
+        sends = _sends(facts, lost.group(1)) if lost else []
+        killed = [e for e in sends if e.get("killed") == "before"]
+        if killed:
+            e = killed[-1]
+            return (f"attempt {e['attempt']} was killed just before this effect was applied and "
+                    "no later attempt sent it again: on restart, retry an effect whose result "
+                    "was not recorded (with the same key)")
+        if facts.completed:
+            return ("the run completed without sending it: the step was recorded as done "
+                    "before its effect was applied (record the intent, apply the effect, then "
+                    "complete the step)")
+        return "the run ended before it sent the effect"
+    if "UNEXPECTED" in msg:
+        return ("an effect whose payload the golden run never had: keep payloads "
+                "deterministic (no timestamps, random ids or attempt numbers in them)")
+    return ""
+
+
+def _completes_hint(facts: TrialFacts, disk: str) -> str:
+    fin = facts.final
+    if fin is None:
+        return ""
+    if disk:
+        return f"{disk}: on ENOSPC/EFBIG stop with a documented exit code " \
+               "(expect.fail_stop_codes) and resume once space is freed"
+    if fin.timed_out:
+        return (f"attempt {fin.number} hung until its timeout: a lock never released, or a "
+                "wait on something the crash took away?")
+    if facts.plan.corrupts:
+        return ("after a corruption, exit non-zero with a message saying the state is "
+                "corrupt (a clear refusal: expect.refuse_patterns) or repair and finish")
+    return "its last attempt failed: see its stderr (attempt-N.stderr in the trial folder)"
+
+
+def _same_output_hint(facts: TrialFacts) -> str:
+    if not facts.completed:
+        return ""
+    got = facts.attempts[-1].stdout.decode("utf-8", "replace").splitlines()
+    want = facts.golden.output.decode("utf-8", "replace").splitlines()
+    for k, (g, w) in enumerate(zip(got, want, strict=False)):
+        if g != w:
+            return (f"line {k + 1} differs ({g[:60]!r}, golden {w[:60]!r}): is it built from "
+                    "state lost in the crash, or from the time or randomness?")
+    return f"{len(got)} lines, golden {len(want)}: part of the output was lost or repeated"
+
+
+def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
+    """``results`` with causes and hints filled in (see the module docstring)."""
+    by = {c.name: c for c in results}
+    failed = {n for n, c in by.items() if not c.ok}
+    cause: dict[str, str] = {}
+    eo = by.get("exactly_once")
+    only_lost = eo is not None and not eo.ok and _problems(eo, "LOST") and not (
+        _problems(eo, "DUPLICATED") or _problems(eo, "UNEXPECTED"))
+    dups = eo is not None and not eo.ok and _problems(eo, "DUPLICATED")
+    # a crash after a corruption: no clear refusal is the root, not finishing follows
+    top = "completes"
+    if "completes" in failed and "corruption_detected" in failed and \
+            "neither repaired nor refused" in by["corruption_detected"].message:
+        cause["completes"] = top = "corruption_detected"
+    if "completes" in failed:
+        if "same_output" in failed and "did not complete" in by["same_output"].message:
+            cause["same_output"] = top
+        if only_lost:
+            cause["exactly_once"] = top
+    # a duplicate needs a key that changed (or none): that, not the corruption, is the bug
+    if dups and "corruption_detected" in failed and \
+            "wrong effects" in by["corruption_detected"].message:
+        cause["corruption_detected"] = "exactly_once"
+    # a step reported completed ran again: its effects ran again with it
+    if dups and "resumes_from_last_completed" in failed and \
+            "re-ran a completed step" in by["resumes_from_last_completed"].message:
+        cause["exactly_once"] = "resumes_from_last_completed"
+    disk = disk_trouble(facts)
+    out = []
+    for c in results:
+        if c.ok:
+            out.append(c)
+            continue
+        if c.name == "exactly_once":
+            hint = _exactly_once_hint(facts, c)
+        elif c.name == "completes":
+            hint = _completes_hint(facts, disk)
+        elif c.name == "same_output":
+            hint = _same_output_hint(facts)
+        else:
+            hint = _HINTS.get(c.name, "")
+        if disk and c.name != "completes" and disk not in hint:
+            hint = f"{hint}; note: {disk}" if hint else f"note: {disk}"
+        out.append(dataclasses.replace(c, cause=cause.get(c.name, ""), hint=hint))
+    return out
