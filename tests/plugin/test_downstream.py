@@ -33,7 +33,7 @@ def test_example_passes_the_demo_agent_and_catches_the_broken_one(
         "configfile: pytest.ini",
         "test_crash_recovery.py .F*",
         "*_ test_our_agent_recovers _*",
-        "E   *AssertionError: crashpoint: 4 of 8 trials failed (seed 7, 0 skipped)",
+        "E   *AssertionError: crashpoint: 4 of 8 trials failed, 8 exercised (seed 7, 0 skipped)",
         "FAILED test_crash_recovery.py::test_our_agent_recovers - *",
     ])
     out = result.stdout.str()

@@ -51,7 +51,7 @@ def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> 
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     # the assertion message: how many failed, which checks, and a replay command per trial
-    assert "crashpoint: 5 of 6 trials failed (seed 0, 0 skipped)" in out, out
+    assert "crashpoint: 5 of 6 trials failed, 6 exercised (seed 0, 0 skipped)" in out, out
     assert "resumes_from_last_completed: FAIL: re-ran a completed step" in out
     assert "exactly_once: FAIL" in out
     replays = re.findall(r"^E\s+replay: crashpoint replay (\S+)$", out, re.MULTILINE)

@@ -150,12 +150,12 @@ def test_checks_hook_adds_a_check_that_can_fail_a_campaign(inner: Any) -> None:
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
         "*_ test_fixture_door _*",
-        "E   *AssertionError: crashpoint: 1 of 1 trials failed (seed 0, 0 skipped)",
+        "E   *AssertionError: crashpoint: 1 of 1 trials failed, 1 exercised (seed 0, 0 skipped)",
         "E   *at_most_one_restart: FAIL: 2 attempts",
         "E   *replay: crashpoint replay *",
         "*_ scenario: tiny ?kill@random? _*",  # the failure is headed by reportinfo
         "scenario 'tiny' ?kill@random? (*tiny.scenario.yaml:6)",
-        "crashpoint: 2 of 2 trials failed (seed 0, 0 skipped)",
+        "crashpoint: 2 of 2 trials failed, 2 exercised (seed 0, 0 skipped)",
         "*at_most_one_restart: FAIL: 2 attempts",
         "*replay: crashpoint replay *",
     ])
@@ -196,8 +196,8 @@ def test_plan_hook_replaces_plans(inner: Any) -> None:
     result.assert_outcomes(passed=1)
     plans = [v["plan"] for v in _verdicts(report)]
     assert plans[0] == "no fault"
-    assert plans[1] == "kill attempt 1 at event #0 custom (before)"
-    assert plans[2].startswith("kill attempt 1 at event #")  # drawn by the built-in plan
+    assert plans[1] == "kill attempt 1 at event #0 custom (before)"  # a hand-made plan: by index
+    assert plans[2].startswith("kill attempt 1 at step_")  # drawn by the built-in plan
     gate = json.loads((report / "gate.json").read_text())
     attempts = [len(t["attempts"]) for t in gate["campaigns"][0]["trial_results"]]
     assert attempts == [1, 2, 2]

@@ -390,7 +390,7 @@ def run_trial(spec: AgentSpec, golden: Golden, tmp_path: Path, *faults: Fault,
 
 def test_sigterm_mid_run_ends_the_attempt_and_the_demo_resumes(demo_golden: Golden,
                                                                 tmp_path: Path) -> None:
-    at = round(min(demo_golden.duration / 3, 0.2), 3)  # early enough to land under any load
+    at = round(min(demo_golden.span / 3, 0.01), 3)  # just after its first event: mid-run
     term = Fault.make("signal", 1, sig="TERM", seconds=at, grace=5.0)
     res = run_trial(DEMO, demo_golden, tmp_path, term)
     first, second = res.attempts
@@ -416,7 +416,7 @@ def test_sigterm_is_followed_by_sigkill_after_the_grace_period(tmp_path: Path) -
     """))
     spec = AgentSpec(command=("{python}", str(agent), "{state_dir}"), timeout=20)
     golden = Golden([], [], Counter(), b"done\n", 0.05)
-    term = Fault.make("signal", 1, sig="TERM", seconds=0.3, grace=0.4)
+    term = Fault.make("signal", 1, sig="TERM", seconds=0.3, grace=0.4, anchor="start")
     res = run_trial(spec, golden, tmp_path, term)
     first, second = res.attempts
     assert first.signal == signal.SIGKILL
@@ -428,7 +428,7 @@ def test_sigterm_is_followed_by_sigkill_after_the_grace_period(tmp_path: Path) -
 
 def test_sigstop_then_sigcont_is_a_freeze_the_demo_survives(demo_golden: Golden,
                                                             tmp_path: Path) -> None:
-    freeze = Fault.make("signal", 1, sig="STOP", seconds=0.0, pause=0.6)
+    freeze = Fault.make("signal", 1, sig="STOP", seconds=0.0, pause=0.6, anchor="start")
     res = run_trial(DEMO, demo_golden, tmp_path, freeze)
     (only,) = res.attempts  # frozen, thawed, finished: no restart needed
     assert only.returncode == 0
@@ -438,7 +438,8 @@ def test_sigstop_then_sigcont_is_a_freeze_the_demo_survives(demo_golden: Golden,
 
 def test_a_hang_is_a_timeout_failure_not_a_stuck_job(demo_golden: Golden, tmp_path: Path) -> None:
     spec = AgentSpec(command=DEMO.command, timeout=1.0)
-    hang = Fault.make("signal", 1, sig="STOP", seconds=0.05, pause=1e6)  # frozen for good
+    hang = Fault.make("signal", 1, sig="STOP", seconds=0.05, pause=1e6,  # frozen for good
+                      anchor="start")
     res = run_trial(spec, demo_golden, tmp_path, hang, restarts=0)
     (only,) = res.attempts
     assert only.timed_out
