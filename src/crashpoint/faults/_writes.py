@@ -718,7 +718,7 @@ def confirm(mechanism: str, state_dir: str, *, point: WritePoint | None = None,
         if mechanism == "tmpfs":
             took = (f"the agent's files under {{state_dir}} took at most "
                     f"{format_size(use.peak_bytes)} ({format_size(use.peak_pages)} in tmpfs "
-                    f"pages) over {use.writes} writes")
+                    f"pages) in {use.writes} write{'' if use.writes == 1 else 's'}")
         else:
             took = (f"the agent wrote at most {format_size(use.largest_end)} into one file"
                     + (f" ({use.largest_path})" if use.largest_path else ""))
