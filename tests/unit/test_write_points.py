@@ -21,7 +21,6 @@ from crashpoint.faults._writes import (
     PAGE,
     DiskError,
     WritePoint,
-    _unescape,
     confirm,
     disk_errors,
     rlimit_argv,
@@ -458,10 +457,17 @@ def test_rlimit_argv_runs_the_command_through_this_interpreter() -> None:
         rlimit_argv(["x"], -1)
 
 
-def test_unescape_strace_path_escapes() -> None:
-    assert _unescape(r"/a\x3eb") == "/a>b"
-    assert _unescape(r"/caf\303\251") == "/café"
-    assert _unescape("/plain") == "/plain"
+def test_copy_file_range_target_is_its_third_argument() -> None:
+    """strace escapes '>' in a decoration (\\76); a removed file reads ``(deleted)``."""
+    t = Trace()
+    src, dst = f"{STATE}/a", f"{STATE}/b>c"
+    fs = t.open(src)
+    fd = t.open(dst)
+    t.add("copy_file_range", f"{fs}<{src}>", "NULL", f"{fd}<{STATE}/b\\76c>(deleted)", "[0]",
+          "9000", "0", result=9000, path=src, fd=fs)
+    points = write_points(t.calls, STATE, "tmpfs")
+    assert [(p.syscall, p.path, p.size) for p in points] == [
+        ("copy_file_range", "{state_dir}/b>c", 9000)]
 
 
 # -- a property: point k is exactly the first write over its budget -----------------------------

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from crashpoint._units import format_size
-from crashpoint.faults._strace import Syscall
+from crashpoint.faults._strace import Syscall, decode
 
 if TYPE_CHECKING:
     from crashpoint.faults._disk import UsageSample
@@ -86,8 +86,8 @@ WRITE_LIKE = _WRITES | _SIZERS
 _OPENS = frozenset({"open", "openat", "openat2", "creat"})
 _RENAMES = frozenset({"rename", "renameat", "renameat2"})
 _NOT_FILES = ("/dev/", "/proc/", "/sys/")
-_FD = re.compile(r"^\s*(-?\d+)(?:<(.*)>)?\s*$", re.S)
-_RESULT_PATH = re.compile(r"=\s+\d+<(.*)>\s*$", re.S)
+_FD = re.compile(r"^\s*(-?\d+)(?:<(.*)>)?(?:\(deleted\))?\s*$", re.S)
+_RESULT_PATH = re.compile(r"=\s+\d+<(.*)>(?:\(deleted\))?\s*$", re.S)
 _IOV_LEN = re.compile(r"iov_len=(\d+)")
 _INT = re.compile(r"^\s*\[?\s*(-?\d+)")
 _DELETED = " (deleted)"
@@ -448,7 +448,7 @@ class _Replay:
         else:
             flags = set(re.findall(r"O_[A-Z]+", " ".join(call.args[1:3])))
         m = _RESULT_PATH.search(call.raw) if call.raw else None
-        path = _clean(_unescape(m.group(1)) if m else call.path)
+        path = _clean(decode(m.group(1)) if m else call.path)
         writing = bool(flags & {"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"})
         ino = None
         if "O_DIRECTORY" not in flags and path:
@@ -865,42 +865,7 @@ def _fd_arg(text: str) -> tuple[int, str]:
     m = _FD.match(text)
     if not m:
         return -1, ""
-    return int(m.group(1)), _unescape(m.group(2) or "")
-
-
-def _unescape(text: str) -> str:
-    r"""Undo strace's escapes in a ``-y`` path (``\x3e``, ``\342``, ``\\``)."""
-    if "\\" not in text:
-        return text
-    out = bytearray()
-    i = 0
-    raw = text.encode("utf-8", "surrogateescape")
-    while i < len(raw):
-        c = raw[i]
-        if c == 0x5C and i + 1 < len(raw):
-            nxt = raw[i + 1]
-            if nxt == ord("x") and i + 3 < len(raw) + 1:
-                try:
-                    out.append(int(raw[i + 2:i + 4], 16))
-                    i += 4
-                    continue
-                except ValueError:
-                    pass
-            if 0x30 <= nxt <= 0x37:
-                j = i + 1
-                while j < len(raw) and j < i + 4 and 0x30 <= raw[j] <= 0x37:
-                    j += 1
-                out.append(int(raw[i + 1:j], 8) & 0xFF)
-                i = j
-                continue
-            simple = {ord("n"): 10, ord("t"): 9, ord("r"): 13, ord("\\"): 0x5C, ord('"'): 0x22}
-            if nxt in simple:
-                out.append(simple[nxt])
-                i += 2
-                continue
-        out.append(c)
-        i += 1
-    return out.decode("utf-8", "surrogateescape")
+    return int(m.group(1)), decode(m.group(2) or "")
 
 
 def _clean(path: str) -> str:
