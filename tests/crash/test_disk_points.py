@@ -32,6 +32,7 @@ from crashpoint.faults._writes import (
     WritePoint,
     confirm,
     disk_errors,
+    refused,
     rlimit_argv,
     write_points,
 )
@@ -142,8 +143,9 @@ def check_every_point_hit_once(points: list[WritePoint], mechanism: str,
                                runs: list[Run]) -> None:
     hit: list[int] = []
     for point, (state, ex, calls) in zip(points, runs, strict=True):
-        errs = [e for e in disk_errors(calls, str(state))
-                if e.errno in (("ENOSPC", "") if mechanism == "tmpfs" else ("EFBIG", ""))]
+        errs = refused(calls, str(state), mechanism)
+        assert errs == [e for e in disk_errors(calls, str(state))
+                        if e.errno in (("ENOSPC", "") if mechanism == "tmpfs" else ("EFBIG", ""))]
         assert errs, f"{point.label()}: no write failed\n{ex.stderr.decode()}"
         assert point.matches(errs[0]), (point.label(), [e.describe() for e in errs])
         # the refused write is the first failure; a short write's retry fails right after

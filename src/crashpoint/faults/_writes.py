@@ -44,10 +44,11 @@ call under the state folder, whatever the file: stable when temp files get rando
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
     from crashpoint.faults._disk import UsageSample
 
 __all__ = ["DISK_ERRNOS", "MECHANISMS", "PAGE", "TRACE_SYSCALLS", "DiskError", "Fired",
-           "WritePoint", "WriteUsage", "confirm", "disk_errors", "folder_sizes", "rlimit_argv",
-           "write_points", "write_usage"]
+           "WritePoint", "WriteUsage", "confirm", "disk_errors", "folder_sizes", "refused",
+           "rlimit_argv", "write_points", "write_usage"]
 
 PAGE = 4096
 MECHANISMS = ("tmpfs", "rlimit")
@@ -289,21 +290,16 @@ class _Replay:
         self.names[path] = ino
         return ino
 
-    class _Tracker:
-        def __init__(self, replay: _Replay, ino: _Inode) -> None:
-            self.r, self.ino = replay, ino
-
-        def __enter__(self) -> None:
-            self.r._count(self.ino, -1)
-
-        def __exit__(self, *exc: object) -> None:
-            self.ino.inside = any(self.r.inside(n) for n in self.ino.names) if \
-                self.ino.names else self.ino.inside
-            self.r._count(self.ino, +1)
-
-    def _track(self, ino: _Inode) -> _Replay._Tracker:
+    @contextlib.contextmanager
+    def _track(self, ino: _Inode) -> Iterator[None]:
         """``with self._track(ino):`` around any change to ``ino``: keeps the folder's totals."""
-        return _Replay._Tracker(self, ino)
+        self._count(ino, -1)
+        try:
+            yield
+        finally:
+            if ino.names:
+                ino.inside = any(self.inside(n) for n in ino.names)
+            self._count(ino, +1)
 
     def _count(self, ino: _Inode, sign: int) -> None:
         if ino.inside and ino.alive:
@@ -667,6 +663,13 @@ def disk_errors(calls: Sequence[Syscall], state_dir: str) -> list[DiskError]:
     return out
 
 
+def refused(calls: Sequence[Syscall], state_dir: str, mechanism: str) -> list[DiskError]:
+    """The :func:`disk_errors` that ``mechanism`` causes: for ``tmpfs`` ENOSPC/EDQUOT and short
+    writes under the state folder, for ``rlimit`` EFBIG and short writes anywhere. The first is
+    where the fault landed (``point.matches(refused(...)[0])``: where it was planned)."""
+    return [e for e in disk_errors(calls, state_dir) if _relevant(e, mechanism)]
+
+
 def write_usage(calls: Sequence[Syscall], state_dir: str, *,
                 initial: Mapping[str, int] | None = None) -> WriteUsage:
     """How much the writes of ``calls`` took (see :class:`WriteUsage`)."""
@@ -707,7 +710,7 @@ def confirm(mechanism: str, state_dir: str, *, point: WritePoint | None = None,
            "make them deterministic), or it stopped before that write (another fault, an "
            "error: see its stderr)")
     if calls is not None:
-        errs = [e for e in disk_errors(calls, state_dir) if _relevant(e, mechanism)]
+        errs = refused(calls, state_dir, mechanism)
         if errs:
             first = errs[0]
             where = first.describe()
