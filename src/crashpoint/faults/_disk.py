@@ -10,12 +10,15 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crashpoint.faults._cleanup import LIVE, shielded
 from crashpoint.faults._process import kill_tree
 
-__all__ = ["DiskCapability", "TmpfsNamespace", "capabilities"]
+__all__ = ["PAGE", "DiskCapability", "TmpfsNamespace", "TmpfsUsage", "UsageSample", "UsageSampler",
+           "capabilities", "tmpfs_bytes_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,30 +89,93 @@ def tmpfs_bytes_for(folder: str) -> int:
     return total
 
 
-class TmpfsNamespace:
-    """A private mount namespace in which ``folder`` is a tmpfs of ``capacity`` bytes holding
-    a copy of the folder's content. If the content needs more, the tmpfs holds it plus one page
-    (state already on disk is never cut to fit). Run commands in it with :meth:`wrap`;
-    :meth:`close` copies the tmpfs back into the real folder (space is "freed": later attempts
-    run on the real disk). If the copy in fails, nothing is ever copied back."""
+class TmpfsUsage(NamedTuple):
+    """A tmpfs namespace's space, read from outside: its size, what the folder's files take
+    (whole pages, the ballast not counted), and what is free."""
 
-    def __init__(self, folder: str, capacity: int) -> None:
+    size: int
+    used: int
+    free: int
+
+
+#: The holder of a fixed-capacity namespace: the tmpfs mounted straight over the folder.
+_CAPACITY_SCRIPT = (
+    'set -e; mount --bind "$1" "$2"; '
+    'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
+    'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000')
+#: The holder of an exact-free-space namespace: the tmpfs is mounted on a second side folder,
+#: the content copied into its sub-folder ``state``, the tmpfs shrunk to content + one ballast
+#: page + ``free`` and the ballast written (a size of 0 would mean "unlimited"), then
+#: ``state`` bound over the folder: the agent sees its files, never the ballast.
+_FREE_SCRIPT = (
+    'set -e; folder="$1"; side="$2"; mnt="$3"; free="$5"; '
+    'mount --bind "$folder" "$side"; '
+    'mount -t tmpfs -o size="$4",mode=0700 tmpfs "$mnt"; '
+    'mkdir "$mnt/state"; cp -a "$side"/. "$mnt/state"/; '
+    "set -- $(stat -f -c '%b %f %S' \"$mnt\"); bs=$3; used=$(( ($1 - $2) * bs )); "
+    'mount -o remount,size=$(( used + bs + free )) "$mnt"; '
+    'head -c "$bs" /dev/zero > "$mnt/ballast"; '
+    'mount --bind "$mnt/state" "$folder"; '
+    'echo "ready $used $bs"; exec sleep 100000')
+
+
+class TmpfsNamespace:
+    """A private mount namespace in which ``folder`` is a tmpfs holding a copy of the folder's
+    content. Run commands in it with :meth:`wrap`; :meth:`close` copies the tmpfs back into
+    the real folder (space is "freed": later attempts run on the real disk). If the copy in
+    fails, nothing is ever copied back.
+
+    Two ways to size it (give exactly one):
+
+    - ``capacity``: a tmpfs of ``capacity`` bytes; if the content needs more, the tmpfs holds it
+      plus one page (state already on disk is never cut to fit).
+    - ``free``: exactly ``free`` bytes (rounded up to whole 4 KiB pages) of free space on top
+      of the content, whatever the content takes: the write points of
+      :mod:`crashpoint.faults._writes`. ``free=0`` is a full disk: a ballast file (one page,
+      outside the folder, invisible to the agent) holds the tmpfs at its size, which is never
+      0 (a tmpfs of size 0 is unlimited). Checked after mounting: :meth:`usage` must read
+      ``free``, else ``OSError``.
+
+    :meth:`usage` reads the space from outside the namespace (``statvfs`` through
+    ``/proc/<holder>/root``); :class:`UsageSampler` samples it while an attempt runs.
+    """
+
+    def __init__(self, folder: str, capacity: int | None = None, *,
+                 free: int | None = None) -> None:
+        if (capacity is None) == (free is None):
+            raise ValueError("TmpfsNamespace needs exactly one of capacity (the tmpfs size) or "
+                             "free (the free space above the content)")
+        if (capacity is not None and capacity <= 0) or (free is not None and free < 0):
+            raise ValueError(f"tmpfs capacity must be > 0 and free >= 0 bytes, got "
+                             f"capacity={capacity}, free={free}")
         self.folder = os.path.abspath(folder)
         self.capacity = capacity
-        self.size = max(capacity, tmpfs_bytes_for(self.folder) + PAGE)
-        script = (
-            'set -e; mount --bind "$1" "$2"; '
-            'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
-            'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000')
+        self.free = None if free is None else -(-free // PAGE) * PAGE
+        self.content = 0  # bytes the copied-in content takes (free mode)
+        self.ballast = 0
+        self._mnt = ""
+        estimate = tmpfs_bytes_for(self.folder)
+        if capacity is not None:
+            self.size = max(capacity, estimate + PAGE)
+        else:
+            assert self.free is not None
+            self.size = 2 * estimate + self.free + (1 << 20)  # shrunk once the content is in
         with shielded():  # a signal lands before or after, never between start and registration
             self._side = tempfile.mkdtemp(prefix="cp-side-")
             LIVE.add_folder(self._side)
             try:
+                if self.free is not None:
+                    self._mnt = tempfile.mkdtemp(prefix="cp-side-")
+                    LIVE.add_folder(self._mnt)
+                    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            _FREE_SCRIPT, "sh", self.folder, self._side, self._mnt,
+                            str(self.size), str(self.free)]
+                else:
+                    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            _CAPACITY_SCRIPT, "sh", self.folder, self._side, str(self.size)]
                 self._holder = subprocess.Popen(
-                    ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-                     self.folder, self._side, str(self.size)],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    start_new_session=True)
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, start_new_session=True)
             except BaseException:
                 self._remove_side()
                 raise
@@ -122,12 +188,29 @@ class TmpfsNamespace:
                 self._reap()
                 self._remove_side()
             raise
-        if b"ready" not in line:
+        if not line.startswith(b"ready"):
             err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr \
                 else ""
             self._reap()
             self._remove_side()
             raise OSError(f"could not mount a tmpfs over {self.folder}: {err.strip()}")
+        if self.free is not None:
+            _ready, used, bs = line.split()
+            self.content, self.ballast = int(used), int(bs)
+            got = self.usage()
+            if got.free != self.free or self.ballast != PAGE:
+                self.close()
+                raise OSError(f"the tmpfs over {self.folder} has {got.free} bytes free (page "
+                              f"{self.ballast} bytes), not the {self.free} planned; this "
+                              "kernel's tmpfs counts space differently (4 KiB pages expected)")
+            self.size = got.size
+
+    def usage(self) -> TmpfsUsage:
+        """The tmpfs's size, used and free bytes now (``OSError`` once it is closed)."""
+        st = os.statvfs(f"/proc/{self._holder.pid}/root{self.folder}")
+        size = st.f_blocks * st.f_frsize
+        return TmpfsUsage(size, (st.f_blocks - st.f_bfree) * st.f_frsize - self.ballast,
+                          st.f_bavail * st.f_frsize)
 
     def wrap(self, argv: list[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
         """``argv`` run inside the namespace (nsenter execs it: same pid, same session, same
@@ -169,7 +252,62 @@ class TmpfsNamespace:
                 s.close()
 
     def _remove_side(self) -> None:
-        with contextlib.suppress(OSError):
-            os.rmdir(self._side)
-        if not os.path.lexists(self._side):
-            LIVE.drop_folder(self._side)
+        for folder in filter(None, (self._side, self._mnt)):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            if not os.path.lexists(folder):
+                LIVE.drop_folder(folder)
+
+
+class UsageSample(NamedTuple):
+    """What a :class:`UsageSampler` saw: the most the folder's files took, the least free
+    space, how many readings. ``full``: free space fell below one page (a write needing a new
+    page got ENOSPC, or would have)."""
+
+    peak_used: int
+    min_free: int
+    samples: int
+
+    @property
+    def full(self) -> bool:
+        return self.min_free < PAGE
+
+
+class UsageSampler:
+    """Samples a :class:`TmpfsNamespace`'s :meth:`~TmpfsNamespace.usage` every ``interval``
+    seconds from a thread, for when no syscall trace can say which write failed: :meth:`stop`
+    returns the peak and the least free space seen. A peak shorter than ``interval`` (a temp
+    file written and renamed over its old copy) can be missed."""
+
+    def __init__(self, ns: TmpfsNamespace, interval: float = 0.005) -> None:
+        self.ns = ns
+        self.interval = interval
+        first = ns.usage()
+        self._peak, self._low, self._n = first.used, first.free, 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="crashpoint-tmpfs-usage",
+                                        daemon=True)
+        self._thread.start()
+
+    def _read(self) -> bool:
+        try:
+            u = self.ns.usage()
+        except OSError:
+            return False
+        self._peak = max(self._peak, u.used)
+        self._low = min(self._low, u.free)
+        self._n += 1
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self._read():
+                return
+
+    def stop(self) -> UsageSample:
+        """Stop sampling (one last reading first); idempotent."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self._read()
+        return UsageSample(self._peak, self._low, self._n)

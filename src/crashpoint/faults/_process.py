@@ -634,7 +634,9 @@ class AgentProcess:
 
 def _preexec(join: int, fsize: int | None) -> Callable[[], None] | None:
     """What the child does between fork and exec: join its cgroup (before it can start
-    anything), set RLIMIT_FSIZE. Only os calls on objects made beforehand (no import, no lock)."""
+    anything), set RLIMIT_FSIZE and ignore SIGXFSZ (Popen resets it to its default, which kills
+    a non-Python agent at the limit instead of giving it EFBIG). Only os calls on objects made
+    beforehand (no import, no lock)."""
     if join < 0 and fsize is None:
         return None
 
@@ -642,6 +644,7 @@ def _preexec(join: int, fsize: int | None) -> Callable[[], None] | None:
         if join >= 0:
             os.write(join, b"0")
         if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     return preexec
