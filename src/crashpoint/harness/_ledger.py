@@ -172,6 +172,9 @@ class Ledger:
         #: called (outside the lock) with the attempt number when an attempt sends its first
         #: event: what starts a kill at an instant "after the first event"
         self.on_first_event: Callable[[int], None] | None = None
+        #: asked (under the lock) about each event not planned for a kill: True kills the
+        #: agent before it (e.g. its first event after the disk refused a write)
+        self.kill_when: Callable[[dict[str, Any]], bool] | None = None
         self.http_url = ""
 
     def _init_limits(self) -> None:
@@ -274,6 +277,7 @@ class Ledger:
             self._seen = Counter()
             self._keyless = 0
             self.first_event = {}
+            self.kill_when = None
         return self
 
     def begin_attempt(self, attempt: int, pgid: int | None) -> None:
@@ -338,7 +342,7 @@ class Ledger:
                 return k
         return None
 
-    def _kill(self, ev: dict[str, Any], phase: str, k: KillAt | None = None) -> None:
+    def _kill(self, ev: dict[str, Any], phase: str, k: KillAt | str | None = None) -> None:
         pgid = self.pgids.get(int(ev["attempt"]))
         self.killed.append({"event": ev["i"], "attempt": ev["attempt"], "phase": phase,
                             "op": ev["op"], "name": _name(ev), "nth": ev.get("nth", 1),
@@ -387,7 +391,9 @@ class Ledger:
     def _act(self, ev: dict[str, Any], op: str, msg: dict[str, Any]) -> dict[str, Any] | None:
         """Apply a recorded event (under the lock): kill before it, apply an effect, kill in
         its in-doubt window. None: the agent was killed."""
-        k = self._kill_for(ev, "before")
+        k: KillAt | str | None = self._kill_for(ev, "before")
+        if k is None and self.kill_when is not None and self.kill_when(ev):
+            k = "disk_full"
         if k is not None:
             ev["killed"] = "before"
             self._write(ev)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -24,8 +25,9 @@ from typing import Any
 from crashpoint._failpoints import LOG_ENV as FAILPOINT_LOG
 from crashpoint._placeholders import fill
 from crashpoint.errors import AgentStartError, CrashpointError
+from crashpoint.faults import _strace
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
-from crashpoint.faults._disk import TmpfsNamespace, capabilities
+from crashpoint.faults._disk import TmpfsNamespace, UsageSample, UsageSampler, capabilities
 from crashpoint.faults._files import corrupt
 from crashpoint.faults._process import (
     KEEP_HEAD,
@@ -36,6 +38,7 @@ from crashpoint.faults._process import (
     kill_tree,
     new_reap_token,
 )
+from crashpoint.faults._writes import TRACE_SYSCALLS, WritePoint, confirm, rlimit_argv
 from crashpoint.harness._accounting import account, kill_at
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import Ledger, canonical
@@ -413,7 +416,7 @@ class TrialRunner:
         notes: dict[int, dict[str, Any]] = {}
         if not skipped:
             self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
-                           max_bytes, resume_times, notes)
+                           max_bytes, resume_times, notes, golden)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         duplicates = sum(e.duplicates for e in ledger.effects.values())
@@ -456,10 +459,11 @@ class TrialRunner:
     def _attempts(self, plan: Plan, ledger: Ledger, state: str, work: str, tdir: str,
                   canary: str, attempts: list[Attempt], corruptions: list[dict[str, Any]],
                   max_bytes: list[int], resume_times: list[float],
-                  notes: dict[int, dict[str, Any]]) -> None:
+                  notes: dict[int, dict[str, Any]], golden: Golden) -> None:
         """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
         plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
         argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
+        golden_note = golden.recorded_by
         n = 0
         while n < 1 + self.restarts:
             n += 1
@@ -490,20 +494,42 @@ class TrialRunner:
                     [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])])
             rlimit = None
             ns: TmpfsNamespace | None = None
+            usage: UsageSampler | None = None
+            disk: _DiskWatch | None = None
             argv = list(argv0)
-            for f in faults:
-                if f.kind == "disk_full":
-                    mech = f.arg("mechanism", "tmpfs")
-                    cap = int(f.arg("capacity", 65536))
-                    if mech == "tmpfs":
-                        ns = TmpfsNamespace(state, cap)
-                        argv = ns.wrap(argv, cwd=self.agent.cwd or work)
-                    elif mech == "rlimit":
-                        rlimit = cap
-                    else:
-                        extra["CRASHPOINT_FAILPOINTS"] = ";".join(
-                            filter(None, [extra.get("CRASHPOINT_FAILPOINTS"),
-                                          f"journal.write=enospc@{int(f.arg('nth', 3))}"]))
+            for i, f in mine:
+                if f.kind != "disk_full":
+                    continue
+                mech = f.arg("mechanism", "tmpfs")
+                if mech == "failpoint":
+                    extra["CRASHPOINT_FAILPOINTS"] = ";".join(
+                        filter(None, [extra.get("CRASHPOINT_FAILPOINTS"),
+                                      f"journal.write=enospc@{int(f.arg('nth', 3))}"]))
+                    continue
+                note = notes.setdefault(i, {})
+                point = f.arg("point")
+                if point is not None and not point:  # the golden run recorded no write point
+                    note["disk"] = (False, "", "no write point to fill the disk at: "
+                                    + (golden_note or "the golden run wrote no file"))
+                    continue
+                wp = WritePoint.from_json(point) if point else None
+                value = wp.value if wp is not None else int(f.arg("capacity", 65536))
+                traced, why = _strace.available()
+                trace = os.path.join(tdir, f"attempt-{n}.disk.strace") if traced else None
+                inner = list(argv)
+                if mech == "tmpfs":
+                    ns = TmpfsNamespace(state, free=value) if wp is not None else \
+                        TmpfsNamespace(state, value)
+                    if trace:
+                        inner = _strace.wrap(inner, trace, syscalls=TRACE_SYSCALLS)
+                    argv = ns.wrap(inner, cwd=self.agent.cwd or work)
+                elif trace:  # the limit set inside the trace: strace's own file is not cut
+                    argv = _strace.wrap(rlimit_argv(inner, value), trace,
+                                        syscalls=TRACE_SYSCALLS)
+                else:
+                    rlimit = value
+                disk = _DiskWatch(i, mech, state, wp, value, trace, why, n)
+                note["watch"] = disk
             if "CRASHPOINT_FAILPOINTS" in extra:
                 extra[FAILPOINT_LOG] = fp_log
                 for i, f in mine:
@@ -532,21 +558,30 @@ class TrialRunner:
                 with shielded():
                     timers = self._timers(mine, procs[0][1], procs[0][0], procs[0][2], ledger,
                                           notes)
+                    if disk is not None:
+                        if ns is not None and disk.trace is None:
+                            usage = UsageSampler(ns)
+                        ledger.kill_when = disk.full_before
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
                 for num, p, t_spawn in procs:
                     exits.append((num, p.wait(timeout=self._limit(t_spawn))))
             finally:
                 with shielded():  # stopped (a signal, the budget, an error): nothing left behind
                     ledger.on_first_event = None
+                    ledger.kill_when = None
                     for t in timers:
                         t.cancel()
                     if sampler:
                         sampler.stop()
+                    if usage is not None and disk is not None:
+                        disk.sample = usage.stop()
                     _abort([p for _num, p, _t in procs[len(exits):]])
                     for token in tokens:
                         LIVE.drop_token(token)
                     if ns is not None:
                         ns.close()
+            if disk is not None:
+                notes[disk.index]["disk"] = disk.outcome(ledger)
             if any(self._budget_cut(ex, t) for (_n, ex), (_m, _p, t) in zip(exits, procs,
                                                                           strict=True)):
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
@@ -703,6 +738,61 @@ class TrialRunner:
                 budget.leave_out(entry, size)
         _redact_history(os.path.join(folder, "history.jsonl"), scope.secrets)
         scrub_tree(folder, scope.secrets, skip=_ESSENTIAL)
+
+
+@dataclass
+class _DiskWatch:
+    """A disk_full fault of one attempt: what was planned, its syscall trace (or the tmpfs
+    usage samples, without strace), and the kill at the agent's first event after the disk
+    refused a write: an agent that swallows ENOSPC and reports a step completed is then
+    restarted, and its next attempt shows whether that step was really durable."""
+
+    index: int
+    mechanism: str
+    state: str
+    point: WritePoint | None
+    value: int
+    trace: str | None
+    untraced: str
+    attempt: int
+    sample: UsageSample | None = None
+    _offset: int = 0
+    _seen: bool = False
+
+    def full_before(self, ev: dict[str, Any]) -> bool:
+        """For the ledger (under its lock): kill before ``ev``? Yes, once, at this attempt's
+        first event after a write failed with ENOSPC/EFBIG (read from the live trace)."""
+        if self._seen or int(ev["attempt"]) != self.attempt or self.trace is None:
+            return False
+        try:
+            with open(self.trace, "rb") as fh:
+                fh.seek(max(0, self._offset - 32))
+                chunk = fh.read()
+        except OSError:
+            return False
+        self._offset += len(chunk) - min(32, self._offset)
+        if re.search(rb"= -1 (ENOSPC|EFBIG|EDQUOT)", chunk):
+            self._seen = True
+            return True
+        return False
+
+    def outcome(self, ledger: Ledger) -> tuple[bool, str, str]:
+        calls = None
+        if self.trace is not None:
+            try:
+                calls = _strace.parse(self.trace)
+            except OSError:
+                calls = None
+        fired = confirm(self.mechanism, self.state, point=self.point,
+                        capacity=None if self.point is not None else self.value, calls=calls,
+                        sample=self.sample, untraced=self.untraced)
+        where = fired.where
+        then = [k for k in ledger.killed if k.get("kill") == "disk_full"
+                and k["attempt"] == self.attempt]
+        if fired.fired and then:
+            k = then[0]
+            where += f"; then killed at its next event #{k['event']} {k['op']}:{k['name']}"
+        return fired.fired, where, fired.why_not
 
 
 class _Sampler:
