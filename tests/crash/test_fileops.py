@@ -324,3 +324,21 @@ def test_a_kill_counted_in_another_thread_is_reported_not_passed(tmp_path: Path,
     assert "per process and thread" in why
     # write #3 is the thread's 2nd, and no other thread writes twice: it lands
     assert results[3] == (True, "write {state_dir}/f #3", "")
+
+
+def test_the_injected_hook_still_imports_the_agents_own_sitecustomize(tmp_path: Path,
+                                                                      children) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import sys\nsys.stderr.write('theirs ran\\n')\n")
+    state = tmp_path / "golden"
+    state.mkdir()
+    rec = recorder(str(tmp_path / "g"), use_strace=False)
+    env = rec.environ({"PYTHONPATH": str(theirs)})
+    agent = script(tmp_path, "agent.py", JSON_AGENT)
+    child = children.spawn([sys.executable, agent, str(state), "1"], env=env)
+    assert child.wait(60) == 0
+    assert "theirs ran" in child.stderr_text()
+    assert [o.label() for o in record_golden(rec, {"state_dir": str(state)})] == [
+        "open(w) {state_dir}/ckpt.json.tmp #1",
+        "rename {state_dir}/ckpt.json.tmp -> {state_dir}/ckpt.json #1"]

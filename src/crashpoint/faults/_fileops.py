@@ -551,10 +551,10 @@ def landed(armed: Armed, fileop: FileOp | None = None, *, attempt: int = 0) -> L
 
 
 def _elsewhere(want: FileOp, got: FileOp) -> str:
+    why = "other threads or processes of the agent use it too" if want.shared else \
+        "this attempt did it in another order than the golden run"
     return (f"the kill landed at {got.label()}, not at {want.label()}: strace counts "
-            f"{want.syscall} on the file per process and thread, and "
-            f"{'other threads or processes share it' if want.shared else 'this run differs'}"
-            " from the golden run")
+            f"{want.syscall} on the file per process and thread, and {why}")
 
 
 def _landed_audit(armed: Armed, op: FileOp, roots: _Roots, during: str) -> Landing:
