@@ -31,6 +31,7 @@ What strace 6.1 does, checked here (and relied on):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -40,7 +41,8 @@ from dataclasses import dataclass, field
 
 from crashpoint.errors import CrashpointError
 
-__all__ = ["Syscall", "Trace", "available", "decode", "parse", "parse_lines", "read", "wrap"]
+__all__ = ["Syscall", "Trace", "available", "decode", "decoration", "parse", "parse_lines", "read",
+           "wrap"]
 
 #: Environment variable that makes :func:`available` say no (to exercise the fallbacks).
 NO_STRACE_VAR = "CRASHPOINT_NO_STRACE"
@@ -61,8 +63,9 @@ class Syscall:
 
     Added by the implementation: ``injected`` (strace's ``(INJECTED)`` mark: the result was
     made up by ``-e inject=...:error=``); ``deleted`` (the descriptor's file had been removed,
-    ``(deleted)``). For ``symlink``/``symlinkat`` ``path`` is the link created and ``path2``
-    what it points to.
+    ``(deleted)``); ``path_arg``/``path2_arg``: the path strings as the call passed them
+    (decoded, maybe relative), "" where the path came from a descriptor. For
+    ``symlink``/``symlinkat`` ``path`` is the link created and ``path2`` what it points to.
     """
 
     seq: int
@@ -77,6 +80,8 @@ class Syscall:
     raw: str = ""
     injected: bool = False
     deleted: bool = False
+    path_arg: str = ""
+    path2_arg: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +282,7 @@ def _split(text: str, start: int) -> tuple[list[str], int]:
     return args, -1
 
 
-def _decoration(arg: str) -> tuple[int | None, str, bool]:
+def decoration(arg: str) -> tuple[int | None, str, bool]:
     """(number, decoded path or "", deleted) of a ``-y`` decorated descriptor ``3</a>``;
     (None, "", False) if ``arg`` is not one."""
     m = _DECORATED.match(arg)
@@ -394,7 +399,7 @@ class _Parser:
 
     def _at(self, pid: int, dirfd: str, path_arg: str) -> str:
         path = _path_arg(path_arg)
-        num, where, _ = _decoration(dirfd)
+        num, where, _ = decoration(dirfd)
         if num is None and where:  # AT_FDCWD</cwd>: learn the cwd
             self.cwd[pid] = where
         if path is None or path == "":
@@ -409,31 +414,34 @@ class _Parser:
         a = c.args
         name = c.name
         path = path2 = ""
+        given = given2 = ""
         fd = -1
         deleted = False
-        num, where, gone = _decoration(a[0]) if a else (None, "", False)
+        num, where, gone = decoration(a[0]) if a else (None, "", False)
         if num is not None:
             fd = num
         elif a and name in _FD0 and re.fullmatch(r"\d+", a[0]):
             fd = int(a[0])
         if name in _AT1 and len(a) >= 2:
-            path = self._at(c.pid, a[0], a[1])
+            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
         elif name in _TWO_AT and len(a) >= 4:
-            path = self._at(c.pid, a[0], a[1])
-            path2 = self._at(c.pid, a[2], a[3])
+            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
+            path2, given2 = self._at(c.pid, a[2], a[3]), _path_arg(a[3]) or ""
         elif name == "symlinkat" and len(a) >= 3:
-            path = self._at(c.pid, a[1], a[2])
-            target = _path_arg(a[0]) or ""
-            path2 = _join(os.path.dirname(path), target) if path else ""
+            path, given = self._at(c.pid, a[1], a[2]), _path_arg(a[2]) or ""
+            given2 = _path_arg(a[0]) or ""
+            path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name == "symlink" and len(a) >= 2:
-            path = _join(self._cwd(c.pid), _path_arg(a[1]) or "")
-            target = _path_arg(a[0]) or ""
-            path2 = _join(os.path.dirname(path), target) if path else ""
+            given, given2 = _path_arg(a[1]) or "", _path_arg(a[0]) or ""
+            path = _join(self._cwd(c.pid), given)
+            path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name in _TWO and len(a) >= 2:
-            path = _join(self._cwd(c.pid), _path_arg(a[0]) or "")
-            path2 = _join(self._cwd(c.pid), _path_arg(a[1]) or "")
+            given, given2 = _path_arg(a[0]) or "", _path_arg(a[1]) or ""
+            path = _join(self._cwd(c.pid), given)
+            path2 = _join(self._cwd(c.pid), given2)
         elif name in _PATH0 and a:
-            path = _join(self._cwd(c.pid), _path_arg(a[0]) or "")
+            given = _path_arg(a[0]) or ""
+            path = _join(self._cwd(c.pid), given)
         elif num is not None:
             path = where if where.startswith("/") else ""
             deleted = gone
@@ -444,13 +452,11 @@ class _Parser:
             self.cwd.setdefault(c.result, self._cwd(c.pid))
         return Syscall(seq=0, pid=c.pid, name=name, args=a, result=c.result, errno=c.errno,
                        path=path, path2=path2, fd=fd, raw=c.raw, injected=c.injected,
-                       deleted=deleted)
+                       deleted=deleted, path_arg=given, path2_arg=given2)
 
 
 def _renumber(c: Syscall, seq: int) -> Syscall:
-    return Syscall(seq=seq, pid=c.pid, name=c.name, args=c.args, result=c.result,
-                   errno=c.errno, path=c.path, path2=c.path2, fd=c.fd, raw=c.raw,
-                   injected=c.injected, deleted=c.deleted)
+    return dataclasses.replace(c, seq=seq)
 
 
 def _feed(p: _Parser, line: str) -> None:

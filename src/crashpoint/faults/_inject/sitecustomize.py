@@ -1,41 +1,140 @@
 """Injected by the crashpoint harness (on PYTHONPATH) into a Python agent not built on crashpoint.
 
-With CRASHPOINT_FILEOP_KILL=N it kills this process with SIGKILL just before its N-th
-file-mutating operation (open for writing, rename/replace, remove, truncate, mkdir, rmdir),
-counted by an audit hook, so an agent is crashed inside its own save routine.
-Another sitecustomize later on sys.path is still imported.
+An audit hook sees the agent's file-mutating operations (open for writing, rename/replace,
+remove, truncate, mkdir, rmdir, link, symlink) just before they happen. Three uses, by
+environment variable:
+
+- ``CRASHPOINT_FILEOP_RECORD=<file>``: append one JSON line per operation,
+  ``{"op": "open(w)", "path": "/abs", "path2": "", "pid": 123}`` (the golden run's file
+  operations, and an attempt's, when strace is unavailable).
+- ``CRASHPOINT_FILEOP_AT=<json {"op", "paths", "n"}>`` with ``CRASHPOINT_FILEOP_LOG=<file>``:
+  just before the n-th ``op`` on one of ``paths`` (counted in this process), write a landing
+  line to the log and kill this process with SIGKILL.
+- ``CRASHPOINT_FILEOP_KILL=N``: SIGKILL just before the N-th operation, whatever its file.
+
+Writes, fsyncs and anything done in C (SQLite) raise no audit event: strace sees those. The
+harness's own files are never counted. Another sitecustomize later on sys.path is still
+imported. Standard library only, and cheap when no variable is set.
 """
 
 import os
 import sys
 
 _N = int(os.environ.get("CRASHPOINT_FILEOP_KILL", "0") or 0)
+_RECORD = os.environ.get("CRASHPOINT_FILEOP_RECORD", "")
+_AT = os.environ.get("CRASHPOINT_FILEOP_AT", "")
+_LOG = os.environ.get("CRASHPOINT_FILEOP_LOG", "")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_OPS = {"os.rename": "rename", "os.remove": "unlink", "os.truncate": "truncate",
+        "os.mkdir": "mkdir", "os.rmdir": "rmdir", "os.link": "link", "os.symlink": "symlink"}
 _count = 0
+_seen: "dict[tuple[str, str], int]" = {}
+_target_op = ""
+_target_paths: "frozenset[str]" = frozenset()
+_target_n = 0
+_own = frozenset(os.path.abspath(p) for p in (_RECORD, _LOG) if p)
 
 
-def _mutating(event: str, args: "tuple[object, ...]") -> bool:
+def _op(event: str, args: "tuple[object, ...]") -> str:
+    """The operation's name ("open(w)", "rename", ...), "" if the event mutates nothing."""
     if event == "open":
         mode = args[1] if len(args) > 1 else None
         flags = args[2] if len(args) > 2 else 0
         if isinstance(mode, str):
-            return any(c in mode for c in "wax+")
-        return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
-    return event in ("os.rename", "os.remove", "os.truncate", "os.mkdir", "os.rmdir",
-                     "os.link", "os.symlink")
+            return "open(w)" if any(c in mode for c in "wax+") else ""
+        return "open(w)" if isinstance(flags, int) and flags & _WRITE_FLAGS else ""
+    return _OPS.get(event, "")
+
+
+def _abs(p: object, dir_fd: object = None) -> str:
+    """``p`` as an absolute path (a descriptor: the file it refers to); "" if unknown."""
+    try:
+        if isinstance(p, int):
+            return os.readlink(f"/proc/self/fd/{p}")
+        s = os.fsdecode(os.fspath(p))  # type: ignore[call-overload]
+        if not os.path.isabs(s) and isinstance(dir_fd, int):
+            s = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), s)
+        return os.path.abspath(s)
+    except (OSError, TypeError, ValueError):
+        return ""
+
+
+def _paths(event: str, args: "tuple[object, ...]") -> "tuple[str, str]":
+    """(the file the operation is about, the second path of a rename/link/symlink)."""
+    def at(i: int) -> object:
+        return args[i] if len(args) > i else None
+    if event in ("os.rename", "os.link"):
+        return _abs(at(0), at(2)), _abs(at(1), at(3))
+    if event == "os.symlink":  # (target, link, dir_fd): the file created is the link
+        target = at(0)
+        return _abs(at(1), at(2)), os.fsdecode(target) if isinstance(target, (str, bytes)) else ""
+    if event in ("os.remove", "os.rmdir"):
+        return _abs(at(0), at(1)), ""
+    if event == "os.mkdir":
+        return _abs(at(0), at(2)), ""
+    return _abs(at(0)), ""
+
+
+def _append(path: str, line: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line.encode("utf-8", "surrogateescape") + b"\n")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _hook(event: str, args: "tuple[object, ...]") -> None:
     global _count
-    if not _mutating(event, args):
+    op = _op(event, args)
+    if not op:
         return
-    _count += 1
-    if _count == _N:
-        import signal
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _RECORD or _target_op:
+        path, path2 = _paths(event, args)
+        if path in _own:  # our own record and log
+            return
+        if _RECORD:
+            import json
+            _append(_RECORD, json.dumps({"op": op, "path": path, "path2": path2,
+                                         "pid": os.getpid()}))
+        if op == _target_op and path in _target_paths:
+            key = (op, path)
+            _seen[key] = k = _seen.get(key, 0) + 1
+            if k == _target_n:
+                import json
+                _append(_LOG, json.dumps({"op": op, "path": path, "n": k, "pid": os.getpid()}))
+                _die()
+    if _N > 0:
+        _count += 1
+        if _count == _N:
+            _die()
 
 
-if _N > 0:
+def _die() -> None:
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm() -> None:
+    global _target_op, _target_paths, _target_n
+    import json
+    try:
+        at = json.loads(_AT)
+        _target_op = str(at["op"])
+        _target_paths = frozenset(os.path.abspath(str(p)) for p in at["paths"])
+        _target_n = int(at["n"])
+    except (ValueError, KeyError, TypeError) as e:
+        sys.stderr.write(f"crashpoint: ignoring a malformed CRASHPOINT_FILEOP_AT ({e})\n")
+        _target_op = ""
+
+
+if _AT:
+    _arm()
+if _RECORD:
+    _append(_RECORD, "")  # an empty line: the record exists, so this hook ran (blank lines skipped)
+if _N > 0 or _RECORD or _target_op:
     sys.addaudithook(_hook)
 
 # chain to a sitecustomize further along sys.path, if the agent has one
