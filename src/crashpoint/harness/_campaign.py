@@ -501,8 +501,10 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
                 return [Fault.make("disk_full", attempt, mechanism=mech, point={},
                                    label="no write point recorded in the golden run")]
             pt = points[boundary] if boundary is not None else rng.choice(points)
+            from crashpoint.faults._writes import WritePoint
+
             return [Fault.make("disk_full", attempt, mechanism=mech, point=pt,
-                               label=str(pt.get("label", "")))]
+                               label=WritePoint.from_json(pt).label())]
         cap = int(opts.get("capacity", 65536))
         if mech == "failpoint":
             nth = int(opts.get("nth", rng.randint(2, 6)))
@@ -754,9 +756,17 @@ class Campaign:
     evidence_per_trial: int = EVIDENCE_PER_TRIAL  # bytes a kept trial folder may hold
     evidence_per_campaign: int = EVIDENCE_PER_CAMPAIGN  # bytes all kept trial folders may hold
     source: str = ""  # the scenario file (runner.json names it: replay reads agent.env there)
+    #: what the golden run must record besides what these families need (``fileops``,
+    #: ``writes``): a scenario file's families share one golden run
+    record: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.report_dir = os.path.abspath(self.report_dir)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the golden run must record (see :attr:`FaultFamily.needs`)."""
+        return self.record.union(*(f.needs for f in self.families))
 
     def runner(self) -> TrialRunner:
         return TrialRunner(self.agent, os.path.join(self.report_dir, "trials"),
@@ -827,8 +837,9 @@ class Campaign:
         stopped = ""
         try:
             try:
-                if golden is None:
-                    golden = runner.golden()
+                needs = self.needs
+                if golden is None or (needs and not golden.recorded_by):
+                    golden = runner.golden(needs)
                 plans = self.selected(self.plans(golden))
                 if only is not None:
                     plans = [p for p in plans if p.index in set(only)]

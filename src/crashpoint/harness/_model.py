@@ -160,6 +160,10 @@ class Fault:
                        f"({a.get('phase', 'before')})"
             return f"kill attempt {self.attempt} at event #{a.get('index')} " \
                    f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+        if self.kind == "fileop" and a.get("fileop") is not None:
+            return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"
+        if self.kind == "disk_full" and a.get("point") is not None:
+            return f"disk full in attempt {self.attempt} at {a.get('label') or 'a write point'}"
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \

@@ -25,7 +25,7 @@ from typing import Any
 from crashpoint._failpoints import LOG_ENV as FAILPOINT_LOG
 from crashpoint._placeholders import fill
 from crashpoint.errors import AgentStartError, CrashpointError
-from crashpoint.faults import _strace
+from crashpoint.faults import _fileops, _strace
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
 from crashpoint.faults._disk import TmpfsNamespace, UsageSample, UsageSampler, capabilities
 from crashpoint.faults._files import corrupt
@@ -38,7 +38,13 @@ from crashpoint.faults._process import (
     kill_tree,
     new_reap_token,
 )
-from crashpoint.faults._writes import TRACE_SYSCALLS, WritePoint, confirm, rlimit_argv
+from crashpoint.faults._writes import (
+    TRACE_SYSCALLS,
+    WritePoint,
+    confirm,
+    rlimit_argv,
+    write_points,
+)
 from crashpoint.harness._accounting import account, kill_at
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import Ledger, canonical
@@ -79,6 +85,10 @@ RUN_ID = "run-1"
 _INJECT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults", "_inject")
 _PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
              "SYSTEMROOT", "TZ")
+#: Variables only a fresh interpreter acts on (the injected sitecustomize reads them at
+#: start-up): an attempt that has one is spawned, never forked from the warm zygote.
+_FRESH_INTERPRETER = frozenset({"CRASHPOINT_FILEOP_KILL", "CRASHPOINT_FILEOP_AT",
+                                "CRASHPOINT_FILEOP_RECORD"})
 #: Default evidence limits (bytes): per trial folder, and per campaign (one runner).
 EVIDENCE_PER_TRIAL = 64 << 20
 EVIDENCE_PER_CAMPAIGN = 512 << 20
@@ -314,7 +324,7 @@ class TrialRunner:
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         prefix = [*ENTRY_ARGV, self.agent.entry]
         if self.launcher is not None and self.agent.entry and rlimit is None \
-                and argv[:len(prefix)] == prefix and "CRASHPOINT_FILEOP_KILL" not in env:
+                and argv[:len(prefix)] == prefix and not _FRESH_INTERPRETER & set(env):
             proc: AgentProcess = self.launcher.spawn(
                 self.agent.entry, env=env, cwd=cwd, timeout=self.agent.timeout,
                 args=argv[len(prefix):], on_start=on_start, keep_head=self.keep_head,
@@ -339,8 +349,14 @@ class TrialRunner:
 
     # -- golden ---------------------------------------------------------------------------------
 
-    def golden(self) -> Golden:
-        """Run the agent once without faults and record what it did."""
+    def golden(self, needs: frozenset[str] | set[str] = frozenset()) -> Golden:
+        """Run the agent once without faults and record what it did.
+
+        ``needs``: what the fault families must learn from it besides its events:
+        ``fileops`` (its file operations, for kill at fileop) and ``writes`` (its write points,
+        for disk_full without a capacity). Both come from a syscall trace (strace); without
+        strace, file operations of a Python agent come from the injected audit hook, and
+        write points are not recorded (:attr:`Golden.recorded_by` says why)."""
         folder = os.path.join(self.folder, "golden")
         secure_dir(self.folder)  # refuse a planted or foreign folder before touching it
         shutil.rmtree(folder, ignore_errors=True)
@@ -353,6 +369,9 @@ class TrialRunner:
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
+        rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
+                         self._python_agent())
+        argv, env = rec.wrap(argv), rec.environ(env)
         t0 = time.monotonic()
         token = env[REAP_VAR]
         LIVE.add_token(token)  # before it starts: a harness killed now leaves it to the reaper
@@ -377,6 +396,7 @@ class TrialRunner:
             raise BudgetExceeded("the golden run was stopped")
         duration = time.monotonic() - t0
         self._end_scope(None, ledger)
+        learned = rec.learn(state, work) if ex.returncode == 0 else {}
         self._bound_folder(folder, scope)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
@@ -390,7 +410,14 @@ class TrialRunner:
         for e in events:
             e.pop("t", None)
             e.pop("pid", None)
-        return Golden(steps, events, applied, ex.stdout, duration, span=round(span, 4))
+        return Golden(steps, events, applied, ex.stdout, duration, span=round(span, 4),
+                      fileops=learned.get("fileops", []), writes=learned.get("writes", {}),
+                      recorded_by=rec.how)
+
+    def _python_agent(self) -> bool:
+        """Started by this interpreter (an entry, or a command run with {python})."""
+        return bool(self.agent.entry) or (bool(self.agent.command)
+                                          and self.agent.command[0] == "{python}")
 
     # -- trial ------------------------------------------------------------------------------------
 
@@ -451,9 +478,9 @@ class TrialRunner:
                     return f"disk_full via tmpfs skipped: {caps.tmpfs_reason}"
                 if mech == "rlimit" and not caps.rlimit:
                     return f"disk_full via RLIMIT_FSIZE skipped: {caps.rlimit_reason}"
-            if f.kind == "fileop" and self.agent.command and \
+            if f.kind == "fileop" and f.arg("n") is not None and self.agent.command and \
                     "{python}" not in " ".join(self.agent.command):
-                return "fileop faults need a Python agent started with {python}"
+                return "fileop faults by number need a Python agent started with {python}"
         return ""
 
     def _attempts(self, plan: Plan, ledger: Ledger, state: str, work: str, tdir: str,
@@ -487,11 +514,21 @@ class TrialRunner:
             fp_log = os.path.join(tdir, f"attempt-{n}.failpoints")
             if fps:
                 extra["CRASHPOINT_FAILPOINTS"] = ";".join(fps)
-            fileop = [f for f in faults if f.kind == "fileop"]
-            if fileop and fileop[0].arg("n") is not None:  # a hand-written plan: by number
-                extra["CRASHPOINT_FILEOP_KILL"] = str(int(fileop[0].arg("n", 1)))
-                extra["PYTHONPATH"] = os.pathsep.join(
-                    [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])])
+            armed: _fileops.Armed | None = None
+            for i, f in mine:
+                if f.kind != "fileop":
+                    continue
+                if f.arg("n") is not None:  # a hand-written plan: the n-th operation (audit)
+                    extra["CRASHPOINT_FILEOP_KILL"] = str(int(f.arg("n", 1)))
+                    extra["PYTHONPATH"] = os.pathsep.join(
+                        [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])])
+                elif f.arg("fileop"):
+                    op = _fileops.FileOp.from_json(f.arg("fileop"))
+                    armed = _fileops.arm(op, {"state_dir": state, "workdir": work},
+                                         os.path.join(tdir, f"attempt-{n}"),
+                                         use_strace=op.via == "strace",
+                                         cwd=self.agent.cwd or work)
+                    notes.setdefault(i, {})["armed"] = armed
             rlimit = None
             ns: TmpfsNamespace | None = None
             usage: UsageSampler | None = None
@@ -517,6 +554,9 @@ class TrialRunner:
                 traced, why = _strace.available()
                 trace = os.path.join(tdir, f"attempt-{n}.disk.strace") if traced else None
                 inner = list(argv)
+                if armed is not None:
+                    argv = armed.wrap(argv)
+                    armed = None  # one wrapper per attempt (a chain item per attempt)
                 if mech == "tmpfs":
                     ns = TmpfsNamespace(state, free=value) if wp is not None else \
                         TmpfsNamespace(state, value)
@@ -535,11 +575,14 @@ class TrialRunner:
                 for i, f in mine:
                     if f.kind in ("failpoint", "disk_full"):
                         notes.setdefault(i, {})["failpoint_log"] = fp_log
+            if armed is not None:
+                argv = armed.wrap(argv)
             together = any(f.kind == "resumers" for f in faults)
             numbers = [n, n + 1] if together else [n]
             procs: list[tuple[int, AgentProcess, float]] = []
             exits: list[tuple[int, Exit]] = []
             timers: list[threading.Timer] = []
+            watches: list[_fileops.Watch] = []
             sampler: _Sampler | None = None
             tokens: list[str] = []
             try:
@@ -547,6 +590,9 @@ class TrialRunner:
                     raise BudgetExceeded(f"trial {plan.index} was stopped")
                 for num in numbers:
                     env = self._env(ledger, num, canary, f"{plan.seed}:{plan.index}", extra)
+                    for note in notes.values():
+                        if note.get("armed") is not None:
+                            env = note["armed"].environ(env)
                     tokens.append(env[REAP_VAR])
                     LIVE.add_token(tokens[-1])  # before it starts (see golden)
                     t_spawn = time.monotonic()
@@ -562,6 +608,10 @@ class TrialRunner:
                         if ns is not None and disk.trace is None:
                             usage = UsageSampler(ns)
                         ledger.kill_when = disk.full_before
+                    lead = procs[0][1]
+                    watches = [_fileops.Watch(note["armed"], functools.partial(
+                        lead.signal, signal.SIGKILL)) for note in notes.values()
+                        if note.get("armed") is not None and "landed" not in note]
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
                 for num, p, t_spawn in procs:
                     exits.append((num, p.wait(timeout=self._limit(t_spawn))))
@@ -569,6 +619,8 @@ class TrialRunner:
                 with shielded():  # stopped (a signal, the budget, an error): nothing left behind
                     ledger.on_first_event = None
                     ledger.kill_when = None
+                    for w in watches:
+                        w.stop()
                     for t in timers:
                         t.cancel()
                     if sampler:
@@ -582,6 +634,10 @@ class TrialRunner:
                         ns.close()
             if disk is not None:
                 notes[disk.index]["disk"] = disk.outcome(ledger)
+            for i, f in mine:
+                note = notes.get(i, {})
+                if f.kind == "fileop" and note.get("armed") is not None:
+                    note["landed"] = tuple(_fileops.landed(note.pop("armed"), attempt=n))
             if any(self._budget_cut(ex, t) for (_n, ex), (_m, _p, t) in zip(exits, procs,
                                                                           strict=True)):
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
@@ -738,6 +794,72 @@ class TrialRunner:
                 budget.leave_out(entry, size)
         _redact_history(os.path.join(folder, "history.jsonl"), scope.secrets)
         scrub_tree(folder, scope.secrets, skip=_ESSENTIAL)
+
+
+class _Recording:
+    """What the golden run is recorded with: one syscall trace for both file operations and
+    write points when strace works here, else the audit hook of a Python agent for its file
+    operations (and no write points). :attr:`how` says which, or why nothing."""
+
+    def __init__(self, needs: frozenset[str] | set[str], prefix: str, cwd: str,
+                 python: bool) -> None:
+        self.needs, self.prefix, self.cwd = frozenset(needs), prefix, cwd
+        self.trace = ""
+        self.armed: _fileops.Armed | None = None
+        self.how = ""
+        if not self.needs:
+            return
+        ok, why = _strace.available()
+        if ok:
+            self.trace = prefix + ".strace"
+            self.how = "strace"
+        elif "fileops" in self.needs and python:
+            self.armed = _fileops.recorder(prefix, use_strace=False, cwd=cwd)
+            self.how = f"audit hook (no strace: {why})"
+        else:
+            self.how = f"not recorded: strace is unavailable ({why})" + (
+                "; the audit hook only sees a Python agent started with {python}"
+                if "fileops" in self.needs else "")
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if self.trace:
+            calls = sorted({c.lstrip("?") for c in (*TRACE_SYSCALLS,
+                                                     *_fileops.GOLDEN_SYSCALLS)})
+            return _strace.wrap(argv, self.trace, syscalls=calls)
+        return argv
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        return self.armed.environ(env) if self.armed is not None else env
+
+    def learn(self, state: str, work: str) -> dict[str, Any]:
+        """What the recording holds (JSON for :class:`Golden`); its files are then removed."""
+        out: dict[str, Any] = {}
+        roots = {"state_dir": state, "workdir": work}
+        try:
+            if "fileops" in self.needs and (self.trace or self.armed is not None):
+                source: _fileops.Armed | str = self.armed if self.armed is not None \
+                    else self.trace
+                ops = _fileops.record_golden(source, roots)
+                out["fileops"] = [op.to_json() for op in ops]
+                if not ops:
+                    self.how += "; " + _fileops.explain_empty(
+                        self.armed or _fileops.Armed(via="strace", trace=self.trace,
+                                                     cwd=self.cwd), roots)
+            if "writes" in self.needs and self.trace:
+                calls = _strace.parse(self.trace, cwd=self.cwd)
+                out["writes"] = {
+                    "tmpfs": [w.to_json() for w in write_points(calls, state, "tmpfs")],
+                    "rlimit": [w.to_json() for w in write_points(calls, state, "rlimit",
+                                                                 within=(state, work))]}
+                if not any(out["writes"].values()):
+                    self.how += "; the golden run wrote no file under {state_dir}: nothing " \
+                                "for a full disk to refuse"
+        finally:
+            for f in (self.trace, *(self.armed.files if self.armed else ())):
+                with contextlib.suppress(OSError):
+                    if f:
+                        os.unlink(f)
+        return out
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 
 from crashpoint.harness import CampaignInterrupted, CampaignResult, Golden, GoldenRunFailed
 from crashpoint.harness._api import HarnessResult
-from crashpoint.harness._campaign import FaultFamily
+from crashpoint.harness._campaign import FaultFamily, NoBoundaries
 from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_scenario
 from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, record_interrupted
 
@@ -98,6 +98,8 @@ class ScenarioItem(pytest.Item):
         if settings.mode is not None:
             campaign.mode = settings.mode
         campaign.source = sc.path  # replay takes the redacted agent.env values from it
+        # the file's families share one golden run: it records what any of them needs
+        campaign.record = frozenset().union(*(f.family.needs for f in sc.families))
         parent = self.parent
         assert parent is not None
         golden = parent.stash.get(GOLDEN, None)
@@ -110,6 +112,8 @@ class ScenarioItem(pytest.Item):
             result = campaign.run(progress=harness.progress, golden=golden)
         except GoldenRunFailed as exc:
             parent.stash[GOLDEN_FAILED] = self.name
+            raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
+        except NoBoundaries as exc:  # the agent reports nothing: the campaign tests nothing
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
         except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
             record_interrupted(self, exc.result, scenario=sc.name, file=sc.path,
