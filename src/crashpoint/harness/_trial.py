@@ -561,11 +561,11 @@ class TrialRunner:
                     ns = TmpfsNamespace(state, free=value) if wp is not None else \
                         TmpfsNamespace(state, value)
                     if trace:
-                        inner = _strace.wrap(inner, trace, syscalls=TRACE_SYSCALLS)
+                        inner = _strace.wrap(inner, trace, syscalls=_DISK_SYSCALLS)
                     argv = ns.wrap(inner, cwd=self.agent.cwd or work)
                 elif trace:  # the limit set inside the trace: strace's own file is not cut
                     argv = _strace.wrap(rlimit_argv(inner, value), trace,
-                                        syscalls=TRACE_SYSCALLS)
+                                        syscalls=_DISK_SYSCALLS)
                 else:
                     rlimit = value
                 disk = _DiskWatch(i, mech, state, wp, value, trace, why, n)
@@ -633,7 +633,8 @@ class TrialRunner:
                     if ns is not None:
                         ns.close()
             if disk is not None:
-                notes[disk.index]["disk"] = disk.outcome(ledger)
+                notes[disk.index]["disk"] = disk.outcome(
+                    ledger, exits[0][1].returncode if exits else None)
             for i, f in mine:
                 note = notes.get(i, {})
                 if f.kind == "fileop" and note.get("armed") is not None:
@@ -796,6 +797,10 @@ class TrialRunner:
         scrub_tree(folder, scope.secrets, skip=_ESSENTIAL)
 
 
+#: What a disk_full attempt is traced for: its writes, and how it reads the free space.
+_DISK_SYSCALLS = (*TRACE_SYSCALLS, "?statfs", "?fstatfs", "?statfs64", "?fstatfs64")
+
+
 class _Recording:
     """What the golden run is recorded with: one syscall trace for both file operations and
     write points when strace works here, else the audit hook of a Python agent for its file
@@ -898,7 +903,21 @@ class _DiskWatch:
             return True
         return False
 
-    def outcome(self, ledger: Ledger) -> tuple[bool, str, str]:
+    def _looked(self, calls: list[_strace.Syscall], exit_code: int | None) -> str:
+        """An agent that reads the free space (statfs) and stops cleanly before writing, as
+        the reference library does, met the full disk too: where, or ""."""
+        if exit_code is None or exit_code <= 0:
+            return ""
+        for c in calls:
+            if c.name.rstrip("64") in ("statfs", "fstatfs") and not c.errno and \
+                    (c.path == self.state or c.path.startswith(self.state + "/")):
+                m = re.search(r"f_bsize=(\d+).*?f_bavail=(\d+)", ", ".join(c.args))
+                free = f"{int(m.group(1)) * int(m.group(2))} bytes" if m else "little"
+                return (f"the agent read the free space under {{state_dir}} ({c.name}: "
+                        f"{free} free) and stopped before writing (exit {exit_code})")
+        return ""
+
+    def outcome(self, ledger: Ledger, exit_code: int | None) -> tuple[bool, str, str]:
         calls = None
         if self.trace is not None:
             try:
@@ -908,6 +927,10 @@ class _DiskWatch:
         fired = confirm(self.mechanism, self.state, point=self.point,
                         capacity=None if self.point is not None else self.value, calls=calls,
                         sample=self.sample, untraced=self.untraced)
+        if not fired.fired and calls is not None and self.mechanism == "tmpfs":
+            looked = self._looked(calls, exit_code)
+            if looked:
+                return True, looked, ""
         where = fired.where
         then = [k for k in ledger.killed if k.get("kill") == "disk_full"
                 and k["attempt"] == self.attempt]
