@@ -333,3 +333,23 @@ def test_the_probe_speaks_to_a_ledger_and_says_which_attempt_it_is(
     assert [(e["op"], e["attempt"], e["pid"]) for e in ledger.events] == [
         ("step_started", 4, os.getpid()), ("effect", 4, os.getpid()),
         ("effect", 4, os.getpid()), ("step_completed", 4, os.getpid())]
+
+
+def test_a_kill_by_identity_is_not_moved_by_an_extra_event_from_a_background_thread(
+        ledger: Ledger, children: Any) -> None:
+    # the golden run sent fetch, then send; this attempt's framework also sends a heartbeat
+    # from a background thread in between. A kill by index (event #1) would hit the
+    # heartbeat; by identity it still lands on step_started:send
+    agent = children.spawn(["sleep", "30"])
+    ledger.begin_attempt(1, agent.pid)
+    ledger.kills = [KillAt(1, op="step_started", name="send", nth=1)]
+    c = Conn(ledger)
+    c.call({"op": "hello", "attempt": "1"})
+    assert c.call({"op": "step_started", "step": "fetch"}) == {"ok": True}
+    assert c.call({"op": "event", "name": "heartbeat"}) == {"ok": True}
+    assert c.call({"op": "step_started", "step": "send"}) is None
+    c.close()
+    assert agent.wait(5) == -signal.SIGKILL
+    [killed] = ledger.killed
+    assert (killed["op"], killed["name"], killed["nth"], killed["ai"]) == \
+        ("step_started", "send", 1, 2)

@@ -298,6 +298,8 @@ def _check_totals(s: Mapping[str, Any]) -> tuple[int, int, int]:
 
 def _verdict(s: Mapping[str, Any]) -> tuple[str, str]:
     if not s.get("ok", False):
+        if not s.get("failed") and s.get("unexercised"):
+            return "FAIL (not exercised)", "fail"
         return f"FAIL ({s.get('failed', '?')})", "fail"
     if s.get("skipped") and not s.get("ran"):
         return "SKIP", "skip"
@@ -306,7 +308,8 @@ def _verdict(s: Mapping[str, Any]) -> tuple[str, str]:
 
 def _campaign_rows(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
     yield ("<table class=\"campaigns\"><thead><tr><th>campaign</th><th>seed</th><th>trials</th>"
-           "<th>faults by kind</th><th>checks passed</th><th>failed</th><th>skipped</th>"
+           "<th>exercised</th><th>faults by kind</th><th>checks passed</th><th>failed</th>"
+           "<th>skipped</th>"
            "<th>duplicated effects</th><th>lost effects</th><th>dedup'd retries</th>"
            "<th>median resume</th><th>verdict</th></tr></thead><tbody>")
     for k, s in enumerate(summaries):
@@ -318,9 +321,12 @@ def _campaign_rows(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
         resume = s.get("median_resume_ms")
         resume_text = f"{resume:.0f} ms" if isinstance(resume, (int, float)) else "-"
         verdict, css = _verdict(s)
+        planned = sum(int(d.get("planned", 0)) for d in (s.get("families") or {}).values())
+        exercised = f"{s.get('exercised', 0)}/{planned}" if "exercised" in s else "-"
         anchor = f' <a href="#c{k}">failures</a>' if s.get("failures") else ""
         yield (f'<tr class="{css}"><td>{_e(_campaign_name(s))}{anchor}</td>'
                f'<td class="num">{_e(s.get("seed", ""))}</td><td class="num">{_e(trials)}</td>'
+               f'<td class="num">{_e(exercised)}</td>'
                f"<td>{_e(faults or '-')}</td><td class=\"num\">{p}</td>"
                f'<td class="num">{f}</td><td class="num">{sk}</td>'
                f'<td class="num">{_e(s.get("duplicate_effects", 0))}</td>'

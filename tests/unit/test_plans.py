@@ -1,0 +1,98 @@
+"""A plan is a function of the seed and of what the golden run did, never of its timings; kills
+are aimed at an event's identity, and a family sweeps what it says it sweeps."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from crashpoint.harness import Campaign, Fault, Golden, family_from_spec
+from crashpoint.harness._campaign import NoBoundaries, plan_for
+from crashpoint.harness._model import AgentSpec
+
+EVENTS = [{"op": "step_started", "step": "fetch"}, {"op": "step_completed", "step": "fetch"},
+          {"op": "step_started", "step": "send"},
+          {"op": "effect", "kind": "email", "payload": {"to": "a"}, "key": "k"},
+          {"op": "step_completed", "step": "send"},
+          {"op": "step_started", "step": "send"},  # a loop: the same step again
+          {"op": "effect", "kind": "email", "payload": {"to": "b"}, "key": "k2"},
+          {"op": "step_completed", "step": "send"}]
+
+
+def golden(**kw: Any) -> Golden:
+    return Golden(["fetch", "send", "send"], [dict(e) for e in EVENTS], Counter(), b"ok\n",
+                  **{"duration": 0.12, **kw})
+
+
+@pytest.mark.parametrize("spec", [{"kill": {"at": "time", "count": 1}},
+                                  {"signal": {"sig": "TERM", "count": 1}},
+                                  {"signal": {"sig": "STOP", "within": "2s", "count": 1}},
+                                  {"kill": {"at": "random"}}, {"kill": {"at": "recovery"}},
+                                  {"corrupt": {"how": ["stale-copy"]}}])
+def test_a_plan_does_not_depend_on_how_long_the_golden_run_took(spec: dict[str, Any]) -> None:
+    fam = family_from_spec(spec)
+    fast, slow = golden(duration=0.12, span=0.05), golden(duration=0.27, span=0.2)
+    for index in range(20):
+        assert plan_for(fam, fast, 7, index) == plan_for(fam, slow, 7, index)
+    # and the seed does decide it
+    assert {plan_for(fam, fast, 7, i) for i in range(20)} != \
+        {plan_for(fam, fast, 8, i) for i in range(20)}
+
+
+def test_instants_are_drawn_within_the_window_after_the_first_event() -> None:
+    fam = family_from_spec({"kill": {"at": "time", "within": "250ms", "count": 1}})
+    seconds = [plan_for(fam, golden(), 1, i).faults[0].arg("seconds") for i in range(200)]
+    assert all(0 <= s < 0.25 for s in seconds)
+    assert max(seconds) > 0.2  # the whole window is used
+    assert plan_for(fam, golden(), 1, 0).faults[0].arg("anchor") is None  # first event
+    silent = replace(golden(), events=[], steps=[])
+    assert plan_for(fam, silent, 1, 0).faults[0].arg("anchor") == "start"
+
+
+def test_every_boundary_kill_names_its_event_by_op_name_and_occurrence() -> None:
+    fam = family_from_spec({"kill": {"at": "every-boundary"}})
+    g = golden()
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report")
+    plans = camp.plans(g)
+    assert len(plans) == len(g.boundaries()) == len(EVENTS) + 2
+    idents = [(f.arg("op"), f.arg("name"), f.arg("nth"), f.arg("phase"))
+              for p in plans for f in p.faults]
+    assert idents[6] == ("step_started", "send", 2, "before")  # the loop's second "send"
+    assert ("effect", "email", 2, "in_doubt") in idents
+    assert all(f.arg("index") is None for p in plans for f in p.faults)
+    assert str(plans[6].faults[0]) == "kill attempt 1 at step_started:send #2 (before)"
+
+
+def test_a_golden_run_with_no_event_and_no_file_operation_is_an_error() -> None:
+    camp = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})],
+                    "/nonexistent-report")
+    with pytest.raises(NoBoundaries, match="Add probe calls"):
+        camp.plans(replace(golden(), events=[], steps=[]))
+    # file operations alone are boundaries enough (for kill at fileop)
+    fileops = [{"op": "write", "path": "{state_dir}/x", "n": 1}]
+    assert camp.plans(replace(golden(), events=[], steps=[], fileops=fileops))
+
+
+def test_sweeps_have_one_trial_per_recorded_point_and_say_when_there_is_none() -> None:
+    ops = [{"op": "write", "path": "{state_dir}/x", "n": k, "label": f"write x #{k}"}
+           for k in (1, 2, 3)]
+    fam = family_from_spec({"kill": {"at": "fileop"}})
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report")
+    plans = camp.plans(replace(golden(), fileops=ops))
+    assert [p.faults[0].arg("fileop") for p in plans] == ops  # each once, in order
+    assert str(plans[0].faults[0]) == "kill attempt 1 before write x #1"
+    capped = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "fileop",
+                                                                          "max": 2}})],
+                      "/nonexistent-report")
+    assert len(capped.plans(replace(golden(), fileops=ops))) == 2
+    # nothing recorded: one trial that cannot pass (it says why), never zero trials
+    [empty] = camp.plans(golden())
+    assert empty.faults[0].arg("fileop") == {}
+
+
+def test_an_unknown_fault_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown fault kind"):
+        Fault.make("explode")
