@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from crashpoint.faults._fileops import (
     INJECT_DIR,
     Armed,
     FileOp,
+    Watch,
     arm,
     explain_empty,
     landed,
@@ -274,3 +276,46 @@ def test_an_empty_golden_record_is_explained(tmp_path: Path) -> None:
     assert "did not start under strace" in explain_empty(s, ROOTS)
     Path(s.trace).write_text("1 +++ exited with 0 +++\n")
     assert "changed no file under {state_dir} or {workdir}" in explain_empty(s, ROOTS)
+
+
+def test_the_watch_sees_a_landing_appended_line_by_line(tmp_path: Path) -> None:
+    a = _armed(tmp_path, OPEN2, """
+        5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT, 0666) = 3</t/state/x.tmp>
+    """)
+    landed_now = threading.Event()
+
+    def on_landing() -> None:
+        landed_now.set()
+        raise ProcessLookupError("the group is gone already")
+
+    w = Watch(a, on_landing, interval=0.001)
+    try:
+        with open(a.trace, "a") as f:  # a line cut in two, as a live reader may see it
+            f.write('5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT, 0666) =')
+            f.flush()
+            assert not landed_now.wait(0.05)
+            f.write(" ?\n5 +++ killed by SIGKILL +++\n")
+        assert landed_now.wait(30)
+    finally:
+        w.stop()
+    assert w.fired
+    assert isinstance(w.error, ProcessLookupError)
+
+
+def test_the_watch_stays_quiet_without_a_landing(tmp_path: Path) -> None:
+    a = _armed(tmp_path, OPEN2, """
+        5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT, 0666) = 3</t/state/x.tmp>
+        5 +++ exited with 0 +++
+    """)
+    calls: list[int] = []
+    w = Watch(a, lambda: calls.append(1), interval=0.001)
+    size = os.path.getsize(a.trace)
+    try:
+        for _ in range(30_000):  # until it has read the whole trace (no duration asserted)
+            if w._offset == size:
+                break
+            threading.Event().wait(0.001)
+    finally:
+        w.stop()
+    assert w._offset == size
+    assert (w.fired, calls) == (False, [])

@@ -283,22 +283,47 @@ class Watch:
     """Polls an armed attempt while it runs and calls ``on_landing`` once, as soon as the
     kill landed: the operation's own process is dead, and ``on_landing`` (e.g. killing the
     attempt's process group) takes the agent's other processes down with it. Without it, a
-    shell script whose ``mv`` was killed goes on running. ``stop()`` ends the polling."""
+    shell script whose ``mv`` was killed goes on running. ``stop()`` ends the polling.
+
+    ``fired``: the landing was seen; ``error``: what ``on_landing`` raised (the group may
+    already be gone), kept rather than lost in the thread."""
 
     def __init__(self, armed: Armed, on_landing: Callable[[], None],
                  interval: float = 0.005) -> None:
         self.armed, self.on_landing, self.interval = armed, on_landing, interval
         self.fired = False
+        self.error: BaseException | None = None
+        self._offset = 0
+        self._tail = b""
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, name="crashpoint-fileop-watch",
                                    daemon=True)
         self._t.start()
 
+    def _seen(self) -> bool:
+        if self.armed.fileop is None:
+            return False
+        if self.armed.via == "audit":
+            return self.armed.landing_seen()
+        try:  # only what strace appended since the last look
+            with open(self.armed.trace, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read(1 << 20)
+        except OSError:
+            return False
+        self._offset += len(chunk)
+        lines = (self._tail + chunk).split(b"\n")
+        self._tail = lines.pop()
+        return any(line.rstrip().endswith(b"= ?") for line in lines)
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            if self.armed.landing_seen():
+            if self._seen():
                 self.fired = True
-                self.on_landing()
+                try:
+                    self.on_landing()
+                except Exception as e:  # kept for the caller, not lost in the thread
+                    self.error = e
                 return
 
     def stop(self) -> None:
