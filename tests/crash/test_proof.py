@@ -7,6 +7,7 @@ bug) and checks that the gate refuses to go green, and says why; its twin shows 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,71 @@ def test_a_loud_refusal_of_damaged_state_is_recognised_by_its_stderr(tmp_path: P
     consequences = {c.name: c.cause for c in t.failed if c is not root}
     assert consequences.get("completes") == "corruption_detected"
     assert all(cause for cause in consequences.values()), consequences
+
+
+# -- disks that fill where you say, file operations swept ----------------------------------------
+
+def _need_tmpfs_and_strace() -> None:
+    from crashpoint.faults import _strace
+    from crashpoint.faults._disk import capabilities
+
+    caps = capabilities()
+    if not caps.tmpfs:
+        pytest.skip(f"no tmpfs in a mount namespace here: {caps.tmpfs_reason}")
+    ok, why = _strace.available()
+    if not ok:
+        pytest.skip(f"strace unavailable: {why}")
+
+
+def test_an_over_large_capacity_never_fills_and_the_family_says_so(tmp_path: Path) -> None:
+    _need_tmpfs_and_strace()
+    result = campaign(agent("good_agent"),
+                      [{"disk_full": {"mechanism": "tmpfs", "capacity": "1MiB", "count": 2}}],
+                      tmp_path)
+    assert [t.status for t in result.trials] == ["not exercised"] * 2
+    [msg] = result.unexercised()
+    assert "capacity 1 MiB never filled: lower it or use the write-point mode" in msg
+
+
+def test_a_disk_full_sweep_catches_an_agent_that_swallows_enospc(tmp_path: Path) -> None:
+    _need_tmpfs_and_strace()
+    bad = campaign(agent("swallows_enospc"), [{"disk_full": {"mechanism": "tmpfs"}}],
+                   tmp_path / "bad")
+    points = bad.golden.writes["tmpfs"]
+    assert len(bad.trials) == len(points) >= 2  # one trial per write point
+    assert all(t.exercised for t in bad.trials), [t.landed() for t in bad.trials]
+    assert bad.failures
+    for t in bad.failures:  # the swallowed ENOSPC, then a kill: the "completed" step reruns
+        assert re.search(r"fired: (ENOSPC|short write)", t.landed())  # the kernel refused it
+        assert "then killed at its next event" in t.landed()
+        root = t.root_cause
+        assert root is not None
+        assert root.name == "resumes_from_last_completed"
+        assert "hit a full disk" in root.hint  # the warning on its stderr, surfaced
+    good = campaign(agent("good_agent"), [{"disk_full": {"mechanism": "tmpfs"}}],
+                    tmp_path / "good")
+    assert good.ok, [(t.landed(), [str(c) for c in t.failed]) for t in good.trials]
+    assert all(t.status == "passed" for t in good.trials)
+
+
+@pytest.mark.parametrize("via", ["strace", "audit hook"])
+def test_a_fileop_sweep_hits_every_operation_of_the_golden_run_once(
+        via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crashpoint.faults import _strace
+
+    if via == "strace" and not _strace.available()[0]:
+        pytest.skip(f"strace unavailable: {_strace.available()[1]}")
+    if via == "audit hook":
+        monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
+    result = campaign(agent("good_agent"), [{"kill": {"at": "fileop"}}], tmp_path)
+    assert result.golden.recorded_by.startswith(via)
+    ops = result.golden.fileops
+    assert ops
+    assert [t.plan.faults[0].arg("fileop") for t in result.trials] == ops
+    landed = [t.outcomes[0].where for t in result.trials]
+    assert all(t.exercised for t in result.trials), [t.landed() for t in result.trials]
+    assert landed == [t.plan.faults[0].arg("label") for t in result.trials]  # where planned
+    assert len(set(landed)) == len(ops)  # every operation once
+    assert result.ok
+    if via == "strace":  # writes and fsyncs are operations too (not seen by the audit hook)
+        assert {"write", "fsync"} <= {o["op"] for o in ops}

@@ -519,8 +519,13 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
 
 
 def _fileop_label(op: dict[str, Any]) -> str:
-    return str(op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} "
-               f"#{op.get('n', 1)}")
+    from crashpoint.faults._fileops import FileOp
+
+    try:
+        return FileOp.from_json(op).label()
+    except (ValueError, TypeError, KeyError):  # a hand-written one: its own words
+        return str(op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} "
+                   f"#{op.get('n', 1)}")
 
 
 def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
