@@ -190,11 +190,15 @@ def test_a_timed_out_attempt_takes_its_re_forking_helper_with_it(
 
 
 @pytest.mark.usefixtures("contained", "sweep")
-def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path) -> None:
+def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """disk_full via tmpfs wraps the agent in ``nsenter`` (mount namespace); the cgroup is
-    joined before nsenter runs, so the agent and its helper are in it all the same."""
+    joined before nsenter runs, so the agent and its helper are in it all the same. (Without
+    strace: under strace -f, a helper the agent leaves behind keeps the trace, hence the
+    attempt, alive until its timeout; see docs/known-limitations.md.)"""
     from crashpoint.faults._disk import capabilities
 
+    monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
     if not capabilities().tmpfs:
         pytest.skip(capabilities().tmpfs_reason)
     agent = AgentSpec(command=(sys.executable, files["agent"], "env-i", "exit", files["helper"],

@@ -113,12 +113,14 @@ def scenario(folder: Path, name: str, agent: str, fault: str, *, extra: str = ""
     return path
 
 
+#: One probe event first: a campaign needs a boundary (and instants count from it).
+PROBE = "{python} -c 'from crashpoint import probe; probe.step_started(\"work\")'; "
 #: Exits at once in the golden run; in a trial starts a child and a detached grandchild
 #: (setsid: another session, found only by its reap token) and waits.
-SLOW = ('if [ "$CRASHPOINT_TRIAL" = golden ]; then exit 0; fi; '
+SLOW = (PROBE + 'if [ "$CRASHPOINT_TRIAL" = golden ]; then exit 0; fi; '
         'setsid sleep 1000 & sleep 1000 & wait')
-#: Short; the hang family stops it for good (SIGSTOP, never continued) 50 ms in.
-HANGS = "sleep 0.5; echo done"
+#: Short; the hang family stops it for good (SIGSTOP, never continued) at its first event.
+HANGS = PROBE + "sleep 0.5; echo done"
 
 needs_tmpfs = pytest.mark.skipif(not capabilities().tmpfs, reason=capabilities().tmpfs_reason)
 
@@ -171,7 +173,7 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
     elif kind == "slow":
         scenario(sc, kind, SLOW, "kill: {at: time, count: 2}")
     else:
-        scenario(sc, kind, SLOW, "disk_full: {mechanism: tmpfs, count: 2}")
+        scenario(sc, kind, SLOW, "disk_full: {mechanism: tmpfs, capacity: 64KiB, count: 2}")
     report = tmp_path / "report"
     report.mkdir()
     (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
@@ -266,7 +268,7 @@ def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
     if containment == "cgroup" and _cgroup.containment().mechanism != "cgroup":
         pytest.skip(f"no cgroup here: {_cgroup.containment().describe()}")
     sc = tmp_path / "scenarios"
-    scenario(sc, "killed", SLOW, "disk_full: {mechanism: tmpfs, count: 2}")
+    scenario(sc, "killed", SLOW, "disk_full: {mechanism: tmpfs, capacity: 64KiB, count: 2}")
     child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
                 "--report", str(tmp_path / "report"), containment=containment)
     wait_for(lambda: len(other_mount_ns(ours(private_tmp))) >= 2, why="agent and holder")

@@ -34,6 +34,9 @@ import json
 import os
 import sys
 
+from crashpoint import probe
+
+probe.step_started("write")  # one boundary: a campaign needs one
 state = sys.argv[1]
 attempt = os.environ["CRASHPOINT_ATTEMPT"]
 trial = os.environ["CRASHPOINT_TRIAL"].replace(":", "-")

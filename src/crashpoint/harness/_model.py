@@ -462,12 +462,12 @@ class TrialResult:
         """The comparable outcome of the trial (same across fork/spawn, shards, workers)."""
         return {"index": self.plan.index, "family": self.plan.family,
                 "plan": self.plan.describe(), "skipped": self.skipped,
-                "status": self.status,
                 "checks": {c.name: ("skip" if c.skipped else c.ok) for c in self.checks}}
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.verdict(),
+            "status": self.status,  # not in verdict(): a wall-clock fault may land or not
             "ok": self.ok,
             "seed": self.plan.seed,
             "attempts": [a.describe() for a in self.attempts],
