@@ -450,11 +450,11 @@ def test_budget_of_a_crash_harness_campaign(tmp_path: Path) -> None:
     from crashpoint.harness import CrashHarness
 
     agent = ["sh", "-c", HANGS, "agent-in-process"]
-    result = CrashHarness(str(tmp_path / "h")).run(agent, faults="hang", trials=2, budget=1.0)
+    result = CrashHarness(str(tmp_path / "h")).run(agent, faults="hang", trials=2, budget=5.0)
     assert not result.ok
     assert result.campaign.incomplete.startswith(
-        "the campaign's time budget of 1s ran out: 0 of 2 trials ran (trial 0 was stopped)")
-    assert "STOPPED: the campaign's time budget of 1s ran out" in result.report()
+        "the campaign's time budget of 5s ran out: 0 of 2 trials ran (trial 0 was stopped)")
+    assert "STOPPED: the campaign's time budget of 5s ran out" in result.report()
     assert not [p for p in psutil.process_iter() if _cmd(p)[-1:] == ["agent-in-process"]]
     assert not _cleanup.LIVE  # nothing registered is left
 
@@ -476,7 +476,8 @@ def test_an_interrupted_campaign_keeps_what_ran_and_cleans_up(tmp_path: Path) ->
         raise KeyboardInterrupt  # as Ctrl-C would, between two trials
 
     harness = CrashHarness(str(tmp_path / "h"), progress=interrupt_after_the_first)
-    camp = harness.campaign(["sh", "-c", "exit 0"], faults={"kill": {"at": "time"}}, trials=3)
+    camp = harness.campaign(["sh", "-c", PROBE + "exit 0"], faults={"kill": {"at": "time"}},
+                            trials=3)
     with pytest.raises(CampaignInterrupted) as exc:
         camp.run(progress=interrupt_after_the_first)
     partial = exc.value.result
