@@ -58,6 +58,17 @@ def test_failpoints_on_an_agent_without_the_reference_library_are_not_exercised(
     assert sum(1 for c in junit.iter("skipped") if "not exercised" in c.get("message", "")) == 3
 
 
+def test_fileop_kills_on_an_agent_that_writes_no_file_are_not_exercised(
+        tmp_path: Path) -> None:
+    result = campaign(agent("stateless_agent"), [{"kill": {"at": "fileop"}}], tmp_path)
+    assert result.golden.fileops == []
+    [trial] = result.trials  # never zero trials: one, that cannot pass, and says why
+    assert trial.status == "not exercised"
+    [msg] = result.unexercised()
+    assert "no file operation was recorded in the golden run" in msg
+    assert "{state_dir}" in msg  # where it looked, and how to point the agent there
+
+
 def test_the_reference_agent_hits_its_failpoints_and_passes(tmp_path: Path) -> None:
     demo = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"))
     result = campaign(demo, [{"kill": {"at": "failpoint", "count": 3}}], tmp_path)

@@ -196,14 +196,23 @@ def _resumers(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
                                     f"same time for {overlap:.3f}s")
 
 
+def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence,
+           key: str) -> Outcome | None:
+    """The outcome when ``f``'s attempt never ran, or when a fault module noted its verdict
+    ``(fired, where, why_not)`` under ``key``; None otherwise."""
+    if _attempt(attempts, f.attempt) is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    got = notes.get(key)
+    return None if got is None else Outcome(i, f.kind, bool(got[0]), str(got[1]), str(got[2]))
+
+
 def _fileop(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
             killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    noted = _noted(i, f, attempts, notes, "landed")  # from crashpoint.faults._fileops
+    if noted is not None:
+        return noted
     a = _attempt(attempts, f.attempt)
-    if a is None:
-        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
-    landed = notes.get("landed")
-    if landed is not None:  # (fired, where, why_not) from crashpoint.faults._fileops
-        return Outcome(i, f.kind, bool(landed[0]), str(landed[1]), str(landed[2]))
+    assert a is not None
     if not f.arg("fileop") and f.arg("n") is None:
         return Outcome(i, f.kind, False, why_not=(
             "no file operation was recorded in the golden run to kill at: " +
@@ -220,12 +229,9 @@ def _disk(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
           killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
     if f.arg("mechanism") == "failpoint":
         return _failpoint(i, f, attempts, events, killed, notes, golden)
-    a = _attempt(attempts, f.attempt)
-    if a is None:
-        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
-    got = notes.get("disk")
-    if got is not None:  # (fired, where, why_not) from crashpoint.faults._writes
-        return Outcome(i, f.kind, bool(got[0]), str(got[1]), str(got[2]))
+    noted = _noted(i, f, attempts, notes, "disk")  # from crashpoint.faults._writes
+    if noted is not None:
+        return noted
     return Outcome(i, f.kind, False, why_not=(
         "no evidence that the agent got ENOSPC/EFBIG (no trace of its writes and no reading "
         "of the disk's use)"))
