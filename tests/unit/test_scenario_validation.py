@@ -81,6 +81,11 @@ FAULT_CASES = [
     ("signal: {sig: STOP, pause: 2h}", "faults[0].signal.pause", 6, "above the cap"),
     ("signal: {sig: TERM, pause: 1}", "faults[0].signal.pause", 6, "goes with sig: STOP"),
     ("signal: {sig: KILL}", "faults[0].signal.sig", 6, "must be TERM or STOP"),
+    ("kill: {at: random, within: 1s}", "faults[0].kill.within", 6, "goes with at: time"),
+    ("kill: {at: time, within: -3s}", "faults[0].kill.within", 6, "negative"),
+    ("kill: {at: time, within: 0s}", "faults[0].kill.within", 6, "more than 0"),
+    ("kill: {at: time, within: 2h}", "faults[0].kill.within", 6, "at most 3600s"),
+    ("signal: {within: forever}", "faults[0].signal.within", 6, "is not a duration"),
     ("disk_full: {capacity: 0}", "faults[0].disk_full.capacity", 6, "more than 0"),
     ("disk_full: {capacity: 2GiB}", "faults[0].disk_full.capacity", 6, "at most 1 GiB"),
     ("disk_full: {capacity: lots}", "faults[0].disk_full.capacity", 6, "is not a size"),
@@ -210,6 +215,10 @@ AGENT_CASES = [
      "exit codes 1-255"),
     ("faults:", "expect: {refuse_codes: [0]}\nfaults:", "expect.refuse_codes", 5,
      "exit codes 1-255"),
+    ("faults:", "expect: {refuse_patterns: ['(unclosed']}\nfaults:",
+     "expect.refuse_patterns", 5, "is not a valid regular expression"),
+    ("faults:", "expect: {refuse_patterns: corrupt}\nfaults:", "expect.refuse_patterns", 5,
+     "must be a list of regular expressions"),
 ]
 
 
