@@ -265,3 +265,17 @@ def test_a_fileop_sweep_hits_every_operation_of_the_golden_run_once(
     assert result.ok
     if via == "strace":  # writes and fsyncs are operations too (not seen by the audit hook)
         assert {"write", "fsync"} <= {o["op"] for o in ops}
+
+
+def test_a_fileop_sweep_finds_temp_files_named_after_the_process(tmp_path: Path) -> None:
+    from crashpoint.faults import _strace
+
+    if not _strace.available()[0]:
+        pytest.skip(f"strace unavailable: {_strace.available()[1]}")
+    result = campaign(agent("pid_named_temp"), [{"kill": {"at": "fileop"}}], tmp_path)
+    ops = result.golden.fileops
+    per_run = [o for o in ops if ".state.json.*.tmp" in o["path"]]
+    assert per_run, ops  # the pid is shown as *, and the kill waits for the call's count
+    assert all(o.get("anywhere") for o in per_run)
+    assert all(t.exercised for t in result.trials), [t.landed() for t in result.trials]
+    assert result.ok

@@ -319,3 +319,13 @@ def test_the_watch_stays_quiet_without_a_landing(tmp_path: Path) -> None:
         w.stop()
     assert w._offset == size
     assert (w.fired, calls) == (False, [])
+
+
+def test_a_file_named_after_its_process_is_named_with_a_star() -> None:
+    from crashpoint.faults._fileops import _per_run
+
+    assert _per_run("{state_dir}/.meta.json.2781.tmp", 2781) == "{state_dir}/.meta.json.*.tmp"
+    assert _per_run("{state_dir}/2781/x.27810", 2781) == "{state_dir}/2781/x.27810"  # folder,
+    assert _per_run("{state_dir}/v12.json", 12) == "{state_dir}/v12.json"  # a number of its own
+    op = FileOp("write", "{state_dir}/.a.*.tmp", 1, syscall="write", when=1, anywhere=412)
+    assert FileOp.from_json(op.to_json()).anywhere == 412

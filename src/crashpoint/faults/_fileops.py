@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -109,6 +110,10 @@ class FileOp:
     when: int = field(default=0, compare=False)
     rel: tuple[str, ...] = field(default=(), compare=False)
     shared: bool = field(default=False, compare=False)
+    #: strace, for a file named after the process (``.meta.json.<pid>.tmp``: another name in
+    #: each run, shown with ``*`` for the pid): the call's count among *all* that thread's
+    #: calls of ``syscall``, which the kill then waits for (no ``-P``: the name is unknown)
+    anywhere: int = field(default=0, compare=False)
 
     def label(self) -> str:
         """For reports: ``openat(w) {state_dir}/ckpt.json.tmp #2``."""
@@ -128,6 +133,8 @@ class FileOp:
                 d["rel"] = list(self.rel)
             if self.shared:
                 d["shared"] = True
+            if self.anywhere:
+                d["anywhere"] = self.anywhere
         return d
 
     @classmethod
@@ -164,7 +171,8 @@ class FileOp:
         return cls(op=text("op"), path=path, n=count("n", 1), path2=text("path2", ""), via=via,
                    syscall=text("syscall") if via == "strace" else "",
                    when=count("when", 1) if via == "strace" else 0, rel=tuple(rel),
-                   shared=bool(d.get("shared", False)))
+                   shared=bool(d.get("shared", False)),
+                   anywhere=count("anywhere", 1) if d.get("anywhere") else 0)
 
 
 # -- placeholders -------------------------------------------------------------------------------
@@ -371,10 +379,15 @@ def arm(fileop: FileOp, roots: Mapping[str, str], workfile_prefix: str, *, use_s
         if not fileop.syscall or fileop.when < 1:
             raise ValueError(f"{fileop.label()}: no syscall/when to inject at (recorded by "
                              "an older version? record the golden run again)")
-        a = Armed(via="strace", fileop=fileop, roots=root_items, cwd=cwd,
-                  trace=workfile_prefix + ".strace", syscalls=(fileop.syscall,),
-                  paths=(*paths, *fileop.rel),
-                  inject=(f"{fileop.syscall}:signal=KILL:when={fileop.when}",))
+        if fileop.anywhere:  # a per-run name: count every call of the syscall, no -P
+            a = Armed(via="strace", fileop=fileop, roots=root_items, cwd=cwd,
+                      trace=workfile_prefix + ".strace", syscalls=(fileop.syscall,),
+                      inject=(f"{fileop.syscall}:signal=KILL:when={fileop.anywhere}",))
+        else:
+            a = Armed(via="strace", fileop=fileop, roots=root_items, cwd=cwd,
+                      trace=workfile_prefix + ".strace", syscalls=(fileop.syscall,),
+                      paths=(*paths, *fileop.rel),
+                      inject=(f"{fileop.syscall}:signal=KILL:when={fileop.when}",))
     else:
         rec, log = workfile_prefix + ".fileops.jsonl", workfile_prefix + ".landing.jsonl"
         target = json.dumps({"op": fileop.op, "paths": paths, "n": fileop.n})
@@ -413,9 +426,22 @@ def _decorated_paths(call: Syscall) -> list[str]:
     return out
 
 
+def _per_run(path: str, pid: int) -> str:
+    """``path`` with the process's own id, where its file name holds it as a number of its
+    own (``.meta.json.2781.tmp``), replaced by ``*``: a name that changes in each run."""
+    if pid < 100 or not path:
+        return path
+    head, _, name = path.rpartition("/")
+    new = re.sub(rf"(?<!\d){pid}(?!\d)", "*", name)
+    return f"{head}/{new}" if head else new
+
+
 def _key(call: Syscall, roots: _Roots) -> tuple[str, str] | None:
-    """(placeholder path, placeholder path2) of a call on the trial's folders, else None."""
+    """(placeholder path, placeholder path2) of a call on the trial's folders, else None;
+    a file named after the calling process has ``*`` for its id (:func:`_per_run`)."""
     p, p2 = roots.placeholder(call.path), roots.placeholder(call.path2)
+    p = _per_run(p, call.pid) if p is not None else None
+    p2 = _per_run(p2, call.pid) if p2 is not None else None
     if p is not None:
         return p, p2 or ""
     if p2 is not None:  # e.g. a file renamed from elsewhere into the folders
@@ -430,7 +456,10 @@ def _strace_ops(trace: _strace.Trace, roots: _Roots, exclude: frozenset[str],
     threads: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
     rel: defaultdict[str, set[str]] = defaultdict(set)
     found: list[tuple[str, str, str, int, int, Syscall]] = []
+    every: Counter[tuple[int, str]] = Counter()  # (thread, syscall): all its calls so far
+    anywhere: dict[int, int] = {}  # index in found -> that count, for a per-run name
     for c in trace.calls:
+        every[(c.pid, c.name)] += 1
         touched = set()
         for p, given in ((c.path, c.path_arg), (c.path2, c.path2_arg)):
             ph = roots.placeholder(p)
@@ -450,11 +479,14 @@ def _strace_ops(trace: _strace.Trace, roots: _Roots, exclude: frozenset[str],
         if key is None or c.path in exclude or c.path2 in exclude:
             continue
         seen[(op, key[0])] += 1
+        if "*" in key[0].rpartition("/")[2]:
+            anywhere[len(found)] = every[(c.pid, c.name)]
         found.append((op, key[0], key[1], seen[(op, key[0])],
-                      per_thread[(c.pid, c.name, key[0])], c))
-    return [(FileOp(op=op, path=p, n=n, path2=p2, via="strace", syscall=c.name, when=when,
-                    rel=tuple(sorted(rel.get(p, ()))), shared=len(threads[(c.name, p)]) > 1), c)
-            for op, p, p2, n, when, c in found]
+                      per_thread[(c.pid, c.name, roots.placeholder(c.path) or key[0])], c))
+    return [(FileOp(op=op, path=p, n=n, path2=p2, via="strace", syscall=c.name,
+                    when=max(1, when), rel=tuple(sorted(rel.get(p, ()))),
+                    shared=len(threads[(c.name, p)]) > 1, anywhere=anywhere.get(k, 0)), c)
+            for k, (op, p, p2, n, when, c) in enumerate(found)]
 
 
 def _audit_ops(lines: Iterable[dict[str, Any]], roots: _Roots,
