@@ -553,10 +553,9 @@ class TrialRunner:
                 value = wp.value if wp is not None else int(f.arg("capacity", 65536))
                 traced, why = _strace.available()
                 trace = os.path.join(tdir, f"attempt-{n}.disk.strace") if traced else None
-                inner = list(argv)
-                if armed is not None:
-                    argv = armed.wrap(argv)
-                    armed = None  # one wrapper per attempt (a chain item per attempt)
+                inner = list(argv)  # (one trace per attempt: a fileop kill planned for the
+                #                      same attempt, which no family does, is not armed)
+                armed = None
                 if mech == "tmpfs":
                     ns = TmpfsNamespace(state, free=value) if wp is not None else \
                         TmpfsNamespace(state, value)
