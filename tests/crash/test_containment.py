@@ -190,15 +190,20 @@ def test_a_timed_out_attempt_takes_its_re_forking_helper_with_it(
 
 
 @pytest.mark.usefixtures("contained", "sweep")
+@pytest.mark.parametrize("traced", [True, False], ids=["strace", "no-strace"])
 def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """disk_full via tmpfs wraps the agent in ``nsenter`` (mount namespace); the cgroup is
-    joined before nsenter runs, so the agent and its helper are in it all the same. (Without
-    strace: under strace -f, a helper the agent leaves behind keeps the trace, hence the
-    attempt, alive until its timeout; see docs/known-limitations.md.)"""
+                                        monkeypatch: pytest.MonkeyPatch, traced: bool) -> None:
+    """disk_full via tmpfs wraps the agent in ``nsenter`` (mount namespace), and in strace
+    where it can; the cgroup is joined before nsenter runs, so the agent and its helper are in
+    it all the same. Under ``strace -f`` the helper would keep the trace (and the attempt)
+    alive: the trace is ended when the agent exits, and the helper is an orphan as without."""
+    from crashpoint.faults import _strace
     from crashpoint.faults._disk import capabilities
 
-    monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
+    if not traced:
+        monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
+    elif not _strace.available()[0]:
+        pytest.skip(f"strace unavailable: {_strace.available()[1]}")
     if not capabilities().tmpfs:
         pytest.skip(capabilities().tmpfs_reason)
     agent = AgentSpec(command=(sys.executable, files["agent"], "env-i", "exit", files["helper"],
@@ -208,7 +213,9 @@ def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
         result = runner.run(plan, Golden([], [], Counter(), b"helper started\n", 0.1))
     first = result.attempts[0]
     assert first.argv[0] == "nsenter"
+    assert ("strace" in " ".join(first.argv)) is traced
     assert first.containment == "cgroup"
+    assert not first.timed_out  # it ended with the agent, not at its timeout
     assert first.orphans
     assert "no_orphans" in [c.name for c in result.failed]
     assert os.path.getsize(files["marker"]) > 0

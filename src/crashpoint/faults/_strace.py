@@ -31,6 +31,7 @@ What strace 6.1 does, checked here (and relied on):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -38,11 +39,26 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from crashpoint.errors import CrashpointError
 
-__all__ = ["Syscall", "Trace", "available", "decode", "decoration", "parse", "parse_lines", "read",
-           "wrap"]
+if TYPE_CHECKING:
+    from crashpoint.faults._process import Exit
+
+__all__ = [
+    "Detacher",
+    "Syscall",
+    "Trace",
+    "available",
+    "decode",
+    "decoration",
+    "output_of",
+    "parse",
+    "parse_lines",
+    "read",
+    "wrap",
+]
 
 #: Environment variable that makes :func:`available` say no (to exercise the fallbacks).
 NO_STRACE_VAR = "CRASHPOINT_NO_STRACE"
@@ -511,3 +527,122 @@ def parse(output: str, *, max_lines: int = 1_000_000, cwd: str = "") -> list[Sys
     A call interrupted by the death of its process has ``result`` None; calls are in the order
     they started (an ``<unfinished ...>`` call takes the place of its first line)."""
     return read(output, cwd=cwd, max_lines=max_lines).calls
+
+
+def output_of(argv: Sequence[str]) -> str | None:
+    """The trace file of an ``argv`` that runs its command under strace (as :func:`wrap`
+    makes it, directly or after nsenter), else None."""
+    for k, a in enumerate(argv[:40]):
+        if os.path.basename(a) != "strace":
+            continue
+        rest = list(argv[k + 1:])
+        for j, b in enumerate(rest):
+            if b == "--":
+                return None
+            if b == "-o" and j + 1 < len(rest):
+                return rest[j + 1]
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+class Detacher:
+    """Ends a ``strace -f`` run when its command has exited.
+
+    strace follows every process the command starts and exits only when the last one has:
+    a helper the agent leaves running would keep the run (and so its attempt) alive until its
+    timeout, and the trial would fail as a hang instead of showing the orphan. Once the
+    command (the first process of the trace ``output``) has exited and strace is still
+    running, strace is killed (it blocks SIGTERM while it runs a command with ``-o``): what
+    it traced is detached and goes on running, for the harness's orphan sweep to find.
+    :attr:`exit_code` is then the command's own exit status, from its exit line (the run's
+    process died of SIGKILL), and :attr:`left` the processes it left behind (traced, not
+    exited, still alive; a helper that re-forks or double-forks is found too): they are killed
+    at once (untraced, their traced calls would fail under strace's seccomp filter) and count
+    as the attempt's orphans. A command killed by a signal needs none of this: strace then
+    re-raises that signal on itself.
+    """
+
+    def __init__(self, strace_pid: int, output: str, interval: float = 0.05) -> None:
+        import threading
+
+        self.pid, self.output, self.interval = strace_pid, output, interval
+        self.detached = False
+        self.exit_code: int | None = None
+        self.left: tuple[int, ...] = ()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, name="crashpoint-strace-detach",
+                                   daemon=True)
+        self._t.start()
+
+    def _main_exited(self, state: dict[str, Any]) -> bool:
+        """Read what strace appended; True once the first process's exit line is there."""
+        try:
+            with open(self.output, "rb") as f:
+                f.seek(state["offset"])
+                chunk = f.read(1 << 20)
+        except OSError:
+            return False
+        state["offset"] += len(chunk)
+        lines = (state["tail"] + chunk).split(b"\n")
+        state["tail"] = lines.pop()
+        done = False
+        for line in lines:
+            pid, _, rest = line.partition(b" ")
+            if not pid.isdigit():
+                continue
+            if state["main"] is None:
+                state["main"] = pid
+            rest = rest.strip()
+            if rest.startswith((b"+++ exited with", b"+++ killed by")):
+                state["pids"].discard(int(pid))
+            else:
+                state["pids"].add(int(pid))
+            if pid == state["main"] and rest.startswith(b"+++ exited with"):
+                state["code"] = int(rest.split()[3])
+                done = True
+        return done
+
+    def _loop(self) -> None:
+        import signal
+
+        state: dict[str, Any] = {"offset": 0, "tail": b"", "main": None, "code": None,
+                                 "pids": set()}
+        try:
+            while not self._stop.wait(self.interval):
+                if not self._main_exited(state):
+                    continue
+                if self._stop.wait(0.2):  # strace ends by itself when nothing is left
+                    return
+                with open(f"/proc/{self.pid}/stat", "rb") as f:
+                    if f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
+                        return
+                self.exit_code = int(state["code"])
+                self._main_exited(state)  # what it traced since: who is still there
+                self.left = tuple(sorted(p for p in state["pids"] if _alive(p)))
+                self.detached = True
+                os.kill(self.pid, signal.SIGKILL)
+                for pid in self.left:  # untraced, their traced calls would fail: end them
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+        except (OSError, IndexError, ValueError):
+            return
+
+    def exit(self, ex: Exit) -> Exit:
+        """``ex`` (the strace process's end) as the command's own, if strace was killed: its
+        exit status, and the processes it left as orphans (they outlived it)."""
+        if not self.detached or self.exit_code is None:
+            return ex
+        return dataclasses.replace(ex, returncode=self.exit_code, signal=None,
+                                   orphans=tuple(sorted({*ex.orphans, *self.left})))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join(timeout=5)

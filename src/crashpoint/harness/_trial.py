@@ -377,6 +377,7 @@ class TrialRunner:
         LIVE.add_token(token)  # before it starts: a harness killed now leaves it to the reaper
         procs: list[AgentProcess] = []
         ex: Exit | None = None
+        detacher: _strace.Detacher | None = None
         try:
             with shielded():  # started and recorded as one step
                 try:
@@ -385,9 +386,16 @@ class TrialRunner:
                 except AgentStartError as exc:  # one line, not a traceback
                     raise GoldenRunFailed(
                         f"the golden run (no faults) could not start: {exc}") from None
+                out = _strace.output_of(argv)
+                if out:  # the run ends with the agent, not with a helper it left
+                    detacher = _strace.Detacher(procs[0].pid, out)
             ex = procs[0].wait(timeout=self._limit(t0))
         finally:
             with shielded():
+                if detacher is not None:
+                    detacher.stop()
+                    if ex is not None:
+                        ex = detacher.exit(ex)
                 if ex is None:
                     _abort(procs)
                 LIVE.drop_token(token)
@@ -582,6 +590,7 @@ class TrialRunner:
             exits: list[tuple[int, Exit]] = []
             timers: list[threading.Timer] = []
             watches: list[_fileops.Watch] = []
+            detachers: list[_strace.Detacher] = []
             sampler: _Sampler | None = None
             tokens: list[str] = []
             try:
@@ -600,6 +609,9 @@ class TrialRunner:
                                         functools.partial(ledger.begin_attempt, num),
                                         os.path.join(tdir, f"attempt-{num}"))
                         procs.append((num, p, t_spawn))
+                        out = _strace.output_of(argv)
+                        if out:  # the attempt ends with the agent, not its last helper
+                            detachers.append(_strace.Detacher(p.pid, out))
                 with shielded():
                     timers = self._timers(mine, procs[0][1], procs[0][0], procs[0][2], ledger,
                                           notes)
@@ -612,14 +624,18 @@ class TrialRunner:
                         lead.signal, signal.SIGKILL)) for note in notes.values()
                         if note.get("armed") is not None and "landed" not in note]
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
-                for num, p, t_spawn in procs:
-                    exits.append((num, p.wait(timeout=self._limit(t_spawn))))
+                for j, (num, p, t_spawn) in enumerate(procs):
+                    end = p.wait(timeout=self._limit(t_spawn))
+                    d = detachers[j] if j < len(detachers) else None
+                    exits.append((num, d.exit(end) if d is not None else end))
             finally:
                 with shielded():  # stopped (a signal, the budget, an error): nothing left behind
                     ledger.on_first_event = None
                     ledger.kill_when = None
                     for w in watches:
                         w.stop()
+                    for d in detachers:
+                        d.stop()
                     for t in timers:
                         t.cancel()
                     if sampler:
