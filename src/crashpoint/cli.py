@@ -812,6 +812,11 @@ def _replay(ctx: Context) -> int:
         result = replay(folder)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a plan.json edited by hand: a file operation or write point
+        if isinstance(exc, CrashpointError):
+            raise
+        raise UsageError(f"{folder}: its plan.json cannot be replayed: {exc} (run the trial's "
+                         "campaign again to get a fresh plan)") from None
     ctx.print(f"trial {result.plan.index} [{result.plan.family}]: {result.plan.describe()}")
     ctx.print(f"  landed: {result.landed()}")
     for att in result.attempts:

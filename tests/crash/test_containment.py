@@ -216,6 +216,7 @@ def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
     assert ("strace" in " ".join(first.argv)) is traced
     assert first.containment == "cgroup"
     assert not first.timed_out  # it ended with the agent, not at its timeout
+    assert (first.returncode, first.signal) == (0, None)  # the agent's own exit, not strace's
     assert first.orphans
     assert "no_orphans" in [c.name for c in result.failed]
     assert os.path.getsize(files["marker"]) > 0

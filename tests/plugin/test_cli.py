@@ -74,6 +74,23 @@ def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
     assert suite.get("failures") == "1"
 
 
+def test_replay_of_a_hand_edited_plan_is_a_usage_error(inner: Any) -> None:
+    inner.scenario("broken", "kill: {at: random, count: 1}", folder="gate", extra="seed: 1",
+                   command=inner.command(inner.broken_agent))
+    report = inner.path / "out"
+    assert crashpoint(inner, "run", "gate", "--report", report, "--quiet").ret == 1
+    [folder] = sorted(report.glob("scenarios/*/trials/trial-*"))
+    plan = json.loads((folder / "plan.json").read_text())
+    plan["faults"] = [{"kind": "fileop", "attempt": 1, "fileop": {"op": "write",
+                                                                 "path": "/etc/passwd", "n": 1}}]
+    (folder / "plan.json").write_text(json.dumps(plan))
+    result = crashpoint(inner, "replay", folder)
+    assert result.ret == 2, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"crashpoint: error: {folder}: its plan.json cannot be "
+                                 "replayed: *path*"])
+    assert "Traceback" not in result.stderr.str()
+
+
 def test_no_scenario_found_exits_1_with_a_message(inner: Any) -> None:
     (inner.path / "empty").mkdir()
     (inner.path / "empty" / "notes.yaml").write_text("name: not a scenario\n")

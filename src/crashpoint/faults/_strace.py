@@ -552,6 +552,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _traced_by(pid: int, tracer: int) -> bool:
+    """Process ``pid`` runs, traced by ``tracer`` (so a pid reused by another process since
+    the trace named it is never taken for the agent's)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"TracerPid:"):
+                    return int(line.split()[1]) == tracer and _alive(pid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 class Detacher:
     """Ends a ``strace -f`` run when its command has exited.
 
@@ -620,12 +633,12 @@ class Detacher:
                     continue
                 if self._stop.wait(0.2):  # strace ends by itself when nothing is left
                     return
-                with open(f"/proc/{self.pid}/stat", "rb") as f:
-                    if f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X"):
-                        return
+                if not _alive(self.pid):  # it ended by itself
+                    return
                 self.exit_code = int(state["code"])
                 self._main_exited(state)  # what it traced since: who is still there
-                self.left = tuple(sorted(p for p in state["pids"] if _alive(p)))
+                self.left = tuple(sorted(p for p in state["pids"]
+                                         if _traced_by(p, self.pid)))
                 self.detached = True
                 os.kill(self.pid, signal.SIGKILL)
                 for pid in self.left:  # untraced, their traced calls would fail: end them
