@@ -82,6 +82,8 @@ class Syscall:
     ``(deleted)``); ``path_arg``/``path2_arg``: the path strings as the call passed them
     (decoded, maybe relative), "" where the path came from a descriptor. For
     ``symlink``/``symlinkat`` ``path`` is the link created and ``path2`` what it points to.
+    ``time``: when the call started, seconds since the epoch (``wrap(timestamps=True)``,
+    strace ``-ttt``), else 0.0; an ``<unfinished ...>`` call keeps its first line's time.
     """
 
     seq: int
@@ -98,6 +100,7 @@ class Syscall:
     deleted: bool = False
     path_arg: str = ""
     path2_arg: str = ""
+    time: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,14 +170,16 @@ def available() -> tuple[bool, str]:
 
 
 def wrap(argv: Sequence[str], output: str, *, syscalls: Sequence[str],
-         inject: Sequence[str] = (), paths: Sequence[str] = (), strsize: int = 0) -> list[str]:
+         inject: Sequence[str] = (), paths: Sequence[str] = (), strsize: int = 0,
+         timestamps: bool = False) -> list[str]:
     """``argv`` run under strace, following forks, writing the trace to ``output``.
 
     ``syscalls``: the calls to record (a name strace does not know on this machine, e.g.
     ``open`` on arm64, is skipped, not an error); ``inject``: strace ``-e inject=...``
     expressions (e.g. ``openat:signal=KILL:when=3``); ``paths``: only calls on these files are
     traced (and counted by ``when``): strace ``-P``. ``strsize``: how many bytes of each data
-    string to print (paths are always printed whole).
+    string to print (paths are always printed whole). ``timestamps``: each line starts with
+    the wall-clock time of the call (``-ttt``: what :attr:`Syscall.time` holds).
 
     Raises :class:`CrashpointError` if strace cannot run here (check :func:`available` first).
     """
@@ -185,6 +190,8 @@ def wrap(argv: Sequence[str], output: str, *, syscalls: Sequence[str],
     if not syscalls:
         raise ValueError("wrap() needs at least one syscall to trace")
     out = [strace, "-f", "-q", "-y", "-s", str(max(0, int(strsize))), "-o", output]
+    if timestamps:
+        out.append("-ttt")
     if _probed()[2] and not inject:
         # only the traced calls stop the tracee: much cheaper. Not with inject: strace 6.1
         # then never delivers an injected signal (error injection still works).
@@ -199,7 +206,7 @@ def wrap(argv: Sequence[str], output: str, *, syscalls: Sequence[str],
 
 # -- parsing ------------------------------------------------------------------------------------
 
-_PREFIX = re.compile(r"^(?:\[pid\s+(\d+)\]|(\d+))?\s*(?:\d+:\d+:\d+(?:\.\d+)?\s+|\d+\.\d+\s+)?")
+_PREFIX = re.compile(r"^(?:\[pid\s+(\d+)\]|(\d+))?\s*(?:\d+:\d+:\d+(?:\.\d+)?\s+|(\d+\.\d+)\s+)?")
 _CALL = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\?+)\(")
 _RESUMED = re.compile(r"^<\.\.\. ([A-Za-z_][A-Za-z0-9_]*) resumed>\s?")
 _EXIT = re.compile(r"^\+\+\+ (exited with -?\d+|killed by SIG[A-Z0-9]+(?: \(core dumped\))?|"
@@ -329,13 +336,14 @@ class _Parser:
     def __init__(self, cwd: str) -> None:
         self.cwd0 = cwd
         self.cwd: dict[int, str] = {}
-        self.slots: list[Syscall | tuple[int, str] | None] = []  # (pid, partial text)
+        self.slots: list[Syscall | tuple[int, str, float] | None] = []  # (pid, text, time)
         self.pending: dict[int, int] = {}  # pid -> slot of its unfinished call
         self.exits: dict[int, str] = {}
 
     def feed(self, line: str) -> None:
         m = _PREFIX.match(line)
         pid = int(m.group(1) or m.group(2) or 0) if m else 0
+        t = float(m.group(3)) if m and m.group(3) else 0.0
         rest = line[m.end():] if m else line
         if rest.startswith("+++"):
             em = _EXIT.match(rest.strip())
@@ -352,22 +360,22 @@ class _Parser:
             if slot is not None and isinstance(entry, tuple) and \
                     entry[1].startswith(rm.group(1) + "("):
                 text = entry[1] + rest[rm.end():]
-                self.slots[slot] = self._call(pid, text)
+                self.slots[slot] = self._call(pid, text, entry[2])
             else:
                 if slot is not None:
                     self._finish_slot(slot)
                 # the start of this call is not in the trace: keep what is there
-                self.slots.append(self._call(pid, rm.group(1) + "(" + rest[rm.end():]))
+                self.slots.append(self._call(pid, rm.group(1) + "(" + rest[rm.end():], t))
             return
         if not _CALL.match(rest):
             return
         if rest.endswith(_UNFINISHED):
             self._close_pending(pid)
             self.pending[pid] = len(self.slots)
-            self.slots.append((pid, rest[:-len(_UNFINISHED)]))
+            self.slots.append((pid, rest[:-len(_UNFINISHED)], t))
             return
         self._close_pending(pid)
-        self.slots.append(self._call(pid, rest))
+        self.slots.append(self._call(pid, rest, t))
 
     def _close_pending(self, pid: int) -> None:
         slot = self.pending.pop(pid, None)
@@ -377,7 +385,7 @@ class _Parser:
     def _finish_slot(self, slot: int) -> None:
         entry = self.slots[slot]
         if isinstance(entry, tuple):  # never resumed: the process died in it
-            self.slots[slot] = self._call(entry[0], entry[1], unfinished=True)
+            self.slots[slot] = self._call(entry[0], entry[1], entry[2], unfinished=True)
 
     def finish(self) -> list[Syscall]:
         for pid in list(self.pending):
@@ -385,7 +393,8 @@ class _Parser:
         calls = [s for s in self.slots if isinstance(s, Syscall)]
         return [_renumber(c, i) for i, c in enumerate(calls)]
 
-    def _call(self, pid: int, text: str, *, unfinished: bool = False) -> Syscall | None:
+    def _call(self, pid: int, text: str, t: float = 0.0, *,
+              unfinished: bool = False) -> Syscall | None:
         cm = _CALL.match(text)
         if not cm:
             return None
@@ -407,7 +416,7 @@ class _Parser:
                 errno = rm.group(3) or ""
                 injected = "(INJECTED)" in text[rm.end():]
         call = Syscall(seq=0, pid=pid, name=name, args=tuple(args), result=result,
-                       errno=errno, raw=text, injected=injected)
+                       errno=errno, raw=text, injected=injected, time=t)
         return self._resolve(call)
 
     def _cwd(self, pid: int) -> str:
@@ -468,7 +477,7 @@ class _Parser:
             self.cwd.setdefault(c.result, self._cwd(c.pid))
         return Syscall(seq=0, pid=c.pid, name=name, args=a, result=c.result, errno=c.errno,
                        path=path, path2=path2, fd=fd, raw=c.raw, injected=c.injected,
-                       deleted=deleted, path_arg=given, path2_arg=given2)
+                       deleted=deleted, path_arg=given, path2_arg=given2, time=c.time)
 
 
 def _renumber(c: Syscall, seq: int) -> Syscall:
