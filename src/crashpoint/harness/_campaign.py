@@ -84,7 +84,7 @@ def parse_budget(raw: str | float, *, what: str = "budget") -> float:
         raise UnitError(f"{where}a budget must be more than 0")
     return v
 
-FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang")
+FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "power_loss")
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "kill": ("at", "count", "names", "max", "within"),
@@ -93,7 +93,10 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "disk_full": ("capacity", "mechanism", "nth", "count"),
     "resumers": ("count",),
     "hang": ("count",),
+    "power_loss": ("model", "count"),
 }
+#: power_loss: the persistence models (crashpoint.faults._powercut)
+POWER_MODELS = ("posix", "ext4-ordered")
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 _KILL_FAILPOINTS = ("journal.after_write", "journal.after_sync", "atomic.after_temp",
@@ -262,6 +265,8 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
             opts["capacity"] = cap
         if "nth" in opts:
             _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
+    elif kind == "power_loss":
+        opts["model"] = text("model", POWER_MODELS, "posix")
 
 
 @dataclass(frozen=True)
@@ -295,6 +300,8 @@ class FaultFamily:
         if kind == "kill":
             at = o.get("at", "random")
             return at == "every-boundary" or (at == "fileop" and "count" not in o)
+        if kind == "power_loss":
+            return "count" not in o
         return kind == "disk_full" and "capacity" not in o and "count" not in o and \
             o.get("mechanism", "auto") != "failpoint"
 
@@ -304,6 +311,10 @@ class FaultFamily:
         o = dict(opts)
         if kind == "kill" and o.get("at") == "fileop":
             return max(1, len(golden.fileops[:int(o.get("max", MAX_FILEOP))]))
+        if kind == "power_loss":
+            from crashpoint.harness import _power
+
+            return _power.points(golden, str(o.get("model", "posix")))
         if kind == "disk_full":
             from crashpoint.faults._disk import capabilities
 
@@ -325,6 +336,8 @@ class FaultFamily:
             if kind == "disk_full" and "capacity" not in o and \
                     o.get("mechanism", "auto") != "failpoint":
                 out.add("writes")
+            if kind == "power_loss":
+                out.add("plog")
         return frozenset(out)
 
     @property
@@ -435,8 +448,21 @@ def _instant(opts: dict[str, Any], golden: Golden, rng: random.Random) -> dict[s
     return out
 
 
+def _last_kill_index(golden: Golden, prior: Sequence[Fault]) -> int:
+    """The golden event of the last kill planned before (0 if none is named)."""
+    for f in reversed(prior):
+        if f.kind == "kill" and f.arg("op"):
+            seen = 0
+            for j, ev in enumerate(golden.events):
+                if ev["op"] == f.arg("op") and event_name(ev) == f.arg("name"):
+                    seen += 1
+                    if seen == int(f.arg("nth", 1)):
+                        return j
+    return 0
+
+
 def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
-          boundary: int | None, mode: str | None) -> list[Fault]:
+          boundary: int | None, mode: str | None, prior: Sequence[Fault] = ()) -> list[Fault]:
     """The faults for one chain item (``boundary``: the index of the systematic point)."""
     bs = golden.boundaries()
     if not bs and (kind == "corrupt" or (kind == "kill" and opts.get("at", "random") in
@@ -512,6 +538,19 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
     if kind == "resumers":
         return [Fault.make("resumers", attempt)]
+    if kind == "power_loss":
+        from crashpoint.harness import _power
+
+        model = str(opts.get("model", "posix"))
+        if attempt == 1:
+            return [_power.draw(golden, model, rng, boundary, attempt)]
+        # during recovery (after another fault): cut the attempt at a golden event drawn
+        # past the previous kill, in the state its own trace says it may leave
+        first = _last_kill_index(golden, prior)
+        k = _later_kill(attempt, golden, first, rng, "power cut")
+        return [Fault.make("power_loss", attempt, model=model, seed=rng.randrange(1 << 30),
+                           **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
+                           label=f"power cut at {k.arg('op')}:{k.arg('name')}")]
     if kind == "hang":
         return [Fault.make("signal", attempt, sig="STOP", seconds=0.0, pause=1e6,
                            **({"anchor": "start"} if not golden.events else {}))]
@@ -536,7 +575,7 @@ def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
     faults: list[Fault] = []
     attempt = 1
     for kind, opts in family.chain:
-        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode)
+        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode, faults)
         faults += drawn
         attempt = max(f.attempt for f in drawn) + 1
     return Plan(tuple(faults), family.name, seed, index)
@@ -786,19 +825,21 @@ class Campaign:
 
         Raises :class:`NoBoundaries` when the golden run reported no event and no file
         operation: a campaign would then test nothing."""
-        if not golden.events and not golden.fileops:
+        if not golden.events and not golden.fileops and not golden.plog.get("ops"):
             raise NoBoundaries(
                 f"campaign {self.name!r}: the agent's golden run reported no event (no step, "
                 f"no effect) and no file operation was recorded, so there is no boundary to "
                 f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}.")
         plans: list[Plan] = []
         systematic = [f for f in self.families if self.mode != "random" and (
-            f.systematic or (self.mode == "systematic" and len(f.chain) == 1
-                             and f.chain[0][0] == "kill"
-                             and dict(f.chain[0][1]).get("at", "random") == "random"))]
+            f.systematic or (self.mode == "systematic" and len(f.chain) == 1 and (
+                f.chain[0][0] == "power_loss" or (
+                    f.chain[0][0] == "kill"
+                    and dict(f.chain[0][1]).get("at", "random") == "random"))))]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
-            for b in range(fam.points(golden) if fam.systematic else len(golden.boundaries())):
+            sweep = fam.systematic or fam.chain[0][0] == "power_loss"
+            for b in range(fam.points(golden) if sweep else len(golden.boundaries())):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:
             explicit = sum(f.count or 0 for f in randoms)
