@@ -51,7 +51,8 @@ def test_a_naive_json_agent_fails_and_the_torn_or_lost_state_is_named(tmp_path: 
     result = campaign(agent("naive_json"), [{"power_loss": {"model": "posix"}}], tmp_path)
     assert result.trials, "a sweep over a traced agent that writes unsynced data is never empty"
     assert all(t.outcomes[0].fired for t in result.trials)
-    assert result.failures and not result.ok
+    assert result.failures
+    assert not result.ok
     text = causes(result)
     assert "state.json" in text
     assert "fsync" in text  # the missing barrier, named
@@ -70,7 +71,8 @@ def test_temp_fsync_rename_and_folder_fsync_passes_every_state(tmp_path: Path,
                                                               model: str) -> None:
     result = campaign(agent("durable_json"), [{"power_loss": {"model": model}}], tmp_path)
     assert result.ok, causes(result)
-    assert result.trials and all(t.status == "passed" for t in result.trials)
+    assert result.trials
+    assert all(t.status == "passed" for t in result.trials)
 
 
 @needs_strace
@@ -78,7 +80,8 @@ def test_no_folder_fsync_fails_under_posix_and_is_explained(tmp_path: Path) -> N
     result = campaign(agent("nodirsync_json"), [{"power_loss": {"model": "posix"}}], tmp_path)
     assert not result.ok
     text = causes(result)
-    assert "folder" in text and "fsync" in text, text
+    assert "folder" in text, text
+    assert "fsync" in text, text
     assert "acknowledged but not durable" in text, text
 
 
@@ -88,7 +91,8 @@ def test_a_shell_agent_is_judged_as_well(tmp_path: Path) -> None:
         pytest.skip("the shell agent speaks to the ledger with curl, which is missing")
     naive = campaign(agent("shell_agent.sh"), [{"power_loss": {"model": "posix"}}],
                      tmp_path / "naive")
-    assert naive.trials and not naive.ok
+    assert naive.trials
+    assert not naive.ok
     assert "progress" in causes(naive)
     durable = campaign(agent("shell_agent.sh", "--durable"),
                        [{"power_loss": {"model": "posix"}}], tmp_path / "durable")
@@ -101,7 +105,8 @@ def test_the_demo_agent_on_the_reference_library_passes_every_state(tmp_path: Pa
                                                                     model: str) -> None:
     demo = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"))
     result = campaign(demo, [{"power_loss": {"model": model}}], tmp_path)
-    assert result.trials and all(t.outcomes[0].fired for t in result.trials)
+    assert result.trials
+    assert all(t.outcomes[0].fired for t in result.trials)
     assert result.ok, causes(result)
 
 
@@ -152,7 +157,7 @@ def test_an_agent_that_syncs_everything_at_once_has_nothing_to_lose(tmp_path: Pa
     assert "kill -9" in result.unexercised()[0]
 
 
-@pytest.mark.parametrize("spec, where", [
+@pytest.mark.parametrize(("spec", "where"), [
     ({"power_loss": {"model": "zfs"}}, "model"),
     ({"power_loss": {"model": "posix", "at": "random"}}, "at"),
     ({"power_loss": {"count": 0}}, "count"),

@@ -281,7 +281,8 @@ class FaultFamily:
         parts = []
         for kind, opts in self.chain:
             o = dict(opts)
-            tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or ""
+            tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or \
+                o.get("model") or ""
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             parts.append(f"{kind}@{tag}" if tag else kind)
@@ -547,7 +548,7 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         # during recovery (after another fault): cut the attempt at a golden event drawn
         # past the previous kill, in the state its own trace says it may leave
         first = _last_kill_index(golden, prior)
-        k = _later_kill(attempt, golden, first, rng, "power cut")
+        k = _later_kill(attempt, golden, first, rng, "power cut", after=True)
         return [Fault.make("power_loss", attempt, model=model, seed=rng.randrange(1 << 30),
                            **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
                            label=f"power cut at {k.arg('op')}:{k.arg('name')}")]

@@ -730,8 +730,8 @@ class TrialRunner:
                 want = kill_at(rec.fault)
                 hit = next((k for k in ledger.killed if k.get("kill") == want), None)
                 where = f"event #{hit['event']} {hit['op']}:{hit['name']}" if hit else (
-                    f"it {attempts[-1].describe().split(': ', 1)[-1]} before "
-                    f"{want.op}:{want.name} #{want.nth}")
+                    f"it ended ({attempts[-1].describe().split(': ', 1)[-1]}) without "
+                    f"sending {want.op}:{want.name} #{want.nth}, where the cut was planned")
                 mine_events = [e for e in ledger.events if e["attempt"] == n]
                 cut_note, st, text = rec.apply(
                     {"state_dir": state, "workdir": work}, hit is not None, where,
