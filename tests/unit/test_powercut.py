@@ -650,3 +650,20 @@ def test_materialize_follows_no_symlink(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"Too many levels of symbolic links|Not a directory"):
         pc.materialize(_state({f"{S}/x": b"1"}), {"state_dir": str(tmp_path / "rootlink")})
     assert sorted(os.listdir(outside)) == ["victim"]
+
+
+def test_posix_reorder_loses_every_unsynced_write_before_the_rename() -> None:
+    log = log_of(f'''
+        10 openat(AT_FDCWD</w>, "{ROOT}/t", O_WRONLY|O_CREAT, 0644) = 3<{ROOT}/t>
+        10 write({fd(3, "t")}, "one,", 4) = 4
+        10 write({fd(3, "t")}, "two", 3) = 3
+        10 rename("{ROOT}/t", "{ROOT}/state.json") = 0
+    ''', OLD)
+    st = pc.crash_states(log, "posix", 4)
+    [r] = [s for s in st if s.mutation.kind == "reorder"]
+    assert r.mutation.op == 3
+    assert r.files[f"{S}/state.json"] == b""  # drop of one write leaves the other: distinct
+    assert {s.files[f"{S}/state.json"] for s in st if s.mutation.kind == "drop"} >= {
+        b"\0\0\0\0two", b"one,"}
+    assert r.explain.startswith(f"`{S}/state.json` was replaced by rename before its data was "
+                                "fsynced")
