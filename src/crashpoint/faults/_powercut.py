@@ -1281,8 +1281,8 @@ def _lost(k9: Mapping[str, bytes | None],
                 z = sum(1 for x, y in zip(a, b, strict=True) if x != y)
                 lines.append(f"{p}: {len(a)} bytes, {z} of them zeros instead of data")
             else:
-                lines.append(f"{p}: {len(b)} bytes, not the {len(a)} bytes kill -9 leaves "
-                             "(older or mixed content)")
+                lines.append(f"{p}: {len(b)} bytes of older or mixed content instead of the "
+                             f"{len(a)} bytes kill -9 leaves")
     return diff, lines
 
 
