@@ -28,7 +28,6 @@ so a log recorded in the golden run's folders is materialised into any trial's f
 
 from __future__ import annotations
 
-import base64
 import bisect
 import hashlib
 import os
@@ -124,10 +123,11 @@ class LogOp:
     file2: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-able (``data`` base64-encoded)."""
+        """JSON-able (``data`` as a latin-1 string: one character per byte, so a secret in
+        the data is redacted from evidence like any other text)."""
         return {"seq": self.seq, "kind": self.kind, "path": self.path, "path2": self.path2,
                 "file": self.file, "file2": self.file2, "offset": self.offset,
-                "size": self.size, "data": base64.b64encode(self.data).decode("ascii"),
+                "size": self.size, "data": self.data.decode("latin-1"),
                 "time": self.time, "pid": self.pid, "exact": self.exact, "call": self.call}
 
     @classmethod
@@ -140,7 +140,7 @@ class LogOp:
             return cls(seq=int(d["seq"]), kind=kind, path=str(d["path"]),
                        path2=str(d.get("path2", "")), file=int(d.get("file", 0)),
                        offset=int(d.get("offset", 0)), size=int(d.get("size", 0)),
-                       data=base64.b64decode(str(d.get("data", "")), validate=True),
+                       data=str(d.get("data", "")).encode("latin-1"),
                        time=float(d.get("time", 0.0)), pid=int(d.get("pid", 0)),
                        exact=bool(d.get("exact", True)), call=str(d.get("call", "")),
                        file2=int(d.get("file2", 0)))
@@ -191,7 +191,7 @@ class OpLog:
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "ops": [op.to_json() for op in self.ops],
-                "initial": {p: None if b is None else base64.b64encode(b).decode("ascii")
+                "initial": {p: None if b is None else b.decode("latin-1")
                             for p, b in sorted(self.initial.items())},
                 "ids": dict(sorted(self.ids.items())), "notes": list(self.notes)}
 
@@ -203,7 +203,7 @@ class OpLog:
                              "(a list), as OpLog.to_json() writes it")
         try:
             ops = tuple(LogOp.from_json(o) for o in d["ops"])
-            initial = {str(p): None if b is None else base64.b64decode(str(b), validate=True)
+            initial = {str(p): None if b is None else str(b).encode("latin-1")
                        for p, b in dict(d.get("initial") or {}).items()}
             ids = {str(p): int(i) for p, i in dict(d.get("ids") or {}).items()}
             notes = tuple(str(n) for n in d.get("notes") or ())
