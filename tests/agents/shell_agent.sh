@@ -6,12 +6,17 @@
 #   send    send it to the outside world: effect "send_message" with an idempotency key
 #   finish  print the final output (one line of JSON, the same with or without crashes)
 #
-#   sh shell_agent.sh STATE_DIR [--fresh-key]
+#   sh shell_agent.sh STATE_DIR [--fresh-key | --durable]
 #
 # Crash-safe by construction: after each step the number of completed steps is written to a
 # temp file and renamed over STATE_DIR/progress (rename is atomic), and only then is the step
 # reported completed; the effect's key is derived from the run id and the step, so a retry
 # after a crash reuses it and the ledger deduplicates it.
+#
+# Safe against kill -9, not against a power cut: nothing is fsynced, so after a power cut
+# `progress` can be empty or name fewer steps than were reported completed (the power_loss
+# family catches it). --durable adds the barriers: `sync FILE` (coreutils: fsync) on the temp
+# file before the rename and `sync STATE_DIR` (fsync of the folder) after it.
 #
 # --fresh-key makes it deliberately broken: the key contains the shell's pid ($$), so a retry
 # after a crash in the in-doubt window sends the message a second time (exactly_once fails).
@@ -39,8 +44,16 @@ step_completed() { probe /events/step_completed "{\"step\":\"$1\"}" >/dev/null; 
 
 # save N: record that N steps are done, atomically (temp file in the same folder, then mv)
 save() {
-    printf '%s\n' "$1" > "$state/progress.tmp"
-    mv -f "$state/progress.tmp" "$state/progress"
+    put "$state/progress" "$1"
+}
+
+# put FILE TEXT: FILE's new content, by temp file and rename (and fsyncs with --durable)
+put() {
+    printf '%s\n' "$2" > "$1.tmp"
+    [ "$mode" = "--durable" ] && sync "$1.tmp"
+    mv -f "$1.tmp" "$1"
+    [ "$mode" = "--durable" ] && sync "$state"
+    return 0
 }
 
 mkdir -p "$state"
@@ -49,8 +62,7 @@ completed=0
 
 if [ "$completed" -lt 1 ]; then
     step_started greet
-    printf 'hello from sh\n' > "$state/greeting.tmp"
-    mv -f "$state/greeting.tmp" "$state/greeting"
+    put "$state/greeting" 'hello from sh'
     save 1
     step_completed greet
 fi

@@ -78,7 +78,10 @@ def draw(golden: Golden, model: str, rng: random.Random, boundary: int | None,
     all_states = states(golden, model)
     if not all_states:
         why = golden.recorded_by or "the golden run was not traced"
-        if golden.plog:
+        if golden.plog and not golden.plog.get("ops"):
+            why = "the golden run made no file operation under {state_dir} or {workdir}: a " \
+                  "power cut there loses nothing more than a kill -9 would"
+        elif golden.plog:
             why = "no crash state differs from what a kill -9 leaves: every file operation " \
                   "of the golden run was made durable before the next one"
         return Fault.make("power_loss", attempt, model=model, label=why)

@@ -466,8 +466,8 @@ class TrialRunner:
         facts = TrialFacts(golden, plan, self.expect, attempts, events, applied, canary,
                            [state, *copies], max_bytes[0], {"ended": dict(ledger.ended),
                                                             "power": power})
-        if skipped:
-            checks: list[CheckResult] = []
+        if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
+            checks: list[CheckResult] = []  # evidence to judge; the accounting says why
         else:
             checks = run_checks(facts, self.extra_checks)
         result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
