@@ -667,3 +667,19 @@ def test_posix_reorder_loses_every_unsynced_write_before_the_rename() -> None:
         b"\0\0\0\0two", b"one,"}
     assert r.explain.startswith(f"`{S}/state.json` was replaced by rename before its data was "
                                 "fsynced")
+
+
+def test_snapshot_reads_files_and_folders_but_no_link_fifo_or_too_much(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.json").write_bytes(b'{"x": 1}')
+    (root / "sub" / "b").write_bytes(b"\0\xff")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"secret")
+    (root / "link").symlink_to(outside)
+    os.mkfifo(root / "pipe")  # opening it for reading would block: never opened
+    got = pc.snapshot({"state_dir": str(root)})
+    assert got == {"{state_dir}/a.json": b'{"x": 1}', "{state_dir}/sub": None,
+                   "{state_dir}/sub/b": b"\0\xff"}
+    with pytest.raises(ValueError, match="more than 4 bytes"):
+        pc.snapshot({"state_dir": str(root)}, limit=4)

@@ -902,10 +902,12 @@ def oplog(trace: _strace.Trace, roots: Mapping[str, str], *,
                  notes=tuple(rec.notes), ids=dict(sorted(rec.ids.items())))
 
 
-def snapshot(roots: Mapping[str, str]) -> dict[str, bytes | None]:
+def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes | None]:
     """What the folders of ``roots`` hold now, as :attr:`OpLog.initial` takes it (symlinks
-    and special files are left out; no link is followed)."""
+    and special files are left out; no link is followed, nothing blocks on a FIFO swapped in).
+    Raises ValueError past ``limit`` bytes read in all: too much to model a power cut over."""
     out: dict[str, bytes | None] = {}
+    budget = [limit]
     for name, folder in sorted(roots.items()):
         key = "{" + name + "}"
         try:
@@ -927,14 +929,29 @@ def snapshot(roots: Mapping[str, str]) -> dict[str, bytes | None]:
                     walk(e.path, r)
                 elif e.is_file(follow_symlinks=False):
                     try:
-                        fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW)
+                        fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                     | getattr(os, "O_CLOEXEC", 0))
                     except OSError:
                         continue
                     try:
-                        with os.fdopen(fd, "rb") as fh:
-                            out[r] = fh.read()
+                        if not stat.S_ISREG(os.fstat(fd).st_mode):
+                            continue
+                        chunks = []
+                        while True:
+                            chunk = os.read(fd, min(1 << 20, budget[0] + 1))
+                            if not chunk:
+                                break
+                            chunks.append(chunk)
+                            budget[0] -= len(chunk)
+                            if budget[0] < 0:
+                                raise ValueError(
+                                    f"the folders hold more than {limit} bytes: too much to "
+                                    "model a power cut over")
+                        out[r] = b"".join(chunks)
                     except OSError:
                         continue
+                    finally:
+                        os.close(fd)
 
         walk(folder, key)
     return out

@@ -197,41 +197,9 @@ def trace_excerpt(golden: Golden, f: Fault) -> str:
 # -- a power cut during recovery (a chain: another fault first) --------------------------------
 
 
-def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes | None]:
-    """What ``roots`` hold now, as an :attr:`OpLog.initial` (placeholder paths; folders None;
-    links and special files left out; at most ``limit`` bytes read)."""
-    out: dict[str, bytes | None] = {}
-    budget = limit
-    for name, root in roots.items():
-        for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
-            rel = os.path.relpath(dirpath, root)
-            base = "{" + name + "}" + ("" if rel == "." else "/" + rel.replace(os.sep, "/"))
-            if rel != ".":
-                out[base] = None
-            for fn in sorted(filenames):
-                path = os.path.join(dirpath, fn)
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    continue
-                try:
-                    if not stat_is_file(fd):
-                        continue
-                    data = os.read(fd, max(0, budget) + 1)
-                finally:
-                    os.close(fd)
-                budget -= len(data)
-                if budget < 0:
-                    raise ValueError(f"the trial's folders hold more than {limit} bytes: too "
-                                     "much to model a power cut over")
-                out[base + "/" + fn] = data
-    return out
-
-
-def stat_is_file(fd: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(os.fstat(fd).st_mode)
+def snapshot(roots: Mapping[str, str]) -> dict[str, bytes | None]:
+    """What ``roots`` hold now (:func:`crashpoint.faults._powercut.snapshot`)."""
+    return _powercut.snapshot(roots)
 
 
 @dataclass
