@@ -118,6 +118,12 @@ def unsupported(f: Fault, golden: Golden) -> str:
         ok, why = _strace.available()
         return "" if ok else f"power_loss needs strace: {why}"
     if f.arg("upto") is None:
+        from crashpoint.faults import _strace
+
+        ok, why = _strace.available()
+        if not golden.plog and not ok:  # the machine cannot trace: skipped, with the reason
+            return f"power_loss skipped: it needs strace to record the agent's file " \
+                   f"operations, and strace cannot run here ({why})"
         return ""  # the accounting says why (never a pass)
     if not golden.plog:
         return "power_loss needs the golden run's syscall trace, and there is none"
