@@ -201,3 +201,14 @@ def test_a_scenario_file_runs_the_family_and_replay_rebuilds_the_state(tmp_path:
                            start_new_session=True)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "reproduced" in again.stdout, again.stdout
+
+
+@needs_strace
+def test_an_aimed_corruption_hits_the_demo_journal_s_newest_writes(tmp_path: Path) -> None:
+    result = campaign(DEMO, [{"corrupt": {"how": ["bitflip", "truncate"], "aim": "written",
+                                          "count": 4}}], tmp_path)
+    assert result.golden.plog  # recorded because the family asked for it
+    details = [c["detail"] for t in result.trials for c in t.corruptions]
+    assert len(details) == 4
+    assert all("aimed at" in d for d in details), details
+    assert result.ok, causes(result)  # the reference library detects or repairs each one

@@ -55,6 +55,7 @@ __all__ = [
     "materialize",
     "oplog",
     "rebuild",
+    "recent_writes",
     "snapshot",
     "write_ranges",
 ]
@@ -1480,6 +1481,31 @@ def write_ranges(log: OpLog, upto: int) -> dict[str, list[tuple[int, int]]]:
         for name in tree.names_of(f):
             out[name] = list(cut)
     return dict(sorted(out.items()))
+
+
+def recent_writes(log: OpLog, upto: int, limit: int = 16) -> list[tuple[str, int, int]]:
+    """The last ``limit`` writes of the first ``upto`` operations, across files, newest last:
+    ``(name at upto, offset, length)``, cut to the file's size at ``upto`` (a write since
+    overwritten by a truncate, or to a file without a name, is left out). What an aimed
+    corruption hits: the agent's last record, a WAL's last frames."""
+    mdl = _Model(log, "posix")
+    tree = _Tree(log, mdl.symlinks)
+    writes: list[tuple[int, int, int]] = []
+    for op in log.ops[:max(0, upto)]:
+        if op.kind in _CHANGES:
+            tree.apply(op)
+        if op.kind == "write" and op.size > 0:
+            writes.append((op.file, op.offset, op.size))
+    out: list[tuple[str, int, int]] = []
+    for f, off, n in reversed(writes):
+        size = len(tree.data.get(f, b""))
+        names = tree.names_of(f)
+        if off >= size or not names:
+            continue
+        out.append((sorted(names)[0], off, min(n, size - off)))
+        if len(out) >= limit:
+            break
+    return out[::-1]
 
 
 def event_points(log: OpLog, times: Sequence[float]) -> list[int]:

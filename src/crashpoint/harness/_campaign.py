@@ -89,7 +89,7 @@ FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "p
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "kill": ("at", "count", "names", "max", "within"),
     "signal": ("sig", "grace", "pause", "count", "within"),
-    "corrupt": ("how", "path", "count"),
+    "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
     "resumers": ("count",),
     "hang": ("count",),
@@ -252,6 +252,8 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
         opts["how"] = tuple(hows)
         if "path" in opts:
             _corrupt_path(opts["path"], at("path"))
+        if "aim" in opts:
+            text("aim", ("written", "anywhere"), "anywhere")
     elif kind == "disk_full":
         text("mechanism", DISK_MECHANISMS, "auto")
         if "capacity" in opts:
@@ -337,7 +339,7 @@ class FaultFamily:
             if kind == "disk_full" and "capacity" not in o and \
                     o.get("mechanism", "auto") != "failpoint":
                 out.add("writes")
-            if kind == "power_loss":
+            if kind == "power_loss" or (kind == "corrupt" and o.get("aim") == "written"):
                 out.add("plog")
         return frozenset(out)
 
@@ -449,6 +451,19 @@ def _instant(opts: dict[str, Any], golden: Golden, rng: random.Random) -> dict[s
     return out
 
 
+def _aim(golden: Golden, kill: Fault) -> list[list[Any]]:
+    """The golden run's newest writes before ``kill``'s event: [path, offset, length] with
+    the path's placeholder, newest last; [] without a trace (the corruption says so)."""
+    if not golden.plog:
+        return []
+    from crashpoint.faults import _powercut
+
+    index = _last_kill_index(golden, [kill])
+    upto = golden.plog_events[index] if index < len(golden.plog_events) else 0
+    log = _powercut.OpLog.from_json(golden.plog)
+    return [[p, o, n] for p, o, n in _powercut.recent_writes(log, upto)]
+
+
 def _last_kill_index(golden: Golden, prior: Sequence[Fault]) -> int:
     """The golden event of the last kill planned before (0 if none is named)."""
     for f in reversed(prior):
@@ -513,7 +528,11 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         if how == "stale-copy":  # needs an older copy: crash twice, roll back to the first
             out.append(_later_kill(nxt, golden, b1.index, rng, "second crash", after=True))
             nxt += 1
-        out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30)))
+        aimed: dict[str, Any] = {}
+        if opts.get("aim") == "written":  # the newest writes before the (last) kill
+            aimed["aim"] = _aim(golden, out[-1])
+        out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30),
+                              **aimed))
         return out
     if kind == "disk_full":
         from crashpoint.faults._disk import capabilities

@@ -543,8 +543,11 @@ class TrialRunner:
                     older = next((a.state_copy for a in attempts if a.state_copy), None)
                     pattern = fill(str(f.arg("path", "{state_dir}/**")),
                                    {"state_dir": state, "workdir": work})
+                    aim = f.arg("aim")
                     c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state,
-                                roots=(state, work))
+                                roots=(state, work), aim=None if aim is None else [
+                                    (fill(str(p), {"state_dir": state, "workdir": work}),
+                                     int(o), int(n)) for p, o, n in aim])
                     notes[i] = {"corruption": c.to_json() if c else None,
                                 "pattern": f.arg("path", "{state_dir}/**")}
                     corruptions.append(c.to_json() if c else {"how": f.arg("how"),
