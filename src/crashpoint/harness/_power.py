@@ -175,11 +175,15 @@ def excerpt(log: _powercut.OpLog, st: _powercut.CrashState, events: list[dict[st
                 lines.append(f"      event #{j} {ev.get('op')} "
                              f"{ev.get('step') or ev.get('kind') or ''}".rstrip())
         op = log.ops[k]
-        mark = "CUT>" if k == upto else ("  ~ " if op.seq in pending else "    ")
-        lines.append(f"{mark} #{op.seq} {op.describe()}")
+        if k == upto:
+            lines.append(f"CUT> ---- the power went here: op {upto + 1} and later never ran "
+                         "----")
+        mark = "  ~ " if op.seq in pending else "    "
+        lines.append(f"{mark} op {op.seq + 1}: {op.describe()}")
     if upto >= len(log.ops):
-        lines.append("CUT> (after the last operation)")
-    lines += ["", "~ : not durable at the cut (no fsync / folder fsync since)"]
+        lines.append("CUT> ---- the power went here: after the last operation ----")
+    lines += ["", "~ : done but not durable at the cut (no fsync / folder fsync since): the "
+                  "model may lose, tear or reorder it"]
     if st.lost:
         lines += ["", "what the power cut took (compared with a kill -9 at the same point):",
                   *(f"  {x}" for x in st.lost)]
