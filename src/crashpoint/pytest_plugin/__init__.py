@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
 TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
-MODE_DESC = "systematic: kill at every boundary; random: draw boundaries at random"
+MODE_DESC = ("systematic: kill at every boundary, every power-loss state; random: draw "
+             "boundaries at random")
 REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
 SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
 PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
