@@ -960,6 +960,16 @@ def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes
 
 # == crash states ==============================================================================
 
+#: How :func:`_explain` names a lost name operation, and what a power cut then leaves.
+_NAME_OPS = {
+    "exchange": ("the exchange of `{path}` and `{path2}`", "both are back"),
+    "creat": ("the creation of `{path}`", "it is missing"),
+    "link": ("the link `{path2}` (to `{path}`)", "it is missing"),
+    "symlink": ("the symlink `{path}`", "it is missing"),
+    "unlink": ("the removal of `{path}`", "it is back"),
+}
+
+
 def _digest(files: Mapping[str, bytes | None]) -> str:
     h = hashlib.sha256()
     for p in sorted(files):
@@ -1388,23 +1398,11 @@ def _explain(mdl: _Model, upto: int, affected: Sequence[int], torn: Mapping[int,
                     else f"`{op.path2}` is missing")
             sentences.append((touched, f"the rename of `{op.path}` to `{op.path2}` was not made "
                                        f"durable ({folder_fix(op)}): after power loss {back}"))
-        elif op.kind == "exchange":
-            sentences.append((touched, f"the exchange of `{op.path}` and `{op.path2}` was not "
+        elif op.kind in _NAME_OPS:
+            what, after = _NAME_OPS[op.kind]
+            sentences.append((touched, f"{what.format(path=op.path, path2=op.path2)} was not "
                                        f"made durable ({folder_fix(op)}): after power loss "
-                                       "both are back"))
-        elif op.kind == "creat":
-            sentences.append((touched, f"the creation of `{op.path}` was not made durable "
-                                       f"({folder_fix(op)}): after power loss it is missing"))
-        elif op.kind == "link":
-            sentences.append((touched, f"the link `{op.path2}` (to `{op.path}`) was not made "
-                                       f"durable ({folder_fix(op)}): after power loss it is "
-                                       "missing"))
-        elif op.kind == "symlink":
-            sentences.append((touched, f"the symlink `{op.path}` was not made durable "
-                                       f"({folder_fix(op)}): after power loss it is missing"))
-        elif op.kind == "unlink":
-            sentences.append((touched, f"the removal of `{op.path}` was not made durable "
-                                       f"({folder_fix(op)}): after power loss it is back"))
+                                       f"{after}"))
         elif op.kind == "mkdir":
             touched |= {p for p in diff if p.startswith(op.path + "/")}
             sentences.append((touched, f"the folder `{op.path}` was not made durable "
