@@ -6,7 +6,7 @@
 #   send    send it to the outside world: effect "send_message" with an idempotency key
 #   finish  print the final output (one line of JSON, the same with or without crashes)
 #
-#   sh shell_agent.sh STATE_DIR [--fresh-key]
+#   sh shell_agent.sh STATE_DIR [--fresh-key] [--durable]
 #
 # Crash-safe by construction: after each step the number of completed steps is written to a
 # temp file and renamed over STATE_DIR/progress (rename is atomic), and only then is the step
@@ -16,11 +16,25 @@
 # --fresh-key makes it deliberately broken: the key contains the shell's pid ($$), so a retry
 # after a crash in the in-doubt window sends the message a second time (exactly_once fails).
 #
+# Without --durable nothing is synced: safe against a kill -9 (the page cache survives a killed
+# process), not against a power cut, where the rename can reach the disk before the data it
+# points to, or not at all. --durable makes it power-safe, as in the shell:
+#   printf > tmp; sync tmp; mv tmp file; sync STATE_DIR
+# (coreutils `sync FILE` fsyncs that file, `sync DIR` that folder).
+#
 # Outside the harness (no CRASHPOINT_LEDGER_HTTP) the probe calls are no-ops.
 set -eu
 
-state=${1:?usage: shell_agent.sh STATE_DIR [--fresh-key]}
-mode=${2:-}
+state=${1:?usage: shell_agent.sh STATE_DIR [--fresh-key] [--durable]}
+shift
+fresh_key=no durable=no
+for flag in "$@"; do
+    case $flag in
+        --fresh-key) fresh_key=yes ;;
+        --durable) durable=yes ;;
+        *) echo "shell_agent.sh: unknown option $flag" >&2; exit 2 ;;
+    esac
+done
 run_id=${CRASHPOINT_RUN_ID:-local}
 
 # probe PATH BODY [CURL ARGS...]: one blocking request to the ledger; prints the reply.
@@ -37,11 +51,18 @@ probe() {
 step_started() { probe /events/step_started "{\"step\":\"$1\"}" >/dev/null; }
 step_completed() { probe /events/step_completed "{\"step\":\"$1\"}" >/dev/null; }
 
-# save N: record that N steps are done, atomically (temp file in the same folder, then mv)
-save() {
-    printf '%s\n' "$1" > "$state/progress.tmp"
-    mv -f "$state/progress.tmp" "$state/progress"
+# put NAME TEXT: replace STATE_DIR/NAME atomically (temp file in the same folder, then mv);
+# with --durable, the temp file is synced before the mv and the folder after it
+put() {
+    printf '%s\n' "$2" > "$state/$1.tmp"
+    [ "$durable" = yes ] && sync "$state/$1.tmp"
+    mv -f "$state/$1.tmp" "$state/$1"
+    [ "$durable" = yes ] && sync "$state"
+    return 0
 }
+
+# save N: record that N steps are done
+save() { put progress "$1"; }
 
 mkdir -p "$state"
 completed=0
@@ -49,8 +70,7 @@ completed=0
 
 if [ "$completed" -lt 1 ]; then
     step_started greet
-    printf 'hello from sh\n' > "$state/greeting.tmp"
-    mv -f "$state/greeting.tmp" "$state/greeting"
+    put greeting 'hello from sh'
     save 1
     step_completed greet
 fi
@@ -58,7 +78,7 @@ fi
 if [ "$completed" -lt 2 ]; then
     step_started send
     key="$run_id:send_message:0"
-    [ "$mode" = "--fresh-key" ] && key="$run_id:send_message:$$"
+    [ "$fresh_key" = yes ] && key="$run_id:send_message:$$"
     text=$(cat "$state/greeting")
     reply=$(probe /effects/send_message "{\"to\":\"ops\",\"text\":\"$text\"}" \
         -H "Idempotency-Key: $key")
