@@ -6,35 +6,26 @@
 #   send    send it to the outside world: effect "send_message" with an idempotency key
 #   finish  print the final output (one line of JSON, the same with or without crashes)
 #
-#   sh shell_agent.sh STATE_DIR [--fresh-key] [--durable]
+#   sh shell_agent.sh STATE_DIR [--fresh-key | --durable]
 #
 # Crash-safe by construction: after each step the number of completed steps is written to a
 # temp file and renamed over STATE_DIR/progress (rename is atomic), and only then is the step
 # reported completed; the effect's key is derived from the run id and the step, so a retry
 # after a crash reuses it and the ledger deduplicates it.
 #
+# Safe against kill -9, not against a power cut: nothing is fsynced, so after a power cut
+# `progress` can be empty or name fewer steps than were reported completed (the power_loss
+# family catches it). --durable adds the barriers: `sync FILE` (coreutils: fsync) on the temp
+# file before the rename and `sync STATE_DIR` (fsync of the folder) after it.
+#
 # --fresh-key makes it deliberately broken: the key contains the shell's pid ($$), so a retry
 # after a crash in the in-doubt window sends the message a second time (exactly_once fails).
-#
-# Without --durable nothing is synced: safe against a kill -9 (the page cache survives a killed
-# process), not against a power cut, where the rename can reach the disk before the data it
-# points to, or not at all. --durable makes it power-safe, as in the shell:
-#   printf > tmp; sync tmp; mv tmp file; sync STATE_DIR
-# (coreutils `sync FILE` fsyncs that file, `sync DIR` that folder).
 #
 # Outside the harness (no CRASHPOINT_LEDGER_HTTP) the probe calls are no-ops.
 set -eu
 
-state=${1:?usage: shell_agent.sh STATE_DIR [--fresh-key] [--durable]}
-shift
-fresh_key=no durable=no
-for flag in "$@"; do
-    case $flag in
-        --fresh-key) fresh_key=yes ;;
-        --durable) durable=yes ;;
-        *) echo "shell_agent.sh: unknown option $flag" >&2; exit 2 ;;
-    esac
-done
+state=${1:?usage: shell_agent.sh STATE_DIR [--fresh-key]}
+mode=${2:-}
 run_id=${CRASHPOINT_RUN_ID:-local}
 
 # probe PATH BODY [CURL ARGS...]: one blocking request to the ledger; prints the reply.
@@ -51,18 +42,19 @@ probe() {
 step_started() { probe /events/step_started "{\"step\":\"$1\"}" >/dev/null; }
 step_completed() { probe /events/step_completed "{\"step\":\"$1\"}" >/dev/null; }
 
-# put NAME TEXT: replace STATE_DIR/NAME atomically (temp file in the same folder, then mv);
-# with --durable, the temp file is synced before the mv and the folder after it
-put() {
-    printf '%s\n' "$2" > "$state/$1.tmp"
-    [ "$durable" = yes ] && sync "$state/$1.tmp"
-    mv -f "$state/$1.tmp" "$state/$1"
-    [ "$durable" = yes ] && sync "$state"
-    return 0
+# save N: record that N steps are done, atomically (temp file in the same folder, then mv)
+save() {
+    put "$state/progress" "$1"
 }
 
-# save N: record that N steps are done
-save() { put progress "$1"; }
+# put FILE TEXT: FILE's new content, by temp file and rename (and fsyncs with --durable)
+put() {
+    printf '%s\n' "$2" > "$1.tmp"
+    [ "$mode" = "--durable" ] && sync "$1.tmp"
+    mv -f "$1.tmp" "$1"
+    [ "$mode" = "--durable" ] && sync "$state"
+    return 0
+}
 
 mkdir -p "$state"
 completed=0
@@ -70,7 +62,7 @@ completed=0
 
 if [ "$completed" -lt 1 ]; then
     step_started greet
-    put greeting 'hello from sh'
+    put "$state/greeting" 'hello from sh'
     save 1
     step_completed greet
 fi
@@ -78,7 +70,7 @@ fi
 if [ "$completed" -lt 2 ]; then
     step_started send
     key="$run_id:send_message:0"
-    [ "$fresh_key" = yes ] && key="$run_id:send_message:$$"
+    [ "$mode" = "--fresh-key" ] && key="$run_id:send_message:$$"
     text=$(cat "$state/greeting")
     reply=$(probe /effects/send_message "{\"to\":\"ops\",\"text\":\"$text\"}" \
         -H "Idempotency-Key: $key")

@@ -52,6 +52,13 @@ def test_marker_sets_trials_faults_seed_restarts(inner: Any) -> None:
                    "families": ["kill@random", "corrupt@bitflip"]}
 
 
+def test_marker_takes_the_power_loss_family_and_its_chain(inner: Any) -> None:
+    got = campaign_with(inner, '@pytest.mark.crashpoint(faults=[{"power_loss": {"model": '
+                               '"ext4-ordered"}}, [{"kill": {"at": "random"}}, {"power_loss": '
+                               '{"count": 2}}]])')
+    assert got["families"] == ["power_loss@ext4-ordered", "kill@random+power_loss@posix"]
+
+
 def test_marker_on_the_module_applies_to_its_tests(inner: Any) -> None:
     got = campaign_with(inner, 'pytestmark = pytest.mark.crashpoint(seed=5, faults="hang")')
     assert (got["seed"], got["families"]) == (5, ["hang"])

@@ -201,8 +201,30 @@ def pick_target(pattern: str, rng: random.Random, *, nonempty: bool = False,
     return rng.choice(files).path if files else None
 
 
+#: Aimed corruptions choose among this many of the newest writes still on disk.
+AIM_AMONG = 3
+
+
+def _aimed(files: list[_Target], aim: Sequence[tuple[str, int, int]], rng: random.Random
+           ) -> tuple[_Target, int, int, int] | None:
+    """(target, offset, length, rank) of a write to damage: drawn among the
+    :data:`AIM_AMONG` newest writes of ``aim`` (absolute path, offset, length; newest last)
+    whose file is a candidate and still holds those bytes. ``rank`` 0 is the newest."""
+    by_path = {os.path.realpath(os.path.join(t.base, *t.rel)): t for t in files}
+    valid: list[tuple[_Target, int, int, int]] = []
+    for rank, (path, off, n) in enumerate(reversed(list(aim))):
+        t = by_path.get(os.path.realpath(path))
+        if t is None or off >= t.size or n <= 0:
+            continue
+        valid.append((t, off, min(n, t.size - off), rank))
+        if len(valid) >= AIM_AMONG:
+            break
+    return rng.choice(valid) if valid else None
+
+
 def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = None,
-            root: str | None = None, roots: Sequence[str] | None = None) -> Corruption | None:
+            root: str | None = None, roots: Sequence[str] | None = None,
+            aim: Sequence[tuple[str, int, int]] | None = None) -> Corruption | None:
     """Apply corruption ``how`` to one file matching ``pattern``; None if nothing to corrupt.
 
     ``roots``: the only folders whose files may be touched (the trial's state and work
@@ -210,6 +232,12 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
     before its first wildcard). A matching file outside them is never a candidate.
     ``stale-copy`` needs ``older``: a copy of the same folder taken earlier (its files replace
     the current ones: a rolled-back disk); ``root`` is the folder ``older`` is a copy of.
+
+    ``aim`` (``truncate``, ``bitflip``, ``zero``): the writes the agent made, as (absolute path,
+    offset, length), newest last (from its recorded trace). The damage then lands inside one of
+    the newest writes still on disk (its last record, a WAL's last frames) instead of at a
+    random offset, where it mostly hits inert bytes; without any such write the corruption is
+    random, and its record says so.
     """
     if how not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {how!r}; use one of {', '.join(CORRUPTIONS)}")
@@ -219,6 +247,10 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
     files = _candidates(pattern, real_roots, how, how in ("truncate", "bitflip", "zero"))
     if not files:
         return None
+    aimed = _aimed(files, aim, rng) if aim is not None and how in (
+        "truncate", "bitflip", "zero") else None
+    if aimed is not None:
+        return _damage(how, *aimed, rng)
     t = rng.choice(files)
     if how == "delete":
         with _parent(t.base, t.rel) as dfd:
@@ -248,18 +280,44 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
         if size == 0:  # emptied since the walk
             return None
         off = rng.randrange(0, size)
+        tag = "; not aimed: no write of the recorded trace is still on disk" \
+            if aim is not None else ""
         if how == "truncate":
             os.ftruncate(fd, off)
-            return Corruption(how, t.path, off, size - off, "torn write")
+            return Corruption(how, t.path, off, size - off, "torn write" + tag)
         if how == "bitflip":
             bit = rng.randrange(8)
             b = os.pread(fd, 1, off)[0]
             os.pwrite(fd, bytes([b ^ (1 << bit)]), off)
-            return Corruption(how, t.path, off, 1, f"bit {bit}")
+            return Corruption(how, t.path, off, 1, f"bit {bit}{tag}")
         # zero
         n = min(size - off, rng.choice((1, 16, 512, 4096)))
         os.pwrite(fd, b"\0" * n, off)
-        return Corruption(how, t.path, off, n)
+        return Corruption(how, t.path, off, n, tag.lstrip("; "))
+
+
+def _damage(how: str, t: _Target, start: int, length: int, rank: int,
+            rng: random.Random) -> Corruption | None:
+    """``how`` inside bytes [start, start + length) of ``t``: one of its newest writes."""
+    which = "the last write" if rank == 0 else f"the write {rank} before the last"
+    with _open(t, os.O_RDWR) as fd:
+        size = os.fstat(fd).st_size
+        if start >= size:  # shrunk since the walk
+            return None
+        length = min(length, size - start)
+        where = f"aimed at {which}: bytes {start}-{start + length} of {os.path.basename(t.path)}"
+        off = start + rng.randrange(length)
+        if how == "truncate":  # a torn last record: cut inside the write
+            os.ftruncate(fd, off)
+            return Corruption(how, t.path, off, size - off, f"torn write, {where}")
+        if how == "bitflip":
+            bit = rng.randrange(8)
+            b = os.pread(fd, 1, off)[0]
+            os.pwrite(fd, bytes([b ^ (1 << bit)]), off)
+            return Corruption(how, t.path, off, 1, f"bit {bit}, {where}")
+        n = min(start + length - off, rng.choice((1, 16, 512, 4096)))
+        os.pwrite(fd, b"\0" * n, off)
+        return Corruption(how, t.path, off, n, where)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -237,6 +237,23 @@ def _disk(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
         "of the disk's use)"))
 
 
+def _power_loss(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+                killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    """A power cut fired when its crash state was materialised (it differs from what a kill
+    -9 leaves by construction: states that lose nothing are never planned)."""
+    got = notes.get("cut")
+    if got is None:
+        return Outcome(i, f.kind, False, why_not=(
+            f"the power cut of attempt {f.attempt} was never applied"))
+    if not got[0]:
+        return Outcome(i, f.kind, False, why_not=(
+            f"no power cut to apply: {got[2]}" + ("" if "strace" not in got[2] and
+                                                  "trace" not in got[2] else
+                                                  " (power loss needs strace to record the "
+                                                  "agent's file operations)")))
+    return Outcome(i, f.kind, True, str(got[1]))
+
+
 Accountant = Callable[[int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence,
                        Golden], Outcome]
 
@@ -250,6 +267,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "resumers": _resumers,
     "fileop": _fileop,
     "disk_full": _disk,
+    "power_loss": _power_loss,
 }
 
 

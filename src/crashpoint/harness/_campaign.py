@@ -84,16 +84,19 @@ def parse_budget(raw: str | float, *, what: str = "budget") -> float:
         raise UnitError(f"{where}a budget must be more than 0")
     return v
 
-FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang")
+FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "power_loss")
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "kill": ("at", "count", "names", "max", "within"),
     "signal": ("sig", "grace", "pause", "count", "within"),
-    "corrupt": ("how", "path", "count"),
+    "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
     "resumers": ("count",),
     "hang": ("count",),
+    "power_loss": ("model", "count"),
 }
+#: power_loss: the persistence models (crashpoint.faults._powercut)
+POWER_MODELS = ("posix", "ext4-ordered")
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 _KILL_FAILPOINTS = ("journal.after_write", "journal.after_sync", "atomic.after_temp",
@@ -249,6 +252,8 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
         opts["how"] = tuple(hows)
         if "path" in opts:
             _corrupt_path(opts["path"], at("path"))
+        if "aim" in opts:
+            text("aim", ("written", "anywhere"), "anywhere")
     elif kind == "disk_full":
         text("mechanism", DISK_MECHANISMS, "auto")
         if "capacity" in opts:
@@ -262,6 +267,8 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
             opts["capacity"] = cap
         if "nth" in opts:
             _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
+    elif kind == "power_loss":
+        opts["model"] = text("model", POWER_MODELS, "posix")
 
 
 @dataclass(frozen=True)
@@ -276,7 +283,8 @@ class FaultFamily:
         parts = []
         for kind, opts in self.chain:
             o = dict(opts)
-            tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or ""
+            tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or \
+                o.get("model") or ""
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             parts.append(f"{kind}@{tag}" if tag else kind)
@@ -295,6 +303,8 @@ class FaultFamily:
         if kind == "kill":
             at = o.get("at", "random")
             return at == "every-boundary" or (at == "fileop" and "count" not in o)
+        if kind == "power_loss":
+            return "count" not in o
         return kind == "disk_full" and "capacity" not in o and "count" not in o and \
             o.get("mechanism", "auto") != "failpoint"
 
@@ -304,6 +314,10 @@ class FaultFamily:
         o = dict(opts)
         if kind == "kill" and o.get("at") == "fileop":
             return max(1, len(golden.fileops[:int(o.get("max", MAX_FILEOP))]))
+        if kind == "power_loss":
+            from crashpoint.harness import _power
+
+            return _power.points(golden, str(o.get("model", "posix")))
         if kind == "disk_full":
             from crashpoint.faults._disk import capabilities
 
@@ -325,6 +339,8 @@ class FaultFamily:
             if kind == "disk_full" and "capacity" not in o and \
                     o.get("mechanism", "auto") != "failpoint":
                 out.add("writes")
+            if kind == "power_loss" or (kind == "corrupt" and o.get("aim") == "written"):
+                out.add("plog")
         return frozenset(out)
 
     @property
@@ -435,8 +451,34 @@ def _instant(opts: dict[str, Any], golden: Golden, rng: random.Random) -> dict[s
     return out
 
 
+def _aim(golden: Golden, kill: Fault) -> list[list[Any]]:
+    """The golden run's newest writes before ``kill``'s event: [path, offset, length] with
+    the path's placeholder, newest last; [] without a trace (the corruption says so)."""
+    if not golden.plog:
+        return []
+    from crashpoint.faults import _powercut
+
+    index = _last_kill_index(golden, [kill])
+    upto = golden.plog_events[index] if index < len(golden.plog_events) else 0
+    log = _powercut.OpLog.from_json(golden.plog)
+    return [[p, o, n] for p, o, n in _powercut.recent_writes(log, upto)]
+
+
+def _last_kill_index(golden: Golden, prior: Sequence[Fault]) -> int:
+    """The golden event of the last kill planned before (0 if none is named)."""
+    for f in reversed(prior):
+        if f.kind == "kill" and f.arg("op"):
+            seen = 0
+            for j, ev in enumerate(golden.events):
+                if ev["op"] == f.arg("op") and event_name(ev) == f.arg("name"):
+                    seen += 1
+                    if seen == int(f.arg("nth", 1)):
+                        return j
+    return 0
+
+
 def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
-          boundary: int | None, mode: str | None) -> list[Fault]:
+          boundary: int | None, mode: str | None, prior: Sequence[Fault] = ()) -> list[Fault]:
     """The faults for one chain item (``boundary``: the index of the systematic point)."""
     bs = golden.boundaries()
     if not bs and (kind == "corrupt" or (kind == "kill" and opts.get("at", "random") in
@@ -486,7 +528,11 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         if how == "stale-copy":  # needs an older copy: crash twice, roll back to the first
             out.append(_later_kill(nxt, golden, b1.index, rng, "second crash", after=True))
             nxt += 1
-        out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30)))
+        aimed: dict[str, Any] = {}
+        if opts.get("aim") == "written":  # the newest writes before the (last) kill
+            aimed["aim"] = _aim(golden, out[-1])
+        out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30),
+                              **aimed))
         return out
     if kind == "disk_full":
         from crashpoint.faults._disk import capabilities
@@ -512,6 +558,19 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
     if kind == "resumers":
         return [Fault.make("resumers", attempt)]
+    if kind == "power_loss":
+        from crashpoint.harness import _power
+
+        model = str(opts.get("model", "posix"))
+        if attempt == 1:
+            return [_power.draw(golden, model, rng, boundary, attempt)]
+        # during recovery (after another fault): cut the attempt at a golden event drawn
+        # past the previous kill, in the state its own trace says it may leave
+        first = _last_kill_index(golden, prior)
+        k = _later_kill(attempt, golden, first, rng, "power cut", after=True)
+        return [Fault.make("power_loss", attempt, model=model, seed=rng.randrange(1 << 30),
+                           **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
+                           label=f"power cut at {k.arg('op')}:{k.arg('name')}")]
     if kind == "hang":
         return [Fault.make("signal", attempt, sig="STOP", seconds=0.0, pause=1e6,
                            **({"anchor": "start"} if not golden.events else {}))]
@@ -536,7 +595,7 @@ def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
     faults: list[Fault] = []
     attempt = 1
     for kind, opts in family.chain:
-        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode)
+        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode, faults)
         faults += drawn
         attempt = max(f.attempt for f in drawn) + 1
     return Plan(tuple(faults), family.name, seed, index)
@@ -786,19 +845,21 @@ class Campaign:
 
         Raises :class:`NoBoundaries` when the golden run reported no event and no file
         operation: a campaign would then test nothing."""
-        if not golden.events and not golden.fileops:
+        if not golden.events and not golden.fileops and not golden.plog.get("ops"):
             raise NoBoundaries(
                 f"campaign {self.name!r}: the agent's golden run reported no event (no step, "
                 f"no effect) and no file operation was recorded, so there is no boundary to "
                 f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}.")
         plans: list[Plan] = []
         systematic = [f for f in self.families if self.mode != "random" and (
-            f.systematic or (self.mode == "systematic" and len(f.chain) == 1
-                             and f.chain[0][0] == "kill"
-                             and dict(f.chain[0][1]).get("at", "random") == "random"))]
+            f.systematic or (self.mode == "systematic" and len(f.chain) == 1 and (
+                f.chain[0][0] == "power_loss" or (
+                    f.chain[0][0] == "kill"
+                    and dict(f.chain[0][1]).get("at", "random") == "random"))))]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
-            for b in range(fam.points(golden) if fam.systematic else len(golden.boundaries())):
+            sweep = fam.systematic or fam.chain[0][0] == "power_loss"
+            for b in range(fam.points(golden) if sweep else len(golden.boundaries())):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:
             explicit = sum(f.count or 0 for f in randoms)

@@ -306,6 +306,7 @@ class Ledger:
         self._seen[ident] += 1
         ev["nth"] = self._seen[ident]  # its occurrence among the attempt's (op, name) events
         ev["t"] = time.monotonic()
+        ev["wall"] = time.time()  # the clock of strace -ttt: places it among file operations
         self.first_event.setdefault(attempt, ev["t"])
         self.events.append(ev)
         return ev

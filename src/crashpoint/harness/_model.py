@@ -43,7 +43,7 @@ ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
-               "resumers")
+               "resumers", "power_loss")
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir).
 AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir")
@@ -128,6 +128,10 @@ class Fault:
     - corrupt: ``how``, ``path`` glob, ``seed``
     - disk_full: ``capacity`` bytes, ``mechanism`` tmpfs|rlimit|failpoint
     - resumers: start ``attempt`` and ``attempt + 1`` at once
+    - power_loss: ``model`` (posix|ext4-ordered), ``upto`` (the golden run's file operations
+      performed when the power went), ``events`` (its events that happened before),
+      ``mutation`` (crashpoint.faults._powercut.Mutation as JSON), ``label``: attempt
+      ``attempt`` is not run; the crash state is materialised and the next attempt resumes
     """
 
     kind: str
@@ -164,6 +168,10 @@ class Fault:
             return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"
         if self.kind == "disk_full" and a.get("point") is not None:
             return f"disk full in attempt {self.attempt} at {a.get('label') or 'a write point'}"
+        if self.kind == "power_loss":
+            if a.get("upto") is None:
+                return f"power loss in attempt {self.attempt} ({a.get('label') or 'no trace'})"
+            return f"power loss ({a.get('model')}) {a.get('label') or ''}".rstrip()
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \
@@ -228,6 +236,11 @@ class Golden:
     #: seconds from the golden run's first event to its last (what a kill at time's `within`
     #: should be about; reported in hints, never used to plan)
     span: float = 0.0
+    #: the golden run's logical file-operation log (crashpoint.faults._powercut.OpLog as
+    #: JSON), when a power_loss family (or an aimed corruption) needed it
+    plog: dict[str, Any] = field(default_factory=dict)
+    #: per golden event, how many operations of ``plog`` came before it
+    plog_events: list[int] = field(default_factory=list)
 
     def identity(self, index: int) -> tuple[str, str, int]:
         """(op, name, nth) of event ``index``: its op, its step or effect kind, and its
@@ -252,7 +265,8 @@ class Golden:
                 "effects": [[k, p, n] for (k, p), n in sorted(self.effects.items())],
                 "output": self.output.decode("utf-8", "replace"), "duration": self.duration,
                 "fileops": self.fileops, "writes": self.writes,
-                "recorded_by": self.recorded_by, "span": self.span}
+                "recorded_by": self.recorded_by, "span": self.span, "plog": self.plog,
+                "plog_events": self.plog_events}
 
 
 def event_name(ev: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from crashpoint._failpoints import LOG_ENV as FAILPOINT_LOG
 from crashpoint._placeholders import fill
 from crashpoint.errors import AgentStartError, CrashpointError
-from crashpoint.faults import _fileops, _strace
+from crashpoint.faults import _fileops, _powercut, _strace
 from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
 from crashpoint.faults._disk import TmpfsNamespace, UsageSample, UsageSampler, capabilities
 from crashpoint.faults._files import corrupt
@@ -45,6 +45,7 @@ from crashpoint.faults._writes import (
     rlimit_argv,
     write_points,
 )
+from crashpoint.harness import _power
 from crashpoint.harness._accounting import account, kill_at
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import Ledger, canonical
@@ -404,7 +405,8 @@ class TrialRunner:
             raise BudgetExceeded("the golden run was stopped")
         duration = time.monotonic() - t0
         self._end_scope(None, ledger)
-        learned = rec.learn(state, work) if ex.returncode == 0 else {}
+        learned = rec.learn(state, work, [float(e.get("wall", 0.0)) for e in ledger.events]) \
+            if ex.returncode == 0 else {}
         self._bound_folder(folder, scope)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
@@ -418,9 +420,11 @@ class TrialRunner:
         for e in events:
             e.pop("t", None)
             e.pop("pid", None)
+            e.pop("wall", None)
         return Golden(steps, events, applied, ex.stdout, duration, span=round(span, 4),
                       fileops=learned.get("fileops", []), writes=learned.get("writes", {}),
-                      recorded_by=rec.how)
+                      recorded_by=rec.how, plog=learned.get("plog", {}),
+                      plog_events=learned.get("plog_events", []))
 
     def _python_agent(self) -> bool:
         """Started by this interpreter (an entry, or a command run with {python})."""
@@ -440,14 +444,15 @@ class TrialRunner:
         write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()), durable=False)
         canary = canary_for(plan.seed, plan.index)
         self._new_scope(tdir, canary, plan)
-        skipped = self._unsupported(plan)
+        skipped = self._unsupported(plan, golden)
         t0 = time.monotonic()
         attempts: list[Attempt] = []
         corruptions: list[dict[str, Any]] = []
         max_bytes = [0]
         resume_times: list[float] = []
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
-        ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill"]
+        ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill" or (
+            f.kind == "power_loss" and f.arg("op"))]
         notes: dict[int, dict[str, Any]] = {}
         if not skipped:
             self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
@@ -457,10 +462,12 @@ class TrialRunner:
         duplicates = sum(e.duplicates for e in ledger.effects.values())
         max_bytes[0] = max(max_bytes[0], _dir_size(state))
         copies = [a.state_copy for a in attempts if a.state_copy]
+        power = next((nt["power"] for nt in notes.values() if "power" in nt), None)
         facts = TrialFacts(golden, plan, self.expect, attempts, events, applied, canary,
-                           [state, *copies], max_bytes[0], {"ended": dict(ledger.ended)})
-        if skipped:
-            checks: list[CheckResult] = []
+                           [state, *copies], max_bytes[0], {"ended": dict(ledger.ended),
+                                                            "power": power})
+        if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
+            checks: list[CheckResult] = []  # evidence to judge; the accounting says why
         else:
             checks = run_checks(facts, self.extra_checks)
         result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
@@ -477,7 +484,7 @@ class TrialRunner:
             self._write_evidence(result, golden, tdir)
         return result
 
-    def _unsupported(self, plan: Plan) -> str:
+    def _unsupported(self, plan: Plan, golden: Golden) -> str:
         for f in plan.faults:
             if f.kind == "disk_full":
                 mech = f.arg("mechanism", "tmpfs")
@@ -486,6 +493,10 @@ class TrialRunner:
                     return f"disk_full via tmpfs skipped: {caps.tmpfs_reason}"
                 if mech == "rlimit" and not caps.rlimit:
                     return f"disk_full via RLIMIT_FSIZE skipped: {caps.rlimit_reason}"
+            if f.kind == "power_loss":
+                why = _power.unsupported(f, golden)
+                if why:
+                    return why
             if f.kind == "fileop" and f.arg("n") is not None and self.agent.command and \
                     "{python}" not in " ".join(self.agent.command):
                 return "fileop faults by number need a Python agent started with {python}"
@@ -500,7 +511,29 @@ class TrialRunner:
         argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
         golden_note = golden.recorded_by
         n = 0
-        while n < 1 + self.restarts:
+        one_resume = False
+        for i, f in enumerate(plan.faults):
+            if f.kind == "power_loss" and f.attempt == 1:
+                if f.arg("upto") is None:  # nothing to cut: never a pass (accounting)
+                    notes[i] = {"cut": (False, "", str(f.arg("label") or "no crash state"))}
+                    return
+                # attempt 1 is the golden run up to the cut (not re-run): its crash state
+                # and the events it had sent; then the agent resumes once
+                cut = _power.cut(f, golden, {"state_dir": state, "workdir": work})
+                _power.replay_events(ledger, cut.events, 1)
+                ledger.end_attempt(1, reaped=True)
+                att = _power.synthetic_attempt(cut, argv0)
+                att.state_copy = os.path.join(tdir, "crash-1")
+                _copy_state(state, att.state_copy, self._scope)
+                write_file(os.path.join(tdir, "powerloss.txt"),
+                           _power.trace_excerpt(golden, f), durable=False)
+                attempts.append(att)
+                notes[i] = {"cut": cut.note(), "power": {"explain": cut.state.explain,
+                                                         "lost": list(cut.state.lost),
+                                                         "label": cut.state.label()}}
+                n = 1
+                one_resume = not any(g.attempt > 1 for g in plan.faults)
+        while n < 1 + self.restarts and not (one_resume and n >= 2):
             n += 1
             mine = [(i, f) for i, f in enumerate(plan.faults) if f.attempt == n]
             faults = [f for _i, f in mine]
@@ -510,8 +543,11 @@ class TrialRunner:
                     older = next((a.state_copy for a in attempts if a.state_copy), None)
                     pattern = fill(str(f.arg("path", "{state_dir}/**")),
                                    {"state_dir": state, "workdir": work})
+                    aim = f.arg("aim")
                     c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state,
-                                roots=(state, work))
+                                roots=(state, work), aim=None if aim is None else [
+                                    (fill(str(p), {"state_dir": state, "workdir": work}),
+                                     int(o), int(n)) for p, o, n in aim])
                     notes[i] = {"corruption": c.to_json() if c else None,
                                 "pattern": f.arg("path", "{state_dir}/**")}
                     corruptions.append(c.to_json() if c else {"how": f.arg("how"),
@@ -584,6 +620,13 @@ class TrialRunner:
                         notes.setdefault(i, {})["failpoint_log"] = fp_log
             if armed is not None:
                 argv = armed.wrap(argv)
+            recovery: tuple[int, _power.Recovery] | None = None
+            for i, f in mine:
+                if f.kind == "power_loss" and f.arg("op"):  # a power cut during recovery
+                    rec = _power.Recovery(f, i, os.path.join(tdir, f"attempt-{n}.power.strace"),
+                                          _power.snapshot({"state_dir": state, "workdir": work}))
+                    argv = rec.wrap(argv)
+                    recovery = (i, rec)
             together = any(f.kind == "resumers" for f in faults)
             numbers = [n, n + 1] if together else [n]
             procs: list[tuple[int, AgentProcess, float]] = []
@@ -685,6 +728,25 @@ class TrialRunner:
                 if num > 1 and first is not None:
                     resume_times.append(max(0.0, first - t_spawn))
                 attempts.append(att)
+            if recovery is not None:
+                i, rec = recovery
+                want = kill_at(rec.fault)
+                hit = next((k for k in ledger.killed if k.get("kill") == want), None)
+                where = f"event #{hit['event']} {hit['op']}:{hit['name']}" if hit else (
+                    f"it ended ({attempts[-1].describe().split(': ', 1)[-1]}) without "
+                    f"sending {want.op}:{want.name} #{want.nth}, where the cut was planned")
+                mine_events = [e for e in ledger.events if e["attempt"] == n]
+                cut_note, st, text = rec.apply(
+                    {"state_dir": state, "workdir": work}, hit is not None, where,
+                    self.agent.cwd or work, mine_events,
+                    random.Random(f"{plan.seed}:{plan.index}:{rec.fault.arg('seed', 0)}"))
+                notes[i] = {"cut": cut_note}
+                if st is not None:
+                    notes[i]["power"] = {"explain": st.explain, "lost": list(st.lost),
+                                         "label": st.label()}
+                    write_file(os.path.join(tdir, f"powerloss-{n}.txt"), text, durable=False)
+                with contextlib.suppress(OSError):
+                    os.unlink(rec.trace)
             # stop when it completed; or when it stopped as documented (a fail-stop code, a
             # refusal of corrupt state) and no fault is planned for a later attempt. A
             # completed run is never restarted: a fault planned for a later attempt did not
@@ -843,19 +905,33 @@ class _Recording:
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.trace:
-            calls = sorted({c.lstrip("?") for c in (*TRACE_SYSCALLS,
-                                                     *_fileops.GOLDEN_SYSCALLS)})
-            return _strace.wrap(argv, self.trace, syscalls=calls)
+            plog = "plog" in self.needs
+            calls = sorted({c.lstrip("?") for c in (
+                *TRACE_SYSCALLS, *_fileops.GOLDEN_SYSCALLS,
+                *(_powercut.SYSCALLS if plog else ()))})
+            return _strace.wrap(argv, self.trace, syscalls=calls,
+                                strsize=_powercut.STRSIZE if plog else 0, timestamps=plog)
         return argv
 
     def environ(self, env: dict[str, str]) -> dict[str, str]:
         return self.armed.environ(env) if self.armed is not None else env
 
-    def learn(self, state: str, work: str) -> dict[str, Any]:
-        """What the recording holds (JSON for :class:`Golden`); its files are then removed."""
+    def learn(self, state: str, work: str, walls: list[float]) -> dict[str, Any]:
+        """What the recording holds (JSON for :class:`Golden`); its files are then removed.
+        ``walls``: the wall-clock times of the golden run's events (placed among its file
+        operations for ``plog``)."""
         out: dict[str, Any] = {}
         roots = {"state_dir": state, "workdir": work}
         try:
+            if "plog" in self.needs and self.trace:
+                log = _powercut.oplog(_strace.read(self.trace, cwd=self.cwd), roots)
+                out["plog"] = log.to_json()
+                out["plog_events"] = _powercut.event_points(log, walls)
+                if not log.ops:
+                    self.how += "; the golden run made no file operation under {state_dir} " \
+                                "or {workdir}: a power cut there loses nothing"
+            elif "plog" in self.needs:
+                self.how += "; no syscall trace, so no power-loss crash state"
             if "fileops" in self.needs and (self.trace or self.armed is not None):
                 source: _fileops.Armed | str = self.armed if self.armed is not None \
                     else self.trace
@@ -1067,7 +1143,8 @@ def golden_from_json(d: dict[str, Any]) -> Golden:
     return Golden(d["steps"], d["events"], eff, d["output"].encode("utf-8"), d["duration"],
                   fileops=list(d.get("fileops") or []), writes=dict(d.get("writes") or {}),
                   recorded_by=str(d.get("recorded_by") or ""),
-                  span=float(d.get("span") or 0.0))
+                  span=float(d.get("span") or 0.0), plog=dict(d.get("plog") or {}),
+                  plog_events=[int(x) for x in d.get("plog_events") or []])
 
 
 def canonical_effects(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:

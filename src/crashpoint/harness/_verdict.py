@@ -168,6 +168,14 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _same_output_hint(facts)
         else:
             hint = _HINTS.get(c.name, "")
+        power = facts.extra.get("power")
+        if power and not cause.get(c.name):
+            if c.name == "resumes_from_last_completed" and "re-ran a completed step" in \
+                    c.message:
+                c = dataclasses.replace(c, message="acknowledged but not durable: " + c.message)
+            why = power.get("explain") or "the power cut lost data that was not fsynced"
+            hint = f"after the power cut ({power.get('label')}): {why}" + \
+                (f"; then: {hint}" if hint else "")
         if disk and c.name != "completes" and disk not in hint:
             hint = f"{hint}; note: {disk}" if hint else f"note: {disk}"
         out.append(dataclasses.replace(c, cause=cause.get(c.name, ""), hint=hint))

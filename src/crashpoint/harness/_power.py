@@ -1,0 +1,263 @@
+"""The power_loss family in the harness: crash states of the golden run's trace as trials.
+
+Planning (:func:`states`): the golden run is recorded under strace (:mod:`crashpoint.faults.
+_powercut`); its logical operation log and the wall-clock times of its events give the
+*crash instants*: just before each file operation (every event that came earlier already
+happened: its effect was applied outside, its step reported completed), and after the last.
+At each instant the model's crash states (what a power cut may leave) are listed; states that
+leave the same folders with the same events behind are judged once. A systematic family runs
+every state; ``count: N`` draws N by the seed.
+
+Running (:func:`cut`): the trial does not re-run the prefix. Attempt 1 *is* the golden run up
+to the instant: its crash state is materialised into the trial's fresh folders, the ledger is
+loaded with the golden events before the instant (as attempt 1: effects applied, steps
+acknowledged), and the agent is started once to resume. The usual checks then judge it: an
+effect applied before the cut and again after it is a duplicate; a step reported completed
+before the cut whose data was lost is re-run ("acknowledged but not durable").
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from crashpoint.faults import _powercut
+from crashpoint.harness._model import Attempt, Fault, Golden
+
+__all__ = ["MODELS", "Cut", "Recovery", "cut", "excerpt", "snapshot", "states", "trace_excerpt"]
+
+MODELS = _powercut.MODELS
+
+#: Crash states kept per (golden run, model) in this process: planning asks for one at a time.
+_CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]]]] = {}
+
+
+def _log(golden: Golden) -> _powercut.OpLog:
+    return _powercut.OpLog.from_json(golden.plog)
+
+
+def _events_before(golden: Golden, upto: int) -> int:
+    """How many golden events happened before operation ``upto + 1`` started."""
+    return sum(1 for k in golden.plog_events if k <= upto)
+
+
+def states(golden: Golden, model: str) -> list[dict[str, Any]]:
+    """Every crash state of ``golden`` under ``model``, in log order, as fault arguments
+    (``upto``, ``events``, ``mutation``, ``label``); [] without a trace."""
+    if not golden.plog:
+        return []
+    key = (id(golden), model)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is golden:
+        return [dict(x) for x in hit[1]]
+    log = _log(golden)
+    seen: set[tuple[str, int]] = set()
+    out: list[dict[str, Any]] = []
+    for upto in range(len(log.ops) + 1):
+        events = _events_before(golden, upto)
+        for st in _powercut.crash_states(log, model, upto):
+            ident = (st.digest, events)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            out.append({"upto": upto, "events": events, "mutation": st.mutation.to_json(),
+                        "label": st.label()})
+    if len(_CACHE) > 8:
+        _CACHE.clear()
+    _CACHE[key] = (golden, out)
+    return [dict(x) for x in out]
+
+
+def draw(golden: Golden, model: str, rng: random.Random, boundary: int | None,
+         attempt: int) -> Fault:
+    """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn by
+    ``rng``; without a trace (or nothing to lose), a fault that says why (never a pass)."""
+    all_states = states(golden, model)
+    if not all_states:
+        why = golden.recorded_by or "the golden run was not traced"
+        if golden.plog and not golden.plog.get("ops"):
+            why = "the golden run made no file operation under {state_dir} or {workdir}: a " \
+                  "power cut there loses nothing more than a kill -9 would"
+        elif golden.plog:
+            why = "no crash state differs from what a kill -9 leaves: every file operation " \
+                  "of the golden run was made durable before the next one"
+        return Fault.make("power_loss", attempt, model=model, label=why)
+    s = all_states[boundary] if boundary is not None else rng.choice(all_states)
+    return Fault.make("power_loss", attempt, model=model, **s)
+
+
+def points(golden: Golden, model: str) -> int:
+    return max(1, len(states(golden, model)))
+
+
+@dataclass
+class Cut:
+    """A power cut applied to a trial: the state it left and what it says."""
+
+    state: _powercut.CrashState
+    events: list[dict[str, Any]]
+    written: list[str]
+
+    def note(self) -> tuple[bool, str, str]:
+        """The fault's accounting: (fired, where, why_not)."""
+        st = self.state
+        where = f"power cut ({st.model}) {st.label()}"
+        if st.lost:
+            where += "; lost: " + "; ".join(st.lost[:4])
+        return True, where, ""
+
+
+def unsupported(f: Fault, golden: Golden) -> str:
+    """Why a power_loss fault cannot run here ("" if it can)."""
+    if f.arg("op"):  # a cut during recovery: traced live
+        from crashpoint.faults import _strace
+
+        ok, why = _strace.available()
+        return "" if ok else f"power_loss needs strace: {why}"
+    if f.arg("upto") is None:
+        from crashpoint.faults import _strace
+
+        ok, why = _strace.available()
+        if not golden.plog and not ok:  # the machine cannot trace: skipped, with the reason
+            return f"power_loss skipped: it needs strace to record the agent's file " \
+                   f"operations, and strace cannot run here ({why})"
+        return ""  # the accounting says why (never a pass)
+    if not golden.plog:
+        return "power_loss needs the golden run's syscall trace, and there is none"
+    return ""
+
+
+def cut(f: Fault, golden: Golden, roots: Mapping[str, str]) -> Cut:
+    """Materialise ``f``'s crash state into ``roots`` and return it with the golden events
+    that happened before the cut (to load into the ledger as attempt 1)."""
+    log = _log(golden)
+    st = _powercut.rebuild(log, str(f.arg("model")), int(f.arg("upto")),
+                           _powercut.Mutation.from_json(f.arg("mutation") or {}))
+    written = _powercut.materialize(st, roots)
+    events = [dict(e) for e in golden.events[:int(f.arg("events", 0))]]
+    return Cut(st, events, written)
+
+
+def replay_events(ledger: Any, events: list[dict[str, Any]], attempt: int = 1) -> None:
+    """Load ``events`` into ``ledger`` as attempt ``attempt``: effects applied (their keys
+    remembered: a keyed retry is recognised), steps reported."""
+    drop = {"i", "ai", "nth", "attempt", "applied", "killed", "keyless", "t", "wall", "pid"}
+    for ev in events:
+        msg = {k: v for k, v in ev.items() if k not in drop}
+        msg["attempt"] = attempt
+        ledger.handle(msg)
+
+
+def synthetic_attempt(c: Cut, argv: list[str]) -> Attempt:
+    """Attempt 1 of a power-loss trial: the golden run cut at the instant (not re-run)."""
+    return Attempt(1, list(argv), None, None, False, 0.0, b"", b"",
+                   killed_by=f"power loss ({c.state.model}) {c.state.label()}")
+
+
+def excerpt(log: _powercut.OpLog, st: _powercut.CrashState, events: list[dict[str, Any]],
+            points: list[int], *, what: str, around: int = 8) -> str:
+    """The operations around the cut, for the evidence folder: what was done, what was
+    pending (not durable) and lost, and the events among them."""
+    upto = st.upto
+    pending = set(st.pending)
+    before = sum(1 for k in points if k <= upto)
+    lines = [f"power cut under model {st.model} after {upto} of {len(log.ops)} file "
+             f"operations of {what}; {before} of its {len(events)} events had happened",
+             f"crash state: {st.label()}", ""]
+    lo = max(0, min([upto - around, *pending]))
+    for k in range(lo, min(len(log.ops), upto + 3)):
+        for j, at in enumerate(points):
+            if at == k and j < len(events):
+                ev = events[j]
+                lines.append(f"      event #{j} {ev.get('op')} "
+                             f"{ev.get('step') or ev.get('kind') or ''}".rstrip())
+        op = log.ops[k]
+        mark = "CUT>" if k == upto else ("  ~ " if op.seq in pending else "    ")
+        lines.append(f"{mark} #{op.seq} {op.describe()}")
+    if upto >= len(log.ops):
+        lines.append("CUT> (after the last operation)")
+    lines += ["", "~ : not durable at the cut (no fsync / folder fsync since)"]
+    if st.lost:
+        lines += ["", "what the power cut took (compared with a kill -9 at the same point):",
+                  *(f"  {x}" for x in st.lost)]
+    if st.explain:
+        lines += ["", "missing barrier: " + st.explain]
+    if log.notes:
+        lines += ["", "not modelled:", *(f"  {x}" for x in log.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def trace_excerpt(golden: Golden, f: Fault) -> str:
+    """:func:`excerpt` of a cut planned from the golden run."""
+    if not golden.plog or f.arg("upto") is None:
+        return ""
+    log = _log(golden)
+    st = _powercut.rebuild(log, str(f.arg("model")), int(f.arg("upto")),
+                           _powercut.Mutation.from_json(f.arg("mutation") or {}))
+    return excerpt(log, st, golden.events, golden.plog_events, what="the golden run")
+
+
+# -- a power cut during recovery (a chain: another fault first) --------------------------------
+
+
+def snapshot(roots: Mapping[str, str]) -> dict[str, bytes | None]:
+    """What ``roots`` hold now (:func:`crashpoint.faults._powercut.snapshot`)."""
+    return _powercut.snapshot(roots)
+
+
+@dataclass
+class Recovery:
+    """A power cut during attempt ``attempt`` (after another fault): the attempt runs under
+    strace, is killed at a planned event, and the crash state at that instant (drawn by the
+    seed from those the model allows) replaces its folders before the next attempt."""
+
+    fault: Fault
+    index: int
+    trace: str
+    initial: dict[str, bytes | None]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        from crashpoint.faults import _strace
+
+        return _strace.wrap(argv, self.trace, syscalls=_powercut.SYSCALLS,
+                            strsize=_powercut.STRSIZE, timestamps=True)
+
+    def apply(self, roots: Mapping[str, str], killed: bool, where: str, cwd: str,
+              events: list[dict[str, Any]], rng: random.Random
+              ) -> tuple[tuple[bool, str, str], _powercut.CrashState | None, str]:
+        """After the attempt: (the accounting note, the state applied or None, excerpt)."""
+        from crashpoint.faults import _strace
+
+        model = str(self.fault.arg("model", "posix"))
+        if not killed:
+            return (False, "", f"attempt {self.fault.attempt} was never cut: {where}"), \
+                None, ""
+        log = _powercut.oplog(_strace.read(self.trace, cwd=cwd), roots, initial=self.initial)
+        found = _powercut.crash_states(log, model, len(log.ops))
+        if not found:
+            return (False, "", f"nothing was pending when the power went ({where}): every "
+                               "file operation of the attempt was already durable, so the cut "
+                               "left what a kill -9 leaves"), None, ""
+        st = found[rng.randrange(len(found))]
+        _powercut.materialize(st, roots)
+        text = excerpt(log, st, events, _powercut.event_points(
+            log, [float(e.get("wall", 0.0)) for e in events]),
+            what=f"attempt {self.fault.attempt}")
+        note = f"power cut ({model}) during attempt {self.fault.attempt} at {where}: " \
+               f"{st.label()}" + (f"; lost: {'; '.join(st.lost[:4])}" if st.lost else "")
+        return (True, note, ""), st, text
+
+
+def write_state_copy(st: _powercut.CrashState, folder: str) -> None:
+    """The crash state as files under ``folder`` (evidence: what the resume started from)."""
+    roots = {}
+    for rel in st.files:
+        if rel.startswith("{") and "}" in rel:
+            name = rel[1:rel.index("}")]
+            roots[name] = os.path.join(folder, name)
+    for r in roots.values():
+        os.makedirs(r, mode=0o700, exist_ok=True)
+    _powercut.materialize(st, roots)
