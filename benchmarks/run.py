@@ -392,6 +392,12 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
         text = x.plan.describe() + "\n" + "\n".join(str(c) for c in x.failed)
         if "state.json" in text and ("torn" in text or "empty" in text):
             torn.append(x)
+    example = ""
+    if torn:  # the state, the check it failed, and the barrier the hint names
+        rc = torn[0].root_cause
+        hint = rc.hint if rc is not None else ""
+        barrier = hint.split("): ", 1)[-1].split("; then:", 1)[0]
+        example = f"{torn[0].plan.describe()} -> {rc.name if rc else '?'} FAIL: {barrier}"
     return {"points": len(ran), "seconds": took, "found": bool(torn),
             "verdicts": dict(Counter(x.status for x in res.trials)),
             "skipped": [x.skipped for x in res.trials if x.skipped][:1],
@@ -399,8 +405,7 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
             "trial_s": statistics.median(x.duration for x in ran) if ran else None,
             "resume_s": statistics.median(x.attempts[-1].duration for x in ran
                                           if x.attempts) if ran else None,
-            "example": f"{torn[0].plan.describe()} -> {torn[0].root_cause}"[:400]
-            if torn else ""}
+            "example": example[:300]}
 
 
 def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
@@ -412,7 +417,8 @@ def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
     out: dict[str, Any] = {"state_on": fs_type(shm), "rounds": rounds,
                            "agent": os.path.relpath(NAIVE_AGENT, ROOT),
-                           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "machine": machine()}
     variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
         ("crashpoint", crashpoint_round),
         ("crashpoint_fork", functools.partial(crashpoint_round, fork=True)),
@@ -674,7 +680,8 @@ def markdown(r: dict[str, Any]) -> str:
     full = "step_cost" in r  # else: only rows run alone with --only so far
     lines = [
         "# Benchmarks", "",
-        "Reproduce with `python benchmarks/run.py` (`--quick` for a short run). Figures are",
+        "Reproduce with `python benchmarks/run.py` (`--quick` for a short run, `--only "
+        "powerloss` for the power-loss row alone). Figures are",
         "medians (p50) and p99 over interleaved rounds in **one run on one machine**; the",
         "machines are shared and noisy, so read ratios, not absolute times.", "",
         f"Machine: {r['machine']['cpus']} CPUs ({r['machine']['cpu']}), kernel "
@@ -748,14 +755,16 @@ def markdown_powerloss(pl: dict[str, Any]) -> list[str]:
              "crashpoint_fork": "the same, fork mode (`entry: naive_agent:run`)",
              "ckpt_chaos": "ckpt-chaos `run --modes torn`"}
     unit = pl.get("agent_run", {}).get("run_s")
+    m = pl.get("machine") or {}
+    where = f" on {m['cpus']} CPUs ({m['cpu']}), kernel {m['kernel']}" if m else ""
     lines = ["", "## Power loss: crash states judged per second", "",
              f"The same naive agent (`{pl['agent']}`: five steps, `state.json` rewritten in "
              "place with `open(\"w\")` + `json.dump`, no fsync) under both tools, in "
              f"{pl['rounds']} interleaved rounds, state on `{pl['state_on']}`, one job at a "
-             f"time, measured {pl['when']}. A rate is crash points (states) judged per second "
-             "of the whole run, its fault-free reference (golden) run included. "
-             f"One plain run of the agent took {unit} s (p50): every figure below is a "
-             "multiple of that start-up.", "",
+             f"time, measured {pl['when']}{where}. A rate is crash points (states) judged per "
+             "second of the whole run, its fault-free reference (golden) run included."
+             + (f" One plain run of the agent took {unit} s (p50): every figure below is a "
+                "multiple of that start-up." if unit else ""), "",
              "| tool | points per run | p50 points/s | p50 s per point | whole run (s) | "
              "reported the torn `state.json` | verdicts (last round) |",
              "|---|---:|---:|---:|---:|---|---|"]
@@ -776,10 +785,10 @@ def markdown_powerloss(pl: dict[str, Any]) -> list[str]:
             lines.append(f"- {names[key]}: golden run under strace {v['golden_s']} s, one "
                          f"state {v['trial_s']} s (p50), of which the agent's resume "
                          f"{v['resume_s']} s.")
-    for key, name in names.items():
+    for key in ("crashpoint", "ckpt_chaos"):  # fork mode finds what spawn mode finds
         ex = pl.get(key, {}).get("example")
         if ex:
-            lines.append(f"- {name}, a finding: {ex}")
+            lines.append(f"- {names[key].split(' (')[0]}, a finding: {ex}")
     return [*lines, ""]
 
 if __name__ == "__main__":
