@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """crashpoint benchmarks: one entry point, ratios measured in one run on one machine.
 
-    python benchmarks/run.py [--quick] [--no-peers] [--dir DIR]
+    python benchmarks/run.py [--quick] [--no-peers] [--dir DIR] [--only powerloss]
 
-Peers (LangGraph's SqliteSaver, DBOS) come from benchmarks/requirements.txt and are installed
-into benchmarks/.venv, never into the project's runtime dependencies: without them importable,
-this script creates that venv, installs this checkout into it (editable) beside the peers, and
-runs itself again there. It works from any interpreter, a virtual environment included (a venv
-made from a venv does not see the outer one's packages, so crashpoint is installed, not
-borrowed). Variants run in interleaved rounds on the same filesystem; every figure is
+Peers (LangGraph's SqliteSaver, DBOS, ckpt-chaos) come from benchmarks/requirements.txt and
+are installed into benchmarks/.venv, never into the project's runtime dependencies: without them
+importable, this script creates that venv, installs this checkout into it (editable) beside the
+peers, and runs itself again there. It works from any interpreter, a virtual environment
+included (a venv made from a venv does not see the outer one's packages, so crashpoint is
+installed, not borrowed). ``--only powerloss`` runs the power-loss row alone (it needs only
+ckpt-chaos), merges it into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md.
+Variants run in interleaved rounds on the same filesystem; every figure is
 a median (p50) or p99 over all rounds. Writes benchmarks/results/latest.json and
 docs/BENCHMARKS.md. Benchmarks are not tests: nothing here asserts a timing.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import io
 import json
 import os
 import platform
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VENV = os.path.join(HERE, ".venv")
 PAYLOAD = "x" * 200  # what one step adds to the state
+NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent, for both tools
+SECTIONS = ("powerloss",)  # what --only can run alone
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -324,16 +331,164 @@ def harness(work: str, trials: int) -> dict[str, Any]:
     return out
 
 
+# -- 5. power loss: crash states judged per second, crashpoint vs ckpt-chaos -------------------
+
+
+def agent_run(base: str) -> dict[str, Any]:
+    """The unit both tools pay per run: one plain, fault-free run of the naive agent."""
+    with tempfile.TemporaryDirectory(dir=base) as d:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, NAIVE_AGENT, d], check=True, capture_output=True)
+        return {"points": 1, "seconds": time.perf_counter() - t, "found": False,
+                "verdicts": {}, "example": ""}
+
+
+def ckpt_chaos_round(base: str) -> dict[str, Any]:
+    """One ``ckpt-chaos run --modes torn`` of the naive agent, in process (its CLI's own
+    ``run_byo``, one job at a time; no result file, so its fastest configuration): the
+    reference run, the control run, then per crash point (each open-for-write under ``{out}``)
+    a run killed with the file cut to half its size, and a resume."""
+    from pathlib import Path
+
+    from ckpt_chaos.byo import run_byo
+
+    with tempfile.TemporaryDirectory(dir=base) as d:
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows = run_byo([sys.executable, NAIVE_AGENT, "{out}"], None, Path(d) / "run",
+                           modes=("torn",), max_points=40, timeout=60)
+        took = time.perf_counter() - t
+    points = [r for r in rows if not r.label.startswith("no crash")]
+    torn = [r for r in points if "state.json" in r.label and r.verdict != "PASS"]
+    return {"points": len(points), "seconds": took, "found": bool(torn),
+            "verdicts": dict(Counter(r.verdict for r in rows)),
+            "example": f"{torn[0].label} -> {torn[0].verdict} ({torn[0].outcome.raised})"
+            if torn else ""}
+
+
+def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
+    """One campaign of crashpoint's ``power_loss: {model: posix}`` family (systematic: every
+    crash state of the golden run's trace) on the same agent, one trial at a time: the golden
+    run under strace (always spawned), then per crash state one materialised folder, one
+    resume, the usual checks. ``fork``: the resumes are forked from a warm zygote that imported
+    ``naive_agent:run`` (its start is timed too) instead of spawned as the command line."""
+    from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+
+    fam = family_from_spec({"power_loss": {"model": "posix"}})
+    spec = AgentSpec(entry="naive_agent:run", args=("{state_dir}",), cwd=HERE, timeout=60) \
+        if fork else AgentSpec(("{python}", NAIVE_AGENT, "{state_dir}"), timeout=60)
+    with tempfile.TemporaryDirectory(dir=base) as d, contextlib.ExitStack() as stack:
+        t = time.perf_counter()
+        launcher = None
+        if fork:
+            from crashpoint.harness._zygote import Zygote
+
+            launcher = stack.enter_context(Zygote.for_agent(spec))
+        res = Campaign(spec, [fam], d, name="powerloss", seed=1, launcher=launcher).run()
+        took = time.perf_counter() - t
+    ran = [x for x in res.trials if not x.skipped]
+    torn = []
+    for x in res.failures:
+        text = x.plan.describe() + "\n" + "\n".join(str(c) for c in x.failed)
+        if "state.json" in text and ("torn" in text or "empty" in text):
+            torn.append(x)
+    example = ""
+    if torn:  # the state, the check it failed, and the barrier the hint names
+        rc = torn[0].root_cause
+        hint = rc.hint if rc is not None else ""
+        barrier = hint.split("): ", 1)[-1].split("; then:", 1)[0]
+        example = f"{torn[0].plan.describe()} -> {rc.name if rc else '?'} FAIL: {barrier}"
+    return {"points": len(ran), "seconds": took, "found": bool(torn),
+            "verdicts": dict(Counter(x.status for x in res.trials)),
+            "skipped": [x.skipped for x in res.trials if x.skipped][:1],
+            "golden_s": res.golden.duration,
+            "trial_s": statistics.median(x.duration for x in ran) if ran else None,
+            "resume_s": statistics.median(x.attempts[-1].duration for x in ran
+                                          if x.attempts) if ran else None,
+            "example": example[:300]}
+
+
+def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
+    """Both tools on benchmarks/naive_agent.py in interleaved rounds (the order rotates each
+    round), state on tmpfs where there is one. A rate is crash points (states) judged per
+    second of the whole run, its fault-free reference/golden run included; medians over the
+    rounds. crashpoint runs twice: spawned as the same command line ckpt-chaos runs, and in
+    fork mode."""
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
+    out: dict[str, Any] = {"state_on": fs_type(shm), "rounds": rounds,
+                           "agent": os.path.relpath(NAIVE_AGENT, ROOT),
+                           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "machine": machine()}
+    variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+        ("crashpoint", crashpoint_round),
+        ("crashpoint_fork", functools.partial(crashpoint_round, fork=True)),
+        ("agent_run", agent_run)]
+    if with_peer:
+        variants.insert(1, ("ckpt_chaos", ckpt_chaos_round))
+    else:
+        out["ckpt_chaos"] = {"note": "ckpt-chaos not run (--no-peers)"}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+    for r in range(rounds):
+        k = r % len(variants)
+        for name, fn in variants[k:] + variants[:k]:
+            if name not in runs:
+                continue
+            try:
+                runs[name].append(fn(shm))
+            except Exception as exc:  # a tool that cannot run here is reported, not fatal
+                out[name] = {"note": f"{type(exc).__name__}: {exc}"[:300]}
+                del runs[name]
+                continue
+            x = runs[name][-1]
+            print(f"    round {r + 1} {name}: {x['points']} points in {x['seconds']:.2f} s, "
+                  f"torn state reported: {x['found']}", flush=True)
+
+    def med(xs: list[dict[str, Any]], key: str) -> float | None:
+        vals = [x[key] for x in xs if x.get(key) is not None]
+        return round(statistics.median(vals), 3) if vals else None
+
+    for name, xs in runs.items():
+        rates = [x["points"] / x["seconds"] for x in xs if x["points"]]
+        out[name] = {
+            "points": xs[-1]["points"] if xs else 0,
+            "per_s": round(statistics.median(rates), 2) if rates else None,
+            "s_per_point": round(statistics.median(x["seconds"] / x["points"] for x in xs
+                                                   if x["points"]), 3) if rates else None,
+            "run_s": med(xs, "seconds"),
+        }
+        if name == "agent_run":
+            continue
+        out[name].update({
+            "found_torn_state": all(x["found"] for x in xs) if xs else None,
+            "found_in_rounds": f"{sum(x['found'] for x in xs)}/{len(xs)}",
+            "verdicts": xs[-1]["verdicts"] if xs else {},
+            "example": next((x["example"] for x in xs if x["example"]), ""),
+        })
+        if name.startswith("crashpoint"):
+            out[name].update(golden_s=med(xs, "golden_s"), trial_s=med(xs, "trial_s"),
+                             resume_s=med(xs, "resume_s"))
+            if xs and xs[-1].get("skipped"):
+                out[name]["note"] = f"skipped: {xs[-1]['skipped'][0]}"
+    peer = out.get("ckpt_chaos", {}).get("per_s")
+    for name, key in (("crashpoint", "ratio"), ("crashpoint_fork", "ratio_fork")):
+        ours = out.get(name, {}).get("per_s")
+        out[key] = round(ours / peer, 2) if ours and peer else None
+    return out
+
+
 # -- driver ---------------------------------------------------------------------------------------
 
 
-def peers_available() -> bool:
+def peers_available(only: str | None = None) -> bool:
+    """The peers the run needs are importable (``--only powerloss``: ckpt-chaos alone)."""
+    import importlib.util
+
+    needed = ["ckpt_chaos"] if only == "powerloss" else [
+        "dbos", "langgraph.checkpoint.sqlite", "ckpt_chaos"]
     try:
-        import dbos  # noqa: F401
-        import langgraph.checkpoint.sqlite  # noqa: F401
-    except ImportError:
+        return all(importlib.util.find_spec(m) is not None for m in needed)
+    except ImportError:  # a parent package is missing
         return False
-    return True
 
 
 def bootstrap(argv: list[str]) -> int:
@@ -344,9 +499,14 @@ def bootstrap(argv: list[str]) -> int:
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT, "-r",
                         os.path.join(HERE, "requirements.txt")], check=True)
-    elif subprocess.run([py, "-c", "import crashpoint"], capture_output=True,
-                        check=False).returncode != 0:  # a venv left by an older version
-        subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT], check=True)
+    else:
+        if subprocess.run([py, "-c", "import crashpoint"], capture_output=True,
+                          check=False).returncode != 0:  # a venv left by an older version
+            subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT], check=True)
+        if subprocess.run([py, "-c", "import ckpt_chaos"], capture_output=True,
+                          check=False).returncode != 0:  # a peer added since it was made
+            subprocess.run([py, "-m", "pip", "install", "-q", "-r",
+                            os.path.join(HERE, "requirements.txt")], check=True)
     return subprocess.run([py, os.path.abspath(__file__), "--in-venv", *argv],
                           check=False).returncode
 
@@ -355,7 +515,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("crashpoint", "langgraph", "langgraph-checkpoint-sqlite", "dbos"):
+    for pkg in ("crashpoint", "langgraph", "langgraph-checkpoint-sqlite", "dbos", "ckpt-chaos"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -382,6 +542,11 @@ def main() -> int:
                     help="where the durable-write benchmarks write (its filesystem matters)")
     ap.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--harness-only", nargs=2, metavar=("DIR", "TRIALS"), help=argparse.SUPPRESS)
+    ap.add_argument("--powerloss-only", nargs=2, metavar=("DIR", "ROUNDS"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--only", choices=SECTIONS,
+                    help="run only this section and merge it into benchmarks/results/latest.json "
+                         "(then rewrite docs/BENCHMARKS.md)")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite docs/BENCHMARKS.md from benchmarks/results/latest.json")
     args = ap.parse_args()
@@ -395,12 +560,18 @@ def main() -> int:
         print(json.dumps(harness(args.harness_only[0], int(args.harness_only[1]))))
         return 0
     peers = not args.no_peers
-    if peers and not peers_available():
+    if args.powerloss_only:
+        print(json.dumps(powerloss(args.powerloss_only[0], int(args.powerloss_only[1]), peers)))
+        return 0
+    if peers and not peers_available(args.only):
         if args.in_venv:
             print("peers still not importable in the venv; run with --no-peers", file=sys.stderr)
             return 2
         return bootstrap(sys.argv[1:])
     os.makedirs(args.dir, exist_ok=True)
+    pl_rounds = 3 if args.quick else 5
+    if args.only == "powerloss":
+        return only_powerloss(args, pl_rounds, peers)
     work = tempfile.mkdtemp(dir=args.dir)
     rounds, steps = (3, 200) if args.quick else (7, 1000)
     sizes = [10, 100, 1000] if args.quick else [10, 100, 1000, 10000]
@@ -418,9 +589,16 @@ def main() -> int:
             [sys.executable, os.path.abspath(__file__), "--harness-only", work,
              str(20 if args.quick else 60)], check=True, capture_output=True,
             text=True).stdout.strip().splitlines()[-1])
+        print(f"power loss: {pl_rounds} interleaved rounds, crashpoint vs ckpt-chaos ...",
+              flush=True)
+        pl = json.loads(subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--powerloss-only", work, str(pl_rounds),
+             *(["--no-peers"] if not peers else [])], check=True, capture_output=True,
+            text=True).stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = summarize(cost, grow, res, har, sizes, args, fs_type(os.path.abspath(args.dir)))
+    add_powerloss(results, pl)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "latest.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -428,6 +606,44 @@ def main() -> int:
         f.write(markdown(results))
     print(json.dumps(results["headline"], indent=2))
     return 0
+
+
+def only_powerloss(args: argparse.Namespace, rounds: int, peers: bool) -> int:
+    """``--only powerloss``: run the row, merge it into latest.json, rewrite BENCHMARKS.md."""
+    work = tempfile.mkdtemp(dir=args.dir)
+    try:
+        print(f"power loss: {rounds} interleaved rounds, crashpoint vs ckpt-chaos ...", flush=True)
+        pl = powerloss(work, rounds, peers)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    latest = os.path.join(HERE, "results", "latest.json")
+    results: dict[str, Any] = {}
+    if os.path.exists(latest):
+        with open(latest) as f:
+            results = json.load(f)
+    else:  # no full run yet: a page with this row alone
+        results = {"headline": {}, "machine": machine(), "versions": versions(),
+                   "when": pl["when"], "quick": args.quick, "filesystem": pl["state_on"]}
+    add_powerloss(results, pl)
+    results["versions"] = {**results.get("versions", {}), **{
+        k: v for k, v in versions().items() if k in ("crashpoint", "ckpt-chaos")}}
+    os.makedirs(os.path.dirname(latest), exist_ok=True)
+    with open(latest, "w") as f:
+        json.dump(results, f, indent=2, sort_keys=True)
+    with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
+        f.write(markdown(results))
+    print(json.dumps(pl, indent=2))
+    return 0
+
+
+def add_powerloss(results: dict[str, Any], pl: dict[str, Any]) -> None:
+    results["powerloss"] = pl
+    h = results.setdefault("headline", {})
+    h["powerloss_states_per_s"] = pl.get("crashpoint", {}).get("per_s")
+    h["ckpt_chaos_points_per_s"] = pl.get("ckpt_chaos", {}).get("per_s")
+    h["powerloss_over_ckpt_chaos"] = pl.get("ratio")
+    h["powerloss_fork_states_per_s"] = pl.get("crashpoint_fork", {}).get("per_s")
+    h["powerloss_fork_over_ckpt_chaos"] = pl.get("ratio_fork")
 
 
 def summarize(cost: dict[str, Any], grow: dict[str, Any], res: dict[str, Any],
@@ -461,9 +677,11 @@ def summarize(cost: dict[str, Any], grow: dict[str, Any], res: dict[str, Any],
 
 def markdown(r: dict[str, Any]) -> str:
     h = r["headline"]
+    full = "step_cost" in r  # else: only rows run alone with --only so far
     lines = [
         "# Benchmarks", "",
-        "Reproduce with `python benchmarks/run.py` (`--quick` for a short run). Figures are",
+        "Reproduce with `python benchmarks/run.py` (`--quick` for a short run, `--only "
+        "powerloss` for the power-loss row alone). Figures are",
         "medians (p50) and p99 over interleaved rounds in **one run on one machine**; the",
         "machines are shared and noisy, so read ratios, not absolute times.", "",
         f"Machine: {r['machine']['cpus']} CPUs ({r['machine']['cpu']}), kernel "
@@ -472,22 +690,46 @@ def markdown(r: dict[str, Any]) -> str:
         + f"; {r['when']}{' (quick run)' if r['quick'] else ''}.", "",
         "## Headline ratios", "",
         "| metric | value | target |", "|---|---:|---|",
-        "| one durable append (p50) / raw write+fdatasync | "
-        f"{h['append_p50_over_limit']} | ≤ 1.5 |",
-        f"| batch(10) per step / batched raw limit | {h['batch10_p50_over_limit']} | ≤ 2 |",
-        f"| SqliteSaver per-step overhead / ours | {h['sqlitesaver_overhead_over_ours']} | ≥ 5 |",
-        f"| DBOS per-step overhead / ours | {h['dbos_overhead_over_ours']} | ≥ 20 |",
-        f"| bytes written per step, N={r['largest_n']} / N=10 | "
-        f"{h['bytes_per_step_10k_over_10']} | ≤ 1.2 |",
-        f"| resume at N={r['largest_n']} (ms) | {h['resume_ms_10k']} | < 50 |",
-        f"| fork-mode crash trials/s (demo, state on tmpfs) | {h['fork_trials_per_s']} | ≥ 150 |",
-        f"| spawn-mode crash trials/s | {h['spawn_trials_per_s']} | - |",
-        f"| full systematic sweep of the demo run, fork mode (s) | {h['systematic_sweep_s']} "
-        "| < 2 |",
-        f"| the same sweep, spawn mode (s) | {h['systematic_sweep_spawn_s']} | - |",
-        "", "## Durable step cost", "", "| variant | p50 µs | p99 µs | samples |",
-        "|---|---:|---:|---:|",
     ]
+    if full:
+        lines += [
+            "| one durable append (p50) / raw write+fdatasync | "
+            f"{h['append_p50_over_limit']} | ≤ 1.5 |",
+            f"| batch(10) per step / batched raw limit | {h['batch10_p50_over_limit']} | ≤ 2 |",
+            f"| SqliteSaver per-step overhead / ours | {h['sqlitesaver_overhead_over_ours']} "
+            "| ≥ 5 |",
+            f"| DBOS per-step overhead / ours | {h['dbos_overhead_over_ours']} | ≥ 20 |",
+            f"| bytes written per step, N={r['largest_n']} / N=10 | "
+            f"{h['bytes_per_step_10k_over_10']} | ≤ 1.2 |",
+            f"| resume at N={r['largest_n']} (ms) | {h['resume_ms_10k']} | < 50 |",
+            f"| fork-mode crash trials/s (demo, state on tmpfs) | {h['fork_trials_per_s']} "
+            "| ≥ 150 |",
+            f"| spawn-mode crash trials/s | {h['spawn_trials_per_s']} | - |",
+            f"| full systematic sweep of the demo run, fork mode (s) | "
+            f"{h['systematic_sweep_s']} | < 2 |",
+            f"| the same sweep, spawn mode (s) | {h['systematic_sweep_spawn_s']} | - |",
+        ]
+    if "powerloss" in r:
+        lines += ["| power-loss crash states judged/s (posix sweep) / ckpt-chaos torn crash "
+                  f"points/s, same naive agent, both spawning it | "
+                  f"{h.get('powerloss_over_ckpt_chaos')} | ≥ 3 |",
+                  "| the same, crashpoint in fork mode | "
+                  f"{h.get('powerloss_fork_over_ckpt_chaos')} | ≥ 3 |"]
+    if full:
+        lines += ["", "## Durable step cost", "", "| variant | p50 µs | p99 µs | samples |",
+                  "|---|---:|---:|---:|"]
+        lines += markdown_full(r)
+    if "powerloss" in r:
+        lines += markdown_powerloss(r["powerloss"])
+    notes = os.path.join(HERE, "NOTES.md")
+    if os.path.exists(notes):
+        with open(notes, encoding="utf-8") as f:
+            lines += [f.read()]
+    return "\n".join(lines)
+
+
+def markdown_full(r: dict[str, Any]) -> list[str]:
+    lines = []
     for k, v in r["step_cost"].items():
         lines.append(f"| {k} | {v['p50_us']} | {v['p99_us']} | {v['n']} |")
     lines += ["", "`limit` is `os.write` + `os.fdatasync` of the same framed bytes; `ours_*` are "
@@ -505,12 +747,49 @@ def markdown(r: dict[str, Any]) -> str:
     for n, v in r["resume"].items():
         lines.append(f"| {n} | {v['p50_ms']} | {v['max_ms']} |")
     lines += ["", "## Harness", "", "```json", json.dumps(r["harness"], indent=2), "```", ""]
-    notes = os.path.join(HERE, "NOTES.md")
-    if os.path.exists(notes):
-        with open(notes, encoding="utf-8") as f:
-            lines += [f.read()]
-    return "\n".join(lines)
+    return lines
 
+
+def markdown_powerloss(pl: dict[str, Any]) -> list[str]:
+    names = {"crashpoint": "crashpoint `power_loss: {model: posix}` (systematic), spawn mode",
+             "crashpoint_fork": "the same, fork mode (`entry: naive_agent:run`)",
+             "ckpt_chaos": "ckpt-chaos `run --modes torn`"}
+    unit = pl.get("agent_run", {}).get("run_s")
+    m = pl.get("machine") or {}
+    where = f" on {m['cpus']} CPUs ({m['cpu']}), kernel {m['kernel']}" if m else ""
+    lines = ["", "## Power loss: crash states judged per second", "",
+             f"The same naive agent (`{pl['agent']}`: five steps, `state.json` rewritten in "
+             "place with `open(\"w\")` + `json.dump`, no fsync) under both tools, in "
+             f"{pl['rounds']} interleaved rounds, state on `{pl['state_on']}`, one job at a "
+             f"time, measured {pl['when']}{where}. A rate is crash points (states) judged per "
+             "second of the whole run, its fault-free reference (golden) run included."
+             + (f" One plain run of the agent took {unit} s (p50): every figure below is a "
+                "multiple of that start-up." if unit else ""), "",
+             "| tool | points per run | p50 points/s | p50 s per point | whole run (s) | "
+             "reported the torn `state.json` | verdicts (last round) |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for key, name in names.items():
+        v = pl.get(key, {})
+        if "per_s" not in v:
+            lines.append(f"| {name} | - | - | - | - | - | {v.get('note', 'not run')} |")
+            continue
+        verdicts = ", ".join(f"{k} {n}" for k, n in sorted(v["verdicts"].items()))
+        lines.append(f"| {name} | {v['points']} | {v['per_s']} | {v['s_per_point']} | "
+                     f"{v['run_s']} | {'yes' if v['found_torn_state'] else 'no'} "
+                     f"({v['found_in_rounds']} rounds) | {verdicts} |")
+    lines += ["", f"Ratio to ckpt-chaos (points per second): spawn mode **{pl.get('ratio')}**, "
+              f"fork mode **{pl.get('ratio_fork')}** (target ≥ 3).", ""]
+    for key in ("crashpoint", "crashpoint_fork"):
+        v = pl.get(key, {})
+        if v.get("trial_s") is not None:
+            lines.append(f"- {names[key]}: golden run under strace {v['golden_s']} s, one "
+                         f"state {v['trial_s']} s (p50), of which the agent's resume "
+                         f"{v['resume_s']} s.")
+    for key in ("crashpoint", "ckpt_chaos"):  # fork mode finds what spawn mode finds
+        ex = pl.get(key, {}).get("example")
+        if ex:
+            lines.append(f"- {names[key].split(' (')[0]}, a finding: {ex}")
+    return [*lines, ""]
 
 if __name__ == "__main__":
     sys.exit(main())
