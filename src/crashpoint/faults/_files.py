@@ -315,6 +315,12 @@ def _damage(how: str, t: _Target, start: int, length: int, rank: int,
             b = os.pread(fd, 1, off)[0]
             os.pwrite(fd, bytes([b ^ (1 << bit)]), off)
             return Corruption(how, t.path, off, 1, f"bit {bit}, {where}")
+        # zero: from a byte that is not zero already (a page is mostly zeros: zeroing those
+        # changes nothing)
+        data = os.pread(fd, min(length, 1 << 20), start)
+        live = [i for i, byte in enumerate(data) if byte]
+        if live:
+            off = start + rng.choice(live)
         n = min(start + length - off, rng.choice((1, 16, 512, 4096)))
         os.pwrite(fd, b"\0" * n, off)
         return Corruption(how, t.path, off, n, where)
