@@ -201,6 +201,17 @@ def test_a_scenario_file_runs_the_family_and_replay_rebuilds_the_state(tmp_path:
                            start_new_session=True)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "reproduced" in again.stdout, again.stdout
+    # a hand-edited plan whose crash state cannot be rebuilt: a usage error that says why
+    plan = json.loads((folder / "plan.json").read_text())
+    for f in plan["faults"]:
+        if f["kind"] == "power_loss":
+            f["mutation"] = {"kind": "torn", "op": 999, "keep": 3}
+    (folder / "plan.json").write_text(json.dumps(plan))
+    edited = subprocess.run([sys.executable, "-m", "crashpoint", "replay", str(folder)],
+                            capture_output=True, text=True, env=env, timeout=300,
+                            start_new_session=True)
+    assert edited.returncode == 2, edited.stdout + edited.stderr
+    assert "op 999 is not a pending operation" in edited.stderr
 
 
 @needs_strace
