@@ -223,3 +223,23 @@ def test_an_aimed_corruption_hits_the_demo_journal_s_newest_writes(tmp_path: Pat
     assert len(details) == 4
     assert all("aimed at" in d for d in details), details
     assert result.ok, causes(result)  # the reference library detects or repairs each one
+
+
+@needs_strace
+def test_a_recovery_cut_over_too_much_state_does_not_fire_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crashpoint.harness import _power
+
+    def too_big(roots: Any) -> dict[str, bytes | None]:
+        raise ValueError("the folders hold more than 67108864 bytes: too much to model a "
+                         "power cut over")
+
+    monkeypatch.setattr(_power, "snapshot", too_big)
+    result = campaign(agent("naive_json"), [[{"kill": {"at": "random"}},
+                                             {"power_loss": {"model": "posix", "count": 2}}]],
+                      tmp_path)
+    outcomes = [t.outcomes[-1] for t in result.trials]
+    assert outcomes
+    assert not any(o.fired for o in outcomes)
+    assert all("too much to model a power cut" in o.why_not for o in outcomes), outcomes
+    assert not result.ok

@@ -273,7 +273,7 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
         with _open(t, os.O_WRONLY | os.O_APPEND) as fd:
             size = os.fstat(fd).st_size
             garbage = bytes(rng.randrange(256) for _ in range(rng.choice((1, 7, 64, 300))))
-            _write_all(fd, garbage)
+            write_all(fd, garbage)
         return Corruption(how, t.path, size, len(garbage))
     with _open(t, os.O_RDWR) as fd:
         size = os.fstat(fd).st_size
@@ -326,7 +326,7 @@ def _damage(how: str, t: _Target, start: int, length: int, rank: int,
         return Corruption(how, t.path, off, n, where)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -364,7 +364,7 @@ def _stale_copy(pattern: str, rng: random.Random, older: str | None, root: str |
         return None
     t, data, st = rng.choice(candidates)
     with _open(t, os.O_WRONLY | os.O_TRUNC) as fd:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
         os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
     return Corruption("stale-copy", t.path, 0, len(data),

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashpoint.faults import _strace
+from crashpoint.faults._files import write_all
 
 __all__ = [
     "MODELS",
@@ -1607,9 +1608,7 @@ def materialize(state: CrashState, roots: Mapping[str, str]) -> list[str]:
                     ffd = os.open(last, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                   0o644, dir_fd=dfd)
                     try:
-                        view = memoryview(content)
-                        while view:
-                            view = view[os.write(ffd, view):]
+                        write_all(ffd, content)
                     finally:
                         os.close(ffd)
                 written.append(os.path.join(folder, *parts))

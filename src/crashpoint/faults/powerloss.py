@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from crashpoint.checkpoint._fsio import DIR_MODE, FILE_MODE, FsOps
+from crashpoint.faults._files import write_all
 
 __all__ = ["DiskImage", "Op", "PowerLossRecorder"]
 
@@ -105,9 +106,7 @@ class DiskImage:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
                          FILE_MODE)
             try:
-                view = memoryview(content)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, content)
             finally:
                 os.close(fd)
         return dest
