@@ -350,3 +350,67 @@ def test_a_real_shell_script_traced(tmp_path: Path, children) -> None:
                for n, p, p2 in names)
     assert ("mkdir", "R/d", "") in names
     assert (state / "s.json").read_text() == '{"n": 1}'
+
+
+@pytest.mark.parametrize("stamp", ["", "1763900000.123456 "], ids=["plain", "ttt"])
+def test_the_detacher_ends_a_trace_its_command_left_running_and_names_what_was_left(
+        tmp_path: Path, stamp: str) -> None:
+    """A trace whose command exited while something it started still runs: the Detacher kills
+    strace (here a stand-in) and reports the command's exit status and what outlived it. A helper
+    that re-forks may be between pids when /proc is read: seen running after the command's exit,
+    with no exit line of its own, it counts all the same. Lines with ``-ttt`` times read alike.
+    Every pid in the trace is a process of this test's (the Detacher kills what was left)."""
+    import subprocess
+
+    from crashpoint.faults._process import Exit
+    from crashpoint.faults._strace import Detacher
+
+    procs = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(5)]
+    try:
+        strace, cmd, a, b, c = (p.pid for p in procs)
+        out = tmp_path / "trace"
+        out.write_text(f"{cmd} {stamp}execve(\"/bin/agent\", [\"agent\"], 0x0 /* 0 vars */) = 0\n"
+                       f"{cmd} {stamp}clone(child_stack=NULL, flags=CLONE_CHILD) = {a}\n"
+                       f"{a} {stamp}write(3, \"1\\n\", 2) = 2\n"
+                       f"{b} {stamp}write(3, \"1\\n\", 2) = 2\n"
+                       f"{b} {stamp}+++ exited with 0 +++\n"
+                       f"{cmd} {stamp}+++ exited with 3 +++\n"
+                       f"{a} {stamp}clone(child_stack=NULL, flags=CLONE_CHILD) = {c}\n"
+                       f"{a} {stamp}+++ exited with 0 +++\n"
+                       f"{c} {stamp}write(3, \"1\\n\", 2) = 2\n")
+        d = Detacher(strace, str(out), interval=0.01)
+        assert procs[0].wait(timeout=10) == -9  # killed: the command had exited, it had not
+        d.stop()
+        # b ended before the command, a after it; c ran after it and has not ended: left
+        assert d.detached
+        assert d.exit_code == 3
+        assert d.left == (c,)
+        assert procs[4].wait(timeout=10) == -9  # and killed
+        assert [p.poll() for p in procs[2:4]] == [None, None]  # the others were not
+        ex = d.exit(Exit(-9, 9, False, 0.1, b"", b""))
+        assert (ex.returncode, ex.signal, ex.orphans) == (3, None, (c,))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_the_detacher_leaves_a_trace_that_ends_by_itself_alone(tmp_path: Path) -> None:
+    """The command exited and strace ended on its own (nothing left): no kill, no orphans."""
+    import subprocess
+    import time
+
+    from crashpoint.faults._process import Exit
+    from crashpoint.faults._strace import Detacher
+
+    out = tmp_path / "trace"
+    out.write_text("100 execve(\"/bin/agent\", [\"agent\"], 0x0 /* 0 vars */) = 0\n"
+                   "100 +++ exited with 0 +++\n")
+    stand_in = subprocess.Popen(["sleep", "0.05"], start_new_session=True)
+    d = Detacher(stand_in.pid, str(out), interval=0.01)
+    assert stand_in.wait(timeout=10) == 0
+    time.sleep(0.5)
+    d.stop()
+    assert not d.detached
+    ex = Exit(0, None, False, 0.1, b"", b"")
+    assert d.exit(ex) is ex

@@ -622,6 +622,11 @@ class Detacher:
             if state["main"] is None:
                 state["main"] = pid
             rest = rest.strip()
+            stamp, _, after_stamp = rest.partition(b" ")
+            if stamp.replace(b".", b"", 1).isdigit():  # -ttt: the time comes first
+                rest = after_stamp.strip()
+            if state["code"] is not None and pid != state["main"]:
+                state["after"].add(int(pid))  # it ran after the command had exited
             if rest.startswith((b"+++ exited with", b"+++ killed by")):
                 state["pids"].discard(int(pid))
             else:
@@ -635,7 +640,7 @@ class Detacher:
         import signal
 
         state: dict[str, Any] = {"offset": 0, "tail": b"", "main": None, "code": None,
-                                 "pids": set()}
+                                 "pids": set(), "after": set()}
         try:
             while not self._stop.wait(self.interval):
                 if not self._main_exited(state):
@@ -646,8 +651,10 @@ class Detacher:
                     return
                 self.exit_code = int(state["code"])
                 self._main_exited(state)  # what it traced since: who is still there
-                self.left = tuple(sorted(p for p in state["pids"]
-                                         if _traced_by(p, self.pid)))
+                # still traced, or seen running after the command's exit with no exit of its
+                # own since (a helper that re-forks may be between pids when /proc is read)
+                self.left = tuple(sorted(p for p in state["pids"] if p != int(state["main"])
+                                         and (p in state["after"] or _traced_by(p, self.pid))))
                 self.detached = True
                 os.kill(self.pid, signal.SIGKILL)
                 for pid in self.left:  # untraced, their traced calls would fail: end them
