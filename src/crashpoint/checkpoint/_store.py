@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from crashpoint._failpoints import failpoint
-from crashpoint.checkpoint._fsio import REAL, FsOps
+from crashpoint.checkpoint._fsio import REAL, FsOps, is_temp_of
 from crashpoint.checkpoint._journal import (
     META,
     Damage,
@@ -505,7 +505,7 @@ class RunJournal:
         self._unsynced = 0
         self.snapshot_error: OSError | None = None
         for name in os.listdir(folder):  # a crash can leave temp files of atomic writes
-            if name.startswith(".") and name.endswith(".tmp"):
+            if is_temp_of(name, (META, "snap-")):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
