@@ -385,6 +385,7 @@ class Store:
     # -- listing, verifying, pruning ------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
+        self._finish_removals()  # an interrupted removal's leftovers are never runs
         out = []
         for rid in self.run_ids():
             folder = os.path.join(self.root, rid)
