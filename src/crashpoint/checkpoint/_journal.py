@@ -10,12 +10,19 @@ A run's folder holds::
 
 Each journal record's payload is ``{"s": seq, "g": generation, "d": data}``. Sequence numbers
 are contiguous from 1, so a deleted or stale middle segment shows as a gap.
+
+Every read here is total: whatever bytes a file holds, a read returns the valid prefix and the
+damage it found, or raises :class:`CheckpointCorrupt` (file, offset, reason). Payloads are
+decoded with the bounded decoder (:func:`~crashpoint.checkpoint._record.decode_json`), then
+their shape is checked (the envelope here, the data by the reducer: a reducer raises
+:class:`PayloadError` for a record it cannot apply, before changing the state). Files are
+opened without following links and without blocking (``O_NOFOLLOW | O_NONBLOCK``), then must
+be regular files: a FIFO, a device or a link where a store file belongs is damage, never read.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import stat
@@ -23,18 +30,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.checkpoint._record import KIND_RECORD, KIND_SNAPSHOT, decode_payload, scan
+from crashpoint.checkpoint._record import (
+    HEADER,
+    KIND_RECORD,
+    KIND_SNAPSHOT,
+    MAX_PAYLOAD,
+    PayloadError,
+    decode_json,
+    decode_many,
+    scan,
+)
 from crashpoint.errors import CheckpointCorrupt
 
 __all__ = [
     "Damage",
     "Loaded",
+    "PayloadError",
     "Reducer",
     "TornTail",
     "list_files",
     "load",
+    "parse_lock",
+    "read_lock",
     "read_meta",
     "records_reducer",
+    "register_state_check",
     "segment_name",
     "snapshot_name",
     "verify_folder",
@@ -45,6 +65,19 @@ Reducer = Callable[[dict[str, Any], Any], None]
 SEG_RE = re.compile(r"^seg-(\d{12})\.log$")
 SNAP_RE = re.compile(r"^snap-(\d{12})\.cps$")
 META = "meta.json"
+#: Largest meta.json / lock file read (bigger ones are ignored: they are caches).
+MAX_META_BYTES = 1 << 20
+MAX_LOCK_BYTES = 4096
+#: Largest sequence number or generation a record may carry.
+MAX_SEQ = (1 << 62) - 1
+StateCheck = Callable[[dict[str, Any]], None]
+_STATE_CHECKS: dict[Any, StateCheck] = {}
+
+
+def register_state_check(reducer: Reducer, check: StateCheck) -> None:
+    """Have :func:`load` call ``check(state)`` on a snapshot's state before ``reducer`` builds on
+    it; ``check`` raises :class:`PayloadError` for a state ``reducer`` never produces."""
+    _STATE_CHECKS[reducer] = check
 
 
 def segment_name(first_seq: int) -> str:
@@ -58,6 +91,14 @@ def snapshot_name(seq: int) -> str:
 def records_reducer(state: dict[str, Any], data: Any) -> None:
     """The default reducer: the state is the list of every record's data, in order."""
     state.setdefault("records", []).append(data)
+
+
+def _check_records_state(state: dict[str, Any]) -> None:
+    if not isinstance(state.get("records", []), list):
+        raise PayloadError("the snapshot's 'records' is not a list")
+
+
+register_state_check(records_reducer, _check_records_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,26 +167,64 @@ class _NotAFile(Exception):
     """A journal file name that is a symbolic link or not a regular file."""
 
 
-def _read(path: str) -> bytes:
-    """The file's bytes, never through a symbolic link: a link planted where a segment or
-    snapshot belongs (pointing at another run's files, say) is damage, not data."""
+_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+           | getattr(os, "O_CLOEXEC", 0))
+
+
+def _read(path: str, limit: int | None = None) -> bytes:
+    """The file's bytes, never through a symbolic link, never from a FIFO or a device: a link
+    planted where a segment or snapshot belongs (pointing at another run's files, or at
+    /dev/zero) is damage, not data, and opening a FIFO does not wait for a writer. A file over
+    ``limit`` bytes is refused before it is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, _O_READ)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _NotAFile("a symbolic link where a journal file belongs") from None
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise _NotAFile(f"unreadable ({exc.strerror}): fix its owner or mode") from None
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EWOULDBLOCK):
+            raise _NotAFile("not a regular file") from None
         raise
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise _NotAFile("not a regular file")
-        return f.read()
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAFile("not a regular file (a FIFO, device or folder)")
+        if limit is not None and st.st_size > limit:
+            raise _NotAFile(f"{st.st_size} bytes, more than the {limit} such a file can hold")
+        data = f.read() if limit is None else f.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise _NotAFile(f"more than the {limit} bytes such a file can hold")
+        return data
 
 
-def _load_snapshot(path: str, seq: int) -> tuple[dict[str, Any], int, int] | Damage:
+def _is_count(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= MAX_SEQ
+
+
+def _envelope(payload: bytes) -> tuple[int, int, Any]:
+    """(seq, generation, data) of a journal record's payload; PayloadError if it is not one."""
+    return _envelope_of(decode_json(payload))
+
+
+def _envelope_of(env: Any) -> tuple[int, int, Any]:
+    if type(env) is not dict or len(env) != 3 or "d" not in env:
+        raise PayloadError("a journal record is an object of exactly s, g and d")
+    s: Any = env.get("s")
+    g: Any = env.get("g")
+    if not _is_count(s) or s == 0:
+        raise PayloadError(f"its sequence number {str(s)[:40]!r} is not an integer from 1 "
+                           f"to {MAX_SEQ}")
+    if not _is_count(g):
+        raise PayloadError(f"its generation {str(g)[:40]!r} is not an integer from 0 "
+                           f"to {MAX_SEQ}")
+    return s, g, env["d"]
+
+
+def _load_snapshot(path: str, seq: int, check: StateCheck | None = None
+                   ) -> tuple[dict[str, Any], int, int] | Damage:
     try:
-        data = _read(path)
+        data = _read(path, HEADER.size + MAX_PAYLOAD)
     except _NotAFile as exc:
         return Damage(path, 0, str(exc))
     res = scan(data)
@@ -155,12 +234,19 @@ def _load_snapshot(path: str, seq: int) -> tuple[dict[str, Any], int, int] | Dam
     if kind != KIND_SNAPSHOT:
         return Damage(path, off, f"record kind {kind} is not a snapshot")
     try:
-        obj = decode_payload(payload)
-        state, sseq, gen = obj["state"], int(obj["seq"]), int(obj["gen"])
-    except (ValueError, KeyError, TypeError) as exc:
+        obj = decode_json(payload)
+        if type(obj) is not dict or set(obj) != {"seq", "gen", "state"}:
+            raise PayloadError("a snapshot is an object of exactly seq, gen and state")
+        state, sseq, gen = obj["state"], obj["seq"], obj["gen"]
+        if not _is_count(sseq) or not _is_count(gen) or type(state) is not dict:
+            raise PayloadError("its seq and gen must be integers from 0 to "
+                               f"{MAX_SEQ} and its state an object")
+        if sseq != seq:
+            raise PayloadError(f"it says seq {sseq}, its name says {seq}")
+        if check is not None:
+            check(state)
+    except PayloadError as exc:
         return Damage(path, off, f"snapshot payload does not decode: {exc}")
-    if sseq != seq or not isinstance(state, dict):
-        return Damage(path, off, f"snapshot says seq {sseq}, its name says {seq}")
     return state, gen, len(data)
 
 
@@ -172,21 +258,26 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
     """
     snaps, segs = list_files(folder)
     out = Loaded(state={})
+    check = _STATE_CHECKS.get(reducer)
 
     def hit(d: Damage) -> None:
         if stop_on_damage:
             raise d.error()
         out.damage.append(d)
 
-    for sseq, spath in snaps:
-        got = _load_snapshot(spath, sseq)
+    for i, (sseq, spath) in enumerate(snaps):
+        got = _load_snapshot(spath, sseq, check)
         if isinstance(got, Damage):
             hit(got)
             out.unusable.append(spath)
             continue
         out.state, out.generation, out.snapshot_bytes = got
         out.seq = out.snapshot_seq = sseq
-        out.covered.extend(p for s, p in snaps if s < sseq)
+        for _s, older in snaps[i + 1:]:  # covered; damage in them is reported all the same
+            old = _load_snapshot(older, _s, check)
+            if isinstance(old, Damage):
+                hit(old)
+            out.covered.append(older)
         break
 
     stopped = False
@@ -203,28 +294,32 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             stopped = True
             continue
         is_last = i == len(segs) - 1
+        # a segment the next one shows to end at or before the snapshot holds nothing needed:
+        # damage in it is reported, but the records after it still load
+        covered = not is_last and segs[i + 1][0] <= out.snapshot_seq + 1
         try:
             buf = _read(path)
         except _NotAFile as exc:
             hit(Damage(path, 0, str(exc)))
             out.unusable.append(path)
-            out.lost_from_seq = out.seq + 1
-            stopped = True
+            if not covered:
+                out.lost_from_seq = out.seq + 1
+                stopped = True
             continue
         res = scan(buf)
         file_max_seq = first - 1
-        envelopes = _decode_all(res.records)
-        for (off, kind, payload), pre in zip(res.records, envelopes, strict=True):
+        envelopes = decode_many([p for _, _, p in res.records])
+        bad = False
+        for j, (off, kind, payload) in enumerate(res.records):
             try:
-                env = pre if pre is not None else decode_payload(payload)
-                s, g, d = int(env["s"]), int(env["g"]), env["d"]
-            except (ValueError, KeyError, TypeError) as exc:
+                s, g, d = _envelope(payload) if envelopes is None else _envelope_of(envelopes[j])
+            except PayloadError as exc:
                 hit(Damage(path, off, f"record does not decode: {exc}"))
-                stopped = True
+                bad = True
                 break
             if kind != KIND_RECORD:
                 hit(Damage(path, off, f"record kind {kind} in a journal segment"))
-                stopped = True
+                bad = True
                 break
             file_max_seq = s
             if s <= out.snapshot_seq:
@@ -234,30 +329,34 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
                         "replaced by an older copy)") if s > out.seq + 1 else \
                     f"record {s} repeats (expected {out.seq + 1})"
                 hit(Damage(path, off, what))
-                stopped = True
+                bad = True
                 break
             if g < out.generation:
                 hit(Damage(path, off, f"record {s} was written by generation {g} after "
                                       f"generation {out.generation} (a fenced-out writer)"))
-                stopped = True
+                bad = True
                 break
-            reducer(out.state, d)
+            try:
+                reducer(out.state, d)  # a reducer checks the data's shape before it applies it
+            except PayloadError as exc:
+                hit(Damage(path, off, f"record {s} does not fit the run: {exc}"))
+                bad = True
+                break
             out.seq = s
             out.generation = g
             out.bytes_since_snapshot += 16 + len(payload)
-        if stopped:
-            out.unusable.append(path)
-            out.lost_from_seq = out.seq + 1
-            continue
-        if res.stop == "torn" and is_last:
+        if not bad and res.stop == "torn" and is_last:
             out.torn = TornTail(path, res.end, len(buf) - res.end, res.reason)
-        elif res.stop != "end":
+        elif not bad and res.stop != "end":
             why = res.reason if res.stop == "damage" else \
                 f"{res.reason} in a segment that is not the last (not a crash artefact)"
             hit(Damage(path, res.end, why))
+            bad = True
+        if bad:
             out.unusable.append(path)
-            out.lost_from_seq = out.seq + 1
-            stopped = True
+            if not covered or out.seq > out.snapshot_seq:
+                out.lost_from_seq = out.seq + 1
+                stopped = True
             continue
         if (is_last and file_max_seq > out.snapshot_seq) or (is_last and not res.records):
             out.last_segment, out.last_segment_end = path, res.end  # the writer appends here
@@ -266,32 +365,19 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
     return out
 
 
-def _decode_all(records: list[tuple[int, int, bytes]]) -> list[Any]:
-    """Decode every payload with one ``json.loads`` over a JSON array (one C call instead of
-    one per record); ``None`` entries (all of them, if the batch fails) are decoded one by one
-    by the caller, which then names the record that does not decode."""
-    if not records:
-        return []
-    try:
-        out = json.loads(b"[" + b",".join(p for _, _, p in records) + b"]")
-    except ValueError:
-        return [None] * len(records)
-    if not isinstance(out, list) or len(out) != len(records):
-        return [None] * len(records)  # a payload that is not one JSON value
-    return out
-
-
-def verify_folder(folder: str) -> tuple[list[Damage], list[TornTail]]:
+def verify_folder(folder: str, reducer: Reducer = records_reducer
+                  ) -> tuple[list[Damage], list[TornTail]]:
     """Check every checksum of every file in a run's folder; report all damage, not just the first.
 
     A torn tail in the last segment is reported separately: it is the normal artefact of a
-    crash and is repaired on the next open.
+    crash and is repaired on the next open. Whenever this reports damage, :func:`load` with the
+    same ``reducer`` finds damage too (and the other way round): it checks what load checks.
     """
     damage: list[Damage] = []
     torn: list[TornTail] = []
     snaps, segs = list_files(folder)
     for sseq, spath in snaps:
-        got = _load_snapshot(spath, sseq)
+        got = _load_snapshot(spath, sseq, _STATE_CHECKS.get(reducer))
         if isinstance(got, Damage):
             damage.append(got)
     for i, (_, path) in enumerate(segs):
@@ -301,28 +387,55 @@ def verify_folder(folder: str) -> tuple[list[Damage], list[TornTail]]:
             damage.append(Damage(path, 0, str(exc)))
             continue
         res = scan(buf)
-        for off, _kind, payload in res.records:
+        for off, kind, payload in res.records:
             try:
-                env = decode_payload(payload)
-                int(env["s"]), int(env["g"])
-            except (ValueError, KeyError, TypeError) as exc:
+                _envelope(payload)
+            except PayloadError as exc:
                 damage.append(Damage(path, off, f"record does not decode: {exc}"))
+                continue
+            if kind != KIND_RECORD:
+                damage.append(Damage(path, off, f"record kind {kind} in a journal segment"))
         if res.stop == "torn" and i == len(segs) - 1:
             torn.append(TornTail(path, res.end, len(buf) - res.end, res.reason))
         elif res.stop != "end":
-            damage.append(Damage(path, res.end, res.reason))
-    if not damage:
-        try:
-            load(folder, lambda s, d: None, stop_on_damage=True)
-        except CheckpointCorrupt as exc:  # gaps and fencing show only across files
-            damage.append(Damage(exc.path, exc.offset, exc.reason))
+            why = res.reason if res.stop == "damage" else \
+                f"{res.reason} in a segment that is not the last (not a crash artefact)"
+            damage.append(Damage(path, res.end, why))
+    # gaps, fencing and the data's shape show only when the records are replayed in order
+    for d in load(folder, reducer, stop_on_damage=False).damage:
+        if d not in damage:
+            damage.append(d)
     return damage, torn
 
 
 def read_meta(folder: str) -> dict[str, Any]:
-    """The run's meta.json, or ``{}`` if missing or unreadable (it is a cache, never truth)."""
+    """The run's meta.json, or ``{}`` if missing, unreadable, over 1 MiB, not a regular file
+    or not a JSON object the decoder accepts (it is a cache, never truth)."""
     try:
-        obj = json.loads(_read(os.path.join(folder, META)).decode("utf-8"))
-    except (OSError, ValueError, _NotAFile):
+        obj = decode_json(_read(os.path.join(folder, META), MAX_META_BYTES))
+    except (OSError, PayloadError, _NotAFile):
         return {}  # a link planted as meta.json is ignored: pruning trusts this status
     return obj if isinstance(obj, dict) else {}
+
+
+def parse_lock(raw: bytes) -> tuple[int, str]:
+    """(generation, holder pid) from a lock file's bytes; ``(0, "")`` for anything else (a torn
+    lock file: the journal's generations still fence)."""
+    try:
+        info = decode_json(raw or b"{}", max_depth=4)
+    except PayloadError:
+        return 0, ""
+    if type(info) is not dict:
+        return 0, ""
+    gen, pid = info.get("generation", 0), info.get("pid", "")
+    return (gen if _is_count(gen) else 0,
+            str(pid) if type(pid) is int or (type(pid) is str and len(pid) < 40) else "")
+
+
+def read_lock(path: str) -> tuple[int, str]:
+    """A run's lock file read as :func:`parse_lock` does, never through a link, a FIFO or a
+    device (``(0, "")`` then)."""
+    try:
+        return parse_lock(_read(path, MAX_LOCK_BYTES))
+    except (OSError, _NotAFile):
+        return 0, ""

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from crashpoint.checkpoint._fsio import FsOps, is_regular_file
+from crashpoint.checkpoint._journal import parse_lock
 from crashpoint.errors import CheckpointCorrupt, RunLocked
 
 __all__ = ["RunLock", "acquire", "write_holder"]
@@ -44,10 +45,8 @@ class RunLock:
 
 def _read_holder(fd: int) -> tuple[int, str]:
     try:
-        raw = os.pread(fd, 4096, 0)
-        info = json.loads(raw.decode() or "{}")
-        return int(info.get("generation", 0)), str(info.get("pid", ""))
-    except (ValueError, OSError, AttributeError):
+        return parse_lock(os.pread(fd, 4096, 0))  # any bytes: a number or (0, "")
+    except OSError:
         return 0, ""  # a torn lock file: the journal's generations still fence
 
 
@@ -112,11 +111,14 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
 
 def is_locked(path: str) -> bool:
     """True if a live process holds the lock at ``path`` (does not take it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # never blocks on a FIFO, never follows a link
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
     try:
+        if not is_regular_file(fd):
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,6 +12,13 @@ A record is a 16-byte header and a JSON payload::
 
 Payloads are UTF-8 JSON objects: loading a checkpoint runs no code (no pickle, ever).
 
+:func:`decode_json` is the only way the store turns stored bytes into values. It is total and
+bounded: strict UTF-8, nesting at most :data:`MAX_DEPTH` levels (checked on the bytes before
+decoding), no ``NaN``/``Infinity``, no float that overflows, no integer over 4,300 digits, no
+lone surrogate; anything else raises :class:`PayloadError` (a ``ValueError``), never
+``RecursionError`` or ``OverflowError``. A record whose data nests deeper than
+:data:`MAX_WRITE_DEPTH` is refused when written, so everything the store writes reads back.
+
 :func:`scan` walks a buffer of records and says where and why it stopped. A stop is a *torn
 tail* (the artefact of a crash during an append: an incomplete header, a record that runs past
 the end of the file, or a zero-filled remainder) or *damage* (a checksum mismatch with other data
@@ -23,9 +30,14 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import re
 import struct
+import sys
 import zlib
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 __all__ = [
@@ -33,12 +45,18 @@ __all__ = [
     "KIND_RECORD",
     "KIND_SNAPSHOT",
     "MAGIC",
+    "MAX_DEPTH",
     "MAX_PAYLOAD",
+    "MAX_WRITE_DEPTH",
     "VERSION",
+    "PayloadError",
     "ScanResult",
+    "decode_json",
+    "decode_many",
     "decode_payload",
     "encode",
     "encode_json",
+    "nesting_depth",
     "scan",
 ]
 
@@ -49,6 +67,16 @@ KIND_SNAPSHOT = 1
 HEADER = struct.Struct("<2sBBIII")
 _HEAD12 = struct.Struct("<2sBBII")
 MAX_PAYLOAD = 1 << 30
+#: Deepest nesting of arrays and objects a stored payload may have (deeper is damage).
+MAX_DEPTH = 256
+#: Deepest nesting a journal record's payload may have when written: a snapshot wraps record
+#: data in a few more levels and must still read back under :data:`MAX_DEPTH`.
+MAX_WRITE_DEPTH = 192
+_MAX_DIGITS = 4300  # Python's default int_max_str_digits, enforced even where it is disabled
+
+
+class PayloadError(ValueError):
+    """Stored bytes whose checksum holds but whose content the store never writes."""
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False,
@@ -71,12 +99,123 @@ def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
     """Frame ``payload`` bytes as one record."""
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    if kind == KIND_RECORD and _deeper_than(payload, MAX_WRITE_DEPTH):
+        raise ValueError(f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
+                         "and objects; flatten it (deeper data could not be read back safely)")
     head = _HEAD12.pack(MAGIC, VERSION, kind, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 
 
+# -- bounded decoding ---------------------------------------------------------------------
+
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed bytes
+# numbers, in a copy where every digit is "0", e/E is "e" and signs are gone: a float that may
+# overflow to inf has a three-digit exponent or over 300 digits (strings may match too: then
+# floats are checked one by one, slower, never wrong)
+_NUMBERS = bytes.maketrans(b"0123456789E", b"0000000000e")
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # an escaped surrogate (maybe a lone one)
+
+
+def _may_overflow(payload: bytes) -> bool:
+    t = payload.translate(_NUMBERS, b"+-")
+    return b"e000" in t or b"0" * 300 in t
+
+
+def nesting_depth(payload: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON ``payload``, counted on the bytes
+    (brackets inside strings skipped); never less than what a decoder would reach, even on
+    invalid JSON, and linear in the size."""
+    t = payload.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, quotes
+    outside = b"".join(t.split(b'"')[::2])  # quotes now alternate: open, close
+    signs = array("b")
+    signs.frombytes(outside.translate(_SIGNS, _NOT_BRACKET))
+    return max(accumulate(signs), default=0)
+
+
+def _deeper_than(payload: bytes, limit: int) -> bool:
+    if payload.count(b"[") + payload.count(b"{") <= limit:  # the common case, at C speed
+        return False
+    return nesting_depth(payload) > limit
+
+
+def _reject_constant(name: str) -> Any:
+    raise PayloadError(f"{name} is not a JSON number the store writes")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise PayloadError(f"the number {text[:20]}... overflows a float")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > _MAX_DIGITS:
+        raise PayloadError(f"an integer of {len(text)} digits (the limit is {_MAX_DIGITS})")
+    return int(text)
+
+
+_get_digits: Any = getattr(sys, "get_int_max_str_digits", None)
+
+
+def _decoder(big_floats: bool) -> json.JSONDecoder:
+    limited = _get_digits is not None and 0 < _get_digits() <= _MAX_DIGITS
+    return json.JSONDecoder(parse_constant=_reject_constant,
+                            parse_float=_finite_float if big_floats else None,
+                            parse_int=None if limited else _bounded_int)
+
+
+def _check_text(raw: bytes, obj: Any) -> None:
+    """Escaped surrogates decode to lone ones the encoder cannot write back: refuse those."""
+    if (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE.search(raw) is not None:
+        try:
+            encode_json(obj)
+        except UnicodeEncodeError:
+            raise PayloadError("a string holds a lone surrogate (\\ud800-\\udfff)") from None
+
+
+def decode_json(payload: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode stored JSON, bounded (see the module's docstring); raise :class:`PayloadError`."""
+    if _deeper_than(payload, max_depth):
+        raise PayloadError(f"it nests deeper than {max_depth} levels")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"it is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        obj = _decoder(_may_overflow(payload)).decode(text)
+    except PayloadError:
+        raise
+    except ValueError as exc:  # JSONDecodeError, an int over sys's digit limit
+        raise PayloadError(f"it is not JSON: {exc}") from None
+    _check_text(payload, obj)
+    return obj
+
+
+def decode_many(payloads: Sequence[bytes]) -> list[Any] | None:
+    """Decode many payloads with one C call (a JSON array of them); ``None`` if any does not
+    decode, or is not exactly one value: decode those one by one to learn which and why."""
+    if not payloads:
+        return []
+    for p in payloads:
+        if _deeper_than(p, MAX_DEPTH):
+            return None
+    joined = b"[" + b",".join(payloads) + b"]"
+    try:
+        text = joined.decode("utf-8")
+        out = _decoder(_may_overflow(joined)).decode(text)
+        _check_text(joined, out)
+    except ValueError:  # PayloadError, JSONDecodeError, UnicodeDecodeError
+        return None
+    if not isinstance(out, list) or len(out) != len(payloads):
+        return None  # a payload that is not one JSON value
+    return out
+
+
 def decode_payload(payload: bytes) -> Any:
-    return json.loads(payload.decode("utf-8"))
+    """A record's payload, decoded with :func:`decode_json`."""
+    return decode_json(payload)
 
 
 @dataclass(frozen=True, slots=True)

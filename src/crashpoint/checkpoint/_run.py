@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
+from crashpoint.checkpoint._journal import PayloadError, register_state_check
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     CheckpointCorrupt,
@@ -163,8 +164,95 @@ def _init_state(state: dict[str, Any]) -> None:
     state.setdefault("attempts", 0)
 
 
+_FINISHED = ("completed", "denied", "failed", "dead")
+_MAX_ATTEMPTS = (1 << 31) - 1
+# the fields each record kind must have (name: the types it may be) and may have
+_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "step": {"name": (str,)},
+    "open": {},
+    "intent": {"key": (str,), "kind": (str,)},
+    "effect": {"key": (str,)},
+    "pause": {"name": (str,)},
+    "decision": {"name": (str,), "approved": (bool,)},
+    "finish": {"status": (str,)},
+}
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "attempt": (int,), "policy": (str,), "via": (str,), "reason": (str,), "note": (str,),
+    "by": (str,), "kind": (str,), "step": (str,), "pos": (int,),
+}
+
+
+def _fail(what: str) -> PayloadError:
+    return PayloadError(what)
+
+
+def _is_str_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _check_run_record(rec: Any) -> None:
+    """Raise PayloadError for a record :class:`Run` never writes (checked before it is applied,
+    so a bad record leaves the state as it was: the valid prefix)."""
+    if type(rec) is not dict:
+        raise _fail(f"a run record is an object, not {type(rec).__name__}")
+    t = rec.get("t")
+    if type(t) is not str:
+        raise _fail("a run record has a string 't'")
+    need = _REQUIRED.get(t)
+    if need is None:
+        return  # a kind this version does not know: ignored, as before
+    for name, types in need.items():
+        if type(rec.get(name)) not in types:
+            raise _fail(f"a {t!r} record needs {name!r} of type {types[0].__name__}")
+    for name, types in _OPTIONAL.items():
+        if name in rec and name not in need and type(rec[name]) not in types:
+            raise _fail(f"{name!r} of a {t!r} record is not of type {types[0].__name__}")
+    if t == "open":
+        if "attempt" in rec and not 0 <= rec["attempt"] <= _MAX_ATTEMPTS:
+            raise _fail(f"attempt {str(rec['attempt'])[:20]} is out of range")
+        if rec.get("steps") is not None and not _is_str_list(rec["steps"]):
+            raise _fail("an 'open' record's steps are a list of names")
+    elif t == "finish" and rec["status"] not in _FINISHED:
+        raise _fail(f"a run cannot finish as {rec['status'][:40]!r}")
+
+
+def _check_run_state(state: dict[str, Any]) -> None:
+    """Raise PayloadError for a snapshot state :func:`run_reducer` never builds."""
+    def bad(key: str, what: str) -> PayloadError:
+        return _fail(f"the run state's {key!r} is not {what}")
+
+    if "order" in state and not _is_str_list(state["order"]):
+        raise bad("order", "a list of step names")
+    if type(state.get("results", [])) is not list:
+        raise bad("results", "a list")
+    if len(state.get("order", [])) != len(state.get("results", [])):
+        raise _fail("the run state has a result for each completed step")
+    effects, pauses = state.get("effects", {}), state.get("pauses", {})
+    if type(effects) is not dict or not all(type(e) is dict for e in effects.values()):
+        raise bad("effects", "an object of objects")
+    if type(pauses) is not dict or not all(type(p) is dict for p in pauses.values()):
+        raise bad("pauses", "an object of objects")
+    for p in pauses.values():
+        d = p.get("decision")
+        if d is not None and (type(d) is not dict or type(d.get("approved")) is not bool
+                              or type(d.get("note", "")) is not str
+                              or type(d.get("by", "")) is not str):
+            raise bad("pauses", "decisions with 'approved', 'note' and 'by'")
+    if type(state.get("status", "created")) is not str:
+        raise bad("status", "a string")
+    attempts = state.get("attempts", 0)
+    if type(attempts) is not int or not 0 <= attempts <= _MAX_ATTEMPTS:
+        raise bad("attempts", "a count")
+    if state.get("steps") is not None and not _is_str_list(state["steps"]):
+        raise bad("steps", "a list of step names")
+
+
 def run_reducer(state: dict[str, Any], rec: Any) -> None:
-    """Replay one run record into ``state`` (the reducer the run's journal is opened with)."""
+    """Replay one run record into ``state`` (the reducer the run's journal is opened with).
+
+    A record of a shape :class:`Run` never writes raises :class:`PayloadError` before the
+    state changes: the load reports it as damage at that record."""
+    _check_run_record(rec)
     if "effects" not in state:
         _init_state(state)
     t = rec.get("t")
@@ -201,6 +289,9 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
             state["output"] = rec["output"]
         if rec.get("reason"):
             state["reason"] = rec["reason"]
+
+
+register_state_check(run_reducer, _check_run_state)
 
 
 class Run:

@@ -21,12 +21,14 @@ from crashpoint._failpoints import failpoint
 from crashpoint.checkpoint._fsio import REAL, FsOps, is_temp_of
 from crashpoint.checkpoint._journal import (
     META,
+    SNAP_RE,
     Damage,
     Loaded,
     Reducer,
     TornTail,
     list_files,
     load,
+    read_lock,
     read_meta,
     records_reducer,
     segment_name,
@@ -391,25 +393,24 @@ class Store:
             folder = os.path.join(self.root, rid)
             meta = read_meta(folder)
             lock_path = os.path.join(folder, "lock")
-            gen = 0
-            try:
-                with open(lock_path, "rb") as f:
-                    gen = int(json.loads(f.read() or b"{}").get("generation", 0))
-            except (OSError, ValueError, AttributeError):
-                pass
+            gen, _pid = read_lock(lock_path)  # never a FIFO, a device or through a link
             out.append(RunInfo(rid, folder, str(meta.get("status", "unknown")), _dir_size(folder),
                                _newest_mtime(folder), gen, is_locked(lock_path), meta))
         return out
 
-    def verify(self, run_id: str | None = None) -> dict[str, tuple[list[Damage], list[TornTail]]]:
-        """Check every checksum of one run or all; ``{run_id: (damage, torn tails)}``."""
+    def verify(self, run_id: str | None = None, *, reducer: Reducer = records_reducer
+               ) -> dict[str, tuple[list[Damage], list[TornTail]]]:
+        """Check every checksum of one run or all; ``{run_id: (damage, torn tails)}``.
+
+        Damage here means :meth:`read` with the same ``reducer`` finds damage too (pass
+        :func:`~crashpoint.checkpoint.run_reducer` to check the records' shapes as runs)."""
         ids = [run_id] if run_id is not None else self.run_ids()
         out = {}
         for rid in ids:
             folder = self.path(rid)
             if not os.path.isdir(folder):
                 raise RunNotFound(f"no run {rid!r} in {self.root}")
-            out[rid] = verify_folder(folder)
+            out[rid] = verify_folder(folder, reducer)
         return out
 
     def usage(self, *, refresh: bool = False) -> int:
@@ -887,13 +888,22 @@ class RunJournal:
         moved: list[str] = []
         try:
             if loaded.damage:  # rollback: make the valid prefix durable on its own first
-                self._write_snapshot()
                 stamp = time.strftime("%Y%m%dT%H%M%S")
-                for p in loaded.unusable:
-                    if os.path.exists(p):
-                        dst = f"{p}.corrupt-{stamp}"
-                        self.fs.replace(p, dst)
-                        moved.append(dst)
+                # damaged snapshots hold nothing readable: aside first (the new one may take
+                # one's name); damaged segments only once the snapshot holds their good records
+                bad_snaps = [p for p in loaded.unusable if SNAP_RE.match(os.path.basename(p))]
+                self._move_aside(bad_snaps, stamp, moved)
+                self._write_snapshot()
+                self._move_aside([p for p in loaded.unusable if p not in bad_snaps], stamp, moved)
+                # everything left is covered by the snapshot, a torn tail in an old segment
+                # included: delete it, so the next open has nothing to trip over
+                snaps, segs = list_files(folder)
+                for s, p in segs:
+                    if s <= self.seq:
+                        self._unlink(p, sync=False)
+                for s, p in snaps:
+                    if s < self.seq:
+                        self._unlink(p, sync=False)
                 self.fs.fsync_dir(folder)
                 loaded.last_segment = None
             else:
@@ -1061,6 +1071,15 @@ class RunJournal:
             self.fs.close(fd)
             raise
         self._path, self._fd, self._end = path, fd, 0
+
+    def _move_aside(self, paths: list[str], stamp: str, moved: list[str]) -> None:
+        for p in paths:
+            if os.path.lexists(p):
+                dst = f"{p}.corrupt-{stamp}"
+                self.fs.replace(p, dst)
+                moved.append(dst)
+        if paths:
+            self.fs.fsync_dir(self.folder)
 
     def _unlink(self, path: str, *, sync: bool = True) -> None:
         try:
