@@ -531,25 +531,39 @@ def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
         raise
 
 
+def _waiting(state: dict[str, Any], run_id: str, step: str | None) -> str:
+    """The pause a decision is for; :class:`RunStateError` if there is none (or not ``step``)."""
+    _init_state(state)
+    waiting = [n for n, p in state["pauses"].items()
+               if isinstance(p, dict) and p.get("decision") is None]
+    if state["status"] != "paused" or not waiting:
+        raise RunStateError(
+            f"run {run_id!r} is {state['status']}, not waiting for a decision; "
+            "nothing was recorded")
+    name = str(waiting[-1])
+    if step is not None and step != name:
+        raise RunStateError(
+            f"run {run_id!r} waits for a decision on {name!r}, not {step!r}; nothing was "
+            f"recorded (approve {name!r}, or leave --step out)")
+    return name
+
+
 def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str = "",
-           lock_timeout: float = 0.0) -> str:
+           lock_timeout: float = 0.0, step: str | None = None) -> str:
     """Record a human decision for the run's pending pause; return the pause's name.
 
-    Raises :class:`RunStateError` if the run is not waiting for a decision.
+    Raises :class:`RunStateError` if the run is not waiting for a decision (or, with ``step``,
+    waits for a different one). A refused decision changes nothing: the run is checked by a
+    read first, so its lock (and fencing generation) and its files are left as they were.
     """
+    _waiting(store.read(run_id, reducer=run_reducer).state, run_id, step)
     with store.open(run_id, reducer=run_reducer, create=False,
                     lock_timeout=lock_timeout) as journal:
-        _init_state(journal.state)
-        waiting = [n for n, p in journal.state["pauses"].items() if p.get("decision") is None]
-        if journal.state["status"] != "paused" or not waiting:
-            raise RunStateError(
-                f"run {run_id!r} is {journal.state['status']}, not waiting for a decision; "
-                "nothing was recorded")
-        name = waiting[-1]
+        name = _waiting(journal.state, run_id, step)  # again under the lock: it may have moved
         journal.append({"t": "decision", "name": name, "approved": approved,
                         "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
         journal.set_meta(status="decided", waiting_for=None, decided=name)
-        return str(name)
+        return name
 
 
 @dataclass(frozen=True, slots=True)
