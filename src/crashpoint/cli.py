@@ -1,8 +1,9 @@
 """The ``crashpoint`` command.
 
 ``crashpoint checkpoints --store DIR COMMAND`` inspects and maintains a checkpoint store
-(``list``, ``show``, ``verify``, ``prune``, ``stale``, ``approve``, ``plan``). ``crashpoint run``
-is the crash-recovery gate over scenario files; ``crashpoint replay`` re-runs one failing trial.
+(``list``, ``show``, ``verify``, ``prune``, ``stale``, ``approve``, ``rollback``, ``plan``).
+``crashpoint run`` is the crash-recovery gate over scenario files; ``crashpoint replay`` re-runs
+one failing trial.
 
 Adding a command is one decorated function: it declares its place and arguments, receives a
 :class:`Context`, and returns the exit code::
@@ -718,6 +719,41 @@ def _approve(ctx: Context) -> int:
     verb = "denied" if ctx.args.deny else "approved"
     ctx.print(f"{run_id}: {verb} {name}; start the agent again to "
               f"{'end the run as denied' if ctx.args.deny else 'continue'}")
+    return EXIT_OK
+
+
+@command(
+    "checkpoints", "rollback",
+    help="roll a run back to a completed step: later steps run again on the next start",
+    description="Discard every step after STEP, durably: a rollback record is appended (the "
+                "journal keeps the history, nothing is erased). Effects recorded after STEP are "
+                "printed as 'may need compensation': the outside world may have seen them, and "
+                "the later steps perform them again under new keys. A finished run (completed, "
+                "denied, failed, dead) is re-opened; a paused run loses a pause that came after "
+                "STEP. The next start replays the steps up to STEP and runs the later ones. A "
+                "step that is not completed is refused (exit 2) and nothing changes.",
+    args=[arg("run", metavar="RUN", help="the run id"),
+          arg("--to", metavar="STEP", required=True,
+              help="the last step to keep: its name, or #N for position N (from 0)"),
+          arg("--note", default="", help="a note kept with the rollback record"),
+          arg("--by", default="", help="who rolled back (default: $USER)"),
+          arg("--wait", metavar="DURATION", type=_duration, default=0.0,
+              help="wait this long for the run's lock (default: do not wait)"),
+          _JSON],
+)
+def _rollback(ctx: Context) -> int:
+    from crashpoint.checkpoint import rollback
+
+    store = ctx.store()
+    run_id = _find(store, ctx.args.run).run_id
+    done = rollback(store, run_id, ctx.args.to, note=ctx.args.note, by=ctx.args.by,
+                    lock_timeout=ctx.args.wait)
+    if ctx.args.json:
+        ctx.json({"run_id": done.run_id, "to": done.to, "position": done.position,
+                  "status_before": done.status_before, "discarded": list(done.discarded),
+                  "compensate": list(done.compensate), "pauses": list(done.pauses)})
+    else:
+        ctx.print(done.describe())
     return EXIT_OK
 
 

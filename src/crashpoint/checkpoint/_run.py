@@ -9,6 +9,8 @@ A run is a journal of records of these kinds (``"t"``)::
     pause     the run waits for a human decision
     decision  a human decided (approved or denied, with a note)
     finish    the run ended: completed (with its output), denied, failed or dead
+    rollback  an operator rolled the run back to a completed step: later steps, effects and
+              pauses are discarded from the state (they stay in the journal as history)
 
 Replaying them in order gives the run's state; :func:`run_reducer` is that replay.
 """
@@ -16,6 +18,7 @@ Replaying them in order gives the run's state; :func:`run_reducer` is that repla
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,12 +47,14 @@ __all__ = [
     "Decision",
     "EffectPolicy",
     "PlanLine",
+    "Rollback",
     "Run",
     "RunDenied",
     "decide",
     "exit_code",
     "open_run",
     "plan",
+    "rollback",
     "run_main",
     "run_reducer",
 ]
@@ -180,7 +185,8 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
     elif t == "intent":
         state["effects"][rec["key"]] = {
             "kind": rec["kind"], "step": rec.get("step"), "payload": rec.get("payload"),
-            "policy": rec.get("policy", "retry"), "status": "intent"}
+            "policy": rec.get("policy", "retry"), "status": "intent",
+            "at": len(state["order"])}
     elif t == "effect":
         eff = state["effects"].setdefault(rec["key"], {"kind": rec.get("kind")})
         eff["status"] = "done"
@@ -188,7 +194,8 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
         eff["via"] = rec.get("via", "call")
     elif t == "pause":
         state["pauses"][rec["name"]] = {"reason": rec.get("reason", ""),
-                                        "request": rec.get("request"), "decision": None}
+                                        "request": rec.get("request"), "decision": None,
+                                        "at": len(state["order"])}
         state["status"] = "paused"
     elif t == "decision":
         p = state["pauses"].setdefault(rec["name"], {"reason": "", "request": None})
@@ -201,6 +208,91 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
             state["output"] = rec["output"]
         if rec.get("reason"):
             state["reason"] = rec["reason"]
+    elif t == "rollback":
+        _apply_rollback(state, int(rec["pos"]) + 1)
+
+
+_KEY_POS = re.compile(r":(\d+)\.[^:]*:[^:]*:\d+(?:@r\d+)?$")
+
+
+def _effect_at(key: str, eff: Any) -> int | None:
+    """The position an effect was recorded at: ``at`` in its state, else the position in its
+    default key; None if unknown (an explicit key in a journal older than ``at``)."""
+    at = eff.get("at") if isinstance(eff, dict) else None
+    if isinstance(at, int) and not isinstance(at, bool):
+        return at
+    m = _KEY_POS.search(key)
+    return int(m.group(1)) if m else None
+
+
+def _after(state: dict[str, Any], keep: int) -> tuple[list[str], list[str]]:
+    """Keys of effects and names of pauses recorded after the first ``keep`` steps."""
+    effects = [k for k, e in state["effects"].items()
+               if (at := _effect_at(k, e)) is None or at >= keep]
+    kept = set(state["order"][:keep])
+    pauses = []
+    for name, p in state["pauses"].items():
+        at = p.get("at") if isinstance(p, dict) else None
+        if isinstance(at, int) and not isinstance(at, bool):
+            if at >= keep:
+                pauses.append(name)
+        elif name not in kept and not (str(name).startswith("effect:")
+                                       and str(name)[7:] not in effects):
+            pauses.append(name)
+    return effects, pauses
+
+
+def _apply_rollback(state: dict[str, Any], keep: int) -> None:
+    """Keep the first ``keep`` completed steps and what was recorded before their end."""
+    effects, pauses = _after(state, keep)
+    state["order"] = state["order"][:keep]
+    state["results"] = state["results"][:keep]
+    for k in effects:
+        del state["effects"][k]
+    for n in pauses:
+        del state["pauses"][n]
+    state["rollbacks"] = [*state.get("rollbacks", []), keep]
+    state["status"] = "running"
+    state.pop("output", None)
+    state.pop("reason", None)
+
+
+def _epoch(state: dict[str, Any], pos: int) -> int:
+    """How many rollbacks re-opened position ``pos`` (0: never re-run)."""
+    return max((i + 1 for i, first in enumerate(state.get("rollbacks", ())) if first <= pos),
+               default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """What a rollback did: the step kept last, the steps discarded, and the effects recorded
+    after that point, which **may need compensation** (the outside world may have seen them;
+    re-running the later steps performs them again under new keys)."""
+
+    run_id: str
+    to: str
+    position: int
+    status_before: str
+    discarded: tuple[str, ...]
+    compensate: tuple[dict[str, Any], ...]
+    pauses: tuple[str, ...]
+
+    def describe(self) -> str:
+        lines = [f"{self.run_id}: rolled back to #{self.position} {self.to} (was "
+                 f"{self.status_before}); "
+                 + (f"discarded {len(self.discarded)} step(s): " + ", ".join(
+                     f"#{self.position + 1 + i} {n}" for i, n in enumerate(self.discarded))
+                    if self.discarded else "no step discarded")]
+        for e in self.compensate:
+            how = "done" if e["status"] == "done" else "in doubt: may or may not have happened"
+            lines.append(f"may need compensation: effect {e['kind']} key={e['key']} "
+                         f"(step {e['step'] or '-'}, {how})")
+        for n in self.pauses:
+            lines.append(f"discarded pause {n}: it will be asked again")
+        nxt = f"#{self.position + 1} {self.discarded[0]}" if self.discarded else \
+            f"#{self.position + 1}"
+        lines.append(f"the next start replays #0..#{self.position} and runs from {nxt}")
+        return "\n".join(lines)
 
 
 class Run:
@@ -369,7 +461,8 @@ class Run:
         """The deterministic key of the next effect of ``kind`` in the current step."""
         pos, step = self._where()
         ordinal = self._ordinals.get(kind, 0)
-        return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}"
+        epoch = _epoch(self.state, pos)  # a step re-run after a rollback: a new effect
+        return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}" + (f"@r{epoch}" if epoch else "")
 
     def effect(self, kind: str, payload: Any, fn: Callable[[Any, str], Any] | None = None, *,
                key: str | None = None, policy: EffectPolicy | None = None,
@@ -476,6 +569,20 @@ class Run:
             raise RunDenied(self.run_id, name, decision.note)
         return decision
 
+    # -- rollback --------------------------------------------------------------------------------
+
+    def rollback(self, to: str | int, *, note: str = "", by: str = "") -> Rollback:
+        """Discard every step after ``to`` (a completed step's name, ``"#N"`` or position N):
+        durable (a ``rollback`` record; the journal keeps the history) before this returns.
+        The next step this run is asked for is the one after ``to``; effects recorded after it
+        are returned as ``compensate`` (they may have reached the outside world)."""
+        self.flush()
+        done = _rollback(self.journal, self.run_id, to, note=note, by=by)
+        self._pos = done.position + 1
+        self._current = None
+        self._ordinals, self._ordinals_at = {}, None
+        return done
+
     # -- ending ----------------------------------------------------------------------------------
 
     def finish(self, output: Any = None) -> Any:
@@ -564,6 +671,81 @@ def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str
                         "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
         journal.set_meta(status="decided", waiting_for=None, decided=name)
         return name
+
+
+def _resolve_step(state: dict[str, Any], run_id: str, to: str | int) -> int:
+    """The position of completed step ``to`` (a name, ``"#N"`` or N); RunStateError if it is
+    not a completed step."""
+    order = [str(n) for n in state["order"]]
+    done = ", ".join(f"#{i} {n}" for i, n in enumerate(order)) or "none"
+    if isinstance(to, int) or (isinstance(to, str) and re.fullmatch(r"#\d+", to)):
+        pos = to if isinstance(to, int) else int(to[1:])
+        if not 0 <= pos < len(order):
+            raise RunStateError(f"run {run_id!r} has no completed step #{pos} (completed: "
+                                f"{done}); nothing was changed")
+        return pos
+    hits = [i for i, n in enumerate(order) if n == to]
+    if not hits:
+        declared = state.get("steps") or []
+        why = "has not completed" if to in declared else "is not a step of this run"
+        raise RunStateError(f"step {to!r} {why} in run {run_id!r} (completed: {done}); "
+                            "roll back to a completed step; nothing was changed")
+    if len(hits) > 1:
+        at = ", ".join(f"#{i}" for i in hits)
+        raise RunStateError(f"step {to!r} completed at {at} in run {run_id!r}; name the "
+                            f"position (--to '#{hits[-1]}'); nothing was changed")
+    return hits[0]
+
+
+def _rollback_plan(state: dict[str, Any], run_id: str, to: str | int) -> Rollback:
+    _init_state(state)
+    pos = _resolve_step(state, run_id, to)
+    keep = pos + 1
+    effects, pauses = _after(state, keep)
+    discarded = tuple(str(n) for n in state["order"][keep:])
+    status = str(state["status"])
+    if not discarded and not effects and not pauses and status in ("running", "created"):
+        raise RunStateError(f"run {run_id!r} has nothing after #{pos} {state['order'][pos]} "
+                            "to roll back; nothing was changed")
+    comp = []
+    for k in effects:
+        e = state["effects"][k]
+        comp.append({"key": k, "kind": e.get("kind"), "step": e.get("step"),
+                     "status": "done" if e.get("status") == "done" else "in-doubt",
+                     "payload": e.get("payload"), "result": e.get("result")})
+    return Rollback(run_id, str(state["order"][pos]), pos, status, discarded, tuple(comp),
+                    tuple(str(n) for n in pauses))
+
+
+def _rollback(journal: RunJournal, run_id: str, to: str | int, *, note: str,
+              by: str) -> Rollback:
+    done = _rollback_plan(journal.state, run_id, to)
+    journal.append({"t": "rollback", "pos": done.position, "name": done.to,
+                    "discarded": list(done.discarded),
+                    "compensate": [e["key"] for e in done.compensate],
+                    "pauses": list(done.pauses), "was": done.status_before,
+                    "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
+    journal.set_meta(status="running", steps_done=done.position + 1, waiting_for=None,
+                     reason=None, resumes=0, last_error="", rolled_back_to=done.to)
+    return done
+
+
+def rollback(store: Store, run_id: str, to: str | int, *, note: str = "", by: str = "",
+             lock_timeout: float = 0.0) -> Rollback:
+    """Roll run ``run_id`` back to completed step ``to`` (a name, ``"#N"`` or N), under its
+    lock; return what was discarded and which effects may need compensation.
+
+    Any status can be rolled back: a finished (completed, denied, failed, dead) run is
+    re-opened, a paused or decided run loses its pending pause and decision if they came after
+    ``to``. The next start replays steps up to ``to`` and runs the later ones again; their
+    effects get new keys (``...@rN``). A step that is not completed raises
+    :class:`RunStateError`, and a refused rollback changes nothing (checked by a read first).
+    Raises :class:`RunLocked` if a live process holds the run.
+    """
+    _rollback_plan(store.read(run_id, reducer=run_reducer).state, run_id, to)
+    with store.open(run_id, reducer=run_reducer, create=False,
+                    lock_timeout=lock_timeout) as journal:
+        return _rollback(journal, run_id, to, note=note, by=by)
 
 
 @dataclass(frozen=True, slots=True)
