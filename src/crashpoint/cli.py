@@ -40,7 +40,6 @@ from typing import Any, NoReturn, TextIO, TypeVar
 from crashpoint import __version__
 from crashpoint._units import UnitError, format_duration, format_size, parse_duration, parse_size
 from crashpoint.checkpoint import (
-    PRUNABLE_STATUSES,
     Damage,
     Retention,
     RunInfo,
@@ -475,12 +474,19 @@ def _files(folder: str) -> list[dict[str, Any]]:
     description="Show one run without locking or repairing it: meta.json, the fencing "
                 "generation, the last sequence number, the snapshot it loads from, its files, "
                 "and its state (for the default reducer, the list of every record). A corrupt "
-                "run prints where the damage is and exits 1.",
-    args=[arg("run", metavar="RUN", help="the run id"), _JSON],
+                "run prints where the damage is and exits 1. With --at STEP, the state as it "
+                "was when STEP completed (the journal replayed up to that step's record).",
+    args=[arg("run", metavar="RUN", help="the run id"),
+          arg("--at", metavar="STEP", default=None,
+              help="show the state as it was when STEP (a name, or #N) completed; the latest "
+                   "completion if it ran again after a rollback"),
+          _JSON],
 )
 def _show(ctx: Context) -> int:
     store = ctx.store()
     info = _find(store, ctx.args.run)
+    if ctx.args.at is not None:
+        return _show_at(ctx, store, info)
     files = _files(info.path)
     head: dict[str, Any] = {
         "run_id": info.run_id,
@@ -529,6 +535,27 @@ def _show(ctx: Context) -> int:
         ctx.print(f"note:       torn tail, repaired on the next open: {loaded.torn}")
     ctx.print("state:")
     ctx.print(json.dumps(loaded.state, indent=2, sort_keys=True, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _show_at(ctx: Context, store: Store, info: RunInfo) -> int:
+    from crashpoint.checkpoint import state_at
+
+    try:
+        at = _settled(lambda: state_at(store, info.run_id, ctx.args.at))
+    except CheckpointCorrupt as exc:
+        ctx.note(str(exc))
+        return EXIT_FOUND
+    if ctx.args.json:
+        ctx.json({"run_id": info.run_id, "at": {"step": at.step, "position": at.position,
+                                                "seq": at.seq, "discarded": at.discarded},
+                  "state": at.state})
+        return EXIT_OK
+    ctx.print(f"run:        {info.run_id}")
+    ctx.print(f"at:         #{at.position} {at.step} (record {at.seq})"
+              + (", later discarded by a rollback" if at.discarded else ""))
+    ctx.print("state:")
+    ctx.print(json.dumps(at.state, indent=2, sort_keys=True, ensure_ascii=False))
     return EXIT_OK
 
 
@@ -667,18 +694,23 @@ def _prune(ctx: Context) -> int:
                 "(not completed, denied or dead; unknown counts as unfinished), none of its "
                 "files changed for --older-than, and no live process holds its lock. Prints "
                 "one line per stale run, 'RUN status=STATUS age=AGE', and exits 1; prints "
-                "nothing and exits 0 if there is none.",
+                "nothing and exits 0 if there is none. With --notify (or $CRASHPOINT_NOTIFY) "
+                "a 'stale' event per run goes to that command; a failing command is logged "
+                "and does not change the exit code.",
     args=[
         arg("--older-than", metavar="DURATION", type=_duration, required=True,
             help="how long without a write makes an unlocked unfinished run stale (30m, 2h)"),
+        arg("--notify", metavar="COMMAND", default=None,
+            help="run COMMAND once per stale run with a JSON event on stdin (split into "
+                 "words, never run through a shell; default: $CRASHPOINT_NOTIFY if set)"),
         _JSON,
     ],
 )
 def _stale(ctx: Context) -> int:
-    store = ctx.store()
-    limit = ctx.args.older_than
-    stale = [r for r in _runs(ctx, store)
-             if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > limit]
+    from crashpoint.checkpoint import stale_runs
+
+    store = ctx.store(notify=ctx.args.notify)
+    stale = stale_runs(store, ctx.args.older_than, runs=_runs(ctx, store))
     if ctx.args.json:
         ctx.json([{"run_id": r.run_id, "status": r.status, "age_seconds": round(r.age, 3),
                    "updated": r.updated, "generation": r.generation, "path": r.path}

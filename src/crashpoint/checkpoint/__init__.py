@@ -7,6 +7,7 @@ import os as _os
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._journal import Damage, Loaded, TornTail, records_reducer
+from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
 from crashpoint.checkpoint._run import (
     EXIT_CODES,
@@ -17,6 +18,7 @@ from crashpoint.checkpoint._run import (
     Rollback,
     Run,
     RunDenied,
+    StateAt,
     decide,
     exit_code,
     open_run,
@@ -24,6 +26,7 @@ from crashpoint.checkpoint._run import (
     rollback,
     run_main,
     run_reducer,
+    state_at,
 )
 from crashpoint.checkpoint._store import (
     ACTIVE_STATUSES,
@@ -42,6 +45,7 @@ from crashpoint.checkpoint._supervisor import (
     Supervisor,
     interrupted_runs,
     resume_interrupted,
+    stale_runs,
 )
 
 
@@ -55,6 +59,7 @@ __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_SECRET_NAMES",
     "EXIT_CODES",
+    "NOTIFY_ENV",
     "PRUNABLE_STATUSES",
     "REDACTED",
     "Checkpointing",
@@ -75,6 +80,7 @@ __all__ = [
     "RunJournal",
     "Secret",
     "SnapshotPolicy",
+    "StateAt",
     "Store",
     "Supervisor",
     "TornTail",
@@ -82,6 +88,7 @@ __all__ = [
     "decide",
     "exit_code",
     "interrupted_runs",
+    "notify_event",
     "open_run",
     "plan",
     "records_reducer",
@@ -89,5 +96,7 @@ __all__ = [
     "rollback",
     "run_main",
     "run_reducer",
+    "stale_runs",
+    "state_at",
     "validate_run_id",
 ]

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
+from crashpoint.checkpoint._notify import notify_event
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     CheckpointCorrupt,
@@ -50,6 +51,7 @@ __all__ = [
     "Rollback",
     "Run",
     "RunDenied",
+    "StateAt",
     "decide",
     "exit_code",
     "open_run",
@@ -57,6 +59,7 @@ __all__ = [
     "rollback",
     "run_main",
     "run_reducer",
+    "state_at",
 ]
 
 EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
@@ -539,12 +542,16 @@ class Run:
 
     def _pause(self, name: str, reason: str, request: Any,
                error: BaseException | None = None) -> None:
-        if name not in self.state["pauses"]:
+        new = name not in self.state["pauses"]
+        if new:
             self.flush()
             self.journal.append({"t": "pause", "name": name, "reason": reason,
                                  "request": self.journal.store.redactor.redact(request)},
                                 redact=False, sync=self._sync_flag(True))
         self.journal.set_meta(status="paused", waiting_for=name)
+        if new:  # once, when the pause is recorded (not on each start while it waits)
+            notify_event(self.journal.store, "paused", self.run_id, step=name, reason=reason,
+                         request=request, attempt=self.attempt)
         raise error if error is not None else RunPaused(self.run_id, name, reason)
 
     def approval(self, name: str, request: Any = None, *, reason: str = "") -> Decision:
@@ -746,6 +753,66 @@ def rollback(store: Store, run_id: str, to: str | int, *, note: str = "", by: st
     with store.open(run_id, reducer=run_reducer, create=False,
                     lock_timeout=lock_timeout) as journal:
         return _rollback(journal, run_id, to, note=note, by=by)
+
+
+@dataclass(frozen=True, slots=True)
+class StateAt:
+    """A run's state as it was when a step completed (see :func:`state_at`)."""
+
+    run_id: str
+    step: str
+    position: int
+    seq: int  # the sequence number of the step's record
+    state: dict[str, Any]
+    discarded: bool  # a later rollback discarded this completion
+
+
+def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
+    """The run's state right after step ``step`` (a name, ``"#N"`` or N) completed: the
+    reducer replayed up to that step's record. If the step completed more than once (it ran
+    again after a rollback), the latest completion. Reads only.
+
+    Raises :class:`RunStateError` if the step never completed, or if its record was folded
+    into a snapshot (the journal before a snapshot is deleted: that history is not kept)."""
+    import copy
+
+    by_pos = isinstance(step, int) or (isinstance(step, str) and re.fullmatch(r"#\d+", step))
+    want = (step if isinstance(step, int) else int(step[1:])) if by_pos else None
+    found: dict[str, Any] = {}
+    calls = [0]
+    first_order: list[Any] = []
+
+    def reducer(state: dict[str, Any], rec: Any) -> None:
+        if calls[0] == 0:
+            _init_state(state)
+            first_order.extend(state["order"])
+        calls[0] += 1
+        pos = len(state.get("order", ()))
+        run_reducer(state, rec)
+        t = rec.get("t") if isinstance(rec, dict) else None
+        if t == "step" and (rec.get("name") == step if want is None else pos == want):
+            found.update(call=calls[0], pos=pos, name=str(rec.get("name")),
+                         state=copy.deepcopy(state), discarded=False)
+        elif t == "rollback" and found and len(state["order"]) <= found["pos"]:
+            found["discarded"] = True
+
+    loaded = store.read(run_id, reducer=reducer)
+    if not found:
+        label = f"#{want}" if want is not None else repr(step)
+        if calls[0] == 0:
+            _init_state(loaded.state)
+            first_order.extend(loaded.state["order"])
+        in_snapshot = (want is not None and want < len(first_order)) or \
+            (want is None and step in first_order)
+        if loaded.snapshot_seq and in_snapshot:
+            raise RunStateError(
+                f"step {label} of run {run_id!r} completed before the snapshot at record "
+                f"{loaded.snapshot_seq}; the journal before a snapshot is not kept, so its "
+                "state then cannot be shown (states after that record can)")
+        raise RunStateError(f"step {label} never completed in run {run_id!r}; "
+                            "`crashpoint checkpoints plan` lists its steps")
+    return StateAt(run_id, found["name"], found["pos"], loaded.snapshot_seq + found["call"],
+                   found["state"], found["discarded"])
 
 
 @dataclass(frozen=True, slots=True)
