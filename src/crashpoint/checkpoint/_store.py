@@ -36,6 +36,7 @@ from crashpoint.checkpoint._journal import (
     verify_folder,
 )
 from crashpoint.checkpoint._lock import RunLock, acquire, is_locked, write_holder
+from crashpoint.checkpoint._notify import Notify
 from crashpoint.checkpoint._record import KIND_SNAPSHOT, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
 from crashpoint.errors import (
@@ -266,6 +267,7 @@ class Store:
         lock_timeout: float = 0.0,
         segment_bytes: int = 8 * MiB,
         fs: FsOps = REAL,
+        notify: Notify = None,
     ) -> None:
         if on_corrupt not in ("raise", "rollback"):
             raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
@@ -282,6 +284,7 @@ class Store:
         self.lock_timeout = lock_timeout
         self.segment_bytes = segment_bytes
         self.fs = fs
+        self.notify = notify  # a hook for pause / dead letter / stale (see _notify.py)
         self.bytes_written = 0  # every byte this Store object wrote (records, snapshots, meta)
         self._usage: int | None = None  # without a budget: this object's count of the store
         self._measured = False  # with a budget: this object measured the store once
