@@ -175,7 +175,10 @@ def test_an_effect_settled_with_done_is_skipped_and_keeps_its_result(tmp_path: P
     rc, out, _ = cli(store, "effect", "r", "charge", "--key", "k1", "--json")
     assert rc == 3
     assert json.loads(out)["result"] == {"id": "ch_1"}
-    # the default key counts the settled effects of its kind in the step: the next is :1
+    # without --key: the key counts the effects of its kind settled in the step so far
+    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
+        "r:0.pay:charge:0"
+    assert cli(store, "effect", "r", "charge", "--done")[0] == 0  # settles r:0.pay:charge:0
     assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
         "r:0.pay:charge:1"
     # the run's records are the library's: plan sees no effect in doubt after the step
@@ -225,6 +228,8 @@ def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
     finally:
         os.killpg(owner.pid, signal.SIGKILL)
         owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
     assert cli(store, "start", "r")[1] == "a\n"  # its owner is dead: taken over
     assert cli(store, "step", "r", "a")[0] == 0
 
