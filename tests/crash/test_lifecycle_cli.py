@@ -9,6 +9,7 @@ in it) sends the email twice after a kill in the in-doubt window, and ``exactly_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +23,8 @@ import pytest
 
 from crashpoint.faults import _strace
 from crashpoint.faults._process import AgentProcess
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Ledger, family_from_spec
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, FaultFamily, Ledger
+from crashpoint.harness._scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "examples" / "shell-lifecycle" / "agent.sh"
@@ -58,7 +60,8 @@ def status(store: Path, run: str) -> dict[str, Any]:
 
 def one_line_error(err: str) -> None:
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("crashpoint: error: "), err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("crashpoint: error: "), err
     assert "Traceback" not in err
 
 
@@ -87,7 +90,8 @@ def test_a_run_goes_from_start_to_complete_step_by_step(tmp_path: Path) -> None:
     # a restart of the finished agent has nothing to do
     assert cli(store, "start", "r1", "--steps", "fetch,send,finish") == (0, "", "")
     text = cli(store, "status", "r1")[1]
-    assert "status: completed" in text and "completed: fetch, send, finish" in text
+    assert "status: completed" in text
+    assert "completed: fetch, send, finish" in text
 
 
 def test_a_resume_starts_at_the_first_step_not_recorded(tmp_path: Path) -> None:
@@ -128,7 +132,8 @@ def test_a_step_recorded_twice_is_refused_and_the_run_unchanged(tmp_path: Path) 
     cli(store, "start", "r", "--steps", "a,b")
     cli(store, "step", "r", "a", "--result", "1")
     rc, _out, err = cli(store, "step", "r", "a", "--result", "2")
-    assert rc == 70 and "'a' is already recorded as completed" in err
+    assert rc == 70
+    assert "'a' is already recorded as completed" in err
     assert status(store, "r")["results"] == {"a": 1}
 
 
@@ -185,7 +190,8 @@ def test_an_effect_settled_with_done_is_skipped_and_keeps_its_result(tmp_path: P
     cli(store, "step", "r", "pay")
     plan = subprocess.run([*CLI, "checkpoints", "--store", str(store), "plan", "r"],
                           capture_output=True, text=True, check=True).stdout
-    assert "in-doubt" not in plan and "replay  #0 pay" in plan
+    assert "in-doubt" not in plan
+    assert "replay  #0 pay" in plan
 
 
 def test_a_step_is_durable_before_the_command_returns(tmp_path: Path) -> None:
@@ -201,9 +207,11 @@ def test_a_step_is_durable_before_the_command_returns(tmp_path: Path) -> None:
     ex = AgentProcess(argv, base_env(), timeout=120).start().wait()
     assert ex.returncode == 0, ex.stderr.decode()
     calls = [c for c in _strace.parse(str(trace))
-             if c.path.startswith(str(store / "r")) and os.path.basename(c.path).startswith("seg-")]
+             if c.path.startswith(str(store / "r"))
+             and os.path.basename(c.path).startswith("seg-")]
     names = [c.name for c in calls]
-    assert "write" in names and "fdatasync" in names[names.index("write"):], names
+    assert "write" in names, names
+    assert "fdatasync" in names[names.index("write"):], names
 
 
 def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
@@ -259,14 +267,21 @@ def test_the_commands_report_steps_and_effects_to_the_harness(tmp_path: Path) ->
 
 # -- the shell agent, alone and under the harness ---------------------------------------------
 
+SCENARIO = load_scenario(ROOT / "examples" / "shell-lifecycle" / "lifecycle.scenario.yaml")
+KILL, CORRUPT, POWER = (f.family for f in SCENARIO.families)
+
+
 def agent(script: Path = AGENT) -> AgentSpec:
-    return AgentSpec(command=(SH, str(script), "{state_dir}", *CLI), timeout=120)
+    """The scenario file's agent (``sh agent.sh {state_dir} {python} -m crashpoint``)."""
+    spec = SCENARIO.agent
+    assert spec.command[:2] == ("sh", "{scenario_dir}/agent.sh")
+    return dataclasses.replace(spec, command=(SH, str(script), *spec.command[2:]))
 
 
-def campaign(spec: AgentSpec, fault: dict[str, Any], tmp_path: Path, seed: int = 13,
+def campaign(spec: AgentSpec, family: FaultFamily, tmp_path: Path, seed: int = 13,
              **kw: Any) -> CampaignResult:
-    return Campaign(spec, [family_from_spec(fault)], str(tmp_path / "report"),
-                    name="lifecycle", seed=seed, restarts=3, **kw).run()
+    return Campaign(spec, [family], str(tmp_path / "report"), name="lifecycle", seed=seed,
+                    restarts=SCENARIO.restarts, expect=SCENARIO.expect, **kw).run()
 
 
 def why(result: CampaignResult) -> str:
@@ -278,7 +293,9 @@ def test_the_twin_differs_from_the_agent_in_its_key_only() -> None:
     a, b = AGENT.read_text().splitlines(), TWIN.read_text().splitlines()
     assert len(a) == len(b)
     diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
-    assert len(diff) == 1 and "$$" in diff[0][1] and "$$" not in diff[0][0]
+    assert len(diff) == 1
+    assert "$$" in diff[0][1]
+    assert "$$" not in diff[0][0]
 
 
 def test_the_shell_agent_runs_alone_and_a_second_run_replays(tmp_path: Path) -> None:
@@ -290,7 +307,7 @@ def test_the_shell_agent_runs_alone_and_a_second_run_replays(tmp_path: Path) -> 
 
 
 def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
-    result = campaign(agent(), {"kill": {"at": "every-boundary"}}, tmp_path)
+    result = campaign(agent(), KILL, tmp_path)
     golden = result.golden
     assert golden.steps == STEPS
     assert golden.output == OUTPUT
@@ -306,7 +323,7 @@ def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None
 
 
 def test_the_fresh_key_twin_sends_twice_and_fails_exactly_once(tmp_path: Path) -> None:
-    result = campaign(agent(TWIN), {"kill": {"at": "every-boundary"}}, tmp_path)
+    result = campaign(agent(TWIN), KILL, tmp_path)
     assert not result.ok
     (bad,) = result.failures  # only the kill in the email's in-doubt window shows it
     assert "in_doubt" in bad.plan.describe()
@@ -316,13 +333,12 @@ def test_the_fresh_key_twin_sends_twice_and_fails_exactly_once(tmp_path: Path) -
 
 
 def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> None:
-    fault = {"corrupt": {"path": "{state_dir}/**", "how": [
-        "truncate", "bitflip", "zero", "delete", "stale-copy"], "count": 5}}
-    result = campaign(agent(), fault, tmp_path, seed=21)
-    assert len(result.trials) == 5
+    result = campaign(agent(), CORRUPT, tmp_path, seed=21)
+    assert len(result.trials) == 6
     assert result.ok, why(result)
     exercised = [t for t in result.trials if t.status == "passed"]
-    assert exercised, [t.status for t in result.trials]
+    assert len(exercised) >= 4, [t.status for t in result.trials]
+    assert any("seg-" in str(o) for t in exercised for o in t.outcomes)  # the journal was hit
     for t in exercised:
         (c,) = [c for c in t.checks if c.name == "corruption_detected"]
         assert c.message.startswith(("repaired", "refused")), c.message
@@ -330,7 +346,7 @@ def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> N
 
 @needs_strace
 def test_the_shell_agent_survives_power_loss(tmp_path: Path) -> None:
-    result = campaign(agent(), {"power_loss": {"model": "posix", "count": 4}}, tmp_path)
+    result = campaign(agent(), POWER, tmp_path)
     assert len(result.trials) == 4
     assert all(t.outcomes[0].fired for t in result.trials)
     assert result.ok, why(result)
