@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -304,6 +305,23 @@ def test_the_shell_agent_runs_alone_and_a_second_run_replays(tmp_path: Path) -> 
                           timeout=120).start().wait()
         assert (ex.returncode, ex.stdout) == (0, OUTPUT), ex.stderr.decode()
     assert b"email to ops@example.com sent" not in ex.stderr  # the second run sent nothing
+
+
+def test_the_how_to_page_s_shell_agent_runs_and_resumes(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "how-to" / "checkpoint-from-any-language.md").read_text()
+    (code,) = re.findall(r"^```sh agent\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    script = tmp_path / "agent.sh"
+    script.write_text(code)
+    bindir = os.path.dirname(sys.executable)  # where `crashpoint` is installed
+    env = base_env(PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    errs = []
+    for _ in range(2):
+        ex = AgentProcess([SH, str(script)], env, cwd=str(tmp_path), timeout=120).start().wait()
+        assert (ex.returncode, ex.stdout) == (0, b'{"sent": "ops@example.com"}\n'), ex.stderr
+        errs.append(ex.stderr.decode())
+    assert 'emailing ops@example.com: "hello from sh"' in errs[0]
+    assert errs[1] == ""  # resumed a completed run: nothing sent, nothing said
+    assert (tmp_path / "checkpoints" / "report-1").is_dir()
 
 
 def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
