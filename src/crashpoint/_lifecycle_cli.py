@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, Literal
 
 from crashpoint.cli import EXIT_OK, EXIT_USAGE, STORE_ENV, Context, UsageError, arg, command
 from crashpoint.errors import CrashpointError, InvalidRunId, RunNotFound, RunStateError
@@ -37,15 +37,23 @@ def _json_arg(text: str, what: str) -> Any:
 
 
 def _store(ctx: Context, *, create: bool = False) -> Any:
+    """The store of ``--store`` / ``$CRASHPOINT_STORE``; ``create``: make the folder (``start``
+    on a first run) instead of asking :meth:`Context.store_root`, which wants it to exist."""
     from crashpoint.checkpoint import Store
 
+    rollback = getattr(ctx.args, "on_corrupt", "") == "rollback"
+    on_corrupt: Literal["raise", "rollback"] = "rollback" if rollback else "raise"
     root = getattr(ctx.args, "store", None) or os.environ.get(STORE_ENV, "")
-    if create and root and not os.path.exists(root):
+    if not create or not root:
+        return Store(ctx.store_root(), on_corrupt=on_corrupt)
+    if not os.path.isdir(root):
+        if os.path.lexists(root):
+            raise UsageError(f"{root} (the store) is not a folder")
         try:
             os.makedirs(root, mode=0o700)
         except OSError as exc:
             raise UsageError(f"cannot create the store {root}: {exc.strerror}") from None
-    return Store(ctx.store_root(), on_corrupt=getattr(ctx.args, "on_corrupt", "raise"))
+    return Store(root, on_corrupt=on_corrupt)
 
 
 def _guarded(func: Callable[[Context], int]) -> Callable[[Context], int]:

@@ -148,6 +148,11 @@ def test_no_store_is_a_usage_error(tmp_path: Path) -> None:
     ex = AgentProcess([*CLI, "checkpoints", "start", "r", "--steps", "a"], env,
                       timeout=60).start().wait()
     assert (ex.returncode, ex.stdout) == (0, b"a\n")
+    (tmp_path / "file").write_text("")  # a store that is a file is refused, not overwritten
+    rc, _out, err = cli(tmp_path / "file", "start", "r", "--steps", "a")
+    assert rc == 2
+    one_line_error(err)
+    assert "is not a folder" in err
 
 
 def test_an_effect_is_sent_until_settled_then_skipped(tmp_path: Path) -> None:
