@@ -813,6 +813,9 @@ def _plan(ctx: Context) -> int:
     return EXIT_OK
 
 
+# the lifecycle commands for agents in any language: start, step, effect, status, complete
+from crashpoint import _lifecycle_cli  # noqa: E402, F401  (registers them; after `plan`)
+
 # -- crashpoint run / replay (the harness) ---------------------------------------------------
 
 
