@@ -366,7 +366,10 @@ def _steps_done(store: Store, info: RunInfo) -> int | str:
     from crashpoint.checkpoint import run_reducer
 
     try:
-        loaded = _settled(lambda: store.read(info.run_id, reducer=run_reducer))
+        try:
+            loaded = _settled(lambda: store.read(info.run_id, reducer=run_reducer))
+        except CheckpointCorrupt:  # damaged, or whole but not a run's records: which?
+            return _settled(lambda: store.read(info.run_id)).seq
     except CheckpointCorrupt:
         return "corrupt"
     except OSError:
