@@ -24,7 +24,14 @@ import pytest
 
 from crashpoint.faults import _strace
 from crashpoint.faults._process import AgentProcess
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, FaultFamily, Ledger
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CampaignResult,
+    FaultFamily,
+    Ledger,
+    family_from_spec,
+)
 from crashpoint.harness._scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,7 +244,7 @@ def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
             rc, _out, err = cli(store, *args)
             assert rc == 73, (args, err)
             one_line_error(err)
-            assert f"process group {owner.pid}" in err
+            assert f"is owned by another live agent (process group {owner.pid}" in err
         assert status(store, "r")["completed"] == []  # reads are never refused
     finally:
         os.killpg(owner.pid, signal.SIGKILL)
@@ -365,6 +372,17 @@ def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> N
     for t in exercised:
         (c,) = [c for c in t.checks if c.name == "corruption_detected"]
         assert c.message.startswith(("repaired", "refused")), c.message
+
+
+def test_two_shell_agents_started_at_once_keep_one_writer(tmp_path: Path) -> None:
+    result = campaign(agent(), family_from_spec({"resumers": {"count": 2}}), tmp_path)
+    assert len(result.trials) == 2
+    assert result.ok, why(result)
+    for t in result.trials:
+        codes = sorted(a.returncode for a in t.attempts[:2])
+        assert codes == [0, 73], codes  # one ran, the other was refused: owned by the first
+        refused = next(a for a in t.attempts if a.returncode == 73)
+        assert b"is owned by another live agent (process group" in refused.stderr
 
 
 @needs_strace

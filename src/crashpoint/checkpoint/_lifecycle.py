@@ -42,6 +42,7 @@ __all__ = [
     "LOCK_WAIT",
     "EffectAnswer",
     "LifecycleStatus",
+    "RunOwned",
     "StepOutOfOrder",
     "complete_run",
     "exists_or_raise",
@@ -130,12 +131,20 @@ def _alive(owner: str) -> bool:
     return True
 
 
+class RunOwned(RunLocked):
+    """Another live agent called ``start`` on the run and still runs (exit 73, as locked)."""
+
+    def __str__(self) -> str:
+        return (f"run {self.run_id!r} is owned by another live agent ({self.holder}); only one "
+                "agent may run it at a time: wait for that one to exit, then start again")
+
+
 def _check_owner(journal: RunJournal, me: str) -> None:
     owner = journal.state.get("owner")
     if isinstance(owner, str) and owner != me and _alive(owner):
-        raise RunLocked(journal.run_id, journal.folder,
-                        f"the agent in process group {owner.partition(':')[0]}, which called "
-                        "`crashpoint checkpoints start` and still runs")
+        raise RunOwned(journal.run_id, journal.folder,
+                       f"process group {owner.partition(':')[0]}, which called `crashpoint "
+                       "checkpoints start`")
 
 
 # -- facts ------------------------------------------------------------------------------------
