@@ -190,3 +190,19 @@ def test_a_refused_approve_leaves_age_generation_and_files_alone(
     assert code == 0, out
     assert "approved ok" in out
     assert _snapshot(root / "hitl") != before["hitl"]
+
+
+def test_every_read_command_leaves_the_run_as_it_was(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    _paused(root)
+    _age(root / "busy", 3 * 3600)
+    before = _snapshot(root / "busy")
+    reads = ["list", "list --json", "show busy", "show busy --at a", "verify", "verify busy",
+             "plan busy", "stale --older-than 1h", "rollback busy --to b", "approve busy"]
+    for command in reads:
+        cli(capsys, "--store", str(root), *command.split())
+    assert _snapshot(root / "busy") == before
+    row = next(r for r in json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])
+               if r["run_id"] == "busy")
+    assert row["age_seconds"] >= 3 * 3600 - 5

@@ -307,7 +307,10 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
         if rec.get("reason"):
             state["reason"] = rec["reason"]
     elif t == "rollback":
-        _apply_rollback(state, int(rec["pos"]) + 1)
+        pos = rec.get("pos")
+        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
+            raise ValueError(f"a rollback record needs a step position, got {pos!r}")
+        _apply_rollback(state, pos + 1)
 
 
 _KEY_POS = re.compile(r":(\d+)\.[^:]*:[^:]*:\d+(?:@r\d+)?$")
@@ -349,16 +352,21 @@ def _apply_rollback(state: dict[str, Any], keep: int) -> None:
         del state["effects"][k]
     for n in pauses:
         del state["pauses"][n]
-    state["rollbacks"] = [*state.get("rollbacks", []), keep]
+    state["rollbacks"] = [*_rollbacks(state), keep]
     state["status"] = "running"
     state.pop("output", None)
     state.pop("reason", None)
 
 
+def _rollbacks(state: dict[str, Any]) -> list[int]:
+    """The first re-run position of each rollback so far, oldest first."""
+    rb = state.get("rollbacks")
+    return [n for n in rb if isinstance(n, int)] if isinstance(rb, list) else []
+
+
 def _epoch(state: dict[str, Any], pos: int) -> int:
     """How many rollbacks re-opened position ``pos`` (0: never re-run)."""
-    return max((i + 1 for i, first in enumerate(state.get("rollbacks", ())) if first <= pos),
-               default=0)
+    return max((i + 1 for i, first in enumerate(_rollbacks(state)) if first <= pos), default=0)
 
 
 @dataclass(frozen=True, slots=True)
