@@ -49,8 +49,10 @@ def _store(ctx: Context, *, create: bool = False) -> Any:
     if not os.path.isdir(root):
         if os.path.lexists(root):
             raise UsageError(f"{root} (the store) is not a folder")
-        try:
-            os.makedirs(root, mode=0o700)
+        from crashpoint.checkpoint._fsio import REAL
+
+        try:  # durable: each new folder fsynced into its parent (a power cut keeps the store)
+            REAL.makedirs_durable(root)
         except OSError as exc:
             raise UsageError(f"cannot create the store {root}: {exc.strerror}") from None
     return Store(root, on_corrupt=on_corrupt)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -398,11 +399,12 @@ def test_a_signal_inside_a_shield_is_raised_when_it_ends(children: Children) -> 
 def test_budget_stops_a_hanging_family_and_fails_it(
         children: Children, private_tmp: Path, tmp_path: Path, where: str) -> None:
     sc = tmp_path / "scenarios"
-    # the agent's own timeout (10 minutes) would hold CI; the budget stops it after 2s
+    # the agent's own timeout (10 minutes) would hold CI; the budget stops it after 6s (time
+    # enough for the golden run on a loaded machine: the trials hang, the golden run does not)
     scenario(sc, "hangs", HANGS, "hang: {count: 3}", timeout="10m",
-             extra="budget: 2s" if where == "scenario" else "budget: 10m")
+             extra="budget: 6s" if where == "scenario" else "budget: 10m")
     report = tmp_path / "report"
-    args = ["--budget", "2s"] if where == "option" else []
+    args = ["--budget", "6s"] if where == "option" else []
     child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
                 "--report", str(report), *args)
     assert child.wait(120) == 1, child.stderr_text()
@@ -410,8 +412,9 @@ def test_budget_stops_a_hanging_family_and_fails_it(
     while (line := child.read_line(10)) is not None:
         lines.append(line)
     text = "\n".join(lines)
-    assert "the campaign's time budget of 2s ran out: 0 of 3 trials ran (trial 0 was " \
-           "stopped), 3 not run" in text, text
+    # trial 0 hangs and is stopped (or, on a machine too slow to start it in time, never ran)
+    assert re.search(r"the campaign's time budget of 6s ran out: 0 of 3 trials ran"
+                     r"( \(trial 0 was stopped\))?, 3 not run", text), text
     assert "raise it with `budget:` in the scenario file, --crashpoint-budget" in text
     assert "FAIL (budget)" in text
     check_clean(private_tmp, tmp_path)
