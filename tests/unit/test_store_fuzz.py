@@ -182,13 +182,25 @@ def _with_odd(obj: Any, pick: int, raw: bytes) -> bytes:
     return text.replace(_PLACEHOLDER_JSON, raw, 1)
 
 
-@dataclass(frozen=True)
+def _loads(data: bytes) -> Any:
+    """The test's own reading of a payload an earlier mutation may have made odd already."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+@dataclass(frozen=True, repr=False)
 class Mutation:
     how: str
     file: int  # index into the sorted files, modulo their count
     where: float  # a position in the file (fraction of its size), or the record to pick
     value: int  # xor mask, a length, or the JSON node to replace
     raw: bytes = b""
+
+    def __repr__(self) -> str:  # short: some raw values are 100 kB
+        raw = repr(self.raw) if len(self.raw) < 60 else f"{self.raw[:40]!r}+...({len(self.raw)})"
+        return f"Mutation({self.how!r}, {self.file}, {self.where!r}, {self.value}, {raw})"
 
     def apply(self, files: dict[str, bytes]) -> str:
         """Mutate ``files`` in place; return the path changed."""
@@ -216,11 +228,8 @@ class Mutation:
     def _odd(self, name: str, data: bytes) -> bytes:
         base = os.path.basename(name)
         if not (base.startswith("seg-") or base.startswith("snap-")):  # meta.json, lock
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                return self.raw
-            return _with_odd(obj, self.value, self.raw)
+            obj = _loads(data)
+            return self.raw if obj is None else _with_odd(obj, self.value, self.raw)
         res = scan(data)
         if not res.records:
             return data + _frame(self.raw, 0)
@@ -228,10 +237,11 @@ class Mutation:
         end = off + HEADER.size + len(payload)
         if self.how == "forge":  # a header with valid checksums that lies
             forged = [_frame(payload, kind, length=0xFFFFFFFF)[:HEADER.size],
-                      _frame(payload, kind, version=2), _frame(payload, 1 - kind),
+                      _frame(payload, kind, version=2), _frame(payload, kind ^ 1),
                       _frame(payload, 7), _frame(payload, kind, length=len(payload) + 1)]
             return data[:off] + forged[self.value % len(forged)] + data[end:]
-        new = _with_odd(json.loads(payload), self.value, self.raw)
+        obj = _loads(payload)
+        new = self.raw if obj is None else _with_odd(obj, self.value, self.raw)
         return data[:off] + _frame(new, kind) + data[end:]
 
 
