@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -270,6 +271,9 @@ class Children:
                 full_env.pop(k, None)
             else:
                 full_env[k] = v
+        if full_env.get("CRASHPOINT_FAILPOINTS") and not full_env.get("CRASHPOINT_REAP_TOKEN"):
+            # the test plays the harness: failpoints are armed only in an attempt (its token)
+            full_env["CRASHPOINT_REAP_TOKEN"] = secrets.token_hex(16)
         args = [os.fspath(a) for a in argv]
         popen = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, env=full_env, cwd=cwd,

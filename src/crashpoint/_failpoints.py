@@ -4,6 +4,15 @@ The harness arms them in a child's environment to crash or fail the library at e
 that no outside observer can reach (between a write and its fdatasync, between a temp write and
 its rename, ...). Unarmed, a failpoint costs one dict lookup.
 
+Armed only inside the harness: the environment is read at a failpoint's first use (never at
+import), and only a process that also carries the harness's per-attempt token
+(``CRASHPOINT_REAP_TOKEN``, 32 hex digits, set in every attempt) is armed. A value leaked into
+a production process or a developer's shell does nothing there, and a malformed one cannot
+break ``import crashpoint`` (or pytest, which loads the plugin): inside an attempt it is a
+:class:`FailpointSpecError` at the first failpoint reached, naming the variable; elsewhere it is
+ignored. :func:`reload` with an explicit spec arms this process whatever its environment (the
+tests and the fork-mode zygote's children use it).
+
 Syntax: ``NAME=ACTION[@N][;NAME=ACTION[@N]...]``; the action fires on the N-th hit (default 1)
 of that failpoint in this process, once.
 
@@ -34,10 +43,15 @@ import os
 import re
 import signal
 
-__all__ = ["ENV", "FAILPOINTS", "LOG_ENV", "FailpointSpecError", "failpoint", "parse", "reload"]
+__all__ = ["ENV", "FAILPOINTS", "LOG_ENV", "TOKEN_ENV", "FailpointSpecError", "armed_here",
+           "failpoint", "parse", "reload"]
 
 ENV = "CRASHPOINT_FAILPOINTS"
 LOG_ENV = "CRASHPOINT_FAILPOINTS_LOG"
+#: The harness's per-attempt token (``crashpoint.faults._process.REAP_VAR``; the library does
+#: not import the harness): failpoints in the environment are armed only where it is set.
+TOKEN_ENV = "CRASHPOINT_REAP_TOKEN"  # noqa: S105 (a variable name, not a secret)
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
 
 FAILPOINTS = (
     "journal.write",
@@ -57,7 +71,8 @@ class FailpointSpecError(ValueError):
     """``CRASHPOINT_FAILPOINTS`` does not parse."""
 
 
-_armed: dict[str, tuple[str, int]] = {}
+_armed: dict[str, tuple[str, int]] | None = None  # None: the environment not read yet
+_pending: FailpointSpecError | None = None  # a malformed spec, raised at first use
 _hits: dict[str, int] = {}
 
 
@@ -90,18 +105,45 @@ def parse(spec: str) -> dict[str, tuple[str, int]]:
     return out
 
 
+def armed_here(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+    """Whether failpoints in the environment apply to this process: it runs inside a harness
+    attempt (it carries the attempt's token)."""
+    env = os.environ if environ is None else environ
+    return bool(_TOKEN.match(env.get(TOKEN_ENV, "")))
+
+
 def reload(spec: str | None = None) -> None:
-    """(Re)arm from ``spec`` or the environment, and reset hit counters (used after fork)."""
-    global _armed
-    _armed = parse(os.environ.get(ENV, "") if spec is None else spec)
+    """Re-arm and reset the hit counters (used after fork). With ``spec``, arm that (raising
+    :class:`FailpointSpecError` if it does not parse); without, the environment is read again
+    at the next failpoint (lazily: see the module's doc)."""
+    global _armed, _pending
     _hits.clear()
+    _pending = None
+    _armed = None if spec is None else parse(spec)
+
+
+def _from_environment() -> dict[str, tuple[str, int]]:
+    global _armed, _pending
+    spec = os.environ.get(ENV, "")
+    _armed = {}
+    if spec.strip() and armed_here():
+        try:
+            _armed = parse(spec)
+        except FailpointSpecError as exc:
+            _pending = exc
+    return _armed
 
 
 def failpoint(name: str, path: str = "") -> None:
-    """Fire the action armed for ``name`` if this is its N-th hit; otherwise do nothing."""
-    if not _armed:
+    """Fire the action armed for ``name`` if this is its N-th hit; otherwise do nothing.
+
+    Raises :class:`FailpointSpecError` if the harness armed a spec that does not parse."""
+    armed = _from_environment() if _armed is None else _armed
+    if _pending is not None:
+        raise _pending
+    if not armed:
         return
-    plan = _armed.get(name)
+    plan = armed.get(name)
     if plan is None:
         return
     n = _hits.get(name, 0) + 1
@@ -137,5 +179,3 @@ def _log(line: str) -> None:
     except OSError:
         pass
 
-
-reload()

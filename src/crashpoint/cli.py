@@ -1,8 +1,9 @@
 """The ``crashpoint`` command.
 
 ``crashpoint checkpoints --store DIR COMMAND`` inspects and maintains a checkpoint store
-(``list``, ``show``, ``verify``, ``prune``, ``stale``, ``approve``, ``plan``). ``crashpoint run``
-is the crash-recovery gate over scenario files; ``crashpoint replay`` re-runs one failing trial.
+(``list``, ``show``, ``verify``, ``prune``, ``stale``, ``approve``, ``rollback``, ``plan``).
+``crashpoint run`` is the crash-recovery gate over scenario files; ``crashpoint replay`` re-runs
+one failing trial.
 
 Adding a command is one decorated function: it declares its place and arguments, receives a
 :class:`Context`, and returns the exit code::
@@ -28,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +40,6 @@ from typing import Any, NoReturn, TextIO, TypeVar
 from crashpoint import __version__
 from crashpoint._units import UnitError, format_duration, format_size, parse_duration, parse_size
 from crashpoint.checkpoint import (
-    PRUNABLE_STATUSES,
     Damage,
     Retention,
     RunInfo,
@@ -227,8 +228,76 @@ class Context:
         return root
 
     def store(self, **kwargs: Any) -> Store:
-        """The store named by ``--store`` / ``$CRASHPOINT_STORE``; ``kwargs`` go to ``Store``."""
-        return Store(self.store_root(), **kwargs)
+        """The store named by ``--store`` / ``$CRASHPOINT_STORE``; ``kwargs`` go to ``Store``.
+
+        A folder that is not a store (its sub-folders hold no run, or it is one run's own
+        folder) is refused, naming the store(s) found inside it or above it."""
+        root = self.store_root()
+        _check_store(root, "--store" if getattr(self.args, "store", None) else STORE_ENV)
+        return Store(root, **kwargs)
+
+
+#: The names a run's folder holds (moved-aside damaged files keep their prefix).
+_RUN_FILE = re.compile(r"^(lock|meta\.json|seg-\d{12}\.log|snap-\d{12}\.cps)")
+
+
+def _is_run_folder(path: str) -> bool:
+    """True if ``path`` holds a run's files (a lock, meta.json, a segment or a snapshot).
+    Reads only the folder's names: no file is opened."""
+    try:
+        return any(_RUN_FILE.match(n) for n in os.listdir(path))
+    except OSError:
+        return False
+
+
+def _subfolders(path: str) -> list[str]:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted(n for n in names
+                  if not n.startswith(".") and os.path.isdir(os.path.join(path, n)))
+
+
+def _check_store(root: str, where: str) -> None:
+    """Refuse ``root`` unless it can be a store: empty, or at least one sub-folder is a run."""
+    subs = _subfolders(root)
+    if any(_is_run_folder(os.path.join(root, n)) for n in subs):
+        return
+    if _is_run_folder(root):
+        parent = os.path.dirname(os.path.abspath(root))
+        raise UsageError(
+            f"{root} (from {where}) is one run's folder, not a store: a store holds one "
+            f"sub-folder per run; use --store {parent} and name the run "
+            f"{os.path.basename(os.path.abspath(root))!r}")
+    if not subs:
+        return  # an empty store: nothing in it yet
+    inside = [os.path.join(root, n) for n in subs
+              if any(_is_run_folder(os.path.join(root, n, m))
+                     for m in _subfolders(os.path.join(root, n)))]
+    hint = (f"; the store inside it is --store {inside[0]}" if len(inside) == 1 else
+            f"; stores inside it: {', '.join(inside[:5])}" if inside else
+            "; point --store at the folder the agent passes to Store(...)")
+    raise UsageError(
+        f"{root} (from {where}) is not a checkpoint store: none of its "
+        f"{_plural(len(subs), 'folder')} ({', '.join(subs[:5])}"
+        f"{', ...' if len(subs) > 5 else ''}) holds a run (no journal, meta.json or "
+        f"lock){hint}")
+
+
+def _runs(ctx: Context, store: Store) -> list[RunInfo]:
+    """The store's runs: its sub-folders that hold a run's files (others are noted, skipped)."""
+    runs: list[RunInfo] = []
+    skipped: list[str] = []
+    for r in store.runs():
+        if _is_run_folder(r.path):
+            runs.append(r)
+        else:
+            skipped.append(r.run_id)
+    if skipped:
+        ctx.note(f"note: skipped {_plural(len(skipped), 'folder')} that hold no run: "
+                 f"{', '.join(skipped[:10])}")
+    return runs
 
 
 # -- argument types -------------------------------------------------------------------------
@@ -290,21 +359,28 @@ def _settled(read: Callable[[], T], attempts: int = 5) -> T:
 
 
 def _steps_done(store: Store, info: RunInfo) -> int | str:
-    """meta ``steps_done`` if the run keeps it, else the number of records in its journal;
-    ``"corrupt"`` if the journal fails a check, ``"unreadable"`` if the OS refuses it."""
-    steps = info.meta.get("steps_done")
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        return steps
+    """Completed steps as the journal says (after any rollback) for a run of
+    :func:`open_run`; the number of records for a journal of other records. ``"corrupt"``
+    if the journal fails a check, ``"unreadable"`` if the OS refuses it. Never meta.json (a
+    cache)."""
+    from crashpoint.checkpoint import run_reducer
+
     try:
-        return _settled(lambda: store.read(info.run_id, reducer=_ignore).seq)
+        try:
+            loaded = _settled(lambda: store.read(info.run_id, reducer=run_reducer))
+        except CheckpointCorrupt:  # damaged, or whole but not a run's records: which?
+            return _settled(lambda: store.read(info.run_id)).seq
     except CheckpointCorrupt:
         return "corrupt"
     except OSError:
         return "unreadable"
-
-
-def _ignore(state: dict[str, Any], data: Any) -> None:
-    """A reducer that keeps nothing: counting records does not need their content."""
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
+        return "corrupt"  # records that pass their checksums but are not a run's records
+    st = loaded.state
+    order = st.get("order")
+    if isinstance(order, list) and (st.get("attempts") or "steps" in st or order):
+        return len(order)
+    return loaded.seq
 
 
 def _run_json(info: RunInfo, steps: int | str) -> dict[str, Any]:
@@ -342,15 +418,16 @@ def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str
 @command(
     "checkpoints", "list",
     help="list runs: status, steps done, size, age, generation, locked",
-    description="List every run in the store. STEPS is meta.json's steps_done when the run "
-                "keeps it, else the number of records in its journal ('corrupt' if it cannot "
-                "be read). AGE is the time since any of its files last changed. LOCKED says "
-                "whether a live process holds the run open now.",
+    description="List every run in the store. STEPS is the number of completed steps the "
+                "journal holds (after any rollback); for a journal of other records, the "
+                "number of records ('corrupt' if it cannot be read). AGE is the time since "
+                "any of its files last changed. LOCKED says whether a live process holds the "
+                "run open now.",
     args=[_JSON],
 )
 def _list(ctx: Context) -> int:
     store = ctx.store()
-    runs = store.runs()
+    runs = _runs(ctx, store)
     steps = {r.run_id: _steps_done(store, r) for r in runs}
     if ctx.args.json:
         ctx.json([_run_json(r, steps[r.run_id]) for r in runs])
@@ -374,9 +451,10 @@ def _find(store: Store, run_id: str) -> RunInfo:
     except InvalidRunId as exc:
         raise UsageError(str(exc)) from None
     for r in store.runs():
-        if r.run_id == run_id:
+        if r.run_id == run_id and _is_run_folder(r.path):
             return r
-    known = ", ".join(store.run_ids()[:10]) or "none"
+    known = ", ".join(n for n in store.run_ids()[:10]
+                      if _is_run_folder(store.path(n))) or "none"
     raise UsageError(f"no run {run_id!r} in {store.root} (runs: {known}); "
                      "`crashpoint checkpoints list` shows them all")
 
@@ -399,12 +477,19 @@ def _files(folder: str) -> list[dict[str, Any]]:
     description="Show one run without locking or repairing it: meta.json, the fencing "
                 "generation, the last sequence number, the snapshot it loads from, its files, "
                 "and its state (for the default reducer, the list of every record). A corrupt "
-                "run prints where the damage is and exits 1.",
-    args=[arg("run", metavar="RUN", help="the run id"), _JSON],
+                "run prints where the damage is and exits 1. With --at STEP, the state as it "
+                "was when STEP completed (the journal replayed up to that step's record).",
+    args=[arg("run", metavar="RUN", help="the run id"),
+          arg("--at", metavar="STEP", default=None,
+              help="show the state as it was when STEP (a name, or #N) completed; the latest "
+                   "completion if it ran again after a rollback"),
+          _JSON],
 )
 def _show(ctx: Context) -> int:
     store = ctx.store()
     info = _find(store, ctx.args.run)
+    if ctx.args.at is not None:
+        return _show_at(ctx, store, info)
     files = _files(info.path)
     head: dict[str, Any] = {
         "run_id": info.run_id,
@@ -456,6 +541,27 @@ def _show(ctx: Context) -> int:
     return EXIT_OK
 
 
+def _show_at(ctx: Context, store: Store, info: RunInfo) -> int:
+    from crashpoint.checkpoint import state_at
+
+    try:
+        at = _settled(lambda: state_at(store, info.run_id, ctx.args.at))
+    except CheckpointCorrupt as exc:
+        ctx.note(str(exc))
+        return EXIT_FOUND
+    if ctx.args.json:
+        ctx.json({"run_id": info.run_id, "at": {"step": at.step, "position": at.position,
+                                                "seq": at.seq, "discarded": at.discarded},
+                  "state": at.state})
+        return EXIT_OK
+    ctx.print(f"run:        {info.run_id}")
+    ctx.print(f"at:         #{at.position} {at.step} (record {at.seq})"
+              + (", later discarded by a rollback" if at.discarded else ""))
+    ctx.print("state:")
+    ctx.print(json.dumps(at.state, indent=2, sort_keys=True, ensure_ascii=False))
+    return EXIT_OK
+
+
 def _show_head(ctx: Context, head: dict[str, Any]) -> None:
     ctx.print(f"run:        {head['run_id']}")
     ctx.print(f"path:       {head['path']}")
@@ -493,13 +599,25 @@ def _checked_files(folder: str) -> int:
 )
 def _verify(ctx: Context) -> int:
     store = ctx.store()
-    run_ids = store.run_ids() if ctx.args.run is None else [_find(store, ctx.args.run).run_id]
+    run_ids = ([r.run_id for r in _runs(ctx, store)] if ctx.args.run is None
+               else [_find(store, ctx.args.run).run_id])
     found = {rid: _settled(partial(_verify_one, store, rid)) for rid in run_ids}
-    nfiles = sum(_checked_files(store.path(rid)) for rid in run_ids)
+    per_run = {rid: _checked_files(store.path(rid)) for rid in run_ids}
+    nfiles = sum(per_run.values())
+    empty = [rid for rid, n in per_run.items() if n == 0]
     ndamage = sum(len(d) for d, _ in found.values())
+    if nfiles == 0:
+        why = (f"no runs in {store.root}" if not run_ids else
+               f"{_plural(len(run_ids), 'run')} without a journal segment or snapshot "
+               f"({', '.join(empty[:10])})")
+        if ctx.args.json:
+            ctx.json({"ok": False, "runs": len(run_ids), "files": 0, "damage": [],
+                      "torn_tails": [], "no_journal": empty, "error": f"nothing verified: {why}"})
+        raise UsageError(f"nothing verified: {why}; check --store names the folder the agent "
+                         "passes to Store(...)")
     if ctx.args.json:
         ctx.json({
-            "ok": ndamage == 0,
+            "ok": ndamage == 0 and not empty,
             "runs": len(run_ids),
             "files": nfiles,
             "damage": [{"run_id": rid, "path": d.path, "offset": d.offset, "reason": d.reason}
@@ -507,16 +625,21 @@ def _verify(ctx: Context) -> int:
             "torn_tails": [{"run_id": rid, "path": t.path, "offset": t.offset,
                             "bytes": t.dropped, "reason": t.reason}
                            for rid, (_, ts) in found.items() for t in ts],
+            "no_journal": empty,
         })
-        return EXIT_FOUND if ndamage else EXIT_OK
+        return EXIT_FOUND if ndamage or empty else EXIT_OK
     for _rid, (damage, torn) in found.items():
         for d in damage:
             ctx.print(str(d))
         for t in torn:
             ctx.print(f"note: {t}; repaired on the next open, not damage")
-    if ndamage:
-        bad = sum(1 for d, _ in found.values() if d)
-        ctx.print(f"damage: {_plural(ndamage, 'problem')} in {bad} of "
+    for rid in empty:
+        ctx.print(f"{store.path(rid)}: no journal segment or snapshot: nothing of run {rid!r} "
+                  "could be verified (its journal is missing)")
+    if ndamage or empty:
+        bad = sum(1 for rid, (d, _) in found.items() if d or rid in empty)
+        problems = ndamage + len(empty)
+        ctx.print(f"damage: {_plural(problems, 'problem')} in {bad} of "
                   f"{_plural(len(run_ids), 'run')}; "
                   "opening with on_corrupt='rollback' keeps the valid prefix")
         return EXIT_FOUND
@@ -574,18 +697,23 @@ def _prune(ctx: Context) -> int:
                 "(not completed, denied or dead; unknown counts as unfinished), none of its "
                 "files changed for --older-than, and no live process holds its lock. Prints "
                 "one line per stale run, 'RUN status=STATUS age=AGE', and exits 1; prints "
-                "nothing and exits 0 if there is none.",
+                "nothing and exits 0 if there is none. With --notify (or $CRASHPOINT_NOTIFY) "
+                "a 'stale' event per run goes to that command; a failing command is logged "
+                "and does not change the exit code.",
     args=[
         arg("--older-than", metavar="DURATION", type=_duration, required=True,
             help="how long without a write makes an unlocked unfinished run stale (30m, 2h)"),
+        arg("--notify", metavar="COMMAND", default=None,
+            help="run COMMAND once per stale run with a JSON event on stdin (split into "
+                 "words, never run through a shell; default: $CRASHPOINT_NOTIFY if set)"),
         _JSON,
     ],
 )
 def _stale(ctx: Context) -> int:
-    store = ctx.store()
-    limit = ctx.args.older_than
-    stale = [r for r in store.runs()
-             if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > limit]
+    from crashpoint.checkpoint import stale_runs
+
+    store = ctx.store(notify=ctx.args.notify)
+    stale = stale_runs(store, ctx.args.older_than, runs=_runs(ctx, store))
     if ctx.args.json:
         ctx.json([{"run_id": r.run_id, "status": r.status, "age_seconds": round(r.age, 3),
                    "updated": r.updated, "generation": r.generation, "path": r.path}
@@ -602,11 +730,16 @@ def _stale(ctx: Context) -> int:
     description="A paused run waits for a decision. `approve RUN` lets it go on when the agent "
                 "is started again; `--deny` ends it as denied there. For an effect left in "
                 "doubt with policy 'ask', approve means 'send again with the same key' and "
-                "deny 'treat it as done'. The decision is durable before this returns.",
+                "deny 'treat it as done'. The decision is durable before this returns. A refused "
+                "decision (the run is not paused, or --step names another pause) changes "
+                "nothing: no record, no new generation, the run's age stays.",
     args=[arg("run", metavar="RUN", help="the run id"),
           arg("--deny", action="store_true", help="refuse instead of approving"),
           arg("--note", default="", help="a note kept with the decision"),
           arg("--by", default="", help="who decided (default: $USER)"),
+          arg("--step", metavar="NAME", default=None,
+              help="the pause this decision is for; refused (nothing recorded) if the run "
+                   "waits for another"),
           arg("--wait", metavar="DURATION", type=_duration, default=0.0,
               help="wait this long for the run's lock (default: do not wait)")],
 )
@@ -617,10 +750,45 @@ def _approve(ctx: Context) -> int:
     run_id = validate_run_id(ctx.args.run)
     _find(store, run_id)
     name = decide(store, run_id, approved=not ctx.args.deny, note=ctx.args.note,
-                  by=ctx.args.by, lock_timeout=ctx.args.wait)
+                  by=ctx.args.by, lock_timeout=ctx.args.wait, step=ctx.args.step)
     verb = "denied" if ctx.args.deny else "approved"
     ctx.print(f"{run_id}: {verb} {name}; start the agent again to "
               f"{'end the run as denied' if ctx.args.deny else 'continue'}")
+    return EXIT_OK
+
+
+@command(
+    "checkpoints", "rollback",
+    help="roll a run back to a completed step: later steps run again on the next start",
+    description="Discard every step after STEP, durably: a rollback record is appended (the "
+                "journal keeps the history, nothing is erased). Effects recorded after STEP are "
+                "printed as 'may need compensation': the outside world may have seen them, and "
+                "the later steps perform them again under new keys. A finished run (completed, "
+                "denied, failed, dead) is re-opened; a paused run loses a pause that came after "
+                "STEP. The next start replays the steps up to STEP and runs the later ones. A "
+                "step that is not completed is refused (exit 2) and nothing changes.",
+    args=[arg("run", metavar="RUN", help="the run id"),
+          arg("--to", metavar="STEP", required=True,
+              help="the last step to keep: its name, or #N for position N (from 0)"),
+          arg("--note", default="", help="a note kept with the rollback record"),
+          arg("--by", default="", help="who rolled back (default: $USER)"),
+          arg("--wait", metavar="DURATION", type=_duration, default=0.0,
+              help="wait this long for the run's lock (default: do not wait)"),
+          _JSON],
+)
+def _rollback(ctx: Context) -> int:
+    from crashpoint.checkpoint import rollback
+
+    store = ctx.store()
+    run_id = _find(store, ctx.args.run).run_id
+    done = rollback(store, run_id, ctx.args.to, note=ctx.args.note, by=ctx.args.by,
+                    lock_timeout=ctx.args.wait)
+    if ctx.args.json:
+        ctx.json({"run_id": done.run_id, "to": done.to, "position": done.position,
+                  "status_before": done.status_before, "discarded": list(done.discarded),
+                  "compensate": list(done.compensate), "pauses": list(done.pauses)})
+    else:
+        ctx.print(done.describe())
     return EXIT_OK
 
 
@@ -647,6 +815,9 @@ def _plan(ctx: Context) -> int:
             ctx.print(f"{ln.action.ljust(width)}  {ln.what}: {ln.why}")
     return EXIT_OK
 
+
+# the lifecycle commands for agents in any language: start, step, effect, status, complete
+from crashpoint import _lifecycle_cli  # noqa: E402, F401  (registers them; after `plan`)
 
 # -- crashpoint run / replay (the harness) ---------------------------------------------------
 

@@ -327,5 +327,10 @@ def test_a_file_named_after_its_process_is_named_with_a_star() -> None:
     assert _per_run("{state_dir}/.meta.json.2781.tmp", 2781) == "{state_dir}/.meta.json.*.tmp"
     assert _per_run("{state_dir}/2781/x.27810", 2781) == "{state_dir}/2781/x.27810"  # folder,
     assert _per_run("{state_dir}/v12.json", 12) == "{state_dir}/v12.json"  # a number of its own
+    # the reference library's mkstemp names carry a random part too: the same name each run
+    assert _per_run("{state_dir}/.meta.json.2781.k3x9_a0q.tmp", 2781) == \
+        "{state_dir}/.meta.json.*.tmp"
+    assert _per_run("{state_dir}/.meta.json.2781.a2781bcd.tmp", 2781) == \
+        "{state_dir}/.meta.json.*.tmp"  # the pid inside the random part too
     op = FileOp("write", "{state_dir}/.a.*.tmp", 1, syscall="write", when=1, anywhere=412)
     assert FileOp.from_json(op.to_json()).anywhere == 412

@@ -7,6 +7,7 @@ import os as _os
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
+from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
 from crashpoint.checkpoint._run import (
     EXIT_CODES,
@@ -14,14 +15,18 @@ from crashpoint.checkpoint._run import (
     Decision,
     EffectPolicy,
     PlanLine,
+    Rollback,
     Run,
     RunDenied,
+    StateAt,
     decide,
     exit_code,
     open_run,
     plan,
+    rollback,
     run_main,
     run_reducer,
+    state_at,
 )
 from crashpoint.checkpoint._store import (
     ACTIVE_STATUSES,
@@ -40,6 +45,7 @@ from crashpoint.checkpoint._supervisor import (
     Supervisor,
     interrupted_runs,
     resume_interrupted,
+    stale_runs,
 )
 
 
@@ -53,6 +59,7 @@ __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_SECRET_NAMES",
     "EXIT_CODES",
+    "NOTIFY_ENV",
     "PRUNABLE_STATUSES",
     "REDACTED",
     "Checkpointing",
@@ -67,12 +74,14 @@ __all__ = [
     "Redactor",
     "ResumeOutcome",
     "Retention",
+    "Rollback",
     "Run",
     "RunDenied",
     "RunInfo",
     "RunJournal",
     "Secret",
     "SnapshotPolicy",
+    "StateAt",
     "Store",
     "Supervisor",
     "TornTail",
@@ -80,11 +89,15 @@ __all__ = [
     "decide",
     "exit_code",
     "interrupted_runs",
+    "notify_event",
     "open_run",
     "plan",
     "records_reducer",
     "resume_interrupted",
+    "rollback",
     "run_main",
     "run_reducer",
+    "stale_runs",
+    "state_at",
     "validate_run_id",
 ]

@@ -9,11 +9,13 @@ test can rebuild the disk as a power cut would leave it.
 from __future__ import annotations
 
 import os
+import re
 import stat
+import tempfile
 
 from crashpoint._failpoints import failpoint
 
-__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "FsOps"]
+__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "FsOps", "is_temp_of"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -105,12 +107,14 @@ class FsOps:
     def write_atomic(self, path: str, data: bytes) -> None:
         """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole.
 
-        Temp file in the same folder, fsync it, ``os.replace``, fsync the folder.
+        Temp file in the same folder, fsync it, ``os.replace``, fsync the folder. The temp name
+        is unique to this call (``.NAME.<pid>.<random>.tmp``, created with ``O_EXCL`` by
+        :func:`tempfile.mkstemp`), so threads and processes replacing one path never share
+        a temp file; a crash leaves at most a ``.NAME.*.tmp`` that :func:`is_temp_of` names.
         """
         folder = os.path.dirname(path) or "."
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_NOFOLLOW | _O_CLOEXEC,
-                     FILE_MODE)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.",
+                                   suffix=".tmp", dir=folder)
         try:
             self._note_open(tmp, fd)
             self.write(fd, data)
@@ -131,6 +135,20 @@ class FsOps:
 
     def _note_open(self, path: str, fd: int) -> None:
         """Hook for recorders: ``fd`` now refers to ``path``."""
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.\d+\.[A-Za-z0-9_]+\.tmp$|^\.(?P<old>.+)\.\d+\.tmp$")
+
+
+def is_temp_of(name: str, targets: tuple[str, ...] = ()) -> bool:
+    """True if ``name`` is a temp file :meth:`FsOps.write_atomic` leaves when killed
+    (``.NAME.<pid>.<random>.tmp``, or the older ``.NAME.<pid>.tmp``), for a NAME that starts
+    with one of ``targets`` (any NAME if none given)."""
+    m = _TEMP.match(name)
+    if m is None:
+        return False
+    base = m.group("name") or m.group("old") or ""
+    return not targets or base.startswith(targets)
 
 
 def _unlink_quietly(path: str) -> None:

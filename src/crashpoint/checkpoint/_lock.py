@@ -19,7 +19,11 @@ from crashpoint.checkpoint._fsio import FsOps, is_regular_file
 from crashpoint.checkpoint._journal import parse_lock
 from crashpoint.errors import CheckpointCorrupt, RunLocked
 
-__all__ = ["RunLock", "acquire"]
+__all__ = ["RunLock", "acquire", "write_holder"]
+
+#: The lock file's content is padded to this size and rewritten in place: one pwrite, never a
+#: truncate that a crash (or a reader) could see as an empty file.
+_SLOT = 64
 
 
 @dataclass(slots=True)
@@ -46,12 +50,24 @@ def _read_holder(fd: int) -> tuple[int, str]:
         return 0, ""  # a torn lock file: the journal's generations still fence
 
 
+def write_holder(fs: FsOps, fd: int, generation: int) -> None:
+    """Write ``generation`` (and this pid) into the lock file in place, and fsync it."""
+    data = json.dumps({"generation": generation, "pid": os.getpid()}).encode().ljust(_SLOT)
+    fs.pwrite(fd, data, 0)
+    if os.fstat(fd).st_size > len(data):
+        fs.truncate(fd, len(data))
+    fs.fsync(fd)
+
+
 def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
-            min_generation: int = 0, poll: float = 0.02) -> RunLock:
+            min_generation: int = 0, poll: float = 0.02, bump: bool = True) -> RunLock:
     """Take the run's lock, waiting up to ``timeout`` seconds; return it with a new generation.
 
     ``min_generation`` is the highest generation found in the run's records: the new generation
-    is above both it and the one in the lock file.
+    is above both it and the one in the lock file. It is allocated under the lock and written
+    and fsynced to the lock file before this returns, so no two openers of the run ever hold
+    the same generation, even across a power cut. ``bump=False`` takes the lock only (to
+    remove the run): the generation is left as it is.
     """
     created = not os.path.lexists(path)
     try:
@@ -80,13 +96,13 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
                                     time.monotonic() - start) from None
                 time.sleep(poll)
         old, _ = _read_holder(fd)
+        if not bump:
+            return RunLock(path, fd, old, fs)
         generation = max(old, min_generation) + 1
-        data = json.dumps({"generation": generation, "pid": os.getpid()}).encode()
-        fs.truncate(fd, 0)
-        fs.pwrite(fd, data, 0)
-        # not fsynced: records carry the generation that fences, and the next opener takes
-        # max(lock file, journal) + 1, so a lost lock-file write cannot reuse a generation
-        # that reached the journal
+        # durable before use: a writer that never reaches the journal (it only reads, or dies
+        # before its first record) still used its generation, and a power cut must not hand
+        # it out again; the next opener also takes max(lock file, journal) + 1
+        write_holder(fs, fd, generation)
         return RunLock(path, fd, generation, fs)
     except BaseException:
         os.close(fd)

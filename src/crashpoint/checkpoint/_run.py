@@ -9,6 +9,8 @@ A run is a journal of records of these kinds (``"t"``)::
     pause     the run waits for a human decision
     decision  a human decided (approved or denied, with a note)
     finish    the run ended: completed (with its output), denied, failed or dead
+    rollback  an operator rolled the run back to a completed step: later steps, effects and
+              pauses are discarded from the state (they stay in the journal as history)
 
 Replaying them in order gives the run's state; :func:`run_reducer` is that replay.
 """
@@ -16,6 +18,7 @@ Replaying them in order gives the run's state; :func:`run_reducer` is that repla
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +28,7 @@ from typing import Any, Literal
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
 from crashpoint.checkpoint._journal import PayloadError, register_state_check
+from crashpoint.checkpoint._notify import notify_event
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     CheckpointCorrupt,
@@ -45,14 +49,18 @@ __all__ = [
     "Decision",
     "EffectPolicy",
     "PlanLine",
+    "Rollback",
     "Run",
     "RunDenied",
+    "StateAt",
     "decide",
     "exit_code",
     "open_run",
     "plan",
+    "rollback",
     "run_main",
     "run_reducer",
+    "state_at",
 ]
 
 EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
@@ -175,6 +183,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "pause": {"name": (str,)},
     "decision": {"name": (str,), "approved": (bool,)},
     "finish": {"status": (str,)},
+    "rollback": {"pos": (int,)},
 }
 _OPTIONAL: dict[str, tuple[type, ...]] = {
     "attempt": (int,), "policy": (str,), "via": (str,), "reason": (str,), "note": (str,),
@@ -212,6 +221,8 @@ def _check_run_record(rec: Any) -> None:
             raise _fail(f"attempt {str(rec['attempt'])[:20]} is out of range")
         if rec.get("steps") is not None and not _is_str_list(rec["steps"]):
             raise _fail("an 'open' record's steps are a list of names")
+    elif t == "rollback" and not 0 <= rec["pos"] <= _MAX_ATTEMPTS:
+        raise _fail(f"a rollback to position {str(rec['pos'])[:20]} is out of range")
     elif t == "finish" and rec["status"] not in _FINISHED:
         raise _fail(f"a run cannot finish as {rec['status'][:40]!r}")
 
@@ -245,6 +256,10 @@ def _check_run_state(state: dict[str, Any]) -> None:
         raise bad("attempts", "a count")
     if state.get("steps") is not None and not _is_str_list(state["steps"]):
         raise bad("steps", "a list of step names")
+    rollbacks = state.get("rollbacks", [])
+    if type(rollbacks) is not list or not all(type(r) is int and 0 <= r <= _MAX_ATTEMPTS
+                                               for r in rollbacks):
+        raise bad("rollbacks", "a list of positions")
 
 
 def run_reducer(state: dict[str, Any], rec: Any) -> None:
@@ -268,7 +283,8 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
     elif t == "intent":
         state["effects"][rec["key"]] = {
             "kind": rec["kind"], "step": rec.get("step"), "payload": rec.get("payload"),
-            "policy": rec.get("policy", "retry"), "status": "intent"}
+            "policy": rec.get("policy", "retry"), "status": "intent",
+            "at": len(state["order"])}
     elif t == "effect":
         eff = state["effects"].setdefault(rec["key"], {"kind": rec.get("kind")})
         eff["status"] = "done"
@@ -276,7 +292,8 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
         eff["via"] = rec.get("via", "call")
     elif t == "pause":
         state["pauses"][rec["name"]] = {"reason": rec.get("reason", ""),
-                                        "request": rec.get("request"), "decision": None}
+                                        "request": rec.get("request"), "decision": None,
+                                        "at": len(state["order"])}
         state["status"] = "paused"
     elif t == "decision":
         p = state["pauses"].setdefault(rec["name"], {"reason": "", "request": None})
@@ -289,6 +306,91 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
             state["output"] = rec["output"]
         if rec.get("reason"):
             state["reason"] = rec["reason"]
+    elif t == "rollback":
+        _apply_rollback(state, int(rec["pos"]) + 1)
+
+
+_KEY_POS = re.compile(r":(\d+)\.[^:]*:[^:]*:\d+(?:@r\d+)?$")
+
+
+def _effect_at(key: str, eff: Any) -> int | None:
+    """The position an effect was recorded at: ``at`` in its state, else the position in its
+    default key; None if unknown (an explicit key in a journal older than ``at``)."""
+    at = eff.get("at") if isinstance(eff, dict) else None
+    if isinstance(at, int) and not isinstance(at, bool):
+        return at
+    m = _KEY_POS.search(key)
+    return int(m.group(1)) if m else None
+
+
+def _after(state: dict[str, Any], keep: int) -> tuple[list[str], list[str]]:
+    """Keys of effects and names of pauses recorded after the first ``keep`` steps."""
+    effects = [k for k, e in state["effects"].items()
+               if (at := _effect_at(k, e)) is None or at >= keep]
+    kept = set(state["order"][:keep])
+    pauses = []
+    for name, p in state["pauses"].items():
+        at = p.get("at") if isinstance(p, dict) else None
+        if isinstance(at, int) and not isinstance(at, bool):
+            if at >= keep:
+                pauses.append(name)
+        elif name not in kept and not (str(name).startswith("effect:")
+                                       and str(name)[7:] not in effects):
+            pauses.append(name)
+    return effects, pauses
+
+
+def _apply_rollback(state: dict[str, Any], keep: int) -> None:
+    """Keep the first ``keep`` completed steps and what was recorded before their end."""
+    effects, pauses = _after(state, keep)
+    state["order"] = state["order"][:keep]
+    state["results"] = state["results"][:keep]
+    for k in effects:
+        del state["effects"][k]
+    for n in pauses:
+        del state["pauses"][n]
+    state["rollbacks"] = [*state.get("rollbacks", []), keep]
+    state["status"] = "running"
+    state.pop("output", None)
+    state.pop("reason", None)
+
+
+def _epoch(state: dict[str, Any], pos: int) -> int:
+    """How many rollbacks re-opened position ``pos`` (0: never re-run)."""
+    return max((i + 1 for i, first in enumerate(state.get("rollbacks", ())) if first <= pos),
+               default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """What a rollback did: the step kept last, the steps discarded, and the effects recorded
+    after that point, which **may need compensation** (the outside world may have seen them;
+    re-running the later steps performs them again under new keys)."""
+
+    run_id: str
+    to: str
+    position: int
+    status_before: str
+    discarded: tuple[str, ...]
+    compensate: tuple[dict[str, Any], ...]
+    pauses: tuple[str, ...]
+
+    def describe(self) -> str:
+        lines = [f"{self.run_id}: rolled back to #{self.position} {self.to} (was "
+                 f"{self.status_before}); "
+                 + (f"discarded {len(self.discarded)} step(s): " + ", ".join(
+                     f"#{self.position + 1 + i} {n}" for i, n in enumerate(self.discarded))
+                    if self.discarded else "no step discarded")]
+        for e in self.compensate:
+            how = "done" if e["status"] == "done" else "in doubt: may or may not have happened"
+            lines.append(f"may need compensation: effect {e['kind']} key={e['key']} "
+                         f"(step {e['step'] or '-'}, {how})")
+        for n in self.pauses:
+            lines.append(f"discarded pause {n}: it will be asked again")
+        nxt = f"#{self.position + 1} {self.discarded[0]}" if self.discarded else \
+            f"#{self.position + 1}"
+        lines.append(f"the next start replays #0..#{self.position} and runs from {nxt}")
+        return "\n".join(lines)
 
 
 register_state_check(run_reducer, _check_run_state)
@@ -460,7 +562,8 @@ class Run:
         """The deterministic key of the next effect of ``kind`` in the current step."""
         pos, step = self._where()
         ordinal = self._ordinals.get(kind, 0)
-        return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}"
+        epoch = _epoch(self.state, pos)  # a step re-run after a rollback: a new effect
+        return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}" + (f"@r{epoch}" if epoch else "")
 
     def effect(self, kind: str, payload: Any, fn: Callable[[Any, str], Any] | None = None, *,
                key: str | None = None, policy: EffectPolicy | None = None,
@@ -537,12 +640,16 @@ class Run:
 
     def _pause(self, name: str, reason: str, request: Any,
                error: BaseException | None = None) -> None:
-        if name not in self.state["pauses"]:
+        new = name not in self.state["pauses"]
+        if new:
             self.flush()
             self.journal.append({"t": "pause", "name": name, "reason": reason,
                                  "request": self.journal.store.redactor.redact(request)},
                                 redact=False, sync=self._sync_flag(True))
         self.journal.set_meta(status="paused", waiting_for=name)
+        if new:  # once, when the pause is recorded (not on each start while it waits)
+            notify_event(self.journal.store, "paused", self.run_id, step=name, reason=reason,
+                         request=request, attempt=self.attempt)
         raise error if error is not None else RunPaused(self.run_id, name, reason)
 
     def approval(self, name: str, request: Any = None, *, reason: str = "") -> Decision:
@@ -566,6 +673,20 @@ class Run:
             self._finish("denied", reason=f"denied at {name}: {decision.note}".rstrip(": "))
             raise RunDenied(self.run_id, name, decision.note)
         return decision
+
+    # -- rollback --------------------------------------------------------------------------------
+
+    def rollback(self, to: str | int, *, note: str = "", by: str = "") -> Rollback:
+        """Discard every step after ``to`` (a completed step's name, ``"#N"`` or position N):
+        durable (a ``rollback`` record; the journal keeps the history) before this returns.
+        The next step this run is asked for is the one after ``to``; effects recorded after it
+        are returned as ``compensate`` (they may have reached the outside world)."""
+        self.flush()
+        done = _rollback(self.journal, self.run_id, to, note=note, by=by)
+        self._pos = done.position + 1
+        self._current = None
+        self._ordinals, self._ordinals_at = {}, None
+        return done
 
     # -- ending ----------------------------------------------------------------------------------
 
@@ -622,25 +743,174 @@ def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
         raise
 
 
+def _waiting(state: dict[str, Any], run_id: str, step: str | None) -> str:
+    """The pause a decision is for; :class:`RunStateError` if there is none (or not ``step``)."""
+    _init_state(state)
+    waiting = [n for n, p in state["pauses"].items()
+               if isinstance(p, dict) and p.get("decision") is None]
+    if state["status"] != "paused" or not waiting:
+        raise RunStateError(
+            f"run {run_id!r} is {state['status']}, not waiting for a decision; "
+            "nothing was recorded")
+    name = str(waiting[-1])
+    if step is not None and step != name:
+        raise RunStateError(
+            f"run {run_id!r} waits for a decision on {name!r}, not {step!r}; nothing was "
+            f"recorded (approve {name!r}, or leave --step out)")
+    return name
+
+
 def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str = "",
-           lock_timeout: float = 0.0) -> str:
+           lock_timeout: float = 0.0, step: str | None = None) -> str:
     """Record a human decision for the run's pending pause; return the pause's name.
 
-    Raises :class:`RunStateError` if the run is not waiting for a decision.
+    Raises :class:`RunStateError` if the run is not waiting for a decision (or, with ``step``,
+    waits for a different one). A refused decision changes nothing: the run is checked by a
+    read first, so its lock (and fencing generation) and its files are left as they were.
     """
+    _waiting(store.read(run_id, reducer=run_reducer).state, run_id, step)
     with store.open(run_id, reducer=run_reducer, create=False,
                     lock_timeout=lock_timeout) as journal:
-        _init_state(journal.state)
-        waiting = [n for n, p in journal.state["pauses"].items() if p.get("decision") is None]
-        if journal.state["status"] != "paused" or not waiting:
-            raise RunStateError(
-                f"run {run_id!r} is {journal.state['status']}, not waiting for a decision; "
-                "nothing was recorded")
-        name = waiting[-1]
+        name = _waiting(journal.state, run_id, step)  # again under the lock: it may have moved
         journal.append({"t": "decision", "name": name, "approved": approved,
                         "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
         journal.set_meta(status="decided", waiting_for=None, decided=name)
-        return str(name)
+        return name
+
+
+def _resolve_step(state: dict[str, Any], run_id: str, to: str | int) -> int:
+    """The position of completed step ``to`` (a name, ``"#N"`` or N); RunStateError if it is
+    not a completed step."""
+    order = [str(n) for n in state["order"]]
+    done = ", ".join(f"#{i} {n}" for i, n in enumerate(order)) or "none"
+    if isinstance(to, int) or (isinstance(to, str) and re.fullmatch(r"#\d+", to)):
+        pos = to if isinstance(to, int) else int(to[1:])
+        if not 0 <= pos < len(order):
+            raise RunStateError(f"run {run_id!r} has no completed step #{pos} (completed: "
+                                f"{done}); nothing was changed")
+        return pos
+    hits = [i for i, n in enumerate(order) if n == to]
+    if not hits:
+        declared = state.get("steps") or []
+        why = "has not completed" if to in declared else "is not a step of this run"
+        raise RunStateError(f"step {to!r} {why} in run {run_id!r} (completed: {done}); "
+                            "roll back to a completed step; nothing was changed")
+    if len(hits) > 1:
+        at = ", ".join(f"#{i}" for i in hits)
+        raise RunStateError(f"step {to!r} completed at {at} in run {run_id!r}; name the "
+                            f"position (--to '#{hits[-1]}'); nothing was changed")
+    return hits[0]
+
+
+def _rollback_plan(state: dict[str, Any], run_id: str, to: str | int) -> Rollback:
+    _init_state(state)
+    pos = _resolve_step(state, run_id, to)
+    keep = pos + 1
+    effects, pauses = _after(state, keep)
+    discarded = tuple(str(n) for n in state["order"][keep:])
+    status = str(state["status"])
+    if not discarded and not effects and not pauses and status in ("running", "created"):
+        raise RunStateError(f"run {run_id!r} has nothing after #{pos} {state['order'][pos]} "
+                            "to roll back; nothing was changed")
+    comp = []
+    for k in effects:
+        e = state["effects"][k]
+        comp.append({"key": k, "kind": e.get("kind"), "step": e.get("step"),
+                     "status": "done" if e.get("status") == "done" else "in-doubt",
+                     "payload": e.get("payload"), "result": e.get("result")})
+    return Rollback(run_id, str(state["order"][pos]), pos, status, discarded, tuple(comp),
+                    tuple(str(n) for n in pauses))
+
+
+def _rollback(journal: RunJournal, run_id: str, to: str | int, *, note: str,
+              by: str) -> Rollback:
+    done = _rollback_plan(journal.state, run_id, to)
+    journal.append({"t": "rollback", "pos": done.position, "name": done.to,
+                    "discarded": list(done.discarded),
+                    "compensate": [e["key"] for e in done.compensate],
+                    "pauses": list(done.pauses), "was": done.status_before,
+                    "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
+    journal.set_meta(status="running", steps_done=done.position + 1, waiting_for=None,
+                     reason=None, resumes=0, last_error="", rolled_back_to=done.to)
+    return done
+
+
+def rollback(store: Store, run_id: str, to: str | int, *, note: str = "", by: str = "",
+             lock_timeout: float = 0.0) -> Rollback:
+    """Roll run ``run_id`` back to completed step ``to`` (a name, ``"#N"`` or N), under its
+    lock; return what was discarded and which effects may need compensation.
+
+    Any status can be rolled back: a finished (completed, denied, failed, dead) run is
+    re-opened, a paused or decided run loses its pending pause and decision if they came after
+    ``to``. The next start replays steps up to ``to`` and runs the later ones again; their
+    effects get new keys (``...@rN``). A step that is not completed raises
+    :class:`RunStateError`, and a refused rollback changes nothing (checked by a read first).
+    Raises :class:`RunLocked` if a live process holds the run.
+    """
+    _rollback_plan(store.read(run_id, reducer=run_reducer).state, run_id, to)
+    with store.open(run_id, reducer=run_reducer, create=False,
+                    lock_timeout=lock_timeout) as journal:
+        return _rollback(journal, run_id, to, note=note, by=by)
+
+
+@dataclass(frozen=True, slots=True)
+class StateAt:
+    """A run's state as it was when a step completed (see :func:`state_at`)."""
+
+    run_id: str
+    step: str
+    position: int
+    seq: int  # the sequence number of the step's record
+    state: dict[str, Any]
+    discarded: bool  # a later rollback discarded this completion
+
+
+def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
+    """The run's state right after step ``step`` (a name, ``"#N"`` or N) completed: the
+    reducer replayed up to that step's record. If the step completed more than once (it ran
+    again after a rollback), the latest completion. Reads only.
+
+    Raises :class:`RunStateError` if the step never completed, or if its record was folded
+    into a snapshot (the journal before a snapshot is deleted: that history is not kept)."""
+    import copy
+
+    by_pos = isinstance(step, int) or (isinstance(step, str) and re.fullmatch(r"#\d+", step))
+    want = (step if isinstance(step, int) else int(step[1:])) if by_pos else None
+    found: dict[str, Any] = {}
+    calls = [0]
+    first_order: list[Any] = []
+
+    def reducer(state: dict[str, Any], rec: Any) -> None:
+        if calls[0] == 0:
+            _init_state(state)
+            first_order.extend(state["order"])
+        calls[0] += 1
+        pos = len(state.get("order", ()))
+        run_reducer(state, rec)
+        t = rec.get("t") if isinstance(rec, dict) else None
+        if t == "step" and (rec.get("name") == step if want is None else pos == want):
+            found.update(call=calls[0], pos=pos, name=str(rec.get("name")),
+                         state=copy.deepcopy(state), discarded=False)
+        elif t == "rollback" and found and len(state["order"]) <= found["pos"]:
+            found["discarded"] = True
+
+    loaded = store.read(run_id, reducer=reducer)
+    if not found:
+        label = f"#{want}" if want is not None else repr(step)
+        if calls[0] == 0:
+            _init_state(loaded.state)
+            first_order.extend(loaded.state["order"])
+        in_snapshot = (want is not None and want < len(first_order)) or \
+            (want is None and step in first_order)
+        if loaded.snapshot_seq and in_snapshot:
+            raise RunStateError(
+                f"step {label} of run {run_id!r} completed before the snapshot at record "
+                f"{loaded.snapshot_seq}; the journal before a snapshot is not kept, so its "
+                "state then cannot be shown (states after that record can)")
+        raise RunStateError(f"step {label} never completed in run {run_id!r}; "
+                            "`crashpoint checkpoints plan` lists its steps")
+    return StateAt(run_id, found["name"], found["pos"], loaded.snapshot_seq + found["call"],
+                   found["state"], found["discarded"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from crashpoint._failpoints import failpoint
-from crashpoint.checkpoint._fsio import REAL, FsOps
+from crashpoint.checkpoint._fsio import REAL, FsOps, is_temp_of
 from crashpoint.checkpoint._journal import (
     META,
     SNAP_RE,
@@ -31,7 +35,8 @@ from crashpoint.checkpoint._journal import (
     snapshot_name,
     verify_folder,
 )
-from crashpoint.checkpoint._lock import RunLock, acquire, is_locked
+from crashpoint.checkpoint._lock import RunLock, acquire, is_locked, write_holder
+from crashpoint.checkpoint._notify import Notify
 from crashpoint.checkpoint._record import KIND_SNAPSHOT, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
 from crashpoint.errors import (
@@ -56,6 +61,9 @@ __all__ = [
 ]
 
 MiB = 1 << 20
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 #: Statuses a run can be resumed from; pruning never removes these (nor unknown ones).
 ACTIVE_STATUSES = frozenset({"created", "running", "paused", "decided", "failed"})
 #: Only runs in these statuses are ever pruned.
@@ -259,6 +267,7 @@ class Store:
         lock_timeout: float = 0.0,
         segment_bytes: int = 8 * MiB,
         fs: FsOps = REAL,
+        notify: Notify = None,
     ) -> None:
         if on_corrupt not in ("raise", "rollback"):
             raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
@@ -275,12 +284,20 @@ class Store:
         self.lock_timeout = lock_timeout
         self.segment_bytes = segment_bytes
         self.fs = fs
+        self.notify = notify  # a hook for pause / dead letter / stale (see _notify.py)
         self.bytes_written = 0  # every byte this Store object wrote (records, snapshots, meta)
-        self._usage: int | None = None
+        self._usage: int | None = None  # without a budget: this object's count of the store
+        self._measured = False  # with a budget: this object measured the store once
         self._reserve: int | None = None
         self._free_seen = 0  # free bytes at the last statvfs
         self._since_statvfs = MiB + 1  # bytes written since (forces a first reading)
-        self._statvfs_every = 0  # bytes writable without any check (set by _guard when safe)
+        self._statvfs_every = 0  # the window granted at the last reading (see _violation)
+        self._mutex = threading.RLock()  # threads of this object, around the store's flock
+        self._held: _Ledger | None = None
+        self._claimed: list[Any] = []
+        self._slock_fd = -1
+        self._slock_pid = 0
+        self._key = f"{os.getpid()}.{id(self)}"
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -302,24 +319,59 @@ class Store:
 
     def open(self, run_id: str, *, reducer: Reducer = records_reducer, create: bool = True,
              lock_timeout: float | None = None) -> RunJournal:
-        """Open a run for writing: take its lock, repair a torn tail, load its state."""
+        """Open a run for writing: take its lock (and a fencing generation no writer of the run
+        had before), repair a torn tail, load its state.
+
+        A run folder that is a symbolic link or belongs to another user is refused."""
         folder = self.path(run_id)
-        if not os.path.isdir(folder):
-            if not create:
-                raise RunNotFound(f"no run {run_id!r} in {self.root}")
-            self._guard(4096, folder)
+        lock_path = os.path.join(folder, "lock")
+        timeout = self.lock_timeout if lock_timeout is None else lock_timeout
+        for _ in range(5):
+            if not check_run_folder(folder):
+                if not create:
+                    raise RunNotFound(f"no run {run_id!r} in {self.root}")
+                self._create_run_folder(folder, lock_path)
             try:
-                self.fs.makedirs_durable(folder)
-            except OSError as exc:
-                raise CheckpointWriteError(exc.errno or errno.EIO, folder, "creating the run's "
-                                           "folder") from exc
-        lock = acquire(os.path.join(folder, "lock"), run_id, fs=self.fs,
-                       timeout=self.lock_timeout if lock_timeout is None else lock_timeout)
+                before = os.lstat(lock_path).st_size
+            except OSError:
+                before = 0
+            lock = acquire(lock_path, run_id, fs=self.fs, timeout=timeout)
+            grown = os.fstat(lock.fd).st_size - before  # a lock file of an older version
+            if grown:
+                self._account(grown)
+            if _still_at(lock.fd, lock_path):
+                break
+            lock.release()  # removed while we waited for its lock: start again
+        else:
+            raise CheckpointError(f"{folder}: the run was removed each time it was opened; "
+                                  "is a prune running in a loop?")
         try:
             return RunJournal(self, run_id, folder, reducer, lock)
         except BaseException:
             lock.release()
             raise
+
+    def _create_run_folder(self, folder: str, lock_path: str) -> None:
+        """Create the run's folder and its lock file, counted against the budget as one step
+        (the lock file is written at its full size now, so opening never grows it)."""
+        held = self._claim(4096, folder)
+        written = 0
+        try:
+            self.fs.makedirs_durable(folder)
+            check_run_folder(folder, must_exist=True)  # planted meanwhile by another user
+            fd = self.fs.open_rw(lock_path)
+            try:
+                if os.fstat(fd).st_size == 0:
+                    write_holder(self.fs, fd, 0)
+                    written = os.fstat(fd).st_size
+            finally:
+                self.fs.close(fd)
+            self.fs.fsync_dir(folder)
+        except OSError as exc:
+            raise CheckpointWriteError(exc.errno or errno.EIO, folder, "creating the run's "
+                                       "folder") from exc
+        finally:
+            self._settle(held, written, data=False)
 
     def read(self, run_id: str, *, reducer: Reducer = records_reducer) -> Loaded:
         """Load a run's state without locking or repairing anything (for inspection).
@@ -338,6 +390,7 @@ class Store:
     # -- listing, verifying, pruning ------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
+        self._finish_removals()  # an interrupted removal's leftovers are never runs
         out = []
         for rid in self.run_ids():
             folder = os.path.join(self.root, rid)
@@ -364,36 +417,153 @@ class Store:
         return out
 
     def usage(self, *, refresh: bool = False) -> int:
-        """Bytes under the store's root (cached; ``refresh`` walks the folder again)."""
-        if self._usage is None or refresh:
-            self._usage = _dir_size(self.root) if os.path.isdir(self.root) else 0
-        return self._usage
+        """Bytes under the store's root, for all its writers together: the store-wide count
+        kept in the store's lock file (``refresh`` walks the folder again and resets it)."""
+        if not os.path.isdir(self.root):
+            return 0
+        if self.budget_bytes is None:  # nothing to hold store-wide: this object's count
+            if self._usage is None or refresh:
+                self._usage = _dir_size(self.root)
+            return self._usage
+        with self._store_locked() as led:
+            if refresh or led.usage is None or not self._measured:
+                led.usage, led.dirty, self._measured = _dir_size(self.root), True, True
+            return led.usage
 
     def _account(self, delta: int) -> None:
-        if self._usage is not None:
-            self._usage += delta
+        """Count ``delta`` bytes written (or, negative, freed) outside :meth:`_claim`."""
         if delta > 0:
             self.bytes_written += delta
+        if self.budget_bytes is None:
+            if self._usage is not None:
+                self._usage += delta
+            return
+        if not os.path.isdir(self.root):
+            return
+        with self._store_locked() as led:
+            if led.usage is not None:
+                led.usage = max(0, led.usage + delta)
+                led.dirty = True
+
+    # -- the store-wide lock and its ledger -----------------------------------------------------
+
+    @contextmanager
+    def _store_locked(self) -> Iterator[_Ledger]:
+        """Hold the store-wide lock (an ``flock`` on ``<root>/.store-lock``, re-entrant within
+        this object) and yield the ledger kept in it; a changed ledger is written back."""
+        with self._mutex:
+            led = self._held
+            outer = led is None
+            if led is None:
+                led = self._held = _open_store_lock(self.root, self._store_lock_fd())
+            try:
+                yield led
+            finally:
+                if outer:
+                    self._held = None
+                    try:
+                        if led.dirty:
+                            led.write()
+                    finally:
+                        fcntl.flock(led.fd, fcntl.LOCK_UN)
+
+    def _store_lock_fd(self) -> int:
+        """This process's descriptor of the store's lock file (reopened after a fork: a shared
+        open file would share the lock with the parent)."""
+        if self._slock_fd < 0 or self._slock_pid != os.getpid():
+            self.fs.makedirs_durable(self.root)
+            path = os.path.join(self.root, STORE_LOCK)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK |
+                             _O_CLOEXEC, 0o600)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise CheckpointError(
+                        f"{path}: the store's lock file is a symbolic link; remove it (the "
+                        "store recreates it) and check who can write to the store") from exc
+                raise CheckpointWriteError(exc.errno or errno.EIO, path,
+                                           "opening the store's lock file") from exc
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise CheckpointError(f"{path}: the store's lock file is not a regular file; "
+                                      "remove it (the store recreates it)")
+            self._slock_fd, self._slock_pid = fd, os.getpid()
+        return self._slock_fd
+
+    # -- removing and pruning ------------------------------------------------------------------
 
     def remove(self, run_id: str) -> None:
-        """Delete a run's folder for real. Refuses a run whose lock is held."""
+        """Delete a run for real, crash-safely. Refuses a run whose lock is held.
+
+        The folder is first renamed aside (``.removing-<id>``, the store's folder fsynced), then
+        deleted: a crash leaves the run whole or gone, never half; :meth:`prune` and
+        :meth:`runs` finish what an interrupted removal left."""
+        self._remove(run_id, finished_only=False)
+
+    def _remove(self, run_id: str, *, finished_only: bool) -> int:
         folder = self.path(run_id)
-        lock = acquire(os.path.join(folder, "lock"), run_id, fs=self.fs, timeout=0)
+        check_run_folder(folder, must_exist=True)
+        lock = acquire(os.path.join(folder, "lock"), run_id, fs=self.fs, timeout=0, bump=False)
         try:
+            if finished_only and finished_status(folder) not in PRUNABLE_STATUSES:
+                raise CheckpointError(f"run {run_id!r} is not finished (by its journal)")
             size = _dir_size(folder)
-            shutil.rmtree(folder)
+            aside = os.path.join(self.root, f"{REMOVING}{run_id}")
+            if os.path.lexists(aside):  # an earlier removal of a run of this name, unfinished
+                _rmtree(aside)
+            try:
+                os.rename(folder, aside)
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                aside = f"{aside}-{secrets.token_hex(4)}"
+                os.rename(folder, aside)
+            self.fs.fsync_dir(self.root)  # from here on the run is gone, even after power loss
+            _rmtree(aside)
+            self.fs.fsync_dir(self.root)
         finally:
             lock.release()
-        self.fs.fsync_dir(self.root)
         self._account(-size)
+        return size
+
+    def _finish_removals(self) -> None:
+        """Delete what interrupted removals left (``.removing-*`` folders no one is deleting)."""
+        try:
+            names = [n for n in os.listdir(self.root) if n.startswith(REMOVING)]
+        except OSError:
+            return
+        done = False
+        for name in names:
+            path = os.path.join(self.root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue  # not one of ours: never followed, never deleted
+            if is_locked(os.path.join(path, "lock")):
+                continue  # its remover is still at work
+            _rmtree(path)
+            done = True
+        if done:
+            try:
+                self.fs.fsync_dir(self.root)
+            except OSError:
+                pass
 
     def prunable(self, *, now: float | None = None, need: int = 0) -> list[RunInfo]:
-        """Finished runs that retention (or a need for ``need`` bytes) allows removing, oldest
-        first. Never an active, paused, unknown or locked run."""
+        """Finished runs that retention (or a need for ``need`` more bytes) allows removing,
+        oldest first. "Finished" is read from each run's journal (its last word is a finish
+        record), never from meta.json. Never an active, paused, unknown or locked run."""
         now = time.time() if now is None else now
-        done = sorted((r for r in self.runs()
-                       if r.status in PRUNABLE_STATUSES and not r.locked),
-                      key=lambda r: r.updated)
+        done = []
+        for r in self.runs():
+            if r.locked:
+                continue
+            status = finished_status(r.path)
+            if status in PRUNABLE_STATUSES:
+                done.append(replace(r, status=status))
+        done.sort(key=lambda r: r.updated)
         r_ = self.retention
         picked: list[RunInfo] = []
         keep = list(done)
@@ -416,14 +586,17 @@ class Store:
 
     def prune(self, *, now: float | None = None, need: int = 0,
               dry_run: bool = False) -> list[RunInfo]:
-        """Remove what :meth:`prunable` picks; return the runs removed."""
+        """Remove what :meth:`prunable` picks (``need``: free at least this many bytes); return
+        the runs removed. Each is checked again under its lock before it goes."""
+        if not dry_run:
+            self._finish_removals()
         removed = []
         for r in self.prunable(now=now, need=need):
             if dry_run:
                 removed.append(r)
                 continue
             try:
-                self.remove(r.run_id)
+                self._remove(r.run_id, finished_only=True)
             except (CheckpointError, OSError):
                 continue  # taken by a writer meanwhile, or already gone: not ours to remove
             removed.append(r)
@@ -446,45 +619,237 @@ class Store:
         self._free_seen, self._since_statvfs = free, 0
         return free
 
-    def _violation(self, n: int, *, fresh: bool = False) -> str | None:
-        if self.budget_bytes is not None and self.usage() + n > self.budget_bytes:
-            return f"the store's budget of {self.budget_bytes} bytes (in use: {self.usage()})"
+    def _violation(self, n: int, led: _Ledger, *, fresh: bool) -> tuple[str, int] | None:
+        """Why a write of ``n`` more bytes breaks a limit, and the shortfall in bytes."""
+        if self.budget_bytes is not None:
+            if led.usage is None or fresh or not self._measured:
+                # measured under the lock, while no writer of the store is between its check
+                # and its write: exact (each Store object measures once, so a count lost to a
+                # power cut is redone)
+                led.usage, led.dirty, self._measured = _dir_size(self.root), True, True
+            if led.usage + n > self.budget_bytes:
+                return (f"the store's budget of {self.budget_bytes} bytes (in use by all its "
+                        f"writers: {led.usage})", led.usage + n - self.budget_bytes)
         reserve = self.reserve_for()
         if reserve > 0:
-            # Free space is read with statvfs only when our own writes since the last reading
-            # could have brought it near the reserve (others' writes are caught within 1 MiB of
-            # ours, or at once once the estimate is close): no syscall on the hot path.
-            est = self._free_seen - self._since_statvfs
-            if fresh or est - n < 2 * reserve + 4 * MiB or self._since_statvfs > MiB:
-                est = self._free()
+            if not fresh and self._since_statvfs + n <= self._statvfs_every:
+                return None  # inside the window this object was granted at the last reading
+            # Free space now, less the windows other writers of this store were granted and
+            # may still be writing into: the reserve holds for all of them together.
+            est = self._free() - led.others(self._key)
             if est - n < reserve:
-                return f"the free-space reserve of {reserve} bytes (free: {est})"
+                led.grant(self._key, 0)
+                self._statvfs_every = 0
+                return f"the free-space reserve of {reserve} bytes (free: {est})", \
+                    reserve - (est - n)
+            window = MiB if est - n - MiB > 2 * reserve + 4 * MiB else 0
+            led.grant(self._key, window)
+            self._statvfs_every = window
         return None
 
-    def _guard(self, n: int, path: str) -> None:
-        """Make room for a write of ``n`` bytes or raise DiskBudgetExceeded before writing."""
-        if self._violation(n) is None:
-            self._since_statvfs += n
-            self._arm_fast_path()
-            return
-        self.usage(refresh=True)
-        if self._violation(n, fresh=True) is None:
-            self._since_statvfs += n
-            return
-        self.prune(need=n)
-        self.usage(refresh=True)
-        why = self._violation(n, fresh=True)
-        if why is not None:
-            raise DiskBudgetExceeded(path, n, why)
-        self._since_statvfs += n
-        self._arm_fast_path()
+    def _claim(self, n: int, path: str) -> bool:
+        """Make room for a write of ``n`` bytes, for all writers of the store together, or
+        raise DiskBudgetExceeded before anything is written.
 
-    def _arm_fast_path(self) -> None:
-        """Let appends skip the check while free space is far above the reserve: up to 1 MiB
-        of our writes between readings, never closer than 2 x reserve + 4 MiB to the reserve."""
-        reserve = self.reserve_for()
-        room = self._free_seen - 2 * reserve - 4 * MiB
-        self._statvfs_every = MiB if reserve == 0 or room > MiB else 0
+        Returns True when the store's lock is held: the caller writes, then calls
+        :meth:`_settle` (so the check and the write are one step for every writer). Without a
+        budget and while free space is far above the reserve, a writer uses its window (up to
+        1 MiB, counted against every other writer's reserve check) without any system call."""
+        if self.budget_bytes is None and (self.reserve_for() == 0 or
+                                          self._since_statvfs + n <= self._statvfs_every):
+            self._since_statvfs += n
+            return False
+        cm = self._store_locked()
+        led = cm.__enter__()
+        try:
+            v = self._violation(n, led, fresh=False)
+            if v is not None:
+                v = self._violation(n, led, fresh=True)
+            if v is not None:
+                self.prune(need=v[1])
+                v = self._violation(n, led, fresh=True)
+            if v is not None:
+                raise DiskBudgetExceeded(path, n, v[0])
+        except BaseException:
+            cm.__exit__(None, None, None)
+            raise
+        self._since_statvfs += n
+        self._claimed.append(cm)
+        return True
+
+    def _settle(self, held: bool, written: int, *, data: bool = True) -> None:
+        """After a write that :meth:`_claim` made room for: count it, release the lock.
+        ``data=False``: bookkeeping (a lock file), not counted in :attr:`bytes_written`."""
+        if written > 0 and data:
+            self.bytes_written += written
+            if self._usage is not None and self.budget_bytes is None:
+                self._usage += written
+        if not held:
+            return
+        cm = self._claimed.pop()
+        led = self._held
+        if led is not None and led.usage is not None and written:
+            led.usage = max(0, led.usage + written)
+            led.dirty = True
+        cm.__exit__(None, None, None)
+
+    def _guard(self, n: int, path: str) -> None:
+        """Check room for a write of ``n`` bytes (raise DiskBudgetExceeded if none); the caller
+        writes and counts it with :meth:`_account` (prefer :meth:`_claim`: one step)."""
+        self._settle(self._claim(n, path), 0)
+
+
+STORE_LOCK = ".store-lock"
+REMOVING = ".removing-"
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """The store-wide facts kept in ``.store-lock``, read and written under its ``flock``:
+    the bytes in use by all writers, and the free-space windows granted to live writers."""
+
+    fd: int
+    usage: int | None = None
+    grants: dict[str, int] = field(default_factory=dict)
+    dirty: bool = False
+
+    def others(self, me: str) -> int:
+        total = 0
+        for key, size in list(self.grants.items()):
+            if key == me:
+                continue
+            if _pid_alive(key.partition(".")[0]):
+                total += size
+            else:
+                del self.grants[key]
+                self.dirty = True
+        return total
+
+    def grant(self, me: str, size: int) -> None:
+        if self.grants.get(me, 0) != size:
+            if size:
+                self.grants[me] = size
+            else:
+                self.grants.pop(me, None)
+            self.dirty = True
+
+    def write(self) -> None:
+        data = json.dumps({"usage": self.usage, "grants": self.grants}, sort_keys=True).encode()
+        try:  # a cache: a lost write is re-measured (each Store measures on first use)
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
+        except OSError:
+            pass
+
+
+def _pid_alive(pid_s: str) -> bool:
+    try:
+        os.kill(int(pid_s), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+def _open_store_lock(root: str, fd: int) -> _Ledger:
+    """Take the store's lock (waiting up to a minute: it is held only around single writes)."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CheckpointError(
+                    f"{os.path.join(root, STORE_LOCK)}: the store's lock has been held for a "
+                    "minute; a writer of this store is stopped (SIGSTOP?) or hung: find it "
+                    "with `fuser -v` on that file") from None
+            time.sleep(0.001)
+    led = _Ledger(fd)
+    try:
+        raw = os.pread(fd, 1 << 16, 0)
+        info = json.loads(raw.decode()) if raw else {}
+    except (OSError, ValueError):
+        info = {}
+    if isinstance(info, dict):
+        u = info.get("usage")
+        if isinstance(u, int) and not isinstance(u, bool) and u >= 0:
+            led.usage = u
+        g = info.get("grants")
+        if isinstance(g, dict):
+            led.grants = {k: v for k, v in g.items()
+                          if isinstance(k, str) and isinstance(v, int) and 0 < v <= MiB}
+    return led
+
+
+def _still_at(fd: int, path: str) -> bool:
+    """True if the open file ``fd`` is still the file at ``path`` (not renamed away)."""
+    try:
+        a, b = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _rmtree(path: str) -> None:
+    """Delete a folder tree without following links (``shutil.rmtree`` works on descriptors);
+    what cannot be deleted now is left for the next prune."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def check_run_folder(folder: str, *, must_exist: bool = False) -> bool:
+    """Refuse a run folder the store must not write into: a symbolic link (it would lead the
+    store outside itself), not a folder, or owned by another user (planted in a shared root).
+    Return whether it exists."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        if must_exist:
+            raise RunNotFound(f"no run {os.path.basename(folder)!r} in "
+                              f"{os.path.dirname(folder)}") from None
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise CheckpointError(
+            f"{folder}: the run's folder is a symbolic link; the store never follows links out "
+            "of itself. Remove the link (or move the real folder into the store in its place)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"{folder}: the run's path is not a folder; move it out of the "
+                              "store")
+    if st.st_uid != os.geteuid():
+        raise CheckpointError(
+            f"{folder}: the run's folder belongs to uid {st.st_uid}, not to this process (uid "
+            f"{os.geteuid()}): someone else created it in the store. Remove it, or run as its "
+            "owner; keep the store's folder writable by its owner only (chmod 700)")
+    return True
+
+
+def finished_status(folder: str) -> str | None:
+    """The status of the run's finish record if that is its journal's last word, else None.
+
+    Read from the journal (never from meta.json, a cache that can disagree); a run whose
+    journal cannot be read whole is not finished."""
+    def last_word(state: dict[str, Any], rec: Any) -> None:
+        state["__finish__"] = rec.get("status") if isinstance(rec, dict) and \
+            rec.get("t") == "finish" else None
+
+    try:
+        loaded = load(folder, last_word, stop_on_damage=True)
+    except Exception:  # damaged or unreadable: not provably finished, so never pruned
+        return None
+    if loaded.damage or loaded.seq == 0:
+        return None
+    st = loaded.state
+    if "__finish__" in st:
+        got = st["__finish__"]
+    elif "effects" in st and "status" in st:  # only a snapshot of a Run (run_reducer's state)
+        got = st["status"]
+    else:
+        recs = st.get("records")
+        last = recs[-1] if isinstance(recs, list) and recs else None
+        got = last.get("status") if isinstance(last, dict) and last.get("t") == "finish" \
+            else None
+    return got if isinstance(got, str) else None
 
 
 class RunJournal:
@@ -506,7 +871,7 @@ class RunJournal:
         self._unsynced = 0
         self.snapshot_error: OSError | None = None
         for name in os.listdir(folder):  # a crash can leave temp files of atomic writes
-            if name.startswith(".") and name.endswith(".tmp"):
+            if is_temp_of(name, (META, "snap-")):
                 try:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
@@ -516,10 +881,7 @@ class RunJournal:
         self.seq = loaded.seq
         if loaded.generation >= lock.generation:  # the lock file was torn; records fence
             lock.generation = loaded.generation + 1
-            self.fs.truncate(lock.fd, 0)
-            self.fs.pwrite(lock.fd, json.dumps({"generation": lock.generation,
-                                                "pid": os.getpid()}).encode(), 0)
-            self.fs.fsync(lock.fd)
+            write_holder(self.fs, lock.fd, lock.generation)
         self.generation = lock.generation
         self._since_snapshot = loaded.bytes_since_snapshot
         self._snapshot_size = loaded.snapshot_bytes
@@ -593,16 +955,18 @@ class RunJournal:
         payload = b'{"d":%b,"g":%d,"s":%d}' % (encode_json(data), self.generation, self.seq + 1)
         frame = encode(payload)
         n = len(frame)
-        if store.budget_bytes is not None or store._since_statvfs + n > store._statvfs_every:
-            store._guard(n, self._path)  # the full check: budget, or free space due a reading
-        else:
-            store._since_statvfs += n  # free space was read recently and was plentiful
         if sync is None:
             every = self._sync_every
             sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
+        held = store._claim(n, self._path)  # room for all writers; raises before writing
         try:
-            failpoint("journal.write", self._path)
-            self.fs.write(self._fd, frame)
+            written = 0
+            try:
+                failpoint("journal.write", self._path)
+                self.fs.write(self._fd, frame)
+                written = n
+            finally:
+                store._settle(held, written)  # the check and the write were one step
             failpoint("journal.after_write", self._path)
             if sync:
                 self.fs.fdatasync(self._fd)
@@ -613,9 +977,6 @@ class RunJournal:
         self._unsynced = 0 if sync else self._unsynced + 1
         self._end += n
         self.seq += 1
-        store.bytes_written += n
-        if store._usage is not None:
-            store._usage += n
         self._since_snapshot += n
         self._reducer(self.state, data)  # as encoded: redacted, a fresh copy of the caller's
         if self._since_snapshot >= self._snapshot_due:
@@ -669,9 +1030,13 @@ class RunJournal:
     def _write_snapshot(self) -> None:
         payload = encode_json({"seq": self.seq, "gen": self.generation, "state": self.state})
         frame = encode(payload, KIND_SNAPSHOT)
-        self.store._guard(len(frame), self.folder)
-        self.fs.write_atomic(os.path.join(self.folder, snapshot_name(self.seq)), frame)
-        self.store._account(len(frame))
+        held = self.store._claim(len(frame), self.folder)
+        written = 0
+        try:
+            self.fs.write_atomic(os.path.join(self.folder, snapshot_name(self.seq)), frame)
+            written = len(frame)
+        finally:
+            self.store._settle(held, written)
         self._snapshot_size = len(frame)
         self._since_snapshot = 0
         self._snapshot_due = self._due()
@@ -747,13 +1112,22 @@ class RunJournal:
         meta.setdefault("created", time.time())
         meta["updated"] = time.time()
         data = encode_json(self.store.redactor.redact(meta))
-        self.store._guard(len(data), self.folder)
+        path = os.path.join(self.folder, META)
         try:
-            self.fs.write_atomic(os.path.join(self.folder, META), data)
+            old = os.lstat(path).st_size
+        except OSError:
+            old = 0
+        held = self.store._claim(len(data), self.folder)
+        written = 0
+        try:
+            self.fs.write_atomic(path, data)
+            written = len(data)
         except OSError as exc:
-            raise CheckpointWriteError(exc.errno or errno.EIO, os.path.join(self.folder, META)) \
-                from exc
-        self.store._account(len(data))
+            raise CheckpointWriteError(exc.errno or errno.EIO, path) from exc
+        finally:
+            self.store._settle(held, written)
+        if old:
+            self.store._account(-old)  # the replaced file's bytes are free again
         return meta
 
     @property

@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from crashpoint.checkpoint._notify import notify_event
 from crashpoint.checkpoint._run import EXIT_CODES, run_reducer
-from crashpoint.checkpoint._store import Store
+from crashpoint.checkpoint._store import PRUNABLE_STATUSES, RunInfo, Store
 from crashpoint.errors import CheckpointError, RunLocked, RunPaused
 
-__all__ = ["ResumeOutcome", "Supervisor", "interrupted_runs", "resume_interrupted"]
+__all__ = ["ResumeOutcome", "Supervisor", "interrupted_runs", "resume_interrupted", "stale_runs"]
 
 _RESUMABLE = frozenset({"running", "created", "failed"})
 
@@ -86,9 +87,12 @@ class Supervisor:
                 j.append({"t": "finish", "status": "dead", "reason": why}, redact=False,
                          sync=True)
                 j.set_meta(status="dead", reason=why, resumes=n, last_error=reason)
-                return n, "dead"
-            j.set_meta(resumes=n, last_error=reason)
-            return n, status
+                dead = why
+            else:
+                j.set_meta(resumes=n, last_error=reason)
+                return n, status
+        notify_event(self.store, "dead_letter", run_id, attempts=n, reason=dead)  # lock freed
+        return n, "dead"
 
     def resume_one(self, run_id: str) -> ResumeOutcome:
         attempts = 0
@@ -135,6 +139,22 @@ class Supervisor:
             return ""
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err else []
         return f"exit {proc.returncode}" + (f": {tail[0][:300]}" if tail else "")
+
+
+def stale_runs(store: Store, older_than: float, *, notify: bool = True,
+               runs: Sequence[RunInfo] | None = None) -> list[RunInfo]:
+    """Unfinished runs (not completed, denied or dead; unknown counts as unfinished) that no
+    live process holds and whose files did not change for ``older_than`` seconds. With
+    ``notify``, a ``stale`` event goes to the store's hook for each (every call: a monitor run
+    from cron notifies on each round until the run is dealt with)."""
+    found = [r for r in (store.runs() if runs is None else runs)
+             if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > older_than]
+    if notify:
+        for r in found:
+            notify_event(store, "stale", r.run_id, status=r.status,
+                         age_seconds=round(r.age, 3), updated=r.updated,
+                         waiting_for=r.meta.get("waiting_for"))
+    return found
 
 
 def resume_interrupted(store: Store, resume: Callable[[str], Any], *, max_attempts: int = 3,

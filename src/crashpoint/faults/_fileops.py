@@ -428,10 +428,13 @@ def _decorated_paths(call: Syscall) -> list[str]:
 
 def _per_run(path: str, pid: int) -> str:
     """``path`` with the process's own id, where its file name holds it as a number of its
-    own (``.meta.json.2781.tmp``), replaced by ``*``: a name that changes in each run."""
+    own (``.meta.json.2781.tmp``), replaced by ``*`` (and the random part of the reference
+    library's ``.meta.json.2781.k3x9_a0q.tmp`` dropped): a name that changes in each run."""
     if pid < 100 or not path:
         return path
     head, _, name = path.rpartition("/")
+    # the reference library's temp names: .NAME.<pid>.<mkstemp's random>.tmp
+    name = re.sub(rf"^(\..+\.{pid})\.[a-z0-9_]{{8}}\.tmp$", r"\1.tmp", name)
     new = re.sub(rf"(?<!\d){pid}(?!\d)", "*", name)
     return f"{head}/{new}" if head else new
 

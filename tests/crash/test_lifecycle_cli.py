@@ -1,0 +1,375 @@
+"""The lifecycle CLI (issue 13 item 8): a shell agent checkpoints with the same guarantees.
+
+Every command runs as a real process (``python -m crashpoint checkpoints ...``), in its own
+session, reaped. The shell agent ``examples/shell-lifecycle/agent.sh`` is then judged by the
+harness: killed at every boundary, its store damaged, its power cut. It passes; its twin
+``tests/agents/lifecycle_fresh_key.sh`` (one line differs: the email's key has the shell's pid
+in it) sends the email twice after a kill in the in-doubt window, and ``exactly_once`` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crashpoint.faults import _strace
+from crashpoint.faults._process import AgentProcess
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, FaultFamily, Ledger
+from crashpoint.harness._scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "examples" / "shell-lifecycle" / "agent.sh"
+TWIN = ROOT / "tests" / "agents" / "lifecycle_fresh_key.sh"
+SH = shutil.which("sh") or "/bin/sh"
+CLI = (sys.executable, "-m", "crashpoint")
+OUTPUT = b'{"agent": "sh", "sent": "ops@example.com"}\n'
+STEPS = ["greet", "send", "finish"]
+STRACE_OK, STRACE_WHY = _strace.available()
+needs_strace = pytest.mark.skipif(not STRACE_OK, reason=f"power loss needs strace: {STRACE_WHY}")
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    env.update(extra)
+    return env
+
+
+def cli(store: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """One lifecycle command in its own session; (exit code, stdout, stderr)."""
+    argv = [*CLI, "checkpoints", "--store", str(store), *args]
+    ex = AgentProcess(argv, env or base_env(), timeout=60).start().wait()
+    return ex.returncode, ex.stdout.decode(), ex.stderr.decode()
+
+
+def status(store: Path, run: str) -> dict[str, Any]:
+    rc, out, err = cli(store, "status", run, "--json")
+    assert rc == 0, err
+    return dict(json.loads(out))
+
+
+def one_line_error(err: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("crashpoint: error: "), err
+    assert "Traceback" not in err
+
+
+# -- each command ------------------------------------------------------------------------------
+
+def test_a_run_goes_from_start_to_complete_step_by_step(tmp_path: Path) -> None:
+    store = tmp_path / "store"  # created by start
+    assert cli(store, "start", "r1", "--steps", "fetch,send,finish") == (0, "fetch\n", "")
+    assert (store / "r1").is_dir()
+    assert cli(store, "status", "r1", "--next")[1] == "fetch\n"
+    assert cli(store, "step", "r1", "fetch", "--result", '{"n": 3}') == (0, "send\n", "")
+    st = status(store, "r1")
+    assert (st["status"], st["next"], st["completed"]) == ("running", "send", ["fetch"])
+    assert st["results"] == {"fetch": {"n": 3}}
+    assert cli(store, "status", "r1", "--result", "fetch")[1] == '{"n": 3}\n'
+    assert cli(store, "step", "r1", "send")[1] == "finish\n"
+    assert cli(store, "step", "r1", "finish") == (0, "", "")  # no step left: prints nothing
+    assert cli(store, "status", "r1", "--next") == (0, "", "")
+    assert cli(store, "complete", "r1", "--output", '{"ok": true}', "--print") == \
+        (0, '{"ok": true}\n', "")
+    # completing again changes nothing: the first output stays
+    assert cli(store, "complete", "r1", "--output", '{"ok": false}', "--print")[1] == \
+        '{"ok": true}\n'
+    st = status(store, "r1")
+    assert (st["status"], st["output"], st["next"]) == ("completed", {"ok": True}, None)
+    # a restart of the finished agent has nothing to do
+    assert cli(store, "start", "r1", "--steps", "fetch,send,finish") == (0, "", "")
+    text = cli(store, "status", "r1")[1]
+    assert "status: completed" in text
+    assert "completed: fetch, send, finish" in text
+
+
+def test_a_resume_starts_at_the_first_step_not_recorded(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "a,b,c")
+    cli(store, "step", "r", "a", "--result", '"A"')
+    # the agent died here; it starts again, with or without its steps
+    assert cli(store, "start", "r", "--steps", "a,b,c")[1] == "b\n"
+    assert cli(store, "start", "r")[1] == "b\n"
+    assert status(store, "r")["attempts"] == 3
+
+
+@pytest.mark.parametrize(("args", "code", "words"), [
+    (("step", "r", "b"), 70, "not the run's next step; the next step is 'a'"),
+    (("step", "r", "a", "--result", "{bad"), 2, "--result is not valid JSON"),
+    (("effect", "r", "mail", "--payload", "nope"), 2, "--payload is not valid JSON"),
+    (("start", "r", "--steps", "a,x"), 70, "at step #1 the journal recorded 'b'"),
+    (("complete", "r"), 1, "has steps left (a, b)"),
+    (("status", "ghost"), 2, "no run 'ghost'"),
+    (("step", "ghost", "a"), 2, "no run 'ghost'"),
+    (("start", "new"), 1, "does not exist yet: give its steps"),
+    (("start", "../up", "--steps", "a"), 2, "invalid run id"),
+    (("start", "r2", "--steps", "a,a"), 2, "names a step twice"),
+])
+def test_bad_requests_get_one_clear_line_and_a_distinct_code(
+        tmp_path: Path, args: tuple[str, ...], code: int, words: str) -> None:
+    store = tmp_path / "store"
+    assert cli(store, "start", "r", "--steps", "a,b")[0] == 0
+    rc, out, err = cli(store, *args)
+    assert rc == code, err
+    assert out == ""
+    one_line_error(err)
+    assert words in err
+
+
+def test_a_step_recorded_twice_is_refused_and_the_run_unchanged(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "a,b")
+    cli(store, "step", "r", "a", "--result", "1")
+    rc, _out, err = cli(store, "step", "r", "a", "--result", "2")
+    assert rc == 70
+    assert "'a' is already recorded as completed" in err
+    assert status(store, "r")["results"] == {"a": 1}
+
+
+def test_no_store_is_a_usage_error(tmp_path: Path) -> None:
+    ex = AgentProcess([*CLI, "checkpoints", "status", "r"], base_env(), timeout=60).start().wait()
+    assert ex.returncode == 2
+    one_line_error(ex.stderr.decode())
+    assert "CRASHPOINT_STORE" in ex.stderr.decode()
+    # the variable names the store as well as --store does
+    env = base_env(CRASHPOINT_STORE=str(tmp_path / "s"))
+    ex = AgentProcess([*CLI, "checkpoints", "start", "r", "--steps", "a"], env,
+                      timeout=60).start().wait()
+    assert (ex.returncode, ex.stdout) == (0, b"a\n")
+    (tmp_path / "file").write_text("")  # a store that is a file is refused, not overwritten
+    rc, _out, err = cli(tmp_path / "file", "start", "r", "--steps", "a")
+    assert rc == 2
+    one_line_error(err)
+    assert "is not a folder" in err
+
+
+def test_an_effect_is_sent_until_settled_then_skipped(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "draft,send")
+    cli(store, "step", "r", "draft")
+    first = cli(store, "effect", "r", "send_email", "--payload", '{"to": "a"}', "--json")
+    assert first[0] == 0
+    ans = json.loads(first[1])
+    assert ans == {"action": "send", "key": "r:1.send:send_email:0", "kind": "send_email",
+                   "applied": True, "in_doubt": False, "result": None}
+    # announced but not settled (the agent crashed before its step completed): send again,
+    # with the same key, and say it was in doubt
+    again = json.loads(cli(store, "effect", "r", "send_email", "--payload", '{"to": "a"}',
+                           "--json")[1])
+    assert (again["action"], again["key"], again["in_doubt"]) == ("send", ans["key"], True)
+    assert status(store, "r")["effects"][ans["key"]]["status"] == "intent"
+    cli(store, "step", "r", "send")  # completing the step settles its effects
+    assert status(store, "r")["effects"][ans["key"]]["status"] == "done"
+    rc, out, err = cli(store, "effect", "r", "send_email", "--key", ans["key"])
+    assert (rc, out) == (3, "")
+    assert "already done: skip it" in err
+
+
+def test_an_effect_settled_with_done_is_skipped_and_keeps_its_result(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "pay")
+    assert cli(store, "effect", "r", "charge", "--key", "k1", "--payload", "5")[0] == 0
+    assert cli(store, "effect", "r", "charge", "--key", "k1", "--done", "--result",
+               '{"id": "ch_1"}')[0] == 0
+    rc, out, _ = cli(store, "effect", "r", "charge", "--key", "k1", "--json")
+    assert rc == 3
+    assert json.loads(out)["result"] == {"id": "ch_1"}
+    # without --key: the key counts the effects of its kind settled in the step so far
+    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
+        "r:0.pay:charge:0"
+    assert cli(store, "effect", "r", "charge", "--done")[0] == 0  # settles r:0.pay:charge:0
+    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
+        "r:0.pay:charge:1"
+    # the run's records are the library's: plan sees no effect in doubt after the step
+    cli(store, "step", "r", "pay")
+    plan = subprocess.run([*CLI, "checkpoints", "--store", str(store), "plan", "r"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "in-doubt" not in plan
+    assert "replay  #0 pay" in plan
+
+
+def test_a_step_is_durable_before_the_command_returns(tmp_path: Path) -> None:
+    """The step's record is written and fdatasync'ed by the step command itself."""
+    if not STRACE_OK:
+        pytest.skip(f"strace cannot trace here: {STRACE_WHY}")
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "a")
+    trace = tmp_path / "trace"
+    argv = _strace.wrap([*CLI, "checkpoints", "--store", str(store), "step", "r", "a",
+                         "--result", '"ok"'], str(trace),
+                        syscalls=("write", "pwrite64", "fdatasync", "fsync"))
+    ex = AgentProcess(argv, base_env(), timeout=120).start().wait()
+    assert ex.returncode == 0, ex.stderr.decode()
+    calls = [c for c in _strace.parse(str(trace))
+             if c.path.startswith(str(store / "r"))
+             and os.path.basename(c.path).startswith("seg-")]
+    names = [c.name for c in calls]
+    assert "write" in names, names
+    assert "fdatasync" in names[names.index("write"):], names
+
+
+def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
+    """Between commands no lock is held: the agent that called start (its process group)
+    owns the run. A second agent is refused while the first lives, and takes over after."""
+    store = tmp_path / "store"
+    owner = subprocess.Popen(
+        [SH, "-c", f'"$@" checkpoints --store {store} start r --steps a,b && '
+                   'echo started && exec sleep 60', "sh", *CLI],
+        stdout=subprocess.PIPE, start_new_session=True, env=base_env())
+    try:
+        assert owner.stdout is not None
+        assert owner.stdout.readline() == b"a\n"
+        assert owner.stdout.readline() == b"started\n"
+        for args in (("start", "r"), ("step", "r", "a"), ("effect", "r", "mail"),
+                     ("complete", "r")):
+            rc, _out, err = cli(store, *args)
+            assert rc == 73, (args, err)
+            one_line_error(err)
+            assert f"process group {owner.pid}" in err
+        assert status(store, "r")["completed"] == []  # reads are never refused
+    finally:
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    assert cli(store, "start", "r")[1] == "a\n"  # its owner is dead: taken over
+    assert cli(store, "step", "r", "a")[0] == 0
+
+
+def test_the_commands_report_steps_and_effects_to_the_harness(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with Ledger() as ledger:
+        ledger.begin_attempt(1, None)
+        env = base_env(**ledger.env(), CRASHPOINT_ATTEMPT="1")
+        assert cli(store, "start", "r", "--steps", "a,b", env=env)[1] == "a\n"
+        cli(store, "step", "r", "a", env=env)
+        assert json.loads(cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}',
+                              "--json", env=env)[1])["applied"] is True
+        # the same effect again (in doubt): reported with the same key, deduplicated
+        assert json.loads(cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}',
+                              "--json", env=env)[1])["applied"] is False
+        cli(store, "step", "r", "b", env=env)
+        assert cli(store, "effect", "r", "mail", "--key", "r:1.b:mail:0", env=env)[0] == 3
+        cli(store, "complete", "r", env=env)
+        events = [(e["attempt"], e["op"], e.get("step") or e.get("key"))
+                  for e in ledger.events]
+    assert events == [
+        (1, "step_started", "a"), (1, "step_completed", "a"), (1, "step_started", "b"),
+        (1, "effect", "r:1.b:mail:0"), (1, "effect", "r:1.b:mail:0"),
+        (1, "step_completed", "b")]  # a skipped effect is not reported again
+
+
+# -- the shell agent, alone and under the harness ---------------------------------------------
+
+SCENARIO = load_scenario(ROOT / "examples" / "shell-lifecycle" / "lifecycle.scenario.yaml")
+KILL, CORRUPT, POWER = (f.family for f in SCENARIO.families)
+
+
+def agent(script: Path = AGENT) -> AgentSpec:
+    """The scenario file's agent (``sh agent.sh {state_dir} {python} -m crashpoint``)."""
+    spec = SCENARIO.agent
+    assert spec.command[:2] == ("sh", "{scenario_dir}/agent.sh")
+    return dataclasses.replace(spec, command=(SH, str(script), *spec.command[2:]))
+
+
+def campaign(spec: AgentSpec, family: FaultFamily, tmp_path: Path, seed: int = 13,
+             **kw: Any) -> CampaignResult:
+    return Campaign(spec, [family], str(tmp_path / "report"), name="lifecycle", seed=seed,
+                    restarts=SCENARIO.restarts, expect=SCENARIO.expect, **kw).run()
+
+
+def why(result: CampaignResult) -> str:
+    return "\n".join(f"{t.plan.describe()}: {[str(c) for c in t.failed]}"
+                     for t in result.failures)
+
+
+def test_the_twin_differs_from_the_agent_in_its_key_only() -> None:
+    a, b = AGENT.read_text().splitlines(), TWIN.read_text().splitlines()
+    assert len(a) == len(b)
+    diff = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    assert len(diff) == 1
+    assert "$$" in diff[0][1]
+    assert "$$" not in diff[0][0]
+
+
+def test_the_shell_agent_runs_alone_and_a_second_run_replays(tmp_path: Path) -> None:
+    for _ in range(2):
+        ex = AgentProcess([SH, str(AGENT), str(tmp_path / "state"), *CLI], base_env(),
+                          timeout=120).start().wait()
+        assert (ex.returncode, ex.stdout) == (0, OUTPUT), ex.stderr.decode()
+    assert b"email to ops@example.com sent" not in ex.stderr  # the second run sent nothing
+
+
+def test_the_how_to_page_s_shell_agent_runs_and_resumes(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "how-to" / "checkpoint-from-any-language.md").read_text()
+    (code,) = re.findall(r"^```sh agent\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    script = tmp_path / "agent.sh"
+    script.write_text(code)
+    bindir = os.path.dirname(sys.executable)  # where `crashpoint` is installed
+    env = base_env(PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    errs = []
+    for _ in range(2):
+        ex = AgentProcess([SH, str(script)], env, cwd=str(tmp_path), timeout=120).start().wait()
+        assert (ex.returncode, ex.stdout) == (0, b'{"sent": "ops@example.com"}\n'), ex.stderr
+        errs.append(ex.stderr.decode())
+    assert 'emailing ops@example.com: "hello from sh"' in errs[0]
+    assert errs[1] == ""  # resumed a completed run: nothing sent, nothing said
+    assert (tmp_path / "checkpoints" / "report-1").is_dir()
+
+
+def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
+    result = campaign(agent(), KILL, tmp_path)
+    golden = result.golden
+    assert golden.steps == STEPS
+    assert golden.output == OUTPUT
+    assert [e["op"] for e in golden.events] == [
+        "step_started", "step_completed", "step_started", "effect", "step_completed",
+        "step_started", "step_completed"]
+    assert sum(golden.effects.values()) == 1
+    assert len(result.trials) == 8  # 7 events killed before they act + the in-doubt window
+    assert result.ok, why(result)
+    assert all(t.attempts[0].signal == 9 for t in result.trials)
+    (in_doubt,) = [t for t in result.trials if "in_doubt" in t.plan.describe()]
+    assert in_doubt.duplicates == 1  # the retry reused the key: deduplicated
+
+
+def test_the_fresh_key_twin_sends_twice_and_fails_exactly_once(tmp_path: Path) -> None:
+    result = campaign(agent(TWIN), KILL, tmp_path)
+    assert not result.ok
+    (bad,) = result.failures  # only the kill in the email's in-doubt window shows it
+    assert "in_doubt" in bad.plan.describe()
+    assert [c.name for c in bad.failed] == ["exactly_once"]
+    assert "DUPLICATED send_email" in bad.failed[0].message
+    assert "under 2 different keys" in bad.failed[0].message
+
+
+def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> None:
+    result = campaign(agent(), CORRUPT, tmp_path, seed=21)
+    assert len(result.trials) == 6
+    assert result.ok, why(result)
+    exercised = [t for t in result.trials if t.status == "passed"]
+    assert len(exercised) >= 4, [t.status for t in result.trials]
+    assert any("seg-" in str(o) for t in exercised for o in t.outcomes)  # the journal was hit
+    for t in exercised:
+        (c,) = [c for c in t.checks if c.name == "corruption_detected"]
+        assert c.message.startswith(("repaired", "refused")), c.message
+
+
+@needs_strace
+def test_the_shell_agent_survives_power_loss(tmp_path: Path) -> None:
+    result = campaign(agent(), POWER, tmp_path)
+    assert len(result.trials) == 4
+    assert all(t.outcomes[0].fired for t in result.trials)
+    assert result.ok, why(result)
