@@ -178,8 +178,8 @@ def _with_odd(obj: Any, pick: int, raw: bytes) -> bytes:
     for k in path[:-1]:
         node = node[k]
     node[path[-1]] = _PLACEHOLDER
-    text = json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-    return text.replace(_PLACEHOLDER_JSON, raw, 1)
+    text = json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass").replace(_PLACEHOLDER_JSON, raw, 1)  # odd too
 
 
 def _loads(data: bytes) -> Any:
@@ -406,6 +406,9 @@ def _corpus() -> list[tuple[str, list[Mutation]]]:
                   [Mutation("flip", pick("done", "snap-"), 0.5, 1),
                    Mutation("truncate", pick("done", "seg-", last=True), 0.9, 0)]))
     rng = random.Random(13)
+    cases.append(("odd-twice-surrogate",  # an earlier odd value decoded by the next mutation
+                  [Mutation("odd", idx["done/meta.json"], 0.0, 1, b'"\\ud800"'),
+                   Mutation("odd", idx["done/meta.json"], 0.0, 2, b'"\\ud800"')]))
     for i in range(8):  # and a seeded handful of everything at once
         muts = [Mutation(rng.choice(["flip", "truncate", "insert", "zero", "odd", "forge"]),
                          rng.randrange(len(t)), rng.random(), rng.randrange(10**6),
