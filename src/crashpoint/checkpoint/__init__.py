@@ -6,7 +6,7 @@ Imports neither pytest nor the harness: an agent imports this and nothing else.
 import os as _os
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
-from crashpoint.checkpoint._journal import Damage, Loaded, TornTail, records_reducer
+from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
 from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
 from crashpoint.checkpoint._run import (
@@ -68,6 +68,7 @@ __all__ = [
     "Durability",
     "EffectPolicy",
     "Loaded",
+    "PayloadError",
     "PlanLine",
     "Recovery",
     "Redactor",
