@@ -59,6 +59,20 @@ def write_holder(fs: FsOps, fd: int, generation: int) -> None:
     fs.fsync(fd)
 
 
+def flock_within(fd: int, timeout: float, poll: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, trying every ``poll`` seconds for up to
+    ``timeout``; False if it is still held by another when the time is up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+
+
 def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
             min_generation: int = 0, poll: float = 0.02, bump: bool = True) -> RunLock:
     """Take the run's lock, waiting up to ``timeout`` seconds; return it with a new generation.
@@ -83,18 +97,11 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
             raise CheckpointCorrupt(path, 0, "the lock file is not a regular file")
         if created:
             fs.fsync_dir(os.path.dirname(path))
-        deadline = time.monotonic() + timeout
         start = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    _, holder = _read_holder(fd)
-                    raise RunLocked(run_id, path, f"pid {holder}" if holder else "",
-                                    time.monotonic() - start) from None
-                time.sleep(poll)
+        if not flock_within(fd, timeout, poll):
+            _, holder = _read_holder(fd)
+            raise RunLocked(run_id, path, f"pid {holder}" if holder else "",
+                            time.monotonic() - start)
         old, _ = _read_holder(fd)
         if not bump:
             return RunLock(path, fd, old, fs)

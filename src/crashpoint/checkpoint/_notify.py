@@ -56,26 +56,39 @@ def _argv(hook: str | Sequence[str]) -> list[str]:
     return argv
 
 
-def _run_command(argv: list[str], data: bytes) -> str | None:
-    """Run ``argv`` with ``data`` on stdin; None if it exited 0, else why it failed."""
+def run_command(argv: list[str], *, data: bytes | None, timeout: float,
+                env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> str | None:
+    """Run ``argv`` in its own session (``data`` on stdin, else none), killing its whole group
+    after ``timeout`` seconds; None if it exited with a code in ``ok``, else why it did not
+    (the last line of its stderr included). Used for notification hooks and supervised
+    attempts alike."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if data is None else
+                                subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                env=env)
     except OSError as exc:
         return f"cannot start {argv[0]!r}: {exc.strerror or exc}"
     try:
-        _, err = proc.communicate(data, timeout=NOTIFY_TIMEOUT)
+        _, err = proc.communicate(data, timeout=timeout)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.communicate()
-        return f"{argv[0]!r} timed out after {NOTIFY_TIMEOUT:g}s (killed)"
-    if proc.returncode != 0:
+        return f"timed out after {timeout:g}s (killed)"
+    if proc.returncode not in ok:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err else []
-        return f"{argv[0]!r} exited {proc.returncode}" + (f": {tail[0][:300]}" if tail else "")
+        return f"exit {proc.returncode}" + (f": {tail[0][:300]}" if tail else "")
     return None
+
+
+def _run_command(argv: list[str], data: bytes) -> str | None:
+    why = run_command(argv, data=data, timeout=NOTIFY_TIMEOUT)
+    if why is None or why.startswith("cannot start"):
+        return why
+    return f"{argv[0]!r} " + (f"exited {why[5:]}" if why.startswith("exit ") else why)
 
 
 def notify_event(store: Store, event: str, run_id: str, **fields: Any) -> bool:

@@ -35,7 +35,7 @@ from crashpoint.checkpoint._journal import (
     snapshot_name,
     verify_folder,
 )
-from crashpoint.checkpoint._lock import RunLock, acquire, is_locked, write_holder
+from crashpoint.checkpoint._lock import RunLock, acquire, flock_within, is_locked, write_holder
 from crashpoint.checkpoint._notify import Notify
 from crashpoint.checkpoint._record import KIND_SNAPSHOT, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
@@ -754,18 +754,11 @@ def _pid_alive(pid_s: str) -> bool:
 
 def _open_store_lock(root: str, fd: int) -> _Ledger:
     """Take the store's lock (waiting up to a minute: it is held only around single writes)."""
-    deadline = time.monotonic() + 60.0
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise CheckpointError(
-                    f"{os.path.join(root, STORE_LOCK)}: the store's lock has been held for a "
-                    "minute; a writer of this store is stopped (SIGSTOP?) or hung: find it "
-                    "with `fuser -v` on that file") from None
-            time.sleep(0.001)
+    if not flock_within(fd, 60.0, 0.001):
+        raise CheckpointError(
+            f"{os.path.join(root, STORE_LOCK)}: the store's lock has been held for a "
+            "minute; a writer of this store is stopped (SIGSTOP?) or hung: find it "
+            "with `fuser -v` on that file")
     led = _Ledger(fd)
     try:
         raw = os.pread(fd, 1 << 16, 0)
@@ -900,14 +893,7 @@ class RunJournal:
                 self._move_aside([p for p in loaded.unusable if p not in bad_snaps], stamp, moved)
                 # everything left is covered by the snapshot, a torn tail in an old segment
                 # included: delete it, so the next open has nothing to trip over
-                snaps, segs = list_files(folder)
-                for s, p in segs:
-                    if s <= self.seq:
-                        self._unlink(p, sync=False)
-                for s, p in snaps:
-                    if s < self.seq:
-                        self._unlink(p, sync=False)
-                self.fs.fsync_dir(folder)
+                self._drop_covered()
                 loaded.last_segment = None
             else:
                 for p in loaded.covered:
@@ -1051,14 +1037,19 @@ class RunJournal:
         if old_fd >= 0:
             self.fs.close(old_fd)
         if covered:
-            snaps, segs = list_files(self.folder)
-            for s, p in segs:
-                if s <= self.seq:
-                    self._unlink(p, sync=False)
-            for s, p in snaps:
-                if s < self.seq:
-                    self._unlink(p, sync=False)
-            self.fs.fsync_dir(self.folder)
+            self._drop_covered()
+
+    def _drop_covered(self) -> None:
+        """Delete every segment and snapshot the newest snapshot (at :attr:`seq`) covers, a
+        torn tail in an old segment included, so the next open has nothing to trip over."""
+        snaps, segs = list_files(self.folder)
+        for s, p in segs:
+            if s <= self.seq:
+                self._unlink(p, sync=False)
+        for s, p in snaps:
+            if s < self.seq:
+                self._unlink(p, sync=False)
+        self.fs.fsync_dir(self.folder)
 
     def _new_segment(self) -> None:
         """Switch to a new segment only once its folder entry is durable; on error keep the

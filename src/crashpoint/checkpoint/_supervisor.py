@@ -9,14 +9,11 @@ dead-lettered after ``max_attempts`` with the last reason, so a poison run canno
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crashpoint.checkpoint._notify import notify_event
+from crashpoint.checkpoint._notify import notify_event, run_command
 from crashpoint.checkpoint._run import EXIT_CODES, run_reducer
 from crashpoint.checkpoint._store import PRUNABLE_STATUSES, RunInfo, Store
 from crashpoint.errors import CheckpointError, RunLocked, RunPaused
@@ -122,23 +119,9 @@ class Supervisor:
                 return f"{type(exc).__name__}: {exc}"
             return ""
         assert self.command is not None
-        argv = list(self.command(run_id))
-        proc = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env=self.env)
-        try:
-            _, err = proc.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            return f"timed out after {self.timeout:g}s (killed)"
-        if proc.returncode in (0, EXIT_CODES["paused"], EXIT_CODES["denied"]):
-            return ""
-        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] if err else []
-        return f"exit {proc.returncode}" + (f": {tail[0][:300]}" if tail else "")
+        return run_command(list(self.command(run_id)), data=None, timeout=self.timeout,
+                           env=None if self.env is None else dict(self.env),
+                           ok=(0, EXIT_CODES["paused"], EXIT_CODES["denied"])) or ""
 
 
 def stale_runs(store: Store, older_than: float, *, notify: bool = True,
