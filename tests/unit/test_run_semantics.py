@@ -488,3 +488,26 @@ def test_plan_cli_prints_the_plan_for_a_run_killed_in_doubt(children: Children,
         ["in-doubt", "effect"], ["run", "#4"], ["run", "#5"]]
     assert "demo:4.notify:send_notification:0" in lines[4]
     assert "policy retry" in lines[4]
+
+
+@pytest.mark.parametrize("result", [None, "yes", {"approved": "yes"}, {"approved": True, "by": 7},
+                                    {"approved": True, "extra": 1}])
+def test_a_recorded_approval_that_is_not_a_decision_is_corrupt(store: Store, result: Any) -> None:
+    """An approval step's recorded result with a valid checksum but not a decision (an edited or
+    forged journal): replaying it is ``CheckpointCorrupt`` naming the step, never a raw
+    KeyError/TypeError inside the agent."""
+    from crashpoint.errors import CheckpointCorrupt
+
+    with open_run(store, "approval", steps=["review"]) as run:
+        run.journal.append({"t": "step", "name": "review", "result": result})
+    with open_run(store, "approval", steps=["review"]) as run, \
+            pytest.raises(CheckpointCorrupt, match="approval step 'review' is not a decision"):
+        run.approval("review")
+
+
+def test_a_recorded_approval_replays_as_the_decision(store: Store) -> None:
+    with open_run(store, "approval", steps=["review"]) as run:
+        run.journal.append({"t": "step", "name": "review",
+                            "result": {"approved": True, "note": "ok", "by": "ann"}})
+    with open_run(store, "approval", steps=["review"]) as run:
+        assert run.approval("review").by == "ann"

@@ -666,6 +666,13 @@ class Run:
         ends as denied (:class:`RunDenied`). Decide with ``crashpoint checkpoints approve``."""
         replayed, result = self._check_position(name)
         if replayed:
+            if type(result) is not dict or type(result.get("approved")) is not bool or \
+                    not all(type(result.get(k, "")) is str for k in ("note", "by")) or \
+                    set(result) - {"approved", "note", "by"}:
+                raise CheckpointCorrupt(self.journal.folder, 0,
+                                        f"the recorded result of approval step {name!r} is not "
+                                        "a decision ({approved, note, by}); was the journal "
+                                        "edited? Roll the run back before this step")
             self._pos += 1
             if not result["approved"]:
                 raise RunDenied(self.run_id, name, result.get("note", ""))
