@@ -29,8 +29,10 @@ _RUN = arg("run", metavar="RUN", help="the run id")
 
 
 def _json_arg(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
+    from crashpoint.checkpoint._record import decode_json
+
+    try:  # bounded as every stored value is (depth, numbers): what is written must read back
+        return decode_json(text.encode("utf-8", "surrogateescape"))
     except ValueError as exc:
         raise UsageError(f"{what} is not valid JSON ({exc}): {text[:80]!r}; quote it for the "
                          f"shell, e.g. {what} '{{\"n\": 1}}' or {what} '\"text\"'") from None

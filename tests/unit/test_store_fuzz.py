@@ -202,6 +202,9 @@ class Mutation:
         raw = repr(self.raw) if len(self.raw) < 60 else f"{self.raw[:40]!r}+...({len(self.raw)})"
         return f"Mutation({self.how!r}, {self.file}, {self.where!r}, {self.value}, {raw})"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis prints it so too
+        p.text(repr(self))
+
     def apply(self, files: dict[str, bytes]) -> str:
         """Mutate ``files`` in place; return the path changed."""
         names = sorted(files)

@@ -37,7 +37,7 @@ from crashpoint.checkpoint._journal import (
 )
 from crashpoint.checkpoint._lock import RunLock, acquire, flock_within, is_locked, write_holder
 from crashpoint.checkpoint._notify import Notify
-from crashpoint.checkpoint._record import KIND_SNAPSHOT, encode, encode_json
+from crashpoint.checkpoint._record import KIND_SNAPSHOT, decode_json, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
 from crashpoint.errors import (
     CheckpointError,
@@ -762,8 +762,8 @@ def _open_store_lock(root: str, fd: int) -> _Ledger:
     led = _Ledger(fd)
     try:
         raw = os.pread(fd, 1 << 16, 0)
-        info = json.loads(raw.decode()) if raw else {}
-    except (OSError, ValueError):
+        info = decode_json(raw) if raw else {}
+    except (OSError, ValueError):  # unreadable or not ours: a cache, measured again
         info = {}
     if isinstance(info, dict):
         u = info.get("usage")
