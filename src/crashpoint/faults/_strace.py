@@ -561,6 +561,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _all_pids() -> list[int]:
+    """The pids in ``/proc`` now."""
+    try:
+        return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` now."""
+    kids = []
+    for p in _all_pids():
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                if int(f.read().rpartition(b")")[2].split()[1]) == pid:
+                    kids.append(p)
+        except (OSError, IndexError, ValueError):
+            continue
+    return kids
+
+
 def _traced_by(pid: int, tracer: int) -> bool:
     """Process ``pid`` runs, traced by ``tracer`` (so a pid reused by another process since
     the trace named it is never taken for the agent's)."""
@@ -581,13 +602,13 @@ class Detacher:
     a helper the agent leaves running would keep the run (and so its attempt) alive until its
     timeout, and the trial would fail as a hang instead of showing the orphan. Once the
     command (the first process of the trace ``output``) has exited and strace is still
-    running, strace is killed (it blocks SIGTERM while it runs a command with ``-o``): what
-    it traced is detached and goes on running, for the harness's orphan sweep to find.
-    :attr:`exit_code` is then the command's own exit status, from its exit line (the run's
-    process died of SIGKILL), and :attr:`left` the processes it left behind (traced, not
-    exited, still alive; a helper that re-forks or double-forks is found too): they are killed
-    at once (untraced, their traced calls would fail under strace's seccomp filter) and count
-    as the attempt's orphans. A command killed by a signal needs none of this: strace then
+    running, every process strace still traces is killed (while traced: untraced, their
+    filtered calls would fail under strace's seccomp filter and they would die before the
+    harness's orphan sweep saw them) and strace, with nothing left, ends; if it does not it
+    is killed (it blocks SIGTERM while it runs a command with ``-o``). :attr:`exit_code` is
+    then the command's own exit status, from its exit line, and :attr:`left` the processes
+    it left behind (a helper that re-forks or double-forks is found too): they count as the
+    attempt's orphans. A command killed by a signal needs none of this: strace then
     re-raises that signal on itself.
     """
 
@@ -612,6 +633,10 @@ class Detacher:
         except OSError:
             return False
         state["offset"] += len(chunk)
+        if state["main"] is None:  # strace's own child: the command (it runs, or lines wait)
+            kids = _children(self.pid)
+            if kids:
+                state["main"] = b"%d" % min(kids)
         lines = (state["tail"] + chunk).split(b"\n")
         state["tail"] = lines.pop()
         done = False
@@ -619,14 +644,12 @@ class Detacher:
             pid, _, rest = line.partition(b" ")
             if not pid.isdigit():
                 continue
-            if state["main"] is None:
+            if state["main"] is None:  # it had ended already: the first to show is it
                 state["main"] = pid
             rest = rest.strip()
             stamp, _, after_stamp = rest.partition(b" ")
             if stamp.replace(b".", b"", 1).isdigit():  # -ttt: the time comes first
                 rest = after_stamp.strip()
-            if state["code"] is not None and pid != state["main"]:
-                state["after"].add(int(pid))  # it ran after the command had exited
             if rest.startswith((b"+++ exited with", b"+++ killed by")):
                 state["pids"].discard(int(pid))
             else:
@@ -637,10 +660,8 @@ class Detacher:
         return done
 
     def _loop(self) -> None:
-        import signal
-
         state: dict[str, Any] = {"offset": 0, "tail": b"", "main": None, "code": None,
-                                 "pids": set(), "after": set()}
+                                 "pids": set()}
         try:
             while not self._stop.wait(self.interval):
                 if not self._main_exited(state):
@@ -650,23 +671,52 @@ class Detacher:
                 if not _alive(self.pid):  # it ended by itself
                     return
                 self.exit_code = int(state["code"])
-                self._main_exited(state)  # what it traced since: who is still there
-                # still traced, or seen running after the command's exit with no exit of its
-                # own since (a helper that re-forks may be between pids when /proc is read)
-                self.left = tuple(sorted(p for p in state["pids"] if p != int(state["main"])
-                                         and (p in state["after"] or _traced_by(p, self.pid))))
-                self.detached = True
-                os.kill(self.pid, signal.SIGKILL)
-                for pid in self.left:  # untraced, their traced calls would fail: end them
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
+                self._end_the_rest(state)
                 return
         except (OSError, IndexError, ValueError):
             return
 
+    def _end_the_rest(self, state: dict[str, Any]) -> None:
+        """Kill, while strace still traces them, the processes the command left, and count them.
+
+        A helper's calls need not show in the trace at all (``-P`` keeps only the trial's
+        paths), and one that re-forks is between pids now and then, so a single look misses
+        it; and once strace is gone a helper's next filtered call fails (ENOSYS), so it dies
+        before any later sweep can see it. Hence, round after round: every process strace
+        traces (``TracerPid`` in ``/proc``, which a forked child has from its first
+        instruction; nothing else is ever signalled, so a pid reused by another process is
+        safe) is killed, until strace, with nothing left to trace, ends by itself. If it does
+        not, strace is killed after a few seconds.
+        """
+        import signal
+        import time
+
+        main = int(state["main"])
+        left: set[int] = set()
+        deadline = time.monotonic() + 5.0
+        idle = 0
+        while _alive(self.pid) and time.monotonic() < deadline and idle < 50:
+            self._main_exited(state)  # what it traced since
+            now = {p for p in {*_all_pids(), *state["pids"]}
+                   if p != main and _traced_by(p, self.pid)}
+            for pid in now:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            left |= now
+            idle = 0 if now else idle + 1
+            time.sleep(0.01)
+        if left or _alive(self.pid):
+            self.detached = True
+            self.left = tuple(sorted(left))
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
     def exit(self, ex: Exit) -> Exit:
         """``ex`` (the strace process's end) as the command's own, if strace was killed: its
-        exit status, and the processes it left as orphans (they outlived it)."""
+        exit status, and the processes it left as orphans (they outlived it). Call it once
+        strace has ended: it waits for this Detacher to finish (strace may have ended because
+        the last process it traced was just killed, and the count is not complete before)."""
+        self.stop()
         if not self.detached or self.exit_code is None:
             return ex
         return dataclasses.replace(ex, returncode=self.exit_code, signal=None,
@@ -674,4 +724,4 @@ class Detacher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._t.join(timeout=5)
+        self._t.join(timeout=15)  # (it kills strace itself after 5 s)
