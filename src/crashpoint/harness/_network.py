@@ -1,0 +1,78 @@
+"""Failures the stand-in services answer with: scripted per route, or planned as a fault.
+
+Shared by the stand-in services (``_services.py``: they ask :func:`pick` before handling a
+request) and the ``network`` fault family (``_campaign.py``/``_scenario.py``: they plan
+:class:`NetFault` s). A *call* names a request the way the ledger records it: an HTTP effect
+``"POST /hook"``, an LLM call ``"llm"``, a mail ``"mail"``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["HOWS", "Failure", "NetFault", "pick"]
+
+#: How a request can fail: the connection is reset (closed without a reply), the reply never
+#: comes (the agent's own timeout ends the wait), or an HTTP status (5xx, 429) is answered.
+HOWS = ("reset", "timeout", "status")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed answer. ``status``/``body``/``headers`` for ``how == "status"`` (e.g. 500,
+    503, 429 with ``Retry-After``); ``latency`` seconds before it (any ``how``)."""
+
+    how: Literal["reset", "timeout", "status"]
+    status: int = 0
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.how not in HOWS:
+            raise ValueError(f"a failure is one of {', '.join(HOWS)}, not {self.how!r}")
+        if self.how == "status" and not 400 <= self.status <= 599:
+            raise ValueError(f"a failing status is 400-599, not {self.status}")
+        if self.latency < 0:
+            raise ValueError(f"latency must be >= 0, not {self.latency}")
+
+
+@dataclass
+class NetFault:
+    """Fail the ``nth`` request (1-based) of ``call`` in attempt ``attempt`` (None: every
+    attempt's ``nth``) with ``failure``; ``times`` consecutive requests from there (a retry
+    that fails again). :attr:`fired` counts the requests it failed, for fault accounting (a
+    fault that never fired must not read as a pass)."""
+
+    call: str
+    failure: Failure
+    nth: int = 1
+    attempt: int | None = 1
+    times: int = 1
+    fired: int = field(default=0, compare=False)
+
+    def describe(self) -> str:
+        f = self.failure
+        what = f"HTTP {f.status}" if f.how == "status" else f.how
+        at = "every attempt" if self.attempt is None else f"attempt {self.attempt}"
+        return f"{what} for {self.call} #{self.nth} in {at}" + \
+            (f" ({self.times} times)" if self.times != 1 else "")
+
+
+_lock = threading.Lock()
+
+
+def pick(faults: Sequence[NetFault], call: str, nth: int, attempt: int) -> Failure | None:
+    """The failure for the ``nth`` request of ``call`` in ``attempt``, if one is planned (and
+    count it as fired), else None. Thread-safe: services answer requests concurrently."""
+    with _lock:
+        for f in faults:
+            if f.call != call or (f.attempt is not None and f.attempt != attempt):
+                continue
+            if f.nth <= nth < f.nth + f.times:
+                f.fired += 1
+                return f.failure
+    return None
