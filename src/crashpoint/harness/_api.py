@@ -116,6 +116,10 @@ class HarnessResult:
                 if c is not root:
                     lines.append(f"    {c}" if c.cause else f"    also: {c}")
             lines.append(f"    replay: crashpoint replay {t.folder}")
+        warned = [t for t in self.campaign.trials if t.ok and t.warnings]
+        for t in warned[:limit]:  # passed, with something to report
+            for c in t.warnings:
+                lines.append(f"- warning, trial {t.plan.index} [{t.plan.family}]: {c}")
         if len(self.campaign.failures) > limit:
             lines.append(f"... and {len(self.campaign.failures) - limit} more failing trials "
                          f"(see {self.campaign.report_dir})")

@@ -682,6 +682,8 @@ class CampaignResult:
             for c in t.checks:
                 d = checks.setdefault(c.name, {"passed": 0, "failed": 0, "skipped": 0})
                 d["skipped" if c.skipped else "passed" if c.ok else "failed"] += 1
+                if c.ok and c.warning:  # passed, with something to report
+                    d["warned"] = d.get("warned", 0) + 1
         refused = {t.plan.index for t in ran for c in t.checks
                    if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")}
         lost = sum(max(0, n - t.applied.get(k, 0)) for t in ran if t.plan.index not in refused
@@ -728,6 +730,11 @@ class CampaignResult:
                           "root_cause": str(t.root_cause) if t.root_cause else "",
                           "checks": [str(c) for c in t.failed], "folder": t.folder,
                           "replay": f"crashpoint replay {t.folder}"} for t in self.failures],
+            # trials that passed with a warning (e.g. LLM calls re-billed): shown, not failed
+            "warned": sum(1 for t in ran if t.ok and t.warnings),
+            "warnings": [{"index": t.plan.index, "plan": t.plan.describe(),
+                          "checks": [str(c) for c in t.warnings], "folder": t.folder}
+                         for t in ran if t.ok and t.warnings][:20],
         }
 
     def write_reports(self) -> dict[str, str]:

@@ -133,6 +133,8 @@ def check_resumes(f: TrialFacts) -> CheckResult:
     if f.plan.corrupts:
         return CheckResult(name, True, "skipped after a corruption (re-running steps is a "
                                        "legitimate rollback there)", skipped=True)
+    if not f.golden.steps:  # an agent that names no step: judged from the calls it repeats
+        return _resumes_by_calls(f)
     golden_steps = f.golden.steps
     completed = 0  # golden positions reported completed so far
     started = 0  # one past the furthest golden position started so far
@@ -171,6 +173,153 @@ def _position(steps: list[str], step: Any, done: int) -> int:
         return steps.index(step) + 1
     except ValueError:
         return done
+
+
+#: The events that are calls to the outside world (what resume is judged by without steps).
+CALL_OPS = ("effect", "llm_call")
+
+
+def call_identity(ev: dict[str, Any]) -> str:
+    """What makes two calls the same call: an effect's kind and canonical payload (its
+    content, whatever its key), an LLM call's fingerprint."""
+    from crashpoint.harness._ledger import canonical
+
+    if ev["op"] == "llm_call":
+        return f"llm {ev.get('name', '')} {ev.get('fingerprint', '')}"
+    return f"{ev.get('kind')} {canonical(ev.get('payload'))}"
+
+
+def _call_position(seq: list[str], ident: str, done: int) -> int | None:
+    """Where call ``ident`` is in the golden call sequence ``seq`` given ``done`` calls
+    completed: its first occurrence from ``done`` on, else its last before; None if the golden
+    run never made it."""
+    if ident in seq[done:]:
+        return done + seq[done:].index(ident)
+    before = [k for k in range(min(done, len(seq))) if seq[k] == ident]
+    return before[-1] if before else None
+
+
+def _resumes_by_calls(f: TrialFacts) -> CheckResult:
+    """Resume judged without step names, from the calls (effects, LLM calls) repeated.
+
+    A call is *completed* once it was acknowledged (not killed before it was applied, nor in
+    its in-doubt window) and its attempt went on to a later event: an agent that saves a
+    call's result before its next call has it durable by then. The first call of a restarted
+    attempt (the first the golden run knows) must not be one an earlier attempt completed:
+    re-making it means the agent did not resume from the last completed point (an upstream
+    step re-run, an LLM call re-billed, a tool re-fired). The last acknowledged call of a
+    killed attempt may be made again (its result may not have been saved yet)."""
+    name = "resumes_from_last_completed"
+    seq = [call_identity(e) for e in f.golden.events if e["op"] in CALL_OPS]
+    if not seq:
+        return CheckResult(name, True, "the golden run reported no step and made no call: "
+                                       "nothing to judge a resume by", skipped=True)
+    completed = 0  # golden call positions completed so far (by any attempt)
+    by: dict[int, dict[str, Any]] = {}  # golden position -> the event that completed it
+    cursor: dict[int, int] = {}  # attempt -> one past its last call's golden position
+    pending: dict[int, tuple[int, dict[str, Any]]] = {}  # acked, not yet followed
+    judged: set[int] = set()
+    for ev in f.events:
+        a = int(ev["attempt"])
+        if a in pending:  # the attempt went on: its last acknowledged call is completed
+            pos, done_ev = pending.pop(a)
+            by.setdefault(pos, done_ev)
+            completed = max(completed, pos + 1)
+        if ev["op"] not in CALL_OPS:
+            continue
+        ident = call_identity(ev)
+        if a > 1 and a not in judged:
+            p = _call_position(seq, ident, completed)
+            if p is not None:
+                judged.add(a)
+                if p < completed:
+                    first = by.get(p, {})
+                    was = f" at {_where(first)}" if first else ""
+                    return CheckResult(name, False, (
+                        f"re-made a completed call: after the restart the first call of "
+                        f"attempt {a} was {_call_text(ev)} at {_where(ev)}, but it had been "
+                        f"completed{was} (acknowledged, and the attempt went on), so the run "
+                        f"should resume after it ({completed} of the golden run's {len(seq)} "
+                        "calls were completed)"))
+        p = _call_position(seq, ident, cursor.get(a, 0))
+        if p is None:
+            continue
+        cursor[a] = p + 1
+        if not ev.get("killed"):
+            pending[a] = (p, ev)
+    return CheckResult(name, True, f"judged from calls (no step names): {len(seq)} golden "
+                                   f"call(s)")
+
+
+def _call_text(ev: dict[str, Any]) -> str:
+    if ev["op"] == "llm_call":
+        return f"LLM call {ev.get('name', '')} {str(ev.get('fingerprint', ''))[:12]}".rstrip()
+    from crashpoint.harness._ledger import canonical
+
+    return f"{ev.get('kind')} {canonical(ev.get('payload'))[:60]}"
+
+
+def _tokens(ev: dict[str, Any]) -> int:
+    n = 0
+    for k in ("prompt_tokens", "completion_tokens"):
+        v = ev.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            n += v
+    return n
+
+
+def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
+    """LLM calls the golden run made and the trial (across its attempts) made again: each
+    re-billed. A call whose reply never reached the agent (killed in its in-doubt window) may
+    be asked again; one killed before it was answered was never billed. Policy
+    (``expect.no_repeated_llm_calls``): warn (default), fail, or a token budget."""
+    name = "no_repeated_llm_calls"
+    policy = f.expect.no_repeated_llm_calls
+    golden = Counter(str(e.get("fingerprint")) for e in f.golden.events
+                     if e["op"] == "llm_call")
+    if not golden:
+        return CheckResult(name, True, "the golden run made no LLM call: nothing to judge (an "
+                                       "agent's model calls are seen when it reaches the "
+                                       "stand-in: OPENAI_BASE_URL)", skipped=True)
+    billed: dict[str, list[dict[str, Any]]] = {}
+    lost: Counter[str] = Counter()
+    for e in f.events:
+        if e["op"] != "llm_call" or e.get("killed") == "before":
+            continue
+        fp = str(e.get("fingerprint"))
+        billed.setdefault(fp, []).append(e)
+        if e.get("killed") == "in_doubt":
+            lost[fp] += 1  # billed, but the agent never had the reply: asking again is fine
+    repeats: list[tuple[str, list[dict[str, Any]]]] = []
+    for fp, evs in billed.items():
+        extra = len(evs) - golden.get(fp, 0) - lost[fp]
+        if fp in golden and extra > 0:
+            repeats.append((fp, evs))
+    new = sum(len(v) for fp, v in billed.items() if fp not in golden)
+    note = f"; {new} call(s) the golden run never made (not judged)" if new else ""
+    total = sum(golden.values())
+    if not repeats:
+        return CheckResult(name, True, f"{total} golden LLM call(s), none made again{note}")
+    tokens = 0
+    parts = []
+    for fp, evs in repeats:
+        extra = len(evs) - golden[fp] - lost[fp]
+        again = evs[-extra:]
+        tokens += sum(_tokens(e) for e in again)
+        where = ", ".join(_where(e) for e in evs[:4]) + (", ..." if len(evs) > 4 else "")
+        parts.append(f"{_call_text(evs[0])} made {golden[fp]}x in the golden run, "
+                     f"{len(evs)}x here ({where})")
+    calls = sum(len(evs) - golden[fp] - lost[fp] for fp, evs in repeats)
+    msg = f"{calls} LLM call(s) re-billed, {tokens} tokens: " + "; ".join(parts[:5]) + \
+        (f"; and {len(parts) - 5} more" if len(parts) > 5 else "") + note
+    if policy == "fail":
+        return CheckResult(name, False, msg)
+    if isinstance(policy, int):
+        if tokens > policy:
+            return CheckResult(name, False, f"{msg} (over the budget of {policy} tokens)")
+        return CheckResult(name, True, f"{msg} (within the budget of {policy} tokens)",
+                           warning=True)
+    return CheckResult(name, True, msg, warning=True)
 
 
 def check_single_writer(f: TrialFacts) -> CheckResult:
@@ -290,6 +439,7 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "within_disk_budget": check_within_disk_budget,
     "no_orphans": check_no_orphans,
     "corruption_detected": check_corruption_detected,
+    "no_repeated_llm_calls": check_no_repeated_llm_calls,
 }
 
 
@@ -302,7 +452,9 @@ def run_checks(facts: TrialFacts,
                            ("resumes_from_last_completed", e.resumes_from_last_completed),
                            ("same_output", e.same_output), ("single_writer", e.single_writer),
                            ("no_secret_leak", e.no_secret_leak),
-                           ("no_orphans", e.no_orphans)) if not on}
+                           ("no_orphans", e.no_orphans),
+                           ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"))
+           if not on}
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))

@@ -29,7 +29,7 @@ MAX_COLUMNS = 400
 
 _CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
            "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-           "corruption_detected")
+           "corruption_detected", "no_repeated_llm_calls")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d232a}
@@ -356,6 +356,8 @@ def _check_matrix(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
             p, f, k = int(c.get("passed", 0)), int(c.get("failed", 0)), int(c.get("skipped", 0))
             css = "c-fail" if f else "c-pass" if p else "c-skip"
             text = f"{p} ok" + (f", {f} FAIL" if f else "") + (f", {k} skip" if k else "")
+            if c.get("warned"):  # passed with a warning: counted among the ok
+                text += f" ({int(c['warned'])} warn)"
             cells.append(f'<td class="{css}">{_e(text)}</td>')
         yield f"<tr><td>{_e(_campaign_name(s))}</td>{''.join(cells)}</tr>"
     yield "</tbody></table>"

@@ -31,15 +31,15 @@ __all__ = [
 #: The checks of Contract 2, in report order.
 CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
           "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-          "corruption_detected")
+          "corruption_detected", "no_repeated_llm_calls")
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
 #: the earliest in a crash's story first (two writers, a wrong resume point, an effect
 #: repeated or dropped, damage accepted, no completion, a wrong output), then the independent
 #: ones; a check not listed (a custom one) comes last.
 ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
-              "corruption_detected", "completes", "same_output", "no_secret_leak",
-              "within_disk_budget", "no_orphans")
+              "no_repeated_llm_calls", "corruption_detected", "completes", "same_output",
+              "no_secret_leak", "within_disk_budget", "no_orphans")
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
@@ -281,6 +281,10 @@ REFUSE_PATTERNS = (r"CheckpointCorrupt", r"\bcorrupt", r"malformed", r"not a dat
                    r"checksum", r"integrity", r"\bdamaged\b", r"bad magic")
 
 
+#: The policies of Expect.no_repeated_llm_calls besides a token budget.
+LLM_POLICIES = ("warn", "fail", "off")
+
+
 @dataclass(frozen=True)
 class Expect:
     """What a scenario expects (Contract 3 ``expect:``)."""
@@ -297,6 +301,16 @@ class Expect:
     #: after a corruption, a non-zero exit whose stderr matches one of these (regular
     #: expressions, case-insensitive) is a clear refusal too, whatever its code
     refuse_patterns: tuple[str, ...] = REFUSE_PATTERNS
+    #: LLM calls the golden run made and the trial made again (re-billed): "warn" (reported,
+    #: the trial still passes), "fail", "off", or a whole number: the budget of re-billed
+    #: tokens (over it: fail; within it: warn)
+    no_repeated_llm_calls: str | int = "warn"
+
+    def __post_init__(self) -> None:
+        p = self.no_repeated_llm_calls
+        if isinstance(p, bool) or not (p in LLM_POLICIES or (isinstance(p, int) and p >= 0)):
+            raise ValueError(f"no_repeated_llm_calls is one of {', '.join(LLM_POLICIES)} or a "
+                             f"token budget (a whole number >= 0), not {p!r}")
 
     def refusal(self, returncode: int | None, stderr: bytes) -> str:
         """Why an exit is a clear refusal of damaged state ("" if it is not): a refuse code
@@ -373,13 +387,17 @@ class CheckResult:
     skipped: bool = False
     cause: str = ""
     hint: str = ""
+    #: passed, with something to report (shown in the reports, never a failure): e.g. LLM
+    #: calls re-billed under the ``warn`` policy
+    warning: bool = False
 
     def __str__(self) -> str:
-        mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
+        mark = "skip" if self.skipped else ("WARN" if self.ok and self.warning else
+                                            "ok" if self.ok else "FAIL")
         text = f"{self.name}: {mark}" + (f": {self.message}" if self.message else "")
         if self.cause:
             text += f" [a consequence of {self.cause}]"
-        if self.hint and not self.ok:
+        if self.hint and (not self.ok or self.warning):
             text += f" -- hint: {self.hint}"
         return text
 
@@ -461,6 +479,11 @@ class TrialResult:
         return [c for c in self.checks if not c.ok]
 
     @property
+    def warnings(self) -> list[CheckResult]:
+        """Checks that passed with a warning (reported, not a failure)."""
+        return [c for c in self.checks if c.ok and c.warning]
+
+    @property
     def root_cause(self) -> CheckResult | None:
         """The failing check, first in :data:`ROOT_ORDER`, that is not a consequence of
         another."""
@@ -486,6 +509,7 @@ class TrialResult:
             "seed": self.plan.seed,
             "attempts": [a.describe() for a in self.attempts],
             "failures": [str(c) for c in self.failed],
+            "warnings": [str(c) for c in self.warnings],
             "duplicates": self.duplicates,
             "duration": round(self.duration, 4),
             "max_state_bytes": self.max_state_bytes,

@@ -40,7 +40,7 @@ TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
-               "refuse_codes", "refuse_patterns")
+               "refuse_codes", "refuse_patterns", "no_repeated_llm_calls")
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
@@ -434,7 +434,9 @@ def _expect(doc: _Doc) -> Expect:
         if key not in doc.items:
             continue
         v = doc.value(key)
-        if key == "max_state_bytes":
+        if key == "no_repeated_llm_calls":
+            kw[key] = _llm_policy(doc)
+        elif key == "max_state_bytes":
             try:
                 kw[key] = parse_size(v, what="expect.max_state_bytes")
             except UnitError as exc:
@@ -463,6 +465,26 @@ def _expect(doc: _Doc) -> Expect:
                 raise doc.err(key, f"must be true or false, got {v!r}")
             kw[key] = v
     return Expect(**kw)
+
+
+def _llm_policy(doc: _Doc) -> str | int:
+    """``expect.no_repeated_llm_calls``: fail, warn, false (off) or {max_tokens: N}."""
+    key = "no_repeated_llm_calls"
+    node = doc.items[key][0]
+    usage = ("use fail, warn (the default: reported, not a failure), false (off), or "
+             "{max_tokens: N} (fail only past N re-billed tokens)")
+    if isinstance(node, yaml.MappingNode):
+        sub = _Doc(doc.path, node, doc._k(key))
+        sub.check_keys(("max_tokens",))
+        if "max_tokens" not in sub.items:
+            raise doc.err(key, f"a token budget needs max_tokens: {usage}")
+        return _int(sub, "max_tokens", 0, 0, 2**63 - 1, " (re-billed tokens allowed)")
+    v = doc.value(key)
+    if v is False:
+        return "off"
+    if v in ("fail", "warn"):
+        return str(v)
+    raise doc.err(key, f"got {v!r}: {usage}")
 
 
 # -- first contact: is the agent where the scenario says? ------------------------------------

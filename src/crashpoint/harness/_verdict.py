@@ -41,7 +41,16 @@ _HINTS = {
     "resumes_from_last_completed": "on restart, load the last checkpoint first and start at "
                                    "the first step not completed; report step_completed only "
                                    "once the step's result is durable (written and fsynced)",
+    "no_repeated_llm_calls": "the model was asked again after a restart and billed again: "
+                             "save each model reply in the checkpoint before the next call and "
+                             "reuse it on resume; if re-asking is by design, set "
+                             "expect.no_repeated_llm_calls to warn or a token budget",
 }
+
+#: The hint when resume was judged from calls (the agent names no step).
+_RESUME_BY_CALLS_HINT = ("on restart, load the last checkpoint and go on after the last call "
+                         "whose result it holds: save each call's result (a model reply, an "
+                         "effect's acknowledgement) before making the next call")
 
 
 def disk_trouble(facts: TrialFacts) -> str:
@@ -151,13 +160,18 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             "wrong effects" in by["corruption_detected"].message:
         cause["corruption_detected"] = "exactly_once"
     # a step reported completed ran again: its effects ran again with it
-    if dups and "resumes_from_last_completed" in failed and \
-            "re-ran a completed step" in by["resumes_from_last_completed"].message:
+    rerun = "resumes_from_last_completed" in failed and any(
+        w in by["resumes_from_last_completed"].message
+        for w in ("re-ran a completed step", "re-made a completed call"))
+    if dups and rerun:
         cause["exactly_once"] = "resumes_from_last_completed"
+    # an upstream step re-run re-asks the model: the resume point is the bug
+    if rerun and "no_repeated_llm_calls" in failed:
+        cause["no_repeated_llm_calls"] = "resumes_from_last_completed"
     disk = disk_trouble(facts)
     out = []
     for c in results:
-        if c.ok:
+        if c.ok and not c.warning:
             out.append(c)
             continue
         if c.name == "exactly_once":
@@ -166,6 +180,9 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _completes_hint(facts, disk)
         elif c.name == "same_output":
             hint = _same_output_hint(facts)
+        elif c.name == "resumes_from_last_completed" and "re-made a completed call" in \
+                c.message:
+            hint = _RESUME_BY_CALLS_HINT
         else:
             hint = _HINTS.get(c.name, "")
         power = facts.extra.get("power")

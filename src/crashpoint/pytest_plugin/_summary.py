@@ -27,6 +27,8 @@ def _row(s: dict[str, Any]) -> tuple[str, ...]:
     verdict = "PASS" if s["ok"] else f"FAIL ({s['failed']})"
     if not s["ok"] and not s["failed"] and s.get("unexercised"):
         verdict = "FAIL (not exercised)"
+    if s["ok"] and s.get("warned"):
+        verdict = f"PASS ({s['warned']} warned)"
     if s["ok"] and s.get("skipped") and not s["ran"]:
         verdict = "SKIP"
     planned = sum(int(d.get("planned", 0)) for d in (s.get("families") or {}).values())
