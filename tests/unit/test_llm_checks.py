@@ -262,3 +262,22 @@ def test_scenario_bad_policy_names_file_line_key(tmp_path: Path, value: str, key
     assert (e.key, e.line) == (key, line), str(e)
     assert says in str(e)
     assert str(e).startswith(f"{p}:{line}")
+
+
+# -- a warning shows in the reports and never fails ---------------------------------------------
+
+def test_a_warning_is_reported_and_passes() -> None:
+    from crashpoint.harness._html import _check_matrix
+    from crashpoint.harness._model import CheckResult, Outcome, TrialResult
+    from crashpoint.pytest_plugin._summary import _row
+
+    warn = CheckResult("no_repeated_llm_calls", True, "1 LLM call(s) re-billed", warning=True)
+    t = TrialResult(Plan(()), [], [], {}, 0, [CheckResult("completes", True), warn], 0.0,
+                    outcomes=[Outcome(0, "kill", True, "x")])
+    assert t.status == "passed"
+    assert t.to_json()["warnings"] == ["no_repeated_llm_calls: WARN: 1 LLM call(s) re-billed"]
+    assert t.to_json()["failures"] == []
+    s = {"name": "n", "ok": True, "ran": 1, "failed": 0, "warned": 1, "checks": {
+        "no_repeated_llm_calls": {"passed": 1, "failed": 0, "skipped": 0, "warned": 1}}}
+    assert _row(s)[-1] == "PASS (1 warned)"
+    assert "1 ok (1 warn)" in "".join(_check_matrix([s]))
