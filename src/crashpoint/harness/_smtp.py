@@ -196,7 +196,7 @@ class SmtpSink:
         if self._server is not None:
             self._server.close()
         for s in list(self._sessions):
-            if s.transport is not None:
+            if isinstance(s.transport, asyncio.WriteTransport):
                 s.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
@@ -265,8 +265,8 @@ class SmtpSink:
         return "250 OK"
 
 
-def _peer(session: Session) -> str:
-    peer = session.peer
+def _peer(session: Session | None) -> str:
+    peer: Any = session.peer if session is not None else None
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)
