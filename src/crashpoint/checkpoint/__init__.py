@@ -6,6 +6,7 @@ Imports neither pytest nor the harness: an agent imports this and nothing else.
 import os as _os
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
+from crashpoint.checkpoint._http import HttpEffectError, http_effect
 from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
 from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
@@ -67,6 +68,7 @@ __all__ = [
     "Decision",
     "Durability",
     "EffectPolicy",
+    "HttpEffectError",
     "Loaded",
     "PayloadError",
     "PlanLine",
@@ -88,6 +90,7 @@ __all__ = [
     "atomic_write",
     "decide",
     "exit_code",
+    "http_effect",
     "interrupted_runs",
     "notify_event",
     "open_run",
