@@ -111,6 +111,19 @@ def test_the_payload_is_the_text_part_and_attachments_by_digest(sink: SmtpSink,
     assert len(att["sha256"]) == 64
 
 
+def test_an_odd_message_is_still_one_effect(sink: SmtpSink, rec: Recorder) -> None:
+    raw = (b"Subject: =?x-unknown?q?caf=E9?=\r\nMessage-ID:   \r\n"
+           b"Content-Type: text/plain; charset=x-unknown\r\n"
+           b"Content-Transfer-Encoding: quoted-printable\r\n\r\nbody =E9 =\r\nmore\r\n")
+    with smtplib.SMTP(sink.host, sink.port, timeout=30) as c:
+        c.login("agent", TOKEN)
+        c.sendmail("agent@example.org", ["b@x.org", "a@x.org"], raw)
+    (call,) = rec.calls
+    assert "key" not in call  # an empty Message-ID is none
+    assert call["payload"]["to"] == ["a@x.org", "b@x.org"]
+    assert call["payload"]["body"].startswith("body ")
+
+
 # -- only the trial's token gets in --------------------------------------------------------------
 
 

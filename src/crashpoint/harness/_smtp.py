@@ -76,6 +76,15 @@ def mail_payload(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict
     """The effect payload of one message (``data`` as received after DATA) and its Message-ID
     (None if it has none). The payload leaves out what a client makes up afresh on each send
     (Message-ID, Date, the MIME boundary), so the same mail sent twice has the same payload."""
+    try:
+        return _parsed(data, mail_from, rcpt_tos)
+    except Exception:  # a message email cannot take apart is still a message: its raw text
+        text = data.decode("utf-8", "replace").replace("\r\n", "\n")
+        return {"from": mail_from, "to": sorted(rcpt_tos), "subject": "", "body": text}, None
+
+
+def _parsed(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict[str, Any],
+                                                                        str | None]:
     msg = email.message_from_bytes(data, policy=email.policy.default)
     assert isinstance(msg, EmailMessage)  # what policy.default builds
     mid = str(msg.get("Message-ID") or "").strip() or None
