@@ -327,11 +327,15 @@ class _Session(SMTP):
         await super().push(status)
 
     async def check_auth_needed(self, caller_method: str) -> bool:
-        needed = await super().check_auth_needed(caller_method)
-        if needed and not self._refused_unauth:
+        """MAIL, RCPT and DATA ask this: the sink says so itself rather than trust a private
+        flag of aiosmtpd's to keep meaning "AUTH required"."""
+        if self.session is not None and self.session.authenticated:
+            return False
+        if not self._refused_unauth:
             self._refused_unauth = True  # once per session
             self.sink._refuse("auth", f"SMTP from {_peer(self.session)}: {caller_method} "
                                       "without AUTH refused (530): the sink takes mail only "
                                       "from a session that authenticated with the trial's "
                                       "token")
-        return needed
+        await self.push("530 5.7.0 Authentication required")
+        return True
