@@ -6,7 +6,9 @@ Imports neither pytest nor the harness: an agent imports this and nothing else.
 import os as _os
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
+from crashpoint.checkpoint._http import HttpEffectError, http_effect
 from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
+from crashpoint.checkpoint._mail import MailEffectError, message_id_for, smtp_effect
 from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
 from crashpoint.checkpoint._run import (
@@ -67,7 +69,9 @@ __all__ = [
     "Decision",
     "Durability",
     "EffectPolicy",
+    "HttpEffectError",
     "Loaded",
+    "MailEffectError",
     "PayloadError",
     "PlanLine",
     "Recovery",
@@ -88,7 +92,9 @@ __all__ = [
     "atomic_write",
     "decide",
     "exit_code",
+    "http_effect",
     "interrupted_runs",
+    "message_id_for",
     "notify_event",
     "open_run",
     "plan",
@@ -97,6 +103,7 @@ __all__ = [
     "rollback",
     "run_main",
     "run_reducer",
+    "smtp_effect",
     "stale_runs",
     "state_at",
     "validate_run_id",
