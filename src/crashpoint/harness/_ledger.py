@@ -35,10 +35,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from crashpoint.faults._cleanup import LIVE, shielded
+
+if TYPE_CHECKING:
+    from crashpoint.harness._network import NetFault
 
 __all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "OPS", "KillAt", "Ledger", "canonical"]
 
@@ -149,6 +152,9 @@ class Ledger:
     max_request_bytes: int = MAX_REQUEST_BYTES
     idle_timeout: float = IDLE_TIMEOUT
     max_history_bytes: int = MAX_HISTORY_BYTES
+    #: the network faults of the trial under way (the ``network`` family fills it; the
+    #: stand-in services ask :func:`crashpoint.harness._network.pick`)
+    net_faults: list[NetFault] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._init_limits()  # a bad limit is refused before anything is made on disk

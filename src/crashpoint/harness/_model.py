@@ -31,7 +31,7 @@ __all__ = [
 #: The checks of Contract 2, in report order.
 CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
           "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-          "corruption_detected")
+          "corruption_detected", "no_retry_storm")
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
 #: the earliest in a crash's story first (two writers, a wrong resume point, an effect
@@ -39,11 +39,11 @@ CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_complet
 #: ones; a check not listed (a custom one) comes last.
 ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
               "corruption_detected", "completes", "same_output", "no_secret_leak",
-              "within_disk_budget", "no_orphans")
+              "within_disk_budget", "no_orphans", "no_retry_storm")
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
-               "resumers", "power_loss")
+               "resumers", "power_loss", "network")
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir).
 AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir")
@@ -132,6 +132,10 @@ class Fault:
       performed when the power went), ``events`` (its events that happened before),
       ``mutation`` (crashpoint.faults._powercut.Mutation as JSON), ``label``: attempt
       ``attempt`` is not run; the crash state is materialised and the next attempt resumes
+    - network: a request to a stand-in service fails: ``call`` (``"POST /hook"``, ``llm``,
+      ``mail``; "" when the golden run made none, with a ``label`` saying so), ``fail``
+      (``reset``, ``timeout`` or an HTTP status such as 503), ``nth`` (its occurrence among
+      the attempt's requests of that call, from 1), ``times`` (consecutive requests failed)
     """
 
     kind: str
@@ -172,6 +176,14 @@ class Fault:
             if a.get("upto") is None:
                 return f"power loss in attempt {self.attempt} ({a.get('label') or 'no trace'})"
             return f"power loss ({a.get('model')}) {a.get('label') or ''}".rstrip()
+        if self.kind == "network":
+            if not a.get("call"):
+                return f"network fault in attempt {self.attempt} ({a.get('label') or 'no call'})"
+            fail = a.get("fail")
+            what = f"HTTP {fail}" if isinstance(fail, int) else str(fail)
+            times = int(a.get("times", 1))
+            return f"{what} for {a['call']} #{a.get('nth', 1)} in attempt {self.attempt}" + \
+                (f" ({times} times)" if times != 1 else "")
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \
@@ -291,6 +303,10 @@ class Expect:
     single_writer: bool = True
     no_secret_leak: bool = True
     no_orphans: bool = True
+    no_retry_storm: bool = True
+    #: no_retry_storm: requests of one network call an attempt may send beyond the golden
+    #: run's count of it (retries after a failure) before it is a retry storm
+    max_retries: int = 10
     max_state_bytes: int | None = None
     fail_stop_codes: tuple[int, ...] = ()  # exit codes that count as a documented fail-stop
     refuse_codes: tuple[int, ...] = (65,)  # exit codes that count as "refused corrupt state"

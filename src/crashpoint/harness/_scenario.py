@@ -40,7 +40,7 @@ TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
-               "refuse_codes", "refuse_patterns")
+               "refuse_codes", "refuse_patterns", "no_retry_storm", "max_retries")
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
@@ -51,6 +51,7 @@ MAX_RESTARTS = 100
 MAX_TRIALS = 100_000
 MAX_SEED = 2**63 - 1
 MAX_STATE_BYTES = 1 << 40  # expect.max_state_bytes: 1 TiB
+MAX_RETRIES = 100_000  # expect.max_retries
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The options of ``python`` that take the next argument (then comes the script).
 _PY_OPTS_WITH_ARG = ("-W", "-X", "--check-hash-based-pycs")
@@ -453,6 +454,12 @@ def _expect(doc: _Doc) -> Expect:
                     raise doc.err(key, f"{x!r} is not a valid regular expression: {exc}") \
                         from None
             kw[key] = tuple(v)
+        elif key == "max_retries":
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_RETRIES:
+                raise doc.err(key, f"expect.max_retries must be a whole number from 0 to "
+                                   f"{MAX_RETRIES} (requests of one network call an attempt "
+                                   f"may send beyond the golden run's), got {v!r}")
+            kw[key] = v
         elif key in ("fail_stop_codes", "refuse_codes"):
             if not isinstance(v, list) or not all(
                     isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v):

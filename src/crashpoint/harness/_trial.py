@@ -46,7 +46,7 @@ from crashpoint.faults._writes import (
     write_points,
 )
 from crashpoint.harness import _power
-from crashpoint.harness._accounting import account, kill_at
+from crashpoint.harness._accounting import account, kill_at, net_fault
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import Ledger, canonical
 from crashpoint.harness._model import (
@@ -368,6 +368,7 @@ class TrialRunner:
         # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
+        ledger.net_faults = []  # the golden run has no fault
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
@@ -453,10 +454,14 @@ class TrialRunner:
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
         ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill" or (
             f.kind == "power_loss" and f.arg("op"))]
+        nets = {i: net_fault(f) for i, f in enumerate(plan.faults) if f.kind == "network"}
+        ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
         notes: dict[int, dict[str, Any]] = {}
         if not skipped:
             self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
                            max_bytes, resume_times, notes, golden)
+        for i, nf in nets.items():  # how many requests each failed: fault accounting
+            notes.setdefault(i, {})["net_fired"] = nf.fired
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         duplicates = sum(e.duplicates for e in ledger.effects.values())

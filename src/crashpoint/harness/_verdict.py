@@ -38,6 +38,9 @@ _HINTS = {
     "corruption_detected": "check the state when loading it (checksums) and either roll back "
                            "to the last good checkpoint or refuse with a clear error (a "
                            "message saying the state is corrupt, or exit 65)",
+    "no_retry_storm": "cap the retries of a failing request (e.g. 3 tries) and back off "
+                      "between them (exponential, with jitter; honour Retry-After), then "
+                      "give up with an error: a restart resumes the run",
     "resumes_from_last_completed": "on restart, load the last checkpoint first and start at "
                                    "the first step not completed; report step_completed only "
                                    "once the step's result is durable (written and fsynced)",
