@@ -37,11 +37,13 @@ def save(state: str, name: str, text: str) -> None:
 
 
 def post(url: str, key: str | None, timeout: float) -> int:
-    req = urllib.request.Request(url, data=json.dumps({"msg": "hello"}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"not an HTTP URL: {url!r}")
+    req = urllib.request.Request(url, data=json.dumps({"msg": "hello"}).encode(),  # noqa: S310
+                                 method="POST", headers={"Content-Type": "application/json"})
     if key:
         req.add_header("Idempotency-Key", key)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (checked above)
         resp.read()
         return int(resp.status)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,8 +46,12 @@ ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
                "resumers", "power_loss", "network")
 
-#: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir).
-AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir")
+#: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
+#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
+AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir", "http", "llm",
+                      "smtp")
+#: The placeholders that name a stand-in service.
+SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
 #: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
 ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
@@ -57,13 +62,17 @@ class AgentSpec:
     """How to start the agent: exactly one of ``command`` or ``entry``.
 
     ``command``: an argv; placeholders {python} {state_dir} {workdir} {run_id}
-    {scenario_dir} (only bare names: no format spec, conversion or index).
+    {scenario_dir}, and the stand-in services' {http} (base URL of the HTTP stand-in), {llm}
+    (the OpenAI base URL, ending in /v1) and {smtp} (host:port of the mail sink, started only
+    when used); only bare names: no format spec, conversion or index.
     ``entry`` (``module:function``): spawned as ``python -m crashpoint.harness._entry ENTRY
     ARGS...``, or forked from a warm zygote (fork mode); either way the function is called with
     one argument, the list ``args`` with the same placeholders filled in (see
     :mod:`crashpoint.harness._entry` for the exit-code convention).
     ``scenario_dir``: the absolute folder of the scenario file the agent came from (what
     ``{scenario_dir}`` becomes); empty for an agent built in Python.
+    ``services``: the scenario's ``services:`` mapping (scripted replies of the stand-ins;
+    see :func:`crashpoint.harness._services.parse_services`), or None.
     """
 
     command: tuple[str, ...] = ()
@@ -73,8 +82,12 @@ class AgentSpec:
     cwd: str = ""
     args: tuple[str, ...] = ()
     scenario_dir: str = ""
+    services: Any = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
+        from crashpoint.harness._services import parse_services
+
+        parse_services(self.services)  # a ServiceSpecError is a ValueError
         if bool(self.command) == bool(self.entry):
             raise ValueError("an agent needs exactly one of command or entry")
         if self.args and not self.entry:
@@ -87,27 +100,43 @@ class AgentSpec:
                                  "scenario_dir (set AgentSpec.scenario_dir to a folder)")
 
     def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
-              run_id: str) -> list[str]:
+              run_id: str, urls: Mapping[str, str] | None) -> list[str]:
         subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
                  "run_id": run_id, "scenario_dir": self.scenario_dir}
-        return [fill(part, subst) for part in parts]
+        for name in SERVICE_PLACEHOLDERS:
+            subst[name] = (urls or {}).get(name, "")
+        out = [fill(part, subst) for part in parts]
+        for part in parts:
+            for name in fields(part):
+                if name in SERVICE_PLACEHOLDERS and not subst[name]:
+                    raise ValueError(f"{part!r} uses {{{name}}}, but the stand-in services "
+                                     "are not running (the harness starts them for a trial)")
+        return out
 
-    def argv(self, *, state_dir: str, workdir: str, run_id: str) -> list[str]:
+    def argv(self, *, state_dir: str, workdir: str, run_id: str,
+             urls: Mapping[str, str] | None = None) -> list[str]:
+        """The argv with the placeholders filled; ``urls``: the stand-ins' addresses
+        (:meth:`crashpoint.harness.Ledger.urls`), needed when the agent uses them."""
         if self.entry:
-            return [*ENTRY_ARGV, self.entry, *self._fill(self.args, state_dir, workdir, run_id)]
-        return self._fill(self.command, state_dir, workdir, run_id)
+            return [*ENTRY_ARGV, self.entry,
+                    *self._fill(self.args, state_dir, workdir, run_id, urls)]
+        return self._fill(self.command, state_dir, workdir, run_id, urls)
+
+    def uses(self, placeholder: str) -> bool:
+        """Does the command (or the entry's args) use ``{placeholder}``?"""
+        return any(placeholder in fields(p) for p in (*self.command, *self.args))
 
     def to_json(self) -> dict[str, Any]:
         return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
                 "env": dict(self.env), "cwd": self.cwd, "args": list(self.args),
-                "scenario_dir": self.scenario_dir}
+                "scenario_dir": self.scenario_dir, "services": self.services}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
         return cls(tuple(d.get("command") or ()), d.get("entry", ""),
                    float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
                    d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()),
-                   str(d.get("scenario_dir") or ""))
+                   str(d.get("scenario_dir") or ""), d.get("services"))
 
 
 @dataclass(frozen=True)
@@ -268,7 +297,8 @@ class Golden:
         for i, ev in enumerate(self.events):
             label = f"{ev['op']}:{event_name(ev)}"
             out.append(Boundary(i, "before", label))
-            if ev["op"] == "effect":
+            if ev["op"] in ("effect", "llm_call") and not ev.get("failed"):
+                # applied (or billed) and then the reply lost
                 out.append(Boundary(i, "in_doubt", label))
         return out
 

@@ -6,6 +6,7 @@ to fix it. Loading runs no code (``yaml.SafeLoader``; no tags, no eval).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.machinery
 import importlib.util
@@ -31,12 +32,13 @@ from crashpoint.harness._campaign import (
     parse_budget,
 )
 from crashpoint.harness._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
+from crashpoint.harness._services import ServiceSpecError, parse_services
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
 SUFFIX = ".scenario.yaml"
 TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "marks", "mode",
-            "description", "budget")
+            "description", "budget", "services")
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
@@ -274,6 +276,8 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     scenario_dir = os.path.dirname(os.path.abspath(p))
     agent_doc = _Doc(p, doc.items["agent"][0], "agent")
     agent = _agent(agent_doc, scenario_dir)
+    if "services" in doc.items:
+        agent = dataclasses.replace(agent, services=_services(doc))
     families = tuple(_families(doc))
     expect = _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items \
         else Expect()
@@ -387,6 +391,25 @@ def _cwd(doc: _Doc, scenario_dir: str) -> str:
         raise doc.err("cwd", f"the folder {cwd} does not exist (a relative cwd is taken from "
                              "the scenario file's folder)")
     return cwd
+
+
+def _services(doc: _Doc) -> dict[str, Any]:
+    """The ``services:`` section, validated; a bad value is a ScenarioError at its line."""
+    raw = doc.value("services")
+    try:
+        parse_services(raw)
+    except ServiceSpecError as exc:
+        node, line = doc.items["services"]
+        for part in exc.parts[1:]:  # walk down to the line of the bad key
+            if not isinstance(node, yaml.MappingNode):
+                break
+            found = next(((k, v) for k, v in node.value
+                          if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        raise ScenarioError(doc.path, line, exc.key, exc.message) from None
+    return dict(raw) if raw else {}
 
 
 def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str]:

@@ -77,6 +77,7 @@ from crashpoint.harness._reportfs import (
     unredact_json,
     write_file,
 )
+from crashpoint.harness._services import parse_services
 
 __all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "ReplayError", "TrialRunner",
            "replay_inputs"]
@@ -230,10 +231,23 @@ class TrialRunner:
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
-        :meth:`Ledger.reset`); closed by :meth:`close` or when the runner is collected."""
+        :meth:`Ledger.reset`); closed by :meth:`close` or when the runner is collected.
+
+        It serves the stand-in services too (HTTP, LLM; the SMTP sink when the agent uses
+        ``{smtp}`` or the scenario has ``services.smtp``) on the same ports for the whole
+        runner, so an agent that stored a URL finds it again in its next attempt; the token in
+        the URLs is new for each trial (a past trial's requests get 403)."""
         if self._ledger is None:
-            self._ledger = Ledger(history_path=history_path, http=True).start()
+            spec = parse_services(self.agent.services)
+            self._ledger = Ledger(history_path=history_path, http=True, services=spec).start()
             weakref.finalize(self, Ledger.close, self._ledger)
+            if spec.smtp or self.agent.uses("smtp"):
+                try:
+                    self._ledger.start_smtp()
+                except Exception:
+                    self._ledger.close()
+                    self._ledger = None
+                    raise
             return self._ledger
         return self._ledger.reset(history_path)
 
@@ -364,11 +378,10 @@ class TrialRunner:
         state, work = os.path.join(folder, "state"), os.path.join(folder, "work")
         secure_dir(state, root=self.folder)
         secure_dir(work, root=self.folder)
-        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
         # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
-        ledger.net_faults = []  # the golden run has no fault
+        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
@@ -513,7 +526,7 @@ class TrialRunner:
                   notes: dict[int, dict[str, Any]], golden: Golden) -> None:
         """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
         plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
-        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
+        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
         golden_note = golden.recorded_by
         n = 0
         one_resume = False
