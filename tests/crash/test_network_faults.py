@@ -16,6 +16,7 @@ the HTTP stand-in, which fails the planned request.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,3 +142,29 @@ def test_the_keyed_curl_agent_passes_kills_and_a_timeout(tmp_path: Path) -> None
     (t,) = keyless.trials
     assert t.root_cause is not None
     assert t.root_cause.name == "exactly_once"
+
+
+SCENARIO = ROOT / "tests" / "scenarios" / "network.scenario.yaml"
+
+
+def _gate(path: Path, report: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "crashpoint", "run", str(path), "--report",
+                           str(report), "--quiet"], capture_output=True, text=True,
+                          timeout=600, check=False, start_new_session=True)
+
+
+def test_the_network_scenario_passes_the_gate_and_fails_without_the_key(
+        tmp_path: Path) -> None:
+    ok = _gate(SCENARIO, tmp_path / "ok")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    assert "network@any:reset|timeout|503|429" in ok.stdout
+    text = SCENARIO.read_text()
+    keyless = (tmp_path / "agents" / "keyless.scenario.yaml")
+    keyless.parent.mkdir()
+    shutil.copy(NET_RETRY, tmp_path / "agents" / "net_retry.py")
+    keyless.write_text(text.replace('"--keyed",', "").replace(
+        "{scenario_dir}/../agents/", "{scenario_dir}/"))
+    bad = _gate(keyless, tmp_path / "bad")
+    assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-2000:]
+    assert "FAIL" in bad.stdout
+    assert "exactly_once" in (tmp_path / "bad" / "gate.json").read_text()
