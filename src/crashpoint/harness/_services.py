@@ -178,8 +178,8 @@ def _route_name(name: Any, key: _Key) -> str:
                                       f"{', '.join(METHODS)}")
     path = path.strip()
     if not path.startswith("/") or "?" in path or " " in path:
-        raise ServiceSpecError(where, "a route is 'METHOD /path' or '/path' (no query), e.g. "
-                                      f"'POST /hook', got {name!r}")
+        raise ServiceSpecError(where, "a route is 'METHOD /path' or '/path' (the path starts "
+                                      f"with /, no query), e.g. 'POST /hook', got {name!r}")
     return f"{method} {path}" if method else path
 
 

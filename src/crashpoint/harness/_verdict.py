@@ -73,9 +73,11 @@ def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
 def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
     msg = c.message
     if "no key" in msg:
+        http = " (an HTTP call: send it as the Idempotency-Key header)" if re.search(
+            r"DUPLICATED (POST|PUT|PATCH|DELETE) /", msg) else ""
         return ("the effect has no key, so its retry after the crash was applied again: pass "
                 "a key derived from the run id ($CRASHPOINT_RUN_ID) and the step, e.g. "
-                "f\"{run_id}:{step}:send_email\"")
+                f"f\"{{run_id}}:{{step}}:send_email\"{http}")
     m = re.search(r"under \d+ different keys (.*?)(?:;|\. Effects seen)", msg)
     if m:
         return (f"the key changes between attempts ({m.group(1)}): derive it from the run id "
