@@ -16,7 +16,7 @@ from crashpoint.harness._accounting import account, net_fault
 from crashpoint.harness._campaign import FaultSpecError, net_requests, plan_for
 from crashpoint.harness._checks import TrialFacts, check_no_retry_storm
 from crashpoint.harness._model import AgentSpec, Attempt, Expect, Plan
-from crashpoint.harness._network import call_of, pick
+from crashpoint.harness._network import Failure, call_of, pick
 from crashpoint.harness._scenario import ScenarioError, load_scenario
 
 #: a golden run that calls the model, posts a webhook twice (two payloads), reads a status
@@ -109,6 +109,9 @@ def test_the_plan_round_trips_and_becomes_the_ledgers_net_fault() -> None:
     assert t.failure.how == "timeout"
     assert t.failure.applied
     assert net_fault(Fault.make("network", 1, call="mail", fail="reset")).failure.how == "reset"
+    assert not Failure("timeout").applied  # a scripted route's timeout: never reached it
+    with pytest.raises(ValueError, match="only a timeout"):
+        Failure("reset", applied=True)
     # what the services ask: only the planned requests fail, and each is counted
     assert [pick([nf], "POST /hook", n, 1) is not None for n in (1, 2, 3, 4)] == \
         [False, True, True, False]
@@ -203,3 +206,17 @@ def test_good_network_options_load(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("max_retries: 3", "max_retries: -1"))
     with pytest.raises(ScenarioError, match=r"expect\.max_retries"):
         load_scenario(path)
+
+
+def test_a_timeout_whose_reply_was_lost_is_applied_and_a_reset_is_not() -> None:
+    from crashpoint.harness._ledger import Ledger
+
+    led = Ledger()
+    try:
+        post = {"op": "effect", "kind": "POST /hook", "payload": {"n": 1}, "attempt": 1}
+        assert led.handle({**post, "failed": "reset"}) == {"ok": True, "applied": False}
+        assert led.handle({**post, "failed": "timeout", "reply_lost": True})["applied"]
+        assert led.handle(post)["applied"]  # the keyless retry: applied again
+        assert led.applied_counts() == {("POST /hook", '{"n":1}'): 2}
+    finally:
+        led.close()

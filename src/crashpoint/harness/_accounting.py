@@ -43,7 +43,7 @@ def net_fault(f: Fault) -> NetFault:
             headers += (("Retry-After", "1"),)
         failure = Failure("status", fail, body, headers)
     else:
-        failure = Failure("timeout" if fail == "timeout" else "reset")
+        failure = Failure("timeout", applied=True) if fail == "timeout" else Failure("reset")
     return NetFault(str(f.arg("call", "")), failure, int(f.arg("nth", 1)), f.attempt,
                     int(f.arg("times", 1)))
 

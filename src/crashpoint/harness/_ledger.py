@@ -330,7 +330,8 @@ class Ledger:
         if failure is None:
             return self._safe_handle(msg)
         how = f"status {failure.status}" if failure.how == "status" else failure.how
-        reply = self._safe_handle({**msg, "failed": how})
+        lost = {"reply_lost": True} if failure.applied else {}  # accepted, reply lost
+        reply = self._safe_handle({**msg, "failed": how, **lost})
         if reply is None or failure.how != "status":
             return None
         return {**reply, "ok": False, "status": failure.status,
@@ -522,9 +523,9 @@ class Ledger:
             self._kill(ev, "before", k)
             return None
         reply: dict[str, Any] = {"ok": True}
-        # it reached the service, which failed it: nothing applied; but a timeout was applied
-        # and its reply withheld (crashpoint.harness._network: what catches a keyless retry)
-        if msg.get("failed") and msg.get("failed") != "timeout":
+        # it reached the service, which failed it: nothing applied; unless the reply is what
+        # was lost (a network fault's timeout: crashpoint.harness._network)
+        if msg.get("failed") and not msg.get("reply_lost"):
             if op == "effect":
                 ev["applied"] = reply["applied"] = False
             self._write(ev)

@@ -9,11 +9,13 @@ What each failure means for the outside world (:attr:`Failure.applied`):
 
 - ``reset`` and ``status`` (5xx, 429) are answered *before* the service acts: nothing was
   applied, so a retry, keyed or not, is no duplicate;
-- ``timeout``: the service *applied* the request (the effect happened, the LLM call was
-  billed) and then withholds the reply until the client gives up. The agent cannot tell, so
-  this is the failure that catches a retry without an ``Idempotency-Key``: the retry is
-  applied again, a duplicate ``exactly_once`` reports; a retry with the same key is
-  deduplicated.
+- ``timeout`` of the ``network`` fault family (``applied=True``): the service *applied* the
+  request (the effect happened, the LLM call was billed) and then withholds the reply until
+  the client gives up. The agent cannot tell, so this is the failure that catches a retry
+  without an ``Idempotency-Key``: the retry is applied again, a duplicate ``exactly_once``
+  reports; a retry with the same key is deduplicated. The services mark such a request
+  ``reply_lost`` and the ledger applies it (a scripted route's ``timeout`` is, by default, a
+  request that never reached the service: ``applied=False``, nothing applied).
 """
 
 from __future__ import annotations
@@ -41,18 +43,17 @@ class Failure:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     latency: float = 0.0
-
-    @property
-    def applied(self) -> bool:
-        """Did the service act on the request before failing it? Only a ``timeout``: the
-        request was applied, the reply is what got lost (see the module docstring)."""
-        return self.how == "timeout"
+    #: the service acted on the request, then the reply was lost (only with ``timeout``; see
+    #: the module docstring)
+    applied: bool = False
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
             raise ValueError(f"a failure is one of {', '.join(HOWS)}, not {self.how!r}")
         if self.how == "status" and not 400 <= self.status <= 599:
             raise ValueError(f"a failing status is 400-599, not {self.status}")
+        if self.applied and self.how != "timeout":
+            raise ValueError(f"only a timeout can be applied before it fails, not {self.how}")
         if self.latency < 0:
             raise ValueError(f"latency must be >= 0, not {self.latency}")
 

@@ -371,6 +371,8 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                     msg["key"] = key
             if failure is not None:
                 msg["failed"] = _describe(failure)
+                if failure.applied:  # applied, then the reply is lost (_network)
+                    msg["reply_lost"] = True
             reply = ledger._safe_handle(msg)
             if reply is None:
                 self._drop()
@@ -406,11 +408,14 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             if billed or failure is not None:
                 msg = {**self._who(), "attempt": attempt, "op": "llm_call",
                        "name": result.model, "path": path, "fingerprint": result.fingerprint,
-                       "prompt_tokens": result.prompt_tokens if failure is None else 0,
-                       "completion_tokens": result.completion_tokens if failure is None
-                       else 0}
+                       "prompt_tokens": result.prompt_tokens if failure is None or
+                       failure.applied else 0,
+                       "completion_tokens": result.completion_tokens if failure is None or
+                       failure.applied else 0}
                 if failure is not None:
                     msg["failed"] = _describe(failure)
+                    if failure.applied:  # billed, then the reply is lost (_network)
+                        msg["reply_lost"] = True
                 reply = ledger._safe_handle(msg)
                 if reply is None:
                     self._drop()
