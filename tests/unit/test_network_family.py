@@ -220,3 +220,15 @@ def test_a_timeout_whose_reply_was_lost_is_applied_and_a_reset_is_not() -> None:
         assert led.applied_counts() == {("POST /hook", '{"n":1}'): 2}
     finally:
         led.close()
+
+
+def test_the_mode_decides_sweep_or_draws() -> None:
+    g = golden()
+    counted = family_from_spec({"network": {"call": "any", "count": 3}})
+    swept = Campaign(AgentSpec(command=("true",)), [counted], "/x", mode="systematic").plans(g)
+    assert [p.faults[0].arg("call") for p in swept] == ["llm", "POST /hook", "GET /status",
+                                                        "mail"]
+    sweep = family_from_spec({"network": {}})
+    drawn = Campaign(AgentSpec(command=("true",)), [sweep], "/x", mode="random",
+                     trials=6).plans(g)
+    assert len(drawn) == 6
