@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -278,10 +279,10 @@ def test_http_bad_requests_get_an_error_and_change_nothing(
 
 
 def test_http_bad_content_length_is_refused(ledger: Ledger) -> None:
-    host, port = ledger.http_url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    url = urllib.parse.urlsplit(ledger.http_url)  # http://127.0.0.1:PORT/<token>
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=5)
     try:
-        conn.putrequest("POST", "/events/step_started")
+        conn.putrequest("POST", url.path + "/events/step_started")
         conn.putheader("Content-Length", "-5")
         conn.endheaders()
         resp = conn.getresponse()

@@ -73,8 +73,12 @@ def closed(s: socket.socket) -> bool:
 
 
 def http_raw(url: str, head: bytes, body: bytes = b"", timeout: float = 10.0) -> bytes:
-    """Send a raw request (``head`` without the final blank line); the whole response."""
-    host, port = url.removeprefix("http://").split(":")
+    """Send a raw request (``head`` without the final blank line; its path is taken under
+    ``url``'s, the trial's token); the whole response."""
+    host, _, rest = url.removeprefix("http://").partition(":")
+    port, _, prefix = rest.partition("/")
+    if prefix:
+        head = head.replace(b" /", b" /" + prefix.encode() + b"/", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(head + b"\r\n\r\n" + body)
         out = b""

@@ -16,8 +16,9 @@ from typing import Any
 
 from crashpoint.harness._ledger import KillAt
 from crashpoint.harness._model import Attempt, Fault, Golden, Outcome, Plan, event_name
+from crashpoint.harness._network import Failure, NetFault, call_of
 
-__all__ = ["ACCOUNTANTS", "account", "kill_at"]
+__all__ = ["ACCOUNTANTS", "account", "kill_at", "net_fault"]
 
 Evidence = dict[str, Any]
 
@@ -29,6 +30,22 @@ def kill_at(f: Fault) -> KillAt:
         return KillAt(f.attempt, -1, phase, str(f.arg("op")), str(f.arg("name", "")),
                       int(f.arg("nth", 1)))
     return KillAt(f.attempt, int(f.arg("index", 0)), phase)
+
+
+def net_fault(f: Fault) -> NetFault:
+    """The stand-in services' failure for a ``network`` fault (placed on the ledger)."""
+    fail = f.arg("fail", "timeout")
+    if isinstance(fail, int):
+        body = (b'{"error": {"message": "crashpoint network fault: HTTP %d", "type": '
+                b'"server_error"}}' % fail)
+        headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
+        if fail in (429, 503):
+            headers += (("Retry-After", "1"),)
+        failure = Failure("status", fail, body, headers)
+    else:
+        failure = Failure("timeout", applied=True) if fail == "timeout" else Failure("reset")
+    return NetFault(str(f.arg("call", "")), failure, int(f.arg("nth", 1)), f.attempt,
+                    int(f.arg("times", 1)))
 
 
 def _attempt(attempts: list[Attempt], number: int) -> Attempt | None:
@@ -254,6 +271,42 @@ def _power_loss(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence
     return Outcome(i, f.kind, True, str(got[1]))
 
 
+def _net(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
+             killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+    """A network fault fired when the stand-in failed at least one request with it (the
+    services count it in :attr:`NetFault.fired`); else: which requests the attempt made."""
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    call = str(f.arg("call", ""))
+    if not call:
+        return Outcome(i, f.kind, False, why_not=(
+            "no network call to fail: the golden run made no request to a stand-in service "
+            "(HTTP under {http}/$CRASHPOINT_HTTP, the LLM at $OPENAI_BASE_URL, SMTP); point "
+            "the agent's endpoints at them"))
+    fired = int(notes.get("net_fired", 0))
+    times, nth = int(f.arg("times", 1)), int(f.arg("nth", 1))
+    if fired:
+        fail = f.arg("fail")
+        what = f"HTTP {fail}" if isinstance(fail, int) else str(fail)
+        where = f"{what} for {call} #{nth} in attempt {f.attempt}"
+        if fail == "timeout":
+            where += " (applied, reply withheld)"
+        if times > 1:
+            where += f", {fired} of {times} requests failed"
+        return Outcome(i, f.kind, True, where)
+    mine = [e for e in _events_of(events, f.attempt) if call_of(e) == call]
+    made = sorted({call_of(e) for e in golden.events if call_of(e)})
+    if mine:
+        seen = f"it made {len(mine)} {call} request(s), the plan fails #{nth}"
+    else:
+        seen = f"it never made a {call} request" + (
+            f" (the golden run's network calls: {', '.join(made)})" if made else
+            " (the golden run made no network call)")
+    return Outcome(i, f.kind, False, why_not=f"attempt {f.attempt} {_ended(a)}; {seen}" +
+                   ("" if f.attempt == 1 else " (it may have resumed past that call)"))
+
+
 Accountant = Callable[[int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence,
                        Golden], Outcome]
 
@@ -268,6 +321,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "fileop": _fileop,
     "disk_full": _disk,
     "power_loss": _power_loss,
+    "network": _net,
 }
 
 

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import random
+import re
 import statistics
 import string
 import time
@@ -84,7 +85,8 @@ def parse_budget(raw: str | float, *, what: str = "budget") -> float:
         raise UnitError(f"{where}a budget must be more than 0")
     return v
 
-FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "power_loss")
+FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "power_loss",
+                "network")
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "kill": ("at", "count", "names", "max", "within"),
@@ -94,6 +96,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "resumers": ("count",),
     "hang": ("count",),
     "power_loss": ("model", "count"),
+    "network": ("call", "fail", "nth", "times", "count"),
 }
 #: power_loss: the persistence models (crashpoint.faults._powercut)
 POWER_MODELS = ("posix", "ext4-ordered")
@@ -109,6 +112,12 @@ MAX_FILEOP = 100_000  # kill: {at: fileop, max: N}
 MAX_NTH = 1_000  # disk_full: {nth: N}
 MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in memory)
 MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
+MAX_NET_NTH = 10_000  # network: {nth: N}
+MAX_NET_TIMES = 100  # network: {times: N}
+#: network: how a call can fail (a status: answered with that HTTP status)
+NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
+#: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
+_NET_CALL = re.compile(r"^(?:[A-Z]{1,16} /[^\s]*|llm|mail)$")
 #: kill at time / signal: instants are drawn in [0, within) seconds after the attempt's first
 #: event (a function of the seed alone, never of a measured duration)
 DEFAULT_WITHIN = 1.0
@@ -269,6 +278,44 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
             _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
     elif kind == "power_loss":
         opts["model"] = text("model", POWER_MODELS, "posix")
+    elif kind == "network":
+        _check_network(opts, at)
+
+
+def _check_network(opts: dict[str, Any], at: Callable[[str], Callable[[str],
+                                                                          FaultSpecError]]) -> None:
+    """``network`` options: ``call`` (``METHOD /path``, ``llm``, ``mail`` or ``any``),
+    ``fail`` (one of :data:`NET_FAILS` or a list), ``nth``, ``times``."""
+    call = opts.get("call", "any")
+    if not isinstance(call, str) or not (call == "any" or _NET_CALL.match(call)):
+        raise at("call")(
+            f"network.call must be a request as the ledger names it: 'METHOD /path' (e.g. "
+            f"\"POST /hook\", the path under {{http}}), llm, mail, or any (one drawn from the "
+            f"golden run's network calls), got {call!r}")
+    opts["call"] = call
+    fails = opts.get("fail", "timeout")
+    fails = [fails] if isinstance(fails, (str, int)) and not isinstance(fails, bool) else fails
+    allowed = ", ".join(map(str, NET_FAILS))
+    if not isinstance(fails, list) or not fails:
+        raise at("fail")(f"network.fail must be one of {allowed} or a non-empty list of them, "
+                         f"got {opts.get('fail')!r}")
+    norm: list[str | int] = []
+    for v in fails:
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if isinstance(v, bool) or v not in NET_FAILS:
+            raise at("fail")(f"network.fail: unknown failure {v!r}; use {allowed} (reset: "
+                             f"the connection is closed unanswered; timeout: the request is "
+                             f"applied and no reply comes; a status: answered before "
+                             f"applying)")
+        if v not in norm:
+            norm.append(v)
+    opts["fail"] = tuple(norm)
+    if "nth" in opts:
+        _whole(opts["nth"], 1, MAX_NET_NTH, "network.nth", err=at("nth"))
+    if "times" in opts:
+        _whole(opts["times"], 1, MAX_NET_TIMES, "network.times", err=at("times"),
+               cap=" consecutive failures")
 
 
 @dataclass(frozen=True)
@@ -285,6 +332,8 @@ class FaultFamily:
             o = dict(opts)
             tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or \
                 o.get("model") or ""
+            if kind == "network":
+                tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             parts.append(f"{kind}@{tag}" if tag else kind)
@@ -303,7 +352,7 @@ class FaultFamily:
         if kind == "kill":
             at = o.get("at", "random")
             return at == "every-boundary" or (at == "fileop" and "count" not in o)
-        if kind == "power_loss":
+        if kind in ("power_loss", "network"):
             return "count" not in o
         return kind == "disk_full" and "capacity" not in o and "count" not in o and \
             o.get("mechanism", "auto") != "failpoint"
@@ -318,6 +367,9 @@ class FaultFamily:
             from crashpoint.harness import _power
 
             return _power.points(golden, str(o.get("model", "posix")))
+        if kind == "network":
+            calls, fails = _net_points(o, golden)
+            return len(calls) * len(fails)
         if kind == "disk_full":
             from crashpoint.faults._disk import capabilities
 
@@ -571,10 +623,60 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         return [Fault.make("power_loss", attempt, model=model, seed=rng.randrange(1 << 30),
                            **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
                            label=f"power cut at {k.arg('op')}:{k.arg('name')}")]
+    if kind == "network":
+        return [_net_draw(opts, attempt, golden, rng, boundary)]
     if kind == "hang":
         return [Fault.make("signal", attempt, sig="STOP", seconds=0.0, pause=1e6,
                            **({"anchor": "start"} if not golden.events else {}))]
     raise ValueError(f"cannot draw faults of kind {kind!r}")
+
+
+def net_requests(golden: Golden) -> list[tuple[str, int]]:
+    """The golden run's requests to the stand-in services, in order: (call, nth), the call as
+    the ledger names it (``POST /hook``, ``llm``, ``mail``) and its occurrence from 1."""
+    from crashpoint.harness._network import call_of
+
+    seen: Counter[str] = Counter()
+    out = []
+    for ev in golden.events:
+        call = call_of(ev)
+        if call:
+            seen[call] += 1
+            out.append((call, seen[call]))
+    return out
+
+
+def _net_points(o: Mapping[str, Any], golden: Golden) -> tuple[list[str], list[str | int]]:
+    """The calls a ``network`` family fails (its own, or each distinct one of the golden run
+    for ``any``; [""] when there is none) and its failures."""
+    call = str(o.get("call", "any"))
+    if call != "any":
+        calls = [call]
+    else:
+        calls = list(dict.fromkeys(c for c, _n in net_requests(golden))) or [""]
+    return calls, list(o.get("fail", ("timeout",)))
+
+
+def _net_draw(opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
+              boundary: int | None) -> Fault:
+    """One ``network`` fault: a sweep's point (``boundary``: call x failure), or drawn. A
+    drawn ``any`` without ``nth`` picks one request of the golden run (its occurrence too)."""
+    calls, fails = _net_points(opts, golden)
+    nth = int(opts.get("nth", 1))
+    if boundary is not None:
+        call, fail = calls[boundary // len(fails)], fails[boundary % len(fails)]
+    else:
+        fail = rng.choice(fails)
+        reqs = net_requests(golden)
+        if opts.get("call", "any") == "any" and "nth" not in opts and reqs:
+            call, nth = rng.choice(reqs)
+        else:
+            call = rng.choice(calls)
+    times = int(opts.get("times", 1))
+    if not call:
+        return Fault.make("network", attempt, call="", fail=fail, nth=nth, times=times,
+                          label="no network call in the golden run")
+    return Fault.make("network", attempt, call=call, fail=fail, nth=nth, times=times)
 
 
 def _fileop_label(op: dict[str, Any]) -> str:
@@ -794,8 +896,6 @@ class CampaignResult:
 
 def _reason(why: str) -> str:
     """A not-fired reason without the attempt's own numbers, so like reasons group."""
-    import re
-
     return re.sub(r"\d+\.\d+s", "Ns", re.sub(r"after \d+ event\(s\)", "after N event(s)",
                                               why))[:300]
 
@@ -860,12 +960,12 @@ class Campaign:
         plans: list[Plan] = []
         systematic = [f for f in self.families if self.mode != "random" and (
             f.systematic or (self.mode == "systematic" and len(f.chain) == 1 and (
-                f.chain[0][0] == "power_loss" or (
+                f.chain[0][0] in ("power_loss", "network") or (
                     f.chain[0][0] == "kill"
                     and dict(f.chain[0][1]).get("at", "random") == "random"))))]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
-            sweep = fam.systematic or fam.chain[0][0] == "power_loss"
+            sweep = fam.systematic or fam.chain[0][0] in ("power_loss", "network")
             for b in range(fam.points(golden) if sweep else len(golden.boundaries())):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:

@@ -429,6 +429,51 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
                                     f"{list(f.expect.refuse_codes)})")
 
 
+# -- no_retry_storm (issue 12: the network family) ---------------------------------------------
+
+
+def _net_counts(events: list[dict[str, Any]]) -> Counter[tuple[int, str]]:
+    """(attempt, call) -> how many requests of that call the attempt sent to the stand-ins
+    (failed ones included: each reached the service)."""
+    from crashpoint.harness._network import call_of
+
+    out: Counter[tuple[int, str]] = Counter()
+    for e in events:
+        call = call_of(e)
+        if call:
+            out[(int(e["attempt"]), call)] += 1
+    return out
+
+
+def check_no_retry_storm(f: TrialFacts) -> CheckResult:
+    """No attempt sends one network call more than ``expect.max_retries`` times beyond what
+    the golden run sent in all: a retry loop without a cap (or backoff) hammers a failing
+    service."""
+    from itertools import pairwise
+
+    from crashpoint.harness._network import call_of
+
+    name = "no_retry_storm"
+    limit = f.expect.max_retries
+    golden: Counter[str] = Counter()
+    for (_a, call), n in _net_counts(f.golden.events).items():
+        golden[call] += n
+    storms = []
+    for (attempt, call), n in sorted(_net_counts(f.events).items()):
+        extra = n - golden[call]
+        if extra > limit:
+            ts = [float(e["t"]) for e in f.events if int(e["attempt"]) == attempt
+                  and e.get("t") is not None and call_of(e) == call]
+            gaps = sorted(b - a for a, b in pairwise(ts))
+            pace = f"; median gap between them {gaps[len(gaps) // 2]:.3f}s" if gaps else ""
+            storms.append(f"attempt {attempt} sent {call} {n} times (golden run: "
+                          f"{golden[call]}), {extra} more, above expect.max_retries = "
+                          f"{limit}{pace}")
+    if storms:
+        return CheckResult(name, False, "retry storm: " + "; ".join(storms))
+    return CheckResult(name, True)
+
+
 BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "completes": check_completes,
     "same_output": check_same_output,
@@ -440,6 +485,7 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "no_orphans": check_no_orphans,
     "corruption_detected": check_corruption_detected,
     "no_repeated_llm_calls": check_no_repeated_llm_calls,
+    "no_retry_storm": check_no_retry_storm,
 }
 
 
@@ -453,8 +499,8 @@ def run_checks(facts: TrialFacts,
                            ("same_output", e.same_output), ("single_writer", e.single_writer),
                            ("no_secret_leak", e.no_secret_leak),
                            ("no_orphans", e.no_orphans),
-                           ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"))
-           if not on}
+                           ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"),
+                           ("no_retry_storm", e.no_retry_storm)) if not on}
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))

@@ -124,7 +124,9 @@ def _event_title(ev: Mapping[str, Any]) -> str:
     if op == "effect":
         parts.append(f"{ev.get('kind')} key={ev.get('key')}")
         applied = ev.get("applied")
-        parts.append("applied by the outside world" if applied is True else
+        parts.append(f"failed by the service ({ev.get('failed')}): not applied"
+                     if ev.get("failed") else
+                     "applied by the outside world" if applied is True else
                      "deduplicated (same key seen before)" if applied is False else
                      "not applied")
         if ev.get("payload") is not None:

@@ -1,10 +1,13 @@
 """The ledger: the outside world and the kill switch, living in the harness process.
 
 One ledger per trial. It listens on a Unix socket (the probe's wire protocol) and, optionally,
-on a loopback HTTP port (effects as ``POST /effects/<kind>`` with an ``Idempotency-Key``
-header; step events as ``POST /events/<op>`` with a JSON body, for agents that have an HTTP
-client but no Unix-socket one). Both fronts go through :meth:`Ledger.handle`, so attribution,
-history and kills are the same; see ``docs/reference/wire-protocol.md``.
+on a loopback HTTP port whose every path starts with the trial's secret token
+(``http://127.0.0.1:PORT/<token>/...``): effects as ``POST <base>/effects/<kind>`` with an
+``Idempotency-Key`` header, step events as ``POST <base>/events/<op>``, and the stand-in
+services (``<base>/http/...``, the LLM's ``<base>/v1/...``; see :mod:`._services`). Every front
+goes through :meth:`Ledger.handle`, so attribution, history and kills are the same; a request
+without the token gets 403 and is logged, never recorded as an event. See
+``docs/reference/wire-protocol.md``.
 
 It records every event in a history (memory and JSONL), applies each effect key at most once (a
 duplicate is acknowledged but not applied again), and can kill the agent's process group at an
@@ -25,6 +28,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import signal
 import socket
 import socketserver
@@ -34,18 +38,29 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any
-from urllib.parse import unquote, urlsplit
+from http.server import ThreadingHTTPServer
+from typing import IO, TYPE_CHECKING, Any
 
 from crashpoint.faults._cleanup import LIVE, shielded
+from crashpoint.harness._services import ServicesSpec
 
-__all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "OPS", "KillAt", "Ledger", "canonical"]
+if TYPE_CHECKING:
+    from crashpoint.harness._llm import LLMStandIn
+    from crashpoint.harness._network import NetFault
+    from crashpoint.harness._smtp import SmtpSink
+
+__all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "IN_DOUBT_OPS", "OPS", "KillAt", "Ledger",
+           "canonical"]
 
 ENV_LEDGER = "CRASHPOINT_LEDGER"
 ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
 #: The ops that are recorded in the history (``hello`` only opens a connection).
-OPS = ("step_started", "step_completed", "effect", "event")
+#: ``llm_call``: a call the LLM stand-in answered (see :mod:`._services`).
+OPS = ("step_started", "step_completed", "effect", "event", "llm_call")
+#: The ops with an in-doubt window (applied or billed, then the reply): killed there too.
+IN_DOUBT_OPS = ("effect", "llm_call")
+#: At most this many refused (forbidden) requests are kept in :attr:`Ledger.forbidden`.
+MAX_FORBIDDEN = 100
 #: The ops the HTTP front takes as ``POST /events/<op>`` (effects go to ``/effects/<kind>``).
 HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
 #: Defaults of the limits (see :class:`Ledger`).
@@ -90,8 +105,8 @@ class KillAt:
     ``index``-th event (0-based) of the attempt.
 
     ``phase``: ``"before"`` — the event is recorded, the agent is killed before it is acted on
-    (an effect is not applied); ``"in_doubt"`` — only for effects: applied, then killed before
-    the agent learns it.
+    (an effect is not applied); ``"in_doubt"`` — only for effects and LLM calls: applied (or
+    billed), then killed before the agent learns it.
     """
 
     attempt: int
@@ -149,6 +164,11 @@ class Ledger:
     max_request_bytes: int = MAX_REQUEST_BYTES
     idle_timeout: float = IDLE_TIMEOUT
     max_history_bytes: int = MAX_HISTORY_BYTES
+    #: the network faults of the trial under way (the ``network`` family fills it; the
+    #: stand-in services ask :func:`crashpoint.harness._network.pick`)
+    net_faults: list[NetFault] = field(default_factory=list)
+    #: the scripted replies of the stand-in services
+    services: ServicesSpec = field(default_factory=ServicesSpec)
 
     def __post_init__(self) -> None:
         self._init_limits()  # a bad limit is refused before anything is made on disk
@@ -176,6 +196,16 @@ class Ledger:
         #: agent before it (e.g. its first event after the disk refused a write)
         self.kill_when: Callable[[dict[str, Any]], bool] | None = None
         self.http_url = ""
+        self._http_root = ""  # http://127.0.0.1:PORT (no token)
+        #: the trial's secret: the first segment of every HTTP path (new at each reset)
+        self.token = secrets.token_hex(16)
+        #: bumped at each reset: a reply held for a past trial is dropped
+        self.generation = 0
+        #: requests refused for want of the token (at most MAX_FORBIDDEN kept)
+        self.forbidden: list[dict[str, Any]] = []
+        self._calls: Counter[tuple[int, str]] = Counter()  # (attempt, call) -> requests
+        self._llm: LLMStandIn | None = None
+        self.smtp: SmtpSink | None = None
 
     def _init_limits(self) -> None:
         if self.max_connections is None:
@@ -219,8 +249,16 @@ class Ledger:
             self._start_http()
         return self
 
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
     def close(self) -> None:
         self._closing.set()  # quiet connections' threads end within a poll
+        if self.smtp is not None:
+            with contextlib.suppress(Exception):
+                self.smtp.close()
+            self.smtp = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -248,11 +286,85 @@ class Ledger:
         self.close()
 
     def env(self) -> dict[str, str]:
-        """Environment variables that point an agent's probe at this ledger."""
+        """Environment variables that point an agent's probe at this ledger, and (with the
+        HTTP front) its SDKs at the stand-in services."""
+        from crashpoint.harness._services import ENV_HTTP as SERVICE_HTTP
+        from crashpoint.harness._services import ENV_LLM, SMTP_USER
+
         env = {ENV_LEDGER: self.address}
         if self.http_url:
             env[ENV_HTTP] = self.http_url
+            env.update({SERVICE_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
+        if self.smtp is not None:
+            env.update({"CRASHPOINT_SMTP_HOST": self.smtp.host,
+                        "CRASHPOINT_SMTP_PORT": str(self.smtp.port),
+                        "CRASHPOINT_SMTP_USER": SMTP_USER,
+                        "CRASHPOINT_SMTP_PASSWORD": self.token})
         return env
+
+    def urls(self) -> dict[str, str]:
+        """The stand-ins' addresses, as the agent's placeholders give them: ``http`` (the HTTP
+        stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``smtp``
+        (host:port, "" without the sink)."""
+        if not self.http_url:
+            return {"http": "", "llm": "", "smtp": ""}
+        return {"http": self.http_url + "/http", "llm": self.http_url + "/v1",
+                "smtp": f"{self.smtp.host}:{self.smtp.port}" if self.smtp is not None else ""}
+
+    def start_smtp(self) -> SmtpSink:
+        """Start the SMTP sink (once; it follows the token across resets)."""
+        if self.smtp is None:
+            from crashpoint.harness._smtp import SmtpSink
+
+            self.smtp = SmtpSink(self._handle_mail, self.token, self._mail_refused).start()
+        return self.smtp
+
+    def _handle_mail(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """The SMTP sink's :meth:`handle`: a planned network fault of call ``mail`` fails the
+        message (recorded with ``failed``, not applied): None for reset/timeout (the sink
+        drops the connection), an error reply for a status."""
+        from crashpoint.harness._network import pick
+
+        attempt = int(msg.get("attempt") or self.attempt)
+        failure = pick(self.net_faults, "mail", self.count_call(attempt, "mail"), attempt)
+        if failure is None:
+            return self._safe_handle(msg)
+        how = f"status {failure.status}" if failure.how == "status" else failure.how
+        lost = {"reply_lost": True} if failure.applied else {}  # accepted, reply lost
+        reply = self._safe_handle({**msg, "failed": how, **lost})
+        if reply is None or failure.how != "status":
+            return None
+        return {**reply, "ok": False, "status": failure.status,
+                "error": f"the mail service failed this message ({how})"}
+
+    def _mail_refused(self, description: str) -> None:
+        self.refused["token"] += 1
+        self.log_forbidden({"via": "smtp", "what": description[:200]})
+
+    def llm(self) -> LLMStandIn:
+        """The LLM stand-in of the trial under way (its script from :attr:`services`)."""
+        if self._llm is None:
+            from crashpoint.harness._llm import LLMStandIn
+
+            self._llm = LLMStandIn(self.services.llm)
+        return self._llm
+
+    def count_call(self, attempt: int, call: str) -> int:
+        """Count one more request of ``call`` in ``attempt``; its number (from 1)."""
+        with self._lock:
+            self._calls[(attempt, call)] += 1
+            return self._calls[(attempt, call)]
+
+    def log_forbidden(self, what: dict[str, Any]) -> None:
+        """A request refused for want of the trial's token: counted, kept (the first
+        MAX_FORBIDDEN), and logged in the history file as a ``forbidden`` line. Never an
+        event: the checks and the boundaries do not see it."""
+        entry = {"op": "forbidden", **what, "attempt": self.attempt, "wall": time.time(),
+                 "note": "refused: no trial token (not the agent's request; not judged)"}
+        with self._lock:
+            if len(self.forbidden) < MAX_FORBIDDEN:
+                self.forbidden.append(entry)
+            self._write(entry)
 
     def reset(self, history_path: str | None = None) -> Ledger:
         """Forget everything (history, effects, kills) and log to ``history_path``: a fresh
@@ -278,6 +390,16 @@ class Ledger:
             self._keyless = 0
             self.first_event = {}
             self.kill_when = None
+            self.net_faults = []
+            self.forbidden = []
+            self._calls = Counter()
+            self._llm = None
+            self.generation += 1
+            self.token = secrets.token_hex(16)  # a past trial's URL gets 403
+            if self._http_root:
+                self.http_url = f"{self._http_root}/{self.token}"
+            if self.smtp is not None:
+                self.smtp.token = self.token
         return self
 
     def begin_attempt(self, attempt: int, pgid: int | None) -> None:
@@ -401,6 +523,20 @@ class Ledger:
             self._kill(ev, "before", k)
             return None
         reply: dict[str, Any] = {"ok": True}
+        # it reached the service, which failed it: nothing applied; unless the reply is what
+        # was lost (a network fault's timeout: crashpoint.harness._network)
+        if msg.get("failed") and not msg.get("reply_lost"):
+            if op == "effect":
+                ev["applied"] = reply["applied"] = False
+            self._write(ev)
+            return reply
+        if op == "llm_call":  # billed: then its reply can be lost (the in-doubt window)
+            k = self._kill_for(ev, "in_doubt")
+            if k is not None:
+                ev["killed"] = "in_doubt"
+                self._write(ev)
+                self._kill(ev, "in_doubt", k)
+                return None
         if op == "effect":
             key = msg.get("key")
             if key is None:  # keyless: nothing to deduplicate by; each call applies
@@ -549,122 +685,19 @@ class Ledger:
     # -- HTTP front ----------------------------------------------------------------------------
 
     def _start_http(self) -> None:
-        ledger = self
-
-        class H(BaseHTTPRequestHandler):
-            timeout = ledger.idle_timeout  # every read of a request waits at most this long
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # http.server's naming
-                parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
-                route, name = (parts[0], parts[1]) if len(parts) == 2 and parts[1] else ("", "")
-                if route not in ("effects", "events") or \
-                        (route == "events" and name not in HTTP_EVENT_OPS):
-                    self._send(404, {"ok": False, "error": f"no route POST {self.path}; use "
-                                     "POST /effects/<kind> (Idempotency-Key header) or POST "
-                                     f"/events/<{'|'.join(HTTP_EVENT_OPS)}>"})
-                    return
-                try:
-                    n = int(self.headers.get("Content-Length") or 0)
-                    if n < 0:
-                        raise ValueError("negative")
-                except ValueError:
-                    self._send(400, {"ok": False, "error": "bad Content-Length header"})
-                    return
-                if n > ledger.max_request_bytes:  # refused before reading a byte of it
-                    ledger.refused["body_size"] += 1
-                    self.close_connection = True
-                    self._send(413, {"ok": False, "error": (
-                        f"body of {n} bytes is over the ledger's limit of "
-                        f"{_size_text(ledger.max_request_bytes)} per request")})
-                    return
-                raw = self._body(n)
-                if raw is None:
-                    return
-                try:
-                    body = json.loads(raw or b"null")
-                except ValueError:
-                    self._send(400, {"ok": False, "error": "body is not JSON"})
-                    return
-                pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
-                who = {"via": "http", "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
-                       "pid": int(pid_h) if pid_h.isdigit() else None}
-                if route == "effects":
-                    # no Idempotency-Key: a keyless effect (applied each time, judged by
-                    # content against the golden run)
-                    key = self.headers.get("Idempotency-Key", "")
-                    msg = {**who, "op": "effect", "kind": name, "payload": body}
-                    if key:
-                        msg["key"] = key
-                else:
-                    if body is None:
-                        body = {}
-                    if not isinstance(body, dict):
-                        self._send(400, {"ok": False, "error": "an event body is a JSON object "
-                                                               "such as {\"step\": \"fetch\"}"})
-                        return
-                    msg = {**who, **body, "op": name}  # the body's attempt/pid win, as on
-                    #                                    the socket a message's win over hello
-                reply = ledger._safe_handle(msg)
-                if reply is None:
-                    self.close_connection = True
-                    return
-                self._send(200 if reply.get("ok") else 400, reply)
-
-            def _body(self, n: int) -> bytes | None:
-                """The ``n`` bytes announced, within ``idle_timeout`` in all; None (after an
-                error reply) if they do not come."""
-                deadline = time.monotonic() + ledger.idle_timeout
-                parts: list[bytes] = []
-                got = 0
-                while got < n:
-                    try:
-                        chunk = self.rfile.read1(min(65536, n - got)) \
-                            if time.monotonic() < deadline else None
-                    except (TimeoutError, OSError):
-                        chunk = None
-                    if chunk is None:
-                        ledger.refused["idle"] += 1
-                        self.close_connection = True
-                        self._send(408, {"ok": False, "error": (
-                            f"the body announced {n} bytes and sent {got} within "
-                            f"{ledger.idle_timeout:g} s; the connection is closed")})
-                        return None
-                    if not chunk:
-                        self.close_connection = True
-                        self._send(400, {"ok": False, "error": (
-                            f"the body announced {n} bytes and the connection closed after "
-                            f"{got}")})
-                        return None
-                    parts.append(chunk)
-                    got += len(chunk)
-                return b"".join(parts)
-
-            def _send(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if body.get("applied") is False:
-                    self.send_header("Idempotent-Replayed", "true")
-                self.end_headers()
-                with contextlib.suppress(OSError):
-                    self.wfile.write(data)
+        from crashpoint.harness._services import make_handler
 
         class Server(_Bounded, ThreadingHTTPServer):
             http = True
 
-        self._http = Server(("127.0.0.1", 0), H)
+        self._http = Server(("127.0.0.1", 0), make_handler(self))
         self._http.ledger = self
-        self.http_url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        self._http_root = f"http://127.0.0.1:{self._http.server_address[1]}"
+        self.http_url = f"{self._http_root}/{self.token}"
         t = threading.Thread(target=self._http.serve_forever, args=(0.02,), name="ledger-http",
                              daemon=True)
         t.start()
         self._threads.append(t)
-
-
 
 
 class _Bounded(socketserver.ThreadingMixIn):

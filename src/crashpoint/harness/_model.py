@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ __all__ = [
 #: The checks of Contract 2, in report order.
 CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
           "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-          "corruption_detected", "no_repeated_llm_calls")
+          "corruption_detected", "no_repeated_llm_calls", "no_retry_storm")
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
 #: the earliest in a crash's story first (two writers, a wrong resume point, an effect
@@ -39,14 +40,18 @@ CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_complet
 #: ones; a check not listed (a custom one) comes last.
 ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
               "no_repeated_llm_calls", "corruption_detected", "completes", "same_output",
-              "no_secret_leak", "within_disk_budget", "no_orphans")
+              "no_secret_leak", "within_disk_budget", "no_orphans", "no_retry_storm")
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
 FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
-               "resumers", "power_loss")
+               "resumers", "power_loss", "network")
 
-#: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir).
-AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir")
+#: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
+#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
+AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir", "http", "llm",
+                      "smtp")
+#: The placeholders that name a stand-in service.
+SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
 #: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
 ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
@@ -57,13 +62,17 @@ class AgentSpec:
     """How to start the agent: exactly one of ``command`` or ``entry``.
 
     ``command``: an argv; placeholders {python} {state_dir} {workdir} {run_id}
-    {scenario_dir} (only bare names: no format spec, conversion or index).
+    {scenario_dir}, and the stand-in services' {http} (base URL of the HTTP stand-in), {llm}
+    (the OpenAI base URL, ending in /v1) and {smtp} (host:port of the mail sink, started only
+    when used); only bare names: no format spec, conversion or index.
     ``entry`` (``module:function``): spawned as ``python -m crashpoint.harness._entry ENTRY
     ARGS...``, or forked from a warm zygote (fork mode); either way the function is called with
     one argument, the list ``args`` with the same placeholders filled in (see
     :mod:`crashpoint.harness._entry` for the exit-code convention).
     ``scenario_dir``: the absolute folder of the scenario file the agent came from (what
     ``{scenario_dir}`` becomes); empty for an agent built in Python.
+    ``services``: the scenario's ``services:`` mapping (scripted replies of the stand-ins;
+    see :func:`crashpoint.harness._services.parse_services`), or None.
     """
 
     command: tuple[str, ...] = ()
@@ -73,8 +82,12 @@ class AgentSpec:
     cwd: str = ""
     args: tuple[str, ...] = ()
     scenario_dir: str = ""
+    services: Any = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
+        from crashpoint.harness._services import parse_services
+
+        parse_services(self.services)  # a ServiceSpecError is a ValueError
         if bool(self.command) == bool(self.entry):
             raise ValueError("an agent needs exactly one of command or entry")
         if self.args and not self.entry:
@@ -87,27 +100,43 @@ class AgentSpec:
                                  "scenario_dir (set AgentSpec.scenario_dir to a folder)")
 
     def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
-              run_id: str) -> list[str]:
+              run_id: str, urls: Mapping[str, str] | None) -> list[str]:
         subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
                  "run_id": run_id, "scenario_dir": self.scenario_dir}
-        return [fill(part, subst) for part in parts]
+        for name in SERVICE_PLACEHOLDERS:
+            subst[name] = (urls or {}).get(name, "")
+        out = [fill(part, subst) for part in parts]
+        for part in parts:
+            for name in fields(part):
+                if name in SERVICE_PLACEHOLDERS and not subst[name]:
+                    raise ValueError(f"{part!r} uses {{{name}}}, but the stand-in services "
+                                     "are not running (the harness starts them for a trial)")
+        return out
 
-    def argv(self, *, state_dir: str, workdir: str, run_id: str) -> list[str]:
+    def argv(self, *, state_dir: str, workdir: str, run_id: str,
+             urls: Mapping[str, str] | None = None) -> list[str]:
+        """The argv with the placeholders filled; ``urls``: the stand-ins' addresses
+        (:meth:`crashpoint.harness.Ledger.urls`), needed when the agent uses them."""
         if self.entry:
-            return [*ENTRY_ARGV, self.entry, *self._fill(self.args, state_dir, workdir, run_id)]
-        return self._fill(self.command, state_dir, workdir, run_id)
+            return [*ENTRY_ARGV, self.entry,
+                    *self._fill(self.args, state_dir, workdir, run_id, urls)]
+        return self._fill(self.command, state_dir, workdir, run_id, urls)
+
+    def uses(self, placeholder: str) -> bool:
+        """Does the command (or the entry's args) use ``{placeholder}``?"""
+        return any(placeholder in fields(p) for p in (*self.command, *self.args))
 
     def to_json(self) -> dict[str, Any]:
         return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
                 "env": dict(self.env), "cwd": self.cwd, "args": list(self.args),
-                "scenario_dir": self.scenario_dir}
+                "scenario_dir": self.scenario_dir, "services": self.services}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
         return cls(tuple(d.get("command") or ()), d.get("entry", ""),
                    float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
                    d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()),
-                   str(d.get("scenario_dir") or ""))
+                   str(d.get("scenario_dir") or ""), d.get("services"))
 
 
 @dataclass(frozen=True)
@@ -132,6 +161,10 @@ class Fault:
       performed when the power went), ``events`` (its events that happened before),
       ``mutation`` (crashpoint.faults._powercut.Mutation as JSON), ``label``: attempt
       ``attempt`` is not run; the crash state is materialised and the next attempt resumes
+    - network: a request to a stand-in service fails: ``call`` (``"POST /hook"``, ``llm``,
+      ``mail``; "" when the golden run made none, with a ``label`` saying so), ``fail``
+      (``reset``, ``timeout`` or an HTTP status such as 503), ``nth`` (its occurrence among
+      the attempt's requests of that call, from 1), ``times`` (consecutive requests failed)
     """
 
     kind: str
@@ -172,6 +205,14 @@ class Fault:
             if a.get("upto") is None:
                 return f"power loss in attempt {self.attempt} ({a.get('label') or 'no trace'})"
             return f"power loss ({a.get('model')}) {a.get('label') or ''}".rstrip()
+        if self.kind == "network":
+            if not a.get("call"):
+                return f"network fault in attempt {self.attempt} ({a.get('label') or 'no call'})"
+            fail = a.get("fail")
+            what = f"HTTP {fail}" if isinstance(fail, int) else str(fail)
+            times = int(a.get("times", 1))
+            return f"{what} for {a['call']} #{a.get('nth', 1)} in attempt {self.attempt}" + \
+                (f" ({times} times)" if times != 1 else "")
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \
@@ -256,7 +297,8 @@ class Golden:
         for i, ev in enumerate(self.events):
             label = f"{ev['op']}:{event_name(ev)}"
             out.append(Boundary(i, "before", label))
-            if ev["op"] == "effect":
+            if ev["op"] in ("effect", "llm_call") and not ev.get("failed"):
+                # applied (or billed) and then the reply lost
                 out.append(Boundary(i, "in_doubt", label))
         return out
 
@@ -295,6 +337,10 @@ class Expect:
     single_writer: bool = True
     no_secret_leak: bool = True
     no_orphans: bool = True
+    no_retry_storm: bool = True
+    #: no_retry_storm: requests of one network call an attempt may send beyond the golden
+    #: run's count of it (retries after a failure) before it is a retry storm
+    max_retries: int = 10
     max_state_bytes: int | None = None
     fail_stop_codes: tuple[int, ...] = ()  # exit codes that count as a documented fail-stop
     refuse_codes: tuple[int, ...] = (65,)  # exit codes that count as "refused corrupt state"

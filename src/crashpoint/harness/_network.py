@@ -4,16 +4,29 @@ Shared by the stand-in services (``_services.py``: they ask :func:`pick` before 
 request) and the ``network`` fault family (``_campaign.py``/``_scenario.py``: they plan
 :class:`NetFault` s). A *call* names a request the way the ledger records it: an HTTP effect
 ``"POST /hook"``, an LLM call ``"llm"``, a mail ``"mail"``.
+
+What each failure means for the outside world (:attr:`Failure.applied`):
+
+- ``reset`` and ``status`` (5xx, 429) are answered *before* the service acts: nothing was
+  applied, so a retry, keyed or not, is no duplicate;
+- ``timeout`` of the ``network`` fault family (``applied=True``): the service *applied* the
+  request (the effect happened, the LLM call was billed) and then withholds the reply until
+  the client gives up. The agent cannot tell, so this is the failure that catches a retry
+  without an ``Idempotency-Key``: the retry is applied again, a duplicate ``exactly_once``
+  reports; a retry with the same key is deduplicated. The services mark such a request
+  ``reply_lost`` and the ledger applies it (a scripted route's ``timeout`` is, by default, a
+  request that never reached the service: ``applied=False``, nothing applied).
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["HOWS", "Failure", "NetFault", "pick"]
+__all__ = ["HOWS", "Failure", "NetFault", "call_of", "pick"]
 
 #: How a request can fail: the connection is reset (closed without a reply), the reply never
 #: comes (the agent's own timeout ends the wait), or an HTTP status (5xx, 429) is answered.
@@ -30,12 +43,17 @@ class Failure:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     latency: float = 0.0
+    #: the service acted on the request, then the reply was lost (only with ``timeout``; see
+    #: the module docstring)
+    applied: bool = False
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
             raise ValueError(f"a failure is one of {', '.join(HOWS)}, not {self.how!r}")
         if self.how == "status" and not 400 <= self.status <= 599:
             raise ValueError(f"a failing status is 400-599, not {self.status}")
+        if self.applied and self.how != "timeout":
+            raise ValueError(f"only a timeout can be applied before it fails, not {self.how}")
         if self.latency < 0:
             raise ValueError(f"latency must be >= 0, not {self.latency}")
 
@@ -76,3 +94,23 @@ def pick(faults: Sequence[NetFault], call: str, nth: int, attempt: int) -> Failu
                 f.fired += 1
                 return f.failure
     return None
+
+
+_METHOD_PATH = re.compile(r"^[A-Z]{1,16} /\S*$")
+
+
+def call_of(ev: Mapping[str, Any]) -> str:
+    """The network call a ledger event records (``"POST /hook"``, ``"llm"``, ``"mail"``), or
+    "" for an event that is no request to a stand-in (a probe step, a probe effect)."""
+    op = ev.get("op")
+    if op == "llm_call":
+        return "llm"
+    if op == "effect":
+        kind = str(ev.get("kind") or "")
+        if kind == "mail" or _METHOD_PATH.match(kind):
+            return kind
+    elif op == "event":  # a GET/HEAD/OPTIONS to the HTTP stand-in
+        name = str(ev.get("name") or "")
+        if _METHOD_PATH.match(name) and ("method" in ev or "path" in ev):
+            return name
+    return ""

@@ -6,6 +6,7 @@ to fix it. Loading runs no code (``yaml.SafeLoader``; no tags, no eval).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.machinery
 import importlib.util
@@ -31,16 +32,18 @@ from crashpoint.harness._campaign import (
     parse_budget,
 )
 from crashpoint.harness._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
+from crashpoint.harness._services import ServiceSpecError, parse_services
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
 SUFFIX = ".scenario.yaml"
 TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "marks", "mode",
-            "description", "budget")
+            "description", "budget", "services")
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
-               "refuse_codes", "refuse_patterns", "no_repeated_llm_calls")
+               "refuse_codes", "refuse_patterns", "no_repeated_llm_calls", "no_retry_storm",
+               "max_retries")
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
@@ -51,6 +54,7 @@ MAX_RESTARTS = 100
 MAX_TRIALS = 100_000
 MAX_SEED = 2**63 - 1
 MAX_STATE_BYTES = 1 << 40  # expect.max_state_bytes: 1 TiB
+MAX_RETRIES = 100_000  # expect.max_retries
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The options of ``python`` that take the next argument (then comes the script).
 _PY_OPTS_WITH_ARG = ("-W", "-X", "--check-hash-based-pycs")
@@ -273,6 +277,8 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     scenario_dir = os.path.dirname(os.path.abspath(p))
     agent_doc = _Doc(p, doc.items["agent"][0], "agent")
     agent = _agent(agent_doc, scenario_dir)
+    if "services" in doc.items:
+        agent = dataclasses.replace(agent, services=_services(doc))
     families = tuple(_families(doc))
     expect = _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items \
         else Expect()
@@ -388,6 +394,25 @@ def _cwd(doc: _Doc, scenario_dir: str) -> str:
     return cwd
 
 
+def _services(doc: _Doc) -> dict[str, Any]:
+    """The ``services:`` section, validated; a bad value is a ScenarioError at its line."""
+    raw = doc.value("services")
+    try:
+        parse_services(raw)
+    except ServiceSpecError as exc:
+        node, line = doc.items["services"]
+        for part in exc.parts[1:]:  # walk down to the line of the bad key
+            if not isinstance(node, yaml.MappingNode):
+                break
+            found = next(((k, v) for k, v in node.value
+                          if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        raise ScenarioError(doc.path, line, exc.key, exc.message) from None
+    return dict(raw) if raw else {}
+
+
 def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str]:
     """The line and key of what a FaultSpecError is about, within ``faults[i]``."""
     line, key = item.start_mark.line + 1, f"faults[{i}]"
@@ -455,6 +480,12 @@ def _expect(doc: _Doc) -> Expect:
                     raise doc.err(key, f"{x!r} is not a valid regular expression: {exc}") \
                         from None
             kw[key] = tuple(v)
+        elif key == "max_retries":
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_RETRIES:
+                raise doc.err(key, f"expect.max_retries must be a whole number from 0 to "
+                                   f"{MAX_RETRIES} (requests of one network call an attempt "
+                                   f"may send beyond the golden run's), got {v!r}")
+            kw[key] = v
         elif key in ("fail_stop_codes", "refuse_codes"):
             if not isinstance(v, list) or not all(
                     isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v):

@@ -46,7 +46,7 @@ from crashpoint.faults._writes import (
     write_points,
 )
 from crashpoint.harness import _power
-from crashpoint.harness._accounting import account, kill_at
+from crashpoint.harness._accounting import account, kill_at, net_fault
 from crashpoint.harness._checks import TrialFacts, run_checks
 from crashpoint.harness._ledger import Ledger, canonical
 from crashpoint.harness._model import (
@@ -77,6 +77,7 @@ from crashpoint.harness._reportfs import (
     unredact_json,
     write_file,
 )
+from crashpoint.harness._services import parse_services
 
 __all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "ReplayError", "TrialRunner",
            "replay_inputs"]
@@ -230,10 +231,23 @@ class TrialRunner:
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
-        :meth:`Ledger.reset`); closed by :meth:`close` or when the runner is collected."""
+        :meth:`Ledger.reset`); closed by :meth:`close` or when the runner is collected.
+
+        It serves the stand-in services too (HTTP, LLM; the SMTP sink when the agent uses
+        ``{smtp}`` or the scenario has ``services.smtp``) on the same ports for the whole
+        runner, so an agent that stored a URL finds it again in its next attempt; the token in
+        the URLs is new for each trial (a past trial's requests get 403)."""
         if self._ledger is None:
-            self._ledger = Ledger(history_path=history_path, http=True).start()
+            spec = parse_services(self.agent.services)
+            self._ledger = Ledger(history_path=history_path, http=True, services=spec).start()
             weakref.finalize(self, Ledger.close, self._ledger)
+            if spec.smtp or self.agent.uses("smtp"):
+                try:
+                    self._ledger.start_smtp()
+                except Exception:
+                    self._ledger.close()
+                    self._ledger = None
+                    raise
             return self._ledger
         return self._ledger.reset(history_path)
 
@@ -364,10 +378,10 @@ class TrialRunner:
         state, work = os.path.join(folder, "state"), os.path.join(folder, "work")
         secure_dir(state, root=self.folder)
         secure_dir(work, root=self.folder)
-        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
         # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
+        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
@@ -453,10 +467,14 @@ class TrialRunner:
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
         ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill" or (
             f.kind == "power_loss" and f.arg("op"))]
+        nets = {i: net_fault(f) for i, f in enumerate(plan.faults) if f.kind == "network"}
+        ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
         notes: dict[int, dict[str, Any]] = {}
         if not skipped:
             self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
                            max_bytes, resume_times, notes, golden)
+        for i, nf in nets.items():  # how many requests each failed: fault accounting
+            notes.setdefault(i, {})["net_fired"] = nf.fired
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         duplicates = sum(e.duplicates for e in ledger.effects.values())
@@ -508,7 +526,7 @@ class TrialRunner:
                   notes: dict[int, dict[str, Any]], golden: Golden) -> None:
         """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
         plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
-        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID)
+        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
         golden_note = golden.recorded_by
         n = 0
         one_resume = False

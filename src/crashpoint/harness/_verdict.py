@@ -38,6 +38,9 @@ _HINTS = {
     "corruption_detected": "check the state when loading it (checksums) and either roll back "
                            "to the last good checkpoint or refuse with a clear error (a "
                            "message saying the state is corrupt, or exit 65)",
+    "no_retry_storm": "cap the retries of a failing request (e.g. 3 tries) and back off "
+                      "between them (exponential, with jitter; honour Retry-After), then "
+                      "give up with an error: a restart resumes the run",
     "resumes_from_last_completed": "on restart, load the last checkpoint first and start at "
                                    "the first step not completed; report step_completed only "
                                    "once the step's result is durable (written and fsynced)",
@@ -79,9 +82,11 @@ def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
 def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
     msg = c.message
     if "no key" in msg:
+        http = " (an HTTP call: send it as the Idempotency-Key header)" if re.search(
+            r"DUPLICATED (POST|PUT|PATCH|DELETE) /", msg) else ""
         return ("the effect has no key, so its retry after the crash was applied again: pass "
                 "a key derived from the run id ($CRASHPOINT_RUN_ID) and the step, e.g. "
-                "f\"{run_id}:{step}:send_email\"")
+                f"f\"{{run_id}}:{{step}}:send_email\"{http}")
     m = re.search(r"under \d+ different keys (.*?)(?:;|\. Effects seen)", msg)
     if m:
         return (f"the key changes between attempts ({m.group(1)}): derive it from the run id "

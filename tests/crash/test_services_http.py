@@ -1,0 +1,135 @@
+"""An agent with no crashpoint import, judged from its HTTP calls alone.
+
+tests/agents/webhook_agent.py POSTs a webhook per item to ``$CRASHPOINT_HTTP/hook`` (urllib
+only). Every request is a boundary: killed before it, and in its in-doubt window. Without an
+Idempotency-Key the retry after an in-doubt kill is a duplicate that exactly_once names; with
+a key derived from its own state, the service deduplicates it and the campaign passes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CampaignResult,
+    Fault,
+    Plan,
+    TrialRunner,
+    family_from_spec,
+)
+
+AGENT = Path(__file__).resolve().parents[1] / "agents" / "webhook_agent.py"
+
+
+def agent(*args: str, **kw: Any) -> AgentSpec:
+    return AgentSpec(command=("{python}", str(AGENT), "{state_dir}", *args), timeout=30, **kw)
+
+
+def campaign(spec: AgentSpec, tmp_path: Path) -> CampaignResult:
+    return Campaign(spec, [family_from_spec({"kill": {"at": "every-boundary"}})],
+                    str(tmp_path / "report"), name="webhook", seed=3).run()
+
+
+def test_every_boundary_catches_the_unkeyed_webhook_retry(tmp_path: Path) -> None:
+    result = campaign(agent(), tmp_path)
+    golden = result.golden
+    assert [(e["op"], e["kind"]) for e in golden.events] == [("effect", "POST /hook")] * 3
+    assert golden.effects[("POST /hook", '{"item":0,"text":"item 0 is ready"}')] == 1
+    # 3 requests, each killed before and in doubt
+    assert [(t.plan.faults[0].arg("phase"), t.plan.faults[0].arg("nth"))
+            for t in result.trials] == [(p, n) for n in (1, 2, 3) for p in ("before", "in_doubt")]
+    assert not result.ok
+    failed = {t.plan.faults[0].arg("phase") for t in result.failures}
+    assert failed == {"in_doubt"}  # killed before it: nothing applied, the retry is the first
+    for t in result.failures:
+        root = t.root_cause
+        assert root is not None
+        assert root.name == "exactly_once"
+        assert "DUPLICATED POST /hook" in root.message
+        assert "2 sends of the same payload, no key" in root.message
+
+
+def test_a_webhook_keyed_from_the_agents_state_passes_every_boundary(tmp_path: Path) -> None:
+    result = campaign(agent("--keyed"), tmp_path)
+    assert result.ok, [str(c) for t in result.failures for c in t.failed]
+    assert len(result.trials) == 6
+    assert all(t.exercised for t in result.trials)
+
+
+def test_an_in_doubt_kill_leaves_the_keyed_webhook_applied_once(tmp_path: Path) -> None:
+    with TrialRunner(agent("--keyed"), str(tmp_path / "trials"), keep_passing=True) as runner:
+        golden = runner.golden()
+        kill = Fault.make("kill", 1, op="effect", name="POST /hook", nth=2, phase="in_doubt")
+        t = runner.run(Plan((kill,), "kill", 3, 0), golden)
+    assert t.ok, [str(c) for c in t.failed]
+    hooks = [e for e in t.events if e.get("kind") == "POST /hook"]
+    # item 1 applied, killed in doubt; attempt 2 sent it again with its key: deduplicated
+    assert [(e["attempt"], e["payload"]["item"], e["applied"], e.get("killed")) for e in hooks] \
+        == [(1, 0, True, None), (1, 1, True, "in_doubt"), (2, 1, False, None),
+            (2, 2, True, None)]
+    assert all(n == 1 for n in t.applied.values())
+    assert len(t.applied) == 3
+
+
+def test_the_http_placeholder_and_a_stranger_without_the_token(tmp_path: Path) -> None:
+    # the agent gets its base URL from {http} in its command; meanwhile another local process
+    # (a thread here) hammers the same port without the token: 403, never the agent's effect
+    spec = AgentSpec(command=("sh", "-c", 'CRASHPOINT_HTTP="$0" exec "$1" "$2" "$3" --keyed',
+                              "{http}", "{python}", str(AGENT), "{state_dir}"), timeout=30)
+    stop = threading.Event()
+    codes: list[int] = []
+    with TrialRunner(spec, str(tmp_path / "trials")) as runner:
+        ledger = runner.ledger(str(tmp_path / "probe-history.jsonl"))
+        root = ledger.http_url.rsplit("/", 1)[0]
+
+        def stranger() -> None:
+            while not stop.is_set():
+                req = urllib.request.Request(  # noqa: S310 - loopback
+                    root + "/deadbeef/http/hook", data=b'{"item": 0}', method="POST")
+                try:
+                    urllib.request.urlopen(req, timeout=5).close()  # noqa: S310 - loopback
+                except urllib.error.HTTPError as err:
+                    codes.append(err.code)
+                    err.close()
+                stop.wait(0.02)
+
+        t = threading.Thread(target=stranger)
+        t.start()
+        try:
+            golden = runner.golden()
+        finally:
+            stop.set()
+            t.join(10)
+        hist = (tmp_path / "trials" / "golden" / "history.jsonl").read_text().splitlines()
+    assert codes
+    assert set(codes) == {403}
+    assert [e["kind"] for e in golden.events] == ["POST /hook"] * 3  # only the agent's
+    assert sum(golden.effects.values()) == 3
+    ops = [json.loads(x)["op"] for x in hist]
+    assert "forbidden" in ops
+    assert [o for o in ops if o != "forbidden"] == ["effect"] * 3
+
+
+@pytest.mark.parametrize("how", ["reset", "timeout"])
+def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(tmp_path: Path,
+                                                                   how: str) -> None:
+    spec = agent("--timeout", "1",
+                 services={"http": {"routes": {"POST /hook": {"fail": how}}}})
+    from crashpoint.harness._trial import GoldenRunFailed
+
+    with TrialRunner(spec, str(tmp_path / "trials")) as runner, \
+            pytest.raises(GoldenRunFailed) as info:
+        runner.golden()
+    err = str(info.value)
+    assert "item 0: failed" in err
+    assert ("reset" in err.lower() or "closed" in err.lower()) if how == "reset" \
+        else "timed out" in err
