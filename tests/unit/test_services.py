@@ -304,6 +304,9 @@ def test_env_points_the_sdks_at_the_stand_ins(ledger: Ledger) -> None:
     ({"http": {"routes": {"/a": {"colour": 1}}}}, "services.http.routes['/a'].colour",
      "unknown key"),
     ({"llm": [1]}, "services.llm", "must be a mapping"),
+    ({"llm": {"replies": [{"match": "a", "reply": "x"}, {"regex": "(", "reply": "y"}]}},
+     "services.llm.replies[1].regex", "regular expression"),  # checked at load, not 1st call
+    ({"llm": {"replys": []}}, "services.llm.replys", "unknown key"),
     ({"smtp": "yes"}, "services.smtp", "true or a mapping"),
 ])
 def test_bad_services_sections_name_the_key(raw: Any, key: str, error: str) -> None:
@@ -317,7 +320,7 @@ def test_a_services_section_parses() -> None:
     spec = parse_services({"http": {"routes": {
         "POST /hook": {"status": 202, "body": {"a": 1}, "latency": 0.5},
         "/x": {"fail": {"how": "status", "status": 429, "headers": {"Retry-After": "2"}}}}},
-        "llm": {"replies": ["hi"]}, "smtp": True})
+        "llm": {"replies": [{"match": "hi", "reply": "hello"}]}, "smtp": True})
     assert spec.route("POST", "/hook").status == 202
     assert spec.route("POST", "/hook").body == b'{"a": 1}'
     assert spec.route("GET", "/hook").status == 200  # the default
@@ -325,5 +328,21 @@ def test_a_services_section_parses() -> None:
     assert fail is not None
     assert (fail.how, fail.status, fail.headers) == \
         ("status", 429, (("Retry-After", "2"),))
-    assert spec.llm == {"replies": ["hi"]}
+    assert spec.llm == {"replies": [{"match": "hi", "reply": "hello"}]}
     assert spec.smtp is True
+
+
+def test_a_bad_llm_script_is_a_scenario_error_at_its_line(tmp_path: Path) -> None:
+    """The LLM script is checked when the scenario loads: file, line and key of the bad rule
+    (inside a list), not a 500 at the agent's first model call."""
+    from crashpoint.harness._scenario import ScenarioError, load_scenario
+
+    f = tmp_path / "bad.scenario.yaml"
+    f.write_text('name: bad llm\nagent:\n  command: ["{python}", "-c", "print(1)"]\n'
+                 "faults:\n  - kill: {at: every-boundary}\nservices:\n  llm:\n"
+                 "    replies:\n      - match: hi\n        reply: x\n"
+                 '      - regex: "("\n        reply: y\n')
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(f)
+    assert f"{f}:11" in str(info.value)
+    assert "services.llm.replies[1].regex" in str(info.value)

@@ -1,9 +1,15 @@
 """The demo agent: a small research agent built only on crashpoint's public API.
 
     python -m crashpoint.agents.demo --state DIR [--topic TEXT] [--run-id ID] [--approval]
+                                     [--smtp HOST:PORT] [--webhook URL]
 
 plan -> search a bundled corpus (tool) -> summarise with a deterministic fake LLM -> write a
 report file -> send a notification (effect) -> [wait for approval] -> publish (effect).
+By default both effects go through crashpoint's probe. With ``--smtp`` the notification is a
+real email (``smtp_effect``: logged in with ``CRASHPOINT_SMTP_USER``/``_PASSWORD`` when set,
+its Message-ID derived from the effect's key); with ``--webhook`` publishing is a real HTTP
+POST (``http_effect``: the effect's key as ``Idempotency-Key``). Under the gate, point them at
+the stand-in services: ``--smtp {smtp} --webhook {http}/publish``.
 It prints its final output as one line of JSON, byte-identical whether or not it crashed and
 resumed on the way. Exit codes: 0 done, 75 paused for approval, 77 denied (see
 ``crashpoint.checkpoint.EXIT_CODES``).
@@ -19,7 +25,15 @@ import re
 from importlib import resources
 from typing import Any
 
-from crashpoint.checkpoint import Checkpointing, Store, atomic_write, open_run, run_main
+from crashpoint.checkpoint import (
+    Checkpointing,
+    Store,
+    atomic_write,
+    http_effect,
+    open_run,
+    run_main,
+    smtp_effect,
+)
 
 STEPS = ["plan", "search", "summarise", "write_report", "notify", "publish"]
 STEPS_WITH_APPROVAL = ["plan", "search", "summarise", "write_report", "notify", "approve",
@@ -73,7 +87,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--approval", action="store_true", help="wait for a human before publishing")
     ap.add_argument("--interval", type=int, default=0,
                     help="group-commit every N steps instead of every step")
+    ap.add_argument("--smtp", metavar="HOST:PORT", help="send the notification as an email")
+    ap.add_argument("--webhook", metavar="URL", help="publish by POSTing to this URL")
     args = ap.parse_args(argv)
+    mail = webhook = None
+    if args.smtp:
+        host, _, port = args.smtp.rpartition(":")
+        if not host or not port.isdigit():
+            ap.error(f"--smtp {args.smtp!r}: give HOST:PORT, e.g. 127.0.0.1:2525")
+        user, password = os.environ.get("CRASHPOINT_SMTP_USER"), \
+            os.environ.get("CRASHPOINT_SMTP_PASSWORD")
+        mail = smtp_effect(host, int(port), user=user if password else None,
+                           password=password if user else None,
+                           sender="demo-agent@example.com", timeout=10)
+    if args.webhook:
+        webhook = http_effect(args.webhook, timeout=5, retries=2)
 
     store = Store(os.path.join(args.state, "checkpoints"), on_corrupt="rollback")
     checkpointing = Checkpointing.interval(args.interval) if args.interval else Checkpointing()
@@ -84,13 +112,18 @@ def main(argv: list[str] | None = None) -> None:
         summary = run.step("summarise", lambda: fake_llm(args.topic, hits), kind="llm")
         report = run.step("write_report",
                           lambda: write_report(args.state, args.topic, summary, hits))
-        note = {"channel": "#research", "text": f"report ready: {args.topic}",
-                "sha256": report["sha256"]}
-        notified = run.step("notify", lambda: run.effect("send_notification", note) is not None)
+        note: dict[str, Any] = {"channel": "#research", "text": f"report ready: {args.topic}",
+                                "sha256": report["sha256"]}
+        if mail is not None:  # the same notification, as an email
+            note = {"to": "research@example.com", "subject": note["text"],
+                    "body": f"{note['text']}\nsha256: {report['sha256']}\n"}
+        notified = run.step("notify", lambda: run.effect("send_notification", note,
+                                                         mail) is not None)
         if args.approval:
             run.approval("approve", {"report": report["sha256"]}, reason="publish the report?")
         post = {"title": args.topic, "sha256": report["sha256"]}
-        published = run.step("publish", lambda: run.effect("publish", post) is not None)
+        published = run.step("publish", lambda: run.effect("publish", post,
+                                                           webhook) is not None)
         output = run.finish({"topic": args.topic, "summary": summary, "report": report,
                              "notified": notified, "published": published,
                              "sources": [f"{h['doc']}:{h['line'] + 1}" for h in hits]})

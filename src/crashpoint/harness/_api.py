@@ -115,6 +115,8 @@ class HarnessResult:
             for c in t.failed:
                 if c is not root:
                     lines.append(f"    {c}" if c.cause else f"    also: {c}")
+            for c in t.warnings:  # e.g. a re-billed model call beside the failure
+                lines.append(f"    also: {c}")
             lines.append(f"    replay: crashpoint replay {t.folder}")
         warned = [t for t in self.campaign.trials if t.ok and t.warnings]
         for t in warned[:limit]:  # passed, with something to report

@@ -402,6 +402,11 @@ def _services(doc: _Doc) -> dict[str, Any]:
     except ServiceSpecError as exc:
         node, line = doc.items["services"]
         for part in exc.parts[1:]:  # walk down to the line of the bad key
+            if isinstance(node, yaml.SequenceNode) and part.isdigit() \
+                    and int(part) < len(node.value):
+                node = node.value[int(part)]
+                line = node.start_mark.line + 1
+                continue
             if not isinstance(node, yaml.MappingNode):
                 break
             found = next(((k, v) for k, v in node.value

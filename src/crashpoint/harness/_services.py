@@ -67,7 +67,8 @@ class ServiceSpecError(ValueError):
 
     def __init__(self, parts: tuple[str, ...], message: str) -> None:
         self.parts, self.message = parts, message
-        self.key = "".join(p if i == 0 else f"[{p!r}]" if not p.isidentifier() else f".{p}"
+        self.key = "".join(p if i == 0 else f"[{p}]" if p.isdigit() else
+                           f"[{p!r}]" if not p.isidentifier() else f".{p}"
                            for i, p in enumerate(parts))
         super().__init__(f"{self.key}: {message}")
 
@@ -222,6 +223,14 @@ def parse_services(raw: Any) -> ServicesSpec:
     llm = raw.get("llm")
     if llm is not None and not isinstance(llm, dict):
         raise ServiceSpecError((*top, "llm"), f"must be a mapping (the LLM script), got {llm!r}")
+    if llm is not None:  # the script is checked now, not at the agent's first call
+        from crashpoint.harness._llm import LLMScriptError, LLMStandIn
+
+        try:
+            LLMStandIn(llm)
+        except LLMScriptError as exc:
+            parts = tuple(p for p in exc.key.replace("]", "").replace("[", ".").split(".") if p)
+            raise ServiceSpecError((*top, "llm", *parts), exc.message) from None
     smtp = raw.get("smtp")
     if smtp not in (None, True, False) and not isinstance(smtp, dict):
         raise ServiceSpecError((*top, "smtp"), f"must be true or a mapping, got {smtp!r}")
