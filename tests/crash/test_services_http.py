@@ -133,3 +133,21 @@ def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(tmp_path: Pa
     assert "item 0: failed" in err
     assert ("reset" in err.lower() or "closed" in err.lower()) if how == "reset" \
         else "timed out" in err
+
+
+def test_the_smtp_placeholder_starts_the_sink_with_the_token(tmp_path: Path) -> None:
+    spec = AgentSpec(command=("{python}", "-c", "import os, sys; print(sys.argv[1], "
+                              "os.environ['CRASHPOINT_SMTP_PORT'], "
+                              "os.environ['CRASHPOINT_SMTP_PASSWORD'])", "{smtp}"), timeout=30)
+    with TrialRunner(spec, str(tmp_path / "trials")) as runner:
+        try:
+            golden = runner.golden()
+        except NotImplementedError:
+            pytest.skip("the SMTP sink (crashpoint.harness._smtp) is not implemented here yet")
+        ledger = runner._ledger
+        assert ledger is not None
+        assert ledger.smtp is not None
+        hostport, port, password = golden.output.decode().split()
+        assert hostport == f"127.0.0.1:{ledger.smtp.port}"
+        assert port == str(ledger.smtp.port)
+        assert password == ledger.token == ledger.smtp.token
