@@ -9,6 +9,7 @@ a key derived from its own state, the service deduplicates it and the campaign p
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -133,3 +134,42 @@ def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(tmp_path: Pa
     assert "item 0: failed" in err
     assert ("reset" in err.lower() or "closed" in err.lower()) if how == "reset" \
         else "timed out" in err
+
+
+def test_the_smtp_placeholder_starts_the_sink_with_the_token(tmp_path: Path) -> None:
+    spec = AgentSpec(command=("{python}", "-c", "import os, sys; print(sys.argv[1], "
+                              "os.environ['CRASHPOINT_SMTP_PORT'], "
+                              "os.environ['CRASHPOINT_SMTP_PASSWORD'])", "{smtp}"), timeout=30)
+    with TrialRunner(spec, str(tmp_path / "trials")) as runner:
+        try:
+            golden = runner.golden()
+        except NotImplementedError:
+            pytest.skip("the SMTP sink (crashpoint.harness._smtp) is not implemented here yet")
+        ledger = runner._ledger
+        assert ledger is not None
+        assert ledger.smtp is not None
+        hostport, port, password = golden.output.decode().split()
+        assert hostport == f"127.0.0.1:{ledger.smtp.port}"
+        assert port == str(ledger.smtp.port)
+        assert password == ledger.token == ledger.smtp.token
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_curl_agent_against_http_is_judged_the_same_way(tmp_path: Path, keyed: bool) -> None:
+    script = str(AGENT.parent / "curl_webhook.sh")
+    spec = AgentSpec(command=("sh", script, "{http}", "{state_dir}",
+                              *(["--keyed"] if keyed else [])), timeout=30)
+    result = campaign(spec, tmp_path)
+    assert [e["kind"] for e in result.golden.events] == ["POST /hook"] * 3
+    assert len(result.trials) == 6
+    if keyed:
+        assert result.ok, [str(c) for t in result.failures for c in t.failed]
+        return
+    assert not result.ok
+    assert {t.plan.faults[0].arg("phase") for t in result.failures} == {"in_doubt"}
+    root = result.failures[0].root_cause
+    assert root is not None
+    assert root.name == "exactly_once"
+    assert 'DUPLICATED POST /hook {"item":' in root.message
+    assert "Idempotency-Key header" in root.hint

@@ -346,3 +346,49 @@ def test_a_bad_llm_script_is_a_scenario_error_at_its_line(tmp_path: Path) -> Non
         load_scenario(f)
     assert f"{f}:11" in str(info.value)
     assert "services.llm.replies[1].regex" in str(info.value)
+
+
+# -- in a scenario file ----------------------------------------------------------------------------
+
+SCENARIO = """\
+name: x
+agent:
+  command: ["{python}", "-c", "pass", "{http}", "{llm}"]
+faults:
+  - kill: {at: every-boundary}
+services:
+  http:
+    routes:
+      "POST /hook":
+        status: STATUS
+"""
+
+
+def test_a_scenarios_services_section_reaches_the_agent(tmp_path: Path) -> None:
+    from crashpoint.harness._scenario import load_scenario
+
+    path = tmp_path / "s.scenario.yaml"
+    path.write_text(SCENARIO.replace("STATUS", "202"))
+    sc = load_scenario(path)
+    assert sc.agent.services == {"http": {"routes": {"POST /hook": {"status": 202}}}}
+    assert sc.agent.uses("http")
+    assert not sc.agent.uses("smtp")
+    argv = sc.agent.argv(state_dir="/s", workdir="/w", run_id="r",
+                         urls={"http": "H", "llm": "L", "smtp": ""})
+    assert argv[-2:] == ["H", "L"]
+    with pytest.raises(ValueError, match=r"uses \{http\}, but the stand-in services"):
+        sc.agent.argv(state_dir="/s", workdir="/w", run_id="r")
+
+
+def test_a_bad_services_value_names_file_line_and_key(tmp_path: Path) -> None:
+    from crashpoint.harness._scenario import ScenarioError, load_scenario
+
+    path = tmp_path / "s.scenario.yaml"
+    path.write_text(SCENARIO.replace("STATUS", "999"))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(
+        f"{path}:10 (key 'services.http.routes['POST /hook'].status'): must be an HTTP status")
+    path.write_text(SCENARIO.replace("  command: [", "  command: [\"{smtpx}\", "))
+    with pytest.raises(ScenarioError, match=r"unknown placeholder \{smtpx\}"):
+        load_scenario(path)
