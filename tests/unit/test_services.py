@@ -281,6 +281,28 @@ def test_env_points_the_sdks_at_the_stand_ins(ledger: Ledger) -> None:
     assert ledger.http_url.startswith("http://127.0.0.1:")
 
 
+def test_an_agent_cannot_mark_its_own_request_failed(ledger: Ledger) -> None:
+    """``failed``/``reply_lost`` are set by the stand-ins only. An agent that sends them (an
+    event body on the HTTP front, a probe message on the socket) has them dropped: its effect
+    counts as applied, and a second send is a duplicate."""
+    import socket as socket_
+
+    base = ledger.http_url  # .../<token>: the ledger's own front
+    code, _h, body = request(f"{base}/events/event", body=json.dumps(
+        {"name": "x", "failed": "status 503"}).encode())
+    assert code == 200, body
+    with socket_.socket(socket_.AF_UNIX) as s:
+        s.connect(ledger.address)
+        for _ in range(2):
+            s.sendall(json.dumps({"op": "effect", "kind": "mail", "key": "k1",
+                                  "payload": {"to": "a"}, "failed": "reset",
+                                  "reply_lost": True}).encode() + b"\n")
+            assert json.loads(s.makefile().readline())["ok"]
+    assert not any("failed" in e or "reply_lost" in e for e in ledger.events)
+    assert ledger.effects["k1"].applied == 1
+    assert ledger.effects["k1"].duplicates == 1
+
+
 # -- the services: section -------------------------------------------------------------------------
 
 

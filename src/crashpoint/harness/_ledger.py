@@ -42,7 +42,7 @@ from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
 from crashpoint.faults._cleanup import LIVE, shielded
-from crashpoint.harness._services import ServicesSpec
+from crashpoint.harness._services import ServicesSpec, agent_message
 
 if TYPE_CHECKING:
     from crashpoint.harness._llm import LLMStandIn
@@ -530,13 +530,8 @@ class Ledger:
                 ev["applied"] = reply["applied"] = False
             self._write(ev)
             return reply
-        if op == "llm_call":  # billed: then its reply can be lost (the in-doubt window)
-            k = self._kill_for(ev, "in_doubt")
-            if k is not None:
-                ev["killed"] = "in_doubt"
-                self._write(ev)
-                self._kill(ev, "in_doubt", k)
-                return None
+        if op == "llm_call" and self._killed_in_doubt(ev):  # billed, its reply not sent
+            return None
         if op == "effect":
             key = msg.get("key")
             if key is None:  # keyless: nothing to deduplicate by; each call applies
@@ -553,14 +548,21 @@ class Ledger:
                 eff.applied += 1
                 reply["applied"] = True
             ev["applied"] = reply["applied"]
-            k = self._kill_for(ev, "in_doubt")
-            if k is not None:
-                ev["killed"] = "in_doubt"
-                self._write(ev)
-                self._kill(ev, "in_doubt", k)
+            if self._killed_in_doubt(ev):
                 return None
         self._write(ev)
         return reply
+
+    def _killed_in_doubt(self, ev: dict[str, Any]) -> bool:
+        """Kill the agent in ``ev``'s in-doubt window (applied, the reply not yet sent) if a
+        kill is planned there; True if it was."""
+        k = self._kill_for(ev, "in_doubt")
+        if k is None:
+            return False
+        ev["killed"] = "in_doubt"
+        self._write(ev)
+        self._kill(ev, "in_doubt", k)
+        return True
 
     def _safe_handle(self, msg: dict[str, Any]) -> dict[str, Any] | None:
         """:meth:`handle`, but a bug or an odd message never takes the server down."""
@@ -654,7 +656,7 @@ class Ledger:
                 conn_attempt = int(msg.get("attempt") or 0)
         elif conn_attempt and "attempt" not in msg:
             msg["attempt"] = conn_attempt
-        return self._safe_handle(msg), conn_attempt
+        return self._safe_handle(agent_message(msg)), conn_attempt
 
     def _send_line(self, sock: socket.socket, reply: dict[str, Any]) -> bool:
         """Send one reply line; False if the agent is gone or does not read (``idle_timeout``

@@ -250,6 +250,17 @@ def _payload(raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
+#: Fields only the stand-in services set (a request they failed; one whose reply they lost):
+#: from the agent (the probe socket, the ledger's HTTP front) they are dropped, or an agent
+#: could mark its own duplicate "failed" and have it never count as applied.
+SERVICE_ONLY = ("failed", "reply_lost")
+
+
+def agent_message(msg: dict[str, Any]) -> dict[str, Any]:
+    """``msg`` as the agent may send it: without the fields only a service sets."""
+    return {k: v for k, v in msg.items() if k not in SERVICE_ONLY}
+
+
 def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
     """The request handler of ``ledger``'s HTTP front (see the module's docstring)."""
     from crashpoint.harness._ledger import HTTP_EVENT_OPS, _size_text
@@ -345,7 +356,7 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                         "an event body is a JSON object such as {\"step\": \"fetch\"}")})
                     return
                 msg = {**self._who(), **body, "op": name}  # the body's attempt/pid win
-            reply = ledger._safe_handle(msg)
+            reply = ledger._safe_handle(agent_message(msg))
             if reply is None:
                 self._drop()
                 return
