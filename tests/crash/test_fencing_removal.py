@@ -4,6 +4,7 @@ through strace's fault injection)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -96,6 +97,24 @@ def _template(path: Path) -> None:
         run.finish({"out": 1})
 
 
+def _wait_for_the_pruner(state: Path) -> None:
+    """Wait until no process runs on ``state`` (the pruner itself, not only strace, which
+    ``wait`` returned for: its lock goes only when it is gone, and a live lock rightly makes
+    ``runs()`` leave its removal alone)."""
+    import psutil
+
+    def mine() -> list[psutil.Process]:
+        out = []
+        for p in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(state) in (p.info["cmdline"] or []) and p.status() != "zombie":
+                    out.append(p)
+        return out
+
+    _gone, alive = psutil.wait_procs(mine(), timeout=30)
+    assert not alive, f"the pruner on {state} did not exit: {alive}"
+
+
 def _whole_or_gone(root: Path, label: str) -> str:
     store = Store(root, reserve_bytes=0)
     store.runs()  # finishes an interrupted removal
@@ -147,5 +166,6 @@ def test_a_kill_at_each_file_operation_of_prune_leaves_the_run_whole_or_gone(
         land = landed(a, attempt=1)
         assert land.fired, f"{op.label()}: {land.why_not}"
         assert rc == -signal.SIGKILL, op.label()
+        _wait_for_the_pruner(state)
         seen[op.label()] = _whole_or_gone(state, op.label())
     assert set(seen.values()) == {"whole", "gone"}, seen  # both outcomes were exercised
