@@ -330,3 +330,33 @@ def _no_leftover_children() -> Iterator[None]:
         f"{len(described)} child process(es) of pytest (pid {me.pid}) were still running at the "
         "end of the session; a test or fixture leaked them (use the `children` fixture):\n"
         + "\n".join(described), pytrace=False)
+
+
+# -- a real PostgreSQL server (issue 14): one per test session (per xdist worker), a fresh
+#    database per test; skipped with the reason where the server binaries, the unprivileged
+#    account (CI runs as root) or the driver are missing.
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running :class:`crashpoint.harness._postgres.PostgresServer` (fsync on)."""
+    from crashpoint.harness._postgres import PostgresServer, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    # not under tmp_path: pytest's base folder is 0700 and the server's account cannot reach it
+    with PostgresServer.start() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_dsn(pg_server: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The DSN of an empty database of its own on :func:`pg_server`, dropped afterwards."""
+    pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
+                        "pip install 'crashpoint[postgres]'")
+    name = "t_" + secrets.token_hex(6)
+    dsn = pg_server.create_database(name)
+    yield dsn
+    with contextlib.suppress(RuntimeError):
+        pg_server.drop_database(name)

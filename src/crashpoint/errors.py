@@ -21,6 +21,7 @@ __all__ = [
     "DiskBudgetExceeded",
     "EffectInDoubt",
     "InvalidRunId",
+    "LeaseLost",
     "ResumeMismatch",
     "RunDeadLettered",
     "RunLocked",
@@ -159,6 +160,33 @@ class RunLocked(CheckpointError, TimeoutError):
 
     def __reduce__(self) -> tuple[type[RunLocked], tuple[str, str, str, float]]:
         return (type(self), (self.run_id, self.path, self.holder, self.waited))
+
+
+class LeaseLost(RunLocked):
+    """A writer's lease on a run (PostgresStore) was taken over by another worker, or expired
+    and was taken: its fencing generation is stale, so its writes are refused, never applied.
+
+    ``generation`` is the writer's own, ``current`` the one now holding the run (0 if unknown).
+    """
+
+    def __init__(self, run_id: str, path: str, holder: str = "", waited: float = 0.0,
+                 generation: int = 0, current: int = 0) -> None:
+        super().__init__(run_id, path, holder, waited)
+        self.generation = generation
+        self.current = current
+        self.args = (run_id, path, holder, waited, generation, current)
+
+    def __str__(self) -> str:
+        now = f" (now generation {self.current}" + (f", {self.holder})" if self.holder else ")")
+        return (
+            f"run {self.run_id!r}: this writer's lease (generation {self.generation}) was lost"
+            f"{now if self.current else ''}; its write was refused and nothing of it was stored. "
+            "Another worker owns the run now: stop this attempt; do not retry the write."
+        )
+
+    def __reduce__(self) -> tuple[type[LeaseLost], tuple[str, str, str, float, int, int]]:  # type: ignore[override]
+        return (type(self), (self.run_id, self.path, self.holder, self.waited, self.generation,
+                             self.current))
 
 
 class InvalidRunId(CheckpointError, ValueError):

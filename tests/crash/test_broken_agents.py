@@ -264,8 +264,11 @@ def demo_faults() -> list[Any]:
     ]
 
 
-DEMO = AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
-                 timeout=30)
+#: The fake model thinks 150 ms, longer than SOON: instants drawn in [0, SOON) land in the
+#: agent's work however fast the machine is (else a fast machine ends the agent first and the
+#: timed families are, rightly, not exercised).
+DEMO = AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}",
+                          "--think", "0.15"), timeout=30)
 
 
 def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
@@ -276,7 +279,8 @@ def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
     result = campaign.run()
     took = time.monotonic() - t0
     s = result.summary()
-    assert result.ok, f"the demo agent failed {s['failed']} of {s['trials']} trials:\n" + \
+    assert result.ok, f"the demo agent failed {s['failed']} of {s['trials']} trials, " \
+        f"families never exercised: {result.unexercised()}:\n" + \
         "\n".join(f"{f['plan']}: {f['checks']} -> {f['replay']}" for f in s["failures"])
     assert s["skipped"] == 0, s["skip_reasons"]
     assert s["duplicate_effects"] == 0

@@ -1,7 +1,7 @@
 """The demo agent: a small research agent built only on crashpoint's public API.
 
     python -m crashpoint.agents.demo --state DIR [--topic TEXT] [--run-id ID] [--approval]
-                                     [--smtp HOST:PORT] [--webhook URL]
+                                     [--smtp HOST:PORT] [--webhook URL] [--think SECONDS]
 
 plan -> search a bundled corpus (tool) -> summarise with a deterministic fake LLM -> write a
 report file -> send a notification (effect) -> [wait for approval] -> publish (effect).
@@ -9,7 +9,9 @@ By default both effects go through crashpoint's probe. With ``--smtp`` the notif
 real email (``smtp_effect``: logged in with ``CRASHPOINT_SMTP_USER``/``_PASSWORD`` when set,
 its Message-ID derived from the effect's key); with ``--webhook`` publishing is a real HTTP
 POST (``http_effect``: the effect's key as ``Idempotency-Key``). Under the gate, point them at
-the stand-in services: ``--smtp {smtp} --webhook {http}/publish``.
+the stand-in services: ``--smtp {smtp} --webhook {http}/publish``. ``--think SECONDS`` makes
+the fake model take that long (as a real one does), so faults drawn at an instant (``kill: {at:
+time}``, ``signal``) land inside a step's work however fast the machine is.
 It prints its final output as one line of JSON, byte-identical whether or not it crashed and
 resumed on the way. Exit codes: 0 done, 75 paused for approval, 77 denied (see
 ``crashpoint.checkpoint.EXIT_CODES``).
@@ -22,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from importlib import resources
 from typing import Any
 
@@ -62,8 +65,11 @@ def search(keywords: list[str]) -> list[dict[str, Any]]:
     return hits[:5]
 
 
-def fake_llm(topic: str, hits: list[dict[str, Any]]) -> str:
-    """A deterministic stand-in for a language model: an extractive summary."""
+def fake_llm(topic: str, hits: list[dict[str, Any]], think: float = 0.0) -> str:
+    """A deterministic stand-in for a language model: an extractive summary, after ``think``
+    seconds."""
+    if think > 0:
+        time.sleep(think)
     if not hits:
         return f"Nothing in the corpus is about {topic!r}."
     return " ".join(h["text"] for h in hits[:3])
@@ -89,7 +95,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="group-commit every N steps instead of every step")
     ap.add_argument("--smtp", metavar="HOST:PORT", help="send the notification as an email")
     ap.add_argument("--webhook", metavar="URL", help="publish by POSTing to this URL")
+    ap.add_argument("--think", type=float, default=0.0, metavar="SECONDS",
+                    help="the fake model's thinking time (default 0)")
     args = ap.parse_args(argv)
+    if not 0 <= args.think <= 3600:
+        ap.error(f"--think {args.think}: give seconds between 0 and 3600")
     mail = webhook = None
     if args.smtp:
         host, _, port = args.smtp.rpartition(":")
@@ -109,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     with open_run(store, args.run_id, steps=steps, checkpointing=checkpointing) as run:
         plan = run.step("plan", lambda: make_plan(args.topic))
         hits = run.step("search", lambda: search(plan["keywords"]), kind="tool")
-        summary = run.step("summarise", lambda: fake_llm(args.topic, hits), kind="llm")
+        summary = run.step("summarise", lambda: fake_llm(args.topic, hits, args.think), kind="llm")
         report = run.step("write_report",
                           lambda: write_report(args.state, args.topic, summary, hits))
         note: dict[str, Any] = {"channel": "#research", "text": f"report ready: {args.topic}",

@@ -1,0 +1,309 @@
+"""A real, throw-away PostgreSQL server for tests, campaigns and benchmarks.
+
+PostgreSQL refuses to run as root, and CI runs as root: when the effective uid is 0 the server is
+started as an unprivileged account (``postgres`` by default, any other by name) in a temporary
+data folder that account owns. Without root it runs as the current user. It listens on
+``127.0.0.1`` at a free port and on a Unix socket inside its own folder, trusts local
+connections (the folder is 0700 and the port loopback-only), and is stopped, process group and
+all, when the context exits. Nothing outside its own folder is touched.
+
+    with PostgresServer.start() as pg:          # or PostgresServer.unavailable() -> reason
+        dsn = pg.create_database("t1")           # postgresql://crashpoint@127.0.0.1:PORT/t1
+
+:func:`unavailable` says, in one line, why a server cannot be started here (no binaries, no
+unprivileged account when root), so tests skip with the reason instead of failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+__all__ = ["PostgresServer", "find_binaries", "unavailable"]
+
+SUPERUSER = "crashpoint"
+
+
+def find_binaries() -> str | None:
+    """The folder holding ``initdb`` and ``postgres``: ``$CRASHPOINT_PG_BIN``, then ``PATH``,
+    then ``pg_config --bindir``, then ``/usr/lib/postgresql/*/bin`` (newest first)."""
+    candidates: list[str] = []
+    env = os.environ.get("CRASHPOINT_PG_BIN")
+    if env:
+        candidates.append(env)
+    for name in ("initdb", "postgres"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(os.path.dirname(os.path.realpath(found)))
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
+                                 timeout=10, check=False).stdout.strip()
+            if out:
+                candidates.append(out)
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for folder in candidates:
+        if all(os.access(os.path.join(folder, b), os.X_OK) for b in ("initdb", "postgres")):
+            return folder
+    return None
+
+
+def _run_as(user: str | None) -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    return pwd.getpwnam(user or "postgres")
+
+
+def unavailable(user: str | None = None) -> str | None:
+    """Why a server cannot be started on this machine, or None if it can."""
+    if find_binaries() is None:
+        return ("PostgreSQL server binaries (initdb, postgres) not found on PATH, in "
+                "pg_config --bindir or /usr/lib/postgresql/*/bin; install the server package "
+                "or set CRASHPOINT_PG_BIN")
+    if os.geteuid() == 0:
+        try:
+            _run_as(user)
+        except KeyError:
+            return (f"running as root and there is no unprivileged account "
+                    f"{user or 'postgres'!r} to run PostgreSQL as (it refuses to run as root); "
+                    "create one (useradd postgres) or run as a normal user")
+    return None
+
+
+def _plain_name(name: str) -> str:
+    if not name or not name.replace("_", "").isalnum() or not name[0].isalpha() or \
+            not name.isascii():
+        raise ValueError(f"database name {name!r}: use ASCII letters, digits and _")
+    return name
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PostgresServer:
+    """One running server. Use :meth:`start` (a context manager) rather than the constructor."""
+
+    folder: str
+    port: int
+    bindir: str
+    process: subprocess.Popen[bytes] | None = None
+    account: pwd.struct_passwd | None = None
+    _databases: list[str] = field(default_factory=list)
+
+    @property
+    def socket_dir(self) -> str:
+        return os.path.join(self.folder, "sock")
+
+    @property
+    def data_dir(self) -> str:
+        return os.path.join(self.folder, "data")
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.folder, "server.log")
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        """A libpq URI for ``dbname`` over loopback TCP (the form users paste)."""
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, *, user: str | None = None, base: str | None = None, fsync: bool = True,
+              settings: dict[str, str] | None = None, timeout: float = 60.0
+              ) -> Iterator[PostgresServer]:
+        """Initialise a data folder, start the server, yield it, stop it and delete the folder.
+
+        ``fsync=False`` trades durability of the *server* for speed (tests that kill clients,
+        not the server, lose nothing by it); benchmarks keep the default.
+        """
+        reason = unavailable(user)
+        if reason:
+            raise RuntimeError(reason)
+        bindir = find_binaries()
+        assert bindir is not None
+        account = _run_as(user)
+        folder = tempfile.mkdtemp(prefix="crashpoint-pg-", dir=base)
+        server = cls(folder=folder, port=0, bindir=bindir, account=account)
+        try:
+            os.chmod(folder, 0o700)
+            os.mkdir(server.socket_dir, 0o700)
+            if account is not None:
+                for path in (folder, server.socket_dir):
+                    os.chown(path, account.pw_uid, account.pw_gid)
+                # the account must be able to reach its folder through its parents
+                parent = os.path.dirname(folder)
+                mode = os.stat(parent).st_mode
+                if not mode & 0o001:
+                    raise RuntimeError(
+                        f"{parent} is not searchable by {account.pw_name!r}; pass base= a "
+                        "folder it can reach (e.g. /tmp)")
+            server._initdb(fsync=fsync, settings=settings or {})
+            server._launch(timeout)
+            yield server
+        finally:
+            server.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        env["LANG"] = "C"
+        if self.account is not None:
+            env["HOME"] = self.folder
+            env["USER"] = env["LOGNAME"] = self.account.pw_name
+        return env
+
+    def _popen_kw(self) -> dict[str, object]:
+        kw: dict[str, object] = {"env": self._env(), "cwd": self.folder}
+        if self.account is not None:
+            kw.update(user=self.account.pw_uid, group=self.account.pw_gid, extra_groups=[])
+        return kw
+
+    def _initdb(self, *, fsync: bool, settings: dict[str, str]) -> None:
+        argv = [os.path.join(self.bindir, "initdb"), "-D", self.data_dir, "-U", SUPERUSER,
+                "--auth=trust", "-E", "UTF8", "--locale=C"]
+        if not fsync:
+            argv.append("--no-sync")
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300,
+                              **self._popen_kw())  # type: ignore[call-overload]
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        conf = {
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "fsync": "on" if fsync else "off",
+            "synchronous_commit": "on" if fsync else "off",
+            "full_page_writes": "on" if fsync else "off",
+            "max_connections": "200",
+            "shared_buffers": "32MB",
+            "logging_collector": "off",
+        }
+        conf.update(settings)
+        with open(os.path.join(self.data_dir, "postgresql.auto.conf"), "a") as f:
+            for k, v in conf.items():
+                f.write(f"{k} = {v}\n")
+
+    def _launch(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for _ in range(5):  # a free port can be taken between the probe and the bind
+            self.port = _free_port()
+            log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+            try:
+                self.process = subprocess.Popen(
+                    [os.path.join(self.bindir, "postgres"), "-D", self.data_dir,
+                     "-p", str(self.port)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                    **self._popen_kw())  # type: ignore[call-overload]
+            finally:
+                log.close()
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    break
+                if os.path.exists(os.path.join(self.socket_dir, f".s.PGSQL.{self.port}")) and \
+                        self._accepts():
+                    return
+                time.sleep(0.05)
+            else:
+                raise RuntimeError(f"PostgreSQL did not accept connections within {timeout}s; "
+                                   f"see {self.log_path}: {self._log_tail()}")
+            if "could not bind" not in self._log_tail():
+                raise RuntimeError(f"PostgreSQL exited with {self.process.returncode}: "
+                                   f"{self._log_tail()}")
+        raise RuntimeError(f"PostgreSQL could not bind a port: {self._log_tail()}")
+
+    def _tool(self, name: str) -> str | None:
+        own = os.path.join(self.bindir, name)
+        return own if os.path.exists(own) else shutil.which(name)
+
+    def _accepts(self) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except OSError:
+                return False
+        isready = self._tool("pg_isready")
+        if isready is None:
+            return True
+        done = subprocess.run([isready, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER],
+                              capture_output=True, check=False, timeout=10)
+        return done.returncode == 0
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-2000:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        """Run one SQL command through ``psql`` (no driver needed); return its output."""
+        psql = self._tool("psql")
+        if psql is None:
+            raise RuntimeError("psql not found beside the server binaries or on PATH")
+        done = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h",
+                               "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", dbname,
+                               "-c", sql], capture_output=True, text=True, check=False,
+                              timeout=120, env=self._env())
+        if done.returncode != 0:
+            raise RuntimeError(f"psql failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def create_database(self, name: str) -> str:
+        """Create an empty database (the name must be a plain identifier); return its DSN."""
+        _plain_name(name)
+        self.psql(f'CREATE DATABASE "{name}"')
+        self._databases.append(name)
+        return self.dsn(name)
+
+    def drop_database(self, name: str) -> None:
+        _plain_name(name)
+        self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def backend_pids(self, dbname: str | None = None) -> list[int]:
+        """Client-serving backend pids (to kill a client's connection from the server side)."""
+        sql = ("SELECT pid FROM pg_stat_activity "
+               "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+        if dbname:
+            _plain_name(dbname)
+            sql += f" AND datname = '{dbname}'"
+        out = self.psql(sql)
+        return [int(x) for x in out.split()]
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT), then SIGKILL of the whole process group after 10 s."""
+        proc = self.process
+        if proc is None:
+            return
+        self.process = None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (none normally)
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
