@@ -35,14 +35,16 @@ from crashpoint.harness._entry import EntryError
 from crashpoint.harness._model import ENTRY_ARGV
 from crashpoint.harness._zygote import Zygote, ZygoteError
 
-DEMO = AgentSpec(entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"),
-                 timeout=60.0)
+#: The fake model thinks 300 ms: the signal family's instants (drawn in [0, 200 ms)) land in
+#: the agent's work however fast the machine is.
+DEMO = AgentSpec(entry="crashpoint.agents.demo:main",
+                 args=("--state", "{state_dir}", "--think", "0.3"), timeout=60.0)
 FAMILIES = [
     {"kill": {"at": "every-boundary"}},
     {"kill": {"at": "random", "count": 2}},
     {"kill": {"at": "failpoint", "count": 3}},
     {"corrupt": {"count": 3}},
-    {"signal": {"count": 2}},
+    {"signal": {"count": 2, "within": "200ms"}},
 ]
 
 AGENTS = textwrap.dedent('''

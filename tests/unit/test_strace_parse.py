@@ -443,7 +443,9 @@ def test_the_detacher_finds_a_re_forking_helper_the_trace_never_shows(tmp_path: 
         assert beats.read_text().split()  # the helper ran
         assert d.detached, rc
         assert d.left
-        assert {int(x) for x in beats.read_text().split()} & set(d.left)
+        beat = {int(x) for x in beats.read_text().split()}
+        # a left pid wrote a heartbeat, or is the newest fork, killed before it could write one
+        assert beat & set(d.left) or min(d.left) > max(beat), (sorted(beat)[-5:], d.left)
         assert (ex.returncode, ex.signal, ex.orphans) == (0, None, d.left)
         time.sleep(0.2)
         size = beats.stat().st_size
