@@ -266,6 +266,6 @@ class FleetWorker:
         if proc.returncode in (0, EXIT_CODES["paused"], EXIT_CODES["denied"]):
             return "", False
         tail = bytes(err).decode("utf-8", "replace").strip().splitlines()[-1:]
-        if "LeaseLost" in (tail[0] if tail else ""):
+        if proc.returncode == EXIT_CODES["locked"]:  # LeaseLost / RunLocked: not ours now
             return f"exit {proc.returncode}: {tail[0][:300]}", True
         return f"exit {proc.returncode}" + (f": {tail[0][:300]}" if tail else ""), False
