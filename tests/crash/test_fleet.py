@@ -20,9 +20,9 @@ from fake_target import FakeTarget
 pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
                     "pip install 'crashpoint[postgres]'")
 
-from crashpoint.checkpoint import run_reducer  # noqa: E402
-from crashpoint.checkpoint._fleet import submit  # noqa: E402
-from crashpoint.checkpoint._pg import PostgresStore  # noqa: E402
+from crashpoint.checkpoint import run_reducer
+from crashpoint.checkpoint._fleet import submit
+from crashpoint.checkpoint._pg import PostgresStore
 
 if TYPE_CHECKING:
     from conftest import Child, Children
@@ -99,7 +99,8 @@ def wait_all(*ws: Child, timeout: float = 60.0) -> None:
 def test_killed_worker_loses_its_run_to_another(children: Children, pg_dsn: str,
                                                 kill: tuple[int, Any]) -> None:
     store = PostgresStore(pg_dsn, worker="test")
-    assert submit(store, "r1") and not submit(store, "r1")
+    assert submit(store, "r1")
+    assert not submit(store, "r1")
     with WorkerKiller() as target:
         target.arm_kill(*kill)
         a = worker(children, pg_dsn, "A", target)
@@ -110,7 +111,8 @@ def test_killed_worker_loses_its_run_to_another(children: Children, pg_dsn: str,
         judge(store, target, ["r1"], in_doubt=1 if kill[1] == "in_doubt" else 0)
         # submit took generation 1 (no records), A 2, B 3
         assert store.lease("r1").generation == 3  # type: ignore[union-attr]
-        assert set(generations(store, "r1")) <= {2, 3} and generations(store, "r1")[-1] == 3
+        assert set(generations(store, "r1")) <= {2, 3}
+        assert generations(store, "r1")[-1] == 3
     store.close()
 
 
@@ -174,6 +176,8 @@ def test_killed_client_connection_mid_run(children: Children, pg_server: Any,
         wait_for_a_step(store, "r1")
         for pid in pg_server.backend_pids(db):
             pg_server.psql(f"SELECT pg_terminate_backend({pid})")
+        store.close()  # ours was terminated too
+        store = PostgresStore(pg_dsn, worker="test")
         wait_all(a)
         judge(store, target, ["r1"], in_doubt=1)
     store.close()
@@ -241,7 +245,9 @@ def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
                 ws.append(worker(children, pg_dsn, next(names), target, think=0.05))
         for w in ws:
             w.wait(60)
-        assert stolen and stopped and kills
+        assert stolen
+        assert stopped
+        assert kills
         judge(store, target, runs, in_doubt=kills + 2)
     store.close()
 

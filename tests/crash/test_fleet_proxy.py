@@ -26,7 +26,8 @@ def test_forwards_partitions_and_heals(pg_server: Any, pg_dsn: str) -> None:
     before = threading.active_count()
     with TcpProxy("127.0.0.1", pg_server.port) as proxy:
         dsn = proxy.dsn(pg_dsn)
-        assert str(proxy.port) in dsn and dsn.endswith(pg_dsn.rsplit("/", 1)[1])
+        assert str(proxy.port) in dsn
+        assert dsn.endswith(pg_dsn.rsplit("/", 1)[1])
         assert _one(dsn) == 1
         conn = psycopg.connect(dsn, autocommit=True)
         try:
@@ -54,7 +55,7 @@ def test_blackhole_freezes_and_heal_resets(pg_server: Any, pg_dsn: str) -> None:
         def query() -> None:
             try:
                 conn.execute("SELECT 1")
-            except BaseException as exc:  # noqa: BLE001 - handed to the test
+            except BaseException as exc:
                 errors.append(exc)
 
         try:
@@ -64,11 +65,13 @@ def test_blackhole_freezes_and_heal_resets(pg_server: Any, pg_dsn: str) -> None:
             t.start()  # the query's bytes go nowhere and no reply comes: it waits
             with pytest.raises(psycopg.OperationalError):  # accepted, never answered
                 _one(dsn)
-            assert t.is_alive() and not errors
+            assert t.is_alive()
+            assert not errors
             proxy.heal()  # the frozen connection is reset: the waiting query fails
             t.join(30)
             assert not t.is_alive()
-            assert errors and isinstance(errors[0], psycopg.OperationalError)
+            assert errors
+            assert isinstance(errors[0], psycopg.OperationalError)
         finally:
             conn.close()
         assert _one(dsn) == 1

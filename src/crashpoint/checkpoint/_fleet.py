@@ -145,11 +145,16 @@ class FleetWorker:
         stop = stop or threading.Event()
         done: list[FleetOutcome] = []
         while not stop.is_set() and (max_runs is None or len(done) < max_runs):
-            got = self.run_once()
+            try:  # the database unreachable (partition, restart): keep polling
+                got = self.run_once()
+                idle = not got and until_idle and not self._others_busy()
+            except CheckpointError as exc:
+                self.log(f"worker {self.worker}: the store failed ({exc}); retrying")
+                got, idle = [], False
             done += got
+            if idle:
+                break
             if not got:
-                if until_idle and not self._others_busy():
-                    break
                 stop.wait(self.poll)
         return done
 
