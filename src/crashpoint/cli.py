@@ -817,7 +817,10 @@ def _plan(ctx: Context) -> int:
 
 
 # the lifecycle commands for agents in any language: start, step, effect, status, complete
-from crashpoint import _lifecycle_cli  # noqa: E402, F401  (registers them; after `plan`)
+from crashpoint import (  # noqa: E402  (registers the commands; after `plan`)
+    _fleet_cli,  # noqa: F401  (crashpoint fleet work|submit|dead)
+    _lifecycle_cli,  # noqa: F401  (registers them; after `plan`)
+)
 
 # -- crashpoint run / replay (the harness) ---------------------------------------------------
 

@@ -4,6 +4,8 @@ Imports neither pytest nor the harness: an agent imports this and nothing else.
 """
 
 import os as _os
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from crashpoint.checkpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._http import HttpEffectError, http_effect
@@ -50,6 +52,36 @@ from crashpoint.checkpoint._supervisor import (
     stale_runs,
 )
 
+if _TYPE_CHECKING:
+    from crashpoint.checkpoint._pg import Lease, PostgresStore
+
+_LAZY = {"PostgresStore", "Lease"}  # need psycopg: imported on first use, never at import
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY:
+        try:
+            from crashpoint.checkpoint import _pg
+        except ImportError as exc:
+            raise ImportError(f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "
+                              f"psycopg 3 ({exc}): pip install 'crashpoint[postgres]'") from None
+        return getattr(_pg, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_store_url(url_or_path: str | _os.PathLike[str]) -> bool:
+    """True for a ``postgresql://`` or ``postgres://`` URL (a PostgresStore), else a folder."""
+    s = _os.fspath(url_or_path)
+    return isinstance(s, str) and s.lower().startswith(("postgresql://", "postgres://"))
+
+
+def open_store(url_or_path: str | _os.PathLike[str], **kw: _Any) -> _Any:
+    """A :class:`PostgresStore` for a ``postgresql://`` / ``postgres://`` URL, else a file
+    :class:`Store` for the folder; ``kw`` are the store's options."""
+    if is_store_url(url_or_path):
+        return __getattr__("PostgresStore")(_os.fspath(url_or_path), **kw)
+    return Store(url_or_path, **kw)
+
 
 def atomic_write(path: str | _os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, whole
@@ -70,10 +102,12 @@ __all__ = [
     "Durability",
     "EffectPolicy",
     "HttpEffectError",
+    "Lease",
     "Loaded",
     "MailEffectError",
     "PayloadError",
     "PlanLine",
+    "PostgresStore",
     "Recovery",
     "Redactor",
     "ResumeOutcome",
@@ -94,9 +128,11 @@ __all__ = [
     "exit_code",
     "http_effect",
     "interrupted_runs",
+    "is_store_url",
     "message_id_for",
     "notify_event",
     "open_run",
+    "open_store",
     "plan",
     "records_reducer",
     "resume_interrupted",

@@ -1,0 +1,1069 @@
+"""A checkpoint store in PostgreSQL: the file store's interface, one writer per run across machines.
+
+Tables (in schema ``crashpoint`` unless told otherwise), created idempotently under an advisory
+lock::
+
+    runs       run_id PK, meta (canonical JSON), status, size, created/updated, attempts,
+               last_error, dead (dead-letter reason or NULL)
+    records    (run_id, seq) PK, generation, frame: one framed, checksummed journal record
+               (the file journal's bytes: header + {"s","g","d"} payload), appended, never
+               rewritten
+    snapshots  (run_id, seq) PK, frame: the state after record ``seq`` (kind 1); a snapshot
+               deletes the records and older snapshots it covers, in the same transaction
+    leases     run_id PK, holder (NULL: released), generation, expires_at (the SERVER's clock)
+
+Fencing: every write runs in one transaction that first reads the run's lease row ``FOR
+SHARE`` and compares its generation with the writer's; a writer whose lease was taken over
+(generation bumped) gets :class:`~crashpoint.errors.LeaseLost` and its write never lands.
+A heartbeat thread renews the lease while a journal is open; a holder that stops (kill -9,
+partition) lets it expire after ``lease_seconds`` and any worker may take the run.
+
+Reads are total: a row whose checksum, framing or envelope does not hold raises
+:class:`~crashpoint.errors.CheckpointCorrupt` naming the run and the record's sequence number.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from crashpoint.checkpoint._journal import (
+    _STATE_CHECKS,
+    MAX_SEQ,
+    Damage,
+    Loaded,
+    Reducer,
+    _envelope,
+    records_reducer,
+)
+from crashpoint.checkpoint._notify import Notify
+from crashpoint.checkpoint._record import (
+    KIND_RECORD,
+    KIND_SNAPSHOT,
+    PayloadError,
+    decode_json,
+    encode,
+    encode_json,
+    scan,
+)
+from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
+from crashpoint.checkpoint._store import (
+    PRUNABLE_STATUSES,
+    Durability,
+    Recovery,
+    Retention,
+    RunInfo,
+    SnapshotPolicy,
+    validate_run_id,
+)
+from crashpoint.errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointWriteError,
+    DiskBudgetExceeded,
+    LeaseLost,
+    RunLocked,
+    RunNotFound,
+)
+
+__all__ = ["WORKER_ENV", "Lease", "PgJournal", "PostgresStore", "default_worker", "redact_dsn"]
+
+#: The environment variable naming this process's worker id (a fleet worker sets it for the
+#: agent processes it starts, so they adopt the lease it claimed).
+WORKER_ENV = "CRASHPOINT_WORKER"
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_LOCK_KEY = 0x63727368  # "crsh": the advisory lock around creating the schema
+_BUDGET_KEY = 0x62756467  # "budg": writers of a store with a budget check and write as one step
+_CLAIMABLE = ("created", "running", "failed")
+_open_here: set[tuple[str, str, str]] = set()  # (store label, run_id, worker): open journals
+_open_mutex = threading.Lock()
+
+
+def default_worker() -> str:
+    """``$CRASHPOINT_WORKER`` or ``"<hostname>:<pid>"``."""
+    return os.environ.get(WORKER_ENV) or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` as ``postgresql://user@host:port/db`` with no password (for errors, repr, logs)."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql://<unparsable DSN>"
+    user = parts.get("user")
+    host = parts.get("host") or "localhost"
+    port = parts.get("port")
+    db = parts.get("dbname") or ""
+    return (f"postgresql://{f'{user}@' if user else ''}{host}"
+            f"{f':{port}' if port else ''}/{db}")
+
+
+def _secrets_of(dsn: str) -> list[str]:
+    out = []
+    try:
+        pw = conninfo_to_dict(dsn).get("password")
+    except Exception:
+        pw = None
+    if pw:
+        out.append(str(pw))
+    m = re.match(r"^[a-z]+://[^:/@]*:([^@]*)@", dsn)
+    if m and m.group(1):
+        out.append(m.group(1))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run's lease as the database holds it. ``expires_at`` is epoch seconds (server clock);
+    ``holder`` is ``""`` once released."""
+
+    run_id: str
+    holder: str
+    generation: int
+    expires_at: float
+    expired: bool
+
+
+class PostgresStore:
+    """Runs in PostgreSQL, behind the same interface as :class:`~crashpoint.checkpoint.Store`.
+
+    >>> store = PostgresStore("postgresql://app@db/agents")      # doctest: +SKIP
+    >>> with open_run(store, "report-42", steps=[...]) as run:   # doctest: +SKIP
+    ...     ...
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "crashpoint",
+        worker: str | None = None,
+        lease_seconds: float = 30.0,
+        heartbeat_seconds: float | None = None,
+        lock_timeout: float = 0.0,
+        durability: str | Durability = "always",
+        budget_bytes: int | None = None,
+        retention: Retention | None = None,
+        on_corrupt: Literal["raise", "rollback"] = "raise",
+        snapshots: SnapshotPolicy | None = None,
+        secret_names: Iterable[str] = DEFAULT_SECRET_NAMES,
+        notify: Notify = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not _SCHEMA_RE.match(schema):
+            raise ValueError(f"schema {schema!r} is not a plain lower-case SQL name "
+                             "([a-z_][a-z0-9_]*, at most 63 characters)")
+        if on_corrupt not in ("raise", "rollback"):
+            raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
+        if budget_bytes is not None and budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+        hb = lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
+        if not 0 < hb < lease_seconds:
+            raise ValueError(f"heartbeat_seconds must be between 0 and lease_seconds "
+                             f"({lease_seconds}), got {hb}")
+        self._dsn = dsn
+        self._secrets = _secrets_of(dsn)
+        self.label = redact_dsn(dsn)
+        self.schema = schema
+        self.root = f"{self.label}#{schema}"  # where runs live, for messages and events
+        self.worker = worker or default_worker()
+        self.lease_seconds = float(lease_seconds)
+        self.heartbeat_seconds = float(hb)
+        self.lock_timeout = lock_timeout
+        self.durability = Durability.parse(durability)
+        self.budget_bytes = budget_bytes
+        self.retention = retention or Retention()
+        self.on_corrupt = on_corrupt
+        self.snapshots = snapshots or SnapshotPolicy()
+        self.redactor = Redactor(secret_names)
+        self.notify = notify
+        self.connect_timeout = connect_timeout
+        self.bytes_written = 0
+        self._mutex = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._conn_pid = 0
+        self._schema_ready = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.label!r}, schema={self.schema!r}, worker={self.worker!r})"
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        for s in self._secrets:
+            text = text.replace(s, "***")
+        return text
+
+    def _error(self, exc: BaseException, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.label} (schema {self.schema}): {what}: "
+                               f"{self._redact(str(exc).strip())}")
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new connection to the store's database (the schema created if missing)."""
+        try:
+            conn = psycopg.connect(self._dsn, connect_timeout=max(1, int(self.connect_timeout)),
+                                   application_name="crashpoint")
+        except psycopg.Error as exc:
+            raise self._error(exc, "cannot connect") from None
+        try:
+            if not self._schema_ready:
+                self._create_schema(conn)
+                self._schema_ready = True
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A transaction on the store's shared connection (reconnected after a fork or a
+        broken connection)."""
+        with self._mutex:
+            if self._conn is None or self._conn.closed or self._conn_pid != os.getpid() or \
+                    self._conn.broken:
+                self._conn = self.connect()
+                self._conn_pid = os.getpid()
+            conn = self._conn
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            except psycopg.OperationalError as exc:
+                conn.close()
+                raise self._error(exc, "the database connection failed") from None
+            except psycopg.Error as exc:
+                raise self._error(exc, "a query failed") from None
+
+    def close(self) -> None:
+        """Close the store's shared connection (it reconnects when used again)."""
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __del__(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None and getattr(self, "_conn_pid", 0) == os.getpid():
+            with suppress(Exception):  # interpreter shutdown: nothing to report to
+                conn.close()
+
+    def _t(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    def _q(self, text: str) -> sql.Composed:
+        """``text`` with ``{runs}``, ``{records}``, ``{snapshots}``, ``{leases}`` filled in."""
+        return sql.SQL(text).format(**{n: self._t(n) for n in
+                                       ("runs", "records", "snapshots", "leases")})
+
+    def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                    sql.Identifier(self.schema)))
+                for ddl in _DDL:
+                    cur.execute(self._q(ddl))
+        except psycopg.Error as exc:
+            raise self._error(exc, "creating the schema") from None
+
+    # -- paths and names ---------------------------------------------------------------------
+
+    def path(self, run_id: str) -> str:
+        """Where a run lives, for messages (no password)."""
+        return f"{self.root}/{validate_run_id(run_id)}"
+
+    def exists(self, run_id: str) -> bool:
+        validate_run_id(run_id)
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"), (run_id,))
+            return cur.fetchone() is not None
+
+    def run_ids(self) -> list[str]:
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT run_id FROM {runs} ORDER BY run_id"))
+            return [r[0] for r in cur.fetchall()]
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def lease(self, run_id: str) -> Lease | None:
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "SELECT holder, generation, extract(epoch FROM expires_at)::float8, "
+                "holder IS NULL OR expires_at <= now() FROM {leases} WHERE run_id = %s"),
+                (run_id,))
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return Lease(run_id, row[0] or "", int(row[1]), float(row[2]), bool(row[3]))
+
+    def _take(self, cur: psycopg.Cursor[Any], run_id: str, worker: str, *, force: bool = False,
+              adopt: bool = True) -> tuple[int, str, bool] | None:
+        """Take the run's lease for ``worker`` in the caller's transaction: (generation, how,
+        adopted) or None if another holder's lease is live. New runs start at generation 1."""
+        ttl = self.lease_seconds
+        cur.execute(self._q(
+            "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
+            "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING generation"), (run_id, worker, ttl))
+        row = cur.fetchone()
+        if row is not None:
+            return int(row[0]), "", False
+        cur.execute(self._q(
+            "SELECT holder, generation, holder IS NULL OR expires_at <= now() "
+            "FROM {leases} WHERE run_id = %s FOR UPDATE"), (run_id,))
+        holder, gen, free = cur.fetchone()  # type: ignore[misc]
+        if not force and not free:
+            if adopt and holder == worker:
+                cur.execute(self._q(
+                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
+                    "WHERE run_id = %s"), (ttl, run_id))
+                return int(gen), holder, True
+            return None
+        cur.execute(self._q(
+            "UPDATE {leases} SET holder = %s, generation = generation + 1, "
+            "expires_at = now() + make_interval(secs => %s) WHERE run_id = %s "
+            "RETURNING generation"), (worker, ttl, run_id))
+        return int(cur.fetchone()[0]), holder or "", False  # type: ignore[index]
+
+    def take_over(self, run_id: str, worker: str) -> int:
+        """Take the run's lease by force (a new generation): the old holder's next write gets
+        :class:`LeaseLost`. For operators, and tests of a stolen lease."""
+        validate_run_id(run_id)
+        with self._tx() as cur:
+            got = self._take(cur, run_id, worker, force=True)
+        assert got is not None
+        return got[0]
+
+    def renew(self, run_id: str, worker: str, generation: int) -> bool:
+        """Extend the lease (a heartbeat); False if ``worker`` no longer holds ``generation``."""
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
+                "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"),
+                (self.lease_seconds, run_id, worker, generation))
+            return cur.fetchone() is not None
+
+    def release(self, run_id: str, worker: str, generation: int) -> None:
+        """Give the lease up (if ``worker`` still holds ``generation``): any worker may take the
+        run at once."""
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "UPDATE {leases} SET holder = NULL, expires_at = now() "
+                "WHERE run_id = %s AND holder = %s AND generation = %s"),
+                (run_id, worker, generation))
+
+    def claim(self, worker: str, *, limit: int = 1, auto_resume_hitl: bool = False
+              ) -> list[tuple[str, int]]:
+        """Take the leases of up to ``limit`` unfinished, not dead-lettered runs no live worker
+        holds (``FOR UPDATE SKIP LOCKED``: concurrent claimers get disjoint runs); return
+        ``[(run_id, generation)]``."""
+        statuses = list(_CLAIMABLE) + (["decided"] if auto_resume_hitl else [])
+        out: list[tuple[str, int]] = []
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "SELECT r.run_id FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id "
+                "WHERE r.status = ANY(%s) AND r.dead IS NULL "
+                "AND (l.run_id IS NULL OR l.holder IS NULL OR l.expires_at <= now()) "
+                "ORDER BY r.updated LIMIT %s FOR UPDATE OF r SKIP LOCKED"), (statuses, limit))
+            for (rid,) in cur.fetchall():
+                cur.execute(self._q(
+                    "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
+                    "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
+                    "ON CONFLICT (run_id) DO UPDATE SET holder = EXCLUDED.holder, "
+                    "generation = {leases}.generation + 1, expires_at = EXCLUDED.expires_at "
+                    "WHERE {leases}.holder IS NULL OR {leases}.expires_at <= now() "
+                    "RETURNING generation"), (rid, worker, self.lease_seconds))
+                row = cur.fetchone()
+                if row is not None:
+                    out.append((rid, int(row[0])))
+        return out
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def record_attempt(self, run_id: str, error: str | None) -> int:
+        """Count one more attempt at the run (``error``: why it failed); return the count."""
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "UPDATE {runs} SET attempts = attempts + 1, last_error = %s "
+                "WHERE run_id = %s RETURNING attempts"),
+                (None if error is None else self._redact(error)[:4000], run_id))
+            row = cur.fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.root}")
+        return int(row[0])
+
+    def dead_letter(self, run_id: str, reason: str) -> None:
+        """Never claim the run again (until an operator clears it)."""
+        with self._tx() as cur:
+            cur.execute(self._q("UPDATE {runs} SET dead = %s WHERE run_id = %s RETURNING 1"),
+                        (self._redact(reason)[:4000] or "dead-lettered", run_id))
+            if cur.fetchone() is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.root}")
+
+    def dead_lettered(self) -> list[tuple[str, int, str]]:
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT run_id, attempts, dead FROM {runs} "
+                                "WHERE dead IS NOT NULL ORDER BY run_id"))
+            return [(r[0], int(r[1]), str(r[2])) for r in cur.fetchall()]
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def open(self, run_id: str, *, reducer: Reducer = records_reducer, create: bool = True,
+             lock_timeout: float | None = None) -> PgJournal:
+        """Open a run for writing: take (or adopt) its lease, load its state. Raises
+        :class:`RunLocked` if another worker's lease is live after ``lock_timeout`` seconds."""
+        validate_run_id(run_id)
+        timeout = self.lock_timeout if lock_timeout is None else lock_timeout
+        key = (self.root, run_id, self.worker)
+        with _open_mutex:
+            if key in _open_here:
+                raise RunLocked(run_id, self.path(run_id), f"this process ({self.worker})")
+            _open_here.add(key)
+        try:
+            conn = self.connect()
+        except BaseException:
+            with _open_mutex:
+                _open_here.discard(key)
+            raise
+        try:
+            deadline = time.monotonic() + timeout
+            holder = ""
+            while True:
+                try:
+                    with conn.transaction(), conn.cursor() as cur:
+                        cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"),
+                                    (run_id,))
+                        if cur.fetchone() is None:
+                            if not create:
+                                raise RunNotFound(f"no run {run_id!r} in {self.root}")
+                            cur.execute(self._q(
+                                "INSERT INTO {runs} (run_id) VALUES (%s) "
+                                "ON CONFLICT DO NOTHING"), (run_id,))
+                        got = self._take(cur, run_id, self.worker)
+                        if got is None:
+                            cur.execute(self._q("SELECT holder FROM {leases} WHERE run_id = %s"),
+                                        (run_id,))
+                            holder = str((cur.fetchone() or ("",))[0] or "")
+                except psycopg.Error as exc:
+                    raise self._error(exc, f"opening run {run_id!r}") from None
+                if got is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    raise RunLocked(run_id, self.path(run_id), f"worker {holder}",
+                                    timeout)
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            gen, _prev, adopted = got
+            return PgJournal(self, run_id, reducer, conn, gen, adopted, key)
+        except BaseException:
+            conn.close()
+            with _open_mutex:
+                _open_here.discard(key)
+            raise
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _load(self, cur: psycopg.Cursor[Any], run_id: str, reducer: Reducer, *,
+              stop_on_damage: bool) -> Loaded:
+        """Rebuild the run's state from its newest snapshot and the records after it."""
+        where = self.path(run_id)
+        out = Loaded(state={})
+
+        def hit(seq: int, reason: str) -> None:
+            d = Damage(where, seq, f"record #{seq}: {reason}")
+            if stop_on_damage:
+                raise d.error()
+            out.damage.append(d)
+
+        cur.execute(self._q("SELECT seq, frame FROM {snapshots} WHERE run_id = %s "
+                            "ORDER BY seq DESC"), (run_id,))
+        for sseq, frame in cur.fetchall():
+            got = _snapshot_of(bytes(frame), int(sseq), _STATE_CHECKS.get(reducer))
+            if isinstance(got, str):
+                d = Damage(where, int(sseq), f"snapshot at record #{sseq}: {got}")
+                if stop_on_damage:
+                    raise d.error()
+                out.damage.append(d)
+                continue
+            out.state, out.generation, out.snapshot_bytes = got
+            out.seq = out.snapshot_seq = int(sseq)
+            break
+        cur.execute(self._q("SELECT seq, generation, frame FROM {records} "
+                            "WHERE run_id = %s AND seq > %s ORDER BY seq"),
+                    (run_id, out.seq))
+        for seq, _gen, frame in cur:
+            seq = int(seq)
+            raw = bytes(frame)
+            res = scan(raw)
+            if res.stop != "end" or len(res.records) != 1:
+                hit(seq, res.reason or "a row must hold exactly one framed record")
+                break
+            _off, kind, payload = res.records[0]
+            if kind != KIND_RECORD:
+                hit(seq, f"record kind {kind} in the journal")
+                break
+            try:
+                s, g, d = _envelope(payload)
+            except PayloadError as exc:
+                hit(seq, f"record does not decode: {exc}")
+                break
+            if s != seq:
+                hit(seq, f"its payload says record #{s}")
+                break
+            if s != out.seq + 1:
+                hit(seq, f"records #{out.seq + 1}..#{s - 1} are missing")
+                break
+            if g < out.generation:
+                hit(seq, f"written by generation {g} after generation {out.generation} "
+                         "(a fenced-out writer)")
+                break
+            try:
+                reducer(out.state, d)
+            except PayloadError as exc:
+                hit(seq, f"does not fit the run: {exc}")
+                break
+            out.seq, out.generation = s, g
+            out.bytes_since_snapshot += len(raw)
+        if out.damage:
+            out.lost_from_seq = out.seq + 1
+        return out
+
+    def read(self, run_id: str, *, reducer: Reducer = records_reducer) -> Loaded:
+        """Load a run's state without taking its lease (for inspection)."""
+        validate_run_id(run_id)
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"), (run_id,))
+            if cur.fetchone() is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.root}")
+            return self._load(cur, run_id, reducer, stop_on_damage=self.on_corrupt == "raise")
+
+    def meta(self, run_id: str) -> dict[str, Any]:
+        validate_run_id(run_id)
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT meta FROM {runs} WHERE run_id = %s"), (run_id,))
+            row = cur.fetchone()
+        return _meta_of(row[0] if row else None)
+
+    # -- listing, verifying, pruning -------------------------------------------------------------
+
+    def runs(self) -> list[RunInfo]:
+        with self._tx() as cur:
+            cur.execute(self._q(
+                "SELECT r.run_id, r.status, r.size, extract(epoch FROM r.updated)::float8, "
+                "r.meta, coalesce(l.generation, 0), "
+                "coalesce(l.holder IS NOT NULL AND l.expires_at > now(), false) "
+                "FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id ORDER BY r.run_id"))
+            rows = cur.fetchall()
+        return [RunInfo(rid, self.path(rid), str(status), int(size), float(upd), int(gen),
+                        bool(locked), _meta_of(meta))
+                for rid, status, size, upd, meta, gen, locked in rows]
+
+    def verify(self, run_id: str | None = None, *, reducer: Reducer = records_reducer
+               ) -> dict[str, tuple[list[Damage], list[Any]]]:
+        """Check every row's checksum and envelope of one run or all: ``{run_id: (damage, [])}``
+        (a database has no torn tails)."""
+        ids = [run_id] if run_id is not None else self.run_ids()
+        out: dict[str, tuple[list[Damage], list[Any]]] = {}
+        with self._tx() as cur:
+            for rid in ids:
+                cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"), (rid,))
+                if cur.fetchone() is None:
+                    raise RunNotFound(f"no run {rid!r} in {self.root}")
+                damage = self._load(cur, rid, reducer, stop_on_damage=False).damage
+                where = self.path(rid)
+                cur.execute(self._q("SELECT seq, frame FROM {records} WHERE run_id = %s "
+                                    "ORDER BY seq"), (rid,))
+                for seq, frame in cur.fetchall():
+                    res = scan(bytes(frame))
+                    why = None
+                    if res.stop != "end" or len(res.records) != 1:
+                        why = res.reason or "a row must hold exactly one framed record"
+                    else:
+                        try:
+                            _envelope(res.records[0][2])
+                        except PayloadError as exc:
+                            why = f"record does not decode: {exc}"
+                    if why is not None:
+                        d = Damage(where, int(seq), f"record #{seq}: {why}")
+                        if d not in damage:
+                            damage.append(d)
+                out[rid] = (damage, [])
+        return out
+
+    def usage(self, *, refresh: bool = False) -> int:
+        """Bytes the store's runs hold (records, snapshots, meta), for all writers together."""
+        with self._tx() as cur:
+            if refresh:
+                cur.execute(self._q(
+                    "UPDATE {runs} r SET size = octet_length(coalesce(r.meta, ''::bytea)) "
+                    "+ coalesce((SELECT sum(octet_length(frame)) FROM {records} x "
+                    "WHERE x.run_id = r.run_id), 0) "
+                    "+ coalesce((SELECT sum(octet_length(frame)) FROM {snapshots} x "
+                    "WHERE x.run_id = r.run_id), 0)"))
+            cur.execute(self._q("SELECT coalesce(sum(size), 0) FROM {runs}"))
+            return int(cur.fetchone()[0])  # type: ignore[index]
+
+    def remove(self, run_id: str) -> None:
+        """Delete a run (its rows, its lease), in one transaction. Refuses a run whose lease is
+        live."""
+        self._remove(run_id, finished_only=False)
+
+    def _remove(self, run_id: str, *, finished_only: bool) -> int:
+        validate_run_id(run_id)
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT size FROM {runs} WHERE run_id = %s FOR UPDATE"),
+                        (run_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.root}")
+            cur.execute(self._q("SELECT holder FROM {leases} WHERE run_id = %s "
+                                "AND holder IS NOT NULL AND expires_at > now() FOR UPDATE"),
+                        (run_id,))
+            live = cur.fetchone()
+            if live is not None:
+                raise RunLocked(run_id, self.path(run_id), f"worker {live[0]}")
+            if finished_only and self._finished(cur, run_id) not in PRUNABLE_STATUSES:
+                raise CheckpointError(f"run {run_id!r} is not finished (by its journal)")
+            for t in ("records", "snapshots", "leases", "runs"):
+                cur.execute(sql.SQL("DELETE FROM {} WHERE run_id = %s").format(self._t(t)),
+                            (run_id,))
+            return int(row[0])
+
+    def _finished(self, cur: psycopg.Cursor[Any], run_id: str) -> str | None:
+        def last_word(state: dict[str, Any], rec: Any) -> None:
+            state["__finish__"] = rec.get("status") if isinstance(rec, dict) and \
+                rec.get("t") == "finish" else None
+        try:
+            loaded = self._load(cur, run_id, last_word, stop_on_damage=True)
+        except CheckpointCorrupt:
+            return None
+        if loaded.seq == 0:
+            return None
+        st = loaded.state
+        got = st.get("__finish__") if "__finish__" in st else st.get("status") \
+            if "effects" in st else None
+        return got if isinstance(got, str) else None
+
+    def prunable(self, *, now: float | None = None, need: int = 0) -> list[RunInfo]:
+        """Finished runs (by their journal) that retention or a need for ``need`` bytes allows
+        removing, oldest first; never one whose lease is live."""
+        now = time.time() if now is None else now
+        done = []
+        candidates = [r for r in self.runs() if not r.locked]
+        with self._tx() as cur:
+            for r in candidates:
+                status = self._finished(cur, r.run_id)
+                if status in PRUNABLE_STATUSES:
+                    done.append(replace(r, status=status))
+        done.sort(key=lambda r: r.updated)
+        ret = self.retention
+        picked: list[RunInfo] = []
+        keep = list(done)
+        if ret.max_age is not None:
+            picked += [r for r in keep if now - r.updated > ret.max_age]
+            keep = [r for r in keep if r not in picked]
+        if ret.max_runs is not None and len(keep) > ret.max_runs:
+            extra = keep[: len(keep) - ret.max_runs]
+            picked += extra
+            keep = keep[len(extra):]
+        if ret.max_bytes is not None:
+            while keep and sum(r.size for r in keep) > ret.max_bytes:
+                picked.append(keep.pop(0))
+        freed = sum(r.size for r in picked)
+        while need > freed and keep:
+            r = keep.pop(0)
+            picked.append(r)
+            freed += r.size
+        return picked
+
+    def prune(self, *, now: float | None = None, need: int = 0,
+              dry_run: bool = False) -> list[RunInfo]:
+        removed = []
+        for r in self.prunable(now=now, need=need):
+            if not dry_run:
+                try:
+                    self._remove(r.run_id, finished_only=True)
+                except (CheckpointError, OSError):
+                    continue
+            removed.append(r)
+        return removed
+
+    def _budget_check(self, cur: psycopg.Cursor[Any], n: int, where: str) -> int:
+        """In a writer's transaction: 0 if ``n`` more bytes fit the budget, else the
+        shortfall (the advisory lock makes the check and the write one step)."""
+        if self.budget_bytes is None:
+            return 0
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_BUDGET_KEY,))
+        cur.execute(self._q("SELECT coalesce(sum(size), 0) FROM {runs}"))
+        used = int(cur.fetchone()[0])  # type: ignore[index]
+        return max(0, used + n - self.budget_bytes)
+
+    def _budget_error(self, where: str, n: int) -> DiskBudgetExceeded:
+        return DiskBudgetExceeded(where, n, f"the store's budget of {self.budget_bytes} bytes "
+                                            f"(in use by all its writers: {self.usage()})")
+
+
+def _meta_of(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        obj = decode_json(bytes(raw), max_depth=64)
+    except PayloadError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _snapshot_of(frame: bytes, seq: int, check: Any) -> tuple[dict[str, Any], int, int] | str:
+    res = scan(frame)
+    if res.stop != "end" or len(res.records) != 1:
+        return res.reason or "a snapshot must hold exactly one record"
+    _off, kind, payload = res.records[0]
+    if kind != KIND_SNAPSHOT:
+        return f"record kind {kind} is not a snapshot"
+    try:
+        obj = decode_json(payload)
+        if type(obj) is not dict or set(obj) != {"seq", "gen", "state"}:
+            raise PayloadError("a snapshot is an object of exactly seq, gen and state")
+        state, sseq, gen = obj["state"], obj["seq"], obj["gen"]
+        if type(sseq) is not int or type(gen) is not int or type(state) is not dict or \
+                not 0 <= gen <= MAX_SEQ:
+            raise PayloadError("its seq and gen must be integers and its state an object")
+        if sseq != seq:
+            raise PayloadError(f"it says seq {sseq}, its row says {seq}")
+        if check is not None:
+            check(state)
+    except PayloadError as exc:
+        return f"snapshot payload does not decode: {exc}"
+    return state, gen, len(frame)
+
+
+_DDL = (
+    "CREATE TABLE IF NOT EXISTS {runs} ("
+    " run_id text PRIMARY KEY,"
+    " meta bytea,"
+    " status text NOT NULL DEFAULT 'created',"
+    " size bigint NOT NULL DEFAULT 0,"
+    " created timestamptz NOT NULL DEFAULT now(),"
+    " updated timestamptz NOT NULL DEFAULT now(),"
+    " attempts integer NOT NULL DEFAULT 0,"
+    " last_error text,"
+    " dead text)",
+    "CREATE TABLE IF NOT EXISTS {records} ("
+    " run_id text NOT NULL,"
+    " seq bigint NOT NULL,"
+    " generation bigint NOT NULL,"
+    " frame bytea NOT NULL,"
+    " PRIMARY KEY (run_id, seq))",
+    "CREATE TABLE IF NOT EXISTS {snapshots} ("
+    " run_id text NOT NULL,"
+    " seq bigint NOT NULL,"
+    " generation bigint NOT NULL,"
+    " frame bytea NOT NULL,"
+    " PRIMARY KEY (run_id, seq))",
+    "CREATE TABLE IF NOT EXISTS {leases} ("
+    " run_id text PRIMARY KEY,"
+    " holder text,"
+    " generation bigint NOT NULL,"
+    " expires_at timestamptz NOT NULL)",
+)
+
+
+class PgJournal:
+    """An open run in a :class:`PostgresStore`: the lease held (and renewed by a heartbeat
+    thread), records appended as rows, each write fenced by the lease's generation."""
+
+    def __init__(self, store: PostgresStore, run_id: str, reducer: Reducer,
+                 conn: psycopg.Connection[Any], generation: int, adopted: bool,
+                 key: tuple[str, str, str]) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.folder = store.path(run_id)  # for messages, like the file journal's folder
+        self.generation = generation
+        self.adopted = adopted
+        self.snapshot_error: BaseException | None = None
+        self._broken: BaseException | None = None
+        self._reducer = reducer
+        self._conn: psycopg.Connection[Any] | None = conn
+        self._key = key
+        self._unsynced = 0
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        dur = store.durability
+        self._sync_every = {"always": 1, "batch": dur.every}.get(dur.mode, 0)
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                loaded = store._load(cur, run_id, reducer,
+                                     stop_on_damage=store.on_corrupt == "raise")
+        except psycopg.Error as exc:
+            raise store._error(exc, f"loading run {run_id!r}") from None
+        self.state: dict[str, Any] = loaded.state
+        self.seq = loaded.seq
+        self._since_snapshot = loaded.bytes_since_snapshot
+        self._snapshot_size = loaded.snapshot_bytes
+        self._snapshot_due = self._due()
+        self.recovery = Recovery(None, tuple(loaded.damage), loaded.lost_from_seq, ())
+        if loaded.damage:  # rollback: the valid prefix becomes a snapshot, the rest goes
+            self._write_snapshot(drop_after=True)
+        self._heart = threading.Thread(target=self._heartbeat, daemon=True,
+                                       name=f"crashpoint-lease-{run_id}")
+        self._heart.start()
+
+    # -- the lease -------------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        store = self.store
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.wait(store.heartbeat_seconds):
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = psycopg.connect(store._dsn, autocommit=True,
+                                           connect_timeout=max(1, int(store.connect_timeout)))
+                cur = conn.execute(store._q(
+                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
+                    "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"),
+                    (store.lease_seconds, self.run_id, store.worker, self.generation))
+                if cur.fetchone() is None:
+                    self._lost.set()
+                    break
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                conn = None  # try again next beat; the writes' fencing is what protects
+        if conn is not None:
+            conn.close()
+
+    def _fenced(self, cur: psycopg.Cursor[Any]) -> None:
+        """In the write's transaction: hold the lease row (FOR SHARE: a take-over waits for
+        this write) and check its generation is still ours; else LeaseLost."""
+        cur.execute(self.store._q("SELECT holder, generation FROM {leases} WHERE run_id = %s "
+                                  "FOR SHARE"), (self.run_id,))
+        row = cur.fetchone()
+        if row is None or int(row[1]) != self.generation or row[0] != self.store.worker:
+            holder = "" if row is None else str(row[0] or "")
+            current = 0 if row is None else int(row[1])
+            raise LeaseLost(self.run_id, self.folder, holder and f"worker {holder}", 0.0,
+                            self.generation, current)
+
+    @contextmanager
+    def _write(self, what: str, *, durable: bool | None = None
+               ) -> Iterator[psycopg.Cursor[Any]]:
+        if self._broken is not None:
+            if isinstance(self._broken, LeaseLost):
+                raise self._broken
+            raise CheckpointError(f"run {self.run_id!r}: the journal stopped at an earlier "
+                                  f"error ({self._broken}); reopen")
+        if self._conn is None:
+            raise CheckpointError(f"run {self.run_id!r} is closed")
+        conn = self._conn
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if not (self.store.durability.mode == "always" if durable is None
+                        else durable):
+                    cur.execute("SET LOCAL synchronous_commit = off")
+                self._fenced(cur)
+                yield cur
+        except LeaseLost as exc:
+            self._broken = exc
+            raise
+        except psycopg.errors.UniqueViolation:
+            err = LeaseLost(self.run_id, self.folder, "another writer", 0.0, self.generation, 0)
+            self._broken = err
+            raise err from None
+        except psycopg.OperationalError as exc:
+            # the connection failed: whether the commit landed is unknown; never guess
+            self._broken = exc
+            raise CheckpointWriteError(5, self.folder, f"{what}: the database connection "
+                                       f"failed: {self.store._redact(str(exc).strip())}") \
+                from None
+        except psycopg.Error as exc:
+            self._broken = exc
+            raise self.store._error(exc, f"{what} in run {self.run_id!r}") from None
+
+    def append(self, data: Any, *, redact: bool = True, sync: bool | None = None) -> int:
+        """Append one record (a row), fenced by the lease; return its sequence number once
+        committed (with durability other than ``always``, committed asynchronously)."""
+        store = self.store
+        if redact:
+            data = store.redactor.redact(data)
+        seq = self.seq + 1
+        payload = b'{"d":%b,"g":%d,"s":%d}' % (encode_json(data), self.generation, seq)
+        frame = encode(payload)
+        n = len(frame)
+        self._room(n)
+        with self._write("appending a record") as cur:
+            if store._budget_check(cur, n, self.folder):
+                raise store._budget_error(self.folder, n)
+            cur.execute(store._q(
+                "INSERT INTO {records} (run_id, seq, generation, frame) VALUES (%s, %s, %s, %s)"),
+                (self.run_id, seq, self.generation, frame))
+            cur.execute(store._q("UPDATE {runs} SET size = size + %s, updated = now() "
+                                 "WHERE run_id = %s"), (n, self.run_id))
+        store.bytes_written += n
+        if sync is None:
+            every = self._sync_every
+            sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
+        self._unsynced = 0 if sync and store.durability.mode == "always" else self._unsynced + 1
+        if sync and store.durability.mode != "always":
+            self.sync()
+        self.seq = seq
+        self._since_snapshot += n
+        self._reducer(self.state, data)
+        if self._since_snapshot >= self._snapshot_due:
+            self.snapshot(required=False)
+        return seq
+
+    def _room(self, n: int) -> None:
+        """With a budget: prune finished runs first if ``n`` bytes would not fit."""
+        store = self.store
+        if store.budget_bytes is None:
+            return
+        short = store.usage() + n - store.budget_bytes
+        if short > 0:
+            store.prune(need=short)
+
+    def sync(self) -> None:
+        """Make every appended record durable now: a synchronous commit flushes the WAL up to
+        it, and with it every earlier asynchronous commit."""
+        if self._conn is None or self._broken is not None or not self._unsynced:
+            return
+        with self._write("syncing", durable=True) as cur:
+            cur.execute(self.store._q("UPDATE {runs} SET updated = now() WHERE run_id = %s"),
+                        (self.run_id,))
+        self._unsynced = 0
+
+    @property
+    def unsynced(self) -> int:
+        return self._unsynced
+
+    def _due(self) -> float:
+        pol = self.store.snapshots
+        if not pol.enabled:
+            return float("inf")
+        return max(pol.min_bytes, int(pol.ratio * self._snapshot_size))
+
+    def snapshot(self, *, required: bool = True) -> None:
+        """Write the state as a snapshot row and delete the records and snapshots it covers."""
+        try:
+            self._write_snapshot()
+            self.snapshot_error = None
+        except (DiskBudgetExceeded, CheckpointWriteError) as exc:
+            if required:
+                raise
+            self.snapshot_error = exc
+
+    def _write_snapshot(self, *, drop_after: bool = False) -> None:
+        store = self.store
+        frame = encode(encode_json({"seq": self.seq, "gen": self.generation,
+                                    "state": self.state}), KIND_SNAPSHOT)
+        with self._write("writing a snapshot") as cur:
+            if store._budget_check(cur, len(frame), self.folder) and not drop_after:
+                raise store._budget_error(self.folder, len(frame))
+            cur.execute(store._q(
+                "INSERT INTO {snapshots} (run_id, seq, generation, frame) VALUES "
+                "(%s, %s, %s, %s) ON CONFLICT (run_id, seq) DO UPDATE SET "
+                "generation = EXCLUDED.generation, frame = EXCLUDED.frame"),
+                (self.run_id, self.seq, self.generation, frame))
+            cur.execute(store._q(
+                "WITH a AS (DELETE FROM {records} WHERE run_id = %s AND "
+                "CASE WHEN %s THEN seq > %s ELSE seq <= %s END "
+                "RETURNING octet_length(frame) AS n), "
+                "b AS (DELETE FROM {snapshots} WHERE run_id = %s AND seq <> %s "
+                "RETURNING octet_length(frame) AS n) "
+                "SELECT coalesce((SELECT sum(n) FROM a), 0) "
+                "+ coalesce((SELECT sum(n) FROM b), 0)"),
+                (self.run_id, drop_after, self.seq, self.seq, self.run_id, self.seq))
+            freed = int(cur.fetchone()[0])  # type: ignore[index]
+            cur.execute(store._q("UPDATE {runs} SET size = greatest(0, size + %s - %s), "
+                                 "updated = now() WHERE run_id = %s"),
+                        (len(frame), freed, self.run_id))
+        store.bytes_written += len(frame)
+        self._snapshot_size = len(frame)
+        self._since_snapshot = 0
+        self._snapshot_due = self._due()
+
+    # -- meta and lifecycle ----------------------------------------------------------------------
+
+    def set_meta(self, **fields: Any) -> dict[str, Any]:
+        """Merge ``fields`` into the run's meta (its ``status`` also becomes the row's status,
+        which :meth:`PostgresStore.claim` reads). Fenced like a record."""
+        store = self.store
+        with self._write("writing meta") as cur:
+            cur.execute(store._q("SELECT meta FROM {runs} WHERE run_id = %s"), (self.run_id,))
+            row = cur.fetchone()
+            old = bytes(row[0]) if row and row[0] is not None else b""
+            meta = _meta_of(old or None)
+            meta.update(fields)
+            meta.setdefault("run_id", self.run_id)
+            meta.setdefault("created", time.time())
+            meta["updated"] = time.time()
+            data = encode_json(store.redactor.redact(meta))
+            if store._budget_check(cur, len(data) - len(old), self.folder) and \
+                    len(data) > len(old):
+                raise store._budget_error(self.folder, len(data))
+            cur.execute(store._q(
+                "UPDATE {runs} SET meta = %s, status = coalesce(%s, status), "
+                "size = greatest(0, size + %s), updated = now() WHERE run_id = %s"),
+                (data, str(meta["status"]) if "status" in meta else None,
+                 len(data) - len(old), self.run_id))
+        store.bytes_written += len(data)
+        return meta
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.store.meta(self.run_id)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat found the lease taken by someone else."""
+        return self._lost.is_set() or isinstance(self._broken, LeaseLost)
+
+    def close(self) -> None:
+        """Sync a pending batch, stop the heartbeat, release the lease (unless it was adopted
+        from a fleet worker's claim: that worker releases it), close the connection."""
+        if self._conn is None:
+            return
+        try:
+            if self._broken is None and self.store.durability.mode == "batch":
+                self.sync()
+        finally:
+            self._stop.set()
+            conn, self._conn = self._conn, None
+            try:
+                if not self.adopted and not self.lease_lost and not conn.broken:
+                    with conn.transaction():
+                        conn.execute(self.store._q(
+                            "UPDATE {leases} SET holder = NULL, expires_at = now() "
+                            "WHERE run_id = %s AND holder = %s AND generation = %s"),
+                            (self.run_id, self.store.worker, self.generation))
+            except psycopg.Error:
+                pass  # the lease expires on its own
+            finally:
+                conn.close()
+                with _open_mutex:
+                    _open_here.discard(self._key)
+                self._heart.join(timeout=5)
+
+    def __enter__(self) -> PgJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<PgJournal {self.run_id!r} seq={self.seq} gen={self.generation}>"
+

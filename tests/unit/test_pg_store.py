@@ -1,0 +1,328 @@
+"""PostgresStore against a real PostgreSQL server (the ``pg_dsn`` fixture): records, reads,
+leases and fencing, claims with SKIP LOCKED, corruption, budgets, DSN redaction. No mocks."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
+                              "pip install 'crashpoint[postgres]'")
+
+from crashpoint.checkpoint import (  # noqa: E402
+    PostgresStore,
+    SnapshotPolicy,
+    Store,
+    is_store_url,
+    open_run,
+    open_store,
+    run_reducer,
+)
+from crashpoint.errors import (  # noqa: E402
+    CheckpointCorrupt,
+    CheckpointError,
+    DiskBudgetExceeded,
+    LeaseLost,
+    RunLocked,
+    RunNotFound,
+)
+
+if TYPE_CHECKING:
+    from conftest import Children
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what or cond}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def store(pg_dsn: str) -> Iterator[PostgresStore]:
+    s = PostgresStore(pg_dsn, worker="w-main")
+    yield s
+    s.close()
+
+
+def rows(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+def test_append_read_and_list(store: PostgresStore) -> None:
+    with store.open("r1") as j:
+        assert j.generation == 1
+        assert [j.append({"n": i}) for i in range(3)] == [1, 2, 3]
+        j.set_meta(status="running")
+        assert store.lease("r1").holder == "w-main"  # type: ignore[union-attr]
+        assert [r.locked for r in store.runs()] == [True]
+    assert store.read("r1").state == {"records": [{"n": 0}, {"n": 1}, {"n": 2}]}
+    assert store.meta("r1")["status"] == "running"
+    info = store.runs()
+    assert [(r.run_id, r.status, r.locked) for r in info] == [("r1", "running", False)]
+    assert info[0].size == store.usage(refresh=True) > 0
+    assert store.exists("r1")
+    assert not store.exists("r2")
+    assert store.run_ids() == ["r1"]
+    with store.open("r1") as j:  # the released lease is taken again: a new generation
+        assert j.generation == 2
+        assert j.seq == 3
+    with pytest.raises(RunNotFound):
+        store.open("nope", create=False)
+    with pytest.raises(RunNotFound):
+        store.read("nope")
+
+
+def test_records_are_rows_and_a_snapshot_deletes_what_it_covers(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn, snapshots=SnapshotPolicy(min_bytes=200, ratio=1.0))
+    with s.open("r") as j:
+        for i in range(40):
+            j.append({"i": i, "pad": "x" * 20})
+    n_rec = rows(pg_dsn, "SELECT count(*) FROM crashpoint.records")[0][0]
+    n_snap = rows(pg_dsn, "SELECT count(*) FROM crashpoint.snapshots")[0][0]
+    assert n_snap == 1
+    assert n_rec < 40
+    assert [r["i"] for r in s.read("r").state["records"]] == list(range(40))
+    # O(N): total bytes written grow linearly, the state is never rewritten per step
+    assert s.bytes_written < 40 * 60 * 4
+    s.close()
+
+
+def test_a_second_writer_is_refused_while_the_lease_is_live(pg_dsn: str) -> None:
+    a = PostgresStore(pg_dsn, worker="a")
+    b = PostgresStore(pg_dsn, worker="b")
+    with a.open("r") as j:
+        j.append(1)
+        with pytest.raises(RunLocked, match="worker a"):
+            b.open("r", lock_timeout=0.2)
+        with pytest.raises(RunLocked):  # the same process, the same worker: still one writer
+            a.open("r")
+    with b.open("r") as j:
+        assert j.generation == 2
+
+
+def test_a_stale_writer_gets_lease_lost_and_its_record_never_lands(pg_dsn: str) -> None:
+    a = PostgresStore(pg_dsn, worker="a")
+    j = a.open("r")
+    j.append({"n": 1})
+    gen = a.take_over("r", "thief")
+    assert gen == j.generation + 1
+    with pytest.raises(LeaseLost) as info:
+        j.append({"n": "stale"})
+    assert info.value.generation == 1
+    assert info.value.current == 2
+    with pytest.raises(LeaseLost):  # and meta too
+        j.set_meta(status="completed")
+    j.close()
+    got = rows(pg_dsn, "SELECT seq, generation FROM crashpoint.records ORDER BY seq")
+    assert got == [(1, 1)]
+    assert a.lease("r").holder == "thief"  # type: ignore[union-attr]
+    assert a.read("r").state == {"records": [{"n": 1}]}
+
+
+def test_the_good_path_writes_under_the_current_generation(pg_dsn: str) -> None:
+    """The fence has a good path: the new holder writes after a take-over."""
+    a = PostgresStore(pg_dsn, worker="a")
+    a.open("r").close()
+    a.take_over("r", "b")
+    b = PostgresStore(pg_dsn, worker="b")
+    with b.open("r") as j:  # adopts b's lease: same generation
+        assert j.adopted
+        assert j.generation == 2
+        j.append("x")
+    assert a.lease("r").holder == "b"  # type: ignore[union-attr]  # adopted: not released
+
+
+def test_renew_release_and_lease(store: PostgresStore) -> None:
+    store.open("r").close()
+    [(rid, gen)] = store.claim("w1")
+    assert rid == "r"
+    assert gen == 2
+    lease = store.lease("r")
+    assert lease is not None
+    assert lease.holder == "w1"
+    assert not lease.expired
+    assert lease.expires_at > time.time() - 60
+    assert store.renew("r", "w1", gen)
+    assert not store.renew("r", "w1", gen - 1)
+    assert not store.renew("r", "other", gen)
+    assert store.claim("w2") == []  # held
+    store.release("r", "w1", gen)
+    assert store.lease("r").expired  # type: ignore[union-attr]
+    assert store.claim("w2") == [("r", 3)]
+
+
+def test_claim_skips_finished_dead_lettered_and_hitl_runs(store: PostgresStore) -> None:
+    for rid, status in [("a", "running"), ("b", "completed"), ("c", "paused"),
+                        ("d", "decided"), ("e", "failed"), ("f", "running")]:
+        with store.open(rid) as j:
+            j.set_meta(status=status)
+    assert store.record_attempt("f", "boom") == 1
+    assert store.record_attempt("f", "boom again") == 2
+    store.dead_letter("f", "poison")
+    assert store.dead_lettered() == [("f", 2, "poison")]
+    got = sorted(r for r, _ in store.claim("w", limit=10))
+    assert got == ["a", "e"]
+    got = sorted(r for r, _ in store.claim("w2", limit=10, auto_resume_hitl=True))
+    assert got == ["d"]
+
+
+def test_two_claimers_get_disjoint_runs(pg_dsn: str) -> None:
+    store = PostgresStore(pg_dsn)
+    for i in range(20):
+        store.open(f"r{i:02d}").close()
+    got: dict[str, list[tuple[str, int]]] = {}
+    barrier = threading.Barrier(2)
+
+    def claimer(name: str) -> None:
+        s = PostgresStore(pg_dsn)  # its own connection
+        barrier.wait()
+        mine: list[tuple[str, int]] = []
+        while batch := s.claim(name, limit=3):
+            mine += batch
+        got[name] = mine
+        s.close()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    x = {r for r, _ in got["x"]}
+    y = {r for r, _ in got["y"]}
+    assert not x & y
+    assert x | y == {f"r{i:02d}" for i in range(20)}
+    holders = dict(rows(pg_dsn, "SELECT run_id, holder FROM crashpoint.leases"))
+    assert all(holders[r] == "x" for r in x)
+    assert all(holders[r] == "y" for r in y)
+
+
+def test_a_corrupted_row_is_detected_naming_run_and_seq(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn)
+    with s.open("r") as j:
+        for i in range(3):
+            j.append({"i": i})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # flip a payload byte of record 2
+        conn.execute("UPDATE crashpoint.records SET frame = overlay(frame placing "
+                     "'\\x5a'::bytea from 20 for 1) WHERE seq = 2")
+    with pytest.raises(CheckpointCorrupt) as info:
+        s.read("r")
+    assert "'r'" in str(info.value) or "/r" in str(info.value)
+    assert info.value.offset == 2
+    assert "checksum" in info.value.reason
+    with pytest.raises(CheckpointCorrupt):
+        s.open("r")
+    damage, torn = s.verify("r")["r"]
+    assert [d.offset for d in damage] == [2]
+    assert torn == []
+    # rollback keeps the valid prefix and says what it lost
+    rb = PostgresStore(pg_dsn, on_corrupt="rollback")
+    with rb.open("r") as j:
+        assert j.recovery
+        assert j.recovery.lost_from_seq == 2
+        assert j.state == {"records": [{"i": 0}]}
+        j.append({"i": "new"})
+    assert s.read("r").state == {"records": [{"i": 0}, {"i": "new"}]}
+
+
+def test_garbage_in_a_row_is_corrupt_not_a_traceback(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn)
+    with s.open("r") as j:
+        j.append(1)
+    for junk in (b"", b"\x00" * 40, b"CP" + b"\xff" * 30):
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE crashpoint.records SET frame = %s WHERE seq = 1", (junk,))
+        with pytest.raises(CheckpointCorrupt, match="#1"):
+            s.read("r")
+
+
+def test_budget_exceeded_before_anything_is_written(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn, budget_bytes=2000)
+    with s.open("r") as j:
+        j.append("x" * 500)
+        with pytest.raises(DiskBudgetExceeded, match="budget of 2000"):
+            j.append("y" * 3000)
+        assert j.seq == 1
+        j.append("z")  # the run goes on once it fits
+    assert s.read("r").state == {"records": ["x" * 500, "z"]}
+    assert s.usage() <= 2000
+
+
+def test_a_finished_run_is_pruned_for_room_but_an_active_one_never(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn, budget_bytes=6000)
+    with open_run(s, "done") as run:
+        run.step("a", lambda: "x" * 2000)
+        run.finish("ok")
+    with open_run(s, "live") as run:
+        run.step("a", lambda: "y" * 2000)
+        run.step("b", lambda: "y" * 1500)  # room is made by pruning the finished run
+    assert s.run_ids() == ["live"]
+    with open_run(s, "live") as run:
+        run.step("a", lambda: "?")
+        run.step("b", lambda: "?")
+        with pytest.raises(DiskBudgetExceeded):
+            run.step("c", lambda: "z" * 9000)
+    assert s.run_ids() == ["live"]
+
+
+def test_dsn_passwords_never_appear(tmp_path: Path) -> None:
+    dsn = "postgresql://alice:hunter2secret@127.0.0.1:1/nodb"
+    s = PostgresStore(dsn, connect_timeout=2)
+    assert "hunter2secret" not in repr(s)
+    assert "hunter2secret" not in s.root
+    with pytest.raises(CheckpointError) as info:
+        s.run_ids()
+    assert "hunter2secret" not in str(info.value)
+    assert "127.0.0.1" in str(info.value)
+    assert (info.value.__cause__ is None and info.value.__context__ is None) or \
+        "hunter2secret" not in str(info.value.__context__)
+    kv = PostgresStore("host=127.0.0.1 port=1 password=hunter2secret dbname=x", connect_timeout=2)
+    assert "hunter2secret" not in repr(kv)
+    with pytest.raises(CheckpointError) as info:
+        kv.exists("r")
+    assert "hunter2secret" not in str(info.value)
+
+
+def test_open_store_picks_the_store_by_url(tmp_path: Path, pg_dsn: str) -> None:
+    assert isinstance(open_store(tmp_path / "s"), Store)
+    assert is_store_url("postgres://x/y")
+    assert not is_store_url(str(tmp_path))
+    s = open_store(pg_dsn, schema="other_schema")
+    assert isinstance(s, PostgresStore)
+    s.open("r").close()
+    assert rows(pg_dsn, "SELECT run_id FROM other_schema.runs") == [("r",)]
+    with pytest.raises(ValueError, match="schema"):
+        PostgresStore(pg_dsn, schema="x; DROP TABLE y")
+
+
+def test_the_checkpoint_package_does_not_import_psycopg(children: Children) -> None:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", "import sys, crashpoint.checkpoint; "
+                          "print('psycopg' in sys.modules)"], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_run_semantics_hold_end_to_end(store: PostgresStore) -> None:
+    with open_run(store, "r", steps=["a", "b"]) as run:
+        assert run.step("a", lambda: 1) == 1
+    calls = []
+    with open_run(store, "r", steps=["a", "b"]) as run:
+        assert run.step("a", lambda: calls.append("a")) == 1
+        run.step("b", lambda: calls.append("b") or 2)
+        run.finish({"ok": True})
+    assert calls == ["b"]
+    assert store.read("r", reducer=run_reducer).state["status"] == "completed"
+    assert [r.status for r in store.runs()] == ["completed"]
