@@ -18,8 +18,11 @@ the graph then reports:
 * ``event "langgraph:checkpoint:<step>"`` once the saver's ``put``/``aput`` of a superstep's
   checkpoint has returned (durable);
 * ``step_completed(node)`` once the node's result is durable in the checkpointer: the saver's
-  ``put_writes``/``aput_writes`` of its task has returned (LangGraph does not re-run a task
-  whose writes it finds saved), or the ``put`` of its superstep's checkpoint has. Never when
+  ``put_writes``/``aput_writes`` of its task has returned and so has the ``put`` of the
+  checkpoint those writes hang on (LangGraph does not re-run a task whose writes it finds on
+  the checkpoint it resumes from; with ``durability="async"`` writes can be saved on a
+  checkpoint that is not saved yet, and are lost in a crash), or the ``put`` of its
+  superstep's own checkpoint has returned. Never when
   the node's update is streamed: with ``durability="async"`` an update is streamed before it
   is saved, and a kill in between makes LangGraph run the node again.
 
@@ -60,10 +63,12 @@ G = TypeVar("G")
 
 
 class _Task:
-    __slots__ = ("done", "ended", "node", "step")
+    __slots__ = ("done", "ended", "node", "parent", "step")
 
     def __init__(self, node: str, step: int) -> None:
-        self.node, self.step, self.ended, self.done = node, step, False, False
+        self.node, self.step = node, step
+        self.ended = self.done = False
+        self.parent: str | None = None  # the checkpoint its saved writes hang on
 
 
 class Tracker:
@@ -76,6 +81,7 @@ class Tracker:
         self._tasks: dict[str, _Task] = {}  # task id -> task
         self._runs: dict[UUID, str] = {}  # run id of a node's own run -> task id
         self._started: set[str] = set()  # checkpoint namespaces of tasks already reported
+        self._saved: set[str] = set()  # ids of the checkpoints whose put returned
 
     def start(self, ns: str, node: str, step: Any, run_id: UUID) -> bool:
         """Note that the task of namespace ``ns`` (``node:task_id``) runs ``node``; True the
@@ -99,30 +105,40 @@ class Tracker:
             task.ended = True
             return task.node
 
-    def writes_saved(self, task_id: str) -> str | None:
-        """The node whose task's writes were saved (once)."""
+    def writes_saved(self, task_id: str, parent: str | None) -> list[str]:
+        """The task's writes were saved, under checkpoint ``parent``: its node, once, if that
+        checkpoint is saved too (LangGraph resumes from the latest saved checkpoint and does not
+        re-run a task whose writes hang on it; writes on a checkpoint that was never saved, as
+        ``durability="async"`` allows, are lost on a crash)."""
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.done:
-                return None
+                return []
+            task.parent = parent
+            if parent is None or parent not in self._saved:
+                return []
             task.done = True
-            return task.node
+            return [task.node]
 
-    def checkpoint_saved(self, step: Any) -> list[str]:
-        """The nodes made durable by the checkpoint of superstep ``step`` (once each): the
-        tasks of that superstep or an earlier one that returned."""
-        if not isinstance(step, int):
-            return []
+    def checkpoint_saved(self, checkpoint_id: str | None, step: Any) -> list[str]:
+        """The nodes made durable by saving checkpoint ``checkpoint_id`` of superstep ``step``
+        (once each): the tasks of that superstep or an earlier one that returned (their writes
+        are in it), and those whose saved writes hang on it."""
         with self._lock:
+            if checkpoint_id:
+                self._saved.add(checkpoint_id)
             out = []
             for task in self._tasks.values():
-                if task.ended and not task.done and 0 <= task.step <= step:
+                if task.done:
+                    continue
+                if (task.parent is not None and task.parent == checkpoint_id) or (
+                        task.ended and isinstance(step, int) and 0 <= task.step <= step):
                     task.done = True
                     out.append(task.node)
             return out
 
 
-class ProbeCallbacks(BaseCallbackHandler):  # type: ignore[misc]
+class ProbeCallbacks(BaseCallbackHandler):
     """Reports node starts, node returns (before their checkpoint) and tool-call starts. Runs
     inline (in the node's thread, before its code runs and before LangGraph saves its
     writes), and a failure to reach the harness is raised, never swallowed."""
@@ -162,11 +178,11 @@ def _completed(writes: Sequence[tuple[str, Any]]) -> bool:
     return not any(c in _NOT_DONE for c, _ in writes)
 
 
-class ProbedSaver(BaseCheckpointSaver):  # type: ignore[misc]
+class ProbedSaver(BaseCheckpointSaver[Any]):
     """Wraps any checkpointer: every call goes to ``inner`` unchanged; what it made durable is
     reported once the call has returned."""
 
-    def __init__(self, inner: BaseCheckpointSaver, tracker: Tracker | None = None) -> None:
+    def __init__(self, inner: BaseCheckpointSaver[Any], tracker: Tracker | None = None) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.tracker = tracker or Tracker()
@@ -182,16 +198,16 @@ class ProbedSaver(BaseCheckpointSaver):  # type: ignore[misc]
 
     # reads: unchanged
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)  # type: ignore[no-any-return]
+        return self.inner.get_tuple(config)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
              ) -> Iterator[CheckpointTuple]:
-        return self.inner.list(  # type: ignore[no-any-return]
+        return self.inner.list(
             config, filter=filter, before=before, limit=limit)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self.inner.aget_tuple(config)  # type: ignore[no-any-return]
+        return await self.inner.aget_tuple(config)
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None
@@ -212,15 +228,15 @@ class ProbedSaver(BaseCheckpointSaver):  # type: ignore[misc]
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         out = self.inner.put(config, checkpoint, metadata, new_versions)
-        self._put_done(metadata)
-        return out  # type: ignore[no-any-return]
+        self._put_done(checkpoint, metadata)
+        return out
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions
                    ) -> RunnableConfig:
         out = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        self._put_done(metadata)
-        return out  # type: ignore[no-any-return]
+        self._put_done(checkpoint, metadata)
+        return out
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
@@ -228,7 +244,7 @@ class ProbedSaver(BaseCheckpointSaver):  # type: ignore[misc]
             self.inner.put_writes(config, writes, task_id, task_path)
         else:
             self.inner.put_writes(config, writes, task_id)
-        self._writes_done(writes, task_id)
+        self._writes_done(config, writes, task_id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
@@ -236,22 +252,24 @@ class ProbedSaver(BaseCheckpointSaver):  # type: ignore[misc]
             await self.inner.aput_writes(config, writes, task_id, task_path)
         else:
             await self.inner.aput_writes(config, writes, task_id)
-        self._writes_done(writes, task_id)
+        self._writes_done(config, writes, task_id)
 
-    def _writes_done(self, writes: Sequence[tuple[str, Any]], task_id: str) -> None:
-        """A task's writes are durable: LangGraph does not run a task again whose writes it
-        finds saved (its pending writes), so its node is completed."""
+    def _writes_done(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                     task_id: str) -> None:
+        """A task's writes are saved: its node is completed if the checkpoint they hang on is
+        saved too (LangGraph does not run a task again whose writes it finds there)."""
         if _completed(writes):
-            node = self.tracker.writes_saved(task_id)
-            if node is not None:
+            parent = (config.get("configurable") or {}).get("checkpoint_id")
+            for node in self.tracker.writes_saved(task_id, parent):
                 probe.step_completed(node)
 
-    def _put_done(self, metadata: CheckpointMetadata) -> None:
+    def _put_done(self, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> None:
         """A superstep's checkpoint is durable: so are the nodes of that superstep (with
-        ``durability="async"`` it may be saved before their own writes)."""
+        ``durability="async"`` it may be saved before their own writes) and the nodes whose
+        saved writes hang on it."""
         step = metadata.get("step") if isinstance(metadata, dict) else None
         probe.event("event", name=f"langgraph:checkpoint:{step}")
-        for node in self.tracker.checkpoint_saved(step):
+        for node in self.tracker.checkpoint_saved(checkpoint.get("id"), step):
             probe.step_completed(node)
 
 
