@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,6 +153,39 @@ def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(
     r = _python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "add"]
+
+
+DOC = EXAMPLE.parents[1] / "docs" / "how-to" / "crash-test-a-dbos-workflow.md"
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    return [body for tag, _info, body in FENCE.findall(DOC.read_text(encoding="utf-8"))
+            if tag == lang]
+
+
+def test_the_docs_show_the_example_as_shipped() -> None:
+    """The page's DBOS code is ``examples/dbos/agent.py``'s (its blocks are not run by
+    tests/unit/test_docs.py: DBOS in the pytest process), and its commands name the shipped
+    scenario files."""
+    agent = {line.strip() for line in (EXAMPLE / "agent.py").read_text().splitlines()}
+    py = _doc_blocks("python")
+    for block in py[:2]:
+        for line in block.splitlines():
+            assert not line.strip() or line.strip() in agent, line
+    commands = [line for b in _doc_blocks("console") for line in b.splitlines()]
+    assert commands == [f"$ crashpoint run examples/dbos/{n}.scenario.yaml"
+                        for n in ("broken", "fixed", "sysdb")]
+
+
+def test_the_docs_pytest_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's "In pytest" block, run as written (relative paths: from a copy)."""
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "dbos",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    code = _doc_blocks("python")[-1]
+    assert "TrialRunner" in code
+    exec(compile(code, f"{DOC} (In pytest)", "exec"), {"__name__": "__docs__"})  # noqa: S102
 
 
 @pytest.mark.slow
