@@ -1,0 +1,228 @@
+"""Issue 15's DBOS example, run as shipped: ``examples/dbos/`` through the real harness.
+
+A DBOS workflow fetch -> send -> report, checkpointed in a SQLite system database under the
+trial's state folder, its steps reported by ``crashpoint.adapters.dbos.crashpoint_step``.
+``send`` posts an invoice to the HTTP stand-in. What the gate shows, each by one kill:
+
+* a step DBOS has recorded is never run again (killed after ``send``'s checkpoint committed,
+  before the harness heard of it: the restart starts at ``report``, the invoice once);
+* a step killed after its side effect and before DBOS recorded it runs again: without an
+  idempotency key the invoice is applied twice (failure, with the boundary in the evidence);
+  with the key ``DBOS.workflow_id + ":send"`` the re-send is deduplicated (pass).
+
+Each trial is two DBOS processes (the killed one, the one that recovers the workflow), so the
+quick tests run single trials; the every-boundary sweeps of both scenarios are marked slow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner
+from crashpoint.harness._campaign import Campaign
+from crashpoint.harness._scenario import load_scenario
+
+pytest.importorskip("dbos", reason="the example workflow is written with DBOS "
+                                   "(pip install 'crashpoint[dbos]', or the dev extra)")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dbos"
+PENDING = "send: returned, DBOS checkpoint pending"
+POST = "POST /invoices"
+
+
+def _trial(name: str, kill: Fault, tmp_path: Path) -> tuple[Golden, TrialResult]:
+    sc = load_scenario(EXAMPLE / name)
+    with TrialRunner(sc.agent, str(tmp_path / "trials"), restarts=sc.restarts,
+                     expect=sc.expect) as runner:
+        golden = runner.golden()
+        return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
+
+
+def _steps_started(t: TrialResult, attempt: int) -> list[str]:
+    return [str(e["step"]) for e in t.events
+            if e["op"] == "step_started" and int(e["attempt"]) == attempt]
+
+
+def _posts(t: TrialResult) -> list[bool]:
+    return [bool(e["applied"]) for e in t.events if e.get("kind") == POST]
+
+
+def test_the_adapter_reports_start_return_and_durable_completion_of_each_step(
+        tmp_path: Path) -> None:
+    kill = Fault.make("kill", 1, op="step_started", name="report", phase="before")
+    golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    seen = [(e["op"], e.get("step") or e.get("name") or e.get("kind")) for e in golden.events]
+    assert seen == [
+        ("step_started", "fetch"), ("event", "fetch: returned, DBOS checkpoint pending"),
+        ("step_completed", "fetch"),
+        ("step_started", "send"), ("effect", POST), ("event", PENDING),
+        ("step_completed", "send"),
+        ("step_started", "report"), ("event", "report: returned, DBOS checkpoint pending"),
+        ("step_completed", "report")]
+    assert golden.steps == ["fetch", "send", "report"]
+    assert golden.output.startswith(b"invoice 1042 for 4200 cents sent")
+    # the recovered attempt runs only the step DBOS had not recorded
+    assert t.ok, [str(c) for c in t.failed]
+    assert t.exercised
+    assert _steps_started(t, 2) == ["report"]
+
+
+def test_a_step_dbos_recorded_is_never_run_again_even_without_a_key(tmp_path: Path) -> None:
+    # killed after send's checkpoint committed, before the harness was told: the agent as
+    # written (no key) still sends the invoice once, because DBOS replays send from its record
+    kill = Fault.make("kill", 1, op="step_completed", name="send", phase="before")
+    _golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    assert t.ok, [str(c) for c in t.failed]
+    assert t.exercised
+    assert _steps_started(t, 2) == ["report"]
+    assert _posts(t) == [True]
+
+
+def test_a_step_killed_before_its_checkpoint_runs_again_and_without_a_key_is_caught(
+        tmp_path: Path) -> None:
+    kill = Fault.make("kill", 1, op="event", name=PENDING, phase="before")
+    _golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    assert not t.ok
+    failed = {c.name: c.message for c in t.failed}
+    assert set(failed) == {"exactly_once"}  # resume is right: DBOS's at-least-once step
+    assert f"DUPLICATED {POST}" in failed["exactly_once"]
+    assert '"order":"1042"' in failed["exactly_once"]
+    assert "no key" in failed["exactly_once"]
+    # the evidence names the boundary: after the effect, before DBOS's checkpoint
+    assert t.outcomes[0].fired
+    assert f"event:{PENDING}" in t.outcomes[0].where
+    assert _steps_started(t, 2) == ["send", "report"]  # fetch replayed from DBOS, not re-run
+    assert _posts(t) == [True, True]
+
+
+def test_with_a_key_from_the_workflow_id_and_step_the_same_kill_passes(tmp_path: Path) -> None:
+    kill = Fault.make("kill", 1, op="event", name=PENDING, phase="before")
+    _golden, t = _trial("fixed.scenario.yaml", kill, tmp_path)
+    assert t.ok, [str(c) for c in t.failed]
+    assert t.exercised
+    assert _steps_started(t, 2) == ["send", "report"]  # DBOS did run send again
+    assert _posts(t) == [True, False]  # and the re-send was deduplicated by its key
+    keys = {e.get("key") for e in t.events if e.get("kind") == POST}
+    assert keys == {"invoice-1042:send"}
+
+
+def test_the_scenarios_differ_in_the_fix_flag_only() -> None:
+    broken = load_scenario(EXAMPLE / "broken.scenario.yaml").agent
+    fixed = load_scenario(EXAMPLE / "fixed.scenario.yaml").agent
+    assert dataclasses.replace(fixed, command=fixed.command[:-1]) == broken
+    assert fixed.command[-1] == "--fixed"
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items()
+                                           if not k.startswith("CRASHPOINT_")}, check=False)
+
+
+def test_without_dbos_the_adapter_names_the_extra_and_the_core_never_imports_it() -> None:
+    r = _python("import sys; sys.modules['dbos'] = None\n"
+                "import crashpoint.adapters.dbos")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr
+    assert "pip install 'crashpoint[dbos]'" in r.stderr
+    r = _python("import sys, crashpoint, crashpoint.harness, crashpoint.checkpoint, "
+                "crashpoint.cli, crashpoint.pytest_plugin\n"
+                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dbos' or "
+                "m == 'crashpoint.adapters.dbos'))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(
+        tmp_path: Path) -> None:
+    # a step called from plain code runs as a plain function (DBOS's rule): nothing reported,
+    # even with a ledger listening, so the harness never sees a step DBOS did not checkpoint
+    code = ("from crashpoint.adapters.dbos import crashpoint_step\n"
+            "@crashpoint_step()\n"
+            "def add(a: int, b: int) -> int:\n"
+            "    return a + b\n"
+            "print(add(2, 3), add.__name__)\n")
+    r = _python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["5", "add"]
+
+
+DOC = EXAMPLE.parents[1] / "docs" / "how-to" / "crash-test-a-dbos-workflow.md"
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _doc_blocks(lang: str) -> list[str]:
+    return [body for tag, _info, body in FENCE.findall(DOC.read_text(encoding="utf-8"))
+            if tag == lang]
+
+
+def test_the_docs_show_the_example_as_shipped() -> None:
+    """The page's DBOS code is ``examples/dbos/agent.py``'s (its blocks are not run by
+    tests/unit/test_docs.py: DBOS in the pytest process), and its commands name the shipped
+    scenario files."""
+    agent = {line.strip() for line in (EXAMPLE / "agent.py").read_text().splitlines()}
+    py = _doc_blocks("python")
+    for block in py[:2]:
+        for line in block.splitlines():
+            assert not line.strip() or line.strip() in agent, line
+    commands = [line for b in _doc_blocks("console") for line in b.splitlines()]
+    assert commands == [f"$ crashpoint run examples/dbos/{n}.scenario.yaml"
+                        for n in ("broken", "fixed", "sysdb")]
+
+
+def test_the_docs_pytest_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's "In pytest" block, run as written (relative paths: from a copy)."""
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "dbos",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(tmp_path)
+    code = _doc_blocks("python")[-1]
+    assert "TrialRunner" in code
+    exec(compile(code, f"{DOC} (In pytest)", "exec"), {"__name__": "__docs__"})  # noqa: S102
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "failing"), [
+    ("broken.scenario.yaml", [("effect", POST, "in_doubt"), ("event", PENDING, "before")]),
+    ("fixed.scenario.yaml", []),
+])
+def test_every_boundary_sweep(name: str, failing: list[tuple[str, str, str]],
+                              tmp_path: Path) -> None:
+    sc = load_scenario(EXAMPLE / name)
+    result = Campaign(sc.agent, [f.family for f in sc.families],
+                      str(tmp_path / "report"), name=name, seed=sc.seed,
+                      restarts=sc.restarts, expect=sc.expect).run()
+    assert len(result.trials) == 11
+    assert all(t.exercised for t in result.trials)
+    got = [(t.plan.faults[0].arg("op"), t.plan.faults[0].arg("name"),
+            t.plan.faults[0].arg("phase")) for t in result.failures]
+    assert got == failing
+    assert all(c.ok for t in result.trials for c in t.checks
+               if c.name == "resumes_from_last_completed")
+
+
+@pytest.mark.slow
+def test_the_sqlite_system_database_under_power_loss_and_corruption(tmp_path: Path) -> None:
+    """DBOS's SQLite system database (rollback journal, synchronous=FULL: SQLite's defaults,
+    which DBOS keeps) through the power-loss and corruption families: every trial exercised;
+    after a power cut the workflow resumes with nothing lost or repeated; after damage DBOS
+    either completes correctly or exits with SQLite's "malformed" error (a clear refusal)."""
+    if shutil.which("strace") is None:
+        pytest.skip("power_loss needs strace")
+    sc = load_scenario(EXAMPLE / "sysdb.scenario.yaml")
+    for fam in sc.families:
+        result = Campaign(sc.agent, [fam.family], str(tmp_path / f"f{fam.line}"),
+                          name="sysdb", seed=sc.seed, restarts=sc.restarts,
+                          expect=sc.expect).run()
+        assert result.trials
+        assert all(t.exercised for t in result.trials), [str(o) for t in result.trials
+                                                         for o in t.not_fired]
+        assert result.ok, [f"{t.plan.describe()}: {[str(c) for c in t.failed]}"
+                           for t in result.failures]
