@@ -7,6 +7,7 @@ import os as _os
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from crashpoint.checkpoint._fleet import FleetOutcome, FleetWorker, submit
 from crashpoint.checkpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._http import HttpEffectError, http_effect
 from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
@@ -101,6 +102,8 @@ __all__ = [
     "Decision",
     "Durability",
     "EffectPolicy",
+    "FleetOutcome",
+    "FleetWorker",
     "HttpEffectError",
     "Lease",
     "Loaded",
@@ -142,5 +145,6 @@ __all__ = [
     "smtp_effect",
     "stale_runs",
     "state_at",
+    "submit",
     "validate_run_id",
 ]
