@@ -12,14 +12,15 @@ the bytes it stores per step are the growth of ``pg_total_relation_size`` over i
 
 - crashpoint: ``open_run(open_store(dsn), run_id, steps=[N+1 names])`` and ``run.step``
   (one fenced transaction per step, committed before ``step`` returns).
-- LangGraph: an agent-shaped graph (node ``step`` looping N times, then node ``last``) compiled
-  with ``PostgresSaver``, ``interrupt_before`` the last node, ``invoke(..., durability="sync")`` (each super-step's
-  checkpoint committed before the next runs: the same promise as ours; LangGraph's default,
-  "async", writes in the background). A real graph rather than bare ``saver.put`` calls, because
-  the graph decides what a checkpoint holds (channel versions, pending writes) and that is what
-  users pay for; a loop rather than a chain of N distinct nodes, because every node adds
-  channels to every checkpoint (a 200-node chain stored ~8 KB per step here). Resume: new connection, compile, ``invoke(None, config)`` until the last node
-  runs; also ``get_tuple`` alone (load the latest checkpoint).
+- LangGraph: an agent-shaped graph (node ``step`` looping N times, then node ``last``)
+  compiled with ``PostgresSaver``, ``interrupt_before`` the last node, ``invoke(...,
+  durability="sync")`` (each super-step's checkpoint committed before the next runs: the same
+  promise as ours; LangGraph's default, "async", writes in the background). A real graph
+  rather than bare ``saver.put`` calls, because the graph decides what a checkpoint holds
+  (channel versions, pending writes) and that is what users pay for; a loop rather than a chain
+  of N distinct nodes, because every node adds channels to every checkpoint (a 200-node chain
+  stored ~8 KB per step here). Resume: new connection, compile, ``invoke(None, config)`` until
+  the last node runs; also ``get_tuple`` alone (load the latest checkpoint).
 - DBOS: a workflow of N ``@DBOS.step()`` calls, system database on the same server. DBOS is a
   process-wide singleton, so it runs in child processes: each one launches DBOS (which
   recovers the workflow the previous child left PENDING by dying inside step N+1, timed from
@@ -71,6 +72,16 @@ def db_bytes(dsn: str) -> int:
             "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
             "AND n.nspname NOT LIKE 'pg_toast%'").fetchone()
     return int(row[0]) if row else 0
+
+
+def fs_type(path: str) -> str:
+    best, kind = "", "?"
+    with contextlib.suppress(OSError), open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and path.startswith(parts[1]) and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind
 
 
 def unavailable() -> str | None:
@@ -177,7 +188,7 @@ def langgraph_once(dsn: str, steps: int, rep: int) -> dict[str, Any]:
     marks: dict[str, float] = {}
     g = langgraph_builder(steps, marks)
     last = "last"
-    config: dict[str, Any] = {"configurable": {"thread_id": f"bench-{rep}"},
+    config: Any = {"configurable": {"thread_id": f"bench-{rep}"},
                               "recursion_limit": steps + 10}
     with PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
@@ -246,7 +257,7 @@ def dbos_child(dsn: str, steps: int, rep: int, mode: str, out: str) -> int:
     DBOS.launch()
     result["launch_s"] = time.perf_counter() - t0
     if rep > 0:
-        value = DBOS.retrieve_workflow(f"crash-{rep - 1}").get_result()
+        value: Any = DBOS.retrieve_workflow(f"crash-{rep - 1}").get_result()
         result["resume_s"] = marks.get("next", t0) - t0
         result["workflow_entered_s"] = marks.get("entered", t0) - t0
         result["resume_ok"] = value == steps and marks["executed"] == 1
@@ -323,8 +334,9 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
 
     with server() as pg, tempfile.TemporaryDirectory(prefix="crashpoint-pgbench-") as work:
         version = pg.psql("SHOW server_version").strip()
+        filesystem = fs_type(os.path.realpath(pg.data_dir))
         dsn = {s: pg.create_database(f"bench_{s}") for s in samples}
-        log(f"PostgreSQL {version} (fsync on) on 127.0.0.1:{pg.port}; "
+        log(f"PostgreSQL {version} (fsync on, data on {filesystem}) on 127.0.0.1:{pg.port}; "
             f"{repeat} x {steps} steps per system")
         runners: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
             ("ours", lambda r: ours_once(dsn["ours"], steps, r))]
@@ -350,7 +362,8 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
     skipped = {"langgraph": lg_missing, "dbos": dbos_missing}
     result: dict[str, Any] = {
         "steps": steps, "repeat": repeat, "payload_bytes": len(PAYLOAD),
-        "postgres": version, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "postgres": version, "filesystem": filesystem,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(), "versions": versions(), "systems": {}}
     for system, figs in samples.items():
         if skipped.get(system) or system in errors:
@@ -361,7 +374,7 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
             **{k: med(v) for k, v in figs.items()}, "ok": ok[system],
             "resumes": len(figs.get("resume_s", []))}
     base = result["systems"]["ours"]
-    for system, v in result["systems"].items():
+    for v in result["systems"].values():
         for k in ("step_s", "resume_s", "bytes_per_step"):
             if v.get(k) is not None and base.get(k):
                 v[f"{k}_x_ours"] = round(v[k] / base[k], 2)
@@ -406,8 +419,8 @@ def table(r: dict[str, Any]) -> list[str]:
     if "skipped" in r:
         return [f"Skipped: {r['skipped']}."]
     s = r["systems"]
-    lines = ["| system | per step ms (p50) | × ours | bytes stored per step | × ours | "
-             "resume ms (p50) | × ours | checks |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| system | per step ms (p50) | x ours | bytes stored per step | x ours | "
+             "resume ms (p50) | x ours | checks |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     names = {"ours": "crashpoint `PostgresStore` (`Run.step`)",
              "langgraph": "LangGraph `PostgresSaver` (graph, `durability=\"sync\"`)",
              "dbos": "DBOS (`@DBOS.step` in a workflow)"}
@@ -443,6 +456,14 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def saved_markdown() -> list[str]:
+    """The section for the result saved by ``--write-docs`` (none yet: no lines)."""
+    if not os.path.exists(RESULTS):
+        return []
+    with open(RESULTS) as f:
+        return ["", *markdown(json.load(f))]
+
+
 def markdown(r: dict[str, Any]) -> list[str]:
     """The docs/BENCHMARKS.md section for a :func:`bench` result."""
     lines = [BEGIN, "## PostgreSQL: crashpoint vs LangGraph's PostgresSaver vs DBOS", ""]
@@ -450,7 +471,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
         return [*lines, f"Not measured: {r['skipped']}.", "", END]
     m, ver = r["machine"], r["versions"]
     lines += [
-        f"One PostgreSQL {r['postgres']} server (fsync on, `synchronous_commit=on`, loopback) "
+        f"One PostgreSQL {r['postgres']} server (fsync on, `synchronous_commit=on`, data on "
+        f"`{r.get('filesystem', '?')}`, loopback) "
         "started by the script; each system in a database of its own; "
         f"N={r['steps']} steps of a {r['payload_bytes']} B result, {r['repeat']} interleaved "
         f"repeats, medians. Measured {r['when']} on {m['cpus']} CPUs ({m['cpu']}), kernel "
@@ -483,6 +505,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
 
 
 def write_docs(r: dict[str, Any]) -> None:
+    if "skipped" in r and os.path.exists(RESULTS):
+        print(f"not measured ({r['skipped']}); keeping the previous result in {RESULTS}")
+        return
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
         json.dump(r, f, indent=2, sort_keys=True)
@@ -504,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="steps per run (default 200)")
-    ap.add_argument("--repeat", type=int, default=3, help="repeats per system (default 3)")
+    ap.add_argument("--repeat", type=int, default=5, help="repeats per system (default 5)")
     ap.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
     ap.add_argument("--write-docs", action="store_true",
                     help="store the result in benchmarks/results/pg_store.json and rewrite the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -40,10 +41,10 @@ def test_pg_bench_runs_end_to_end(tmp_path: Path) -> None:
     ours = r["systems"]["ours"]
     # ours ran, stored something, resumed once at step N+1 without re-running the N done steps
     assert ours["ok"] is True, ours
-    assert ours["step_s"] > 0 and ours["resume_s"] > 0 and ours["bytes_per_step"] > 0
+    assert ours["step_s"] > 0
+    assert ours["resume_s"] > 0
+    assert ours["bytes_per_step"] > 0
     peers = {"langgraph": "langgraph.checkpoint.postgres", "dbos": "dbos"}
-    import importlib.util
-
     for system, module in peers.items():
         v = r["systems"][system]
         try:
@@ -51,8 +52,10 @@ def test_pg_bench_runs_end_to_end(tmp_path: Path) -> None:
         except ImportError:
             installed = False
         if not installed:
-            assert "skipped" in v and "not installed" in v["skipped"], v
+            assert "not installed" in v.get("skipped", ""), v
             continue
         assert "skipped" not in v, v  # installed: measured, not skipped or failed
-        assert v["ok"] is True and v["resume_s"] > 0 and v["step_s_x_ours"] > 0, v
+        assert v["ok"] is True, v
+        assert v["resume_s"] > 0, v
+        assert v["step_s_x_ours"] > 0, v
     assert "| crashpoint `PostgresStore`" in text  # the table was printed
