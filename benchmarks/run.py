@@ -9,7 +9,10 @@ importable, this script creates that venv, installs this checkout into it (edita
 peers, and runs itself again there. It works from any interpreter, a virtual environment
 included (a venv made from a venv does not see the outer one's packages, so crashpoint is
 installed, not borrowed). ``--only powerloss`` runs the power-loss row alone (it needs only
-ckpt-chaos), merges it into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md.
+ckpt-chaos), merges it into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md;
+``--only pg`` runs benchmarks/pg_store.py (crashpoint's PostgresStore vs LangGraph's
+PostgresSaver vs DBOS on one real PostgreSQL server; skipped with the reason when no server can
+be started), which a full run also does unless ``--no-pg``.
 Variants run in interleaved rounds on the same filesystem; every figure is
 a median (p50) or p99 over all rounds. Writes benchmarks/results/latest.json and
 docs/BENCHMARKS.md. Benchmarks are not tests: nothing here asserts a timing.
@@ -39,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 VENV = os.path.join(HERE, ".venv")
 PAYLOAD = "x" * 200  # what one step adds to the state
 NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent, for both tools
-SECTIONS = ("powerloss",)  # what --only can run alone
+SECTIONS = ("powerloss", "pg")  # what --only can run alone
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -483,6 +486,8 @@ def peers_available(only: str | None = None) -> bool:
     """The peers the run needs are importable (``--only powerloss``: ckpt-chaos alone)."""
     import importlib.util
 
+    if only == "pg":  # benchmarks/pg_store.py reports a missing peer as skipped
+        return True
     needed = ["ckpt_chaos"] if only == "powerloss" else [
         "dbos", "langgraph.checkpoint.sqlite", "ckpt_chaos"]
     try:
@@ -503,7 +508,8 @@ def bootstrap(argv: list[str]) -> int:
         if subprocess.run([py, "-c", "import crashpoint"], capture_output=True,
                           check=False).returncode != 0:  # a venv left by an older version
             subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT], check=True)
-        if subprocess.run([py, "-c", "import ckpt_chaos"], capture_output=True,
+        if subprocess.run([py, "-c", "import ckpt_chaos, langgraph.checkpoint.postgres"],
+                          capture_output=True,
                           check=False).returncode != 0:  # a peer added since it was made
             subprocess.run([py, "-m", "pip", "install", "-q", "-r",
                             os.path.join(HERE, "requirements.txt")], check=True)
@@ -538,6 +544,8 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller N")
     ap.add_argument("--no-peers", action="store_true", help="skip LangGraph and DBOS")
+    ap.add_argument("--no-pg", action="store_true",
+                    help="skip the PostgreSQL comparison (benchmarks/pg_store.py)")
     ap.add_argument("--dir", default=os.path.join(HERE, ".work"),
                     help="where the durable-write benchmarks write (its filesystem matters)")
     ap.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
@@ -572,6 +580,15 @@ def main() -> int:
     pl_rounds = 3 if args.quick else 5
     if args.only == "powerloss":
         return only_powerloss(args, pl_rounds, peers)
+    if args.only == "pg":  # its own script: saves benchmarks/results/pg_store.json
+        rc = run_pg_store(args.quick)
+        latest = os.path.join(HERE, "results", "latest.json")
+        if os.path.exists(latest):  # re-render, so the section lands where a full run puts it
+            with open(latest) as f:
+                results = json.load(f)
+            with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
+                f.write(markdown(results))
+        return rc
     work = tempfile.mkdtemp(dir=args.dir)
     rounds, steps = (3, 200) if args.quick else (7, 1000)
     sizes = [10, 100, 1000] if args.quick else [10, 100, 1000, 10000]
@@ -595,6 +612,8 @@ def main() -> int:
             [sys.executable, os.path.abspath(__file__), "--powerloss-only", work, str(pl_rounds),
              *(["--no-peers"] if not peers else [])], check=True, capture_output=True,
             text=True).stdout.strip().splitlines()[-1])
+        if not args.no_pg:
+            run_pg_store(args.quick)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = summarize(cost, grow, res, har, sizes, args, fs_type(os.path.abspath(args.dir)))
@@ -606,6 +625,17 @@ def main() -> int:
         f.write(markdown(results))
     print(json.dumps(results["headline"], indent=2))
     return 0
+
+
+def run_pg_store(quick: bool) -> int:
+    """benchmarks/pg_store.py in a fresh interpreter (DBOS and LangGraph leave threads behind);
+    it saves benchmarks/results/pg_store.json, which markdown() renders. Without a PostgreSQL
+    server (or psycopg) it prints why and keeps the previous result."""
+    print("PostgreSQL: crashpoint vs LangGraph PostgresSaver vs DBOS (benchmarks/pg_store.py) ...",
+          flush=True)
+    argv = [sys.executable, os.path.join(HERE, "pg_store.py"), "--write-docs",
+            *(["--steps", "100", "--repeat", "3"] if quick else [])]
+    return subprocess.run(argv, check=False).returncode
 
 
 def only_powerloss(args: argparse.Namespace, rounds: int, peers: bool) -> int:
@@ -681,7 +711,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks", "",
         "Reproduce with `python benchmarks/run.py` (`--quick` for a short run, `--only "
-        "powerloss` for the power-loss row alone). Figures are",
+        "powerloss` for the power-loss row alone, `--only pg` for the PostgreSQL section "
+        "alone). Figures are",
         "medians (p50) and p99 over interleaved rounds in **one run on one machine**; the",
         "machines are shared and noisy, so read ratios, not absolute times.", "",
         f"Machine: {r['machine']['cpus']} CPUs ({r['machine']['cpu']}), kernel "
@@ -721,6 +752,11 @@ def markdown(r: dict[str, Any]) -> str:
         lines += markdown_full(r)
     if "powerloss" in r:
         lines += markdown_powerloss(r["powerloss"])
+    with contextlib.suppress(ImportError):  # the PostgreSQL comparison, if it was measured
+        sys.path.insert(0, HERE)
+        import pg_store
+
+        lines += pg_store.saved_markdown()
     notes = os.path.join(HERE, "NOTES.md")
     if os.path.exists(notes):
         with open(notes, encoding="utf-8") as f:
