@@ -18,6 +18,9 @@ from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, re
 GOLDEN = pytest.StashKey[Golden]()
 #: the item whose golden run failed: the file's other items point at it instead of repeating it
 GOLDEN_FAILED = pytest.StashKey[str]()
+#: the file's fork-mode zygote (agent.warm), shared by its items, closed with the file; or why
+#: the agent is spawned instead
+LAUNCHER = pytest.StashKey[Any]()
 
 
 class ScenarioFailed(Exception):
@@ -87,6 +90,7 @@ class ScenarioItem(pytest.Item):
         folder = os.path.join(base, "scenarios")
         harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts,
                                item=f"{sc.slug} [{self.name}]")
+        harness.launcher = self._launcher()
         fam = self.family.family
         if self.count is not None and fam.count != self.count:
             last_kind, last_opts = fam.chain[-1]
@@ -126,6 +130,48 @@ class ScenarioItem(pytest.Item):
                         reports=paths)
         if not result.ok:
             raise ScenarioFailed(result)
+
+    def _launcher(self) -> Any:
+        """The file's zygote when ``agent.warm`` asks for fork mode (started once per file,
+        closed when the file's items are done); None (spawn) otherwise. An agent that cannot
+        be forked is spawned, and the reason is shown, never silently."""
+        sc = self.scenario
+        if sc.agent.warm is None:
+            return None
+        parent = self.parent
+        assert parent is not None
+        if LAUNCHER not in parent.stash:
+            from crashpoint.harness._zygote import Zygote, ZygoteError, fork_plan
+
+            plan = fork_plan(sc.agent)
+            if isinstance(plan, str):
+                parent.stash[LAUNCHER] = None
+                self._note(f"fork mode off, attempts are spawned: {plan}")
+                return None
+            zygote = Zygote.for_agent(sc.agent)
+            try:
+                zygote.start()
+            except (ZygoteError, ImportError) as exc:
+                parent.stash[LAUNCHER] = ScenarioError(sc.path, sc.agent_line, "agent.warm",
+                                                       str(exc))
+            else:
+                parent.stash[LAUNCHER] = zygote
+                parent.addfinalizer(zygote.close)
+                if zygote.skipped:
+                    self._note("fork mode: not pre-imported (they fail to import in the warm "
+                               "interpreter; each attempt imports them itself): "
+                               f"{', '.join(zygote.skipped)}")
+        launcher = parent.stash[LAUNCHER]
+        if isinstance(launcher, ScenarioError):
+            raise launcher
+        return launcher
+
+    def _note(self, text: str) -> None:
+        """A line for the reader (terminal and JUnit properties), not a failure."""
+        self.user_properties.append(("crashpoint_launch", text))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"crashpoint: {self.scenario.slug}: {text}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
