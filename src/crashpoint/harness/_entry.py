@@ -154,7 +154,7 @@ def _print_exception(target: str) -> None:
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in here:
         tb = tb.tb_next
     if kind is not None and value is not None:
-        sys.excepthook(kind, value, tb)
+        sys.excepthook(kind, value.with_traceback(tb), tb)
 
 
 def _flush() -> None:
