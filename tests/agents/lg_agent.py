@@ -52,7 +52,7 @@ def report(state: State) -> State:
     return {"report": f"{state['plan']}: {len(state['found'])} chars, sent {state['sent']}"}
 
 
-def build(saver: SqliteSaver):  # noqa: ANN201 - the compiled graph
+def build(saver: SqliteSaver):
     g = StateGraph(State)
     for name, fn in (("plan", plan), ("search", search), ("send", send), ("report", report)):
         g.add_node(name, fn)

@@ -21,6 +21,7 @@ GOLDEN_FAILED = pytest.StashKey[str]()
 #: the file's fork-mode zygote (agent.warm), shared by its items, closed with the file; or why
 #: the agent is spawned instead
 LAUNCHER = pytest.StashKey[Any]()
+LAUNCH_NOTE = pytest.StashKey[str]()
 
 
 class ScenarioFailed(Exception):
@@ -91,6 +92,7 @@ class ScenarioItem(pytest.Item):
         harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts,
                                item=f"{sc.slug} [{self.name}]")
         harness.launcher = self._launcher()
+        forks = getattr(harness.launcher, "forks", 0)
         fam = self.family.family
         if self.count is not None and fam.count != self.count:
             last_kind, last_opts = fam.chain[-1]
@@ -126,8 +128,15 @@ class ScenarioItem(pytest.Item):
         if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
             parent.stash[GOLDEN] = result.golden                     # short is not kept
         paths = result.write_reports()
+        if harness.launcher is not None:  # say how many attempts fork mode served
+            attempts = sum(len(t.attempts) for t in result.trials) + (golden is None)
+            self.user_properties.append((
+                "crashpoint_launch", f"fork mode: {harness.launcher.forks - forks} of "
+                f"{attempts} attempts forked from a warm interpreter (others need a fresh one: "
+                "fileop kills, rlimit disk-full, tmpfs, a recorded golden run)"))
+        launch = "; ".join(str(v) for k, v in self.user_properties if k == "crashpoint_launch")
         record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
-                        reports=paths)
+                        reports=paths, **({"launch": launch} if launch else {}))
         if not result.ok:
             raise ScenarioFailed(result)
 
@@ -141,37 +150,39 @@ class ScenarioItem(pytest.Item):
         parent = self.parent
         assert parent is not None
         if LAUNCHER not in parent.stash:
-            from crashpoint.harness._zygote import Zygote, ZygoteError, fork_plan
+            from crashpoint.harness._zygote import Zygote, fork_plan
 
             plan = fork_plan(sc.agent)
             if isinstance(plan, str):
                 parent.stash[LAUNCHER] = None
-                self._note(f"fork mode off, attempts are spawned: {plan}")
-                return None
-            zygote = Zygote.for_agent(sc.agent)
-            try:
-                zygote.start()
-            except (ZygoteError, ImportError) as exc:
-                parent.stash[LAUNCHER] = ScenarioError(sc.path, sc.agent_line, "agent.warm",
-                                                       str(exc))
+                parent.stash[LAUNCH_NOTE] = f"fork mode off, attempts are spawned: {plan}"
             else:
-                parent.stash[LAUNCHER] = zygote
-                parent.addfinalizer(zygote.close)
-                if zygote.skipped:
-                    self._note("fork mode: not pre-imported (they fail to import in the warm "
-                               "interpreter; each attempt imports them itself): "
-                               f"{', '.join(zygote.skipped)}")
+                parent.stash[LAUNCHER] = self._start_zygote(Zygote.for_agent(sc.agent))
+        note = parent.stash.get(LAUNCH_NOTE, "")
+        if note:
+            self.user_properties.append(("crashpoint_launch", note))
         launcher = parent.stash[LAUNCHER]
         if isinstance(launcher, ScenarioError):
             raise launcher
         return launcher
 
-    def _note(self, text: str) -> None:
-        """A line for the reader (terminal and JUnit properties), not a failure."""
-        self.user_properties.append(("crashpoint_launch", text))
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None:
-            tr.write_line(f"crashpoint: {self.scenario.slug}: {text}")
+    def _start_zygote(self, zygote: Any) -> Any:
+        """``zygote`` started (closed with the file), or the ScenarioError it failed with."""
+        from crashpoint.harness._zygote import ZygoteError
+
+        sc = self.scenario
+        parent = self.parent
+        assert parent is not None
+        try:
+            zygote.start()
+        except (ZygoteError, ImportError) as exc:
+            return ScenarioError(sc.path, sc.agent_line, "agent.warm", str(exc))
+        parent.addfinalizer(zygote.close)
+        if zygote.skipped:
+            parent.stash[LAUNCH_NOTE] = (
+                "fork mode: not pre-imported (they fail to import in the warm interpreter; "
+                f"each attempt imports them itself): {', '.join(zygote.skipped)}")
+        return zygote
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
