@@ -398,3 +398,9 @@ def test_the_gate_reports_a_warm_module_that_fails_at_the_warm_key(tmp_path: Pat
     assert code != 0
     assert "(key 'agent.warm')" in out, out
     assert "RuntimeError: bad config" in out
+
+
+def test_an_entry_agent_with_warm_forks_its_entry_and_the_listed_modules() -> None:
+    agent = AgentSpec(entry="crashpoint.agents.demo:main", warm=("json",), cwd="/tmp")
+    assert fork_plan(agent) == ForkPlan(("crashpoint.agents.demo:main", "json"), "/tmp")
+    assert fork_plan(AgentSpec(entry="m:f", warm=(WARM_IMPORTS,))) == ForkPlan(("m:f",), "")

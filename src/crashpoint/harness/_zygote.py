@@ -1,6 +1,10 @@
 """Fork mode: a pre-forked, single-threaded "zygote" interpreter that imports an agent given as
 ``module:function`` once and forks one child per attempt (milliseconds instead of a fresh
-interpreter's tens to hundreds).
+interpreter's tens to hundreds). It serves ``{python}`` command agents too (a fork server): the
+zygote imports the agent's *warm* modules (``AgentSpec.warm``: listed, or the script's top-level
+imports, read with ``ast``; never the agent's own code) and each child runs the script or
+``-m`` module as ``__main__`` (:func:`crashpoint.harness._entry.run_main`, runpy), with
+``sys.argv`` and ``sys.path[0]`` as the interpreter would set them; see :func:`fork_plan`.
 
 Use it as a context manager and hand it to the harness as its launcher::
 
@@ -22,7 +26,8 @@ How a child is made (in the zygote, which has no thread, so fork is safe)::
     /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
     reap token stamped into the process's initial environment, chdir -> wait for "go" ->
     re-seed random, probe.reset(), _failpoints.reload() -> call the function
-    (crashpoint.harness._entry.call, the spawn path's own code) -> join threads, atexit, flush
+    (crashpoint.harness._entry.call, the spawn path's own code), or run the script/module as
+    __main__ (crashpoint.harness._entry.run_main) -> join threads, atexit, flush
     -> os._exit(code)
 
 ``os.environ`` changes what the child's execs inherit, not ``/proc/PID/environ`` (the block the
@@ -41,7 +46,8 @@ boundaries kept by the kernel, so no framing), file descriptors attached with ``
 
     zygote  -> harness   {"op": "ready", "pid": Z}            | {"op": "error", "error": "..."}
     harness -> zygote    {"op": "spawn", "id": N, "entry": "m:f", "args": [..], "env": {..},
-                          "cwd": "...", "cgroup": ".../cgroup.procs" or ""}
+                          "cwd": "...", "cgroup": ".../cgroup.procs" or "",
+                          "main": null | ["path", SCRIPT, ""] | ["module", NAME, ""]}
                           + fds [stdout, stderr, go]
     zygote  -> harness   {"op": "started", "id": N, "pid": P} | {"op": "refused", "id": N,
                                                                   "error": "..."}
