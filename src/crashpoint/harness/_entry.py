@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from crashpoint.errors import CheckpointError, CrashpointError, RunDeadLettered, RunPaused
 
-__all__ = ["EntryError", "call", "exit_status", "main", "resolve"]
+__all__ = ["EntryError", "call", "exit_status", "main", "resolve", "run_main"]
 
 EntryFunction = Callable[[list[str]], Any]
 
@@ -113,6 +113,48 @@ def call(entry: str, fn: EntryFunction, args: Sequence[str]) -> int:
         sys.excepthook(*sys.exc_info())
         return 1
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def run_main(kind: str, target: str, args: Sequence[str], path0: str) -> int:
+    """Run a script (``kind`` "path") or a module (``kind`` "module") as ``__main__``, as
+    ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` would in the current process, and return
+    the exit code the interpreter would give: ``SystemExit`` as the interpreter honours it, an
+    uncaught exception's traceback on stderr and 1, ``KeyboardInterrupt`` the process ended by
+    SIGINT. ``path0``: what ``sys.path[0]`` becomes (the script's folder, or the working folder
+    for ``-m``). The forked child of a fork-mode zygote runs ``{python}`` command agents so."""
+    import runpy
+
+    sys.path[0:0] = [path0]
+    sys.argv = [target, *args]
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return exit_status(exc.code)
+    except KeyboardInterrupt:
+        _print_exception(target)
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException:
+        _print_exception(target)
+        return 1
+    return 0
+
+
+def _print_exception(target: str) -> None:
+    """The traceback the interpreter prints, without the frames of runpy and of this module."""
+    kind, value, tb = sys.exc_info()
+    here = {os.path.abspath(__file__), os.path.abspath(getattr(sys.modules.get("runpy"),
+                                                              "__file__", "") or "")}
+    here.add(os.path.abspath("<frozen runpy>"))  # 3.11+: runpy is frozen
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in here:
+        tb = tb.tb_next
+    if kind is not None and value is not None:
+        sys.excepthook(kind, value.with_traceback(tb), tb)
 
 
 def _flush() -> None:

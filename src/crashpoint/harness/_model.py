@@ -73,6 +73,9 @@ class AgentSpec:
     ``{scenario_dir}`` becomes); empty for an agent built in Python.
     ``services``: the scenario's ``services:`` mapping (scripted replies of the stand-ins;
     see :func:`crashpoint.harness._services.parse_services`), or None.
+    ``warm``: fork mode (scenario key ``agent.warm``): None spawns every attempt; a tuple of
+    module names has a warm zygote import them once and fork each attempt (``"*"``: the
+    script's own top-level imports); see :func:`crashpoint.harness._zygote.fork_plan`.
     """
 
     command: tuple[str, ...] = ()
@@ -83,6 +86,7 @@ class AgentSpec:
     args: tuple[str, ...] = ()
     scenario_dir: str = ""
     services: Any = field(default=None, hash=False)
+    warm: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         from crashpoint.harness._services import parse_services
@@ -129,14 +133,16 @@ class AgentSpec:
     def to_json(self) -> dict[str, Any]:
         return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
                 "env": dict(self.env), "cwd": self.cwd, "args": list(self.args),
-                "scenario_dir": self.scenario_dir, "services": self.services}
+                "scenario_dir": self.scenario_dir, "services": self.services,
+                "warm": list(self.warm) if self.warm is not None else None}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
         return cls(tuple(d.get("command") or ()), d.get("entry", ""),
                    float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
                    d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()),
-                   str(d.get("scenario_dir") or ""), d.get("services"))
+                   str(d.get("scenario_dir") or ""), d.get("services"),
+                   tuple(str(w) for w in d["warm"]) if d.get("warm") is not None else None)
 
 
 @dataclass(frozen=True)

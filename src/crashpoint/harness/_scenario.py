@@ -39,7 +39,7 @@ __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 SUFFIX = ".scenario.yaml"
 TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "marks", "mode",
             "description", "budget", "services")
-AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd")
+AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd", "warm")
 EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
                "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
                "refuse_codes", "refuse_patterns", "no_repeated_llm_calls", "no_retry_storm",
@@ -375,8 +375,58 @@ def _agent(doc: _Doc, scenario_dir: str) -> AgentSpec:
     for a in args:
         _template(doc, "args", a, AGENT_PLACEHOLDERS)
     cwd = _cwd(doc, scenario_dir)
-    return AgentSpec(tuple(parts), str(entry or ""), timeout, tuple(sorted(env.items())), cwd,
-                     tuple(args), scenario_dir)
+    agent = AgentSpec(tuple(parts), str(entry or ""), timeout, tuple(sorted(env.items())), cwd,
+                      tuple(args), scenario_dir)
+    warm = _warm(doc, agent)
+    return agent if warm is None else dataclasses.replace(agent, warm=warm)
+
+
+_WARM_USAGE = ("use true (fork each attempt from a warm interpreter that did the script's "
+               "top-level imports), false (spawn: the default), or a list of modules to import "
+               "once, e.g. [langgraph.graph, langgraph.checkpoint.sqlite]")
+
+
+def _warm(doc: _Doc, agent: AgentSpec) -> tuple[str, ...] | None:
+    """``agent.warm``: fork mode (see :func:`crashpoint.harness._zygote.fork_plan`)."""
+    from crashpoint.harness._zygote import WARM_IMPORTS
+
+    raw = doc.value("warm")
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        return (WARM_IMPORTS,)
+    if not isinstance(raw, list):
+        raise doc.err("warm", f"got {raw!r}: {_WARM_USAGE}")
+    own = _own_module(agent)
+    out: list[str] = []
+    for m in raw:
+        if not isinstance(m, str) or not m or \
+                not all(p.isidentifier() for p in m.split(".")):
+            raise doc.err("warm", f"{m!r} is not a module name (dotted Python names, e.g. "
+                                  f"langgraph.graph): {_WARM_USAGE}")
+        if m in out:
+            raise doc.err("warm", f"module {m!r} is listed twice")
+        if m == own:
+            raise doc.err("warm", f"{m!r} is the agent's own module: its top-level code would "
+                                  "run once in the warm interpreter instead of in every "
+                                  "attempt. List only what it imports (e.g. the framework)")
+        if not _module_found(m, agent, dict(agent.env)):
+            raise doc.err("warm", f"module {m!r} not found: it must be importable by the "
+                                  f"agent's interpreter ({_where_python(agent)})")
+        out.append(m)
+    return tuple(out)
+
+
+def _own_module(agent: AgentSpec) -> str:
+    """The module name the agent itself runs as (entry module, -m module, script stem)."""
+    if agent.entry:
+        return agent.entry.partition(":")[0]
+    rest = list(agent.command[1:]) if agent.command[0] == "{python}" else []
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return rest[1]
+    if rest and not rest[0].startswith("-"):
+        return os.path.splitext(os.path.basename(rest[0]))[0]
+    return ""
 
 
 def _cwd(doc: _Doc, scenario_dir: str) -> str:

@@ -332,18 +332,24 @@ class TrialRunner:
         """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
         ``output``: stream its stdout and stderr to ``output + ".stdout"`` / ``".stderr"``.
 
-        With a launcher (fork mode) an entry agent is forked, unless the attempt needs a
-        process set-up only a fresh interpreter has: a wrapper such as nsenter (tmpfs), an
-        RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is spawned.
+        With a launcher (fork mode) an entry agent, or a ``{python}`` command agent whose
+        launcher runs its script (``Zygote.main``), is forked, unless the attempt needs a
+        process set-up only a fresh interpreter has: a wrapper such as nsenter (tmpfs) or
+        strace, an RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is
+        spawned.
         """
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         prefix = [*ENTRY_ARGV, self.agent.entry]
-        if self.launcher is not None and self.agent.entry and rlimit is None \
-                and argv[:len(prefix)] == prefix and not _FRESH_INTERPRETER & set(env):
+        forkable = self.launcher is not None and rlimit is None \
+            and not _FRESH_INTERPRETER & set(env)
+        main = self.launcher.main_of(argv) if forkable and self.agent.command \
+            and getattr(self.launcher, "main", None) else None
+        if forkable and (main is not None or (self.agent.entry and argv[:len(prefix)] == prefix)):
             proc: AgentProcess = self.launcher.spawn(
                 self.agent.entry, env=env, cwd=cwd, timeout=self.agent.timeout,
-                args=argv[len(prefix):], on_start=on_start, keep_head=self.keep_head,
-                keep_tail=self.keep_tail, stdout_path=out, stderr_path=err)
+                args=main[2] if main is not None else argv[len(prefix):], on_start=on_start,
+                keep_head=self.keep_head, keep_tail=self.keep_tail, stdout_path=out,
+                stderr_path=err, **({"main": main[:2]} if main is not None else {}))
             return proc
         proc = AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout, rlimit_fsize=rlimit,
                             stdout_path=out, stderr_path=err, keep_head=self.keep_head,

@@ -1,6 +1,10 @@
 """Fork mode: a pre-forked, single-threaded "zygote" interpreter that imports an agent given as
 ``module:function`` once and forks one child per attempt (milliseconds instead of a fresh
-interpreter's tens to hundreds).
+interpreter's tens to hundreds). It serves ``{python}`` command agents too (a fork server): the
+zygote imports the agent's *warm* modules (``AgentSpec.warm``: listed, or the script's top-level
+imports, read with ``ast``; never the agent's own code) and each child runs the script or
+``-m`` module as ``__main__`` (:func:`crashpoint.harness._entry.run_main`, runpy), with
+``sys.argv`` and ``sys.path[0]`` as the interpreter would set them; see :func:`fork_plan`.
 
 Use it as a context manager and hand it to the harness as its launcher::
 
@@ -22,7 +26,8 @@ How a child is made (in the zygote, which has no thread, so fork is safe)::
     /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
     reap token stamped into the process's initial environment, chdir -> wait for "go" ->
     re-seed random, probe.reset(), _failpoints.reload() -> call the function
-    (crashpoint.harness._entry.call, the spawn path's own code) -> join threads, atexit, flush
+    (crashpoint.harness._entry.call, the spawn path's own code), or run the script/module as
+    __main__ (crashpoint.harness._entry.run_main) -> join threads, atexit, flush
     -> os._exit(code)
 
 ``os.environ`` changes what the child's execs inherit, not ``/proc/PID/environ`` (the block the
@@ -41,7 +46,8 @@ boundaries kept by the kernel, so no framing), file descriptors attached with ``
 
     zygote  -> harness   {"op": "ready", "pid": Z}            | {"op": "error", "error": "..."}
     harness -> zygote    {"op": "spawn", "id": N, "entry": "m:f", "args": [..], "env": {..},
-                          "cwd": "...", "cgroup": ".../cgroup.procs" or ""}
+                          "cwd": "...", "cgroup": ".../cgroup.procs" or "",
+                          "main": null | ["path", SCRIPT, ""] | ["module", NAME, ""]}
                           + fds [stdout, stderr, go]
     zygote  -> harness   {"op": "started", "id": N, "pid": P} | {"op": "refused", "id": N,
                                                                   "error": "..."}
@@ -81,6 +87,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from crashpoint.errors import CrashpointError
@@ -102,7 +109,8 @@ if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _
     #                spawned entry agents run with -m (runpy warns on stderr if it is loaded)
     from crashpoint.harness._entry import EntryFunction
 
-__all__ = ["ForkedProcess", "Zygote", "ZygoteError"]
+__all__ = ["WARM_IMPORTS", "ForkPlan", "ForkedProcess", "Zygote", "ZygoteError", "fork_plan",
+           "script_imports"]
 
 #: Largest control message (a spawn carries the attempt's whole environment).
 MAX_MESSAGE = 1 << 20
@@ -116,6 +124,161 @@ _BOOT = ("import sys; from crashpoint.harness._zygote import _zygote_main; "
 
 class ZygoteError(CrashpointError, RuntimeError):
     """The fork-mode zygote could not start, refused a spawn, or died."""
+
+
+# -- what a zygote warms: the fork plan of an agent -------------------------------------------
+
+#: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
+WARM_IMPORTS = "*"
+#: Placeholders that differ per trial: a script path using one cannot be read beforehand.
+_PER_TRIAL = ("state_dir", "workdir", "run_id", "http", "llm", "smtp")
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """How a zygote serves an agent: what it imports, where, and what each child runs.
+
+    ``preload``: zygote items (``module:function`` entries, ``module`` warm modules, ``?module``
+    best-effort ones). ``cwd``: the folder first on the zygote's ``sys.path``. ``main``: for a
+    ``{python}`` command agent, ``("path", SCRIPT)`` or ``("module", NAME)`` as the command
+    gives it; empty for an entry agent."""
+
+    preload: tuple[str, ...]
+    cwd: str
+    main: tuple[str, ...] = ()
+
+
+def _python_main(argv: Sequence[str]) -> tuple[str, str] | str:
+    """``("path", script)`` or ``("module", name)`` from the arguments after ``{python}``,
+    or why such a command cannot be run in a forked interpreter."""
+    if not argv:
+        return "the command is only {python} (an interactive interpreter)"
+    first = argv[0]
+    if first == "-m":
+        if len(argv) < 2 or not argv[1]:
+            return "-m names no module"
+        return ("module", argv[1])
+    if first.startswith("-"):
+        return (f"the interpreter option {first!r} is read at start-up, and a forked attempt "
+                "starts in an interpreter that already runs (drop the option, or set "
+                "warm: false)")
+    return ("path", first)
+
+
+def script_imports(source: str, filename: str = "<script>") -> list[str]:
+    """The modules a script imports at its top level (``import a.b``: ``a.b``; ``from a.b
+    import c``: ``a.b``), in order, without running it; imports inside functions, classes or
+    ``if``/``try`` blocks, relative ones and ``__future__`` are left out. A SyntaxError (or
+    ValueError: a NUL byte) says the file is not Python."""
+    import ast
+
+    tree = ast.parse(source, filename)
+    out: list[str] = []
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        for name in names:
+            if name != "__future__" and name not in out:
+                out.append(name)
+    return out
+
+
+def _locate(module: str, paths: list[str]) -> str | None:
+    """The source file of ``module`` found under ``paths`` without importing anything
+    (a package: its ``__main__.py`` when ``main``), or None."""
+    import importlib.machinery
+
+    parts = module.split(".")
+    search: list[str] | None = paths or None
+    origin: str | None = None
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or []) or None
+        origin = spec.origin if spec.has_location else None
+    if search and origin and os.path.basename(origin) == "__init__.py":
+        main = os.path.join(os.path.dirname(origin), "__main__.py")
+        return main if os.path.isfile(main) else None
+    return origin
+
+
+def _local(module: str, folder: str) -> bool:
+    """Is ``module`` the agent's own code (its top package in ``folder``)?"""
+    import importlib.machinery
+
+    top = module.split(".")[0]
+    return bool(folder) and importlib.machinery.PathFinder.find_spec(top, [folder]) is not None
+
+
+def fork_plan(agent: AgentSpec) -> ForkPlan | str:
+    """The zygote set-up that serves ``agent`` in fork mode, or why it must be spawned.
+
+    An entry agent: its entry (and ``agent.warm`` modules). A ``{python}`` command agent with
+    ``agent.warm``: the listed modules, or for :data:`WARM_IMPORTS` the top-level imports of
+    its script (read with ``ast``, not run), leaving out the agent's own modules (those found in
+    the script's folder, or the working folder of a ``-m`` agent) and the agent's module
+    itself, whose top-level code must run in every attempt."""
+    warm = tuple(agent.warm or ())
+    if agent.entry:
+        return ForkPlan((agent.entry, *[w for w in warm if w != WARM_IMPORTS]), agent.cwd)
+    if agent.warm is None:
+        return "agent.warm is not set (fork mode for a command agent is opt-in)"
+    if agent.command[0] != "{python}":
+        return (f"the command starts with {agent.command[0]!r}, not {{python}}: only a Python "
+                "agent run by this interpreter can be forked from it")
+    main = _python_main(agent.command[1:])
+    if isinstance(main, str):
+        return main
+    kind, target = main
+    from crashpoint._placeholders import fields, fill
+
+    if set(fields(target)) & set(_PER_TRIAL):
+        return (f"the {'script' if kind == 'path' else 'module'} {target!r} changes per trial "
+                "(a per-trial placeholder): the zygote cannot prepare it beforehand")
+    target = fill(target, {"scenario_dir": agent.scenario_dir, "python": sys.executable})
+    env = dict(agent.env)
+    pypath = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
+    if kind == "path":
+        full = target if os.path.isabs(target) else \
+            os.path.join(agent.cwd, target) if agent.cwd else ""
+        if not full:
+            return (f"the script {target!r} is relative and the agent has no cwd (it starts in "
+                    "the trial's {workdir})")
+        folder = os.path.dirname(os.path.realpath(full))
+        own = os.path.splitext(os.path.basename(full))[0]
+    else:
+        full = _locate(target, [*([agent.cwd] if agent.cwd else []), *pypath]) or ""
+        folder = agent.cwd
+        own = target
+    imports: list[str] = []
+    if WARM_IMPORTS in warm or kind == "path":
+        try:
+            with open(full, "rb") as f:
+                source = f.read()
+            found = script_imports(source.decode("utf-8"), full)
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as exc:
+            if kind == "module" and not full:
+                found = []  # no source to read (an extension, a zip): nothing to warm
+            else:
+                why = exc.msg if isinstance(exc, SyntaxError) else \
+                    getattr(exc, "strerror", None) or str(exc)
+                return f"the script {full or target} is not a Python source file ({why})"
+        if WARM_IMPORTS in warm:
+            imports = [m for m in found if not _local(m, folder)]
+    listed = [w for w in warm if w != WARM_IMPORTS]
+    items: list[str] = []
+    for m in listed:
+        if m == own:
+            return (f"warm module {m!r} is the agent itself: its top-level code must run in "
+                    "every attempt, not once in the zygote")
+        items.append(m)
+    items += [f"?{m}" for m in imports if m not in listed and m != own
+              and not m.startswith(own + ".")]
+    return ForkPlan(tuple(items), folder, (kind, target))
 
 
 # -- the zygote process ------------------------------------------------------------------------
@@ -151,6 +314,33 @@ class _Server:
         self.entries: dict[str, EntryFunction] = {}
         self.children: dict[int, int] = {}  # pid -> pidfd (-1: polled)
         self.threaded = ""  # why forking is no longer safe, once it is not
+        self.skipped: list[str] = []  # best-effort warm modules that did not import
+        self.path0 = False  # did the zygote put the agent's folder first on sys.path?
+
+    def warm(self, module: str, *, strict: bool) -> None:
+        """Import ``module`` (a warm module of a command agent); refuse it if that started a
+        thread. ``strict`` False (modules read from the script): one that fails is skipped,
+        the attempt imports it itself and fails there exactly as a spawned one would."""
+        if self.threaded:
+            raise ZygoteError(self.threaded)
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            if not strict:
+                self.skipped.append(module)
+                return
+            raise ZygoteError(f"warm module {module!r} could not be imported in the fork-mode "
+                              f"zygote: {type(exc).__name__}: {exc}. Install it, fix its "
+                              "name, or remove it from agent.warm") from exc
+        n = _thread_count()
+        if n > 1:
+            self.threaded = (
+                f"importing warm module {module!r} started {n - 1} thread(s) in the fork-mode "
+                "zygote; forking a threaded interpreter is unsafe. Remove it from agent.warm "
+                "(or set warm: false): attempts then import it themselves")
+            raise ZygoteError(self.threaded)
 
     def load(self, entry: str) -> EntryFunction:
         fn = self.entries.get(entry)
@@ -235,8 +425,16 @@ class _Server:
         return True
 
     def _fork(self, msg: dict[str, Any], fds: list[int]) -> int:
-        entry = str(msg["entry"])
-        fn = self.load(entry)
+        entry = str(msg.get("entry") or "")
+        main = msg.get("main")
+        if main:  # a {python} command agent: run as __main__ in the child, nothing to load
+            if self.threaded:
+                raise ZygoteError(self.threaded)
+            if not (isinstance(main, list) and len(main) == 3 and main[0] in ("path", "module")):
+                raise ZygoteError(f"bad main {main!r}")
+            fn: EntryFunction | None = None
+        else:
+            fn = self.load(entry)
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
@@ -250,7 +448,8 @@ class _Server:
         if pid == 0:
             os.close(sync_r)
             self.sock.close()
-            _child(entry, fn, msg, fds, sync_w, [fd for fd in self.children.values() if fd >= 0])
+            _child(entry, fn, msg, fds, sync_w, [fd for fd in self.children.values() if fd >= 0],
+                   self.path0)
         os.close(sync_w)
         try:
             os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
@@ -268,8 +467,8 @@ class _Server:
         self._reap(block=True)
 
 
-def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], sync_w: int,
-           pidfds: list[int]) -> NoReturn:
+def _child(entry: str, fn: EntryFunction | None, msg: dict[str, Any], fds: list[int],
+           sync_w: int, pidfds: list[int], path0: bool = False) -> NoReturn:
     """The forked child: set up like a fresh agent process, run, exit. Never returns."""
     code = _CHILD_FAILED
     try:
@@ -300,11 +499,19 @@ def _child(entry: str, fn: EntryFunction, msg: dict[str, Any], fds: list[int], s
         code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
         random.seed()
         from crashpoint import _failpoints, probe
-        from crashpoint.harness._entry import call
+        from crashpoint.harness._entry import call, run_main
 
         probe.reset()
         _failpoints.reload()
-        code = call(entry, fn, [str(a) for a in msg.get("args", ())])
+        args = [str(a) for a in msg.get("args", ())]
+        if fn is not None:
+            code = call(entry, fn, args)
+        else:  # as `python SCRIPT ARGS` / `python -m MODULE ARGS` started here would
+            kind, target, _ = (str(x) for x in msg["main"])
+            if path0:
+                sys.path.pop(0)
+            first = os.path.dirname(os.path.realpath(target)) if kind == "path" else os.getcwd()
+            code = run_main(kind, target, args, first)
     except BaseException:  # the set-up failed: say why on the attempt's stderr
         with contextlib.suppress(BaseException):
             traceback.print_exc()
@@ -350,7 +557,9 @@ def _finish(code: int) -> NoReturn:
 
 
 def _zygote_main(argv: list[str]) -> None:
-    """The zygote process: ``argv`` is ``FD CWD ENTRY...`` (see :data:`_BOOT`)."""
+    """The zygote process: ``argv`` is ``FD CWD ITEM...`` (see :data:`_BOOT`); an ITEM is an
+    entry (``module:function``), a warm module (``module``) or a best-effort one (``?module``).
+    """
     fd, cwd, preload = int(argv[0]), argv[1], argv[2:]
     # an ignored SIGCHLD survives exec and would have the kernel reap our children unseen
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -358,17 +567,21 @@ def _zygote_main(argv: list[str]) -> None:
     # as ``python -m crashpoint.harness._entry`` run there would
     if sys.path and sys.path[0] in ("", ".", os.getcwd()):
         sys.path.pop(0)
-    if cwd:
-        sys.path.insert(0, cwd)
     sock = socket.socket(fileno=fd)
     server = _Server(sock)
+    if cwd:
+        sys.path.insert(0, cwd)
+        server.path0 = True
     try:
-        for entry in preload:
-            server.load(entry)
+        for item in preload:
+            if ":" in item:
+                server.load(item)
+            else:
+                server.warm(item.lstrip("?"), strict=not item.startswith("?"))
     except Exception as exc:
         _send(sock, {"op": "error", "error": str(exc), "type": type(exc).__name__})
         return
-    _send(sock, {"op": "ready", "pid": os.getpid()})
+    _send(sock, {"op": "ready", "pid": os.getpid(), "skipped": server.skipped})
     server.serve()
 
 
@@ -487,15 +700,32 @@ class Zygote:
         self._dead = ""
         self._next_id = 0
         self.forks = 0  # attempts forked so far (the rest of a runner's attempts were spawned)
+        self.main: tuple[str, ...] = ()  # a {python} command agent's ("path"|"module", target)
+        self.skipped: list[str] = []  # best-effort warm modules that did not import
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @classmethod
     def for_agent(cls, agent: AgentSpec, **kw: Any) -> Zygote:
         """A zygote set up as the harness sets up ``agent`` (its env, its cwd, its entry)."""
-        if not agent.entry:
-            raise ValueError("fork mode needs an agent given as entry: 'module:function'")
+        plan = fork_plan(agent)
+        if isinstance(plan, str):
+            raise ValueError(f"this agent cannot be forked: {plan}")
         env = {**_clean_env(), **dict(agent.env)}
-        return cls((agent.entry,), env=env, cwd=agent.cwd, **kw)
+        z = cls(plan.preload, env=env, cwd=plan.cwd, **kw)
+        z.main = plan.main
+        return z
+
+    def main_of(self, argv: Sequence[str]) -> tuple[str, str, list[str]] | None:
+        """``(kind, target, args)`` if ``argv`` (a filled command) runs this zygote's ``main``
+        with this interpreter, else None (the attempt is spawned: e.g. wrapped by strace)."""
+        if not self.main or len(argv) < 2 or argv[0] != self.python:
+            return None
+        kind, target = self.main
+        if kind == "module":
+            if argv[1:3] == ["-m", target]:
+                return (kind, target, list(argv[3:]))
+            return None
+        return (kind, target, list(argv[2:])) if argv[1] == target else None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -541,6 +771,8 @@ class Zygote:
             self._cond.wait_for(lambda: self._ready is not None or bool(self._dead),
                                 timeout=self.start_timeout)
         ready = self._ready_message()
+        if ready is not None:
+            self.skipped = [str(m) for m in ready.get("skipped") or ()]
         if ready is None or ready.get("op") != "ready":
             why = (ready or {}).get("error") or self._dead or \
                 f"no answer within {self.start_timeout}s"
@@ -586,9 +818,12 @@ class Zygote:
     def spawn(self, entry: str, *, env: Mapping[str, str], cwd: str, timeout: float,
               args: Sequence[str] = (), on_start: Callable[[int], None] | None = None,
               stdout_path: str | None = None, stderr_path: str | None = None,
-              keep_head: int = KEEP_HEAD, keep_tail: int = KEEP_TAIL) -> ForkedProcess:
+              keep_head: int = KEEP_HEAD, keep_tail: int = KEEP_TAIL,
+              main: Sequence[str] = ()) -> ForkedProcess:
         """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code.
-        Output is captured as :class:`~crashpoint.faults._process.AgentProcess` captures it."""
+        Output is captured as :class:`~crashpoint.faults._process.AgentProcess` captures it.
+        ``main``: ``("path", SCRIPT)`` or ``("module", NAME)`` (``entry`` empty): the child
+        runs it as ``__main__`` with ``sys.argv = [target, *args]``, as ``{python}`` would."""
         if self._proc is None:
             self.start()
         if not os.path.isdir(cwd):
@@ -597,6 +832,7 @@ class Zygote:
         cgroup, why = attempt_cgroup()
         containment = "cgroup" if cgroup is not None else f"session ({why})"
         msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": env,
+                          "main": [*main, ""] if main else None,
                           "cwd": cwd, "id": self._new_id(),
                           "cgroup": cgroup.procs if cgroup is not None else ""})
         rid = json.loads(msg)["id"]
@@ -638,7 +874,7 @@ class Zygote:
             if reply.get("op") != "started":
                 if reply.get("type") in _IMPORT_ERRORS:
                     raise _entry_error(str(reply.get("error")))
-                raise ZygoteError(f"the fork-mode zygote refused {entry!r}: "
+                raise ZygoteError(f"the fork-mode zygote refused {entry or list(main)!r}: "
                                   f"{reply.get('error')}")
             capture = OutputCapture(out_r, err_r, sinks)
             reads = []

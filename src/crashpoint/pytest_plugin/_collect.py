@@ -18,6 +18,10 @@ from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, re
 GOLDEN = pytest.StashKey[Golden]()
 #: the item whose golden run failed: the file's other items point at it instead of repeating it
 GOLDEN_FAILED = pytest.StashKey[str]()
+#: the file's fork-mode zygote (agent.warm), shared by its items, closed with the file; or why
+#: the agent is spawned instead
+LAUNCHER = pytest.StashKey[Any]()
+LAUNCH_NOTE = pytest.StashKey[str]()
 
 
 class ScenarioFailed(Exception):
@@ -87,6 +91,8 @@ class ScenarioItem(pytest.Item):
         folder = os.path.join(base, "scenarios")
         harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts,
                                item=f"{sc.slug} [{self.name}]")
+        harness.launcher = self._launcher()
+        forks = getattr(harness.launcher, "forks", 0)
         fam = self.family.family
         if self.count is not None and fam.count != self.count:
             last_kind, last_opts = fam.chain[-1]
@@ -122,10 +128,61 @@ class ScenarioItem(pytest.Item):
         if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
             parent.stash[GOLDEN] = result.golden                     # short is not kept
         paths = result.write_reports()
+        if harness.launcher is not None:  # say how many attempts fork mode served
+            attempts = sum(len(t.attempts) for t in result.trials) + (golden is None)
+            self.user_properties.append((
+                "crashpoint_launch", f"fork mode: {harness.launcher.forks - forks} of "
+                f"{attempts} attempts forked from a warm interpreter (others need a fresh one: "
+                "fileop kills, rlimit disk-full, tmpfs, a recorded golden run)"))
+        launch = "; ".join(str(v) for k, v in self.user_properties if k == "crashpoint_launch")
         record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
-                        reports=paths)
+                        reports=paths, **({"launch": launch} if launch else {}))
         if not result.ok:
             raise ScenarioFailed(result)
+
+    def _launcher(self) -> Any:
+        """The file's zygote when ``agent.warm`` asks for fork mode (started once per file,
+        closed when the file's items are done); None (spawn) otherwise. An agent that cannot
+        be forked is spawned, and the reason is shown, never silently."""
+        sc = self.scenario
+        if sc.agent.warm is None:
+            return None
+        parent = self.parent
+        assert parent is not None
+        if LAUNCHER not in parent.stash:
+            from crashpoint.harness._zygote import Zygote, fork_plan
+
+            plan = fork_plan(sc.agent)
+            if isinstance(plan, str):
+                parent.stash[LAUNCHER] = None
+                parent.stash[LAUNCH_NOTE] = f"fork mode off, attempts are spawned: {plan}"
+            else:
+                parent.stash[LAUNCHER] = self._start_zygote(Zygote.for_agent(sc.agent))
+        note = parent.stash.get(LAUNCH_NOTE, "")
+        if note:
+            self.user_properties.append(("crashpoint_launch", note))
+        launcher = parent.stash[LAUNCHER]
+        if isinstance(launcher, ScenarioError):
+            raise launcher
+        return launcher
+
+    def _start_zygote(self, zygote: Any) -> Any:
+        """``zygote`` started (closed with the file), or the ScenarioError it failed with."""
+        from crashpoint.harness._zygote import ZygoteError
+
+        sc = self.scenario
+        parent = self.parent
+        assert parent is not None
+        try:
+            zygote.start()
+        except (ZygoteError, ImportError) as exc:
+            return ScenarioError(sc.path, sc.agent_line, "agent.warm", str(exc))
+        parent.addfinalizer(zygote.close)
+        if zygote.skipped:
+            parent.stash[LAUNCH_NOTE] = (
+                "fork mode: not pre-imported (they fail to import in the warm interpreter; "
+                f"each attempt imports them itself): {', '.join(zygote.skipped)}")
+        return zygote
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:

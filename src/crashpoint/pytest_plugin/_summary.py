@@ -97,6 +97,8 @@ def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
         if ev.get("trials_cut"):
             out.append(f"evidence cut: {name}: {ev['trials_cut']} trial folder(s) over the "
                        f"evidence limit (see evidence_omitted in result.json)")
+        if s.get("launch"):  # fork mode asked for (agent.warm) and not used, or partly
+            out.append(f"launch: {name}: {s['launch']}")
         refused = s.get("ledger_refused") or {}
         if refused:
             out.append(f"ledger limits: {name}: refused " +
