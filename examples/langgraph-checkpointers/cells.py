@@ -48,9 +48,12 @@ def verdict(d: dict[str, Any]) -> str:
     return "PASS"
 
 
-def run_cells(savers: list[str], cells: list[str], report: str,
-              progress: bool = True) -> list[dict[str, Any]]:
-    from crashpoint.harness._campaign import Campaign, NoBoundaries
+def run_cells(savers: list[str], cells: list[str], report: str, progress: bool = True,
+              count: int | None = None, only: list[int] | None = None
+              ) -> list[dict[str, Any]]:
+    """One row per (checkpointer, cell, family); ``count`` caps each drawn family's trials,
+    ``only`` runs only these trial indices of a sweep (every-boundary)."""
+    from crashpoint.harness._campaign import Campaign, FaultFamily, NoBoundaries
     from crashpoint.harness._scenario import load_scenario
     from crashpoint.harness._trial import GoldenRunFailed
 
@@ -62,22 +65,31 @@ def run_cells(savers: list[str], cells: list[str], report: str,
             record = frozenset().union(*(f.family.needs for f in sc.families))
             golden = None
             for fam in sc.families:
-                name = f"{sc.slug}-{fam.family.name}-{spec}".replace(":", "_").replace("/", "_")
-                camp = Campaign(agent, [fam.family], os.path.join(report, name), name=name,
+                family = fam.family
+                if count is not None and not family.systematic:
+                    kind, opts = family.chain[-1]
+                    capped = tuple(sorted({**dict(opts), "count": count}.items()))
+                    family = FaultFamily((*family.chain[:-1], (kind, capped)))
+                elif count is not None and family.chain[-1][0] == "kill":
+                    kind, opts = family.chain[-1]
+                    if dict(opts).get("at") == "fileop":
+                        capped = tuple(sorted({**dict(opts), "max": count}.items()))
+                        family = FaultFamily((*family.chain[:-1], (kind, capped)))
+                name = f"{sc.slug}-{family.name}-{spec}".replace(":", "_").replace("/", "_")
+                camp = Campaign(agent, [family], os.path.join(report, name), name=name,
                                 trials=sc.trials, seed=sc.seed, restarts=sc.restarts,
                                 mode=sc.mode, expect=sc.expect, source=sc.path, record=record)
-                row: dict[str, Any] = {"saver": spec, "cell": sc.slug,
-                                       "family": fam.family.name}
+                row: dict[str, Any] = {"saver": spec, "cell": sc.slug, "family": family.name}
                 t0 = time.monotonic()
                 try:
-                    res = camp.run(golden=golden)
+                    res = camp.run(golden=golden, only=only if family.systematic else None)
                 except (GoldenRunFailed, NoBoundaries) as exc:
                     row.update(verdict="GOLDEN FAILED", detail=str(exc).splitlines()[0])
                     rows.append(row)
                     break
                 golden = res.golden
                 fams = res.families()
-                d = fams.get(fam.family.name) or next(iter(fams.values()), None) or {
+                d = fams.get(family.name) or next(iter(fams.values()), None) or {
                     "ran": 0, "exercised": 0, "passed": 0, "failed": 0, "not_exercised": 0,
                     "not_fired": []}
                 failed_checks = sorted({c.name for t in res.failures for c in t.failed})
@@ -90,7 +102,7 @@ def run_cells(savers: list[str], cells: list[str], report: str,
                     row["detail"] = res.incomplete
                 rows.append(row)
                 if progress:
-                    print(f"{spec:28} {sc.slug:22} {fam.family.name:34} {row['verdict']}"
+                    print(f"{spec:28} {sc.slug:22} {family.name:34} {row['verdict']}"
                           f" ({d['exercised']}/{d['ran']} exercised, {d['failed']} failed"
                           f"{': ' + ', '.join(failed_checks) if failed_checks else ''})",
                           file=sys.stderr, flush=True)
