@@ -67,3 +67,17 @@ def test_a_saver_that_keeps_nothing_fails_the_kill_cell(tmp_path: Path) -> None:
     assert "resumes_from_last_completed" in rows[0]["failed_checks"], rows
     table = _cells().table(rows, ["savers:memory"])
     assert "**FAIL**" in table
+
+
+def test_every_cell_loads_and_names_its_saver() -> None:
+    from crashpoint.harness._scenario import load_scenario
+
+    cells = sorted(CELLS.glob("*.scenario.yaml"))
+    assert [p.name.split(".")[0] for p in cells] == [
+        "corruption", "disk-full", "kill-every-boundary", "kill-fileop", "power-loss",
+        "two-resumers"]
+    for p in cells:
+        cmd = load_scenario(p).agent.command
+        assert cmd[cmd.index("--saver") + 1] == "savers:crashpoint", p
+    swapped = _cells().with_saver(cmd, "mypkg:make")
+    assert swapped[swapped.index("--saver") + 1] == "mypkg:make"
