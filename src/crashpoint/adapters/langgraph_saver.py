@@ -279,7 +279,9 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         try:
             if "thread_id" not in j.state:
                 j.append({"t": "thread", "thread_id": thread_id}, redact=False)
-                j.set_meta(status="running", kind="langgraph-thread", thread_id=thread_id)
+                # a status of its own: the Supervisor never takes an idle thread for an
+                # interrupted run, and pruning never removes it (delete_thread does)
+                j.set_meta(status="langgraph-thread", thread_id=thread_id)
             elif j.state["thread_id"] != thread_id:
                 raise PayloadError(f"{j.folder}: holds thread {j.state['thread_id']!r}, "
                                    f"not {thread_id!r} (a hash collision or a copied folder)")
