@@ -42,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 VENV = os.path.join(HERE, ".venv")
 PAYLOAD = "x" * 200  # what one step adds to the state
 NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent, for both tools
-SECTIONS = ("powerloss", "pg")  # what --only can run alone
+SECTIONS = ("powerloss", "pg", "checkpointers")  # what --only can run alone
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -564,6 +564,10 @@ def main() -> int:
         with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
             f.write(markdown(results))
         return 0
+    if args.only == "checkpointers":  # LangGraph savers side by side (benchmarks/checkpointers.py)
+        return subprocess.run([sys.executable, os.path.join(HERE, "checkpointers.py"),
+                               *(["--quick"] if args.quick else []), "--dir", args.dir],
+                              check=False).returncode
     if args.harness_only:
         print(json.dumps(harness(args.harness_only[0], int(args.harness_only[1]))))
         return 0

@@ -103,17 +103,74 @@ def _put_chain(saver: CrashpointSaver, thread: str, steps: int, size: int) -> No
         config = saver.put(config, cp, {"step": i}, {f"c{i}": version})
 
 
-def test_bytes_per_step_are_linear(tmp_path: Path) -> None:
-    """Each put appends its own step: 400 steps cost about twice 200 steps (an O(N^2) saver
-    such as one rewriting the whole state would cost four times)."""
+def _growing(saver: Any, steps: int) -> Any:
+    """A graph whose state grows 200 B a step (a list channel with an add reducer): LangGraph
+    hands the saver the whole list at every step."""
+    import operator
+    from typing import Annotated, TypedDict
+
+    from langgraph.graph import END, StateGraph
+
+    S = TypedDict("S", {"items": Annotated[list[str], operator.add], "n": int})  # noqa: UP013
+
+    def node(s: Any) -> dict[str, Any]:
+        return {"items": [f"{s['n']:04d}" + "x" * 196], "n": s["n"] + 1}
+
+    g = StateGraph(S)
+    g.add_node("step", node)
+    g.set_entry_point("step")
+    g.add_conditional_edges("step", lambda s: END if s["n"] >= steps else "step")
+    return g.compile(checkpointer=saver)
+
+
+def test_bytes_per_step_are_linear_for_a_growing_state(tmp_path: Path) -> None:
+    """400 steps cost about twice 200 steps (a saver writing each step's whole state, as
+    SqliteSaver does, costs four times), and the state read back is the state written."""
     sizes = []
     for steps in (200, 400):
         folder = tmp_path / str(steps)
+        cfg: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": steps + 10}
         with CrashpointSaver(folder) as saver:
-            _put_chain(saver, "t", steps, 200)
+            out = _growing(saver, steps).invoke({"items": [], "n": 0}, cfg, durability="sync")
             sizes.append(saver.store.bytes_written)
-    assert sizes[1] < 2.3 * sizes[0], sizes
-    assert sizes[1] / 400 < 2_000, "more than 2 kB per 200-byte step"
+        with CrashpointSaver(folder) as saver:  # read back from disk, deltas resolved
+            assert _growing(saver, steps).get_state(cfg).values == out
+            history = list(saver.list(cfg))
+        assert len(history) == steps + 2
+        assert len(out["items"]) == steps
+    assert sizes[1] < 2.5 * sizes[0], sizes
+    assert sizes[1] / 400 < 8_000, "more than 8 kB per 200-byte step"
+
+
+def test_delta_is_only_taken_for_a_value_that_grew_at_its_end(tmp_path: Path) -> None:
+    from crashpoint.adapters.langgraph_saver import _delta
+
+    base = b"\x92" + b"a" * 100 + b"b" * 100
+    grown = b"\x93" + b"a" * 100 + b"b" * 100 + b"c" * 50
+    k, j, end = _delta(base, grown) or (0, 0, 0)
+    assert grown[:k] + base[j:] + grown[end:] == grown
+    assert end - k == 200
+    assert _delta(base, b"\x92" + b"a" * 100 + b"z" * 100) is None  # changed in the middle
+    assert _delta(base, b"\x91" + b"a" * 100) is None  # shrank
+    # a value rewritten in the middle, then grown: every version reads back exactly
+    with CrashpointSaver(tmp_path) as saver:
+        _put_values(saver, [["x" * 50] * 3, ["x" * 50] * 4, ["y" * 50] * 4, ["y" * 50] * 5])
+    with CrashpointSaver(tmp_path) as saver:
+        got = [t.checkpoint["channel_values"]["v"] for t in saver.list(_cfg("t"))]
+    assert got[::-1] == [["x" * 50] * 3, ["x" * 50] * 4, ["y" * 50] * 4, ["y" * 50] * 5]
+
+
+def _put_values(saver: CrashpointSaver, values: list[Any]) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    version: str | None = None
+    for v in values:
+        cp = empty_checkpoint()
+        version = saver.get_next_version(version, None)
+        cp["channel_values"] = {"v": v}
+        cp["channel_versions"] = {"v": version}
+        config = saver.put(config, cp, {}, {"v": version})
 
 
 CHILD = textwrap.dedent("""

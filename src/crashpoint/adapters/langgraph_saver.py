@@ -76,6 +76,18 @@ def _typed(obj: Any, what: str) -> list[str]:
     return obj
 
 
+def _blob(obj: Any, what: str) -> list[Any]:
+    """A channel value: ``[type, base64]`` (whole) or ``[type, head, base_version, skip,
+    tail]`` (a delta: the value's bytes are ``head + bytes of base_version[skip:] + tail``)."""
+    if isinstance(obj, list) and len(obj) == 5:
+        if (isinstance(obj[0], str) and isinstance(obj[1], str) and isinstance(obj[2], str)
+                and isinstance(obj[3], int) and not isinstance(obj[3], bool) and obj[3] >= 0
+                and isinstance(obj[4], str)):
+            return obj
+        raise PayloadError(f"{what} is not a delta [type, head, base, skip, tail]")
+    return _typed(obj, what)
+
+
 def _str(obj: Any, what: str) -> str:
     if not isinstance(obj, str):
         raise PayloadError(f"{what} is not a string")
@@ -115,7 +127,7 @@ def saver_reducer(state: dict[str, Any], data: Any) -> None:
         for ch, item in blobs.items():
             if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)):
                 raise PayloadError(f"blob of channel {ch!r} is not [version, typed]")
-            checked.append((ch, item[0], _typed(item[1], f"blob of channel {ch!r}")))
+            checked.append((ch, item[0], _blob(item[1], f"blob of channel {ch!r}")))
         nsb = state["blobs"].setdefault(ns, {})
         for ch, ver, typed in checked:
             nsb.setdefault(ch, {})[ver] = typed
@@ -156,6 +168,40 @@ def saver_reducer(state: dict[str, Any], data: Any) -> None:
         raise PayloadError(f"unknown saver record type {kind!r}")
 
 
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise PayloadError(f"a stored value is not base64: {exc}") from exc
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (slices compare with memcmp)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _delta(base: bytes, new: bytes) -> tuple[int, int, int] | None:
+    """How ``new`` is ``new[:k] + base[j:] + new[k + len(base) - j:]`` (a value that grew at
+    its end, its length header changed: an appended list, string or map), as ``(k, j, end)``;
+    None if it is not. Tries heads of a few bytes only (serialization headers)."""
+    if len(new) < len(base):
+        return None
+    p = _common_prefix(base, new)
+    for j in range(p, min(p + 10, len(base) - 31)):  # at least 32 bytes to share
+        rest = len(base) - j
+        for k in range(p, min(p + 10, len(new) - rest + 1)):
+            if new[k:k + rest] == base[j:]:
+                return k, j, k + rest
+    return None
+
+
 def _enc(typed: tuple[str, bytes]) -> list[str]:
     return [typed[0], base64.b64encode(typed[1]).decode("ascii")]
 
@@ -188,6 +234,8 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         self.store = store
         self.lock_on_read = lock_on_read
         self._journals: dict[str, RunJournal] = {}
+        # the last version of each channel this saver wrote, while it holds the thread
+        self._last: dict[tuple[str, str, str], tuple[str, str, bytes, int, int]] = {}
         self._mutex = threading.RLock()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -196,12 +244,14 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         """Close every open thread and release its lock."""
         with self._mutex:
             journals, self._journals = self._journals, {}
+            self._last.clear()
             for j in journals.values():
                 j.close()
 
     def release(self, thread_id: str) -> None:
         """Close one thread and release its lock (another process may then resume it)."""
         with self._mutex:
+            self._forget(str(thread_id))
             j = self._journals.pop(str(thread_id), None)
             if j is not None:
                 j.close()
@@ -229,7 +279,9 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         try:
             if "thread_id" not in j.state:
                 j.append({"t": "thread", "thread_id": thread_id}, redact=False)
-                j.set_meta(status="running", kind="langgraph-thread", thread_id=thread_id)
+                # a status of its own: the Supervisor never takes an idle thread for an
+                # interrupted run, and pruning never removes it (delete_thread does)
+                j.set_meta(status="langgraph-thread", thread_id=thread_id)
             elif j.state["thread_id"] != thread_id:
                 raise PayloadError(f"{j.folder}: holds thread {j.state['thread_id']!r}, "
                                    f"not {thread_id!r} (a hash collision or a copied folder)")
@@ -271,6 +323,25 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
             raise PayloadError(f"a stored value is not base64: {exc}") from exc
         return self.serde.loads_typed((typed[0], raw))
 
+    def _blob_bytes(self, blobs: dict[str, Any], vkey: str) -> tuple[str, bytes] | None:
+        """A channel value's (type, bytes), following a delta chain back to a whole value."""
+        chain: list[list[Any]] = []
+        item = blobs.get(vkey)
+        while item is not None and len(item) == 5:
+            chain.append(item)
+            if len(chain) > 100_000:
+                raise PayloadError(f"a delta chain of channel version {vkey} does not end")
+            item = blobs.get(item[2])
+        if item is None:
+            if chain:
+                raise PayloadError(f"a delta of channel version {vkey} names a base that is "
+                                   f"missing ({chain[-1][2]})")
+            return None
+        data = _b64(item[1])
+        for d in reversed(chain):
+            data = _b64(d[1]) + data[d[3]:] + _b64(d[4])
+        return (chain[0][0] if chain else item[0]), data
+
     def _tuple(self, state: dict[str, Any], ns: str, cid: str) -> CheckpointTuple:
         thread_id = state["thread_id"]
         cp_t, md_t, parent = state["cps"][ns][cid]
@@ -278,10 +349,10 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         nsb = state["blobs"].get(ns, {})
         values: dict[str, Any] = {}
         for ch, ver in checkpoint.get("channel_versions", {}).items():
-            typed = nsb.get(ch, {}).get(_vkey(ver))
-            if typed is None or typed[0] == "empty":
+            raw = self._blob_bytes(nsb.get(ch, {}), _vkey(ver))
+            if raw is None or raw[0] == "empty":
                 continue
-            values[ch] = self._dec(typed)
+            values[ch] = self.serde.loads_typed(raw)
         stored = state["writes"].get(ns, {}).get(cid, {})
         ordered = sorted(stored.items(),
                          key=lambda kv: writes_sort_key(kv[1][3], kv[1][0],
@@ -372,19 +443,27 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "")
         c = checkpoint.copy()
         values: dict[str, Any] = c.pop("channel_values")  # type: ignore[misc]
-        blobs = {
-            ch: [_vkey(ver), _enc(self.serde.dumps_typed(values[ch])) if ch in values
-                 else ["empty", ""]]
-            for ch, ver in new_versions.items()
-        }
-        record = {
-            "t": "cp", "ns": ns, "id": checkpoint["id"], "parent": conf.get("checkpoint_id"),
-            "cp": _enc(self.serde.dumps_typed(c)),
-            "md": _enc(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
-            "blobs": blobs,
-        }
         with self._mutex:
-            self._journal(thread_id).append(record, redact=False)
+            j = self._journal(thread_id)
+            blobs: dict[str, _List[Any]] = {}
+            done: dict[tuple[str, str, str], tuple[str, str, bytes, int, int]] = {}
+            for ch, ver in new_versions.items():
+                vk = _vkey(ver)
+                if ch not in values:
+                    blobs[ch] = [vk, ["empty", ""]]
+                    continue
+                typ, data = self.serde.dumps_typed(values[ch])
+                blob, since, full = self._encode_blob((thread_id, ns, ch), typ, data)
+                blobs[ch] = [vk, blob]
+                done[(thread_id, ns, ch)] = (vk, typ, data, since, full)
+            record = {
+                "t": "cp", "ns": ns, "id": checkpoint["id"], "parent": conf.get("checkpoint_id"),
+                "cp": _enc(self.serde.dumps_typed(c)),
+                "md": _enc(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+                "blobs": blobs,
+            }
+            j.append(record, redact=False)
+            self._last.update(done)  # bases for the next deltas, once this record is durable
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -427,6 +506,29 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 j = self._journal(tid)
                 keep = {ns: max(cps) for ns, cps in j.state["cps"].items() if cps}
                 j.append({"t": "prune", "keep": keep}, redact=False)
+
+    def _encode_blob(self, key: tuple[str, str, str], typ: str, data: bytes
+                     ) -> tuple[_List[Any], int, int]:
+        """A channel value as a delta against the last version of it this saver wrote (while
+        the deltas since the last whole value stay smaller than it: O(N) bytes for a growing
+        value, a bounded chain to read), else whole. Returns (blob, delta bytes since the last
+        whole value, that whole value's size)."""
+        last = self._last.get(key)
+        if last is not None and last[1] == typ and len(data) >= 64:
+            base_vk, _, base, since, full = last
+            d = _delta(base, data)
+            if d is not None:
+                k, skip, end = d
+                size = k + len(data) - end
+                if since + size <= full:
+                    head = base64.b64encode(data[:k]).decode("ascii")
+                    tail = base64.b64encode(data[end:]).decode("ascii")
+                    return [typ, head, base_vk, skip, tail], since + size, full
+        return _enc((typ, data)), 0, len(data)
+
+    def _forget(self, thread_id: str) -> None:
+        for key in [k for k in self._last if k[0] == thread_id]:
+            del self._last[key]
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Monotonic string versions, like LangGraph's own savers (``<n:032>.<hash:016>``)."""

@@ -1,0 +1,83 @@
+"""The checkpointer conformance cells (``examples/langgraph-checkpointers/``) through the real
+harness: a LangGraph agent on CrashpointSaver survives power loss and file corruption, and a
+cell can fail (InMemorySaver, which keeps nothing across a restart, fails the kill cell;
+SqliteSaver lets two resumers of one thread run at once)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.graph", reason="LangGraph is not installed: "
+                                              "pip install 'crashpoint[langgraph]'")
+
+from crashpoint.faults import _strace
+
+CELLS = Path(__file__).resolve().parents[2] / "examples" / "langgraph-checkpointers"
+
+
+def _cells() -> Any:
+    spec = importlib.util.spec_from_file_location("lg_cells", CELLS / "cells.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["lg_cells"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(saver: str, cell: str, tmp_path: Path, count: int,
+         only: list[int] | None = None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = _cells().run_cells(
+        [saver], [str(CELLS / f"{cell}.scenario.yaml")], str(tmp_path / "report"),
+        progress=False, count=count, only=only)
+    return rows
+
+
+def test_crashpoint_saver_survives_power_loss(tmp_path: Path) -> None:
+    ok, why = _strace.available()
+    if not ok:
+        pytest.skip(f"power loss needs a syscall trace: {why}")
+    rows = _run("savers:crashpoint", "power-loss", tmp_path, count=3)
+    assert [r["family"] for r in rows] == ["power_loss@posix", "power_loss@ext4-ordered"]
+    for r in rows:
+        assert r["verdict"] == "PASS", r
+        assert r["exercised"] == 3, r
+
+
+def test_crashpoint_saver_detects_or_repairs_corruption(tmp_path: Path) -> None:
+    rows = _run("savers:crashpoint", "corruption", tmp_path, count=1)
+    assert [r["family"] for r in rows] == ["corrupt@truncate", "corrupt@bitflip", "corrupt@zero",
+                                           "corrupt@stale-copy"]
+    for r in rows:
+        assert r["verdict"] == "PASS", r
+        assert r["exercised"] >= 1, r
+
+
+def test_a_saver_that_keeps_nothing_fails_the_kill_cell(tmp_path: Path) -> None:
+    """The cells can fail: InMemorySaver loses the thread at each kill, so the graph starts
+    again: steps reported completed start again."""
+    # kills after plan's and search's checkpoints (boundaries 1..3 of the golden run)
+    rows = _run("savers:memory", "kill-every-boundary", tmp_path, count=1, only=[1, 2, 3])
+    assert rows[0]["verdict"] == "FAIL", rows
+    assert "resumes_from_last_completed" in rows[0]["failed_checks"], rows
+    table = _cells().table(rows, ["savers:memory"])
+    assert "**FAIL**" in table
+
+
+def test_every_cell_loads_and_names_its_saver() -> None:
+    from crashpoint.harness._scenario import load_scenario
+
+    cells = sorted(CELLS.glob("*.scenario.yaml"))
+    assert [p.name.split(".")[0] for p in cells] == [
+        "corruption", "disk-full", "kill-every-boundary", "kill-fileop", "power-loss",
+        "two-resumers"]
+    for p in cells:
+        cmd = load_scenario(p).agent.command
+        assert cmd[cmd.index("--saver") + 1] == "savers:crashpoint", p
+    swapped = _cells().with_saver(cmd, "mypkg:make")
+    assert swapped[swapped.index("--saver") + 1] == "mypkg:make"
