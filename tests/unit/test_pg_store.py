@@ -326,3 +326,78 @@ def test_run_semantics_hold_end_to_end(store: PostgresStore) -> None:
     assert calls == ["b"]
     assert store.read("r", reducer=run_reducer).state["status"] == "completed"
     assert [r.status for r in store.runs()] == ["completed"]
+
+
+HOLDER = """
+import sys, time
+from crashpoint.checkpoint import PostgresStore
+store = PostgresStore(sys.argv[1], worker="holder", lease_seconds=float(sys.argv[2]))
+j = store.open("r")
+j.append({"by": "holder"})
+print("ready", j.generation, flush=True)
+while True:
+    time.sleep(60)
+"""
+
+
+def test_a_killed_holder_loses_its_lease_and_another_worker_takes_the_run(
+        children: Children, tmp_path: Path, pg_dsn: str) -> None:
+    """A real process holds the lease (heartbeating), is killed -9; once its lease expires on
+    the server's clock, another worker opens the run under a new generation."""
+    import signal
+
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    child = children.python(script, pg_dsn, "1.0")
+    assert child.read_line(timeout=60) == "ready 1", child.stderr_text()
+    # as if the holder ran on another machine: no shortcut for a dead local process, only
+    # the expiry on the server's clock lets another worker in
+    rows(pg_dsn, "UPDATE crashpoint.leases SET local = NULL RETURNING 1")
+    other = PostgresStore(pg_dsn, worker="other", lease_seconds=1.0)
+    first = other.lease("r")
+    assert first is not None
+    assert first.holder == "holder"
+    # the heartbeat renews it: the expiry moves on, and it never lapses meanwhile
+    wait_for(lambda: other.lease("r").expires_at > first.expires_at + 0.5,  # type: ignore[union-attr]
+             what="a heartbeat renewing the lease")
+    with pytest.raises(RunLocked, match="holder"):
+        other.open("r")
+    assert not other.lease("r").expired  # type: ignore[union-attr]
+    child.kill_tree(signal.SIGKILL)
+    wait_for(lambda: other.lease("r").expired,  # type: ignore[union-attr]
+             what="the dead holder's lease to expire")
+    with other.open("r") as j:
+        assert j.generation == 2
+        j.append({"by": "other"})
+    assert other.read("r").state == {"records": [{"by": "holder"}, {"by": "other"}]}
+    other.close()
+
+
+def test_the_heartbeat_notices_a_stolen_lease(pg_dsn: str) -> None:
+    s = PostgresStore(pg_dsn, worker="a", lease_seconds=1.0)
+    with s.open("r") as j:
+        s.take_over("r", "b")
+        wait_for(lambda: j.lease_lost, what="the heartbeat to see the lease gone")
+        with pytest.raises(LeaseLost):
+            j.append(1)
+    assert s.lease("r").holder == "b"  # type: ignore[union-attr]  # never released by a loser
+    s.close()
+
+
+def test_a_restart_on_the_same_machine_takes_a_dead_holders_lease_at_once(
+        children: Children, tmp_path: Path, pg_dsn: str) -> None:
+    """kill -9, then restart on the same machine: the dead holder (same kernel boot, same pid
+    namespace, pid gone) does not make the restart wait out the 30 s lease."""
+    import signal
+
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    child = children.python(script, pg_dsn, "30")
+    assert child.read_line(timeout=60) == "ready 1", child.stderr_text()
+    other = PostgresStore(pg_dsn, worker="other")
+    with pytest.raises(RunLocked):  # alive: refused
+        other.open("r")
+    child.kill_tree(signal.SIGKILL)
+    with other.open("r", lock_timeout=10) as j:
+        assert j.generation == 2
+    other.close()

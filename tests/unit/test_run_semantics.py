@@ -31,7 +31,7 @@ from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.errors import EffectInDoubt, ResumeMismatch, RunPaused
 
 if TYPE_CHECKING:
-    from conftest import Children
+    from conftest import Children, StoreFactory
 
 RUN = "run-1"
 
@@ -68,8 +68,9 @@ def _no_ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
+def store(store_factory: StoreFactory) -> Store:
+    """The file store, then PostgresStore: every test below runs against both."""
+    return store_factory.make()  # type: ignore[no-any-return]
 
 
 def attempt(store: Store, body: Callable[[Run], Any], **kw: Any) -> Any:
