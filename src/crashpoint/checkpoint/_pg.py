@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from crashpoint._failpoints import failpoint
 from crashpoint.checkpoint._journal import (
     _STATE_CHECKS,
     MAX_SEQ,
@@ -294,6 +295,14 @@ class PostgresStore:
         with self._tx() as cur:
             cur.execute(self._q("SELECT run_id FROM {runs} ORDER BY run_id"))
             return [r[0] for r in cur.fetchall()]
+
+    def rows(self, run_id: str) -> int:
+        """How many rows (records and snapshots) the run has: what ``verify`` checks."""
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT (SELECT count(*) FROM {records} WHERE run_id = %s) + "
+                                "(SELECT count(*) FROM {snapshots} WHERE run_id = %s)"),
+                        (run_id, run_id))
+            return int(cur.fetchone()[0])  # type: ignore[index]
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -720,6 +729,16 @@ class PostgresStore:
                                             f"(in use by all its writers: {self.usage()})")
 
 
+def _failpoint(name: str, where: str) -> None:
+    """The file journal's failpoints at the same points of a row write (``journal.write``
+    before, ``journal.after_write`` inside the transaction, ``journal.after_sync`` after the
+    commit; ``atomic.*`` around meta's commit); an injected OSError is a write error."""
+    try:
+        failpoint(name, where)
+    except OSError as exc:
+        raise CheckpointWriteError(exc.errno or 5, where, f"at failpoint {name}") from None
+
+
 _BOOT: list[str] = []
 
 
@@ -946,6 +965,7 @@ class PgJournal:
         frame = encode(payload)
         n = len(frame)
         self._room(n)
+        _failpoint("journal.write", self.folder)
         with self._write("appending a record") as cur:
             if store._budget_check(cur, n, self.folder):
                 raise store._budget_error(self.folder, n)
@@ -954,7 +974,9 @@ class PgJournal:
                 (self.run_id, seq, self.generation, frame))
             cur.execute(store._q("UPDATE {runs} SET size = size + %s, updated = now() "
                                  "WHERE run_id = %s"), (n, self.run_id))
+            _failpoint("journal.after_write", self.folder)  # in the transaction, uncommitted
         store.bytes_written += n
+        _failpoint("journal.after_sync", self.folder)  # committed
         if sync is None:
             every = self._sync_every
             sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
@@ -1061,6 +1083,8 @@ class PgJournal:
                 "size = greatest(0, size + %s), updated = now() WHERE run_id = %s"),
                 (data, str(meta["status"]) if "status" in meta else None,
                  len(data) - len(old), self.run_id))
+            _failpoint("atomic.after_temp", self.folder)  # written, not committed
+        _failpoint("atomic.after_rename", self.folder)  # committed
         store.bytes_written += len(data)
         return meta
 
