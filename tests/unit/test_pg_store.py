@@ -3,6 +3,7 @@ leases and fencing, claims with SKIP LOCKED, corruption, budgets, DSN redaction.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -401,3 +402,35 @@ def test_a_restart_on_the_same_machine_takes_a_dead_holders_lease_at_once(
     with other.open("r", lock_timeout=10) as j:
         assert j.generation == 2
     other.close()
+
+
+def test_the_cli_takes_a_postgres_url(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from crashpoint.cli import main
+
+    s = PostgresStore(pg_dsn, worker="w-cli")
+    with open_run(s, "done") as run:
+        run.step("a", lambda: 1)
+        run.finish("ok")
+    j = s.open("held")
+    j.append({"x": 1})
+    try:
+        assert main(["checkpoints", "--store", pg_dsn, "list"]) == 0
+        out = capsys.readouterr().out
+        assert "HOLDER" in out
+        held = next(ln for ln in out.splitlines() if ln.startswith("held"))
+        assert held.split()[-1] == "w-cli" and " yes " in held
+        assert main(["checkpoints", "--store", pg_dsn, "list", "--json"]) == 0
+        got = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+        assert got["held"]["holder"] == "w-cli" and got["held"]["locked"] is True
+        assert got["done"]["status"] == "completed" and got["done"]["steps_done"] == 1
+    finally:
+        j.close()
+    assert main(["checkpoints", "--store", pg_dsn, "verify"]) == 0
+    capsys.readouterr()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE crashpoint.records SET frame = overlay(frame placing "
+                     "'\\x00'::bytea from 18 for 1) WHERE run_id = 'done' AND seq = 1")
+    assert main(["checkpoints", "--store", pg_dsn, "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "/done at byte 1: record #1" in out
+    assert main(["checkpoints", "--store", pg_dsn, "prune", "--keep", "0"]) == 0

@@ -312,6 +312,7 @@ def test_plan_names_the_in_doubt_effect_and_its_policy(store: Store, policy: str
 
 
 # -- checkpointing: when steps become durable, and when the probe hears of them --------------------
+# FILE STORE ONLY: these count the file journal's fdatasyncs through its FsOps seam.
 
 class CountingFs(FsOps):
     """Real I/O; counts fdatasyncs and knows which fds hold bytes not yet synced."""
@@ -434,6 +435,8 @@ def test_the_sync_check_has_teeth(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 # -- a real kill in the in-doubt window ------------------------------------------------------------
+# FILE STORE ONLY: the demo agent's default store (the same kill against PostgresStore runs in
+# tests/unit/test_http_effect.py and tests/crash/test_approval.py).
 
 CRASH_DIR = Path(__file__).resolve().parents[1] / "crash"
 
