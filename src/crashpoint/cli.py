@@ -352,7 +352,7 @@ group(
                 "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
                 "write. `prune` deletes finished runs; `approve` records a human decision.",
     args=[arg("--store", metavar="DIR",
-              help=f"the store's folder (default: ${STORE_ENV})")],
+              help=f"the store's folder or postgresql:// URL (default: ${STORE_ENV})")],
 )
 
 

@@ -418,11 +418,14 @@ def test_the_cli_takes_a_postgres_url(pg_dsn: str, capsys: pytest.CaptureFixture
         out = capsys.readouterr().out
         assert "HOLDER" in out
         held = next(ln for ln in out.splitlines() if ln.startswith("held"))
-        assert held.split()[-1] == "w-cli" and " yes " in held
+        assert held.split()[-1] == "w-cli"
+        assert " yes " in held
         assert main(["checkpoints", "--store", pg_dsn, "list", "--json"]) == 0
         got = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
-        assert got["held"]["holder"] == "w-cli" and got["held"]["locked"] is True
-        assert got["done"]["status"] == "completed" and got["done"]["steps_done"] == 1
+        assert got["held"]["holder"] == "w-cli"
+        assert got["held"]["locked"] is True
+        assert got["done"]["status"] == "completed"
+        assert got["done"]["steps_done"] == 1
     finally:
         j.close()
     assert main(["checkpoints", "--store", pg_dsn, "verify"]) == 0
