@@ -437,3 +437,33 @@ def test_the_cli_takes_a_postgres_url(pg_dsn: str, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "/done at byte 1: record #1" in out
     assert main(["checkpoints", "--store", pg_dsn, "prune", "--keep", "0"]) == 0
+
+
+def test_claim_skips_a_run_another_claimer_has_locked(pg_dsn: str) -> None:
+    """SKIP LOCKED, not waiting: while another transaction holds run a's row (a claimer in
+    the middle of taking it), a claim returns b at once instead of blocking on a."""
+    s = PostgresStore(pg_dsn)
+    for rid in ("a", "b"):
+        with s.open(rid) as j:
+            j.set_meta(status="running")
+    rows(pg_dsn, "UPDATE crashpoint.runs SET updated = now() - interval '1 hour' "
+                 "WHERE run_id = 'a' RETURNING 1")  # a is first in line
+    with psycopg.connect(pg_dsn) as other:
+        other.execute("SELECT 1 FROM crashpoint.runs WHERE run_id = 'a' FOR UPDATE")
+        assert s.claim("w", limit=2) == [("b", 2)]
+    assert s.claim("w2", limit=2) == [("a", 2)]  # released: now claimable
+    s.close()
+
+
+def test_appending_writes_only_the_new_record(pg_dsn: str) -> None:
+    """O(N) per run: without snapshots, every byte written is a record row's frame, once."""
+    s = PostgresStore(pg_dsn, snapshots=SnapshotPolicy(enabled=False))
+    with s.open("r") as j:
+        for i in range(100):
+            j.append({"i": i, "pad": "x" * i})
+    [(total, n)] = rows(pg_dsn, "SELECT sum(octet_length(frame)), count(*) "
+                                "FROM crashpoint.records")
+    assert n == 100
+    assert s.bytes_written == total
+    assert s.usage() == total
+    s.close()

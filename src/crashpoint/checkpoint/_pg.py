@@ -480,7 +480,13 @@ class PostgresStore:
                                     timeout)
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             gen, _prev, adopted = got
-            return PgJournal(self, run_id, reducer, conn, gen, adopted, key)
+            try:
+                return PgJournal(self, run_id, reducer, conn, gen, adopted, key)
+            except BaseException:  # e.g. CheckpointCorrupt: give the lease back at once
+                if not adopted:
+                    with suppress(CheckpointError):
+                        self.release(run_id, self.worker, gen)
+                raise
         except BaseException:
             conn.close()
             with _open_mutex:
