@@ -360,3 +360,50 @@ def pg_dsn(pg_server: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     yield dsn
     with contextlib.suppress(RuntimeError):
         pg_server.drop_database(name)
+
+
+# -- one suite, both stores (issue 14): the runs, effects and approval suites take their store
+#    from ``store_factory``, parametrized over the file store and PostgresStore.
+
+
+class StoreFactory:
+    """Makes stores of one kind for a test: ``make(name, **options)``; ``location(name)`` is
+    what an agent or the CLI is given for the same store (a folder, or the DSN)."""
+
+    def __init__(self, kind: str, base: Any, dsn: str | None) -> None:
+        self.kind, self.base, self.dsn = kind, base, dsn
+        self.made: list[Any] = []
+
+    def location(self, name: str = "store") -> str:
+        if self.kind == "file":
+            return str(self.base / name)
+        assert self.dsn is not None
+        return self.dsn  # one database per test; the default schema
+
+    def make(self, name: str = "store", **kw: Any) -> Any:
+        from crashpoint.checkpoint import open_store
+
+        if self.kind == "postgres" and name != "store":
+            kw.setdefault("schema", "s_" + "".join(c if c.isalnum() else "_"
+                                                   for c in name.lower())[:50])
+        store = open_store(self.location(name), **kw)
+        self.made.append(store)
+        return store
+
+    __call__ = make
+
+    def close(self) -> None:
+        for s in self.made:
+            close = getattr(s, "close", None)
+            if close is not None:
+                close()
+
+
+@pytest.fixture(params=["file", "postgres"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[StoreFactory]:
+    """A :class:`StoreFactory` of the file store, then of PostgresStore (a fresh database on
+    the session's server; skipped with the reason where there is none)."""
+    dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
+    factory = StoreFactory(request.param, tmp_path, dsn)
+    yield factory
+    factory.close()

@@ -41,11 +41,13 @@ def _json_arg(text: str, what: str) -> Any:
 def _store(ctx: Context, *, create: bool = False) -> Any:
     """The store of ``--store`` / ``$CRASHPOINT_STORE``; ``create``: make the folder (``start``
     on a first run) instead of asking :meth:`Context.store_root`, which wants it to exist."""
-    from crashpoint.checkpoint import Store
+    from crashpoint.checkpoint import Store, is_store_url, open_store
 
     rollback = getattr(ctx.args, "on_corrupt", "") == "rollback"
     on_corrupt: Literal["raise", "rollback"] = "rollback" if rollback else "raise"
     root = getattr(ctx.args, "store", None) or os.environ.get(STORE_ENV, "")
+    if root and is_store_url(root):  # postgresql://...: a PostgresStore (issue 14)
+        return open_store(root, on_corrupt=on_corrupt)
     if not create or not root:
         return Store(ctx.store_root(), on_corrupt=on_corrupt)
     if not os.path.isdir(root):

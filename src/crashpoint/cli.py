@@ -45,6 +45,7 @@ from crashpoint.checkpoint import (
     RunInfo,
     Store,
     TornTail,
+    is_store_url,
     validate_run_id,
 )
 from crashpoint.checkpoint._journal import list_files
@@ -221,6 +222,8 @@ class Context:
             raise UsageError(f"no store given: pass --store DIR or set {STORE_ENV}=DIR "
                              "(the folder that holds one sub-folder per run)")
         where = "--store" if getattr(self.args, "store", None) else STORE_ENV
+        if is_store_url(root):  # a PostgresStore: no folder to check
+            return root
         if not os.path.exists(root):
             raise UsageError(f"no store at {root} (from {where}): the folder does not exist")
         if not os.path.isdir(root):
@@ -233,6 +236,10 @@ class Context:
         A folder that is not a store (its sub-folders hold no run, or it is one run's own
         folder) is refused, naming the store(s) found inside it or above it."""
         root = self.store_root()
+        if is_store_url(root):  # postgresql://...: a PostgresStore (issue 14)
+            from crashpoint.checkpoint import open_store
+
+            return open_store(root, **kwargs)  # type: ignore[no-any-return]
         _check_store(root, "--store" if getattr(self.args, "store", None) else STORE_ENV)
         return Store(root, **kwargs)
 
@@ -243,7 +250,9 @@ _RUN_FILE = re.compile(r"^(lock|meta\.json|seg-\d{12}\.log|snap-\d{12}\.cps)")
 
 def _is_run_folder(path: str) -> bool:
     """True if ``path`` holds a run's files (a lock, meta.json, a segment or a snapshot).
-    Reads only the folder's names: no file is opened."""
+    Reads only the folder's names: no file is opened. A PostgresStore's run is always one."""
+    if is_store_url(path):
+        return True
     try:
         return any(_RUN_FILE.match(n) for n in os.listdir(path))
     except OSError:
@@ -343,7 +352,7 @@ group(
                 "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
                 "write. `prune` deletes finished runs; `approve` records a human decision.",
     args=[arg("--store", metavar="DIR",
-              help=f"the store's folder (default: ${STORE_ENV})")],
+              help=f"the store's folder or postgresql:// URL (default: ${STORE_ENV})")],
 )
 
 
@@ -430,19 +439,39 @@ def _list(ctx: Context) -> int:
     runs = _runs(ctx, store)
     steps = {r.run_id: _steps_done(store, r) for r in runs}
     if ctx.args.json:
-        ctx.json([_run_json(r, steps[r.run_id]) for r in runs])
+        holders = _leases(store, runs)
+        ctx.json([{**_run_json(r, steps[r.run_id]),
+                   **({"holder": holders.get(r.run_id) or None} if holders else {})}
+                  for r in runs])
         return EXIT_OK
     if not runs:
         ctx.print(f"no runs in {store.root}")
         return EXIT_OK
-    rows = [("RUN", "STATUS", "STEPS", "SIZE", "AGE", "GEN", "LOCKED")]
+    leases = _leases(store, runs)
+    rows: list[tuple[str, ...]] = [("RUN", "STATUS", "STEPS", "SIZE", "AGE", "GEN", "LOCKED")]
     for r in runs:
         rows.append((r.run_id, r.status, str(steps[r.run_id]),
                      format_size(r.size), format_duration(r.age), str(r.generation),
                      "yes" if r.locked else "no"))
+    if leases:  # a PostgresStore: who holds each run's lease (the fencing generation is GEN)
+        rows = [(*row, "HOLDER" if i == 0 else leases.get(row[0], "-") or "-")
+                for i, row in enumerate(rows)]
     for line in _table(rows, right=(2, 3, 4, 5)):
         ctx.print(line)
     return EXIT_OK
+
+
+def _leases(store: Any, runs: list[RunInfo]) -> dict[str, str]:
+    """A PostgresStore's lease holders by run (``""``: released; ``(expired)`` marks a holder
+    that stopped heartbeating); {} for a folder."""
+    if not hasattr(store, "lease"):
+        return {}
+    out = {}
+    for r in runs:
+        lease = store.lease(r.run_id)
+        holder = lease.holder if lease is not None else ""
+        out[r.run_id] = f"{holder} (expired)" if holder and lease.expired else holder
+    return out
 
 
 def _find(store: Store, run_id: str) -> RunInfo:
@@ -460,7 +489,9 @@ def _find(store: Store, run_id: str) -> RunInfo:
 
 
 def _files(folder: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
+    if is_store_url(folder):  # a PostgresStore's run: rows, no files
+        return out
     with os.scandir(folder) as it:
         for e in sorted(it, key=lambda e: e.name):
             try:
@@ -582,7 +613,9 @@ def _verify_one(store: Store, run_id: str) -> tuple[list[Damage], list[TornTail]
     return store.verify(run_id)[run_id]
 
 
-def _checked_files(folder: str) -> int:
+def _checked_files(folder: str, store: Any = None, run_id: str = "") -> int:
+    if is_store_url(folder):  # a PostgresStore: its rows (records and snapshots)
+        return int(store.rows(run_id))
     snaps, segs = list_files(folder)
     return len(snaps) + len(segs)
 
@@ -602,7 +635,7 @@ def _verify(ctx: Context) -> int:
     run_ids = ([r.run_id for r in _runs(ctx, store)] if ctx.args.run is None
                else [_find(store, ctx.args.run).run_id])
     found = {rid: _settled(partial(_verify_one, store, rid)) for rid in run_ids}
-    per_run = {rid: _checked_files(store.path(rid)) for rid in run_ids}
+    per_run = {rid: _checked_files(store.path(rid), store, rid) for rid in run_ids}
     nfiles = sum(per_run.values())
     empty = [rid for rid, n in per_run.items() if n == 0]
     ndamage = sum(len(d) for d, _ in found.values())

@@ -18,24 +18,30 @@ import pytest
 from fake_target import FakeTarget
 from resume_check import DEMO, DENIED, PAUSED, Attempt, Finished, run_attempt, run_to_end
 
-from crashpoint.checkpoint import Store, decide, plan, run_reducer
+from crashpoint.checkpoint import decide, plan, run_reducer
 
 if TYPE_CHECKING:
-    from conftest import Children
+    from conftest import Children, StoreFactory
 
 RUN = "demo"
 
 
 class Agent:
-    """The demo agent with ``--approval`` on one state folder, one fake target, many starts."""
+    """The demo agent with ``--approval`` on one state folder, one fake target, many starts;
+    its store is the file store in the state folder, or PostgresStore (``store_factory``)."""
 
-    def __init__(self, children: Children, state: Path, target: FakeTarget) -> None:
+    def __init__(self, children: Children, state: Path, target: FakeTarget,
+                 stores: StoreFactory) -> None:
         self.children, self.state, self.target, self.n = children, state, target, 0
-        self.store = Store(state / "checkpoints")
+        self.location = str(state / "checkpoints") if stores.kind == "file" else \
+            stores.location()
+        self.store = stores.make() if stores.kind != "file" else \
+            stores.make(str(state.relative_to(stores.base) / "checkpoints"))
 
     def start(self) -> Attempt:
         self.n += 1
-        return run_attempt(self.children, [*DEMO, "--state", str(self.state), "--approval"],
+        return run_attempt(self.children, [*DEMO, "--state", str(self.state), "--approval",
+                                           "--store", self.location],
                            env={"CRASHPOINT_LEDGER": self.target.address}, number=self.n,
                            target=self.target)
 
@@ -55,9 +61,10 @@ def golden_stdout(children: Children, tmp_path: Path) -> bytes:
     return end.stdout
 
 
-def paused_agent(children: Children, tmp_path: Path, target: FakeTarget) -> Agent:
+def paused_agent(children: Children, tmp_path: Path, target: FakeTarget,
+                 stores: StoreFactory) -> Agent:
     """An agent that ran up to its approval and exited 75, then was restarted (still 75)."""
-    agent = Agent(children, tmp_path / "state", target)
+    agent = Agent(children, tmp_path / "state", target, stores)
     first = agent.start()
     assert first.returncode == PAUSED, first.stderr
     assert b"paused at 'approve'" in first.stderr
@@ -70,10 +77,11 @@ def paused_agent(children: Children, tmp_path: Path, target: FakeTarget) -> Agen
     return agent
 
 
-def test_approve_with_decide_then_resume_completes(children: Children, tmp_path: Path,
-                                                   golden_stdout: bytes) -> None:
+def test_approve_with_decide_then_resume_completes(
+        children: Children, tmp_path: Path, store_factory: StoreFactory,
+        golden_stdout: bytes) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target)
+        agent = paused_agent(children, tmp_path, target, store_factory)
         assert decide(agent.store, RUN, approved=True, note="looks good") == "approve"
         done = agent.start()
         assert done.returncode == 0, done.stderr
@@ -85,10 +93,10 @@ def test_approve_with_decide_then_resume_completes(children: Children, tmp_path:
         assert (decision["approved"], decision["note"]) == (True, "looks good")
 
 
-def test_deny_ends_the_run_as_denied_and_never_publishes(children: Children,
-                                                        tmp_path: Path) -> None:
+def test_deny_ends_the_run_as_denied_and_never_publishes(
+        children: Children, tmp_path: Path, store_factory: StoreFactory) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target)
+        agent = paused_agent(children, tmp_path, target, store_factory)
         decide(agent.store, RUN, approved=False, note="not this one")
         for _ in range(2):  # denied is final: a second start does not publish either
             denied = agent.start()
@@ -100,11 +108,12 @@ def test_deny_ends_the_run_as_denied_and_never_publishes(children: Children,
         assert next(ln.action for ln in plan(agent.store, RUN)) == "done"
 
 
-def test_decide_refuses_a_run_that_is_not_waiting(children: Children, tmp_path: Path) -> None:
+def test_decide_refuses_a_run_that_is_not_waiting(
+        children: Children, tmp_path: Path, store_factory: StoreFactory) -> None:
     from crashpoint.errors import RunStateError
 
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target)
+        agent = paused_agent(children, tmp_path, target, store_factory)
         decide(agent.store, RUN, approved=True)
         with pytest.raises(RunStateError, match="not waiting for a decision"):
             decide(agent.store, RUN, approved=False)  # the first decision stands
@@ -126,11 +135,12 @@ def approve_cli(children: Children) -> None:
 
 @pytest.mark.usefixtures("approve_cli")
 @pytest.mark.parametrize("deny", [False, True])
-def test_approve_from_the_cli(children: Children, tmp_path: Path, golden_stdout: bytes,
-                              deny: bool) -> None:
+def test_approve_from_the_cli(
+        children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes,
+        deny: bool) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target)
-        store = str(agent.state / "checkpoints")
+        agent = paused_agent(children, tmp_path, target, store_factory)
+        store = agent.location
         flags = ["--deny"] if deny else []
         res = cli(children, "checkpoints", "approve", RUN, *flags, "--note", "from the cli",
                    "--store", store)
@@ -151,8 +161,8 @@ def test_approve_from_the_cli(children: Children, tmp_path: Path, golden_stdout:
 
 DECIDE = """
 import os, signal, sys
-from crashpoint.checkpoint import Store, decide
-decide(Store(sys.argv[1]), "demo", approved=True, note="killed or not")
+from crashpoint.checkpoint import decide, open_store
+decide(open_store(sys.argv[1]), "demo", approved=True, note="killed or not")
 if sys.argv[2] == "kill-after":
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -172,18 +182,18 @@ CLI_KILLS = [("cli", fp) for _, fp in KILLS[1:]]
 
 @pytest.mark.parametrize(("when", "failpoints"), KILLS + CLI_KILLS,
                          ids=[f"{w}-{fp}" if fp else w for w, fp in KILLS + CLI_KILLS])
-def test_a_decision_survives_a_kill_at_any_point(children: Children, tmp_path: Path,
-                                                 golden_stdout: bytes, when: str,
-                                                 failpoints: str) -> None:
+def test_a_decision_survives_a_kill_at_any_point(
+        children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes,
+        when: str, failpoints: str) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target)
+        agent = paused_agent(children, tmp_path, target, store_factory)
         if when == "cli":
             if cli(children, "checkpoints", "approve", "--help").returncode != 0:
                 pytest.skip("approve subcommand not available")
             argv = [*CLI, "checkpoints", "approve", RUN, "--note", "killed or not",
-                    "--store", agent.store.root]
+                    "--store", agent.location]
         else:
-            argv = [sys.executable, "-c", DECIDE, agent.store.root, when]
+            argv = [sys.executable, "-c", DECIDE, agent.location, when]
         proc = run_to_end(children, argv, env={"CRASHPOINT_FAILPOINTS": failpoints})
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         decision = agent.decision()

@@ -21,12 +21,15 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from crashpoint.checkpoint import HttpEffectError, Store, http_effect, open_run, plan
 from crashpoint.harness import Ledger
+
+if TYPE_CHECKING:
+    from conftest import StoreFactory
 
 
 class Service:
@@ -104,6 +107,7 @@ KEY = "report-42:1.notify:webhook:0"
 # -- the request ----------------------------------------------------------------------------------
 
 
+# file store only: reads the journal's files on disk
 def test_the_effect_key_goes_out_as_idempotency_key_and_the_reply_is_recorded(
         service: Service, tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
@@ -119,15 +123,15 @@ def test_the_effect_key_goes_out_as_idempotency_key_and_the_reply_is_recorded(
     assert b"Bearer x" not in journal  # headers stay out of the journal
 
 
-def test_resume_skips_a_recorded_effect(service: Service, tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+def test_resume_skips_a_recorded_effect(service: Service, store_factory: StoreFactory) -> None:
+    store = store_factory.make()
     first = notify(store, service.url + "/hook")
     assert notify(store, service.url + "/hook") == first  # replayed from the journal
     assert len(service.requests) == 1
 
 
-def test_other_methods_and_no_body(service: Service, tmp_path: Path) -> None:
-    with open_run(Store(tmp_path / "store"), "r") as run:
+def test_other_methods_and_no_body(service: Service, store_factory: StoreFactory) -> None:
+    with open_run(store_factory.make(), "r") as run:
         run.step("drop", lambda: run.effect("delete", None,
                                             http_effect(service.url + "/items/7",
                                                         method="delete")))
@@ -138,8 +142,8 @@ def test_other_methods_and_no_body(service: Service, tmp_path: Path) -> None:
 
 
 def test_a_key_that_is_not_printable_ascii_is_percent_encoded(service: Service,
-                                                               tmp_path: Path) -> None:
-    with open_run(Store(tmp_path / "store"), "r") as run:
+                                                               store_factory: StoreFactory) -> None:
+    with open_run(store_factory.make(), "r") as run:
         run.step("café", lambda: run.effect("ping", {}, http_effect(service.url + "/p")))
     assert service.keys() == ["r%3A0.caf%C3%A9%3Aping%3A0"]
 
@@ -147,9 +151,9 @@ def test_a_key_that_is_not_printable_ascii_is_percent_encoded(service: Service,
 # -- failures are errors, not recorded ------------------------------------------------------------
 
 
-def test_a_500_is_an_error_with_status_and_body_and_is_not_recorded(service: Service,
-                                                                     tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+def test_a_500_is_an_error_with_status_and_body_and_is_not_recorded(
+        service: Service, store_factory: StoreFactory) -> None:
+    store = store_factory.make()
     service.script = [(500, "database is down")]
     with pytest.raises(HttpEffectError) as exc:
         notify(store, service.url + "/hook")
@@ -167,11 +171,11 @@ def test_a_500_is_an_error_with_status_and_body_and_is_not_recorded(service: Ser
     assert len(service.requests) == 2
 
 
-def test_no_reply_is_an_error_and_is_not_recorded(tmp_path: Path) -> None:
+def test_no_reply_is_an_error_and_is_not_recorded(store_factory: StoreFactory) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}/hook"
-    store = Store(tmp_path / "store")
+    store = store_factory.make()
     with pytest.raises(HttpEffectError) as exc:
         notify(store, url)
     assert exc.value.status is None
@@ -179,16 +183,16 @@ def test_no_reply_is_an_error_and_is_not_recorded(tmp_path: Path) -> None:
     assert any(line.action == "in-doubt" for line in plan(store, "report-42"))
 
 
-def test_retries_resend_the_same_key(service: Service, tmp_path: Path) -> None:
+def test_retries_resend_the_same_key(service: Service, store_factory: StoreFactory) -> None:
     service.script = [(503, "busy"), (429, "slow down")]
-    assert notify(Store(tmp_path / "store"), service.url + "/hook", retries=2)["status"] == 200
+    assert notify(store_factory.make(), service.url + "/hook", retries=2)["status"] == 200
     assert service.keys() == [KEY] * 3
 
 
-def test_a_400_is_not_retried(service: Service, tmp_path: Path) -> None:
+def test_a_400_is_not_retried(service: Service, store_factory: StoreFactory) -> None:
     service.script = [(400, "bad field")]
     with pytest.raises(HttpEffectError, match="answered 400"):
-        notify(Store(tmp_path / "store"), service.url + "/hook", retries=3)
+        notify(store_factory.make(), service.url + "/hook", retries=3)
     assert len(service.requests) == 1
 
 
@@ -198,12 +202,12 @@ def test_only_http_urls_are_taken(url: str) -> None:
         http_effect(url)
 
 
-def test_a_password_in_the_url_stays_out_of_the_error(tmp_path: Path) -> None:
+def test_a_password_in_the_url_stays_out_of_the_error(store_factory: StoreFactory) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         url = f"http://user:hunter2@127.0.0.1:{s.getsockname()[1]}/hook"
     with pytest.raises(HttpEffectError) as exc:
-        notify(Store(tmp_path / "store"), url)
+        notify(store_factory.make(), url)
     assert "hunter2" not in str(exc.value)
     assert "user:***@127.0.0.1" in str(exc.value)
 
@@ -212,8 +216,8 @@ def test_a_password_in_the_url_stays_out_of_the_error(tmp_path: Path) -> None:
 
 AGENT = textwrap.dedent("""
     import json, sys
-    from crashpoint.checkpoint import Store, http_effect, open_run
-    with open_run(Store(sys.argv[1]), "report-42", steps=["fetch", "notify"]) as run:
+    from crashpoint.checkpoint import http_effect, open_run, open_store
+    with open_run(open_store(sys.argv[1]), "report-42", steps=["fetch", "notify"]) as run:
         rows = run.step("fetch", lambda: [1, 2, 3])
         sent = run.step("notify", lambda: run.effect("webhook", {"rows": len(rows)},
                                                      http_effect(sys.argv[2])))
@@ -221,30 +225,32 @@ AGENT = textwrap.dedent("""
 """)
 
 
-def _agent(tmp_path: Path, url: str, failpoints: str = "") -> subprocess.CompletedProcess[str]:
+def _agent(tmp_path: Path, url: str, failpoints: str = "", store: str = ""
+           ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHPOINT_", "PYTEST_"))}
     if failpoints:  # armed only inside an attempt: the harness's per-attempt token
         env |= {"CRASHPOINT_FAILPOINTS": failpoints,
                 "CRASHPOINT_REAP_TOKEN": secrets.token_hex(16)}
-    return subprocess.run([sys.executable, "-c", AGENT, str(tmp_path / "store"), url],
+    return subprocess.run([sys.executable, "-c", AGENT, store or str(tmp_path / "store"), url],
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           start_new_session=True, check=False)
 
 
-def test_a_kill_after_the_request_resends_the_same_key_once(service: Service,
-                                                             tmp_path: Path) -> None:
+def test_a_kill_after_the_request_resends_the_same_key_once(service: Service, tmp_path: Path,
+                                                             store_factory: StoreFactory) -> None:
     url = service.url + "/hooks/report"
-    killed = _agent(tmp_path, url, "effect.after_call=kill")
+    where = store_factory.location()
+    killed = _agent(tmp_path, url, "effect.after_call=kill", where)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert service.keys() == [KEY]  # the service applied it; the run never recorded it
 
-    resumed = _agent(tmp_path, url)
+    resumed = _agent(tmp_path, url, store=where)
     assert resumed.returncode == 0, resumed.stderr
     assert service.keys() == [KEY, KEY]  # re-sent with the SAME key...
     assert list(service.applied) == [KEY]  # ...so the service applied it once
     assert json.loads(resumed.stdout) == {"status": 200, "body": {"applied": False}}
 
-    again = _agent(tmp_path, url)  # finished: replays, sends nothing
+    again = _agent(tmp_path, url, store=where)  # finished: replays, sends nothing
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == json.loads(resumed.stdout)
     assert len(service.requests) == 2
@@ -253,8 +259,9 @@ def test_a_kill_after_the_request_resends_the_same_key_once(service: Service,
 # -- harness-visible: the ledger's HTTP front judges it ------------------------------------------
 
 
-def test_through_the_ledger_http_front_a_resend_is_deduplicated(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+def test_through_the_ledger_http_front_a_resend_is_deduplicated(
+        store_factory: StoreFactory) -> None:
+    store = store_factory.make()
     with Ledger(http=True) as ledger:
         url = ledger.http_url + "/effects/webhook"
         send = http_effect(url)

@@ -8,8 +8,7 @@ deduplicates; a refusal or a dropped connection is an error and is not recorded.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +22,9 @@ from crashpoint.checkpoint import (
 )
 from crashpoint.harness._ledger import KillAt, Ledger
 from crashpoint.harness._smtp import SmtpSink
+
+if TYPE_CHECKING:
+    from conftest import StoreFactory
 
 TOKEN = "trial-token-9"  # noqa: S105 (a test token)
 MAIL = {"to": ["ops@example.org"], "subject": "Digest", "body": "3 rows\n"}
@@ -55,23 +57,23 @@ def test_message_ids_are_stable_per_key_and_distinct_across_keys() -> None:
 
 
 def test_the_mail_is_one_effect_keyed_by_its_derived_message_id(
-        world: tuple[Ledger, SmtpSink], tmp_path: Path) -> None:
+        world: tuple[Ledger, SmtpSink], store_factory: StoreFactory) -> None:
     ledger, sink = world
-    result = agent(Store(tmp_path / "s"), sink)
+    result = agent(store_factory.make("s"), sink)
     assert result == {"message_id": message_id_for(KEY), "refused": {}}
     (ev,) = [e for e in ledger.events if e["op"] == "effect"]
     assert (ev["kind"], ev["key"], ev["applied"]) == ("mail", message_id_for(KEY), True)
     assert ev["payload"] == {"from": "agent@example.org", "to": ["ops@example.org"],
                              "subject": "Digest", "body": "3 rows\n"}
-    agent(Store(tmp_path / "s"), sink)  # recorded: replayed, not sent
+    agent(store_factory.make("s"), sink)  # recorded: replayed, not sent
     assert len([e for e in ledger.events if e["op"] == "effect"]) == 1
 
 
 def test_a_kill_in_doubt_resends_the_same_message_id_and_is_deduplicated(
-        world: tuple[Ledger, SmtpSink], tmp_path: Path) -> None:
+        world: tuple[Ledger, SmtpSink], store_factory: StoreFactory) -> None:
     ledger, sink = world
     ledger.kills = [KillAt(attempt=1, op="effect", name="mail", phase="in_doubt")]
-    store = Store(tmp_path / "s")
+    store = store_factory.make("s")
     with pytest.raises(MailEffectError) as exc:  # applied; the reply never came
         agent(store, sink)
     assert "SMTPServerDisconnected" in str(exc.value)
@@ -84,11 +86,11 @@ def test_a_kill_in_doubt_resends_the_same_message_id_and_is_deduplicated(
 
 
 def test_a_wrong_password_is_an_error_and_not_recorded(world: tuple[Ledger, SmtpSink],
-                                                       tmp_path: Path) -> None:
+                                                       store_factory: StoreFactory) -> None:
     ledger, sink = world
     send = smtp_effect(sink.host, sink.port, user="agent", password="nope",  # noqa: S106
                        sender="a@x.org")
-    store = Store(tmp_path / "s")
+    store = store_factory.make("s")
     with open_run(store, "r") as run, pytest.raises(MailEffectError, match="535"):
         run.step("notify", lambda: run.effect("email", MAIL, send))
     assert ledger.events == []

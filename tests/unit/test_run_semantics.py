@@ -31,7 +31,7 @@ from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.errors import EffectInDoubt, ResumeMismatch, RunPaused
 
 if TYPE_CHECKING:
-    from conftest import Children
+    from conftest import Children, StoreFactory
 
 RUN = "run-1"
 
@@ -68,8 +68,9 @@ def _no_ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
+def store(store_factory: StoreFactory) -> Store:
+    """The file store, then PostgresStore: every test below runs against both."""
+    return store_factory.make()  # type: ignore[no-any-return]
 
 
 def attempt(store: Store, body: Callable[[Run], Any], **kw: Any) -> Any:
@@ -311,6 +312,7 @@ def test_plan_names_the_in_doubt_effect_and_its_policy(store: Store, policy: str
 
 
 # -- checkpointing: when steps become durable, and when the probe hears of them --------------------
+# FILE STORE ONLY: these count the file journal's fdatasyncs through its FsOps seam.
 
 class CountingFs(FsOps):
     """Real I/O; counts fdatasyncs and knows which fds hold bytes not yet synced."""
@@ -433,6 +435,8 @@ def test_the_sync_check_has_teeth(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 # -- a real kill in the in-doubt window ------------------------------------------------------------
+# FILE STORE ONLY: the demo agent's default store (the same kill against PostgresStore runs in
+# tests/unit/test_http_effect.py and tests/crash/test_approval.py).
 
 CRASH_DIR = Path(__file__).resolve().parents[1] / "crash"
 

@@ -30,10 +30,10 @@ from typing import Any
 
 from crashpoint.checkpoint import (
     Checkpointing,
-    Store,
     atomic_write,
     http_effect,
     open_run,
+    open_store,
     run_main,
     smtp_effect,
 )
@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--state", required=True, help="folder for checkpoints and the report")
     ap.add_argument("--topic", default="how do agents recover from a crash")
     ap.add_argument("--run-id", default="demo")
+    ap.add_argument("--store", metavar="URL_OR_DIR", default=None,
+                    help="the checkpoint store: a folder or a postgresql:// URL "
+                         "(default: STATE/checkpoints)")
     ap.add_argument("--approval", action="store_true", help="wait for a human before publishing")
     ap.add_argument("--interval", type=int, default=0,
                     help="group-commit every N steps instead of every step")
@@ -113,7 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.webhook:
         webhook = http_effect(args.webhook, timeout=5, retries=2)
 
-    store = Store(os.path.join(args.state, "checkpoints"), on_corrupt="rollback")
+    if args.store:  # the report still goes to the state folder
+        os.makedirs(args.state, mode=0o700, exist_ok=True)
+    store = open_store(args.store or os.path.join(args.state, "checkpoints"),
+                       on_corrupt="rollback")
     checkpointing = Checkpointing.interval(args.interval) if args.interval else Checkpointing()
     steps = STEPS_WITH_APPROVAL if args.approval else STEPS
     with open_run(store, args.run_id, steps=steps, checkpointing=checkpointing) as run:

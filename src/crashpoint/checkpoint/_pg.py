@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from crashpoint._failpoints import failpoint
 from crashpoint.checkpoint._journal import (
     _STATE_CHECKS,
     MAX_SEQ,
@@ -295,6 +296,14 @@ class PostgresStore:
             cur.execute(self._q("SELECT run_id FROM {runs} ORDER BY run_id"))
             return [r[0] for r in cur.fetchall()]
 
+    def rows(self, run_id: str) -> int:
+        """How many rows (records and snapshots) the run has: what ``verify`` checks."""
+        with self._tx() as cur:
+            cur.execute(self._q("SELECT (SELECT count(*) FROM {records} WHERE run_id = %s) + "
+                                "(SELECT count(*) FROM {snapshots} WHERE run_id = %s)"),
+                        (run_id, run_id))
+            return int(cur.fetchone()[0])  # type: ignore[index]
+
     # -- leases --------------------------------------------------------------------------------
 
     def lease(self, run_id: str) -> Lease | None:
@@ -309,32 +318,37 @@ class PostgresStore:
         return Lease(run_id, row[0] or "", int(row[1]), float(row[2]), bool(row[3]))
 
     def _take(self, cur: psycopg.Cursor[Any], run_id: str, worker: str, *, force: bool = False,
-              adopt: bool = True) -> tuple[int, str, bool] | None:
-        """Take the run's lease for ``worker`` in the caller's transaction: (generation, how,
-        adopted) or None if another holder's lease is live. New runs start at generation 1."""
+              adopt: bool = True, local: str | None = None) -> tuple[int, str, bool] | None:
+        """Take the run's lease for ``worker`` in the caller's transaction: (generation, previous
+        holder, adopted) or None if another holder's lease is live. New runs start at generation
+        1. ``local``: this process's :func:`_local_key`, recorded with the lease, so that a
+        process of this machine (same boot, same pid namespace) may take the lease of a dead
+        holder at once instead of waiting for it to expire (a restart after kill -9)."""
         ttl = self.lease_seconds
         cur.execute(self._q(
-            "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
-            "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
-            "ON CONFLICT (run_id) DO NOTHING RETURNING generation"), (run_id, worker, ttl))
+            "INSERT INTO {leases} (run_id, holder, generation, expires_at, local) "
+            "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s) "
+            "ON CONFLICT (run_id) DO NOTHING RETURNING generation"),
+            (run_id, worker, ttl, local))
         row = cur.fetchone()
         if row is not None:
             return int(row[0]), "", False
         cur.execute(self._q(
-            "SELECT holder, generation, holder IS NULL OR expires_at <= now() "
+            "SELECT holder, generation, holder IS NULL OR expires_at <= now(), local "
             "FROM {leases} WHERE run_id = %s FOR UPDATE"), (run_id,))
-        holder, gen, free = cur.fetchone()  # type: ignore[misc]
+        holder, gen, free, their_local = cur.fetchone()  # type: ignore[misc]
         if not force and not free:
-            if adopt and holder == worker:
+            if adopt and holder == worker:  # a fleet worker's claim, or our own lease
                 cur.execute(self._q(
-                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
-                    "WHERE run_id = %s"), (ttl, run_id))
+                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s), "
+                    "local = coalesce(%s, local) WHERE run_id = %s"), (ttl, local, run_id))
                 return int(gen), holder, True
-            return None
+            if not _local_dead(their_local):
+                return None
         cur.execute(self._q(
             "UPDATE {leases} SET holder = %s, generation = generation + 1, "
-            "expires_at = now() + make_interval(secs => %s) WHERE run_id = %s "
-            "RETURNING generation"), (worker, ttl, run_id))
+            "expires_at = now() + make_interval(secs => %s), local = %s WHERE run_id = %s "
+            "RETURNING generation"), (worker, ttl, local, run_id))
         return int(cur.fetchone()[0]), holder or "", False  # type: ignore[index]
 
     def take_over(self, run_id: str, worker: str) -> int:
@@ -382,7 +396,8 @@ class PostgresStore:
                     "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
                     "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
                     "ON CONFLICT (run_id) DO UPDATE SET holder = EXCLUDED.holder, "
-                    "generation = {leases}.generation + 1, expires_at = EXCLUDED.expires_at "
+                    "generation = {leases}.generation + 1, expires_at = EXCLUDED.expires_at, "
+                    "local = NULL "
                     "WHERE {leases}.holder IS NULL OR {leases}.expires_at <= now() "
                     "RETURNING generation"), (rid, worker, self.lease_seconds))
                 row = cur.fetchone()
@@ -451,7 +466,7 @@ class PostgresStore:
                             cur.execute(self._q(
                                 "INSERT INTO {runs} (run_id) VALUES (%s) "
                                 "ON CONFLICT DO NOTHING"), (run_id,))
-                        got = self._take(cur, run_id, self.worker)
+                        got = self._take(cur, run_id, self.worker, local=_local_key())
                         if got is None:
                             cur.execute(self._q("SELECT holder FROM {leases} WHERE run_id = %s"),
                                         (run_id,))
@@ -465,7 +480,13 @@ class PostgresStore:
                                     timeout)
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             gen, _prev, adopted = got
-            return PgJournal(self, run_id, reducer, conn, gen, adopted, key)
+            try:
+                return PgJournal(self, run_id, reducer, conn, gen, adopted, key)
+            except BaseException:  # e.g. CheckpointCorrupt: give the lease back at once
+                if not adopted:
+                    with suppress(CheckpointError):
+                        self.release(run_id, self.worker, gen)
+                raise
         except BaseException:
             conn.close()
             with _open_mutex:
@@ -714,6 +735,53 @@ class PostgresStore:
                                             f"(in use by all its writers: {self.usage()})")
 
 
+def _failpoint(name: str, where: str) -> None:
+    """The file journal's failpoints at the same points of a row write (``journal.write``
+    before, ``journal.after_write`` inside the transaction, ``journal.after_sync`` after the
+    commit; ``atomic.*`` around meta's commit); an injected OSError is a write error."""
+    try:
+        failpoint(name, where)
+    except OSError as exc:
+        raise CheckpointWriteError(exc.errno or 5, where, f"at failpoint {name}") from None
+
+
+_BOOT: list[str] = []
+
+
+def _local_key(pid: int | None = None) -> str | None:
+    """``<boot id>:<pid namespace>:<pid>``: names one process on one running kernel; None where
+    /proc cannot tell (then a dead holder's lease is only taken once it expires)."""
+    try:
+        if not _BOOT:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _BOOT.append(f.read().strip())
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{_BOOT[0]}:{ns}:{os.getpid() if pid is None else pid}"
+
+
+def _local_dead(key: str | None) -> bool:
+    """True only if ``key`` names a process of this kernel boot and pid namespace that no longer
+    exists (never for another machine's or another container's process)."""
+    if not key:
+        return False
+    boot, _, rest = key.rpartition(":")
+    mine = _local_key(0)
+    if mine is None or f"{boot}:" != mine[:-1]:
+        return False
+    try:
+        pid = int(rest)
+        if pid == os.getpid():
+            return False
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False  # alive (or a reused pid: wait for the expiry, the safe way)
+
+
 def _meta_of(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -775,7 +843,9 @@ _DDL = (
     " run_id text PRIMARY KEY,"
     " holder text,"
     " generation bigint NOT NULL,"
-    " expires_at timestamptz NOT NULL)",
+    " expires_at timestamptz NOT NULL,"
+    " local text)",
+    "ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS local text",
 )
 
 
@@ -901,6 +971,7 @@ class PgJournal:
         frame = encode(payload)
         n = len(frame)
         self._room(n)
+        _failpoint("journal.write", self.folder)
         with self._write("appending a record") as cur:
             if store._budget_check(cur, n, self.folder):
                 raise store._budget_error(self.folder, n)
@@ -909,7 +980,9 @@ class PgJournal:
                 (self.run_id, seq, self.generation, frame))
             cur.execute(store._q("UPDATE {runs} SET size = size + %s, updated = now() "
                                  "WHERE run_id = %s"), (n, self.run_id))
+            _failpoint("journal.after_write", self.folder)  # in the transaction, uncommitted
         store.bytes_written += n
+        _failpoint("journal.after_sync", self.folder)  # committed
         if sync is None:
             every = self._sync_every
             sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
@@ -1016,6 +1089,8 @@ class PgJournal:
                 "size = greatest(0, size + %s), updated = now() WHERE run_id = %s"),
                 (data, str(meta["status"]) if "status" in meta else None,
                  len(data) - len(old), self.run_id))
+            _failpoint("atomic.after_temp", self.folder)  # written, not committed
+        _failpoint("atomic.after_rename", self.folder)  # committed
         store.bytes_written += len(data)
         return meta
 
