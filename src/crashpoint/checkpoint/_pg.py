@@ -66,6 +66,7 @@ from crashpoint.checkpoint._store import (
     Retention,
     RunInfo,
     SnapshotPolicy,
+    pick_for_retention,
     validate_run_id,
 )
 from crashpoint.errors import (
@@ -687,26 +688,7 @@ class PostgresStore:
                 status = self._finished(cur, r.run_id)
                 if status in PRUNABLE_STATUSES:
                     done.append(replace(r, status=status))
-        done.sort(key=lambda r: r.updated)
-        ret = self.retention
-        picked: list[RunInfo] = []
-        keep = list(done)
-        if ret.max_age is not None:
-            picked += [r for r in keep if now - r.updated > ret.max_age]
-            keep = [r for r in keep if r not in picked]
-        if ret.max_runs is not None and len(keep) > ret.max_runs:
-            extra = keep[: len(keep) - ret.max_runs]
-            picked += extra
-            keep = keep[len(extra):]
-        if ret.max_bytes is not None:
-            while keep and sum(r.size for r in keep) > ret.max_bytes:
-                picked.append(keep.pop(0))
-        freed = sum(r.size for r in picked)
-        while need > freed and keep:
-            r = keep.pop(0)
-            picked.append(r)
-            freed += r.size
-        return picked
+        return pick_for_retention(done, self.retention, now, need)
 
     def prune(self, *, now: float | None = None, need: int = 0,
               dry_run: bool = False) -> list[RunInfo]:

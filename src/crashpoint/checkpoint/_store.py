@@ -221,6 +221,30 @@ def _dir_size(path: str) -> int:
     return total
 
 
+def pick_for_retention(done: list[RunInfo], retention: Retention, now: float,
+                       need: int = 0) -> list[RunInfo]:
+    """Of the finished runs ``done``, those ``retention`` (or a need for ``need`` more bytes)
+    allows removing, oldest first (one rule for every store)."""
+    keep = sorted(done, key=lambda r: r.updated)
+    picked: list[RunInfo] = []
+    if retention.max_age is not None:
+        picked += [r for r in keep if now - r.updated > retention.max_age]
+        keep = [r for r in keep if r not in picked]
+    if retention.max_runs is not None and len(keep) > retention.max_runs:
+        extra = keep[: len(keep) - retention.max_runs]
+        picked += extra
+        keep = keep[len(extra):]
+    if retention.max_bytes is not None:
+        while keep and sum(r.size for r in keep) > retention.max_bytes:
+            picked.append(keep.pop(0))
+    freed = sum(r.size for r in picked)
+    while need > freed and keep:  # space pressure: oldest finished runs go first
+        r = keep.pop(0)
+        picked.append(r)
+        freed += r.size
+    return picked
+
+
 def _existing_ancestor(path: str) -> str:
     """``path`` or its nearest ancestor that exists (where a new folder's bytes would land)."""
     while not os.path.isdir(path):
@@ -563,26 +587,7 @@ class Store:
             status = finished_status(r.path)
             if status in PRUNABLE_STATUSES:
                 done.append(replace(r, status=status))
-        done.sort(key=lambda r: r.updated)
-        r_ = self.retention
-        picked: list[RunInfo] = []
-        keep = list(done)
-        if r_.max_age is not None:
-            picked += [r for r in keep if now - r.updated > r_.max_age]
-            keep = [r for r in keep if r not in picked]
-        if r_.max_runs is not None and len(keep) > r_.max_runs:
-            extra = keep[: len(keep) - r_.max_runs]
-            picked += extra
-            keep = keep[len(extra):]
-        if r_.max_bytes is not None:
-            while keep and sum(r.size for r in keep) > r_.max_bytes:
-                picked.append(keep.pop(0))
-        freed = sum(r.size for r in picked)
-        while need > freed and keep:  # space pressure: oldest finished runs go first
-            r = keep.pop(0)
-            picked.append(r)
-            freed += r.size
-        return picked
+        return pick_for_retention(done, self.retention, now, need)
 
     def prune(self, *, now: float | None = None, need: int = 0,
               dry_run: bool = False) -> list[RunInfo]:
