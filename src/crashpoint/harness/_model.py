@@ -48,8 +48,8 @@ FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
 #: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
-AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "scenario_dir", "http", "llm",
-                      "smtp")
+AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "trial_id", "scenario_dir",
+                      "http", "llm", "smtp")
 #: The placeholders that name a stand-in service.
 SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
@@ -104,9 +104,10 @@ class AgentSpec:
                                  "scenario_dir (set AgentSpec.scenario_dir to a folder)")
 
     def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
-              run_id: str, urls: Mapping[str, str] | None) -> list[str]:
+              run_id: str, urls: Mapping[str, str] | None, trial_id: str = "") -> list[str]:
         subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
-                 "run_id": run_id, "scenario_dir": self.scenario_dir}
+                 "run_id": run_id, "trial_id": trial_id or run_id,
+                 "scenario_dir": self.scenario_dir}
         for name in SERVICE_PLACEHOLDERS:
             subst[name] = (urls or {}).get(name, "")
         out = [fill(part, subst) for part in parts]
@@ -118,13 +119,14 @@ class AgentSpec:
         return out
 
     def argv(self, *, state_dir: str, workdir: str, run_id: str,
-             urls: Mapping[str, str] | None = None) -> list[str]:
+             urls: Mapping[str, str] | None = None, trial_id: str = "") -> list[str]:
         """The argv with the placeholders filled; ``urls``: the stand-ins' addresses
-        (:meth:`crashpoint.harness.Ledger.urls`), needed when the agent uses them."""
+        (:meth:`crashpoint.harness.Ledger.urls`), needed when the agent uses them;
+        ``trial_id``: ``{trial_id}``, fresh for each trial (``run_id`` if not given)."""
         if self.entry:
             return [*ENTRY_ARGV, self.entry,
-                    *self._fill(self.args, state_dir, workdir, run_id, urls)]
-        return self._fill(self.command, state_dir, workdir, run_id, urls)
+                    *self._fill(self.args, state_dir, workdir, run_id, urls, trial_id)]
+        return self._fill(self.command, state_dir, workdir, run_id, urls, trial_id)
 
     def uses(self, placeholder: str) -> bool:
         """Does the command (or the entry's args) use ``{placeholder}``?"""

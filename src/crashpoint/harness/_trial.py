@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import sys
@@ -84,6 +85,14 @@ __all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "ReplayError", "Tr
 
 CANARY_VAR = "OPENAI_API_KEY"
 RUN_ID = "run-1"
+
+
+def new_trial_id() -> str:
+    """``{trial_id}``: fresh for each trial, golden run and replay (never shared by two, not
+    even across gate runs), the same for every attempt within one; letters and digits only,
+    so it can name a database, a schema or a key prefix for state kept outside the trial's
+    folders."""
+    return "t" + secrets.token_hex(6)
 _INJECT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults", "_inject")
 _PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
              "SYSTEMROOT", "TZ")
@@ -227,6 +236,7 @@ class TrialRunner:
         self.folder = os.path.abspath(self.folder)
         self._ledger: Ledger | None = None
         self._scope: _Scope | None = None
+        self._trial_id = RUN_ID  # {trial_id}: set anew by golden() and each trial
         self.evidence_used = 0  # bytes of the trial folders kept so far
 
     def ledger(self, history_path: str) -> Ledger:
@@ -317,7 +327,8 @@ class TrialRunner:
         env.update(dict(self.agent.env))
         env.update(ledger.env())
         env.update({"CRASHPOINT_ATTEMPT": str(attempt), "CRASHPOINT_TRIAL": trial,
-                    "CRASHPOINT_RUN_ID": RUN_ID, CANARY_VAR: canary,
+                    "CRASHPOINT_RUN_ID": RUN_ID, "CRASHPOINT_TRIAL_ID": self._trial_id,
+                    CANARY_VAR: canary,
                     "PYTHONDONTWRITEBYTECODE": "1"})
         if self._scope is not None:  # a private temp folder, measured and removed after it
             tmp = self._scope.tmp.for_attempt(attempt)
@@ -387,7 +398,9 @@ class TrialRunner:
         # the same ledger (HTTP front included) as the trials: an agent that speaks HTTP needs
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
-        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
+        self._trial_id = new_trial_id()
+        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls(),
+                               trial_id=self._trial_id)
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
         rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
@@ -532,7 +545,9 @@ class TrialRunner:
                   notes: dict[int, dict[str, Any]], golden: Golden) -> None:
         """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
         plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
-        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls())
+        self._trial_id = new_trial_id()
+        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls(),
+                                trial_id=self._trial_id)
         golden_note = golden.recorded_by
         n = 0
         one_resume = False

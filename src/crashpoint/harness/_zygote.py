@@ -131,7 +131,7 @@ class ZygoteError(CrashpointError, RuntimeError):
 #: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
 WARM_IMPORTS = "*"
 #: Placeholders that differ per trial: a script path using one cannot be read beforehand.
-_PER_TRIAL = ("state_dir", "workdir", "run_id", "http", "llm", "smtp")
+_PER_TRIAL = ("state_dir", "workdir", "run_id", "trial_id", "http", "llm", "smtp")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""The gate against an agent whose state lives in PostgreSQL, as a user runs it: the demo agent
+on a real server (``--store postgresql://...``), killed at every boundary and raced by two
+resumers. State outside the trial's folders is named by ``{trial_id}``: fresh for each trial, so
+no trial resumes another's run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+
+
+def _demo(dsn: str, run_id: str) -> AgentSpec:
+    return AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state",
+                              "{state_dir}", "--store", dsn, "--run-id", run_id), timeout=60)
+
+
+def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(pg_dsn: str,
+                                                                     tmp_path: Path) -> None:
+    from crashpoint.checkpoint import open_store
+
+    families = [family_from_spec({"kill": {"at": "every-boundary"}}),
+                family_from_spec({"resumers": {"count": 1}})]
+    result = Campaign(_demo(pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()
+    s = result.summary()
+    assert result.ok, s["failures"] or result.unexercised()
+    assert s["duplicate_effects"] == 0
+    assert s["lost_effects"] == 0
+    runs = open_store(pg_dsn).runs()
+    # one run per trial and one for the golden run: no trial saw another's state
+    assert len(runs) == len(result.trials) + 1
+    assert {r.status for r in runs} == {"completed"}
+
+
+def test_a_run_id_shared_by_every_trial_is_caught(pg_dsn: str, tmp_path: Path) -> None:
+    """The same campaign naming its run ``{run_id}`` (one id for all trials): every trial finds
+    the golden run's finished run and sends nothing, and the gate says the effects were lost
+    (a shared outside state is never a silent pass)."""
+    families = [family_from_spec({"kill": {"at": "random", "count": 2}})]
+    result = Campaign(_demo(pg_dsn, "{run_id}"), families, str(tmp_path), seed=7).run()
+    assert not result.ok
+    assert result.summary()["lost_effects"] > 0
+
+
+@pytest.mark.parametrize("placeholder", ["{trial_id}", "db_{trial_id}"])
+def test_trial_id_is_fresh_per_trial_and_safe_as_a_name(placeholder: str) -> None:
+    from crashpoint.harness._trial import new_trial_id
+
+    ids = {new_trial_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(i.isalnum() and i[0].isalpha() and i.islower() for i in ids)
+    spec = AgentSpec(command=("{python}", "agent.py", placeholder))
+    one = spec.argv(state_dir="/s", workdir="/w", run_id="run-1", trial_id="tabc")
+    assert one[-1] == placeholder.replace("{trial_id}", "tabc")
