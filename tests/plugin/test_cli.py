@@ -137,12 +137,32 @@ def test_run_in_a_project_whose_config_turns_warnings_into_errors(inner: Any) ->
     result.stdout.fnmatch_lines(["tiny ?kill@random?*2*PASS"])
 
 
+SLOW_AGENT = """\
+import os, sys, time
+from crashpoint import probe
+
+done = os.path.join(sys.argv[1], "done")
+if not os.path.exists(done):
+    probe.step_started("only")
+    time.sleep(0.6)
+    with open(done, "w") as f:
+        f.write("done")
+        f.flush()
+        os.fsync(f.fileno())
+    probe.step_completed("only")
+print("done")
+"""
+
+
 def test_parallel_workers_show_combined_progress_and_same_verdicts(inner: Any) -> None:
     """``-n 2`` works out of the box (pytest-xdist is a dependency); the controller prints the
     workers' progress as one line with the overall count and an ETA."""
+    # an agent that works 0.6 s in its step: the gate lasts past the watcher's 2 s interval
+    # however fast the machine is, so a combined line is printed while items run
+    slow = inner.script("slow_agent.py", SLOW_AGENT)
     for stem in ("one", "two"):
         inner.scenario(stem, "kill: {at: random, count: 3}\nkill: {at: every-boundary}",
-                       folder="gate", command=inner.command(inner.tiny_agent))
+                       folder="gate", command=inner.command(slow))
     result = crashpoint(inner, "run", "gate", "-n", "2", "--report", inner.path / "out")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["*?crashpoint */4 items, * trials, 0 failed, * ETA *?*gw*: *"])
