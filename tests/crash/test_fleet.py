@@ -261,3 +261,24 @@ def test_campaign_three_workers_kills_a_stolen_lease(children: Children, pg_dsn:
 @pytest.mark.parametrize("seed", range(5))
 def test_campaign_sweep(children: Children, pg_dsn: str, seed: int) -> None:
     _campaign(children, pg_dsn, 30, seed)
+
+
+@pytest.mark.parametrize(("script", "status", "reason"), [
+    # a flood on stderr: the worker keeps the tail (bounded), and its last line is the reason
+    ("import sys; sys.stderr.write('x' * 4_000_000 + '\\nboom: the tool failed\\n'); "
+     "sys.exit(1)", "failed", "exit 1: boom: the tool failed"),
+    # another owner has the run (exit 73) and said nothing: lost, not a crash of the worker
+    ("import sys; sys.exit(73)", "lost", "exit 73"),
+])
+def test_an_attempt_s_failure_is_reported_from_its_exit_and_stderr_tail(
+        pg_dsn: str, script: str, status: str, reason: str) -> None:
+    from crashpoint.checkpoint import FleetWorker
+
+    store = PostgresStore(pg_dsn, worker="w-tail", lease_seconds=5)
+    submit(store, "r1")
+    lines: list[str] = []
+    fleet = FleetWorker(store, command=lambda run_id: [sys.executable, "-c", script],
+                        max_attempts=3, log=lines.append)
+    (outcome,) = fleet.run_once()
+    assert (outcome.status, outcome.reason) == (status, reason), lines
+    store.close()

@@ -82,10 +82,25 @@ def submit(store: Any, run_id: str) -> bool:
     return True
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _pdeathsig() -> Callable[[], None] | None:
+    """The child-side hook that makes an agent die with its worker (``PR_SET_PDEATHSIG``),
+    resolved here, in the parent: between fork and exec the child only calls it (no library
+    loading there, where another thread of the worker may have held a lock)."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+    return hook
+
+
+#: The last bytes of an agent's stderr a failed attempt keeps (its last line is the reason).
+STDERR_TAIL = 64 * 1024
 
 
 class FleetWorker:
@@ -223,14 +238,18 @@ class FleetWorker:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, start_new_session=True,
-                                    close_fds=True, env=env,
-                                    preexec_fn=_die_with_parent if sys.platform == "linux"
-                                    else None)
+                                    close_fds=True, env=env, preexec_fn=_pdeathsig())
         except OSError as exc:
             return f"cannot start {argv[0]!r}: {exc.strerror or exc}", False
         err = bytearray()
-        reader = threading.Thread(target=lambda: err.extend(proc.stderr.read() if proc.stderr
-                                                            else b""), daemon=True)
+
+        def read_tail() -> None:  # bounded: an agent that floods stderr costs no memory
+            fd = proc.stderr.fileno() if proc.stderr is not None else -1
+            while fd >= 0 and (chunk := os.read(fd, 65536)):
+                err.extend(chunk)
+                del err[:-STDERR_TAIL]
+
+        reader = threading.Thread(target=read_tail, daemon=True)
         reader.start()
         start = time.monotonic()
         beat = max(0.05, float(getattr(self.store, "heartbeat_seconds", 10.0)))
@@ -271,6 +290,7 @@ class FleetWorker:
         if proc.returncode in (0, EXIT_CODES["paused"], EXIT_CODES["denied"]):
             return "", False
         tail = bytes(err).decode("utf-8", "replace").strip().splitlines()[-1:]
+        said = f": {tail[0][:300]}" if tail else ""
         if proc.returncode == EXIT_CODES["locked"]:  # LeaseLost / RunLocked: not ours now
-            return f"exit {proc.returncode}: {tail[0][:300]}", True
-        return f"exit {proc.returncode}" + (f": {tail[0][:300]}" if tail else ""), False
+            return f"exit {proc.returncode}{said}", True
+        return f"exit {proc.returncode}{said}", False
