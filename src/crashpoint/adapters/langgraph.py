@@ -186,6 +186,9 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.tracker = tracker or Tracker()
+        # read once, not on every write: does the inner saver take task_path (newer LangGraph)?
+        self._path = _accepts_task_path(inner.put_writes)
+        self._apath = _accepts_task_path(inner.aput_writes)
 
     def __getattr__(self, name: str) -> Any:  # the inner saver's own extras (conn, setup...)
         if name == "inner":
@@ -240,7 +243,7 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
-        if _accepts_task_path(self.inner.put_writes):
+        if self._path:
             self.inner.put_writes(config, writes, task_id, task_path)
         else:
             self.inner.put_writes(config, writes, task_id)
@@ -248,7 +251,7 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
-        if _accepts_task_path(self.inner.aput_writes):
+        if self._apath:
             await self.inner.aput_writes(config, writes, task_id, task_path)
         else:
             await self.inner.aput_writes(config, writes, task_id)
