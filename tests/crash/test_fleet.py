@@ -5,6 +5,7 @@ is judged from the fencing generation stored with every record."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -232,11 +233,15 @@ def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
                     stolen = True
                     continue
             if not stopped and done >= 4:
-                for p in [psutil.Process(victim.pid), *psutil.Process(victim.pid).children()]:
+                frozen = [psutil.Process(victim.pid), *psutil.Process(victim.pid).children()]
+                for p in frozen:
                     os.killpg(p.pid, signal.SIGSTOP)
                 time.sleep(float(LEASE) * 2.5)
-                for p in [psutil.Process(victim.pid), *psutil.Process(victim.pid).children()]:
-                    os.killpg(p.pid, signal.SIGCONT)
+                # the agents first: the worker, once continued, may kill its agent at once
+                # (its lease is lost), and that group is then gone
+                for p in reversed(frozen):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGCONT)
                 stopped = True
                 continue
             if kills < 4 and rng.random() < 0.5:
