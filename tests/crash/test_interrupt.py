@@ -272,7 +272,10 @@ def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
     scenario(sc, "killed", SLOW, "disk_full: {mechanism: tmpfs, capacity: 64KiB, count: 2}")
     child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
                 "--report", str(tmp_path / "report"), containment=containment)
-    wait_for(lambda: len(other_mount_ns(ours(private_tmp))) >= 2, why="agent and holder")
+    # the agent's two sleeps running (so its probe call is over: a harness killed while it
+    # answers one makes the agent exit by itself) and the holder: 3 in the tmpfs's namespace
+    wait_for(lambda: len(agents(private_tmp, "killed")) >= 2
+             and len(other_mount_ns(ours(private_tmp))) >= 3, why="agent and holder")
     os.kill(child.pid, signal.SIGKILL)  # no clean-up can run
     assert child.wait(30) == -signal.SIGKILL
     if containment == "session":
