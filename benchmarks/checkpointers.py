@@ -121,8 +121,12 @@ def one(kind: type, work: str, steps: int, base: float) -> dict[str, float]:
         cell.close(saver)
         if state != out or len(out["items"]) != steps:
             raise RuntimeError(f"{cell.name}: the state read back differs from the state written")
-        return {"step_s": max(0.0, (took - base) / steps), "bytes_per_step": written / steps,
-                "disk_bytes": dir_size(folder), "resume_s": resume}
+        return {
+            "step_s": max(0.0, (took - base) / steps),
+            "bytes_per_step": written / steps,
+            "disk_bytes": dir_size(folder),
+            "resume_s": resume,
+        }
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -152,44 +156,61 @@ def run(work: str, steps: int, rounds: int) -> dict[str, Any]:
         base = baseline(steps)
         order = [Ours, Sqlite] if r % 2 == 0 else [Sqlite, Ours]
         for kind in order:
-            print(f"round {r + 1}/{rounds}: {kind.name} x {steps} steps ...", file=sys.stderr,
-                  flush=True)
+            print(
+                f"round {r + 1}/{rounds}: {kind.name} x {steps} steps ...",
+                file=sys.stderr,
+                flush=True,
+            )
             samples[kind.name].append(one(kind, work, steps, base))
-    med = {name: {k: statistics.median(s[k] for s in xs) for k in xs[0]}
-           for name, xs in samples.items()}
+    med = {
+        name: {k: statistics.median(s[k] for s in xs) for k in xs[0]}
+        for name, xs in samples.items()
+    }
     ours, sq = med["CrashpointSaver"], med["SqliteSaver"]
     cpu = "?"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     return {
-        "steps": steps, "rounds": rounds, "payload_bytes": len(PAYLOAD),
+        "steps": steps,
+        "rounds": rounds,
+        "payload_bytes": len(PAYLOAD),
         "medians": med,
         "ratios": {
             "step_cost_sqlite_over_ours": round(sq["step_s"] / max(ours["step_s"], 1e-9), 2),
             "bytes_sqlite_over_ours": round(sq["bytes_per_step"] / ours["bytes_per_step"], 1),
             "resume_sqlite_over_ours": round(sq["resume_s"] / max(ours["resume_s"], 1e-9), 2),
         },
-        "machine": {"cpus": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-                    "fs": fs_type(os.path.abspath(work)), "python": platform.python_version(),
-                    "langgraph": version("langgraph"),
-                    "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu": cpu,
+            "kernel": platform.release(),
+            "fs": fs_type(os.path.abspath(work)),
+            "python": platform.python_version(),
+            "langgraph": version("langgraph"),
+            "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite"),
+        },
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
 
 def markdown(r: dict[str, Any]) -> str:
     m = r["medians"]
-    rows = [("step cost, ms (saver's share of a step)", "step_s", 1e3, 3),
-            ("bytes written per step", "bytes_per_step", 1, 0),
-            ("bytes on disk after the run", "disk_bytes", 1, 0),
-            ("resume (open + read last state), ms", "resume_s", 1e3, 1)]
-    out = [f"{r['steps']} steps of {r['payload_bytes']} B, durability sync, median of "
-           f"{r['rounds']} interleaved rounds; {r['date']}; {r['machine']['cpus']} CPUs "
-           f"({r['machine']['cpu']}), kernel {r['machine']['kernel']}, {r['machine']['fs']}, "
-           f"Python {r['machine']['python']}, langgraph {r['machine']['langgraph']}, "
-           f"langgraph-checkpoint-sqlite {r['machine']['langgraph-checkpoint-sqlite']}.", "",
-           "| metric | CrashpointSaver | SqliteSaver | SqliteSaver / ours |",
-           "|---|---:|---:|---:|"]
+    rows = [
+        ("step cost, ms (saver's share of a step)", "step_s", 1e3, 3),
+        ("bytes written per step", "bytes_per_step", 1, 0),
+        ("bytes on disk after the run", "disk_bytes", 1, 0),
+        ("resume (open + read last state), ms", "resume_s", 1e3, 1),
+    ]
+    out = [
+        f"{r['steps']} steps of {r['payload_bytes']} B, durability sync, median of "
+        f"{r['rounds']} interleaved rounds; {r['date']}; {r['machine']['cpus']} CPUs "
+        f"({r['machine']['cpu']}), kernel {r['machine']['kernel']}, {r['machine']['fs']}, "
+        f"Python {r['machine']['python']}, langgraph {r['machine']['langgraph']}, "
+        f"langgraph-checkpoint-sqlite {r['machine']['langgraph-checkpoint-sqlite']}.",
+        "",
+        "| metric | CrashpointSaver | SqliteSaver | SqliteSaver / ours |",
+        "|---|---:|---:|---:|",
+    ]
     for label, key, scale, nd in rows:
         a, b = m["CrashpointSaver"][key] * scale, m["SqliteSaver"][key] * scale
         ratio = f"{b / a:.2f}" if a else "-"
@@ -198,8 +219,9 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="200 steps, 3 rounds")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=0)

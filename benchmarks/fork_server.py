@@ -34,16 +34,28 @@ EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "langgraph", "agent.py
 def spec(fork: bool, example: bool = False) -> AgentSpec:
     argv: tuple[str, ...] = ("{python}", AGENT, "--state", "{state_dir}")
     if example:
-        argv = ("{python}", EXAMPLE, "--state", "{state_dir}", "--http", "{http}", "--thread",
-                "{run_id}", "--fixed")
+        argv = (
+            "{python}",
+            EXAMPLE,
+            "--state",
+            "{state_dir}",
+            "--http",
+            "{http}",
+            "--thread",
+            "{run_id}",
+            "--fixed",
+        )
     return AgentSpec(argv, timeout=60, warm=(WARM_IMPORTS,) if fork else None)
 
 
-def campaign(fork: bool, trials: int, example: bool = False
-             ) -> tuple[float, list[dict[str, object]], int]:
+def campaign(
+    fork: bool, trials: int, example: bool = False
+) -> tuple[float, list[dict[str, object]], int]:
     agent = spec(fork, example)
-    families = [family_from_spec({"kill": {"at": "every-boundary"}}),
-                family_from_spec({"kill": {"at": "random"}})]
+    families = [
+        family_from_spec({"kill": {"at": "every-boundary"}}),
+        family_from_spec({"kill": {"at": "random"}}),
+    ]
     with tempfile.TemporaryDirectory() as root:
         zygote = Zygote.for_agent(agent).start() if fork else None
         try:
@@ -60,13 +72,17 @@ def campaign(fork: bool, trials: int, example: bool = False
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--example", action="store_true",
-                    help="measure examples/langgraph/agent.py (the shipped example)")
+    ap.add_argument(
+        "--example",
+        action="store_true",
+        help="measure examples/langgraph/agent.py (the shipped example)",
+    )
     args = ap.parse_args()
     import langgraph  # noqa: F401 - the agent needs it (pip install 'crashpoint[langgraph]')
 
@@ -84,11 +100,15 @@ def main() -> None:
         # runs' event order, and the plans drawn from it, can differ: compare outcomes only
         same = [v["ok"] for v in verdicts["spawn"]] == [v["ok"] for v in verdicts["fork"]]
     out = {
-        "agent": "examples/langgraph/agent.py --fixed" if args.example else
-        "tests/agents/lg_agent.py",
-        "python": sys.version.split()[0], "cpus": os.cpu_count(),
-        "load": [round(x, 1) for x in os.getloadavg()], "runs": args.runs,
-        "trials_per_campaign": trials, "forked_attempts_per_campaign": forks,
+        "agent": "examples/langgraph/agent.py --fixed"
+        if args.example
+        else "tests/agents/lg_agent.py",
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load": [round(x, 1) for x in os.getloadavg()],
+        "runs": args.runs,
+        "trials_per_campaign": trials,
+        "forked_attempts_per_campaign": forks,
         "spawn_trials_per_s": round(statistics.median(rates["spawn"]), 2),
         "fork_trials_per_s": round(statistics.median(rates["fork"]), 2),
         "same_verdicts": same,

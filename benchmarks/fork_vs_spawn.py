@@ -25,16 +25,18 @@ from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 from crashpoint.harness._model import ENTRY_ARGV
 from crashpoint.harness._zygote import Zygote
 
-ENTRY = AgentSpec(entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"),
-                  timeout=60)
-COMMAND = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
-                    timeout=60)
+ENTRY = AgentSpec(entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"), timeout=60)
+COMMAND = AgentSpec(
+    ("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"), timeout=60
+)
 MINIMAL = "def main(argv):\n    return 0\n"
 
 
 def campaign_rate(agent: AgentSpec, trials: int, fork: bool) -> float:
-    families = [family_from_spec({"kill": {"at": "every-boundary"}}),
-                family_from_spec({"kill": {"at": "random"}})]
+    families = [
+        family_from_spec({"kill": {"at": "every-boundary"}}),
+        family_from_spec({"kill": {"at": "random"}}),
+    ]
     with tempfile.TemporaryDirectory() as root:
         zygote = Zygote.for_agent(agent).start() if fork else None
         try:
@@ -64,31 +66,47 @@ def attempt_ms(fork: bool, n: int) -> float:
         else:
             for _ in range(n):
                 t0 = time.monotonic()
-                AgentProcess([sys.executable, "-c", "import cp_minimal_agent as m; m.main([])"],
-                             env, cwd=folder, timeout=30).start().wait()
+                AgentProcess(
+                    [sys.executable, "-c", "import cp_minimal_agent as m; m.main([])"],
+                    env,
+                    cwd=folder,
+                    timeout=30,
+                ).start().wait()
                 times.append(time.monotonic() - t0)
     return statistics.median(times) * 1000
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--trials", type=int, default=30)
     args = ap.parse_args()
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    for name, agent, fork in (("spawn (command)", COMMAND, False),
-                              ("spawn (entry)", ENTRY, False), ("fork (zygote)", ENTRY, True)):
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    for name, agent, fork in (
+        ("spawn (command)", COMMAND, False),
+        ("spawn (entry)", ENTRY, False),
+        ("fork (zygote)", ENTRY, True),
+    ):
         rates = [campaign_rate(agent, args.trials, fork) for _ in range(args.runs)]
-        print(f"campaign {name:16s} {statistics.median(rates):6.2f} trials/s  "
-              f"(runs: {', '.join(f'{r:.2f}' for r in rates)})")
+        print(
+            f"campaign {name:16s} {statistics.median(rates):6.2f} trials/s  "
+            f"(runs: {', '.join(f'{r:.2f}' for r in rates)})"
+        )
     for name, fork in (("spawn", False), ("fork", True)):
         ms = [attempt_ms(fork, 20) for _ in range(args.runs)]
-        print(f"minimal attempt {name:5s} {statistics.median(ms):7.1f} ms  "
-              f"(runs: {', '.join(f'{m:.1f}' for m in ms)})")
-    print(f"(spawning an entry agent runs {' '.join(ENTRY_ARGV[1:])}, which imports the whole "
-          "crashpoint.harness package first)")
+        print(
+            f"minimal attempt {name:5s} {statistics.median(ms):7.1f} ms  "
+            f"(runs: {', '.join(f'{m:.1f}' for m in ms)})"
+        )
+    print(
+        f"(spawning an entry agent runs {' '.join(ENTRY_ARGV[1:])}, which imports the whole "
+        "crashpoint.harness package first)"
+    )
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ def db_bytes(dsn: str) -> int:
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
             "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-            "AND n.nspname NOT LIKE 'pg_toast%'").fetchone()
+            "AND n.nspname NOT LIKE 'pg_toast%'"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -148,9 +149,13 @@ def ours_once(dsn: str, steps: int, rep: int) -> dict[str, Any]:
             run.finish("done")
     finally:
         store.close()
-    return {"step_s": took / steps, "bytes_per_step": stored / steps,
-            "resume_s": reached - t0,
-            "ok": calls == {"replayed": 0, "next": 1}, "calls": calls}
+    return {
+        "step_s": took / steps,
+        "bytes_per_step": stored / steps,
+        "resume_s": reached - t0,
+        "ok": calls == {"replayed": 0, "next": 1},
+        "calls": calls,
+    }
 
 
 # -- LangGraph ------------------------------------------------------------------------------------
@@ -176,8 +181,9 @@ def langgraph_builder(steps: int, marks: dict[str, float]) -> Any:
     g.add_node("step", step)
     g.add_node("last", last)
     g.add_edge(START, "step")
-    g.add_conditional_edges("step", lambda s: "last" if s["n"] >= steps else "step",
-                            ["step", "last"])
+    g.add_conditional_edges(
+        "step", lambda s: "last" if s["n"] >= steps else "step", ["step", "last"]
+    )
     g.add_edge("last", END)
     return g
 
@@ -188,8 +194,7 @@ def langgraph_once(dsn: str, steps: int, rep: int) -> dict[str, Any]:
     marks: dict[str, float] = {}
     g = langgraph_builder(steps, marks)
     last = "last"
-    config: Any = {"configurable": {"thread_id": f"bench-{rep}"},
-                              "recursion_limit": steps + 10}
+    config: Any = {"configurable": {"thread_id": f"bench-{rep}"}, "recursion_limit": steps + 10}
     with PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
         app = g.compile(checkpointer=saver, interrupt_before=[last])
@@ -212,11 +217,14 @@ def langgraph_once(dsn: str, steps: int, rep: int) -> dict[str, Any]:
     t = time.perf_counter()
     plain.invoke({"result": "", "n": 0}, {"recursion_limit": steps + 10})
     base = (time.perf_counter() - t) / (steps + 1)
-    return {"step_s": took / steps, "bytes_per_step": stored / steps,
-            "resume_s": marks.get("next", t0) - t0, "get_tuple_s": get_tuple_s,
-            "no_checkpointer_step_s": base,
-            "ok": resumed_n == steps and out.get("n") == steps + 1
-            and marks.get("next_calls") == 2}  # once resumed, once in the baseline
+    return {
+        "step_s": took / steps,
+        "bytes_per_step": stored / steps,
+        "resume_s": marks.get("next", t0) - t0,
+        "get_tuple_s": get_tuple_s,
+        "no_checkpointer_step_s": base,
+        "ok": resumed_n == steps and out.get("n") == steps + 1 and marks.get("next_calls") == 2,
+    }  # once resumed, once in the baseline
 
 
 # -- DBOS (in child processes) ------------------------------------------------------------------
@@ -252,8 +260,7 @@ def dbos_child(dsn: str, steps: int, rep: int, mode: str, out: str) -> int:
         return n
 
     t0 = time.perf_counter()
-    DBOS(config={"name": "crashpoint-pg-bench", "system_database_url": dsn,
-                 "log_level": "WARNING"})
+    DBOS(config={"name": "crashpoint-pg-bench", "system_database_url": dsn, "log_level": "WARNING"})
     DBOS.launch()
     result["launch_s"] = time.perf_counter() - t0
     if rep > 0:
@@ -284,8 +291,20 @@ def dbos_child(dsn: str, steps: int, rep: int, mode: str, out: str) -> int:
 def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[str, Any]:
     out = os.path.join(work, f"dbos-{rep}.json")
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--dbos-child", dsn, str(steps), str(rep),
-         mode, out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--dbos-child",
+            dsn,
+            str(steps),
+            str(rep),
+            mode,
+            out,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         log, _ = proc.communicate(timeout=180)
     except subprocess.TimeoutExpired:
@@ -317,8 +336,7 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
     reason = unavailable()
     if reason:
         return {"skipped": reason}
-    lg_missing = peer_missing("langgraph.checkpoint.postgres",
-                              "langgraph-checkpoint-postgres")
+    lg_missing = peer_missing("langgraph.checkpoint.postgres", "langgraph-checkpoint-postgres")
     dbos_missing = peer_missing("dbos", "'crashpoint[dbos]'")
     samples: dict[str, dict[str, list[float]]] = {"ours": {}, "langgraph": {}, "dbos": {}}
     ok: dict[str, bool] = {"ours": True, "langgraph": True, "dbos": True}
@@ -336,10 +354,13 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
         version = pg.psql("SHOW server_version").strip()
         filesystem = fs_type(os.path.realpath(pg.data_dir))
         dsn = {s: pg.create_database(f"bench_{s}") for s in samples}
-        log(f"PostgreSQL {version} (fsync on, data on {filesystem}) on 127.0.0.1:{pg.port}; "
-            f"{repeat} x {steps} steps per system")
+        log(
+            f"PostgreSQL {version} (fsync on, data on {filesystem}) on 127.0.0.1:{pg.port}; "
+            f"{repeat} x {steps} steps per system"
+        )
         runners: list[tuple[str, Callable[[int], dict[str, Any]]]] = [
-            ("ours", lambda r: ours_once(dsn["ours"], steps, r))]
+            ("ours", lambda r: ours_once(dsn["ours"], steps, r))
+        ]
         if lg_missing is None:
             runners.append(("langgraph", lambda r: langgraph_once(dsn["langgraph"], steps, r)))
         if dbos_missing is None:
@@ -361,18 +382,27 @@ def bench(steps: int, repeat: int, log: Callable[[str], None] = print) -> dict[s
                 errors["dbos"] = f"{type(e).__name__}: {str(e).strip()[:600]}"
     skipped = {"langgraph": lg_missing, "dbos": dbos_missing}
     result: dict[str, Any] = {
-        "steps": steps, "repeat": repeat, "payload_bytes": len(PAYLOAD),
-        "postgres": version, "filesystem": filesystem,
+        "steps": steps,
+        "repeat": repeat,
+        "payload_bytes": len(PAYLOAD),
+        "postgres": version,
+        "filesystem": filesystem,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine(), "versions": versions(), "systems": {}}
+        "machine": machine(),
+        "versions": versions(),
+        "systems": {},
+    }
     for system, figs in samples.items():
         if skipped.get(system) or system in errors:
-            result["systems"][system] = {"skipped": skipped.get(system) or
-                                         f"failed: {errors[system]}"}
+            result["systems"][system] = {
+                "skipped": skipped.get(system) or f"failed: {errors[system]}"
+            }
             continue
         result["systems"][system] = {
-            **{k: med(v) for k, v in figs.items()}, "ok": ok[system],
-            "resumes": len(figs.get("resume_s", []))}
+            **{k: med(v) for k, v in figs.items()},
+            "ok": ok[system],
+            "resumes": len(figs.get("resume_s", [])),
+        }
     base = result["systems"]["ours"]
     for v in result["systems"].values():
         for k in ("step_s", "resume_s", "bytes_per_step"):
@@ -419,11 +449,16 @@ def table(r: dict[str, Any]) -> list[str]:
     if "skipped" in r:
         return [f"Skipped: {r['skipped']}."]
     s = r["systems"]
-    lines = ["| system | per step ms (p50) | x ours | bytes stored per step | x ours | "
-             "resume ms (p50) | x ours | checks |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    names = {"ours": "crashpoint `PostgresStore` (`Run.step`)",
-             "langgraph": "LangGraph `PostgresSaver` (graph, `durability=\"sync\"`)",
-             "dbos": "DBOS (`@DBOS.step` in a workflow)"}
+    lines = [
+        "| system | per step ms (p50) | x ours | bytes stored per step | x ours | "
+        "resume ms (p50) | x ours | checks |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    names = {
+        "ours": "crashpoint `PostgresStore` (`Run.step`)",
+        "langgraph": 'LangGraph `PostgresSaver` (graph, `durability="sync"`)',
+        "dbos": "DBOS (`@DBOS.step` in a workflow)",
+    }
     for key, name in names.items():
         v = s[key]
         if "skipped" in v:
@@ -434,21 +469,30 @@ def table(r: dict[str, Any]) -> list[str]:
             f"| {name} | {_ms(v.get('step_s'))} | {_x(v.get('step_s_x_ours'))} | "
             f"{'-' if bps is None else round(bps)} | {_x(v.get('bytes_per_step_x_ours'))} | "
             f"{_ms(v.get('resume_s'))} | {_x(v.get('resume_s_x_ours'))} | "
-            f"{'ok' if v.get('ok') else 'FAILED'} |")
+            f"{'ok' if v.get('ok') else 'FAILED'} |"
+        )
     lg, db = s["langgraph"], s["dbos"]
     if "skipped" not in lg:
-        lines.append(f"| LangGraph, same graph without a checkpointer | "
-                     f"{_ms(lg.get('no_checkpointer_step_s'))} | - | 0 | - | - | - | - |")
-        lines.append(f"| LangGraph `get_tuple` alone (open + load the latest checkpoint) | - | - "
-                     f"| - | - | {_ms(lg.get('get_tuple_s'))} | "
-                     f"{_x(ratio(lg.get('get_tuple_s'), s['ours'].get('resume_s')))} | - |")
+        lines.append(
+            f"| LangGraph, same graph without a checkpointer | "
+            f"{_ms(lg.get('no_checkpointer_step_s'))} | - | 0 | - | - | - | - |"
+        )
+        lines.append(
+            f"| LangGraph `get_tuple` alone (open + load the latest checkpoint) | - | - "
+            f"| - | - | {_ms(lg.get('get_tuple_s'))} | "
+            f"{_x(ratio(lg.get('get_tuple_s'), s['ours'].get('resume_s')))} | - |"
+        )
     if "skipped" not in db and db.get("launch_s") is not None:
-        lines.append(f"| DBOS `DBOS(config)` + `launch()` alone (included in its resume) | - | "
-                     f"- | - | - | {_ms(db.get('launch_s'))} | - | - |")
+        lines.append(
+            f"| DBOS `DBOS(config)` + `launch()` alone (included in its resume) | - | "
+            f"- | - | - | {_ms(db.get('launch_s'))} | - | - |"
+        )
     if "skipped" not in db and db.get("workflow_entered_s") is not None:
-        lines.append("| DBOS until the recovered workflow's body starts (recovery re-enqueues it "
-                     "on an internal queue; a poller dequeues it) | - | - | - | - | "
-                     f"{_ms(db.get('workflow_entered_s'))} | - | - |")
+        lines.append(
+            "| DBOS until the recovered workflow's body starts (recovery re-enqueues it "
+            "on an internal queue; a poller dequeues it) | - | - | - | - | "
+            f"{_ms(db.get('workflow_entered_s'))} | - | - |"
+        )
     return lines
 
 
@@ -478,13 +522,15 @@ def markdown(r: dict[str, Any]) -> list[str]:
         f"repeats, medians. Measured {r['when']} on {m['cpus']} CPUs ({m['cpu']}), kernel "
         f"{m['kernel']}; " + ", ".join(f"{k} {v}" for k, v in ver.items()) + ". "
         "Reproduce: `python benchmarks/pg_store.py [--steps N] [--repeat K] [--write-docs]` "
-        "(or `python benchmarks/run.py --only pg`).", "",
-        *table(r), "",
+        "(or `python benchmarks/run.py --only pg`).",
+        "",
+        *table(r),
+        "",
         "- **Per step**: wall time of the N durable steps / N. Ours is one fenced transaction "
         "per step (lease generation checked, record appended, committed). LangGraph runs a "
         "graph whose node `step` loops N times before node `last`, interrupted before `last`, "
         "with "
-        "`durability=\"sync\"` (each checkpoint committed before the next node: our promise; "
+        '`durability="sync"` (each checkpoint committed before the next node: our promise; '
         "its default `async` writes in the background); a real graph, not bare `saver.put` "
         "calls, because the graph decides what each checkpoint holds (a loop, not a chain of N "
         "distinct nodes: each node adds channels to every checkpoint). DBOS: one workflow of N "
@@ -500,7 +546,10 @@ def markdown(r: dict[str, Any]) -> list[str]:
         "N recorded steps returning their stored outputs) until step N+1 runs; that recovery "
         "re-enqueues the workflow on an internal queue that a thread polls, which is most of "
         "its figure. `checks`: the "
-        "replayed steps were not re-executed and step N+1 ran once.", "", END]
+        "replayed steps were not re-executed and step N+1 ran once.",
+        "",
+        END,
+    ]
     return lines
 
 
@@ -526,16 +575,24 @@ def write_docs(r: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=200, help="steps per run (default 200)")
     ap.add_argument("--repeat", type=int, default=5, help="repeats per system (default 5)")
     ap.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
-    ap.add_argument("--write-docs", action="store_true",
-                    help="store the result in benchmarks/results/pg_store.json and rewrite the "
-                         "PostgreSQL section of docs/BENCHMARKS.md")
-    ap.add_argument("--dbos-child", nargs=5, metavar=("DSN", "STEPS", "REP", "MODE", "OUT"),
-                    help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="store the result in benchmarks/results/pg_store.json and rewrite the "
+        "PostgreSQL section of docs/BENCHMARKS.md",
+    )
+    ap.add_argument(
+        "--dbos-child",
+        nargs=5,
+        metavar=("DSN", "STEPS", "REP", "MODE", "OUT"),
+        help=argparse.SUPPRESS,
+    )
     args = ap.parse_args(argv)
     if args.dbos_child:
         dsn, n, rep, mode, out = args.dbos_child

@@ -63,8 +63,11 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def stats(xs: list[float]) -> dict[str, float]:
-    return {"p50_us": round(statistics.median(xs) * 1e6, 2), "p99_us": round(pct(xs, 99) * 1e6, 2),
-            "n": len(xs)}
+    return {
+        "p50_us": round(statistics.median(xs) * 1e6, 2),
+        "p99_us": round(pct(xs, 99) * 1e6, 2),
+        "n": len(xs),
+    }
 
 
 def dir_size(path: str) -> int:
@@ -141,13 +144,17 @@ def step_cost(work: str, rounds: int, steps: int, peers: bool) -> dict[str, Any]
         return out
 
     variants: list[tuple[str, Callable[[], list[float]]]] = [
-        ("limit", lambda: limit(1)), ("ours_always", lambda: ours("always", 1)),
-        ("limit_batch10", lambda: limit(10)), ("ours_batch10", lambda: ours("batch(10)", 10)),
+        ("limit", lambda: limit(1)),
+        ("ours_always", lambda: ours("always", 1)),
+        ("limit_batch10", lambda: limit(10)),
+        ("ours_batch10", lambda: ours("batch(10)", 10)),
         ("ours_run_step", ours_run),
     ]
     if peers:
-        variants += [("sqlitesaver_step", lambda: sqlitesaver_steps(work, min(steps, 100))),
-                     ("dbos_step", lambda: dbos_steps(work, min(steps, 100)))]
+        variants += [
+            ("sqlitesaver_step", lambda: sqlitesaver_steps(work, min(steps, 100))),
+            ("dbos_step", lambda: dbos_steps(work, min(steps, 100))),
+        ]
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))  # interleave, alternate
         for name, fn in order:
@@ -180,8 +187,11 @@ def sqlitesaver_steps(work: str, steps: int) -> list[float]:
         app = g.compile(checkpointer=saver)
         t = time.perf_counter()
         kw: dict[str, Any] = {"durability": "sync"} if saver is not None else {}
-        app.invoke({"items": [], "n": 0}, {"configurable": {"thread_id": "t"},
-                                            "recursion_limit": steps + 10}, **kw)
+        app.invoke(
+            {"items": [], "n": 0},
+            {"configurable": {"thread_id": "t"}, "recursion_limit": steps + 10},
+            **kw,
+        )
         return time.perf_counter() - t
 
     base = run(None)
@@ -204,8 +214,13 @@ def dbos_steps(work: str, steps: int) -> list[float]:
     import logging
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config={"name": "crashpoint-bench", "system_database_url": f"sqlite:///{db}",
-                 "log_level": "WARNING"})
+    DBOS(
+        config={
+            "name": "crashpoint-bench",
+            "system_database_url": f"sqlite:///{db}",
+            "log_level": "WARNING",
+        }
+    )
     try:
         DBOS.launch()
 
@@ -249,16 +264,23 @@ def growth(work: str, sizes: list[int], peer_sizes: list[int], peers: bool) -> d
             for i in range(n):
                 run.step(f"s{i}", lambda: PAYLOAD)
         written = wchar() - w0
-        out["ours"][n] = {"bytes_written": written, "per_step": round(written / n, 1),
-                          "on_disk": dir_size(root), "content": n * len(PAYLOAD)}
+        out["ours"][n] = {
+            "bytes_written": written,
+            "per_step": round(written / n, 1),
+            "on_disk": dir_size(root),
+            "content": n * len(PAYLOAD),
+        }
         shutil.rmtree(root)
     if peers:
         for n in peer_sizes:
             w0 = wchar()
             sqlitesaver_steps(work, n)
             written = wchar() - w0
-            out["sqlitesaver"][n] = {"bytes_written": written, "per_step": round(written / n, 1),
-                                     "content": n * len(PAYLOAD)}
+            out["sqlitesaver"][n] = {
+                "bytes_written": written,
+                "per_step": round(written / n, 1),
+                "content": n * len(PAYLOAD),
+            }
     return out
 
 
@@ -280,8 +302,10 @@ def resume(work: str, sizes: list[int], rounds: int) -> dict[str, Any]:
                 for i in range(n):
                     run.step(f"s{i}", lambda: None)  # replayed: the lambda is never called
                 times.append(time.perf_counter() - t)
-        out[n] = {"p50_ms": round(statistics.median(times) * 1000, 2),
-                  "max_ms": round(max(times) * 1000, 2)}
+        out[n] = {
+            "p50_ms": round(statistics.median(times) * 1000, 2),
+            "max_ms": round(max(times) * 1000, 2),
+        }
         shutil.rmtree(root)
     return out
 
@@ -295,8 +319,9 @@ def harness(work: str, trials: int) -> dict[str, Any]:
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
     out: dict[str, Any] = {"state_on": fs_type(shm)}
     fam = [family_from_spec({"kill": {"at": "random", "count": trials}})]
-    spawn = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
-                      timeout=30)
+    spawn = AgentSpec(
+        ("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"), timeout=30
+    )
     with tempfile.TemporaryDirectory(dir=shm) as d:
         camp = Campaign(spawn, fam, d, trials=trials, seed=1)
         golden = camp.runner().golden()
@@ -310,8 +335,9 @@ def harness(work: str, trials: int) -> dict[str, Any]:
         out["fork_trials_per_s"] = None
         out["fork_note"] = "fork mode (crashpoint.harness._zygote) not available"
     else:
-        entry = AgentSpec(entry="crashpoint.agents.demo:main",
-                          args=("--state", "{state_dir}"), timeout=30)
+        entry = AgentSpec(
+            entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"), timeout=30
+        )
         with tempfile.TemporaryDirectory(dir=shm) as d, Zygote([entry.entry]) as z:
             camp = Campaign(entry, fam, d, trials=trials, seed=1, launcher=z)
             golden = camp.runner().golden()
@@ -320,14 +346,16 @@ def harness(work: str, trials: int) -> dict[str, Any]:
             out["fork_trials_per_s"] = round(len(res.trials) / (time.perf_counter() - t), 1)
             out["fork_ok"] = res.ok
             t = time.perf_counter()
-            res = Campaign(entry, [family_from_spec({"kill": {"at": "every-boundary"}})], d,
-                           seed=1, launcher=z).run()  # golden run included
+            res = Campaign(
+                entry, [family_from_spec({"kill": {"at": "every-boundary"}})], d, seed=1, launcher=z
+            ).run()  # golden run included
             out["systematic_sweep_fork_s"] = round(time.perf_counter() - t, 2)
             out["systematic_fork_ok"] = res.ok
     with tempfile.TemporaryDirectory(dir=shm) as d:
         t = time.perf_counter()
-        res = Campaign(spawn, [family_from_spec({"kill": {"at": "every-boundary"}})], d,
-                       seed=1).run()
+        res = Campaign(
+            spawn, [family_from_spec({"kill": {"at": "every-boundary"}})], d, seed=1
+        ).run()
         out["systematic_sweep_spawn_s"] = round(time.perf_counter() - t, 2)
         out["systematic_trials"] = len(res.trials)
         out["systematic_ok"] = res.ok
@@ -342,8 +370,13 @@ def agent_run(base: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=base) as d:
         t = time.perf_counter()
         subprocess.run([sys.executable, NAIVE_AGENT, d], check=True, capture_output=True)
-        return {"points": 1, "seconds": time.perf_counter() - t, "found": False,
-                "verdicts": {}, "example": ""}
+        return {
+            "points": 1,
+            "seconds": time.perf_counter() - t,
+            "found": False,
+            "verdicts": {},
+            "example": "",
+        }
 
 
 def ckpt_chaos_round(base: str) -> dict[str, Any]:
@@ -358,15 +391,26 @@ def ckpt_chaos_round(base: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=base) as d:
         t = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            rows = run_byo([sys.executable, NAIVE_AGENT, "{out}"], None, Path(d) / "run",
-                           modes=("torn",), max_points=40, timeout=60)
+            rows = run_byo(
+                [sys.executable, NAIVE_AGENT, "{out}"],
+                None,
+                Path(d) / "run",
+                modes=("torn",),
+                max_points=40,
+                timeout=60,
+            )
         took = time.perf_counter() - t
     points = [r for r in rows if not r.label.startswith("no crash")]
     torn = [r for r in points if "state.json" in r.label and r.verdict != "PASS"]
-    return {"points": len(points), "seconds": took, "found": bool(torn),
-            "verdicts": dict(Counter(r.verdict for r in rows)),
-            "example": f"{torn[0].label} -> {torn[0].verdict} ({torn[0].outcome.raised})"
-            if torn else ""}
+    return {
+        "points": len(points),
+        "seconds": took,
+        "found": bool(torn),
+        "verdicts": dict(Counter(r.verdict for r in rows)),
+        "example": f"{torn[0].label} -> {torn[0].verdict} ({torn[0].outcome.raised})"
+        if torn
+        else "",
+    }
 
 
 def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
@@ -378,8 +422,11 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
     from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
     fam = family_from_spec({"power_loss": {"model": "posix"}})
-    spec = AgentSpec(entry="naive_agent:run", args=("{state_dir}",), cwd=HERE, timeout=60) \
-        if fork else AgentSpec(("{python}", NAIVE_AGENT, "{state_dir}"), timeout=60)
+    spec = (
+        AgentSpec(entry="naive_agent:run", args=("{state_dir}",), cwd=HERE, timeout=60)
+        if fork
+        else AgentSpec(("{python}", NAIVE_AGENT, "{state_dir}"), timeout=60)
+    )
     with tempfile.TemporaryDirectory(dir=base) as d, contextlib.ExitStack() as stack:
         t = time.perf_counter()
         launcher = None
@@ -401,14 +448,19 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
         hint = rc.hint if rc is not None else ""
         barrier = hint.split("): ", 1)[-1].split("; then:", 1)[0]
         example = f"{torn[0].plan.describe()} -> {rc.name if rc else '?'} FAIL: {barrier}"
-    return {"points": len(ran), "seconds": took, "found": bool(torn),
-            "verdicts": dict(Counter(x.status for x in res.trials)),
-            "skipped": [x.skipped for x in res.trials if x.skipped][:1],
-            "golden_s": res.golden.duration,
-            "trial_s": statistics.median(x.duration for x in ran) if ran else None,
-            "resume_s": statistics.median(x.attempts[-1].duration for x in ran
-                                          if x.attempts) if ran else None,
-            "example": example[:300]}
+    return {
+        "points": len(ran),
+        "seconds": took,
+        "found": bool(torn),
+        "verdicts": dict(Counter(x.status for x in res.trials)),
+        "skipped": [x.skipped for x in res.trials if x.skipped][:1],
+        "golden_s": res.golden.duration,
+        "trial_s": statistics.median(x.duration for x in ran) if ran else None,
+        "resume_s": statistics.median(x.attempts[-1].duration for x in ran if x.attempts)
+        if ran
+        else None,
+        "example": example[:300],
+    }
 
 
 def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
@@ -418,14 +470,18 @@ def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
     rounds. crashpoint runs twice: spawned as the same command line ckpt-chaos runs, and in
     fork mode."""
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else work
-    out: dict[str, Any] = {"state_on": fs_type(shm), "rounds": rounds,
-                           "agent": os.path.relpath(NAIVE_AGENT, ROOT),
-                           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           "machine": machine()}
+    out: dict[str, Any] = {
+        "state_on": fs_type(shm),
+        "rounds": rounds,
+        "agent": os.path.relpath(NAIVE_AGENT, ROOT),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+    }
     variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
         ("crashpoint", crashpoint_round),
         ("crashpoint_fork", functools.partial(crashpoint_round, fork=True)),
-        ("agent_run", agent_run)]
+        ("agent_run", agent_run),
+    ]
     if with_peer:
         variants.insert(1, ("ckpt_chaos", ckpt_chaos_round))
     else:
@@ -443,8 +499,11 @@ def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
                 del runs[name]
                 continue
             x = runs[name][-1]
-            print(f"    round {r + 1} {name}: {x['points']} points in {x['seconds']:.2f} s, "
-                  f"torn state reported: {x['found']}", flush=True)
+            print(
+                f"    round {r + 1} {name}: {x['points']} points in {x['seconds']:.2f} s, "
+                f"torn state reported: {x['found']}",
+                flush=True,
+            )
 
     def med(xs: list[dict[str, Any]], key: str) -> float | None:
         vals = [x[key] for x in xs if x.get(key) is not None]
@@ -455,21 +514,29 @@ def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
         out[name] = {
             "points": xs[-1]["points"] if xs else 0,
             "per_s": round(statistics.median(rates), 2) if rates else None,
-            "s_per_point": round(statistics.median(x["seconds"] / x["points"] for x in xs
-                                                   if x["points"]), 3) if rates else None,
+            "s_per_point": round(
+                statistics.median(x["seconds"] / x["points"] for x in xs if x["points"]), 3
+            )
+            if rates
+            else None,
             "run_s": med(xs, "seconds"),
         }
         if name == "agent_run":
             continue
-        out[name].update({
-            "found_torn_state": all(x["found"] for x in xs) if xs else None,
-            "found_in_rounds": f"{sum(x['found'] for x in xs)}/{len(xs)}",
-            "verdicts": xs[-1]["verdicts"] if xs else {},
-            "example": next((x["example"] for x in xs if x["example"]), ""),
-        })
+        out[name].update(
+            {
+                "found_torn_state": all(x["found"] for x in xs) if xs else None,
+                "found_in_rounds": f"{sum(x['found'] for x in xs)}/{len(xs)}",
+                "verdicts": xs[-1]["verdicts"] if xs else {},
+                "example": next((x["example"] for x in xs if x["example"]), ""),
+            }
+        )
         if name.startswith("crashpoint"):
-            out[name].update(golden_s=med(xs, "golden_s"), trial_s=med(xs, "trial_s"),
-                             resume_s=med(xs, "resume_s"))
+            out[name].update(
+                golden_s=med(xs, "golden_s"),
+                trial_s=med(xs, "trial_s"),
+                resume_s=med(xs, "resume_s"),
+            )
             if xs and xs[-1].get("skipped"):
                 out[name]["note"] = f"skipped: {xs[-1]['skipped'][0]}"
     peer = out.get("ckpt_chaos", {}).get("per_s")
@@ -488,8 +555,11 @@ def peers_available(only: str | None = None) -> bool:
 
     if only == "pg":  # benchmarks/pg_store.py reports a missing peer as skipped
         return True
-    needed = ["ckpt_chaos"] if only == "powerloss" else [
-        "dbos", "langgraph.checkpoint.sqlite", "ckpt_chaos"]
+    needed = (
+        ["ckpt_chaos"]
+        if only == "powerloss"
+        else ["dbos", "langgraph.checkpoint.sqlite", "ckpt_chaos"]
+    )
     try:
         return all(importlib.util.find_spec(m) is not None for m in needed)
     except ImportError:  # a parent package is missing
@@ -502,19 +572,43 @@ def bootstrap(argv: list[str]) -> int:
     if not os.path.exists(py):
         print(f"creating {VENV} for the peers (benchmarks/requirements.txt)...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-        subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT, "-r",
-                        os.path.join(HERE, "requirements.txt")], check=True)
+        subprocess.run(
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "-e",
+                ROOT,
+                "-r",
+                os.path.join(HERE, "requirements.txt"),
+            ],
+            check=True,
+        )
     else:
-        if subprocess.run([py, "-c", "import crashpoint"], capture_output=True,
-                          check=False).returncode != 0:  # a venv left by an older version
+        if (
+            subprocess.run(
+                [py, "-c", "import crashpoint"], capture_output=True, check=False
+            ).returncode
+            != 0
+        ):  # a venv left by an older version
             subprocess.run([py, "-m", "pip", "install", "-q", "-e", ROOT], check=True)
-        if subprocess.run([py, "-c", "import ckpt_chaos, langgraph.checkpoint.postgres"],
-                          capture_output=True,
-                          check=False).returncode != 0:  # a peer added since it was made
-            subprocess.run([py, "-m", "pip", "install", "-q", "-r",
-                            os.path.join(HERE, "requirements.txt")], check=True)
-    return subprocess.run([py, os.path.abspath(__file__), "--in-venv", *argv],
-                          check=False).returncode
+        if (
+            subprocess.run(
+                [py, "-c", "import ckpt_chaos, langgraph.checkpoint.postgres"],
+                capture_output=True,
+                check=False,
+            ).returncode
+            != 0
+        ):  # a peer added since it was made
+            subprocess.run(
+                [py, "-m", "pip", "install", "-q", "-r", os.path.join(HERE, "requirements.txt")],
+                check=True,
+            )
+    return subprocess.run(
+        [py, os.path.abspath(__file__), "--in-venv", *argv], check=False
+    ).returncode
 
 
 def versions() -> dict[str, str]:
@@ -540,23 +634,35 @@ def machine() -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller N")
     ap.add_argument("--no-peers", action="store_true", help="skip LangGraph and DBOS")
-    ap.add_argument("--no-pg", action="store_true",
-                    help="skip the PostgreSQL comparison (benchmarks/pg_store.py)")
-    ap.add_argument("--dir", default=os.path.join(HERE, ".work"),
-                    help="where the durable-write benchmarks write (its filesystem matters)")
+    ap.add_argument(
+        "--no-pg",
+        action="store_true",
+        help="skip the PostgreSQL comparison (benchmarks/pg_store.py)",
+    )
+    ap.add_argument(
+        "--dir",
+        default=os.path.join(HERE, ".work"),
+        help="where the durable-write benchmarks write (its filesystem matters)",
+    )
     ap.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--harness-only", nargs=2, metavar=("DIR", "TRIALS"), help=argparse.SUPPRESS)
-    ap.add_argument("--powerloss-only", nargs=2, metavar=("DIR", "ROUNDS"),
-                    help=argparse.SUPPRESS)
-    ap.add_argument("--only", choices=SECTIONS,
-                    help="run only this section and merge it into benchmarks/results/latest.json "
-                         "(then rewrite docs/BENCHMARKS.md)")
-    ap.add_argument("--render", action="store_true",
-                    help="only rewrite docs/BENCHMARKS.md from benchmarks/results/latest.json")
+    ap.add_argument("--powerloss-only", nargs=2, metavar=("DIR", "ROUNDS"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--only",
+        choices=SECTIONS,
+        help="run only this section and merge it into benchmarks/results/latest.json "
+        "(then rewrite docs/BENCHMARKS.md)",
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="only rewrite docs/BENCHMARKS.md from benchmarks/results/latest.json",
+    )
     args = ap.parse_args()
     if args.render:
         with open(os.path.join(HERE, "results", "latest.json")) as f:
@@ -565,9 +671,16 @@ def main() -> int:
             f.write(markdown(results))
         return 0
     if args.only == "checkpointers":  # LangGraph savers side by side (benchmarks/checkpointers.py)
-        return subprocess.run([sys.executable, os.path.join(HERE, "checkpointers.py"),
-                               *(["--quick"] if args.quick else []), "--dir", args.dir],
-                              check=False).returncode
+        return subprocess.run(
+            [
+                sys.executable,
+                os.path.join(HERE, "checkpointers.py"),
+                *(["--quick"] if args.quick else []),
+                "--dir",
+                args.dir,
+            ],
+            check=False,
+        ).returncode
     if args.harness_only:
         print(json.dumps(harness(args.harness_only[0], int(args.harness_only[1]))))
         return 0
@@ -604,18 +717,46 @@ def main() -> int:
         grow = growth(work, sizes, peer_sizes, peers)
         print("resume ...", flush=True)
         res = resume(work, sizes, 3 if args.quick else 5)
-        print("harness throughput (in a fresh interpreter: the peers leave threads behind) ...",
-              flush=True)
-        har = json.loads(subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--harness-only", work,
-             str(20 if args.quick else 60)], check=True, capture_output=True,
-            text=True).stdout.strip().splitlines()[-1])
-        print(f"power loss: {pl_rounds} interleaved rounds, crashpoint vs ckpt-chaos ...",
-              flush=True)
-        pl = json.loads(subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--powerloss-only", work, str(pl_rounds),
-             *(["--no-peers"] if not peers else [])], check=True, capture_output=True,
-            text=True).stdout.strip().splitlines()[-1])
+        print(
+            "harness throughput (in a fresh interpreter: the peers leave threads behind) ...",
+            flush=True,
+        )
+        har = json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--harness-only",
+                    work,
+                    str(20 if args.quick else 60),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        print(
+            f"power loss: {pl_rounds} interleaved rounds, crashpoint vs ckpt-chaos ...", flush=True
+        )
+        pl = json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--powerloss-only",
+                    work,
+                    str(pl_rounds),
+                    *(["--no-peers"] if not peers else []),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         if not args.no_pg:
             run_pg_store(args.quick)
     finally:
@@ -635,10 +776,16 @@ def run_pg_store(quick: bool) -> int:
     """benchmarks/pg_store.py in a fresh interpreter (DBOS and LangGraph leave threads behind);
     it saves benchmarks/results/pg_store.json, which markdown() renders. Without a PostgreSQL
     server (or psycopg) it prints why and keeps the previous result."""
-    print("PostgreSQL: crashpoint vs LangGraph PostgresSaver vs DBOS (benchmarks/pg_store.py) ...",
-          flush=True)
-    argv = [sys.executable, os.path.join(HERE, "pg_store.py"), "--write-docs",
-            *(["--steps", "100", "--repeat", "3"] if quick else [])]
+    print(
+        "PostgreSQL: crashpoint vs LangGraph PostgresSaver vs DBOS (benchmarks/pg_store.py) ...",
+        flush=True,
+    )
+    argv = [
+        sys.executable,
+        os.path.join(HERE, "pg_store.py"),
+        "--write-docs",
+        *(["--steps", "100", "--repeat", "3"] if quick else []),
+    ]
     return subprocess.run(argv, check=False).returncode
 
 
@@ -656,11 +803,19 @@ def only_powerloss(args: argparse.Namespace, rounds: int, peers: bool) -> int:
         with open(latest) as f:
             results = json.load(f)
     else:  # no full run yet: a page with this row alone
-        results = {"headline": {}, "machine": machine(), "versions": versions(),
-                   "when": pl["when"], "quick": args.quick, "filesystem": pl["state_on"]}
+        results = {
+            "headline": {},
+            "machine": machine(),
+            "versions": versions(),
+            "when": pl["when"],
+            "quick": args.quick,
+            "filesystem": pl["state_on"],
+        }
     add_powerloss(results, pl)
-    results["versions"] = {**results.get("versions", {}), **{
-        k: v for k, v in versions().items() if k in ("crashpoint", "ckpt-chaos")}}
+    results["versions"] = {
+        **results.get("versions", {}),
+        **{k: v for k, v in versions().items() if k in ("crashpoint", "ckpt-chaos")},
+    }
     os.makedirs(os.path.dirname(latest), exist_ok=True)
     with open(latest, "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -680,9 +835,15 @@ def add_powerloss(results: dict[str, Any], pl: dict[str, Any]) -> None:
     h["powerloss_fork_over_ckpt_chaos"] = pl.get("ratio_fork")
 
 
-def summarize(cost: dict[str, Any], grow: dict[str, Any], res: dict[str, Any],
-              har: dict[str, Any], sizes: list[int], args: argparse.Namespace,
-              fs: str) -> dict[str, Any]:
+def summarize(
+    cost: dict[str, Any],
+    grow: dict[str, Any],
+    res: dict[str, Any],
+    har: dict[str, Any],
+    sizes: list[int],
+    args: argparse.Namespace,
+    fs: str,
+) -> dict[str, Any]:
     p50 = {k: v["p50_us"] for k, v in cost.items()}
     big = max(sizes)
 
@@ -695,36 +856,51 @@ def summarize(cost: dict[str, Any], grow: dict[str, Any], res: dict[str, Any],
         "batch10_p50_over_limit": ratio(p50["ours_batch10"], p50["limit_batch10"]),
         "sqlitesaver_overhead_over_ours": ratio(p50.get("sqlitesaver_step"), ours_step),
         "dbos_overhead_over_ours": ratio(p50.get("dbos_step"), ours_step),
-        "bytes_per_step_10k_over_10": ratio(grow["ours"][big]["per_step"],
-                                            grow["ours"][10]["per_step"]),
+        "bytes_per_step_10k_over_10": ratio(
+            grow["ours"][big]["per_step"], grow["ours"][10]["per_step"]
+        ),
         "resume_ms_10k": res[big]["p50_ms"],
         "fork_trials_per_s": har.get("fork_trials_per_s"),
         "spawn_trials_per_s": har.get("spawn_trials_per_s"),
         "systematic_sweep_s": har.get("systematic_sweep_fork_s"),
         "systematic_sweep_spawn_s": har.get("systematic_sweep_spawn_s"),
     }
-    return {"headline": headline, "step_cost": cost, "growth": grow, "resume": res,
-            "harness": har, "largest_n": big, "quick": args.quick, "filesystem": fs,
-            "machine": machine(), "versions": versions(),
-            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    return {
+        "headline": headline,
+        "step_cost": cost,
+        "growth": grow,
+        "resume": res,
+        "harness": har,
+        "largest_n": big,
+        "quick": args.quick,
+        "filesystem": fs,
+        "machine": machine(),
+        "versions": versions(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def markdown(r: dict[str, Any]) -> str:
     h = r["headline"]
     full = "step_cost" in r  # else: only rows run alone with --only so far
     lines = [
-        "# Benchmarks", "",
+        "# Benchmarks",
+        "",
         "Reproduce with `python benchmarks/run.py` (`--quick` for a short run, `--only "
         "powerloss` for the power-loss row alone, `--only pg` for the PostgreSQL section "
         "alone). Figures are",
         "medians (p50) and p99 over interleaved rounds in **one run on one machine**; the",
-        "machines are shared and noisy, so read ratios, not absolute times.", "",
+        "machines are shared and noisy, so read ratios, not absolute times.",
+        "",
         f"Machine: {r['machine']['cpus']} CPUs ({r['machine']['cpu']}), kernel "
         f"{r['machine']['kernel']}, durable writes on `{r['filesystem']}`; "
         + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
-        + f"; {r['when']}{' (quick run)' if r['quick'] else ''}.", "",
-        "## Headline ratios", "",
-        "| metric | value | target |", "|---|---:|---|",
+        + f"; {r['when']}{' (quick run)' if r['quick'] else ''}.",
+        "",
+        "## Headline ratios",
+        "",
+        "| metric | value | target |",
+        "|---|---:|---|",
     ]
     if full:
         lines += [
@@ -745,14 +921,21 @@ def markdown(r: dict[str, Any]) -> str:
             f"| the same sweep, spawn mode (s) | {h['systematic_sweep_spawn_s']} | - |",
         ]
     if "powerloss" in r:
-        lines += ["| power-loss crash states judged/s (posix sweep) / ckpt-chaos torn crash "
-                  f"points/s, same naive agent, both spawning it | "
-                  f"{h.get('powerloss_over_ckpt_chaos')} | ≥ 3 |",
-                  "| the same, crashpoint in fork mode | "
-                  f"{h.get('powerloss_fork_over_ckpt_chaos')} | ≥ 3 |"]
+        lines += [
+            "| power-loss crash states judged/s (posix sweep) / ckpt-chaos torn crash "
+            f"points/s, same naive agent, both spawning it | "
+            f"{h.get('powerloss_over_ckpt_chaos')} | ≥ 3 |",
+            "| the same, crashpoint in fork mode | "
+            f"{h.get('powerloss_fork_over_ckpt_chaos')} | ≥ 3 |",
+        ]
     if full:
-        lines += ["", "## Durable step cost", "", "| variant | p50 µs | p99 µs | samples |",
-                  "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Durable step cost",
+            "",
+            "| variant | p50 µs | p99 µs | samples |",
+            "|---|---:|---:|---:|",
+        ]
         lines += markdown_full(r)
     if "powerloss" in r:
         lines += markdown_powerloss(r["powerloss"])
@@ -772,18 +955,31 @@ def markdown_full(r: dict[str, Any]) -> list[str]:
     lines = []
     for k, v in r["step_cost"].items():
         lines.append(f"| {k} | {v['p50_us']} | {v['p99_us']} | {v['n']} |")
-    lines += ["", "`limit` is `os.write` + `os.fdatasync` of the same framed bytes; `ours_*` are "
-              "`RunJournal.append`; `ours_run_step` is a whole `Run.step` (the product path); "
-              "peers are per-step overhead over the same graph/workflow without persistence.",
-              "", "## Growth (bytes written, counted by /proc/self/io wchar)", "",
-              "| N | ours per step | ours total | ours on disk | SqliteSaver per step | "
-              "SqliteSaver total |", "|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "`limit` is `os.write` + `os.fdatasync` of the same framed bytes; `ours_*` are "
+        "`RunJournal.append`; `ours_run_step` is a whole `Run.step` (the product path); "
+        "peers are per-step overhead over the same graph/workflow without persistence.",
+        "",
+        "## Growth (bytes written, counted by /proc/self/io wchar)",
+        "",
+        "| N | ours per step | ours total | ours on disk | SqliteSaver per step | "
+        "SqliteSaver total |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, v in r["growth"]["ours"].items():
         s = r["growth"]["sqlitesaver"].get(n) or r["growth"]["sqlitesaver"].get(str(n)) or {}
-        lines.append(f"| {n} | {v['per_step']} | {v['bytes_written']} | {v['on_disk']} | "
-                     f"{s.get('per_step', '-')} | {s.get('bytes_written', '-')} |")
-    lines += ["", "## Resume (open + replay to the next step)", "", "| N | p50 ms | max ms |",
-              "|---:|---:|---:|"]
+        lines.append(
+            f"| {n} | {v['per_step']} | {v['bytes_written']} | {v['on_disk']} | "
+            f"{s.get('per_step', '-')} | {s.get('bytes_written', '-')} |"
+        )
+    lines += [
+        "",
+        "## Resume (open + replay to the next step)",
+        "",
+        "| N | p50 ms | max ms |",
+        "|---:|---:|---:|",
+    ]
     for n, v in r["resume"].items():
         lines.append(f"| {n} | {v['p50_ms']} | {v['max_ms']} |")
     lines += ["", "## Harness", "", "```json", json.dumps(r["harness"], indent=2), "```", ""]
@@ -791,45 +987,65 @@ def markdown_full(r: dict[str, Any]) -> list[str]:
 
 
 def markdown_powerloss(pl: dict[str, Any]) -> list[str]:
-    names = {"crashpoint": "crashpoint `power_loss: {model: posix}` (systematic), spawn mode",
-             "crashpoint_fork": "the same, fork mode (`entry: naive_agent:run`)",
-             "ckpt_chaos": "ckpt-chaos `run --modes torn`"}
+    names = {
+        "crashpoint": "crashpoint `power_loss: {model: posix}` (systematic), spawn mode",
+        "crashpoint_fork": "the same, fork mode (`entry: naive_agent:run`)",
+        "ckpt_chaos": "ckpt-chaos `run --modes torn`",
+    }
     unit = pl.get("agent_run", {}).get("run_s")
     m = pl.get("machine") or {}
     where = f" on {m['cpus']} CPUs ({m['cpu']}), kernel {m['kernel']}" if m else ""
-    lines = ["", "## Power loss: crash states judged per second", "",
-             f"The same naive agent (`{pl['agent']}`: five steps, `state.json` rewritten in "
-             "place with `open(\"w\")` + `json.dump`, no fsync) under both tools, in "
-             f"{pl['rounds']} interleaved rounds, state on `{pl['state_on']}`, one job at a "
-             f"time, measured {pl['when']}{where}. A rate is crash points (states) judged per "
-             "second of the whole run, its fault-free reference (golden) run included."
-             + (f" One plain run of the agent took {unit} s (p50): every figure below is a "
-                "multiple of that start-up." if unit else ""), "",
-             "| tool | points per run | p50 points/s | p50 s per point | whole run (s) | "
-             "reported the torn `state.json` | verdicts (last round) |",
-             "|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "",
+        "## Power loss: crash states judged per second",
+        "",
+        f"The same naive agent (`{pl['agent']}`: five steps, `state.json` rewritten in "
+        'place with `open("w")` + `json.dump`, no fsync) under both tools, in '
+        f"{pl['rounds']} interleaved rounds, state on `{pl['state_on']}`, one job at a "
+        f"time, measured {pl['when']}{where}. A rate is crash points (states) judged per "
+        "second of the whole run, its fault-free reference (golden) run included."
+        + (
+            f" One plain run of the agent took {unit} s (p50): every figure below is a "
+            "multiple of that start-up."
+            if unit
+            else ""
+        ),
+        "",
+        "| tool | points per run | p50 points/s | p50 s per point | whole run (s) | "
+        "reported the torn `state.json` | verdicts (last round) |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
     for key, name in names.items():
         v = pl.get(key, {})
         if "per_s" not in v:
             lines.append(f"| {name} | - | - | - | - | - | {v.get('note', 'not run')} |")
             continue
         verdicts = ", ".join(f"{k} {n}" for k, n in sorted(v["verdicts"].items()))
-        lines.append(f"| {name} | {v['points']} | {v['per_s']} | {v['s_per_point']} | "
-                     f"{v['run_s']} | {'yes' if v['found_torn_state'] else 'no'} "
-                     f"({v['found_in_rounds']} rounds) | {verdicts} |")
-    lines += ["", f"Ratio to ckpt-chaos (points per second): spawn mode **{pl.get('ratio')}**, "
-              f"fork mode **{pl.get('ratio_fork')}** (target ≥ 3).", ""]
+        lines.append(
+            f"| {name} | {v['points']} | {v['per_s']} | {v['s_per_point']} | "
+            f"{v['run_s']} | {'yes' if v['found_torn_state'] else 'no'} "
+            f"({v['found_in_rounds']} rounds) | {verdicts} |"
+        )
+    lines += [
+        "",
+        f"Ratio to ckpt-chaos (points per second): spawn mode **{pl.get('ratio')}**, "
+        f"fork mode **{pl.get('ratio_fork')}** (target ≥ 3).",
+        "",
+    ]
     for key in ("crashpoint", "crashpoint_fork"):
         v = pl.get(key, {})
         if v.get("trial_s") is not None:
-            lines.append(f"- {names[key]}: golden run under strace {v['golden_s']} s, one "
-                         f"state {v['trial_s']} s (p50), of which the agent's resume "
-                         f"{v['resume_s']} s.")
+            lines.append(
+                f"- {names[key]}: golden run under strace {v['golden_s']} s, one "
+                f"state {v['trial_s']} s (p50), of which the agent's resume "
+                f"{v['resume_s']} s."
+            )
     for key in ("crashpoint", "ckpt_chaos"):  # fork mode finds what spawn mode finds
         ex = pl.get(key, {}).get("example")
         if ex:
             lines.append(f"- {names[key].split(' (')[0]}, a finding: {ex}")
     return [*lines, ""]
+
 
 if __name__ == "__main__":
     sys.exit(main())

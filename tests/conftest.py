@@ -121,7 +121,8 @@ class Child:
             raw = self._lines.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(
-                f"no output from {self.argv} within {timeout}s\n{self.stderr_text()}") from None
+                f"no output from {self.argv} within {timeout}s\n{self.stderr_text()}"
+            ) from None
         if raw is None:
             self._lines.put(None)  # EOF stays EOF for later reads
             return None
@@ -134,12 +135,14 @@ class Child:
             self.wait(REAP_TIMEOUT)
             raise AssertionError(
                 f"{self.argv} closed its stdout (exit {self.popen.returncode}) while a line was "
-                f"expected\nstderr:\n{self.stderr_text()}")
+                f"expected\nstderr:\n{self.stderr_text()}"
+            )
         try:
             obj = json.loads(line)
         except ValueError:
-            raise AssertionError(f"not a JSON line from the child: {line!r}\n"
-                                 f"stderr:\n{self.stderr_text()}") from None
+            raise AssertionError(
+                f"not a JSON line from the child: {line!r}\nstderr:\n{self.stderr_text()}"
+            ) from None
         assert isinstance(obj, dict), line
         return obj
 
@@ -161,7 +164,8 @@ class Child:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             raise AssertionError(
-                f"{self.argv} still running after {timeout}s\n{self.stderr_text()}") from None
+                f"{self.argv} still running after {timeout}s\n{self.stderr_text()}"
+            ) from None
 
     # -- its process tree --------------------------------------------------------------------------
 
@@ -198,8 +202,9 @@ class Child:
                 out.add(os.fstat(stream.fileno()).st_ino)  # type: ignore[union-attr]
         return out
 
-    def kill_tree(self, sig: int = signal.SIGKILL,
-                  timeout: float = REAP_TIMEOUT) -> list[psutil.Process]:
+    def kill_tree(
+        self, sig: int = signal.SIGKILL, timeout: float = REAP_TIMEOUT
+    ) -> list[psutil.Process]:
         """Snapshot the tree, send ``sig`` to all of it, reap; return the snapshot.
 
         Fails the test if any process of the snapshot is still alive after ``timeout``.
@@ -209,11 +214,13 @@ class Child:
         if survivors:
             raise AssertionError(
                 f"{len(survivors)} process(es) of {self.argv} survived "
-                f"{signal.Signals(sig).name}:\n" + "\n".join(map(_describe, survivors)))
+                f"{signal.Signals(sig).name}:\n" + "\n".join(map(_describe, survivors))
+            )
         return snapshot
 
-    def _signal_and_reap(self, snapshot: list[psutil.Process], sig: int,
-                         timeout: float) -> list[psutil.Process]:
+    def _signal_and_reap(
+        self, snapshot: list[psutil.Process], sig: int, timeout: float
+    ) -> list[psutil.Process]:
         if self.popen.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, sig)  # the child leads its own group (new session)
@@ -234,8 +241,9 @@ class Child:
     def reap(self) -> list[str]:
         """Kill whatever is left of the tree, close the pipes; describe any survivor."""
         self.close_stdin()
-        out = [_describe(p) for p in
-               self._signal_and_reap(self.tree(), signal.SIGKILL, REAP_TIMEOUT)]
+        out = [
+            _describe(p) for p in self._signal_and_reap(self.tree(), signal.SIGKILL, REAP_TIMEOUT)
+        ]
         for t in self._threads:
             t.join(1.0)
         if any(t.is_alive() for t in self._threads):  # nobody should hold the pipes now
@@ -257,9 +265,13 @@ class Children:
     def __init__(self) -> None:
         self.spawned: list[Child] = []
 
-    def spawn(self, argv: Sequence[str | os.PathLike[str]], *,
-              env: Mapping[str, str | None] | None = None,
-              cwd: str | os.PathLike[str] | None = None) -> Child:
+    def spawn(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> Child:
         """Start ``argv`` in a new session with piped stdin/stdout/stderr.
 
         ``env`` adds to (a None value removes from) the test's environment, minus
@@ -275,16 +287,26 @@ class Children:
             # the test plays the harness: failpoints are armed only in an attempt (its token)
             full_env["CRASHPOINT_REAP_TOKEN"] = secrets.token_hex(16)
         args = [os.fspath(a) for a in argv]
-        popen = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                                 start_new_session=True)
+        popen = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         child = Child(args, popen)
         self.spawned.append(child)
         return child
 
-    def python(self, script: str | os.PathLike[str], *args: str | os.PathLike[str],
-               env: Mapping[str, str | None] | None = None,
-               cwd: str | os.PathLike[str] | None = None) -> Child:
+    def python(
+        self,
+        script: str | os.PathLike[str],
+        *args: str | os.PathLike[str],
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> Child:
         """Run a Python file with this interpreter."""
         return self.spawn([sys.executable, script, *args], env=env, cwd=cwd)
 
@@ -305,8 +327,10 @@ def children() -> Iterator[Children]:
     finally:
         survivors = spawner.reap_all()
     if survivors:
-        pytest.fail("child processes survived SIGKILL after the test:\n" + "\n".join(survivors),
-                    pytrace=False)
+        pytest.fail(
+            "child processes survived SIGKILL after the test:\n" + "\n".join(survivors),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -329,7 +353,9 @@ def _no_leftover_children() -> Iterator[None]:
     pytest.fail(
         f"{len(described)} child process(es) of pytest (pid {me.pid}) were still running at the "
         "end of the session; a test or fixture leaked them (use the `children` fixture):\n"
-        + "\n".join(described), pytrace=False)
+        + "\n".join(described),
+        pytrace=False,
+    )
 
 
 # -- a real PostgreSQL server (issue 14): one per test session (per xdist worker), a fresh
@@ -353,8 +379,10 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture
 def pg_dsn(pg_server: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     """The DSN of an empty database of its own on :func:`pg_server`, dropped afterwards."""
-    pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
-                        "pip install 'crashpoint[postgres]'")
+    pytest.importorskip(
+        "psycopg",
+        reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
+    )
     name = "t_" + secrets.token_hex(6)
     dsn = pg_server.create_database(name)
     yield dsn
@@ -384,8 +412,9 @@ class StoreFactory:
         from crashpoint.checkpoint import open_store
 
         if self.kind == "postgres" and name != "store":
-            kw.setdefault("schema", "s_" + "".join(c if c.isalnum() else "_"
-                                                   for c in name.lower())[:50])
+            kw.setdefault(
+                "schema", "s_" + "".join(c if c.isalnum() else "_" for c in name.lower())[:50]
+            )
         store = open_store(self.location(name), **kw)
         self.made.append(store)
         return store

@@ -47,8 +47,12 @@ def send(invoice: dict[str, Any]) -> int:
     if FIXED:  # the same key in every re-run of this step of this workflow
         headers["Idempotency-Key"] = f"{DBOS.workflow_id}:send"
     body = json.dumps(invoice, sort_keys=True).encode()
-    req = urllib.request.Request(WEBHOOK, data=body, headers=headers,  # noqa: S310 (http URL)
-                                 method="POST")
+    req = urllib.request.Request(  # noqa: S310 (http URL)
+        WEBHOOK,
+        data=body,
+        headers=headers,
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 (--webhook: an http URL)
         return int(r.status)
 
@@ -74,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     WEBHOOK, FIXED = args.webhook, args.fixed
     db = os.path.join(os.path.abspath(args.state), "dbos.sqlite")
-    config: DBOSConfig = {"name": "crashpoint-dbos-example",
-                          "system_database_url": f"sqlite:///{db}", "log_level": "WARNING"}
+    config: DBOSConfig = {
+        "name": "crashpoint-dbos-example",
+        "system_database_url": f"sqlite:///{db}",
+        "log_level": "WARNING",
+    }
     DBOS(config=config)
     DBOS.launch()  # recovers this executor's PENDING workflows (a crashed earlier run)
     if DBOS.get_workflow_status(WORKFLOW_ID) is not None:
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         with SetWorkflowID(WORKFLOW_ID):
             result = billing("1042")
     print(result)  # the result is in the system database by now; DBOS.destroy() would only
-    return 0       # wait ~1 s for DBOS's idle queue threads before this short process exits
+    return 0  # wait ~1 s for DBOS's idle queue threads before this short process exits
 
 
 if __name__ == "__main__":

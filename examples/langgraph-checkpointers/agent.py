@@ -51,6 +51,7 @@ def build(thread: str) -> Any:
             out: dict[str, Any] = fn(s)
             out["done"] = [*s.get("done", []), name]
             return out
+
         return run
 
     def plan(s: State) -> dict[str, Any]:
@@ -101,7 +102,7 @@ def report_on_durable_put(saver: Any, already: list[str]) -> None:
     def durable_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         out = put(config, checkpoint, metadata, new_versions)
         done = checkpoint.get("channel_values", {}).get("done") or []
-        for name in done[len(reported):]:
+        for name in done[len(reported) :]:
             probe.step_completed(name)
             reported.append(name)
         return out
@@ -110,11 +111,11 @@ def report_on_durable_put(saver: Any, already: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--state", required=True)
-    ap.add_argument("--saver", default=os.environ.get("CRASHPOINT_LG_SAVER",
-                                                      "savers:crashpoint"))
+    ap.add_argument("--saver", default=os.environ.get("CRASHPOINT_LG_SAVER", "savers:crashpoint"))
     ap.add_argument("--thread", default="cells-1")
     ap.add_argument("--topic", default="crash safe checkpointers for agents")
     args = ap.parse_args(argv)

@@ -48,9 +48,14 @@ def verdict(d: dict[str, Any]) -> str:
     return "PASS"
 
 
-def run_cells(savers: list[str], cells: list[str], report: str, progress: bool = True,
-              count: int | None = None, only: list[int] | None = None
-              ) -> list[dict[str, Any]]:
+def run_cells(
+    savers: list[str],
+    cells: list[str],
+    report: str,
+    progress: bool = True,
+    count: int | None = None,
+    only: list[int] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (checkpointer, cell, family); ``count`` caps each drawn family's trials,
     ``only`` runs only these trial indices of a sweep (every-boundary)."""
     from crashpoint.harness._campaign import Campaign, FaultFamily, NoBoundaries
@@ -76,9 +81,19 @@ def run_cells(savers: list[str], cells: list[str], report: str, progress: bool =
                         capped = tuple(sorted({**dict(opts), "max": count}.items()))
                         family = FaultFamily((*family.chain[:-1], (kind, capped)))
                 name = f"{sc.slug}-{family.name}-{spec}".replace(":", "_").replace("/", "_")
-                camp = Campaign(agent, [family], os.path.join(report, name), name=name,
-                                trials=sc.trials, seed=sc.seed, restarts=sc.restarts,
-                                mode=sc.mode, expect=sc.expect, source=sc.path, record=record)
+                camp = Campaign(
+                    agent,
+                    [family],
+                    os.path.join(report, name),
+                    name=name,
+                    trials=sc.trials,
+                    seed=sc.seed,
+                    restarts=sc.restarts,
+                    mode=sc.mode,
+                    expect=sc.expect,
+                    source=sc.path,
+                    record=record,
+                )
                 row: dict[str, Any] = {"saver": spec, "cell": sc.slug, "family": family.name}
                 t0 = time.monotonic()
                 try:
@@ -89,23 +104,42 @@ def run_cells(savers: list[str], cells: list[str], report: str, progress: bool =
                     break
                 golden = res.golden
                 fams = res.families()
-                d = fams.get(family.name) or next(iter(fams.values()), None) or {
-                    "ran": 0, "exercised": 0, "passed": 0, "failed": 0, "not_exercised": 0,
-                    "not_fired": []}
+                d = (
+                    fams.get(family.name)
+                    or next(iter(fams.values()), None)
+                    or {
+                        "ran": 0,
+                        "exercised": 0,
+                        "passed": 0,
+                        "failed": 0,
+                        "not_exercised": 0,
+                        "not_fired": [],
+                    }
+                )
                 failed_checks = sorted({c.name for t in res.failures for c in t.failed})
-                row.update(ran=d["ran"], exercised=d["exercised"], passed=d["passed"],
-                           failed=d["failed"], not_exercised=d["not_exercised"],
-                           verdict=verdict(d), failed_checks=failed_checks,
-                           why_not=d["not_fired"][:1], seconds=round(time.monotonic() - t0, 1))
+                row.update(
+                    ran=d["ran"],
+                    exercised=d["exercised"],
+                    passed=d["passed"],
+                    failed=d["failed"],
+                    not_exercised=d["not_exercised"],
+                    verdict=verdict(d),
+                    failed_checks=failed_checks,
+                    why_not=d["not_fired"][:1],
+                    seconds=round(time.monotonic() - t0, 1),
+                )
                 if res.incomplete:
                     row["verdict"] = "INCOMPLETE"
                     row["detail"] = res.incomplete
                 rows.append(row)
                 if progress:
-                    print(f"{spec:28} {sc.slug:22} {family.name:34} {row['verdict']}"
-                          f" ({d['exercised']}/{d['ran']} exercised, {d['failed']} failed"
-                          f"{': ' + ', '.join(failed_checks) if failed_checks else ''})",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"{spec:28} {sc.slug:22} {family.name:34} {row['verdict']}"
+                        f" ({d['exercised']}/{d['ran']} exercised, {d['failed']} failed"
+                        f"{': ' + ', '.join(failed_checks) if failed_checks else ''})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     return rows
 
 
@@ -116,8 +150,10 @@ def table(rows: list[dict[str, Any]], savers: list[str]) -> str:
         if (r["cell"], r["family"]) not in keys:
             keys.append((r["cell"], r["family"]))
     by = {(r["saver"], r["cell"], r["family"]): r for r in rows}
-    out = ["| cell | family | " + " | ".join(f"`{s}`" for s in savers) + " |",
-           "|---|---|" + "---|" * len(savers)]
+    out = [
+        "| cell | family | " + " | ".join(f"`{s}`" for s in savers) + " |",
+        "|---|---|" + "---|" * len(savers),
+    ]
     for cell, fam in keys:
         cols = []
         for s in savers:
@@ -127,8 +163,10 @@ def table(rows: list[dict[str, Any]], savers: list[str]) -> str:
             elif "ran" not in r:
                 cols.append(f"{r['verdict']}")
             else:
-                text = f"**{r['verdict']}** {r['exercised']}/{r['ran']} exercised, " \
-                       f"{r['passed']} passed, {r['failed']} failed"
+                text = (
+                    f"**{r['verdict']}** {r['exercised']}/{r['ran']} exercised, "
+                    f"{r['passed']} passed, {r['failed']} failed"
+                )
                 if r["not_exercised"]:
                     text += f", {r['not_exercised']} not exercised"
                 if r["failed_checks"]:
@@ -139,11 +177,15 @@ def table(rows: list[dict[str, Any]], savers: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--saver", action="append", metavar="MODULE:FACTORY",
-                    help="a checkpointer factory (repeat; default: savers:crashpoint, "
-                         "savers:sqlite)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--saver",
+        action="append",
+        metavar="MODULE:FACTORY",
+        help="a checkpointer factory (repeat; default: savers:crashpoint, savers:sqlite)",
+    )
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
     ap.add_argument("--report", default="", help="folder for the harness reports")
     ap.add_argument("--json", default="", help="also write the rows as JSON here")
@@ -165,8 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, savers))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"savers": savers, "rows": rows,
-                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
+            json.dump(
+                {
+                    "savers": savers,
+                    "rows": rows,
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                },
+                f,
+                indent=1,
+            )
     first = [r for r in rows if r["saver"] == savers[0]]
     return 0 if first and all(r["verdict"] == "PASS" for r in first) else 1
 

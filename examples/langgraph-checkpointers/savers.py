@@ -20,8 +20,7 @@ def sqlite(state_dir: str) -> Any:
     """LangGraph's SqliteSaver on a file in the state folder (Python's sqlite3 defaults)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = sqlite3.connect(os.path.join(state_dir, "checkpoints.sqlite"),
-                           check_same_thread=False)
+    conn = sqlite3.connect(os.path.join(state_dir, "checkpoints.sqlite"), check_same_thread=False)
     saver = SqliteSaver(conn)
     saver.close = conn.close  # type: ignore[attr-defined]  # the agent closes what it opened
     return saver

@@ -91,8 +91,11 @@ def search(state: State) -> State:
 
 
 def send_email(state: State) -> State:
-    body = {"to": "team@example.com", "subject": f"Findings: {state['topic']}",
-            "text": "; ".join(state["results"])}
+    body = {
+        "to": "team@example.com",
+        "subject": f"Findings: {state['topic']}",
+        "text": "; ".join(state["results"]),
+    }
     key = f"{OPT.thread}:send_email" if OPT.fixed else None  # the fix: a stable key
     if OPT.http:
         _request("POST", f"{OPT.http}/email", body, key)
@@ -101,8 +104,9 @@ def send_email(state: State) -> State:
 
 def report(state: State) -> State:
     text = f"{state['topic']}: {len(state['plan'])} steps, sent {state['sent']!r}"
-    probe.effect("publish_report", {"report": text},
-                 key=f"{OPT.thread}:report" if OPT.fixed else None)
+    probe.effect(
+        "publish_report", {"report": text}, key=f"{OPT.thread}:report" if OPT.fixed else None
+    )
     return {"report": text}
 
 
@@ -133,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", required=True, help="folder for the checkpointer's files")
     ap.add_argument("--http", default="", help="base URL of the search and email services")
-    ap.add_argument("--thread", default="", help="the LangGraph thread id "
-                                                 "(default: $CRASHPOINT_RUN_ID or thread-1)")
+    ap.add_argument(
+        "--thread",
+        default="",
+        help="the LangGraph thread id (default: $CRASHPOINT_RUN_ID or thread-1)",
+    )
     ap.add_argument("--fixed", action="store_true", help="send stable idempotency keys")
     ap.add_argument("--saver", choices=("sqlite", "crashpoint"), default="sqlite")
     ap.add_argument("--durability", choices=("async", "sync", "exit"), default="async")

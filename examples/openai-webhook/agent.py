@@ -76,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             if label is None:
                 reply = model.chat.completions.create(
                     model="gpt-4o-mini",
-                    messages=[{"role": "system", "content": "Label the ticket in one word."},
-                              {"role": "user", "content": f"{tid}: {ticket}"}])
+                    messages=[
+                        {"role": "system", "content": "Label the ticket in one word."},
+                        {"role": "user", "content": f"{tid}: {ticket}"},
+                    ],
+                )
                 label = (reply.choices[0].message.content or "").strip()
                 state["labels"][tid] = label
                 if args.fixed:

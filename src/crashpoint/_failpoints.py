@@ -43,8 +43,17 @@ import os
 import re
 import signal
 
-__all__ = ["ENV", "FAILPOINTS", "LOG_ENV", "TOKEN_ENV", "FailpointSpecError", "armed_here",
-           "failpoint", "parse", "reload"]
+__all__ = [
+    "ENV",
+    "FAILPOINTS",
+    "LOG_ENV",
+    "TOKEN_ENV",
+    "FailpointSpecError",
+    "armed_here",
+    "failpoint",
+    "parse",
+    "reload",
+]
 
 ENV = "CRASHPOINT_FAILPOINTS"
 LOG_ENV = "CRASHPOINT_FAILPOINTS_LOG"
@@ -178,4 +187,3 @@ def _log(line: str) -> None:
             os.close(fd)
     except OSError:
         pass
-

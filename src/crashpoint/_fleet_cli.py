@@ -14,54 +14,89 @@ from crashpoint.cli import EXIT_FOUND, EXIT_OK, STORE_ENV, Context, UsageError, 
 
 __all__: list[str] = []
 
-group("fleet", help="run a fleet of workers over a PostgreSQL store",
-      description="Workers on any machine claim unfinished runs from a PostgreSQL store "
-                  "(one writer per run: leases with fencing) and resume them.",
-      args=[arg("--store", metavar="URL", help="postgresql://... (default $CRASHPOINT_STORE)"),
-            arg("--schema", default="crashpoint", help="the store's schema (default crashpoint)"),
-            arg("--lease-seconds", type=float, default=30.0, metavar="S",
-                help="a lease lasts S seconds without a heartbeat (default 30)")])
+group(
+    "fleet",
+    help="run a fleet of workers over a PostgreSQL store",
+    description="Workers on any machine claim unfinished runs from a PostgreSQL store "
+    "(one writer per run: leases with fencing) and resume them.",
+    args=[
+        arg("--store", metavar="URL", help="postgresql://... (default $CRASHPOINT_STORE)"),
+        arg("--schema", default="crashpoint", help="the store's schema (default crashpoint)"),
+        arg(
+            "--lease-seconds",
+            type=float,
+            default=30.0,
+            metavar="S",
+            help="a lease lasts S seconds without a heartbeat (default 30)",
+        ),
+    ],
+)
 
 
 def _store(ctx: Context, worker: str | None = None) -> Any:
     url = ctx.args.store or os.environ.get(STORE_ENV, "")
     if not url.startswith(("postgresql://", "postgres://")):
-        raise UsageError(f"--store {url or '(none)'}: a fleet needs a PostgreSQL store URL "
-                         "(postgresql://user@host/db); set --store or $CRASHPOINT_STORE")
+        raise UsageError(
+            f"--store {url or '(none)'}: a fleet needs a PostgreSQL store URL "
+            "(postgresql://user@host/db); set --store or $CRASHPOINT_STORE"
+        )
     from crashpoint.checkpoint._pg import PostgresStore
 
-    return PostgresStore(url, schema=ctx.args.schema, worker=worker,
-                         lease_seconds=ctx.args.lease_seconds)
+    return PostgresStore(
+        url, schema=ctx.args.schema, worker=worker, lease_seconds=ctx.args.lease_seconds
+    )
 
 
-@command("fleet", "work", help="claim and resume runs until stopped",
-         description="Claim unfinished, unleased runs and resume each by running CMD (give it "
-                     "after --; {run_id} is replaced by the run id) with CRASHPOINT_WORKER set, "
-                     "renewing the lease while it runs. Exit 0, or 1 if a run was "
-                     "dead-lettered.",
-         args=[arg("--worker", metavar="NAME", help="this worker's id (default host:pid)"),
-               arg("--once", action="store_true", help="claim one run, work it, stop"),
-               arg("--until-idle", action="store_true",
-                   help="stop when no unfinished run is left to claim"),
-               arg("--max-attempts", type=int, default=3, metavar="N"),
-               arg("--timeout", type=float, default=600.0, metavar="S",
-                   help="kill an attempt after S seconds (default %(default)s)"),
-               arg("--poll", type=float, default=1.0, metavar="S"),
-               arg("argv", nargs="+", metavar="CMD", help="-- CMD ... {run_id}")])
+@command(
+    "fleet",
+    "work",
+    help="claim and resume runs until stopped",
+    description="Claim unfinished, unleased runs and resume each by running CMD (give it "
+    "after --; {run_id} is replaced by the run id) with CRASHPOINT_WORKER set, "
+    "renewing the lease while it runs. Exit 0, or 1 if a run was "
+    "dead-lettered.",
+    args=[
+        arg("--worker", metavar="NAME", help="this worker's id (default host:pid)"),
+        arg("--once", action="store_true", help="claim one run, work it, stop"),
+        arg(
+            "--until-idle", action="store_true", help="stop when no unfinished run is left to claim"
+        ),
+        arg("--max-attempts", type=int, default=3, metavar="N"),
+        arg(
+            "--timeout",
+            type=float,
+            default=600.0,
+            metavar="S",
+            help="kill an attempt after S seconds (default %(default)s)",
+        ),
+        arg("--poll", type=float, default=1.0, metavar="S"),
+        arg("argv", nargs="+", metavar="CMD", help="-- CMD ... {run_id}"),
+    ],
+)
 def _work(ctx: Context) -> int:
     from crashpoint.checkpoint._fleet import FleetWorker, summary
 
-    argv = [a for a in ctx.args.argv if a != "--"] if ctx.args.argv[:1] == ["--"] \
+    argv = (
+        [a for a in ctx.args.argv if a != "--"]
+        if ctx.args.argv[:1] == ["--"]
         else list(ctx.args.argv)
+    )
     if not any("{run_id}" in a for a in argv):
-        raise UsageError("fleet work: CMD must contain {run_id} (where the run id goes), e.g. "
-                         "crashpoint fleet work --store URL -- python agent.py --run {run_id}")
+        raise UsageError(
+            "fleet work: CMD must contain {run_id} (where the run id goes), e.g. "
+            "crashpoint fleet work --store URL -- python agent.py --run {run_id}"
+        )
     store = _store(ctx, ctx.args.worker)
     try:
-        worker = FleetWorker(store, worker=ctx.args.worker, max_attempts=ctx.args.max_attempts,
-                             timeout=ctx.args.timeout, poll=ctx.args.poll,
-                             command=lambda rid: [a.replace("{run_id}", rid) for a in argv],
-                             log=ctx.print)
+        worker = FleetWorker(
+            store,
+            worker=ctx.args.worker,
+            max_attempts=ctx.args.max_attempts,
+            timeout=ctx.args.timeout,
+            poll=ctx.args.poll,
+            command=lambda rid: [a.replace("{run_id}", rid) for a in argv],
+            log=ctx.print,
+        )
         out = worker.run_once() if ctx.args.once else worker.run(until_idle=ctx.args.until_idle)
     finally:
         store.close()
@@ -69,8 +104,12 @@ def _work(ctx: Context) -> int:
     return EXIT_FOUND if any(o.status == "dead" for o in out) else EXIT_OK
 
 
-@command("fleet", "submit", help="put new runs in the store for workers to claim",
-         args=[arg("runs", nargs="+", metavar="RUN", help="run ids")])
+@command(
+    "fleet",
+    "submit",
+    help="put new runs in the store for workers to claim",
+    args=[arg("runs", nargs="+", metavar="RUN", help="run ids")],
+)
 def _submit(ctx: Context) -> int:
     from crashpoint.checkpoint._fleet import submit
 

@@ -34,8 +34,10 @@ def _json_arg(text: str, what: str) -> Any:
     try:  # bounded as every stored value is (depth, numbers): what is written must read back
         return decode_json(text.encode("utf-8", "surrogateescape"))
     except ValueError as exc:
-        raise UsageError(f"{what} is not valid JSON ({exc}): {text[:80]!r}; quote it for the "
-                         f"shell, e.g. {what} '{{\"n\": 1}}' or {what} '\"text\"'") from None
+        raise UsageError(
+            f"{what} is not valid JSON ({exc}): {text[:80]!r}; quote it for the "
+            f"shell, e.g. {what} '{{\"n\": 1}}' or {what} '\"text\"'"
+        ) from None
 
 
 def _store(ctx: Context, *, create: bool = False) -> Any:
@@ -102,19 +104,31 @@ def _announce_next(name: str | None) -> None:
 
 
 @command(
-    "checkpoints", "start",
+    "checkpoints",
+    "start",
     help="start a run, or resume it: print the step to run next",
     description="Creates run RUN with its steps (--steps a,b,c) or resumes it, and prints the "
-                "step to run next (nothing when every step is done). The calling agent (its "
-                "process group) owns the run until it exits; another live agent's start is "
-                "refused (exit 73). The store folder is created if missing.",
-    args=[_RUN,
-          arg("--steps", metavar="A,B,...", default="",
-              help="the run's steps in order (needed to create it; checked on resume)"),
-          arg("--on-corrupt", dest="on_corrupt", choices=("raise", "rollback"),
-              default="raise", help="damaged checkpoint: refuse (exit 65, default) or roll "
-                                    "back to the last valid record and re-run from there"),
-          arg("--json", action="store_true", help="print the status as JSON")],
+    "step to run next (nothing when every step is done). The calling agent (its "
+    "process group) owns the run until it exits; another live agent's start is "
+    "refused (exit 73). The store folder is created if missing.",
+    args=[
+        _RUN,
+        arg(
+            "--steps",
+            metavar="A,B,...",
+            default="",
+            help="the run's steps in order (needed to create it; checked on resume)",
+        ),
+        arg(
+            "--on-corrupt",
+            dest="on_corrupt",
+            choices=("raise", "rollback"),
+            default="raise",
+            help="damaged checkpoint: refuse (exit 65, default) or roll "
+            "back to the last valid record and re-run from there",
+        ),
+        arg("--json", action="store_true", help="print the status as JSON"),
+    ],
 )
 @_guarded
 def _start(ctx: Context) -> int:
@@ -136,14 +150,22 @@ def _start(ctx: Context) -> int:
 
 
 @command(
-    "checkpoints", "step",
+    "checkpoints",
+    "step",
     help="record a step as completed (durable before it returns); print the next step",
     description="Records step NAME of RUN as completed with its result, fdatasync'ed before the "
-                "command returns, then prints the step to run next (nothing when every step "
-                "is done). NAME must be the run's next step (exit 70 otherwise).",
-    args=[_RUN, arg("name", metavar="NAME", help="the step that completed"),
-          arg("--result", metavar="JSON", default="null",
-              help="the step's result, as JSON (default: null)")],
+    "command returns, then prints the step to run next (nothing when every step "
+    "is done). NAME must be the run's next step (exit 70 otherwise).",
+    args=[
+        _RUN,
+        arg("name", metavar="NAME", help="the step that completed"),
+        arg(
+            "--result",
+            metavar="JSON",
+            default="null",
+            help="the step's result, as JSON (default: null)",
+        ),
+    ],
 )
 @_guarded
 def _step(ctx: Context) -> int:
@@ -162,25 +184,42 @@ def _step(ctx: Context) -> int:
 
 
 @command(
-    "checkpoints", "effect",
+    "checkpoints",
+    "effect",
     help="announce a side effect once: exit 0 send it now, exit 3 already done (skip)",
     description="Before the agent performs a side effect (an email, a payment, an API call), "
-                "`effect` records its intent durably and reports it to the harness with its "
-                "key; exit 0 means 'send it now, with this key', exit 3 'already done in an "
-                "earlier attempt: skip it'. An effect announced by an attempt that then crashed "
-                "says 'send' again with the same key: the receiver must deduplicate by key. "
-                "Completing the step settles the step's effects; `--done` settles one now. "
-                "Without --key the key is derived from the run, the step and the kind.",
-    args=[_RUN, arg("kind", metavar="KIND", help="what the effect is, e.g. send_email"),
-          arg("--key", default=None, help="the idempotency key (default: "
-                                          "RUN:POS.STEP:KIND:N, stable across attempts)"),
-          arg("--payload", metavar="JSON", default="null", help="what is sent, as JSON"),
-          arg("--done", action="store_true",
-              help="the effect was performed: record it as done (with --result)"),
-          arg("--result", metavar="JSON", default="null",
-              help="with --done: the effect's result, as JSON"),
-          arg("--json", action="store_true",
-              help="print {action, key, applied, in_doubt, result} as JSON")],
+    "`effect` records its intent durably and reports it to the harness with its "
+    "key; exit 0 means 'send it now, with this key', exit 3 'already done in an "
+    "earlier attempt: skip it'. An effect announced by an attempt that then crashed "
+    "says 'send' again with the same key: the receiver must deduplicate by key. "
+    "Completing the step settles the step's effects; `--done` settles one now. "
+    "Without --key the key is derived from the run, the step and the kind.",
+    args=[
+        _RUN,
+        arg("kind", metavar="KIND", help="what the effect is, e.g. send_email"),
+        arg(
+            "--key",
+            default=None,
+            help="the idempotency key (default: RUN:POS.STEP:KIND:N, stable across attempts)",
+        ),
+        arg("--payload", metavar="JSON", default="null", help="what is sent, as JSON"),
+        arg(
+            "--done",
+            action="store_true",
+            help="the effect was performed: record it as done (with --result)",
+        ),
+        arg(
+            "--result",
+            metavar="JSON",
+            default="null",
+            help="with --done: the effect's result, as JSON",
+        ),
+        arg(
+            "--json",
+            action="store_true",
+            help="print {action, key, applied, in_doubt, result} as JSON",
+        ),
+    ],
 )
 @_guarded
 def _effect(ctx: Context) -> int:
@@ -192,30 +231,46 @@ def _effect(ctx: Context) -> int:
     run_id = validate_run_id(a.run)
     payload = _json_arg(a.payload, "--payload")
     result = _json_arg(a.result, "--result")
-    ans = record_effect(_store(ctx), run_id, a.kind, key=a.key, payload=payload,
-                        done=a.done, result=result)
+    ans = record_effect(
+        _store(ctx), run_id, a.kind, key=a.key, payload=payload, done=a.done, result=result
+    )
     applied = None
     if ans.action == "send":
         applied = probe.effect(a.kind, payload, key=ans.key)
     if a.json:
-        ctx.json({"action": ans.action, "key": ans.key, "kind": ans.kind,
-                  "applied": applied, "in_doubt": ans.in_doubt, "result": ans.result})
+        ctx.json(
+            {
+                "action": ans.action,
+                "key": ans.key,
+                "kind": ans.kind,
+                "applied": applied,
+                "in_doubt": ans.in_doubt,
+                "result": ans.result,
+            }
+        )
     elif ans.action == "skip":
         ctx.note(f"crashpoint: effect {a.kind} ({ans.key}) was already done: skip it")
     return EXIT_SKIP if ans.action == "skip" else EXIT_OK
 
 
 @command(
-    "checkpoints", "status",
+    "checkpoints",
+    "status",
     help="where a run stands: next step, completed steps, results (--json, --next)",
     description="Reads RUN (no lock, no change). Text: one `key: value` per line. --next: only "
-                "the step to run next (empty when none). --result STEP: that step's recorded "
-                "result as JSON. --json: everything, machine-readable.",
-    args=[_RUN,
-          arg("--next", action="store_true", help="print only the next step (or nothing)"),
-          arg("--result", metavar="STEP", default=None,
-              help="print the recorded result of STEP as JSON"),
-          arg("--json", action="store_true", help="print the status as JSON")],
+    "the step to run next (empty when none). --result STEP: that step's recorded "
+    "result as JSON. --json: everything, machine-readable.",
+    args=[
+        _RUN,
+        arg("--next", action="store_true", help="print only the next step (or nothing)"),
+        arg(
+            "--result",
+            metavar="STEP",
+            default=None,
+            help="print the recorded result of STEP as JSON",
+        ),
+        arg("--json", action="store_true", help="print the status as JSON"),
+    ],
 )
 @_guarded
 def _status(ctx: Context) -> int:
@@ -229,8 +284,10 @@ def _status(ctx: Context) -> int:
     if ctx.args.result is not None:
         name = ctx.args.result
         if name not in st.completed:
-            raise RunStateError(f"step {name!r} of run {run_id!r} has not completed "
-                                f"(completed: {', '.join(st.completed) or 'none'})")
+            raise RunStateError(
+                f"step {name!r} of run {run_id!r} has not completed "
+                f"(completed: {', '.join(st.completed) or 'none'})"
+            )
         value = st.results[len(st.completed) - 1 - st.completed[::-1].index(name)]
         ctx.print(json.dumps(value, sort_keys=True, ensure_ascii=False))
     elif ctx.args.json:
@@ -249,15 +306,27 @@ def _status(ctx: Context) -> int:
 
 
 @command(
-    "checkpoints", "complete",
+    "checkpoints",
+    "complete",
     help="record that the run completed, with its output (durable)",
     description="Ends RUN as completed with --output (JSON). Every step must be recorded "
-                "(exit 1 otherwise). On a completed run nothing changes; --print prints the "
-                "recorded output either way.",
-    args=[_RUN, arg("--output", metavar="JSON", default="null",
-                    help="the run's output, as JSON (default: null)"),
-          arg("--print", dest="print_output", action="store_true",
-              help="print the recorded output (the first completion's) as JSON")],
+    "(exit 1 otherwise). On a completed run nothing changes; --print prints the "
+    "recorded output either way.",
+    args=[
+        _RUN,
+        arg(
+            "--output",
+            metavar="JSON",
+            default="null",
+            help="the run's output, as JSON (default: null)",
+        ),
+        arg(
+            "--print",
+            dest="print_output",
+            action="store_true",
+            help="print the recorded output (the first completion's) as JSON",
+        ),
+    ],
 )
 @_guarded
 def _complete(ctx: Context) -> int:
@@ -270,4 +339,3 @@ def _complete(ctx: Context) -> int:
     if ctx.args.print_output:
         ctx.print(json.dumps(st.output, sort_keys=True, ensure_ascii=False))
     return EXIT_OK
-

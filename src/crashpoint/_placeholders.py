@@ -27,20 +27,27 @@ def _parse(text: str) -> list[tuple[str, str | None]]:
     try:
         parsed = list(string.Formatter().parse(text))
     except ValueError as exc:  # "Single '}' encountered", "expected '}' before end of string"
-        raise PlaceholderError(f"unbalanced braces in {text!r} ({exc}); write {{{{ and }}}} "
-                               "for literal braces") from None
+        raise PlaceholderError(
+            f"unbalanced braces in {text!r} ({exc}); write {{{{ and }}}} for literal braces"
+        ) from None
     out: list[tuple[str, str | None]] = []
     for literal, name, spec, conversion in parsed:
         if name is None:
             out.append((literal, None))
             continue
         if spec or conversion or not name.isidentifier():
-            shown = "{" + name + (f"!{conversion}" if conversion else "") + \
-                (f":{spec}" if spec else "") + "}"
+            shown = (
+                "{"
+                + name
+                + (f"!{conversion}" if conversion else "")
+                + (f":{spec}" if spec else "")
+                + "}"
+            )
             raise PlaceholderError(
                 f"{shown} in {text!r} is not a placeholder: only a bare {{name}} is (no format "
                 "spec after ':', no '!' conversion, no '.' or '[...]'); write {{ and }} for "
-                "literal braces")
+                "literal braces"
+            )
         out.append((literal, name))
     return out
 
@@ -55,7 +62,8 @@ def fields(text: str, allowed: Collection[str] | None = None) -> list[str]:
                 raise PlaceholderError(
                     f"unknown placeholder {{{name}}} in {text!r}; use "
                     f"{', '.join('{' + a + '}' for a in allowed)} (write {{{{ and }}}} for "
-                    "literal braces)")
+                    "literal braces)"
+                )
     return names
 
 
@@ -68,6 +76,7 @@ def fill(text: str, values: Mapping[str, str]) -> str:
             if name not in values:
                 raise PlaceholderError(
                     f"unknown placeholder {{{name}}} in {text!r}; use "
-                    f"{', '.join('{' + a + '}' for a in values)}")
+                    f"{', '.join('{' + a + '}' for a in values)}"
+                )
             parts.append(values[name])
     return "".join(parts)

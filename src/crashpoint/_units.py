@@ -36,9 +36,16 @@ _DURATION_UNITS: dict[str, Decimal] = {
 }
 #: Bytes per size unit, keyed in lower case (units are matched case-insensitively).
 _SIZE_UNITS: dict[str, int] = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
 }
 
 DURATION_FORMS = (
@@ -80,16 +87,19 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
             raise UnitError(f"{_p(what)}{text!r} is not a duration of zero or more seconds")
         return float(text)
     if not isinstance(text, str):
-        raise UnitError(f"{_p(what)}expected a duration, got {type(text).__name__}; "
-                        f"use {DURATION_FORMS}")
+        raise UnitError(
+            f"{_p(what)}expected a duration, got {type(text).__name__}; use {DURATION_FORMS}"
+        )
     s = text.strip().lower()
     if not s:
         raise UnitError(f"{_p(what)}the duration is empty; use {DURATION_FORMS}")
     if s.startswith("-"):
         raise UnitError(f"{_p(what)}{text!r} is negative; a duration is zero or more")
     if _NUMBER_ONLY.match(s):
-        raise UnitError(f"{_p(what)}{text!r} has no unit (seconds? minutes?); write e.g. "
-                        f"{s}s or {s}m. Accepted: {DURATION_FORMS}")
+        raise UnitError(
+            f"{_p(what)}{text!r} has no unit (seconds? minutes?); write e.g. "
+            f"{s}s or {s}m. Accepted: {DURATION_FORMS}"
+        )
     if not _DURATION_WHOLE.match(s):
         raise UnitError(f"{_p(what)}{text!r} is not a duration; use {DURATION_FORMS}")
     total = Decimal(0)

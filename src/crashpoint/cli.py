@@ -130,8 +130,9 @@ def group(name: str, *, help: str, description: str = "", args: Iterable[Arg] = 
     _GROUPS[name] = _Group(name, help, description or help, tuple(args))
 
 
-def command(*path: str, help: str, description: str = "",
-            args: Iterable[Arg] = ()) -> Callable[[Handler], Handler]:
+def command(
+    *path: str, help: str, description: str = "", args: Iterable[Arg] = ()
+) -> Callable[[Handler], Handler]:
     """Register ``func`` as the command at ``path``: ``("checkpoints", "list")`` or ``("run",)``.
 
     A two-part path needs its group declared with :func:`group` first.
@@ -170,18 +171,20 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Crash-proof checkpoints for agents, and a harness that proves it.",
         epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run), 2 the command "
-               "could not do its job (bad usage or input, no store, an OS error).",
+        "could not do its job (bad usage or input, no store, an OS error).",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
-                                parser_class=_Parser)
+    top = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     subs: dict[str, argparse._SubParsersAction[_Parser]] = {}
     for g in _GROUPS.values():
         gp = top.add_parser(g.name, help=g.help, description=g.description)
         for a in g.args:
             _add(gp, a)
-        subs[g.name] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True,
-                                         parser_class=_Parser)
+        subs[g.name] = gp.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=_Parser
+        )
     for path, c in _COMMANDS.items():
         where = top if len(path) == 1 else subs[path[0]]
         cp = where.add_parser(path[-1], help=c.help, description=c.description)
@@ -219,8 +222,10 @@ class Context:
         """``--store``, else ``$CRASHPOINT_STORE``; the folder must exist."""
         root = getattr(self.args, "store", None) or os.environ.get(STORE_ENV, "")
         if not root:
-            raise UsageError(f"no store given: pass --store DIR or set {STORE_ENV}=DIR "
-                             "(the folder that holds one sub-folder per run)")
+            raise UsageError(
+                f"no store given: pass --store DIR or set {STORE_ENV}=DIR "
+                "(the folder that holds one sub-folder per run)"
+            )
         where = "--store" if getattr(self.args, "store", None) else STORE_ENV
         if is_store_url(root):  # a PostgresStore: no folder to check
             return root
@@ -264,8 +269,9 @@ def _subfolders(path: str) -> list[str]:
         names = os.listdir(path)
     except OSError:
         return []
-    return sorted(n for n in names
-                  if not n.startswith(".") and os.path.isdir(os.path.join(path, n)))
+    return sorted(
+        n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(path, n))
+    )
 
 
 def _check_store(root: str, where: str) -> None:
@@ -278,20 +284,28 @@ def _check_store(root: str, where: str) -> None:
         raise UsageError(
             f"{root} (from {where}) is one run's folder, not a store: a store holds one "
             f"sub-folder per run; use --store {parent} and name the run "
-            f"{os.path.basename(os.path.abspath(root))!r}")
+            f"{os.path.basename(os.path.abspath(root))!r}"
+        )
     if not subs:
         return  # an empty store: nothing in it yet
-    inside = [os.path.join(root, n) for n in subs
-              if any(_is_run_folder(os.path.join(root, n, m))
-                     for m in _subfolders(os.path.join(root, n)))]
-    hint = (f"; the store inside it is --store {inside[0]}" if len(inside) == 1 else
-            f"; stores inside it: {', '.join(inside[:5])}" if inside else
-            "; point --store at the folder the agent passes to Store(...)")
+    inside = [
+        os.path.join(root, n)
+        for n in subs
+        if any(_is_run_folder(os.path.join(root, n, m)) for m in _subfolders(os.path.join(root, n)))
+    ]
+    hint = (
+        f"; the store inside it is --store {inside[0]}"
+        if len(inside) == 1
+        else f"; stores inside it: {', '.join(inside[:5])}"
+        if inside
+        else "; point --store at the folder the agent passes to Store(...)"
+    )
     raise UsageError(
         f"{root} (from {where}) is not a checkpoint store: none of its "
         f"{_plural(len(subs), 'folder')} ({', '.join(subs[:5])}"
         f"{', ...' if len(subs) > 5 else ''}) holds a run (no journal, meta.json or "
-        f"lock){hint}")
+        f"lock){hint}"
+    )
 
 
 def _runs(ctx: Context, store: Store) -> list[RunInfo]:
@@ -304,8 +318,10 @@ def _runs(ctx: Context, store: Store) -> list[RunInfo]:
         else:
             skipped.append(r.run_id)
     if skipped:
-        ctx.note(f"note: skipped {_plural(len(skipped), 'folder')} that hold no run: "
-                 f"{', '.join(skipped[:10])}")
+        ctx.note(
+            f"note: skipped {_plural(len(skipped), 'folder')} that hold no run: "
+            f"{', '.join(skipped[:10])}"
+        )
     return runs
 
 
@@ -349,10 +365,15 @@ group(
     "checkpoints",
     help="inspect and maintain a checkpoint store",
     description="Inspect and maintain a checkpoint store: one folder per run under DIR. "
-                "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
-                "write. `prune` deletes finished runs; `approve` records a human decision.",
-    args=[arg("--store", metavar="DIR",
-              help=f"the store's folder or postgresql:// URL (default: ${STORE_ENV})")],
+    "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
+    "write. `prune` deletes finished runs; `approve` records a human decision.",
+    args=[
+        arg(
+            "--store",
+            metavar="DIR",
+            help=f"the store's folder or postgresql:// URL (default: ${STORE_ENV})",
+        )
+    ],
 )
 
 
@@ -418,20 +439,23 @@ def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str
     ralign = set(right)
     lines = []
     for r in rows:
-        cells = [c.rjust(w) if i in ralign else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        cells = [
+            c.rjust(w) if i in ralign else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         lines.append("  ".join(cells).rstrip())
     return lines
 
 
 @command(
-    "checkpoints", "list",
+    "checkpoints",
+    "list",
     help="list runs: status, steps done, size, age, generation, locked",
     description="List every run in the store. STEPS is the number of completed steps the "
-                "journal holds (after any rollback); for a journal of other records, the "
-                "number of records ('corrupt' if it cannot be read). AGE is the time since "
-                "any of its files last changed. LOCKED says whether a live process holds the "
-                "run open now.",
+    "journal holds (after any rollback); for a journal of other records, the "
+    "number of records ('corrupt' if it cannot be read). AGE is the time since "
+    "any of its files last changed. LOCKED says whether a live process holds the "
+    "run open now.",
     args=[_JSON],
 )
 def _list(ctx: Context) -> int:
@@ -440,9 +464,15 @@ def _list(ctx: Context) -> int:
     steps = {r.run_id: _steps_done(store, r) for r in runs}
     if ctx.args.json:
         holders = _leases(store, runs)
-        ctx.json([{**_run_json(r, steps[r.run_id]),
-                   **({"holder": holders.get(r.run_id) or None} if holders else {})}
-                  for r in runs])
+        ctx.json(
+            [
+                {
+                    **_run_json(r, steps[r.run_id]),
+                    **({"holder": holders.get(r.run_id) or None} if holders else {}),
+                }
+                for r in runs
+            ]
+        )
         return EXIT_OK
     if not runs:
         ctx.print(f"no runs in {store.root}")
@@ -450,12 +480,22 @@ def _list(ctx: Context) -> int:
     leases = _leases(store, runs)
     rows: list[tuple[str, ...]] = [("RUN", "STATUS", "STEPS", "SIZE", "AGE", "GEN", "LOCKED")]
     for r in runs:
-        rows.append((r.run_id, r.status, str(steps[r.run_id]),
-                     format_size(r.size), format_duration(r.age), str(r.generation),
-                     "yes" if r.locked else "no"))
+        rows.append(
+            (
+                r.run_id,
+                r.status,
+                str(steps[r.run_id]),
+                format_size(r.size),
+                format_duration(r.age),
+                str(r.generation),
+                "yes" if r.locked else "no",
+            )
+        )
     if leases:  # a PostgresStore: who holds each run's lease (the fencing generation is GEN)
-        rows = [(*row, "HOLDER" if i == 0 else leases.get(row[0], "-") or "-")
-                for i, row in enumerate(rows)]
+        rows = [
+            (*row, "HOLDER" if i == 0 else leases.get(row[0], "-") or "-")
+            for i, row in enumerate(rows)
+        ]
     for line in _table(rows, right=(2, 3, 4, 5)):
         ctx.print(line)
     return EXIT_OK
@@ -482,10 +522,11 @@ def _find(store: Store, run_id: str) -> RunInfo:
     for r in store.runs():
         if r.run_id == run_id and _is_run_folder(r.path):
             return r
-    known = ", ".join(n for n in store.run_ids()[:10]
-                      if _is_run_folder(store.path(n))) or "none"
-    raise UsageError(f"no run {run_id!r} in {store.root} (runs: {known}); "
-                     "`crashpoint checkpoints list` shows them all")
+    known = ", ".join(n for n in store.run_ids()[:10] if _is_run_folder(store.path(n))) or "none"
+    raise UsageError(
+        f"no run {run_id!r} in {store.root} (runs: {known}); "
+        "`crashpoint checkpoints list` shows them all"
+    )
 
 
 def _files(folder: str) -> list[dict[str, Any]]:
@@ -503,18 +544,25 @@ def _files(folder: str) -> list[dict[str, Any]]:
 
 
 @command(
-    "checkpoints", "show",
+    "checkpoints",
+    "show",
     help="show one run: meta, generation, sequence, snapshot, files and state",
     description="Show one run without locking or repairing it: meta.json, the fencing "
-                "generation, the last sequence number, the snapshot it loads from, its files, "
-                "and its state (for the default reducer, the list of every record). A corrupt "
-                "run prints where the damage is and exits 1. With --at STEP, the state as it "
-                "was when STEP completed (the journal replayed up to that step's record).",
-    args=[arg("run", metavar="RUN", help="the run id"),
-          arg("--at", metavar="STEP", default=None,
-              help="show the state as it was when STEP (a name, or #N) completed; the latest "
-                   "completion if it ran again after a rollback"),
-          _JSON],
+    "generation, the last sequence number, the snapshot it loads from, its files, "
+    "and its state (for the default reducer, the list of every record). A corrupt "
+    "run prints where the damage is and exits 1. With --at STEP, the state as it "
+    "was when STEP completed (the journal replayed up to that step's record).",
+    args=[
+        arg("run", metavar="RUN", help="the run id"),
+        arg(
+            "--at",
+            metavar="STEP",
+            default=None,
+            help="show the state as it was when STEP (a name, or #N) completed; the latest "
+            "completion if it ran again after a rollback",
+        ),
+        _JSON,
+    ],
 )
 def _show(ctx: Context) -> int:
     store = ctx.store()
@@ -537,8 +585,17 @@ def _show(ctx: Context) -> int:
         loaded = _settled(lambda: store.read(info.run_id))
     except CheckpointCorrupt as exc:
         if ctx.args.json:
-            ctx.json({**head, "error": {"path": exc.path, "offset": exc.offset,
-                                        "reason": exc.reason, "message": str(exc)}})
+            ctx.json(
+                {
+                    **head,
+                    "error": {
+                        "path": exc.path,
+                        "offset": exc.offset,
+                        "reason": exc.reason,
+                        "message": str(exc),
+                    },
+                }
+            )
         else:
             _show_head(ctx, head)
             ctx.note(str(exc))
@@ -546,23 +603,36 @@ def _show(ctx: Context) -> int:
     body = {
         "seq": loaded.seq,
         "records_generation": loaded.generation,
-        "snapshot": ({"seq": loaded.snapshot_seq, "bytes": loaded.snapshot_bytes}
-                     if loaded.snapshot_seq else None),
-        "torn_tail": (None if loaded.torn is None else
-                      {"path": loaded.torn.path, "offset": loaded.torn.offset,
-                       "bytes": loaded.torn.dropped, "reason": loaded.torn.reason}),
+        "snapshot": (
+            {"seq": loaded.snapshot_seq, "bytes": loaded.snapshot_bytes}
+            if loaded.snapshot_seq
+            else None
+        ),
+        "torn_tail": (
+            None
+            if loaded.torn is None
+            else {
+                "path": loaded.torn.path,
+                "offset": loaded.torn.offset,
+                "bytes": loaded.torn.dropped,
+                "reason": loaded.torn.reason,
+            }
+        ),
         "state": loaded.state,
     }
     if ctx.args.json:
         ctx.json({**head, **body})
         return EXIT_OK
     _show_head(ctx, head)
-    ctx.print(f"seq:        {loaded.seq} (records written by generation "
-              f"{loaded.generation or '-'})")
+    ctx.print(
+        f"seq:        {loaded.seq} (records written by generation {loaded.generation or '-'})"
+    )
     if loaded.snapshot_seq:
-        ctx.print(f"snapshot:   after record {loaded.snapshot_seq} "
-                  f"({format_size(loaded.snapshot_bytes)}), "
-                  f"{_plural(loaded.seq - loaded.snapshot_seq, 'record')} since")
+        ctx.print(
+            f"snapshot:   after record {loaded.snapshot_seq} "
+            f"({format_size(loaded.snapshot_bytes)}), "
+            f"{_plural(loaded.seq - loaded.snapshot_seq, 'record')} since"
+        )
     else:
         ctx.print(f"snapshot:   none ({_plural(loaded.seq, 'record')} in the journal)")
     if loaded.torn is not None:
@@ -581,13 +651,24 @@ def _show_at(ctx: Context, store: Store, info: RunInfo) -> int:
         ctx.note(str(exc))
         return EXIT_FOUND
     if ctx.args.json:
-        ctx.json({"run_id": info.run_id, "at": {"step": at.step, "position": at.position,
-                                                "seq": at.seq, "discarded": at.discarded},
-                  "state": at.state})
+        ctx.json(
+            {
+                "run_id": info.run_id,
+                "at": {
+                    "step": at.step,
+                    "position": at.position,
+                    "seq": at.seq,
+                    "discarded": at.discarded,
+                },
+                "state": at.state,
+            }
+        )
         return EXIT_OK
     ctx.print(f"run:        {info.run_id}")
-    ctx.print(f"at:         #{at.position} {at.step} (record {at.seq})"
-              + (", later discarded by a rollback" if at.discarded else ""))
+    ctx.print(
+        f"at:         #{at.position} {at.step} (record {at.seq})"
+        + (", later discarded by a rollback" if at.discarded else "")
+    )
     ctx.print("state:")
     ctx.print(json.dumps(at.state, indent=2, sort_keys=True, ensure_ascii=False))
     return EXIT_OK
@@ -621,45 +702,76 @@ def _checked_files(folder: str, store: Any = None, run_id: str = "") -> int:
 
 
 @command(
-    "checkpoints", "verify",
+    "checkpoints",
+    "verify",
     help="check every checksum of one run or all; exit 1 naming file and offset of any damage",
     description="Check every record of every snapshot and journal segment: header and payload "
-                "checksums, structure, sequence gaps and fencing generations. Prints one line "
-                "per damage, 'PATH at byte OFFSET: REASON', and exits 1 if there is any. A torn "
-                "tail (the partial last record a crash leaves) is a note, not damage: the next "
-                "open repairs it.",
+    "checksums, structure, sequence gaps and fencing generations. Prints one line "
+    "per damage, 'PATH at byte OFFSET: REASON', and exits 1 if there is any. A torn "
+    "tail (the partial last record a crash leaves) is a note, not damage: the next "
+    "open repairs it.",
     args=[arg("run", metavar="RUN", nargs="?", help="one run id (default: every run)"), _JSON],
 )
 def _verify(ctx: Context) -> int:
     store = ctx.store()
-    run_ids = ([r.run_id for r in _runs(ctx, store)] if ctx.args.run is None
-               else [_find(store, ctx.args.run).run_id])
+    run_ids = (
+        [r.run_id for r in _runs(ctx, store)]
+        if ctx.args.run is None
+        else [_find(store, ctx.args.run).run_id]
+    )
     found = {rid: _settled(partial(_verify_one, store, rid)) for rid in run_ids}
     per_run = {rid: _checked_files(store.path(rid), store, rid) for rid in run_ids}
     nfiles = sum(per_run.values())
     empty = [rid for rid, n in per_run.items() if n == 0]
     ndamage = sum(len(d) for d, _ in found.values())
     if nfiles == 0:
-        why = (f"no runs in {store.root}" if not run_ids else
-               f"{_plural(len(run_ids), 'run')} without a journal segment or snapshot "
-               f"({', '.join(empty[:10])})")
+        why = (
+            f"no runs in {store.root}"
+            if not run_ids
+            else f"{_plural(len(run_ids), 'run')} without a journal segment or snapshot "
+            f"({', '.join(empty[:10])})"
+        )
         if ctx.args.json:
-            ctx.json({"ok": False, "runs": len(run_ids), "files": 0, "damage": [],
-                      "torn_tails": [], "no_journal": empty, "error": f"nothing verified: {why}"})
-        raise UsageError(f"nothing verified: {why}; check --store names the folder the agent "
-                         "passes to Store(...)")
+            ctx.json(
+                {
+                    "ok": False,
+                    "runs": len(run_ids),
+                    "files": 0,
+                    "damage": [],
+                    "torn_tails": [],
+                    "no_journal": empty,
+                    "error": f"nothing verified: {why}",
+                }
+            )
+        raise UsageError(
+            f"nothing verified: {why}; check --store names the folder the agent "
+            "passes to Store(...)"
+        )
     if ctx.args.json:
-        ctx.json({
-            "ok": ndamage == 0 and not empty,
-            "runs": len(run_ids),
-            "files": nfiles,
-            "damage": [{"run_id": rid, "path": d.path, "offset": d.offset, "reason": d.reason}
-                       for rid, (ds, _) in found.items() for d in ds],
-            "torn_tails": [{"run_id": rid, "path": t.path, "offset": t.offset,
-                            "bytes": t.dropped, "reason": t.reason}
-                           for rid, (_, ts) in found.items() for t in ts],
-            "no_journal": empty,
-        })
+        ctx.json(
+            {
+                "ok": ndamage == 0 and not empty,
+                "runs": len(run_ids),
+                "files": nfiles,
+                "damage": [
+                    {"run_id": rid, "path": d.path, "offset": d.offset, "reason": d.reason}
+                    for rid, (ds, _) in found.items()
+                    for d in ds
+                ],
+                "torn_tails": [
+                    {
+                        "run_id": rid,
+                        "path": t.path,
+                        "offset": t.offset,
+                        "bytes": t.dropped,
+                        "reason": t.reason,
+                    }
+                    for rid, (_, ts) in found.items()
+                    for t in ts
+                ],
+                "no_journal": empty,
+            }
+        )
         return EXIT_FOUND if ndamage or empty else EXIT_OK
     for _rid, (damage, torn) in found.items():
         for d in damage:
@@ -667,32 +779,44 @@ def _verify(ctx: Context) -> int:
         for t in torn:
             ctx.print(f"note: {t}; repaired on the next open, not damage")
     for rid in empty:
-        ctx.print(f"{store.path(rid)}: no journal segment or snapshot: nothing of run {rid!r} "
-                  "could be verified (its journal is missing)")
+        ctx.print(
+            f"{store.path(rid)}: no journal segment or snapshot: nothing of run {rid!r} "
+            "could be verified (its journal is missing)"
+        )
     if ndamage or empty:
         bad = sum(1 for rid, (d, _) in found.items() if d or rid in empty)
         problems = ndamage + len(empty)
-        ctx.print(f"damage: {_plural(problems, 'problem')} in {bad} of "
-                  f"{_plural(len(run_ids), 'run')}; "
-                  "opening with on_corrupt='rollback' keeps the valid prefix")
+        ctx.print(
+            f"damage: {_plural(problems, 'problem')} in {bad} of "
+            f"{_plural(len(run_ids), 'run')}; "
+            "opening with on_corrupt='rollback' keeps the valid prefix"
+        )
         return EXIT_FOUND
     ctx.print(f"ok: {_plural(len(run_ids), 'run')}, {_plural(nfiles, 'file')} verified")
     return EXIT_OK
 
 
 @command(
-    "checkpoints", "prune",
+    "checkpoints",
+    "prune",
     help="remove finished runs by age, count or total size",
     description="Remove finished runs (status completed, denied or dead) that a limit selects, "
-                "oldest first. Never a run that is unfinished, paused, of unknown status, or "
-                "locked by a live process. Give at least one limit.",
+    "oldest first. Never a run that is unfinished, paused, of unknown status, or "
+    "locked by a live process. Give at least one limit.",
     args=[
-        arg("--older-than", metavar="DURATION", type=_duration,
-            help="remove finished runs not written for this long (30m, 2h, 7d, 90s)"),
-        arg("--keep", metavar="N", type=_count,
-            help="keep at most N finished runs (the newest)"),
-        arg("--max-bytes", metavar="SIZE", type=_size,
-            help="keep at most SIZE of finished runs (64KiB, 10MB, 1GiB)"),
+        arg(
+            "--older-than",
+            metavar="DURATION",
+            type=_duration,
+            help="remove finished runs not written for this long (30m, 2h, 7d, 90s)",
+        ),
+        arg("--keep", metavar="N", type=_count, help="keep at most N finished runs (the newest)"),
+        arg(
+            "--max-bytes",
+            metavar="SIZE",
+            type=_size,
+            help="keep at most SIZE of finished runs (64KiB, 10MB, 1GiB)",
+        ),
         arg("--dry-run", action="store_true", help="print what would be removed, remove nothing"),
         _JSON,
     ],
@@ -700,21 +824,37 @@ def _verify(ctx: Context) -> int:
 def _prune(ctx: Context) -> int:
     a = ctx.args
     if a.older_than is None and a.keep is None and a.max_bytes is None:
-        raise UsageError("prune needs a limit: --older-than DURATION, --keep N or "
-                         "--max-bytes SIZE (finished runs beyond it are removed)")
-    store = ctx.store(retention=Retention(max_age=a.older_than, max_runs=a.keep,
-                                          max_bytes=a.max_bytes))
+        raise UsageError(
+            "prune needs a limit: --older-than DURATION, --keep N or "
+            "--max-bytes SIZE (finished runs beyond it are removed)"
+        )
+    store = ctx.store(
+        retention=Retention(max_age=a.older_than, max_runs=a.keep, max_bytes=a.max_bytes)
+    )
     removed = store.prune(dry_run=a.dry_run)
     if a.json:
-        ctx.json({"dry_run": a.dry_run,
-                  "removed": [{"run_id": r.run_id, "status": r.status, "size": r.size,
-                               "age_seconds": round(r.age, 3)} for r in removed],
-                  "freed": sum(r.size for r in removed)})
+        ctx.json(
+            {
+                "dry_run": a.dry_run,
+                "removed": [
+                    {
+                        "run_id": r.run_id,
+                        "status": r.status,
+                        "size": r.size,
+                        "age_seconds": round(r.age, 3),
+                    }
+                    for r in removed
+                ],
+                "freed": sum(r.size for r in removed),
+            }
+        )
         return EXIT_OK
     verb = "would remove" if a.dry_run else "removed"
     for r in removed:
-        ctx.print(f"{verb} {r.run_id} status={r.status} size={format_size(r.size)} "
-                  f"age={format_duration(r.age)}")
+        ctx.print(
+            f"{verb} {r.run_id} status={r.status} size={format_size(r.size)} "
+            f"age={format_duration(r.age)}"
+        )
     if removed:
         total = format_size(sum(r.size for r in removed))
         ctx.print(f"{verb} {_plural(len(removed), 'run')}, {total}")
@@ -724,21 +864,31 @@ def _prune(ctx: Context) -> int:
 
 
 @command(
-    "checkpoints", "stale",
+    "checkpoints",
+    "stale",
     help="list unfinished runs nobody is working on; exit 1 if any (for cron / timers)",
     description="A monitor that needs no LLM: a run is stale when its status is not finished "
-                "(not completed, denied or dead; unknown counts as unfinished), none of its "
-                "files changed for --older-than, and no live process holds its lock. Prints "
-                "one line per stale run, 'RUN status=STATUS age=AGE', and exits 1; prints "
-                "nothing and exits 0 if there is none. With --notify (or $CRASHPOINT_NOTIFY) "
-                "a 'stale' event per run goes to that command; a failing command is logged "
-                "and does not change the exit code.",
+    "(not completed, denied or dead; unknown counts as unfinished), none of its "
+    "files changed for --older-than, and no live process holds its lock. Prints "
+    "one line per stale run, 'RUN status=STATUS age=AGE', and exits 1; prints "
+    "nothing and exits 0 if there is none. With --notify (or $CRASHPOINT_NOTIFY) "
+    "a 'stale' event per run goes to that command; a failing command is logged "
+    "and does not change the exit code.",
     args=[
-        arg("--older-than", metavar="DURATION", type=_duration, required=True,
-            help="how long without a write makes an unlocked unfinished run stale (30m, 2h)"),
-        arg("--notify", metavar="COMMAND", default=None,
+        arg(
+            "--older-than",
+            metavar="DURATION",
+            type=_duration,
+            required=True,
+            help="how long without a write makes an unlocked unfinished run stale (30m, 2h)",
+        ),
+        arg(
+            "--notify",
+            metavar="COMMAND",
+            default=None,
             help="run COMMAND once per stale run with a JSON event on stdin (split into "
-                 "words, never run through a shell; default: $CRASHPOINT_NOTIFY if set)"),
+            "words, never run through a shell; default: $CRASHPOINT_NOTIFY if set)",
+        ),
         _JSON,
     ],
 )
@@ -748,9 +898,19 @@ def _stale(ctx: Context) -> int:
     store = ctx.store(notify=ctx.args.notify)
     stale = stale_runs(store, ctx.args.older_than, runs=_runs(ctx, store))
     if ctx.args.json:
-        ctx.json([{"run_id": r.run_id, "status": r.status, "age_seconds": round(r.age, 3),
-                   "updated": r.updated, "generation": r.generation, "path": r.path}
-                  for r in stale])
+        ctx.json(
+            [
+                {
+                    "run_id": r.run_id,
+                    "status": r.status,
+                    "age_seconds": round(r.age, 3),
+                    "updated": r.updated,
+                    "generation": r.generation,
+                    "path": r.path,
+                }
+                for r in stale
+            ]
+        )
     else:
         for r in stale:
             ctx.print(f"{r.run_id} status={r.status} age={format_duration(r.age)}")
@@ -758,23 +918,35 @@ def _stale(ctx: Context) -> int:
 
 
 @command(
-    "checkpoints", "approve",
+    "checkpoints",
+    "approve",
     help="record a human decision for a paused run (approve, or --deny)",
     description="A paused run waits for a decision. `approve RUN` lets it go on when the agent "
-                "is started again; `--deny` ends it as denied there. For an effect left in "
-                "doubt with policy 'ask', approve means 'send again with the same key' and "
-                "deny 'treat it as done'. The decision is durable before this returns. A refused "
-                "decision (the run is not paused, or --step names another pause) changes "
-                "nothing: no record, no new generation, the run's age stays.",
-    args=[arg("run", metavar="RUN", help="the run id"),
-          arg("--deny", action="store_true", help="refuse instead of approving"),
-          arg("--note", default="", help="a note kept with the decision"),
-          arg("--by", default="", help="who decided (default: $USER)"),
-          arg("--step", metavar="NAME", default=None,
-              help="the pause this decision is for; refused (nothing recorded) if the run "
-                   "waits for another"),
-          arg("--wait", metavar="DURATION", type=_duration, default=0.0,
-              help="wait this long for the run's lock (default: do not wait)")],
+    "is started again; `--deny` ends it as denied there. For an effect left in "
+    "doubt with policy 'ask', approve means 'send again with the same key' and "
+    "deny 'treat it as done'. The decision is durable before this returns. A refused "
+    "decision (the run is not paused, or --step names another pause) changes "
+    "nothing: no record, no new generation, the run's age stays.",
+    args=[
+        arg("run", metavar="RUN", help="the run id"),
+        arg("--deny", action="store_true", help="refuse instead of approving"),
+        arg("--note", default="", help="a note kept with the decision"),
+        arg("--by", default="", help="who decided (default: $USER)"),
+        arg(
+            "--step",
+            metavar="NAME",
+            default=None,
+            help="the pause this decision is for; refused (nothing recorded) if the run "
+            "waits for another",
+        ),
+        arg(
+            "--wait",
+            metavar="DURATION",
+            type=_duration,
+            default=0.0,
+            help="wait this long for the run's lock (default: do not wait)",
+        ),
+    ],
 )
 def _approve(ctx: Context) -> int:
     from crashpoint.checkpoint import decide
@@ -782,55 +954,86 @@ def _approve(ctx: Context) -> int:
     store = ctx.store()
     run_id = validate_run_id(ctx.args.run)
     _find(store, run_id)
-    name = decide(store, run_id, approved=not ctx.args.deny, note=ctx.args.note,
-                  by=ctx.args.by, lock_timeout=ctx.args.wait, step=ctx.args.step)
+    name = decide(
+        store,
+        run_id,
+        approved=not ctx.args.deny,
+        note=ctx.args.note,
+        by=ctx.args.by,
+        lock_timeout=ctx.args.wait,
+        step=ctx.args.step,
+    )
     verb = "denied" if ctx.args.deny else "approved"
-    ctx.print(f"{run_id}: {verb} {name}; start the agent again to "
-              f"{'end the run as denied' if ctx.args.deny else 'continue'}")
+    ctx.print(
+        f"{run_id}: {verb} {name}; start the agent again to "
+        f"{'end the run as denied' if ctx.args.deny else 'continue'}"
+    )
     return EXIT_OK
 
 
 @command(
-    "checkpoints", "rollback",
+    "checkpoints",
+    "rollback",
     help="roll a run back to a completed step: later steps run again on the next start",
     description="Discard every step after STEP, durably: a rollback record is appended (the "
-                "journal keeps the history, nothing is erased). Effects recorded after STEP are "
-                "printed as 'may need compensation': the outside world may have seen them, and "
-                "the later steps perform them again under new keys. A finished run (completed, "
-                "denied, failed, dead) is re-opened; a paused run loses a pause that came after "
-                "STEP. The next start replays the steps up to STEP and runs the later ones. A "
-                "step that is not completed is refused (exit 2) and nothing changes.",
-    args=[arg("run", metavar="RUN", help="the run id"),
-          arg("--to", metavar="STEP", required=True,
-              help="the last step to keep: its name, or #N for position N (from 0)"),
-          arg("--note", default="", help="a note kept with the rollback record"),
-          arg("--by", default="", help="who rolled back (default: $USER)"),
-          arg("--wait", metavar="DURATION", type=_duration, default=0.0,
-              help="wait this long for the run's lock (default: do not wait)"),
-          _JSON],
+    "journal keeps the history, nothing is erased). Effects recorded after STEP are "
+    "printed as 'may need compensation': the outside world may have seen them, and "
+    "the later steps perform them again under new keys. A finished run (completed, "
+    "denied, failed, dead) is re-opened; a paused run loses a pause that came after "
+    "STEP. The next start replays the steps up to STEP and runs the later ones. A "
+    "step that is not completed is refused (exit 2) and nothing changes.",
+    args=[
+        arg("run", metavar="RUN", help="the run id"),
+        arg(
+            "--to",
+            metavar="STEP",
+            required=True,
+            help="the last step to keep: its name, or #N for position N (from 0)",
+        ),
+        arg("--note", default="", help="a note kept with the rollback record"),
+        arg("--by", default="", help="who rolled back (default: $USER)"),
+        arg(
+            "--wait",
+            metavar="DURATION",
+            type=_duration,
+            default=0.0,
+            help="wait this long for the run's lock (default: do not wait)",
+        ),
+        _JSON,
+    ],
 )
 def _rollback(ctx: Context) -> int:
     from crashpoint.checkpoint import rollback
 
     store = ctx.store()
     run_id = _find(store, ctx.args.run).run_id
-    done = rollback(store, run_id, ctx.args.to, note=ctx.args.note, by=ctx.args.by,
-                    lock_timeout=ctx.args.wait)
+    done = rollback(
+        store, run_id, ctx.args.to, note=ctx.args.note, by=ctx.args.by, lock_timeout=ctx.args.wait
+    )
     if ctx.args.json:
-        ctx.json({"run_id": done.run_id, "to": done.to, "position": done.position,
-                  "status_before": done.status_before, "discarded": list(done.discarded),
-                  "compensate": list(done.compensate), "pauses": list(done.pauses)})
+        ctx.json(
+            {
+                "run_id": done.run_id,
+                "to": done.to,
+                "position": done.position,
+                "status_before": done.status_before,
+                "discarded": list(done.discarded),
+                "compensate": list(done.compensate),
+                "pauses": list(done.pauses),
+            }
+        )
     else:
         ctx.print(done.describe())
     return EXIT_OK
 
 
 @command(
-    "checkpoints", "plan",
+    "checkpoints",
+    "plan",
     help="dry run: what resuming a run would replay, re-run, or decide about effects in doubt",
     description="Reads the run (no lock, no change) and prints, for each step, whether it "
-                "replays from its record or runs again, and for each effect left in doubt by "
-                "a crash what its policy will do, and why.",
+    "replays from its record or runs again, and for each effect left in doubt by "
+    "a crash what its policy will do, and why.",
     args=[arg("run", metavar="RUN", help="the run id"), _JSON],
 )
 def _plan(ctx: Context) -> int:
@@ -862,26 +1065,39 @@ from crashpoint import (  # noqa: E402  (registers the commands; after `plan`)
     "run",
     help="the crash-recovery gate: run scenario files, print a table, write reports",
     description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
-                "with the crashpoint plugin (one engine, two doors), shows progress, ends "
-                "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
-                "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
-                "stops it cleanly (agents killed, temporary folders removed, the report "
-                "marked incomplete): exit 130 or 143.",
-    args=[arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
-          arg("--seed", type=_count, help="campaign seed (default: each scenario's own)"),
-          arg("--trials", type=_count, help="random trials per scenario (overrides files)"),
-          arg("--mode", choices=("systematic", "random"), help="override every scenario's mode"),
-          arg("--report", metavar="DIR", default="crashpoint-report",
-              help="where reports and failing trials go (default: ./crashpoint-report)"),
-          arg("--shard", metavar="I/N", help="run shard I of N of every campaign"),
-          arg("-n", dest="workers", metavar="N",
-              help="parallel workers (pytest-xdist: a number or auto)"),
-          arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
-          arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
-          arg("--budget", metavar="DURATION",
-              help="time budget per campaign, e.g. 10m or none (default: each scenario's "
-                   "budget, else 10m); past it the campaign stops and fails"),
-          arg("--quiet", action="store_true", help="no progress lines")],
+    "with the crashpoint plugin (one engine, two doors), shows progress, ends "
+    "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
+    "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
+    "stops it cleanly (agents killed, temporary folders removed, the report "
+    "marked incomplete): exit 130 or 143.",
+    args=[
+        arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
+        arg("--seed", type=_count, help="campaign seed (default: each scenario's own)"),
+        arg("--trials", type=_count, help="random trials per scenario (overrides files)"),
+        arg("--mode", choices=("systematic", "random"), help="override every scenario's mode"),
+        arg(
+            "--report",
+            metavar="DIR",
+            default="crashpoint-report",
+            help="where reports and failing trials go (default: ./crashpoint-report)",
+        ),
+        arg("--shard", metavar="I/N", help="run shard I of N of every campaign"),
+        arg(
+            "-n",
+            dest="workers",
+            metavar="N",
+            help="parallel workers (pytest-xdist: a number or auto)",
+        ),
+        arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
+        arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
+        arg(
+            "--budget",
+            metavar="DURATION",
+            help="time budget per campaign, e.g. 10m or none (default: each scenario's "
+            "budget, else 10m); past it the campaign stops and fails",
+        ),
+        arg("--quiet", action="store_true", help="no progress lines"),
+    ],
 )
 def _run(ctx: Context) -> int:
     import pytest
@@ -890,27 +1106,47 @@ def _run(ctx: Context) -> int:
     paths = a.paths or ["scenarios"]
     for p in paths:
         if not os.path.exists(p):
-            raise UsageError(f"no such file or folder: {p} (give scenario files or folders; "
-                             "the default is ./scenarios)")
+            raise UsageError(
+                f"no such file or folder: {p} (give scenario files or folders; "
+                "the default is ./scenarios)"
+            )
     if a.workers is not None:
         import importlib.util
 
         if importlib.util.find_spec("xdist") is None:
-            raise UsageError("-n needs pytest-xdist, a dependency of crashpoint that is not "
-                             "installed in this environment: `python3 -m pip install "
-                             "pytest-xdist`, or run without -n")
+            raise UsageError(
+                "-n needs pytest-xdist, a dependency of crashpoint that is not "
+                "installed in this environment: `python3 -m pip install "
+                "pytest-xdist`, or run without -n"
+            )
     report = os.path.abspath(a.report)
     # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
     # (imported by this command) is "already imported", which filterwarnings=error, common in
     # a project's own configuration, turns into a crash of the gate
-    argv = [*paths, "-o", "addopts=", "-p", "no:cacheprovider", "--assert=plain", "-q", "-rfE",
-            "--crashpoint-report", report, f"--junitxml={os.path.join(report, 'junit.xml')}"]
+    argv = [
+        *paths,
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+        "--assert=plain",
+        "-q",
+        "-rfE",
+        "--crashpoint-report",
+        report,
+        f"--junitxml={os.path.join(report, 'junit.xml')}",
+    ]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
-    for flag, value in (("--crashpoint-seed", a.seed), ("--crashpoint-trials", a.trials),
-                        ("--crashpoint-mode", a.mode), ("--crashpoint-shard", a.shard),
-                        ("--crashpoint-budget", a.budget), ("-n", a.workers),
-                        ("-k", a.keyword)):
+    for flag, value in (
+        ("--crashpoint-seed", a.seed),
+        ("--crashpoint-trials", a.trials),
+        ("--crashpoint-mode", a.mode),
+        ("--crashpoint-shard", a.shard),
+        ("--crashpoint-budget", a.budget),
+        ("-n", a.workers),
+        ("-k", a.keyword),
+    ):
         if value is not None:
             argv += [flag, str(value)]
     if a.workers is not None:  # a file's items on one worker: one golden run per file
@@ -933,8 +1169,10 @@ def _run(ctx: Context) -> int:
     try:
         reaped = reap_stale()
         if reaped.harnesses:
-            ctx.note(f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
-                     f"{reaped.describe()}")
+            ctx.note(
+                f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
+                f"{reaped.describe()}"
+            )
         _safe_report_folder(report)
         _gate_running(report, on=True)
         code = int(pytest.main(argv))
@@ -945,8 +1183,10 @@ def _run(ctx: Context) -> int:
     _gate_running(report, on=False)
     sig = received()
     if sig is not None:
-        ctx.note(f"{PROG}: interrupted by {signal_name(sig)}: agents stopped, temporary "
-                 f"folders removed; the report in {report} is marked incomplete")
+        ctx.note(
+            f"{PROG}: interrupted by {signal_name(sig)}: agents stopped, temporary "
+            f"folders removed; the report in {report} is marked incomplete"
+        )
         return 128 + sig
     if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
         ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
@@ -977,9 +1217,11 @@ def _safe_report_folder(report: str) -> None:
     junit = os.path.join(report, "junit.xml")
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISREG(os.lstat(junit).st_mode):
-            raise UsageError(f"{junit} exists and is not a regular file (a link?): the gate "
-                             "will not write through it; remove it or choose another --report "
-                             "folder")
+            raise UsageError(
+                f"{junit} exists and is not a regular file (a link?): the gate "
+                "will not write through it; remove it or choose another --report "
+                "folder"
+            )
 
 
 def _gate_running(report: str, *, on: bool) -> None:
@@ -1005,8 +1247,8 @@ def _gate_running(report: str, *, on: bool) -> None:
     "replay",
     help="re-run exactly one failing trial from its folder and print its checks",
     description="FOLDER is a failing trial's folder (it holds plan.json, golden.json, "
-                "runner.json and REPLAY). The same plan runs again against the same golden "
-                "run; exit 1 if a check fails again (reproduced), 0 if every check passes.",
+    "runner.json and REPLAY). The same plan runs again against the same golden "
+    "run; exit 1 if a check fails again (reproduced), 0 if every check passes.",
     args=[arg("folder", metavar="FOLDER", help="a trial folder from a report")],
 )
 def _replay(ctx: Context) -> int:
@@ -1022,8 +1264,10 @@ def _replay(ctx: Context) -> int:
     except ValueError as exc:  # a plan.json edited by hand: a file operation or write point
         if isinstance(exc, CrashpointError):
             raise
-        raise UsageError(f"{folder}: its plan.json cannot be replayed: {exc} (run the trial's "
-                         "campaign again to get a fresh plan)") from None
+        raise UsageError(
+            f"{folder}: its plan.json cannot be replayed: {exc} (run the trial's "
+            "campaign again to get a fresh plan)"
+        ) from None
     ctx.print(f"trial {result.plan.index} [{result.plan.family}]: {result.plan.describe()}")
     ctx.print(f"  landed: {result.landed()}")
     for att in result.attempts:
@@ -1032,13 +1276,15 @@ def _replay(ctx: Context) -> int:
         ctx.print(f"  {c}")
     ctx.print(f"evidence: {result.folder}")
     if result.ok:
-        how = "every check passed this time" if result.exercised else \
-            "every check passed, but a planned fault did not take effect this time"
+        how = (
+            "every check passed this time"
+            if result.exercised
+            else "every check passed, but a planned fault did not take effect this time"
+        )
         ctx.print(f"did not reproduce: {how}")
         return EXIT_OK
     ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
     return EXIT_FOUND
-
 
 
 # -- entry point ----------------------------------------------------------------------------

@@ -126,8 +126,9 @@ class DiskBudgetExceeded(CheckpointError, OSError):
     def __init__(self, path: str | os.PathLike[str], needed: int, limit: str) -> None:
         self.needed = needed
         self.limit = limit
-        super().__init__(_errno.ENOSPC, f"{limit}; a write of {needed} bytes was refused",
-                         os.fspath(path))
+        super().__init__(
+            _errno.ENOSPC, f"{limit}; a write of {needed} bytes was refused", os.fspath(path)
+        )
 
     def __str__(self) -> str:
         return (
@@ -169,8 +170,15 @@ class LeaseLost(RunLocked):
     ``generation`` is the writer's own, ``current`` the one now holding the run (0 if unknown).
     """
 
-    def __init__(self, run_id: str, path: str, holder: str = "", waited: float = 0.0,
-                 generation: int = 0, current: int = 0) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        path: str,
+        holder: str = "",
+        waited: float = 0.0,
+        generation: int = 0,
+        current: int = 0,
+    ) -> None:
         super().__init__(run_id, path, holder, waited)
         self.generation = generation
         self.current = current
@@ -185,8 +193,10 @@ class LeaseLost(RunLocked):
         )
 
     def __reduce__(self) -> tuple[type[LeaseLost], tuple[str, str, str, float, int, int]]:  # type: ignore[override]
-        return (type(self), (self.run_id, self.path, self.holder, self.waited, self.generation,
-                             self.current))
+        return (
+            type(self),
+            (self.run_id, self.path, self.holder, self.waited, self.generation, self.current),
+        )
 
 
 class InvalidRunId(CheckpointError, ValueError):

@@ -55,8 +55,9 @@ class _Client:
         s.connect(self.address)
         self.sock = s
         self.reader = s.makefile("rb")
-        self._roundtrip({"op": "hello", "pid": os.getpid(),
-                         "attempt": os.environ.get("CRASHPOINT_ATTEMPT", "")})
+        self._roundtrip(
+            {"op": "hello", "pid": os.getpid(), "attempt": os.environ.get("CRASHPOINT_ATTEMPT", "")}
+        )
 
     def _roundtrip(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.sock is not None

@@ -90,13 +90,25 @@ _FAMILY = "hypothesis"
 # Each example runs real processes: no deadline, and no explain phase (it re-runs the minimal
 # failing example dozens of times to say which parts of it matter, a trial each).
 _PHASES_RUN = tuple(p for p in Phase if p is not Phase.explain)
-settings.register_profile(CI_PROFILE, derandomize=True, deadline=None, max_examples=50,
-                          print_blob=True, phases=_PHASES_RUN,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    CI_PROFILE,
+    derandomize=True,
+    deadline=None,
+    max_examples=50,
+    print_blob=True,
+    phases=_PHASES_RUN,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 # explicit derandomize=False: Hypothesis loads its own "ci" profile (derandomized) when $CI is
 # set, and a profile registered then would inherit it
-settings.register_profile(LOCAL_PROFILE, derandomize=False, deadline=None, max_examples=300,
-                          phases=_PHASES_RUN, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    LOCAL_PROFILE,
+    derandomize=False,
+    deadline=None,
+    max_examples=300,
+    phases=_PHASES_RUN,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 # -- golden runs ----------------------------------------------------------------------------------
@@ -146,8 +158,9 @@ class _KillPoints:
     def of(cls, golden: Golden | None) -> _KillPoints:
         if golden is None or not golden.events:
             return cls((), NO_GOLDEN_EVENTS)
-        return cls(tuple((b.index, b.phase, b.label) for b in golden.boundaries()),
-                   len(golden.events))
+        return cls(
+            tuple((b.index, b.phase, b.label) for b in golden.boundaries()), len(golden.events)
+        )
 
     @property
     def size(self) -> int:
@@ -169,8 +182,9 @@ def _kill(attempt: int, index: int, phase: str, label: str = "") -> Fault:
     return Fault.make("kill", attempt, index=index, phase=phase)
 
 
-def kill_schedules(golden: Golden | None = None, *, max_kills: int = 3,
-                   min_kills: int = 1) -> st.SearchStrategy[list[Fault]]:
+def kill_schedules(
+    golden: Golden | None = None, *, max_kills: int = 3, min_kills: int = 1
+) -> st.SearchStrategy[list[Fault]]:
     """Lists of kills, one per attempt: kill ``i`` hits attempt ``i`` (1-based).
 
     A kill of attempt 1 lands on a boundary of ``golden`` (an event index and a phase, before
@@ -179,8 +193,10 @@ def kill_schedules(golden: Golden | None = None, *, max_kills: int = 3,
     Indices are counters, so a failure shrinks to fewer and earlier kills.
     """
     if min_kills < 0 or max_kills < max(1, min_kills):
-        raise ValueError(f"need 0 <= min_kills <= max_kills and max_kills >= 1, got "
-                         f"min_kills={min_kills}, max_kills={max_kills}")
+        raise ValueError(
+            f"need 0 <= min_kills <= max_kills and max_kills >= 1, got "
+            f"min_kills={min_kills}, max_kills={max_kills}"
+        )
     kp = _KillPoints.of(golden)
     points = st.lists(kp.points(), min_size=min_kills, max_size=max_kills)
     return _kill_schedules(kp, points)
@@ -191,8 +207,9 @@ def kill_schedules(golden: Golden | None = None, *, max_kills: int = 3,
 
 
 @st.composite
-def _kill_schedules(draw: st.DrawFn, kp: _KillPoints,
-                    points: st.SearchStrategy[list[int]]) -> list[Fault]:
+def _kill_schedules(
+    draw: st.DrawFn, kp: _KillPoints, points: st.SearchStrategy[list[int]]
+) -> list[Fault]:
     return [kp.fault(i + 1, p) for i, p in enumerate(draw(points))]
 
 
@@ -203,8 +220,10 @@ def _check_hows(hows: Sequence[str]) -> tuple[str, ...]:
     hows = tuple(hows)
     bad = [h for h in hows if h not in CORRUPTIONS]
     if not hows or bad:
-        raise ValueError(f"corruption kinds must be a non-empty subset of "
-                         f"{', '.join(CORRUPTIONS)}; got {list(hows)}")
+        raise ValueError(
+            f"corruption kinds must be a non-empty subset of "
+            f"{', '.join(CORRUPTIONS)}; got {list(hows)}"
+        )
     return hows
 
 
@@ -212,8 +231,9 @@ def _seeds() -> st.SearchStrategy[int]:
     return st.integers(0, (1 << 30) - 1)
 
 
-def corruptions(*, hows: Sequence[str] = CORRUPTIONS, path: str = "{state_dir}/**",
-                attempt: int = 2) -> st.SearchStrategy[Fault]:
+def corruptions(
+    *, hows: Sequence[str] = CORRUPTIONS, path: str = "{state_dir}/**", attempt: int = 2
+) -> st.SearchStrategy[Fault]:
     """``Fault("corrupt", attempt, how=..., path=..., seed=...)``: applied to one file matching
     ``path`` just before ``attempt`` starts. ``how`` shrinks to the first of ``hows``, ``seed``
     to 0. ``stale-copy`` needs two crashes before it to have an older copy to roll back to."""
@@ -225,8 +245,9 @@ def corruptions(*, hows: Sequence[str] = CORRUPTIONS, path: str = "{state_dir}/*
 
 @st.composite
 def _corruptions(draw: st.DrawFn, hows: tuple[str, ...], path: str, attempt: int) -> Fault:
-    return Fault.make("corrupt", attempt, how=draw(st.sampled_from(hows)), path=path,
-                      seed=draw(_seeds()))
+    return Fault.make(
+        "corrupt", attempt, how=draw(st.sampled_from(hows)), path=path, seed=draw(_seeds())
+    )
 
 
 # -- whole plans ----------------------------------------------------------------------------------
@@ -256,21 +277,30 @@ def _drafts(kind: str, kp: _KillPoints, hows: tuple[str, ...]) -> st.SearchStrat
     if kind == "kill":
         return st.builds(_Draft, st.just("kill"), kp.points())
     if kind == "corrupt":
-        return st.builds(_Draft, st.just("corrupt"), kp.points(), how=st.sampled_from(hows),
-                         seed=_seeds())
+        return st.builds(
+            _Draft, st.just("corrupt"), kp.points(), how=st.sampled_from(hows), seed=_seeds()
+        )
     if kind == "failpoint":
-        spec = st.builds(lambda name, action, nth: f"{name}={action}@{nth}",
-                         st.sampled_from(FAILPOINTS), st.sampled_from(_FAILPOINT_ACTIONS),
-                         st.integers(1, 3))
+        spec = st.builds(
+            lambda name, action, nth: f"{name}={action}@{nth}",
+            st.sampled_from(FAILPOINTS),
+            st.sampled_from(_FAILPOINT_ACTIONS),
+            st.integers(1, 3),
+        )
         return st.builds(_Draft, st.just("failpoint"), spec=spec)
     if kind == "disk_full":
-        return st.builds(_Draft, st.just("disk_full"), capacity=st.sampled_from(_CAPACITIES),
-                         nth=st.integers(2, 6))
+        return st.builds(
+            _Draft,
+            st.just("disk_full"),
+            capacity=st.sampled_from(_CAPACITIES),
+            nth=st.integers(2, 6),
+        )
     raise ValueError(f"fault_plans cannot draw {kind!r}; use {', '.join(FAULT_PLAN_KINDS)}")
 
 
-def _assemble(drafts: list[_Draft], kp: _KillPoints, *, max_faults: int, restarts: int,
-              path: str) -> Plan:
+def _assemble(
+    drafts: list[_Draft], kp: _KillPoints, *, max_faults: int, restarts: int, path: str
+) -> Plan:
     """Drafts in order -> a plan the trial runner can run.
 
     A kill, failpoint or disk_full hits the current attempt and moves on to the next one (at
@@ -301,16 +331,28 @@ def _assemble(drafts: list[_Draft], kp: _KillPoints, *, max_faults: int, restart
             faults.append(Fault.make("failpoint", attempt, spec=d.spec))
             attempt += 1
         else:
-            faults.append(Fault.make("disk_full", attempt, capacity=d.capacity,
-                                     mechanism=_disk_mechanism(), nth=d.nth))
+            faults.append(
+                Fault.make(
+                    "disk_full",
+                    attempt,
+                    capacity=d.capacity,
+                    mechanism=_disk_mechanism(),
+                    nth=d.nth,
+                )
+            )
             attempt += 1
     return Plan(tuple(faults), _FAMILY)
 
 
-def fault_plans(golden: Golden | None = None, *, max_faults: int = 3,
-                kinds: Sequence[str] = FAULT_PLAN_KINDS, restarts: int = 3,
-                hows: Sequence[str] = CORRUPTIONS,
-                path: str = "{state_dir}/**") -> st.SearchStrategy[Plan]:
+def fault_plans(
+    golden: Golden | None = None,
+    *,
+    max_faults: int = 3,
+    kinds: Sequence[str] = FAULT_PLAN_KINDS,
+    restarts: int = 3,
+    hows: Sequence[str] = CORRUPTIONS,
+    path: str = "{state_dir}/**",
+) -> st.SearchStrategy[Plan]:
     """Plans of 1..``max_faults`` faults, in attempt order, that the trial runner can run.
 
     Drawn as a list of fault drafts (``min_size=1``), so a failure shrinks to fewer faults,
@@ -328,18 +370,32 @@ def fault_plans(golden: Golden | None = None, *, max_faults: int = 3,
     if max_faults < 1:
         raise ValueError(f"max_faults must be >= 1, got {max_faults}")
     if restarts < 1:
-        raise ValueError(f"restarts must be >= 1 (a fault that ends an attempt needs another "
-                         f"attempt to recover in), got {restarts}")
+        raise ValueError(
+            f"restarts must be >= 1 (a fault that ends an attempt needs another "
+            f"attempt to recover in), got {restarts}"
+        )
     hows = _check_hows(hows)
     kp = _KillPoints.of(golden)
     drafts = st.one_of([_drafts(k, kp, hows) for k in kinds])
-    return _fault_plans(st.lists(drafts, min_size=1, max_size=max_faults), kp,
-                        max_faults=max_faults, restarts=restarts, path=path)
+    return _fault_plans(
+        st.lists(drafts, min_size=1, max_size=max_faults),
+        kp,
+        max_faults=max_faults,
+        restarts=restarts,
+        path=path,
+    )
 
 
 @st.composite
-def _fault_plans(draw: st.DrawFn, drafts: st.SearchStrategy[list[_Draft]], kp: _KillPoints, *,
-                 max_faults: int, restarts: int, path: str) -> Plan:
+def _fault_plans(
+    draw: st.DrawFn,
+    drafts: st.SearchStrategy[list[_Draft]],
+    kp: _KillPoints,
+    *,
+    max_faults: int,
+    restarts: int,
+    path: str,
+) -> Plan:
     return _assemble(draw(drafts), kp, max_faults=max_faults, restarts=restarts, path=path)
 
 
@@ -357,8 +413,9 @@ def failure_report(result: TrialResult) -> str:
     return "\n".join(lines)
 
 
-def check_trial(runner: TrialRunner, plan: Plan, golden: Golden, *,
-                cache: dict[Plan, TrialResult] | None = None) -> TrialResult:
+def check_trial(
+    runner: TrialRunner, plan: Plan, golden: Golden, *, cache: dict[Plan, TrialResult] | None = None
+) -> TrialResult:
     """Run one trial of ``plan``; if a check fails, raise AssertionError with
     :func:`failure_report`. Inside a Hypothesis test the trial folder and the replay command are
     also recorded with :func:`hypothesis.note`, so they print with the minimal example. The
@@ -436,8 +493,10 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
             raise TypeError(f"{cls.__name__}: set agent = AgentSpec(...) on the class")
         bad = [k for k in cls.kinds if k not in FAULT_PLAN_KINDS]
         if bad or ("corrupt" in cls.kinds and "kill" not in cls.kinds):
-            raise TypeError(f"{cls.__name__}.kinds: use kinds from "
-                            f"{', '.join(FAULT_PLAN_KINDS)} (corrupt needs kill); got {cls.kinds}")
+            raise TypeError(
+                f"{cls.__name__}.kinds: use kinds from "
+                f"{', '.join(FAULT_PLAN_KINDS)} (corrupt needs kill); got {cls.kinds}"
+            )
         _check_hows(cls.hows)
         if cls.restarts < 1 or cls.max_faults < 1:
             raise TypeError(f"{cls.__name__}: restarts and max_faults must be >= 1")
@@ -451,8 +510,12 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     # -- building the plan --------------------------------------------------------------------
 
     def _can_add(self, kind: str, ends_attempt: bool = True) -> bool:
-        return (not self.done and kind in self.kinds and len(self.faults) < self.max_faults
-                and (not ends_attempt or self.attempt <= self.restarts))
+        return (
+            not self.done
+            and kind in self.kinds
+            and len(self.faults) < self.max_faults
+            and (not ends_attempt or self.attempt <= self.restarts)
+        )
 
     @property
     def plan(self) -> Plan:
@@ -465,25 +528,37 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self.faults.append(_kill(self.attempt, at.index, at.phase, at.label))
         self.attempt += 1
 
-    @precondition(lambda self: self._can_add("corrupt", ends_attempt=False)
-                  and bool(self.faults) and self.faults[-1].kind == "kill")
+    @precondition(
+        lambda self: (
+            self._can_add("corrupt", ends_attempt=False)
+            and bool(self.faults)
+            and self.faults[-1].kind == "kill"
+        )
+    )
     @rule(how=st.runner().flatmap(lambda m: st.sampled_from(m.hows)), seed=_seeds())
     def corrupt(self, how: str, seed: int) -> None:
         """Damage one state file the killed attempt left, before the next attempt starts."""
-        self.faults.append(Fault.make("corrupt", self.attempt, how=how, path=self.corrupt_path,
-                                      seed=seed))
+        self.faults.append(
+            Fault.make("corrupt", self.attempt, how=how, path=self.corrupt_path, seed=seed)
+        )
 
     @precondition(lambda self: self._can_add("disk_full"))
     @rule(capacity=st.sampled_from(_CAPACITIES), nth=st.integers(2, 6))
     def disk_full(self, capacity: int, nth: int) -> None:
         """Run the current attempt on a disk of ``capacity`` bytes."""
-        self.faults.append(Fault.make("disk_full", self.attempt, capacity=capacity,
-                                      mechanism=_disk_mechanism(), nth=nth))
+        self.faults.append(
+            Fault.make(
+                "disk_full", self.attempt, capacity=capacity, mechanism=_disk_mechanism(), nth=nth
+            )
+        )
         self.attempt += 1
 
     @precondition(lambda self: self._can_add("failpoint"))
-    @rule(name=st.sampled_from(FAILPOINTS), action=st.sampled_from(_FAILPOINT_ACTIONS),
-          nth=st.integers(1, 3))
+    @rule(
+        name=st.sampled_from(FAILPOINTS),
+        action=st.sampled_from(_FAILPOINT_ACTIONS),
+        nth=st.integers(1, 3),
+    )
     def failpoint(self, name: str, action: str, nth: int) -> None:
         """Arm a failpoint of the reference library in the current attempt."""
         self.faults.append(Fault.make("failpoint", self.attempt, spec=f"{name}={action}@{nth}"))

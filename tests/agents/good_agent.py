@@ -77,7 +77,7 @@ class Agent:
         """Called once the checkpoint is loaded, before the first step."""
 
     def todo(self, state):
-        return STEPS[len(state["done"]):]
+        return STEPS[len(state["done"]) :]
 
     def work(self, step, results):
         time.sleep(PACE)
@@ -91,8 +91,9 @@ class Agent:
         return "run:notify"
 
     def notify(self, results):
-        probe.effect("notify", {"to": "ops", "text": results["summarise"][:40]},
-                     key=self.effect_key())
+        probe.effect(
+            "notify", {"to": "ops", "text": results["summarise"][:40]}, key=self.effect_key()
+        )
         return "sent"
 
     def complete(self, step, state):

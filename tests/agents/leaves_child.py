@@ -19,8 +19,10 @@ from good_agent import Agent
 class LeavesChild(Agent):
     def start(self, state):
         # BUG: the "telemetry uploader" is never stopped, waited for or reaped
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                 start_new_session=os.environ.get("LEAVE_CHILD_DETACHED") == "1")
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            start_new_session=os.environ.get("LEAVE_CHILD_DETACHED") == "1",
+        )
         print(f"child {child.pid}", file=sys.stderr)
 
 

@@ -42,8 +42,11 @@ def search(state: State) -> State:
 
 def send(state: State) -> State:
     probe.step_started("send")
-    probe.effect("email", {"to": "ops", "text": state["found"][:30]},
-                 key=None if KEYLESS else f"{THREAD}:send")
+    probe.effect(
+        "email",
+        {"to": "ops", "text": state["found"][:30]},
+        key=None if KEYLESS else f"{THREAD}:send",
+    )
     return {"sent": "ok"}
 
 

@@ -18,8 +18,10 @@ class LoudRefusal(Agent):
     def decode(self, data):
         digest, _, body = data.partition(b"\n")
         if hashlib.sha256(body).hexdigest().encode() != digest:
-            print(f"sqlite3.DatabaseError: database disk image is malformed ({self.path})",
-                  file=sys.stderr)
+            print(
+                f"sqlite3.DatabaseError: database disk image is malformed ({self.path})",
+                file=sys.stderr,
+            )
             sys.exit(1)
         return json.loads(body)
 

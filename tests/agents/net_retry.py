@@ -39,8 +39,12 @@ def save(state: str, name: str, text: str) -> None:
 def post(url: str, key: str | None, timeout: float) -> int:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"not an HTTP URL: {url!r}")
-    req = urllib.request.Request(url, data=json.dumps({"msg": "hello"}).encode(),  # noqa: S310
-                                 method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(  # noqa: S310
+        url,
+        data=json.dumps({"msg": "hello"}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     if key:
         req.add_header("Idempotency-Key", key)
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (checked above)
@@ -81,15 +85,19 @@ def main() -> int:
             if exc.code < 500 and exc.code != 429:
                 raise
             why = f"HTTP {exc.code}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError,
-                http.client.RemoteDisconnected) as exc:
+        except (
+            urllib.error.URLError,
+            ConnectionError,
+            TimeoutError,
+            http.client.RemoteDisconnected,
+        ) as exc:
             why = f"{type(exc).__name__}: {exc}"
         print(f"net_retry: try {attempt + 1} failed ({why})", file=sys.stderr)
         if attempt == a.retries:
             print("net_retry: giving up", file=sys.stderr)
             return 1
         if not a.no_backoff:
-            time.sleep(0.05 * 2 ** attempt)
+            time.sleep(0.05 * 2**attempt)
     save(a.state, "posted", "1")
     print("posted")
     return 0

@@ -1,6 +1,6 @@
 """A notification command for the tests: append stdin to FILE, then exit with CODE (default 0).
 
-    python tests/agents/notify_hook.py FILE [CODE]
+python tests/agents/notify_hook.py FILE [CODE]
 """
 
 import sys

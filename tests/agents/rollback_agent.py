@@ -32,11 +32,13 @@ def main() -> None:
     with open_run(Store(root), "r1", steps=STEPS) as run:
         out: dict[str, Any] = {}
         for name in STEPS:
+
             def body(name: str = name) -> str:
                 note(f"ran {name}")
                 if name in ("send", "publish"):
                     run.effect("email", {"step": name}, deliver)
                 return name.upper()
+
             out[name] = run.step(name, body)
         run.finish(out)
     print(json.dumps(run.output, sort_keys=True), flush=True)

@@ -28,8 +28,12 @@ def post(url: str, body: dict[str, object], key: str | None, timeout: float) -> 
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Idempotency-Key"] = key
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),  # noqa: S310 - loopback
-                                 method="POST", headers=headers)
+    req = urllib.request.Request(  # noqa: S310 - loopback
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers=headers,
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback
         return f"{resp.status} {resp.headers.get('Idempotent-Replayed', '')}".strip()
 

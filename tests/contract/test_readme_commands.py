@@ -48,12 +48,14 @@ def test_ci_runs_both_readme_commands_verbatim() -> None:
 
 
 @pytest.mark.slow
-def test_both_readme_commands_pass_in_a_fresh_copy_outside_the_repository(
-        tmp_path: Path) -> None:
+def test_both_readme_commands_pass_in_a_fresh_copy_outside_the_repository(tmp_path: Path) -> None:
     """A copy of the tracked files (as a clone would have them), the two commands run by bash
     exactly as the README gives them. Needs the package index; minutes, so ``-m slow``."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     work = tmp_path / "crashpoint"
     for name in filter(None, files):
         src = ROOT / name
@@ -63,12 +65,23 @@ def test_both_readme_commands_pass_in_a_fresh_copy_outside_the_repository(
     if (ROOT.parent / "shared").is_dir():  # CI has it beside the clone
         shutil.copytree(ROOT.parent / "shared", tmp_path / "shared")
     gate, tests = readme_commands()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CRASHPOINT_", "PYTEST_", "VIRTUAL_ENV"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CRASHPOINT_", "PYTEST_", "VIRTUAL_ENV"))
+    }
     # the inner suite without its own slow sweeps (this test is one of them)
     tests_fast = tests + " -q -x -p no:cacheprovider"
     for cmd in (gate, tests_fast):
-        r = subprocess.run(["bash", "-c", cmd], cwd=work, env=env, capture_output=True,
-                           text=True, timeout=1800, start_new_session=True, check=False)
+        r = subprocess.run(
+            ["bash", "-c", cmd],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            start_new_session=True,
+            check=False,
+        )
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
     assert (work / "crashpoint-report" / "gate.json").is_file()

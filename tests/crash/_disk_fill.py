@@ -106,9 +106,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         j.close()
         return report
     segment = j._path
-    report.update(acked=acked, errno=error.errno, error=str(error),
-                  is_oserror=isinstance(error, OSError), size_before=size_before,
-                  size_after=os.path.getsize(segment), short_writes=counting.short_writes)
+    report.update(
+        acked=acked,
+        errno=error.errno,
+        error=str(error),
+        is_oserror=isinstance(error, OSError),
+        size_before=size_before,
+        size_after=os.path.getsize(segment),
+        short_writes=counting.short_writes,
+    )
     buf = open(segment, "rb").read()  # noqa: SIM115 - one read, closed by refcount
     res = scan(buf)
     report["scan_after"] = {"records": len(res.records), "stop": res.stop, "end": res.end}
@@ -129,15 +135,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     with Store(args.root, reserve_bytes=0).open(args.run) as j2:
         report["reopen"] = {
-            "gen": j2.generation, "seq": j2.seq, "recovery": j2.recovery.describe(),
-            "torn": j2.recovery.torn_tail is not None, "damage": len(j2.recovery.damage),
+            "gen": j2.generation,
+            "seq": j2.seq,
+            "recovery": j2.recovery.describe(),
+            "torn": j2.recovery.torn_tail is not None,
+            "damage": len(j2.recovery.damage),
             "mismatch": matches(j2.state.get("records", []), args.seed, acked),
         }
         for _ in range(MORE_AFTER_REOPEN):
             j2.append(record_data(args.seed, j2.seq + 1))
     loaded = Store(args.root, reserve_bytes=0).read(args.run)
-    report["final"] = {"seq": loaded.seq,
-                       "mismatch": matches(loaded.state["records"], args.seed, loaded.seq)}
+    report["final"] = {
+        "seq": loaded.seq,
+        "mismatch": matches(loaded.state["records"], args.seed, loaded.seq),
+    }
     return report
 
 

@@ -45,7 +45,7 @@ from crashpoint.errors import CheckpointWriteError, RunLocked
 WRITER = Path(__file__).resolve()
 EXIT_WRITE_ERROR = 3
 EXIT_LOCKED = 4
-_TEXT = "aZ09 é✓\"\\\n\t{}[]:,"
+_TEXT = 'aZ09 é✓"\\\n\t{}[]:,'
 
 
 def record_data(seed: int, seq: int) -> dict[str, Any]:
@@ -85,11 +85,20 @@ def emit(obj: dict[str, Any]) -> None:
 
 
 def make_store(args: argparse.Namespace) -> Store:
-    snaps = SnapshotPolicy(min_bytes=args.snapshot_bytes, ratio=0.0) if args.snapshot_bytes \
+    snaps = (
+        SnapshotPolicy(min_bytes=args.snapshot_bytes, ratio=0.0)
+        if args.snapshot_bytes
         else SnapshotPolicy(enabled=False)
-    return Store(args.root, durability=args.durability, lock_timeout=args.lock_timeout,
-                 segment_bytes=args.segment_bytes, snapshots=snaps,
-                 reserve_bytes=args.reserve_bytes, budget_bytes=args.budget_bytes)
+    )
+    return Store(
+        args.root,
+        durability=args.durability,
+        lock_timeout=args.lock_timeout,
+        segment_bytes=args.segment_bytes,
+        snapshots=snaps,
+        reserve_bytes=args.reserve_bytes,
+        budget_bytes=args.budget_bytes,
+    )
 
 
 def run_open(args: argparse.Namespace, count: int | None) -> int:
@@ -103,10 +112,18 @@ def run_open(args: argparse.Namespace, count: int | None) -> int:
         emit({"event": "locked", "holder": exc.holder, "waited": exc.waited})
         return EXIT_LOCKED
     try:
-        emit({"event": "open", "pid": os.getpid(), "gen": j.generation, "seq": j.seq,
-              "t": time.monotonic(),
-              "recovery": j.recovery.describe(), "torn": j.recovery.torn_tail is not None,
-              "damage": len(j.recovery.damage)})
+        emit(
+            {
+                "event": "open",
+                "pid": os.getpid(),
+                "gen": j.generation,
+                "seq": j.seq,
+                "t": time.monotonic(),
+                "recovery": j.recovery.describe(),
+                "torn": j.recovery.torn_tail is not None,
+                "damage": len(j.recovery.damage),
+            }
+        )
         done = 0
         while count is None or done < count:
             seq = j.append(record_data(args.seed, j.seq + 1))
@@ -142,9 +159,14 @@ def serve(args: argparse.Namespace) -> int:
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
-        emit({"event": "exit", "pid": pid,
-              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
-              "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None})
+        emit(
+            {
+                "event": "exit",
+                "pid": pid,
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0,
+                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            }
+        )
     return 0
 
 

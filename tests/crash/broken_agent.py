@@ -22,8 +22,9 @@ from crashpoint.checkpoint import Store, open_run, run_main
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--state", required=True)
-    ap.add_argument("--bug", choices=["none", "fresh-key", "from-scratch", "lost-effect"],
-                    default="none")
+    ap.add_argument(
+        "--bug", choices=["none", "fresh-key", "from-scratch", "lost-effect"], default="none"
+    )
     args = ap.parse_args()
     store = Store(os.path.join(args.state, "checkpoints"))
     run_id = f"broken-{uuid.uuid4().hex}" if args.bug == "from-scratch" else "broken"

@@ -89,8 +89,9 @@ class FakeTarget:
                     self.wfile.flush()
 
         self._server = socketserver.ThreadingUnixStreamServer(self.address, Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     # -- control --------------------------------------------------------------------------------
 
@@ -124,13 +125,22 @@ class FakeTarget:
                 self.deliveries[key] += 1
                 applied = key not in self.applied
                 if applied:
-                    self.applications.append((str(msg["kind"]), canonical(msg.get("payload")),
-                                              key))
+                    self.applications.append((str(msg["kind"]), canonical(msg.get("payload")), key))
                 self.applied[key] += int(applied)
             name = str(msg.get("step") or msg.get("key") or "")
             pid = int(msg.get("pid", 0))
-            self.events.append(Event(index, op, name, pid, attempt, str(msg.get("kind", "")),
-                                     None if kill else applied, kill))
+            self.events.append(
+                Event(
+                    index,
+                    op,
+                    name,
+                    pid,
+                    attempt,
+                    str(msg.get("kind", "")),
+                    None if kill else applied,
+                    kill,
+                )
+            )
             if not kill:
                 return {"ok": True, "applied": applied} if op == "effect" else {"ok": True}
             self._kill = None
@@ -141,10 +151,11 @@ class FakeTarget:
         try:
             pgid = os.getpgid(pid)
             if pgid == os.getpgrp():
-                self.errors.append(f"pid {pid} shares the test's process group; not killed "
-                                   "(start the agent with start_new_session=True)")
+                self.errors.append(
+                    f"pid {pid} shares the test's process group; not killed "
+                    "(start the agent with start_new_session=True)"
+                )
                 return
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             self.errors.append(f"pid {pid} was gone before the kill")
-

@@ -24,10 +24,12 @@ def main() -> None:
     store = PostgresStore(dsn, lease_seconds=lease)
     with open_run(store, run_id, steps=STEPS) as run:
         for name in STEPS:
+
             def body(name: str = name) -> str:
                 time.sleep(think)
                 run.effect("put", {"run": run_id, "step": name})
                 return f"{name} done"
+
             run.step(name, body)
         run.finish([f"{s} done" for s in STEPS])
     store.close()

@@ -25,8 +25,9 @@ def main() -> None:
     args = ap.parse_args()
     with open(os.path.join(args.state, f"attempts-{args.run_id}"), "a") as f:
         f.write("x")
-    with open_run(Store(os.path.join(args.state, "checkpoints")), args.run_id,
-                  steps=["load", "parse"]) as run:
+    with open_run(
+        Store(os.path.join(args.state, "checkpoints")), args.run_id, steps=["load", "parse"]
+    ) as run:
         run.step("load", lambda: "the poison input")
         if args.mode == "exit":
             print("poison: cannot parse the input", file=sys.stderr, flush=True)

@@ -19,8 +19,20 @@ from typing import Any, Protocol
 
 from fake_target import Event, FakeTarget, Window
 
-__all__ = ["DEMO", "Attempt", "Finished", "Golden", "Trial", "failures", "kill_points",
-           "run_attempt", "run_to_end", "run_trial", "sweep", "violations"]
+__all__ = [
+    "DEMO",
+    "Attempt",
+    "Finished",
+    "Golden",
+    "Trial",
+    "failures",
+    "kill_points",
+    "run_attempt",
+    "run_to_end",
+    "run_trial",
+    "sweep",
+    "violations",
+]
 
 DEMO = [sys.executable, "-m", "crashpoint.agents.demo"]
 PAUSED, DENIED = 75, 77
@@ -49,8 +61,9 @@ class Trial:
 
     def describe(self) -> str:
         codes = ", ".join(str(a.returncode) for a in self.attempts)
-        where = "no kill" if self.kill is None else f"kill at event #{self.kill[0]} " \
-                                                    f"({self.kill[1]})"
+        where = (
+            "no kill" if self.kill is None else f"kill at event #{self.kill[0]} ({self.kill[1]})"
+        )
         return f"{where}; exit codes [{codes}]; command: {' '.join(self.argv)}"
 
 
@@ -70,15 +83,19 @@ class Golden:
         assert trial.attempts
         last = trial.attempts[-1]
         steps = tuple(e.name for e in trial.events if e.op == "step_started")
-        return cls(last.stdout, last.returncode, steps,
-                   Counter((k, p) for k, p, _ in trial.applications), tuple(trial.events))
+        return cls(
+            last.stdout,
+            last.returncode,
+            steps,
+            Counter((k, p) for k, p, _ in trial.applications),
+            tuple(trial.events),
+        )
 
 
 class Spawner(Protocol):
     """What :func:`run_attempt` needs: the ``children`` fixture of tests/conftest.py."""
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None) -> Any:
-        ...
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +105,13 @@ class Finished:
     stderr: bytes
 
 
-def run_to_end(children: Spawner, argv: Sequence[str], *,
-               env: Mapping[str, str | None] | None = None, timeout: float = 30.0) -> Finished:
+def run_to_end(
+    children: Spawner,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = 30.0,
+) -> Finished:
     """Run ``argv`` as a reaped child (own session) to its end; its exit code and output."""
     child = children.spawn(list(argv), env=env)
     lines = []
@@ -100,20 +122,34 @@ def run_to_end(children: Spawner, argv: Sequence[str], *,
     return Finished(code, "".join(lines).encode(), child.stderr_text().encode())
 
 
-def run_attempt(children: Spawner, argv: Sequence[str], *, env: Mapping[str, str | None],
-                number: int, target: FakeTarget, timeout: float = 30.0) -> Attempt:
+def run_attempt(
+    children: Spawner,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str | None],
+    number: int,
+    target: FakeTarget,
+    timeout: float = 30.0,
+) -> Attempt:
     """One attempt of the agent, talking to ``target``; its events are those it sent."""
     first = len(target.events)
-    end = run_to_end(children, argv, env={**env, "CRASHPOINT_ATTEMPT": str(number)},
-                     timeout=timeout)
+    end = run_to_end(
+        children, argv, env={**env, "CRASHPOINT_ATTEMPT": str(number)}, timeout=timeout
+    )
     events = tuple(e for e in target.events[first:] if e.attempt == str(number))
     return Attempt(number, end.returncode, end.stdout, end.stderr, events)
 
 
-def run_trial(children: Spawner, argv: Sequence[str], *, kill: tuple[int, Window] | None = None,
-              env: Mapping[str, str | None] | None = None, max_restarts: int = 5,
-              final: Sequence[int] = (0,),
-              on_exit: Callable[[Attempt], None] | None = None) -> Trial:
+def run_trial(
+    children: Spawner,
+    argv: Sequence[str],
+    *,
+    kill: tuple[int, Window] | None = None,
+    env: Mapping[str, str | None] | None = None,
+    max_restarts: int = 5,
+    final: Sequence[int] = (0,),
+    on_exit: Callable[[Attempt], None] | None = None,
+) -> Trial:
     """Start the agent, arm ``kill``, restart it until it exits with a ``final`` code (at most
     ``max_restarts`` restarts). ``on_exit(attempt)`` runs after each non-final attempt (e.g. to
     record an approval before the next one)."""
@@ -154,8 +190,10 @@ def violations(golden: Golden, trial: Trial, *, max_restarts: int = 5) -> list[s
     last = trial.attempts[-1]
     # completes
     if last.returncode != golden.returncode:
-        out.append(f"completes: last attempt exited {last.returncode}, golden "
-                   f"{golden.returncode} (stderr: {last.stderr.decode(errors='replace')[-300:]!r})")
+        out.append(
+            f"completes: last attempt exited {last.returncode}, golden "
+            f"{golden.returncode} (stderr: {last.stderr.decode(errors='replace')[-300:]!r})"
+        )
     if len(trial.attempts) - 1 > max_restarts:
         out.append(f"completes: {len(trial.attempts) - 1} restarts > {max_restarts}")
     # same_output
@@ -168,8 +206,10 @@ def violations(golden: Golden, trial: Trial, *, max_restarts: int = 5) -> list[s
         if got < want:
             out.append(f"exactly_once: effect {eff[0]} {eff[1]} lost (applied {got}x)")
         elif got > want:
-            out.append(f"exactly_once: effect {eff[0]} {eff[1]} duplicated (applied {got}x, "
-                       f"keys {[key for k, p, key in trial.applications if (k, p) == eff]})")
+            out.append(
+                f"exactly_once: effect {eff[0]} {eff[1]} duplicated (applied {got}x, "
+                f"keys {[key for k, p, key in trial.applications if (k, p) == eff]})"
+            )
     # resumes_from_last_completed
     completed: list[str] = []
     for i, attempt in enumerate(trial.attempts):
@@ -177,25 +217,40 @@ def violations(golden: Golden, trial: Trial, *, max_restarts: int = 5) -> list[s
         if i:
             again = [s for s in started if s in completed]
             if again:
-                out.append(f"resumes_from_last_completed: attempt {attempt.number} started "
-                           f"{again} again, reported completed before")
+                out.append(
+                    f"resumes_from_last_completed: attempt {attempt.number} started "
+                    f"{again} again, reported completed before"
+                )
             todo = [s for s in golden.steps if s not in completed]
             if started and todo and started[0] != todo[0]:
-                out.append(f"resumes_from_last_completed: attempt {attempt.number} started at "
-                           f"{started[0]!r}, the first step not completed is {todo[0]!r}")
+                out.append(
+                    f"resumes_from_last_completed: attempt {attempt.number} started at "
+                    f"{started[0]!r}, the first step not completed is {todo[0]!r}"
+                )
         completed += [e.name for e in attempt.events if e.op == "step_completed"]
     return out
 
 
-def sweep(children: Spawner, argv_for: Callable[[Path], list[str]], golden: Golden, root: Path, *,
-          on_exit_for: Callable[[Path], Callable[[Attempt], None]] | None = None,
-          workers: int | None = None) -> list[Trial]:
+def sweep(
+    children: Spawner,
+    argv_for: Callable[[Path], list[str]],
+    golden: Golden,
+    root: Path,
+    *,
+    on_exit_for: Callable[[Path], Callable[[Attempt], None]] | None = None,
+    workers: int | None = None,
+) -> list[Trial]:
     """One trial per kill point of ``golden``, each in a fresh folder under ``root`` (trials
     are independent processes with their own target, so they run a few at a time)."""
+
     def one(n: int, point: tuple[int, Window]) -> Trial:
         state = root / f"kill-{n}"
-        return run_trial(children, argv_for(state), kill=point,
-                         on_exit=on_exit_for(state) if on_exit_for else None)
+        return run_trial(
+            children,
+            argv_for(state),
+            kill=point,
+            on_exit=on_exit_for(state) if on_exit_for else None,
+        )
 
     with ThreadPoolExecutor(workers or os.cpu_count() or 2) as pool:
         return list(pool.map(one, *zip(*enumerate(kill_points(golden)), strict=False)))

@@ -31,8 +31,12 @@ def _start(argv: list[str], cwd: Path | str) -> AgentStartError:
     assert "\n" not in str(err)
     assert str(err).startswith("cannot start the agent")
     again = pickle.loads(pickle.dumps(err))  # noqa: S301 - our own bytes (xdist pickles it)
-    assert (type(again), str(again), again.argv0, again.cwd) == \
-        (type(err), str(err), err.argv0, err.cwd)
+    assert (type(again), str(again), again.argv0, again.cwd) == (
+        type(err),
+        str(err),
+        err.argv0,
+        err.cwd,
+    )
     return err
 
 
@@ -40,10 +44,12 @@ def test_a_program_not_on_path(tmp_path: Path) -> None:
     err = _start(["cp-no-such-agent", "--x"], tmp_path)
     assert isinstance(err, AgentNotFound)
     assert isinstance(err, FileNotFoundError)
-    assert str(err) == (f"cannot start the agent in {tmp_path}: 'cp-no-such-agent' (looked up "
-                        "on the agent's PATH=/usr/bin:/bin) was not found; give an absolute "
-                        "path, a path relative to the working folder, or a program on the "
-                        "agent's PATH (agent.env)")
+    assert str(err) == (
+        f"cannot start the agent in {tmp_path}: 'cp-no-such-agent' (looked up "
+        "on the agent's PATH=/usr/bin:/bin) was not found; give an absolute "
+        "path, a path relative to the working folder, or a program on the "
+        "agent's PATH (agent.env)"
+    )
     assert (err.argv0, err.cwd) == ("cp-no-such-agent", str(tmp_path))
 
 
@@ -73,9 +79,11 @@ def test_a_script_whose_interpreter_is_missing(tmp_path: Path) -> None:
 def test_a_working_folder_that_does_not_exist(tmp_path: Path) -> None:
     err = _start(["true"], tmp_path / "missing")
     assert isinstance(err, AgentNotFound)
-    assert str(err) == (f"cannot start the agent 'true': its working folder "
-                        f"{tmp_path / 'missing'} does not exist or is not a folder; create it, "
-                        "or fix agent.cwd")
+    assert str(err) == (
+        f"cannot start the agent 'true': its working folder "
+        f"{tmp_path / 'missing'} does not exist or is not a folder; create it, "
+        "or fix agent.cwd"
+    )
 
 
 def test_a_failed_start_leaves_no_descriptor_and_no_cgroup(tmp_path: Path) -> None:
@@ -92,18 +100,22 @@ def test_a_failed_start_leaves_no_descriptor_and_no_cgroup(tmp_path: Path) -> No
 
 def test_the_golden_run_says_it_in_one_line(tmp_path: Path) -> None:
     agent = AgentSpec(command=("cp-no-such-agent", "--state", "{state_dir}"), timeout=10)
-    with TrialRunner(agent, str(tmp_path / "report")) as runner, \
-            pytest.raises(GoldenRunFailed) as info:
+    with (
+        TrialRunner(agent, str(tmp_path / "report")) as runner,
+        pytest.raises(GoldenRunFailed) as info,
+    ):
         runner.golden()
     assert "\n" not in str(info.value)
-    assert str(info.value).startswith("the golden run (no faults) could not start: cannot "
-                                      "start the agent in ")
+    assert str(info.value).startswith(
+        "the golden run (no faults) could not start: cannot start the agent in "
+    )
     assert "'cp-no-such-agent' (looked up on the agent's PATH=" in str(info.value)
 
 
 def test_crashpoint_run_prints_it_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "scenarios").mkdir()
-    (tmp_path / "scenarios" / "missing.scenario.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "scenarios" / "missing.scenario.yaml").write_text(
+        textwrap.dedent("""
         name: a missing agent binary
         agent:
           command: ["cp-no-such-agent", "--state", "{state_dir}"]
@@ -112,13 +124,21 @@ def test_crashpoint_run_prints_it_without_a_traceback(tmp_path: Path) -> None:
           - kill: {at: every-boundary}
         trials: 2
         seed: 1
-    """))
-    r = subprocess.run([sys.executable, "-m", "crashpoint", "run"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, check=False)
+    """)
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     out = r.stdout + r.stderr
     assert r.returncode != 0
     # caught when the file is collected (the scenario loader's first-contact check), one line
     # naming the file, the line and the key; the spawn-time error is the golden run's test
-    assert "missing.scenario.yaml:4 (key 'agent.command'): 'cp-no-such-agent' not found on " \
-        "PATH" in out
+    assert (
+        "missing.scenario.yaml:4 (key 'agent.command'): 'cp-no-such-agent' not found on PATH" in out
+    )
     assert "Traceback" not in out

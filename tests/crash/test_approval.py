@@ -30,20 +30,26 @@ class Agent:
     """The demo agent with ``--approval`` on one state folder, one fake target, many starts;
     its store is the file store in the state folder, or PostgresStore (``store_factory``)."""
 
-    def __init__(self, children: Children, state: Path, target: FakeTarget,
-                 stores: StoreFactory) -> None:
+    def __init__(
+        self, children: Children, state: Path, target: FakeTarget, stores: StoreFactory
+    ) -> None:
         self.children, self.state, self.target, self.n = children, state, target, 0
-        self.location = str(state / "checkpoints") if stores.kind == "file" else \
-            stores.location()
-        self.store = stores.make() if stores.kind != "file" else \
-            stores.make(str(state.relative_to(stores.base) / "checkpoints"))
+        self.location = str(state / "checkpoints") if stores.kind == "file" else stores.location()
+        self.store = (
+            stores.make()
+            if stores.kind != "file"
+            else stores.make(str(state.relative_to(stores.base) / "checkpoints"))
+        )
 
     def start(self) -> Attempt:
         self.n += 1
-        return run_attempt(self.children, [*DEMO, "--state", str(self.state), "--approval",
-                                           "--store", self.location],
-                           env={"CRASHPOINT_LEDGER": self.target.address}, number=self.n,
-                           target=self.target)
+        return run_attempt(
+            self.children,
+            [*DEMO, "--state", str(self.state), "--approval", "--store", self.location],
+            env={"CRASHPOINT_LEDGER": self.target.address},
+            number=self.n,
+            target=self.target,
+        )
 
     def effects(self) -> list[str]:
         return [kind for kind, _, _ in self.target.applications]
@@ -61,8 +67,9 @@ def golden_stdout(children: Children, tmp_path: Path) -> bytes:
     return end.stdout
 
 
-def paused_agent(children: Children, tmp_path: Path, target: FakeTarget,
-                 stores: StoreFactory) -> Agent:
+def paused_agent(
+    children: Children, tmp_path: Path, target: FakeTarget, stores: StoreFactory
+) -> Agent:
     """An agent that ran up to its approval and exited 75, then was restarted (still 75)."""
     agent = Agent(children, tmp_path / "state", target, stores)
     first = agent.start()
@@ -78,8 +85,8 @@ def paused_agent(children: Children, tmp_path: Path, target: FakeTarget,
 
 
 def test_approve_with_decide_then_resume_completes(
-        children: Children, tmp_path: Path, store_factory: StoreFactory,
-        golden_stdout: bytes) -> None:
+    children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes
+) -> None:
     with FakeTarget() as target:
         agent = paused_agent(children, tmp_path, target, store_factory)
         assert decide(agent.store, RUN, approved=True, note="looks good") == "approve"
@@ -94,7 +101,8 @@ def test_approve_with_decide_then_resume_completes(
 
 
 def test_deny_ends_the_run_as_denied_and_never_publishes(
-        children: Children, tmp_path: Path, store_factory: StoreFactory) -> None:
+    children: Children, tmp_path: Path, store_factory: StoreFactory
+) -> None:
     with FakeTarget() as target:
         agent = paused_agent(children, tmp_path, target, store_factory)
         decide(agent.store, RUN, approved=False, note="not this one")
@@ -109,7 +117,8 @@ def test_deny_ends_the_run_as_denied_and_never_publishes(
 
 
 def test_decide_refuses_a_run_that_is_not_waiting(
-        children: Children, tmp_path: Path, store_factory: StoreFactory) -> None:
+    children: Children, tmp_path: Path, store_factory: StoreFactory
+) -> None:
     from crashpoint.errors import RunStateError
 
     with FakeTarget() as target:
@@ -136,14 +145,27 @@ def approve_cli(children: Children) -> None:
 @pytest.mark.usefixtures("approve_cli")
 @pytest.mark.parametrize("deny", [False, True])
 def test_approve_from_the_cli(
-        children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes,
-        deny: bool) -> None:
+    children: Children,
+    tmp_path: Path,
+    store_factory: StoreFactory,
+    golden_stdout: bytes,
+    deny: bool,
+) -> None:
     with FakeTarget() as target:
         agent = paused_agent(children, tmp_path, target, store_factory)
         store = agent.location
         flags = ["--deny"] if deny else []
-        res = cli(children, "checkpoints", "approve", RUN, *flags, "--note", "from the cli",
-                   "--store", store)
+        res = cli(
+            children,
+            "checkpoints",
+            "approve",
+            RUN,
+            *flags,
+            "--note",
+            "from the cli",
+            "--store",
+            store,
+        )
         assert res.returncode == 0, res.stderr
         assert agent.decision() is not None
         assert agent.decision()["note"] == "from the cli"  # type: ignore[index]
@@ -180,26 +202,43 @@ KILLS = [
 CLI_KILLS = [("cli", fp) for _, fp in KILLS[1:]]
 
 
-@pytest.mark.parametrize(("when", "failpoints"), KILLS + CLI_KILLS,
-                         ids=[f"{w}-{fp}" if fp else w for w, fp in KILLS + CLI_KILLS])
+@pytest.mark.parametrize(
+    ("when", "failpoints"),
+    KILLS + CLI_KILLS,
+    ids=[f"{w}-{fp}" if fp else w for w, fp in KILLS + CLI_KILLS],
+)
 def test_a_decision_survives_a_kill_at_any_point(
-        children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes,
-        when: str, failpoints: str) -> None:
+    children: Children,
+    tmp_path: Path,
+    store_factory: StoreFactory,
+    golden_stdout: bytes,
+    when: str,
+    failpoints: str,
+) -> None:
     with FakeTarget() as target:
         agent = paused_agent(children, tmp_path, target, store_factory)
         if when == "cli":
             if cli(children, "checkpoints", "approve", "--help").returncode != 0:
                 pytest.skip("approve subcommand not available")
-            argv = [*CLI, "checkpoints", "approve", RUN, "--note", "killed or not",
-                    "--store", agent.location]
+            argv = [
+                *CLI,
+                "checkpoints",
+                "approve",
+                RUN,
+                "--note",
+                "killed or not",
+                "--store",
+                agent.location,
+            ]
         else:
             argv = [sys.executable, "-c", DECIDE, agent.location, when]
         proc = run_to_end(children, argv, env={"CRASHPOINT_FAILPOINTS": failpoints})
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         decision = agent.decision()
         # all or nothing: the whole decision, or the run still waits for one
-        assert decision is None or (decision["approved"] is True
-                                    and decision["note"] == "killed or not")
+        assert decision is None or (
+            decision["approved"] is True and decision["note"] == "killed or not"
+        )
         if failpoints == "journal.write=kill@1":
             assert decision is None
         elif failpoints.startswith(("journal.after_sync", "atomic")) or when == "kill-after":
@@ -214,4 +253,3 @@ def test_a_decision_survives_a_kill_at_any_point(
         assert done.stdout == golden_stdout
         assert sorted(agent.effects()) == ["publish", "send_notification"]
         assert len(target.applications) == 2
-

@@ -64,36 +64,85 @@ class Case:
 
 
 GALLERY = [
-    Case("fresh_key_effect", ({"kill": {"at": "every-boundary"}},), "exactly_once",
-         r"DUPLICATED notify .* applied 2x, golden 1x"),
-    Case("completed_before_durable", ({"kill": {"at": "every-boundary"}},),
-         "resumes_from_last_completed", r"re-ran a completed step: after the restart the first "
-                                        r"step started was '\w+' .* reported completed"),
-    Case("torn_checkpoint", ({"kill": {"at": "fileop", "max": 6, "count": 3}},), "completes",
-         r"did not finish within 4 attempts; last attempt 4: exit 65; stderr: 'refusing to "
-         r"resume: checksum mismatch"),
-    Case("no_checksum", ({"corrupt": {"how": ["bitflip"], "count": 2}},), "corruption_detected",
-         r"completed with wrong output after the corruption"),
-    Case("leaks_secret", (KILL_ONCE,), "no_secret_leak",
-         r"canary secret .* written to \d+ file\(s\): .*/state\.json"),
-    Case("no_lock", ({"resumers": {"count": 1}},), "single_writer",
-         r"attempts \d and \d executed steps at the same time",
-         env=(("AGENT_STEP_SECONDS", "0.3"),)),  # the two resumers overlap for ~1 s
-    Case("from_step_zero", ({"kill": {"at": "random", "count": 2}},),
-         "resumes_from_last_completed", r"re-ran a completed step: .* was 'fetch'"),
-    Case("swallows_enospc", ([{"disk_full": DISK}, KILL_ONCE],), "resumes_from_last_completed",
-         r"re-ran a completed step: after the restart the first step started was 'summarise'"),
-    Case("unbounded_growth", (KILL_ONCE,), "within_disk_budget",
-         r"the state folder reached \d+ bytes; the budget is 12288",
-         expect=Expect(max_state_bytes=12288)),
-    Case("stale_lock_file", (KILL_ONCE,), "completes",
-         r"did not finish within 4 attempts; last attempt 4: exit 1; stderr: 'another run is "
-         r"in progress, refusing to start"),
-    Case("leaves_child", (KILL_ONCE,), "no_orphans",
-         r"outlived it \(killed by the harness\): attempt \d: pids \d+"),
-    Case("hangs_on_resume", (KILL_ONCE,), "completes",
-         r"did not finish within 2 attempts; last attempt 2: hung, killed after",
-         restarts=1, timeout=4.0),
+    Case(
+        "fresh_key_effect",
+        ({"kill": {"at": "every-boundary"}},),
+        "exactly_once",
+        r"DUPLICATED notify .* applied 2x, golden 1x",
+    ),
+    Case(
+        "completed_before_durable",
+        ({"kill": {"at": "every-boundary"}},),
+        "resumes_from_last_completed",
+        r"re-ran a completed step: after the restart the first "
+        r"step started was '\w+' .* reported completed",
+    ),
+    Case(
+        "torn_checkpoint",
+        ({"kill": {"at": "fileop", "max": 6, "count": 3}},),
+        "completes",
+        r"did not finish within 4 attempts; last attempt 4: exit 65; stderr: 'refusing to "
+        r"resume: checksum mismatch",
+    ),
+    Case(
+        "no_checksum",
+        ({"corrupt": {"how": ["bitflip"], "count": 2}},),
+        "corruption_detected",
+        r"completed with wrong output after the corruption",
+    ),
+    Case(
+        "leaks_secret",
+        (KILL_ONCE,),
+        "no_secret_leak",
+        r"canary secret .* written to \d+ file\(s\): .*/state\.json",
+    ),
+    Case(
+        "no_lock",
+        ({"resumers": {"count": 1}},),
+        "single_writer",
+        r"attempts \d and \d executed steps at the same time",
+        env=(("AGENT_STEP_SECONDS", "0.3"),),
+    ),  # the two resumers overlap for ~1 s
+    Case(
+        "from_step_zero",
+        ({"kill": {"at": "random", "count": 2}},),
+        "resumes_from_last_completed",
+        r"re-ran a completed step: .* was 'fetch'",
+    ),
+    Case(
+        "swallows_enospc",
+        ([{"disk_full": DISK}, KILL_ONCE],),
+        "resumes_from_last_completed",
+        r"re-ran a completed step: after the restart the first step started was 'summarise'",
+    ),
+    Case(
+        "unbounded_growth",
+        (KILL_ONCE,),
+        "within_disk_budget",
+        r"the state folder reached \d+ bytes; the budget is 12288",
+        expect=Expect(max_state_bytes=12288),
+    ),
+    Case(
+        "stale_lock_file",
+        (KILL_ONCE,),
+        "completes",
+        r"did not finish within 4 attempts; last attempt 4: exit 1; stderr: 'another run is "
+        r"in progress, refusing to start",
+    ),
+    Case(
+        "leaves_child",
+        (KILL_ONCE,),
+        "no_orphans",
+        r"outlived it \(killed by the harness\): attempt \d: pids \d+",
+    ),
+    Case(
+        "hangs_on_resume",
+        (KILL_ONCE,),
+        "completes",
+        r"did not finish within 2 attempts; last attempt 2: hung, killed after",
+        restarts=1,
+        timeout=4.0,
+    ),
 ]
 
 
@@ -104,8 +153,9 @@ def _disk_full() -> dict[str, Any]:
         return {"mechanism": "tmpfs", "capacity": 8192}
     if caps.rlimit:  # RLIMIT_FSIZE caps one file: the checkpoint outgrows 4 KiB at step 2
         return {"mechanism": "rlimit", "capacity": 4096}
-    pytest.skip(f"no disk-full mechanism for a real child: {caps.tmpfs_reason}; "
-                f"{caps.rlimit_reason}")
+    pytest.skip(
+        f"no disk-full mechanism for a real child: {caps.tmpfs_reason}; {caps.rlimit_reason}"
+    )
 
 
 def _concrete(spec: Any) -> Any:
@@ -115,16 +165,27 @@ def _concrete(spec: Any) -> Any:
 
 
 def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignResult:
-    spec = AgentSpec(command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
-                     timeout=case.timeout, env=case.env)
+    spec = AgentSpec(
+        command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
+        timeout=case.timeout,
+        env=case.env,
+    )
     families = [family_from_spec(_concrete(f)) for f in case.faults]
-    return Campaign(spec, families, report_dir=str(report_dir), name=agent, seed=SEED,
-                    restarts=case.restarts, expect=case.expect).run()
+    return Campaign(
+        spec,
+        families,
+        report_dir=str(report_dir),
+        name=agent,
+        seed=SEED,
+        restarts=case.restarts,
+        expect=case.expect,
+    ).run()
 
 
 def _failed(trial: TrialResult) -> str:
-    return f"trial {trial.plan.index} ({trial.plan.describe()}): " + \
-        "; ".join(str(c) for c in trial.failed)
+    return f"trial {trial.plan.index} ({trial.plan.describe()}): " + "; ".join(
+        str(c) for c in trial.failed
+    )
 
 
 def assert_evidence(trial: TrialResult) -> None:
@@ -145,8 +206,12 @@ def assert_evidence(trial: TrialResult) -> None:
 
 
 def _matching(result: CampaignResult, case: Case) -> list[TrialResult]:
-    return [t for t in result.failures for c in t.failed
-            if c.name == case.check and re.search(case.says, c.message)]
+    return [
+        t
+        for t in result.failures
+        for c in t.failed
+        if c.name == case.check and re.search(case.says, c.message)
+    ]
 
 
 @pytest.mark.parametrize("case", GALLERY, ids=lambda c: c.agent)
@@ -156,27 +221,34 @@ def test_broken_agent_is_caught(case: Case, tmp_path: Path) -> None:
     assert ran, f"every trial was skipped: {result.summary()['skip_reasons']}"
     assert not result.ok, f"{case.agent} passed every trial of {len(ran)}; its bug went unseen"
     named = [t for t in result.failures if case.check in {c.name for c in t.failed}]
-    assert named, f"{case.agent} failed, but never {case.check}:\n" + \
-        "\n".join(map(_failed, result.failures))
+    assert named, f"{case.agent} failed, but never {case.check}:\n" + "\n".join(
+        map(_failed, result.failures)
+    )
     caught = _matching(result, case)
-    assert caught, f"{case.check} failed without saying /{case.says}/:\n" + \
-        "\n".join(map(_failed, named))
+    assert caught, f"{case.check} failed without saying /{case.says}/:\n" + "\n".join(
+        map(_failed, named)
+    )
     trial = caught[0]
     assert_evidence(trial)
 
     again = replay(trial.folder)
     assert again.plan == trial.plan
-    assert any(c.name == case.check and re.search(case.says, c.message) for c in again.failed), \
-        f"replay of {trial.folder} did not reproduce {case.check}: " + \
-        "; ".join(str(c) for c in again.checks)
+    assert any(c.name == case.check and re.search(case.says, c.message) for c in again.failed), (
+        f"replay of {trial.folder} did not reproduce {case.check}: "
+        + "; ".join(str(c) for c in again.checks)
+    )
 
 
 def test_a_child_that_setsids_and_outlives_the_agent_fails_no_orphans(tmp_path: Path) -> None:
     """Neither a descendant nor a session member once the agent is gone: found by the attempt's
     CRASHPOINT_REAP_TOKEN, killed, and named by no_orphans."""
-    case = Case("leaves_child", (KILL_ONCE,), "no_orphans",
-                r"outlived it \(killed by the harness\): attempt \d: pids \d+",
-                env=(("LEAVE_CHILD_DETACHED", "1"),))
+    case = Case(
+        "leaves_child",
+        (KILL_ONCE,),
+        "no_orphans",
+        r"outlived it \(killed by the harness\): attempt \d: pids \d+",
+        env=(("LEAVE_CHILD_DETACHED", "1"),),
+    )
     result = run_gallery_campaign(case.agent, case, tmp_path)
     caught = _matching(result, case)
     assert caught, "the detached child went unseen:\n" + "\n".join(map(_failed, result.failures))
@@ -188,16 +260,23 @@ def test_a_child_that_setsids_and_outlives_the_agent_fails_no_orphans(tmp_path: 
             message = next(c.message for c in trial.failed if c.name == "no_orphans")
             assert f"attempt {a.number}: pids {started[0]}" in message
             for pid in started:
-                assert not psutil.pid_exists(pid) or \
-                    psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+                assert (
+                    not psutil.pid_exists(pid)
+                    or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+                )
 
 
 def _good_runs() -> list[Any]:
     """The gallery's distinct campaigns, each run once against the good agent."""
     seen: dict[tuple[Any, ...], list[Case]] = {}
     for case in GALLERY:
-        key = (json.dumps(case.faults, sort_keys=True), case.expect, case.restarts,
-               case.timeout, case.env)
+        key = (
+            json.dumps(case.faults, sort_keys=True),
+            case.expect,
+            case.restarts,
+            case.timeout,
+            case.env,
+        )
         seen.setdefault(key, []).append(case)
     return [pytest.param(cases, id="+".join(c.agent for c in cases)) for cases in seen.values()]
 
@@ -229,6 +308,7 @@ def test_replay_command_line_reproduces(tmp_path: Path, children: Children) -> N
 
 
 # -- the demo agent passes a mixed-fault campaign ----------------------------------------------
+
 
 def _demo_disk() -> dict[str, Any]:
     """A disk_full fault that bites the demo part-way: at one of its write points (drawn),
@@ -267,31 +347,58 @@ def demo_faults() -> list[Any]:
 #: The fake model thinks 150 ms, longer than SOON: instants drawn in [0, SOON) land in the
 #: agent's work however fast the machine is (else a fast machine ends the agent first and the
 #: timed families are, rightly, not exercised).
-DEMO = AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}",
-                          "--think", "0.15"), timeout=30)
+DEMO = AgentSpec(
+    command=(
+        "{python}",
+        "-m",
+        "crashpoint.agents.demo",
+        "--state",
+        "{state_dir}",
+        "--think",
+        "0.15",
+    ),
+    timeout=30,
+)
 
 
 def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
-    campaign = Campaign(DEMO, [family_from_spec(f) for f in demo_faults()],
-                        report_dir=str(tmp_path), name="demo-mixed", trials=trials, seed=SEED,
-                        expect=Expect(max_state_bytes=1 << 20))
+    campaign = Campaign(
+        DEMO,
+        [family_from_spec(f) for f in demo_faults()],
+        report_dir=str(tmp_path),
+        name="demo-mixed",
+        trials=trials,
+        seed=SEED,
+        expect=Expect(max_state_bytes=1 << 20),
+    )
     t0 = time.monotonic()
     result = campaign.run()
     took = time.monotonic() - t0
     s = result.summary()
-    assert result.ok, f"the demo agent failed {s['failed']} of {s['trials']} trials, " \
-        f"families never exercised: {result.unexercised()}:\n" + \
-        "\n".join(f"{f['plan']}: {f['checks']} -> {f['replay']}" for f in s["failures"])
+    assert result.ok, (
+        f"the demo agent failed {s['failed']} of {s['trials']} trials, "
+        f"families never exercised: {result.unexercised()}:\n"
+        + "\n".join(f"{f['plan']}: {f['checks']} -> {f['replay']}" for f in s["failures"])
+    )
     assert s["skipped"] == 0, s["skip_reasons"]
     assert s["duplicate_effects"] == 0
     assert s["lost_effects"] == 0
-    assert set(s["faults_by_kind"]) == {"kill", "kill_at_time", "failpoint", "fileop", "corrupt",
-                                        "signal", "resumers", "disk_full"}, s["faults_by_kind"]
+    assert set(s["faults_by_kind"]) == {
+        "kill",
+        "kill_at_time",
+        "failpoint",
+        "fileop",
+        "corrupt",
+        "signal",
+        "resumers",
+        "disk_full",
+    }, s["faults_by_kind"]
     hows = {f.arg("how") for t in result.trials for f in t.plan.faults if f.kind == "corrupt"}
     assert hows == set(CORRUPTIONS)
     full = [t for t in result.trials if any(f.kind == "disk_full" for f in t.plan.faults)]
-    assert any(a.returncode == EXIT_CODES["disk"] for t in full for a in t.attempts), \
+    assert any(a.returncode == EXIT_CODES["disk"] for t in full for a in t.attempts), (
         "the disk never filled up: the disk_full trials tested nothing"
+    )
     sys.stderr.write(f"demo campaign: {s['trials']} trials in {took:.1f}s\n")
     return result
 

@@ -89,17 +89,23 @@ def contained() -> None:
 def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "helper.py").write_text(HELPER)
     (tmp_path / "cp_contain_agent.py").write_text(AGENT)
-    return {"helper": str(tmp_path / "helper.py"), "agent": str(tmp_path / "cp_contain_agent.py"),
-            "dir": str(tmp_path), "marker": str(tmp_path / f"cp-contain-beats-{time.time_ns()}")}
+    return {
+        "helper": str(tmp_path / "helper.py"),
+        "agent": str(tmp_path / "cp_contain_agent.py"),
+        "dir": str(tmp_path),
+        "marker": str(tmp_path / f"cp-contain-beats-{time.time_ns()}"),
+    }
 
 
 def _beating(marker: str, window: float = 0.3) -> bool:
     """True if a re-forking helper of this test is alive: its heartbeat file grows."""
+
     def size() -> int:
         try:
             return os.stat(marker).st_size
         except FileNotFoundError:
             return 0
+
     before = size()
     time.sleep(window)
     return size() != before
@@ -158,9 +164,17 @@ def _assert_contained(ex: Exit, marker: str) -> None:
 @pytest.mark.usefixtures("contained", "sweep")
 @pytest.mark.parametrize("how", ["refork", "env-i"])
 def test_a_detached_helper_does_not_outlive_its_spawned_attempt(
-        how: str, files: dict[str, str]) -> None:
-    ex = AgentProcess([sys.executable, files["agent"], how, "exit", files["helper"],
-                       files["marker"]], BASE_ENV, timeout=30).start().wait()
+    how: str, files: dict[str, str]
+) -> None:
+    ex = (
+        AgentProcess(
+            [sys.executable, files["agent"], how, "exit", files["helper"], files["marker"]],
+            BASE_ENV,
+            timeout=30,
+        )
+        .start()
+        .wait()
+    )
     assert ex.stdout == b"helper started\n"
     _assert_contained(ex, files["marker"])
 
@@ -168,20 +182,32 @@ def test_a_detached_helper_does_not_outlive_its_spawned_attempt(
 @pytest.mark.usefixtures("contained", "sweep")
 @pytest.mark.parametrize("how", ["refork", "env-i"])
 def test_a_detached_helper_does_not_outlive_its_forked_attempt(
-        how: str, files: dict[str, str]) -> None:
+    how: str, files: dict[str, str]
+) -> None:
     env = {**BASE_ENV, "PYTHONPATH": files["dir"]}
     with Zygote(["cp_contain_agent:detach"], env=env) as z:
-        ex = z.spawn("cp_contain_agent:detach", env=env, cwd=files["dir"], timeout=30,
-                     args=[how, "exit", files["helper"], files["marker"]]).wait()
+        ex = z.spawn(
+            "cp_contain_agent:detach",
+            env=env,
+            cwd=files["dir"],
+            timeout=30,
+            args=[how, "exit", files["helper"], files["marker"]],
+        ).wait()
     assert ex.stdout == b"helper started\n"
     _assert_contained(ex, files["marker"])
 
 
 @pytest.mark.usefixtures("contained", "sweep")
-def test_a_timed_out_attempt_takes_its_re_forking_helper_with_it(
-        files: dict[str, str]) -> None:
-    ex = AgentProcess([sys.executable, files["agent"], "refork", "sleep", files["helper"],
-                       files["marker"]], BASE_ENV, timeout=2).start().wait()
+def test_a_timed_out_attempt_takes_its_re_forking_helper_with_it(files: dict[str, str]) -> None:
+    ex = (
+        AgentProcess(
+            [sys.executable, files["agent"], "refork", "sleep", files["helper"], files["marker"]],
+            BASE_ENV,
+            timeout=2,
+        )
+        .start()
+        .wait()
+    )
     assert ex.timed_out
     assert ex.signal == signal.SIGKILL
     assert os.path.getsize(files["marker"]) > 0
@@ -191,8 +217,9 @@ def test_a_timed_out_attempt_takes_its_re_forking_helper_with_it(
 
 @pytest.mark.usefixtures("contained", "sweep")
 @pytest.mark.parametrize("traced", [True, False], ids=["strace", "no-strace"])
-def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch, traced: bool) -> None:
+def test_a_tmpfs_trial_is_contained_too(
+    files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, traced: bool
+) -> None:
     """disk_full via tmpfs wraps the agent in ``nsenter`` (mount namespace), and in strace
     where it can; the cgroup is joined before nsenter runs, so the agent and its helper are in
     it all the same. Under ``strace -f`` the helper would keep the trace (and the attempt)
@@ -206,8 +233,10 @@ def test_a_tmpfs_trial_is_contained_too(files: dict[str, str], tmp_path: Path,
         pytest.skip(f"strace unavailable: {_strace.available()[1]}")
     if not capabilities().tmpfs:
         pytest.skip(capabilities().tmpfs_reason)
-    agent = AgentSpec(command=(sys.executable, files["agent"], "env-i", "exit", files["helper"],
-                               files["marker"]), timeout=30)
+    agent = AgentSpec(
+        command=(sys.executable, files["agent"], "env-i", "exit", files["helper"], files["marker"]),
+        timeout=30,
+    )
     plan = Plan((Fault.make("disk_full", capacity=1 << 20),), "disk", 0, 0)
     with TrialRunner(agent, str(tmp_path / "report"), restarts=0) as runner:
         result = runner.run(plan, Golden([], [], Counter(), b"helper started\n", 0.1))
@@ -229,13 +258,15 @@ def test_signals_and_exit_status_are_the_agents_own(tmp_path: Path) -> None:
     """SIGTERM reaches the agent with its usual meaning (its handler runs; without one it dies
     of it); SIGSTOP/SIGCONT pause and resume it; the status is the agent's, not a wrapper's."""
     script = tmp_path / "agent.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, signal, sys, time
         if sys.argv[1] == "handler":
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
         print(os.getpid(), os.getsid(0), os.getpgrp(), flush=True)
         time.sleep(30 if sys.argv[1] != "pause" else 1)
-    """))
+    """)
+    )
     for mode, want in (("handler", (7, None)), ("default", (None, signal.SIGTERM))):
         p = AgentProcess([sys.executable, str(script), mode], BASE_ENV, timeout=20).start()
         _wait_for_line(p)
@@ -249,8 +280,9 @@ def test_signals_and_exit_status_are_the_agents_own(tmp_path: Path) -> None:
         _wait_for_line(p)
         p.signal(signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while psutil.Process(p.pid).status() != psutil.STATUS_STOPPED and \
-                time.monotonic() < deadline:
+        while (
+            psutil.Process(p.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         assert psutil.Process(p.pid).status() == psutil.STATUS_STOPPED
         p.signal(signal.SIGCONT)
@@ -289,10 +321,16 @@ HARNESS = textwrap.dedent("""
 @pytest.mark.usefixtures("contained", "sweep")
 @pytest.mark.parametrize("mode", ["spawn", "fork"])
 def test_a_sigkilled_harness_leaves_no_agent_process(
-        mode: str, files: dict[str, str], tmp_path: Path, children: object) -> None:
+    mode: str, files: dict[str, str], tmp_path: Path, children: object
+) -> None:
     (tmp_path / "harness.py").write_text(HARNESS)
-    harness = children.python(tmp_path / "harness.py", files["agent"],  # type: ignore[attr-defined]
-                              files["helper"], files["marker"], mode)
+    harness = children.python(
+        tmp_path / "harness.py",
+        files["agent"],  # type: ignore[attr-defined]
+        files["helper"],
+        files["marker"],
+        mode,
+    )
     started = harness.read_json(timeout=60)
     assert started["containment"] == "cgroup"
     agent = psutil.Process(started["pid"])
@@ -326,8 +364,11 @@ def _alive(p: psutil.Process) -> bool:
 def test_a_helper_holding_stdout_does_not_hold_the_attempt(files: dict[str, str]) -> None:
     """It keeps the agent's stdout open after the agent exits: wait() returns once the cgroup
     is empty, with the reader thread done and the pipes closed (not after a read timeout)."""
-    p = AgentProcess([sys.executable, files["agent"], "holds-stdout", "exit", files["helper"],
-                      files["marker"]], BASE_ENV, timeout=30).start()
+    p = AgentProcess(
+        [sys.executable, files["agent"], "holds-stdout", "exit", files["helper"], files["marker"]],
+        BASE_ENV,
+        timeout=30,
+    ).start()
     pipes = {os.readlink(f"/proc/self/fd/{fd}") for fd in p._capture._fds}
     ex = p.wait()
     assert ex.stdout == b"helper started\n"

@@ -30,8 +30,11 @@ from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner
 from crashpoint.harness._campaign import Campaign
 from crashpoint.harness._scenario import load_scenario
 
-pytest.importorskip("dbos", reason="the example workflow is written with DBOS "
-                                   "(pip install 'crashpoint[dbos]', or the dev extra)")
+pytest.importorskip(
+    "dbos",
+    reason="the example workflow is written with DBOS "
+    "(pip install 'crashpoint[dbos]', or the dev extra)",
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dbos"
 PENDING = "send: returned, DBOS checkpoint pending"
@@ -40,15 +43,19 @@ POST = "POST /invoices"
 
 def _trial(name: str, kill: Fault, tmp_path: Path) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
-    with TrialRunner(sc.agent, str(tmp_path / "trials"), restarts=sc.restarts,
-                     expect=sc.expect) as runner:
+    with TrialRunner(
+        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
+    ) as runner:
         golden = runner.golden()
         return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
 
 
 def _steps_started(t: TrialResult, attempt: int) -> list[str]:
-    return [str(e["step"]) for e in t.events
-            if e["op"] == "step_started" and int(e["attempt"]) == attempt]
+    return [
+        str(e["step"])
+        for e in t.events
+        if e["op"] == "step_started" and int(e["attempt"]) == attempt
+    ]
 
 
 def _posts(t: TrialResult) -> list[bool]:
@@ -56,17 +63,23 @@ def _posts(t: TrialResult) -> list[bool]:
 
 
 def test_the_adapter_reports_start_return_and_durable_completion_of_each_step(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     kill = Fault.make("kill", 1, op="step_started", name="report", phase="before")
     golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
     seen = [(e["op"], e.get("step") or e.get("name") or e.get("kind")) for e in golden.events]
     assert seen == [
-        ("step_started", "fetch"), ("event", "fetch: returned, DBOS checkpoint pending"),
+        ("step_started", "fetch"),
+        ("event", "fetch: returned, DBOS checkpoint pending"),
         ("step_completed", "fetch"),
-        ("step_started", "send"), ("effect", POST), ("event", PENDING),
+        ("step_started", "send"),
+        ("effect", POST),
+        ("event", PENDING),
         ("step_completed", "send"),
-        ("step_started", "report"), ("event", "report: returned, DBOS checkpoint pending"),
-        ("step_completed", "report")]
+        ("step_started", "report"),
+        ("event", "report: returned, DBOS checkpoint pending"),
+        ("step_completed", "report"),
+    ]
     assert golden.steps == ["fetch", "send", "report"]
     assert golden.output.startswith(b"invoice 1042 for 4200 cents sent")
     # the recovered attempt runs only the step DBOS had not recorded
@@ -87,7 +100,8 @@ def test_a_step_dbos_recorded_is_never_run_again_even_without_a_key(tmp_path: Pa
 
 
 def test_a_step_killed_before_its_checkpoint_runs_again_and_without_a_key_is_caught(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     kill = Fault.make("kill", 1, op="event", name=PENDING, phase="before")
     _golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
     assert not t.ok
@@ -122,34 +136,41 @@ def test_the_scenarios_differ_in_the_fix_flag_only() -> None:
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, env={k: v for k, v in os.environ.items()
-                                           if not k.startswith("CRASHPOINT_")}, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")},
+        check=False,
+    )
 
 
 def test_without_dbos_the_adapter_names_the_extra_and_the_core_never_imports_it() -> None:
-    r = _python("import sys; sys.modules['dbos'] = None\n"
-                "import crashpoint.adapters.dbos")
+    r = _python("import sys; sys.modules['dbos'] = None\nimport crashpoint.adapters.dbos")
     assert r.returncode != 0
     assert "ImportError" in r.stderr
     assert "pip install 'crashpoint[dbos]'" in r.stderr
-    r = _python("import sys, crashpoint, crashpoint.harness, crashpoint.checkpoint, "
-                "crashpoint.cli, crashpoint.pytest_plugin\n"
-                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dbos' or "
-                "m == 'crashpoint.adapters.dbos'))")
+    r = _python(
+        "import sys, crashpoint, crashpoint.harness, crashpoint.checkpoint, "
+        "crashpoint.cli, crashpoint.pytest_plugin\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dbos' or "
+        "m == 'crashpoint.adapters.dbos'))"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
 
-def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(
-        tmp_path: Path) -> None:
+def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(tmp_path: Path) -> None:
     # a step called from plain code runs as a plain function (DBOS's rule): nothing reported,
     # even with a ledger listening, so the harness never sees a step DBOS did not checkpoint
-    code = ("from crashpoint.adapters.dbos import crashpoint_step\n"
-            "@crashpoint_step()\n"
-            "def add(a: int, b: int) -> int:\n"
-            "    return a + b\n"
-            "print(add(2, 3), add.__name__)\n")
+    code = (
+        "from crashpoint.adapters.dbos import crashpoint_step\n"
+        "@crashpoint_step()\n"
+        "def add(a: int, b: int) -> int:\n"
+        "    return a + b\n"
+        "print(add(2, 3), add.__name__)\n"
+    )
     r = _python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["5", "add"]
@@ -160,8 +181,9 @@ FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _doc_blocks(lang: str) -> list[str]:
-    return [body for tag, _info, body in FENCE.findall(DOC.read_text(encoding="utf-8"))
-            if tag == lang]
+    return [
+        body for tag, _info, body in FENCE.findall(DOC.read_text(encoding="utf-8")) if tag == lang
+    ]
 
 
 def test_the_docs_show_the_example_as_shipped() -> None:
@@ -174,14 +196,16 @@ def test_the_docs_show_the_example_as_shipped() -> None:
         for line in block.splitlines():
             assert not line.strip() or line.strip() in agent, line
     commands = [line for b in _doc_blocks("console") for line in b.splitlines()]
-    assert commands == [f"$ crashpoint run examples/dbos/{n}.scenario.yaml"
-                        for n in ("broken", "fixed", "sysdb")]
+    assert commands == [
+        f"$ crashpoint run examples/dbos/{n}.scenario.yaml" for n in ("broken", "fixed", "sysdb")
+    ]
 
 
 def test_the_docs_pytest_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's "In pytest" block, run as written (relative paths: from a copy)."""
-    shutil.copytree(EXAMPLE, tmp_path / "examples" / "dbos",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        EXAMPLE, tmp_path / "examples" / "dbos", ignore=shutil.ignore_patterns("__pycache__")
+    )
     monkeypatch.chdir(tmp_path)
     code = _doc_blocks("python")[-1]
     assert "TrialRunner" in code
@@ -189,23 +213,36 @@ def test_the_docs_pytest_example_runs(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "failing"), [
-    ("broken.scenario.yaml", [("effect", POST, "in_doubt"), ("event", PENDING, "before")]),
-    ("fixed.scenario.yaml", []),
-])
-def test_every_boundary_sweep(name: str, failing: list[tuple[str, str, str]],
-                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "failing"),
+    [
+        ("broken.scenario.yaml", [("effect", POST, "in_doubt"), ("event", PENDING, "before")]),
+        ("fixed.scenario.yaml", []),
+    ],
+)
+def test_every_boundary_sweep(
+    name: str, failing: list[tuple[str, str, str]], tmp_path: Path
+) -> None:
     sc = load_scenario(EXAMPLE / name)
-    result = Campaign(sc.agent, [f.family for f in sc.families],
-                      str(tmp_path / "report"), name=name, seed=sc.seed,
-                      restarts=sc.restarts, expect=sc.expect).run()
+    result = Campaign(
+        sc.agent,
+        [f.family for f in sc.families],
+        str(tmp_path / "report"),
+        name=name,
+        seed=sc.seed,
+        restarts=sc.restarts,
+        expect=sc.expect,
+    ).run()
     assert len(result.trials) == 11
     assert all(t.exercised for t in result.trials)
-    got = [(t.plan.faults[0].arg("op"), t.plan.faults[0].arg("name"),
-            t.plan.faults[0].arg("phase")) for t in result.failures]
+    got = [
+        (t.plan.faults[0].arg("op"), t.plan.faults[0].arg("name"), t.plan.faults[0].arg("phase"))
+        for t in result.failures
+    ]
     assert got == failing
-    assert all(c.ok for t in result.trials for c in t.checks
-               if c.name == "resumes_from_last_completed")
+    assert all(
+        c.ok for t in result.trials for c in t.checks if c.name == "resumes_from_last_completed"
+    )
 
 
 @pytest.mark.slow
@@ -218,11 +255,19 @@ def test_the_sqlite_system_database_under_power_loss_and_corruption(tmp_path: Pa
         pytest.skip("power_loss needs strace")
     sc = load_scenario(EXAMPLE / "sysdb.scenario.yaml")
     for fam in sc.families:
-        result = Campaign(sc.agent, [fam.family], str(tmp_path / f"f{fam.line}"),
-                          name="sysdb", seed=sc.seed, restarts=sc.restarts,
-                          expect=sc.expect).run()
+        result = Campaign(
+            sc.agent,
+            [fam.family],
+            str(tmp_path / f"f{fam.line}"),
+            name="sysdb",
+            seed=sc.seed,
+            restarts=sc.restarts,
+            expect=sc.expect,
+        ).run()
         assert result.trials
-        assert all(t.exercised for t in result.trials), [str(o) for t in result.trials
-                                                         for o in t.not_fired]
-        assert result.ok, [f"{t.plan.describe()}: {[str(c) for c in t.failed]}"
-                           for t in result.failures]
+        assert all(t.exercised for t in result.trials), [
+            str(o) for t in result.trials for o in t.not_fired
+        ]
+        assert result.ok, [
+            f"{t.plan.describe()}: {[str(c) for c in t.failed]}" for t in result.failures
+        ]

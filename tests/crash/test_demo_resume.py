@@ -40,9 +40,11 @@ BROKEN = [sys.executable, str(Path(__file__).parent / "broken_agent.py")]
 
 def approve_when_paused(state: Path, run_id: str = "demo") -> Callable[[Attempt], None]:
     """Between attempts: record an approval once the run has paused for one."""
+
     def on_exit(attempt: Attempt) -> None:
         if attempt.returncode == PAUSED:
             decide(Store(state / "checkpoints"), run_id, approved=True, note="ok")
+
     return on_exit
 
 
@@ -66,14 +68,16 @@ def test_golden_run_shows_every_step_and_effect(golden: Golden) -> None:
     assert len(kill_points(golden)) == 12 + 2 * 2  # 6 steps x 2 boundaries, 2 effects x 2
 
 
-def test_demo_survives_a_kill_at_every_boundary(children: Children, golden: Golden,
-                                                tmp_path: Path) -> None:
+def test_demo_survives_a_kill_at_every_boundary(
+    children: Children, golden: Golden, tmp_path: Path
+) -> None:
     found = failures(golden, sweep(children, demo, golden, tmp_path))
     assert not found, "\n".join(found)
 
 
-def test_an_in_doubt_kill_is_resent_with_the_same_key(children: Children, golden: Golden,
-                                                   tmp_path: Path) -> None:
+def test_an_in_doubt_kill_is_resent_with_the_same_key(
+    children: Children, golden: Golden, tmp_path: Path
+) -> None:
     """A sweep that never killed anything would pass vacuously: check one in-doubt trial."""
     index = next(e.index for e in golden.events if e.op == "effect")
     trial = run_trial(children, demo(tmp_path), kill=(index, "in_doubt"))
@@ -86,15 +90,21 @@ def test_an_in_doubt_kill_is_resent_with_the_same_key(children: Children, golden
 
 def approval_sweep(children: Children, tmp_path: Path, *, after_pause_only: bool) -> None:
     g_state = tmp_path / "golden"
-    gold = Golden.of(run_trial(children, demo(g_state, "--approval"),
-                               on_exit=approve_when_paused(g_state)))
+    gold = Golden.of(
+        run_trial(children, demo(g_state, "--approval"), on_exit=approve_when_paused(g_state))
+    )
     assert "approve" in gold.steps
     assert gold.returncode == 0
     if after_pause_only:  # before the pause the run is the plain demo's, swept above
         first = next(e.index for e in gold.events if e.attempt == "2")
         gold = dataclasses.replace(gold, events=gold.events[first:])
-    trials = sweep(children, lambda state: demo(state, "--approval"), gold, tmp_path,
-                   on_exit_for=approve_when_paused)
+    trials = sweep(
+        children,
+        lambda state: demo(state, "--approval"),
+        gold,
+        tmp_path,
+        on_exit_for=approve_when_paused,
+    )
     assert len(trials) >= 6
     # one pause per trial: a decision, once recorded, survives every later kill
     assert all([a.returncode for a in t.attempts].count(PAUSED) == 1 for t in trials)
@@ -102,14 +112,16 @@ def approval_sweep(children: Children, tmp_path: Path, *, after_pause_only: bool
     assert not found, "\n".join(found)
 
 
-def test_demo_with_approval_survives_a_kill_after_the_decision(children: Children,
-                                                               tmp_path: Path) -> None:
+def test_demo_with_approval_survives_a_kill_after_the_decision(
+    children: Children, tmp_path: Path
+) -> None:
     approval_sweep(children, tmp_path, after_pause_only=True)
 
 
 @pytest.mark.slow
-def test_demo_with_approval_survives_a_kill_at_every_boundary(children: Children,
-                                                              tmp_path: Path) -> None:
+def test_demo_with_approval_survives_a_kill_at_every_boundary(
+    children: Children, tmp_path: Path
+) -> None:
     approval_sweep(children, tmp_path, after_pause_only=False)
 
 
@@ -128,13 +140,17 @@ def test_correct_small_agent_passes_the_same_sweep(children: Children, tmp_path:
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize(("bug", "check"), [
-    ("fresh-key", "exactly_once: effect notify"),
-    ("from-scratch", "resumes_from_last_completed"),
-    ("lost-effect", "exactly_once: effect notify"),
-])
-def test_sweep_catches_a_broken_agent(children: Children, bug: str, check: str,
-                                      tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("bug", "check"),
+    [
+        ("fresh-key", "exactly_once: effect notify"),
+        ("from-scratch", "resumes_from_last_completed"),
+        ("lost-effect", "exactly_once: effect notify"),
+    ],
+)
+def test_sweep_catches_a_broken_agent(
+    children: Children, bug: str, check: str, tmp_path: Path
+) -> None:
     gold = Golden.of(run_trial(children, broken(bug)(tmp_path / "golden")))
     assert gold.returncode == 0
     found = failures(gold, sweep(children, broken(bug), gold, tmp_path))
@@ -144,10 +160,15 @@ def test_sweep_catches_a_broken_agent(children: Children, bug: str, check: str,
 def test_violations_reports_a_lost_and_a_repeated_effect(golden: Golden) -> None:
     """The helper itself: a trial that lost one effect and applied another twice."""
     (k1, p1), (k2, p2) = sorted(golden.effects)
-    fake = Trial(["agent"], (1, "before"), attempts=[
-        Attempt(1, -9, b"", b"", golden.events[:3]),
-        Attempt(2, 0, golden.stdout, b"", golden.events[1:]),
-    ], applications=[(k1, p1, "a"), (k1, p1, "b")])
+    fake = Trial(
+        ["agent"],
+        (1, "before"),
+        attempts=[
+            Attempt(1, -9, b"", b"", golden.events[:3]),
+            Attempt(2, 0, golden.stdout, b"", golden.events[1:]),
+        ],
+        applications=[(k1, p1, "a"), (k1, p1, "b")],
+    )
     found = "\n".join(violations(golden, fake))
     assert f"effect {k1} {p1} duplicated" in found
     assert f"effect {k2} {p2} lost" in found

@@ -35,8 +35,9 @@ FILLER_BYTES = 8 * 1024
 MOUNT_THEN_EXEC = 'mount -t tmpfs -o size={size},mode=0700 tmpfs "$1" && shift && exec "$@"'
 
 
-def append_until_error(j: RunJournal, make: Callable[[int], Any],
-                       limit: int = 10_000) -> tuple[int, int, Exception]:
+def append_until_error(
+    j: RunJournal, make: Callable[[int], Any], limit: int = 10_000
+) -> tuple[int, int, Exception]:
     """Append ``make(seq)`` until an append raises; return (last acked seq, the segment's size
     before the failed append, the exception). Fails the test if nothing ever raises."""
     for _ in range(limit):
@@ -59,8 +60,11 @@ def check_fill_report(report: dict[str, Any], err: int) -> None:
     assert errno.errorcode[err] in report["error"]
     # At most a torn tail: the segment was cut back to the last acknowledged record.
     assert report["size_after"] == report["size_before"], report
-    assert report["scan_after"] == {"records": acked, "stop": "end",
-                                    "end": report["size_before"]}, report
+    assert report["scan_after"] == {
+        "records": acked,
+        "stop": "end",
+        "end": report["size_before"],
+    }, report
     # A journal that failed refuses further writes until reopened, and writes nothing.
     assert report["again"] == err
     assert report["size_after_again"] == report["size_before"]
@@ -91,21 +95,40 @@ def namespace_prefix(probe_dir: Path) -> list[str]:
         if done.returncode == 0:
             return prefix
         why.append(f"{' '.join(flags)}: {done.stderr.decode(errors='replace').strip()}")
-    pytest.skip("cannot mount a tmpfs in a private mount namespace here "
-                f"(needs root or user namespaces): {'; '.join(why)}")
+    pytest.skip(
+        "cannot mount a tmpfs in a private mount namespace here "
+        f"(needs root or user namespaces): {'; '.join(why)}"
+    )
 
 
 @pytest.mark.needs_root
-def test_real_tmpfs_fills_mid_run_then_reopens_with_everything(tmp_path: Path,
-                                                               children: Any) -> None:
+def test_real_tmpfs_fills_mid_run_then_reopens_with_everything(
+    tmp_path: Path, children: Any
+) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     prefix = namespace_prefix(mnt)
-    child = children.spawn([
-        *prefix, MOUNT_THEN_EXEC.format(size=TMPFS_BYTES), "sh", mnt,
-        sys.executable, DISK_FILL, "--root", mnt / "store", "--run", "full", "--seed", str(SEED),
-        "--filler", mnt / "filler", "--filler-bytes", str(FILLER_BYTES),
-    ], cwd=DISK_FILL.parent)
+    child = children.spawn(
+        [
+            *prefix,
+            MOUNT_THEN_EXEC.format(size=TMPFS_BYTES),
+            "sh",
+            mnt,
+            sys.executable,
+            DISK_FILL,
+            "--root",
+            mnt / "store",
+            "--run",
+            "full",
+            "--seed",
+            str(SEED),
+            "--filler",
+            mnt / "filler",
+            "--filler-bytes",
+            str(FILLER_BYTES),
+        ],
+        cwd=DISK_FILL.parent,
+    )
     report = child.read_json(timeout=60)
     assert child.wait() == 0, child.stderr_text()
     # It really ran on the small tmpfs, and the tmpfs left with the namespace.
@@ -119,10 +142,20 @@ def test_real_tmpfs_fills_mid_run_then_reopens_with_everything(tmp_path: Path,
 # -- (c) EFBIG from RLIMIT_FSIZE in a child ---------------------------------------------------
 
 
-def test_file_size_limit_gives_efbig_then_reopens_with_everything(tmp_path: Path,
-                                                                  children: Any) -> None:
-    child = children.python(DISK_FILL, "--root", tmp_path / "store", "--run", "big",
-                            "--seed", str(SEED + 1), "--fsize", "4096")
+def test_file_size_limit_gives_efbig_then_reopens_with_everything(
+    tmp_path: Path, children: Any
+) -> None:
+    child = children.python(
+        DISK_FILL,
+        "--root",
+        tmp_path / "store",
+        "--run",
+        "big",
+        "--seed",
+        str(SEED + 1),
+        "--fsize",
+        "4096",
+    )
     report = child.read_json(timeout=60)
     assert child.wait() == 0, child.stderr_text()
     assert report["short_writes"] >= 1, "the limit never cut a write short (no torn bytes made)"
@@ -161,8 +194,9 @@ def test_pyfakefs_disk_usage_gives_enospc_and_loses_nothing(fs: Any) -> None:
         assert j2.generation == first_gen + 1
         assert j2.seq == acked
         assert not j2.recovery
-        assert [encode_json(d) for d in j2.state["records"]] == \
-            [encode_json(record_data(SEED, s)) for s in range(1, acked + 1)]
+        assert [encode_json(d) for d in j2.state["records"]] == [
+            encode_json(record_data(SEED, s)) for s in range(1, acked + 1)
+        ]
         j2.append(record_data(SEED, acked + 1))
 
 
@@ -179,20 +213,27 @@ def arm() -> Iterator[Callable[[str], None]]:
 
 
 def store_files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).digest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".store-lock"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).digest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".store-lock"
+    }
 
 
-@pytest.mark.parametrize(("point", "action", "nth"), [
-    ("journal.write", "enospc", 5),
-    ("journal.write", "eio", 1),
-    ("journal.write", "efbig", 3),
-    ("journal.after_write", "enospc", 4),  # the bytes went out: they must be cut back
-    ("journal.after_write", "eio", 2),
-    ("journal.after_sync", "eio", 6),  # even durable bytes are not acknowledged: cut back
-])
-def test_failpoint_error_at_nth_write(point: str, action: str, nth: int, tmp_path: Path,
-                                      arm: Callable[[str], None]) -> None:
+@pytest.mark.parametrize(
+    ("point", "action", "nth"),
+    [
+        ("journal.write", "enospc", 5),
+        ("journal.write", "eio", 1),
+        ("journal.write", "efbig", 3),
+        ("journal.after_write", "enospc", 4),  # the bytes went out: they must be cut back
+        ("journal.after_write", "eio", 2),
+        ("journal.after_sync", "eio", 6),  # even durable bytes are not acknowledged: cut back
+    ],
+)
+def test_failpoint_error_at_nth_write(
+    point: str, action: str, nth: int, tmp_path: Path, arm: Callable[[str], None]
+) -> None:
     err = {"enospc": errno.ENOSPC, "eio": errno.EIO, "efbig": errno.EFBIG}[action]
     store = Store(tmp_path, reserve_bytes=0)
     j = store.open("run")
@@ -214,8 +255,9 @@ def test_failpoint_error_at_nth_write(point: str, action: str, nth: int, tmp_pat
         assert not j2.recovery, j2.recovery.describe()
         assert j2.generation == gen + 1
         assert j2.seq == nth - 1
-        assert [encode_json(d) for d in j2.state.get("records", [])] == \
-            [encode_json(record_data(SEED, s)) for s in range(1, nth)]
+        assert [encode_json(d) for d in j2.state.get("records", [])] == [
+            encode_json(record_data(SEED, s)) for s in range(1, nth)
+        ]
         assert j2.append(record_data(SEED, nth)) == nth
 
 
@@ -259,8 +301,9 @@ def test_failed_write_leaves_at_most_a_torn_tail(err: int, tmp_path: Path) -> No
         assert j2.recovery.torn_tail.offset == good
         assert j2.seq == 3
         assert os.path.getsize(j2._path) == good
-        assert [encode_json(d) for d in j2.state["records"]] == \
-            [encode_json(record_data(SEED, s)) for s in range(1, 4)]
+        assert [encode_json(d) for d in j2.state["records"]] == [
+            encode_json(record_data(SEED, s)) for s in range(1, 4)
+        ]
 
 
 class FailingDirSync(FsOps):
@@ -374,8 +417,11 @@ def test_budget_prunes_oldest_completed_runs_never_unfinished_ones(tmp_path: Pat
     assert isinstance(exc, DiskBudgetExceeded), exc
     assert not (root / "new-done").exists(), "the completed run was kept while over budget"
     assert appended > 1
-    assert sorted(n for n in os.listdir(root) if n != ".store-lock") == \
-        ["current", "paused", "running"]
+    assert sorted(n for n in os.listdir(root) if n != ".store-lock") == [
+        "current",
+        "paused",
+        "running",
+    ]
     for r, files in keep.items():
         assert store_files(root / r) == files, f"pruning touched the unfinished run {r}"
         assert store.read(r).seq == 8

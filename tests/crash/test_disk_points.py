@@ -106,8 +106,7 @@ class Agent:
 
     def start(self, argv: list[str], *, rlimit: int | None = None) -> AgentProcess:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
-        return AgentProcess(argv, env, cwd=str(self.tmp), timeout=60,
-                            rlimit_fsize=rlimit).start()
+        return AgentProcess(argv, env, cwd=str(self.tmp), timeout=60, rlimit_fsize=rlimit).start()
 
     def run(self, argv: list[str], *, rlimit: int | None = None) -> Exit:
         return self.start(argv, rlimit=rlimit).wait()
@@ -139,13 +138,15 @@ def run_at_tmpfs_point(agent: Agent, point: WritePoint) -> tuple[Path, Exit, lis
 Run = tuple[Path, Exit, list[_strace.Syscall]]
 
 
-def check_every_point_hit_once(points: list[WritePoint], mechanism: str,
-                               runs: list[Run]) -> None:
+def check_every_point_hit_once(points: list[WritePoint], mechanism: str, runs: list[Run]) -> None:
     hit: list[int] = []
     for point, (state, ex, calls) in zip(points, runs, strict=True):
         errs = refused(calls, str(state), mechanism)
-        assert errs == [e for e in disk_errors(calls, str(state))
-                        if e.errno in (("ENOSPC", "") if mechanism == "tmpfs" else ("EFBIG", ""))]
+        assert errs == [
+            e
+            for e in disk_errors(calls, str(state))
+            if e.errno in (("ENOSPC", "") if mechanism == "tmpfs" else ("EFBIG", ""))
+        ]
         assert errs, f"{point.label()}: no write failed\n{ex.stderr.decode()}"
         assert point.matches(errs[0]), (point.label(), [e.describe() for e in errs])
         # the refused write is the first failure; a short write's retry fails right after
@@ -192,8 +193,10 @@ def test_tmpfs_over_large_capacity_is_not_fired_and_says_why(tmp_path: Path) -> 
     calls = _strace.parse(str(trace))
     got = confirm("tmpfs", str(state), capacity=1 << 20, calls=calls)
     assert not got.fired
-    assert "capacity 1 MiB never filled: lower it or use the write-point mode (disk_full " \
-           "without capacity)" in got.why_not
+    assert (
+        "capacity 1 MiB never filled: lower it or use the write-point mode (disk_full "
+        "without capacity)" in got.why_not
+    )
     assert "took at most 10.9 KiB (16 KiB in tmpfs pages)" in got.why_not
     # without a trace, the sampler says the same
     assert not sample.full
@@ -222,8 +225,9 @@ def test_tmpfs_sampler_sees_a_full_disk_without_strace(tmp_path: Path) -> None:
     assert b"No space left on device" in ex.stderr
     assert sample.full
     assert sample.peak_used == 3 * PAGE
-    got = confirm("tmpfs", str(state), sample=sample, point=None, capacity=None,
-                  untraced="strace disabled")
+    got = confirm(
+        "tmpfs", str(state), sample=sample, point=None, capacity=None, untraced="strace disabled"
+    )
     assert got.fired
     assert "strace disabled" in got.where
     assert (state / "old").read_bytes() == b"o" * 5000  # copied back, ballast left out
@@ -241,9 +245,15 @@ def test_tmpfs_with_no_free_space_refuses_the_first_byte(tmp_path: Path) -> None
     ns = TmpfsNamespace(str(state), free=0)
     try:
         assert ns.usage() == (PAGE, 0, 0)  # the ballast's page, full
-        ex = AgentProcess(ns.wrap(["sh", "-c", "stat -c %a .; printf x > f; echo rc=$?"],
-                                  cwd=str(state)), {"PATH": os.environ["PATH"]},
-                          timeout=30).start().wait()
+        ex = (
+            AgentProcess(
+                ns.wrap(["sh", "-c", "stat -c %a .; printf x > f; echo rc=$?"], cwd=str(state)),
+                {"PATH": os.environ["PATH"]},
+                timeout=30,
+            )
+            .start()
+            .wait()
+        )
     finally:
         ns.close()
     assert ex.stdout.split() == [b"751", b"rc=1"], (ex.stdout, ex.stderr)
@@ -326,8 +336,9 @@ def test_disk_errors_read_from_a_live_trace(tmp_path: Path) -> None:
     ns = TmpfsNamespace(str(state), free=point.value)
     proc = None
     try:
-        proc = agent.start(ns.wrap(traced(agent.argv(state, "--swallow", "--linger"), trace),
-                                   cwd=str(agent.tmp)))
+        proc = agent.start(
+            ns.wrap(traced(agent.argv(state, "--swallow", "--linger"), trace), cwd=str(agent.tmp))
+        )
         deadline = time.monotonic() + 30
         errs = []
         while not errs and time.monotonic() < deadline:

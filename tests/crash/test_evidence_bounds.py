@@ -38,13 +38,21 @@ CANARY_PREFIX = b"sk-crashpoint-canary-"
 
 
 def agent(timeout: float = 30.0, **env: str) -> AgentSpec:
-    return AgentSpec((sys.executable, AGENT, "{state_dir}"), timeout=timeout,
-                     env=tuple(sorted(env.items())))
+    return AgentSpec(
+        (sys.executable, AGENT, "{state_dir}"), timeout=timeout, env=tuple(sorted(env.items()))
+    )
 
 
 def campaign(tmp_path: Path, spec: AgentSpec, count: int = 2, **kw: Any) -> Campaign:
-    return Campaign(spec, [family_from_spec({"kill": {"at": "random", "count": count}})],
-                    str(tmp_path / "report"), name="leaky", seed=3, restarts=1, **kw)
+    return Campaign(
+        spec,
+        [family_from_spec({"kill": {"at": "random", "count": count}})],
+        str(tmp_path / "report"),
+        name="leaky",
+        seed=3,
+        restarts=1,
+        **kw,
+    )
 
 
 def files_under(root: Path) -> Iterator[Path]:
@@ -56,11 +64,11 @@ def files_under(root: Path) -> Iterator[Path]:
 # -- evidence size ---------------------------------------------------------------------------
 
 
-def test_evidence_stays_within_its_limits_for_an_agent_leaving_a_big_state(
-        tmp_path: Path) -> None:
+def test_evidence_stays_within_its_limits_for_an_agent_leaving_a_big_state(tmp_path: Path) -> None:
     spec = agent(LEAK_STATE_MIB="24", LEAK_EXIT_AFTER_FIRST="3")  # every trial fails
-    camp = campaign(tmp_path, spec, count=3, evidence_per_trial=8 * MIB,
-                    evidence_per_campaign=12 * MIB)
+    camp = campaign(
+        tmp_path, spec, count=3, evidence_per_trial=8 * MIB, evidence_per_campaign=12 * MIB
+    )
     result = camp.run()
     assert [t.ok for t in result.trials] == [False] * 3
     slack = 64 * 1024  # the JSON files, REPLAY and the history, never cut
@@ -81,8 +89,7 @@ def test_evidence_stays_within_its_limits_for_an_agent_leaving_a_big_state(
 
 def test_without_a_tight_limit_the_copies_are_whole(tmp_path: Path) -> None:
     """The good path: a small state is kept whole, crash copies included, nothing left out."""
-    result = campaign(tmp_path, agent(LEAK_STATE_MIB="1", LEAK_EXIT_AFTER_FIRST="3"),
-                      count=1).run()
+    result = campaign(tmp_path, agent(LEAK_STATE_MIB="1", LEAK_EXIT_AFTER_FIRST="3"), count=1).run()
     (t,) = result.trials
     assert not t.ok
     assert t.evidence_omitted == []
@@ -102,11 +109,13 @@ def system_tmp_tag() -> Iterator[str]:
 
 
 def test_writes_to_tmpdir_and_to_tmp_are_measured_and_reported(
-        tmp_path: Path, system_tmp_tag: str) -> None:
+    tmp_path: Path, system_tmp_tag: str
+) -> None:
     spec = agent(LEAK_TMP_MIB="10", LEAK_SYSTEM_TMP=system_tmp_tag)
     system_tmp_name = f"leaky-agent-{system_tmp_tag}"
-    result = campaign(tmp_path, spec, count=2,
-                      expect=Expect(resumes_from_last_completed=False)).run()  # it starts over
+    result = campaign(
+        tmp_path, spec, count=2, expect=Expect(resumes_from_last_completed=False)
+    ).run()  # it starts over
     assert result.ok, result.summary()["failures"]
     for t in result.trials:
         sizes = [a.tmp_bytes for a in t.attempts]
@@ -141,25 +150,40 @@ seed: 5
 
 
 def test_no_secret_reaches_any_report_file_and_replay_still_works(
-        tmp_path: Path, children: Any) -> None:
+    tmp_path: Path, children: Any
+) -> None:
     scenario = tmp_path / "leaky.scenario.yaml"
     scenario.write_text(SCENARIO.format(agent=AGENT, token=TOKEN, url=URL))
     report = tmp_path / "report"
-    run = children.spawn([sys.executable, "-m", "crashpoint", "run", str(scenario),
-                          "--report", str(report), "--quiet"], cwd=tmp_path)
+    run = children.spawn(
+        [
+            sys.executable,
+            "-m",
+            "crashpoint",
+            "run",
+            str(scenario),
+            "--report",
+            str(report),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )
     assert run.wait(300) == 1, run.stderr_text()  # the canary leaks into the state: failures
     trials = sorted(report.glob("scenarios/*/trials/trial-*"))
     assert trials, "no failing trial folder"
     stdout = (trials[0] / "attempt-2.stdout").read_text()
-    assert stdout == ("my secrets: <redacted:API_TOKEN> <redacted:SERVICE_URL> "
-                      "<redacted:OPENAI_API_KEY>\ndone\n")  # it was there, and is redacted
+    assert stdout == (
+        "my secrets: <redacted:API_TOKEN> <redacted:SERVICE_URL> <redacted:OPENAI_API_KEY>\ndone\n"
+    )  # it was there, and is redacted
     runner = json.loads((trials[0] / "runner.json").read_text())
     assert runner["agent"]["env"]["API_TOKEN"] == "<redacted:API_TOKEN>"  # noqa: S105
     assert runner["scenario"] == str(scenario)
     _assert_clean(report)
 
-    rep = children.spawn([sys.executable, "-m", "crashpoint", "replay", str(trials[0])],
-                         env={"API_TOKEN": None, "SERVICE_URL": None})
+    rep = children.spawn(
+        [sys.executable, "-m", "crashpoint", "replay", str(trials[0])],
+        env={"API_TOKEN": None, "SERVICE_URL": None},
+    )
     assert rep.wait(120) == 1, rep.stderr_text()
     lines = []
     while (line := rep.read_line(10)) is not None:
@@ -167,8 +191,11 @@ def test_no_secret_reaches_any_report_file_and_replay_still_works(
     assert any(x.startswith("reproduced: ") for x in lines), lines
     (again,) = list((trials[0] / "replays").iterdir())
     replayed = next(again.glob("trial-*"))
-    assert (replayed / "attempt-2.stdout").read_text().startswith(
-        "my secrets: <redacted:API_TOKEN> <redacted:SERVICE_URL>")  # the values were given
+    assert (
+        (replayed / "attempt-2.stdout")
+        .read_text()
+        .startswith("my secrets: <redacted:API_TOKEN> <redacted:SERVICE_URL>")
+    )  # the values were given
     _assert_clean(report)
 
 
@@ -194,15 +221,19 @@ def _assert_clean(report: Path) -> None:
 
 
 def test_replay_without_a_scenario_file_asks_for_the_redacted_values(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = agent(API_TOKEN=TOKEN, SERVICE_URL=URL, LEAK_SECRETS="1")
     result = campaign(tmp_path, spec, count=1).run()
     (t,) = result.trials
     assert not t.ok
     monkeypatch.delenv("API_TOKEN", raising=False)
     monkeypatch.delenv("SERVICE_URL", raising=False)
-    with pytest.raises(ReplayError, match=r"API_TOKEN, SERVICE_URL are redacted .* Set them in "
-                                          r"the environment .*API_TOKEN=\.\.\. crashpoint replay"):
+    with pytest.raises(
+        ReplayError,
+        match=r"API_TOKEN, SERVICE_URL are redacted .* Set them in "
+        r"the environment .*API_TOKEN=\.\.\. crashpoint replay",
+    ):
         replay(t.folder)
     monkeypatch.setenv("API_TOKEN", TOKEN)
     monkeypatch.setenv("SERVICE_URL", URL)
@@ -229,15 +260,31 @@ expect: {{resumes_from_last_completed: false}}
 
 
 def test_a_harness_with_few_descriptors_survives_an_agent_holding_600_connections(
-        tmp_path: Path, children: Any) -> None:
+    tmp_path: Path, children: Any
+) -> None:
     scenario = tmp_path / "conns.scenario.yaml"
     scenario.write_text(CONNECTIONS.format(agent=AGENT))
     report = tmp_path / "report"
-    low = ("import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
-           "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
-           "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    run = children.spawn([sys.executable, "-c", low, "-m", "crashpoint", "run", str(scenario),
-                          "--report", str(report), "--quiet"], cwd=tmp_path)
+    low = (
+        "import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
+    run = children.spawn(
+        [
+            sys.executable,
+            "-c",
+            low,
+            "-m",
+            "crashpoint",
+            "run",
+            str(scenario),
+            "--report",
+            str(report),
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )
     code = run.wait(300)
     assert code == 0, run.stderr_text()
     gate = json.loads((report / "gate.json").read_text())

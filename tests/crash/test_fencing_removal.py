@@ -34,9 +34,16 @@ for _ in range(int(sys.argv[2])):
 def test_racing_openers_never_share_a_fencing_generation(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     rounds, writers = 25, 4
-    procs = [subprocess.Popen([sys.executable, "-c", OPENER, root, str(rounds), str(w)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for w in range(writers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, root, str(rounds), str(w)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for w in range(writers)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * writers, outs
     gens = [int(g) for out, _ in outs for g in out.split()]
@@ -133,7 +140,8 @@ def _whole_or_gone(root: Path, label: str) -> str:
 
 @pytest.mark.skipif(not OK, reason=f"strace cannot trace here: {WHY}")
 def test_a_kill_at_each_file_operation_of_prune_leaves_the_run_whole_or_gone(
-        tmp_path: Path, children) -> None:
+    tmp_path: Path, children
+) -> None:
     script = tmp_path / "prune.py"
     script.write_text(PRUNER)
     template = tmp_path / "template"
@@ -142,8 +150,9 @@ def test_a_kill_at_each_file_operation_of_prune_leaves_the_run_whole_or_gone(
     shutil.copytree(template, golden, symlinks=True)
     rec = recorder(str(tmp_path / "golden-run"), use_strace=True)
     env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
-    child = children.spawn(rec.wrap([sys.executable, str(script), str(golden)]),
-                           env=rec.environ(env))
+    child = children.spawn(
+        rec.wrap([sys.executable, str(script), str(golden)]), env=rec.environ(env)
+    )
     assert child.wait(60) == 0
     assert not (golden / "done").exists()
     ops = record_golden(rec, {"state_dir": str(golden)})
@@ -154,10 +163,8 @@ def test_a_kill_at_each_file_operation_of_prune_leaves_the_run_whole_or_gone(
     for i, op in enumerate(ops):
         state = tmp_path / f"trial-{i}"
         shutil.copytree(template, state, symlinks=True)
-        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{i}-run"),
-                use_strace=True)
-        c = children.spawn(a.wrap([sys.executable, str(script), str(state)]),
-                           env=a.environ(env))
+        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{i}-run"), use_strace=True)
+        c = children.spawn(a.wrap([sys.executable, str(script), str(state)]), env=a.environ(env))
         w = Watch(a, lambda c=c: os.killpg(c.pid, signal.SIGKILL))
         try:
             rc = c.wait(60)

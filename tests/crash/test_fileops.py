@@ -40,7 +40,7 @@ OK, WHY = _strace.available()
 needs_strace = pytest.mark.skipif(not OK, reason=f"strace cannot trace here: {WHY}")
 SH = shutil.which("sh") or "/bin/sh"
 
-JSON_AGENT = textwrap.dedent('''
+JSON_AGENT = textwrap.dedent("""
     import json, os, sys
     d, steps = sys.argv[1], int(sys.argv[2])
     state = os.path.join(d, "ckpt.json")
@@ -57,9 +57,9 @@ JSON_AGENT = textwrap.dedent('''
             os.fsync(f.fileno())
         os.replace(tmp, state)
     print("done", n)
-''')
+""")
 
-SHELL_AGENT = textwrap.dedent('''
+SHELL_AGENT = textwrap.dedent("""
     set -e
     d="$1"
     n=0
@@ -70,9 +70,9 @@ SHELL_AGENT = textwrap.dedent('''
       mv "$d/s.tmp" "$d/s.json"
     done
     echo done
-''')
+""")
 
-SQLITE_AGENT = textwrap.dedent('''
+SQLITE_AGENT = textwrap.dedent("""
     import os, sqlite3, sys
     db = sqlite3.connect(os.path.join(sys.argv[1], "db.sqlite"))
     db.execute("create table t (x)")
@@ -81,9 +81,9 @@ SQLITE_AGENT = textwrap.dedent('''
         db.execute("insert into t values (?)", (i,))
         db.commit()
     print("rows", db.execute("select count(*) from t").fetchone()[0])
-''')
+""")
 
-THREAD_AGENT = textwrap.dedent('''
+THREAD_AGENT = textwrap.dedent("""
     import os, sys, threading
     fd = os.open(os.path.join(sys.argv[1], "f"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.write(fd, b"m")
@@ -94,7 +94,7 @@ THREAD_AGENT = textwrap.dedent('''
     t.start()
     t.join()
     print("done")
-''')
+""")
 
 
 def script(tmp_path: Path, name: str, text: str) -> str:
@@ -128,32 +128,46 @@ def golden_ops(children, tmp_path: Path, argv_for, *, use_strace: bool) -> list[
     return record_golden(rec, {"state_dir": str(state)})
 
 
-def sweep(children, tmp_path: Path, ops: list[FileOp], argv_for, check, *,
-          use_strace: bool, watch: bool = False) -> list[str]:
+def sweep(
+    children,
+    tmp_path: Path,
+    ops: list[FileOp],
+    argv_for,
+    check,
+    *,
+    use_strace: bool,
+    watch: bool = False,
+) -> list[str]:
     """Arm a kill at each operation in turn; return where each landed."""
     where = []
     for i, op in enumerate(ops):
         state = tmp_path / f"trial-{i}"
         state.mkdir()
-        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{i}-attempt-1"),
-                use_strace=use_strace)
+        a = arm(
+            op,
+            {"state_dir": str(state)},
+            str(tmp_path / f"trial-{i}-attempt-1"),
+            use_strace=use_strace,
+        )
         rc = run(children, a, argv_for(state), watch=watch)
         land = landed(a, attempt=1)
         assert land.fired, f"{op.label()}: {land.why_not}"
         assert land.why_not == ""
         if use_strace:  # the one call killed is this operation, on the trial's file
             killed = [c for c in _strace.parse(a.trace) if c.result is None]
-            assert [(op_of(c), c.path) for c in killed] == \
-                [(op.op, op.path.replace("{state_dir}", str(state)))], op.label()
+            assert [(op_of(c), c.path) for c in killed] == [
+                (op.op, op.path.replace("{state_dir}", str(state)))
+            ], op.label()
         else:
             [line] = (tmp_path / f"trial-{i}-attempt-1.landing.jsonl").read_text().splitlines()
             assert json.loads(line)["n"] == op.n
-        check(state, op, rc, ops[:i + 1])
+        check(state, op, rc, ops[: i + 1])
         where.append(land.where)
     return where
 
 
 # -- (a), (b): a Python agent saving JSON with temp + rename --------------------------------------
+
 
 def json_argv(tmp_path: Path, steps: int = 3):
     agent = script(tmp_path, "agent.py", JSON_AGENT)
@@ -176,35 +190,45 @@ def json_disk(state: Path, op: FileOp, rc: int, _done: list[FileOp]) -> None:
 
 
 @needs_strace
-def test_a_sweep_kills_a_json_agent_once_at_each_file_operation(tmp_path: Path,
-                                                                children) -> None:
+def test_a_sweep_kills_a_json_agent_once_at_each_file_operation(tmp_path: Path, children) -> None:
     argv_for = json_argv(tmp_path)
     ops = golden_ops(children, tmp_path, argv_for, use_strace=True)
-    per_save = ["openat(w) {state_dir}/ckpt.json.tmp", "write {state_dir}/ckpt.json.tmp",
-                "fsync {state_dir}/ckpt.json.tmp",
-                "rename {state_dir}/ckpt.json.tmp -> {state_dir}/ckpt.json"]
+    per_save = [
+        "openat(w) {state_dir}/ckpt.json.tmp",
+        "write {state_dir}/ckpt.json.tmp",
+        "fsync {state_dir}/ckpt.json.tmp",
+        "rename {state_dir}/ckpt.json.tmp -> {state_dir}/ckpt.json",
+    ]
     assert [o.label() for o in ops] == [f"{s} #{k}" for k in (1, 2, 3) for s in per_save]
-    assert sweep(children, tmp_path, ops, argv_for, json_disk, use_strace=True) == \
-        [o.label() for o in ops]  # every operation hit, once, in order
+    assert sweep(children, tmp_path, ops, argv_for, json_disk, use_strace=True) == [
+        o.label() for o in ops
+    ]  # every operation hit, once, in order
 
 
-def test_without_strace_the_audit_hook_sweeps_a_python_agent(tmp_path: Path, children,
-                                                             monkeypatch) -> None:
+def test_without_strace_the_audit_hook_sweeps_a_python_agent(
+    tmp_path: Path, children, monkeypatch
+) -> None:
     monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
     use_strace, why = _strace.available()
     assert (use_strace, why) == (False, "disabled by CRASHPOINT_NO_STRACE")
     argv_for = json_argv(tmp_path)
     ops = golden_ops(children, tmp_path, argv_for, use_strace=use_strace)
     assert [o.label() for o in ops] == [
-        s for k in (1, 2, 3) for s in (f"open(w) {{state_dir}}/ckpt.json.tmp #{k}",
-                                        "rename {state_dir}/ckpt.json.tmp -> "
-                                        f"{{state_dir}}/ckpt.json #{k}")]
+        s
+        for k in (1, 2, 3)
+        for s in (
+            f"open(w) {{state_dir}}/ckpt.json.tmp #{k}",
+            f"rename {{state_dir}}/ckpt.json.tmp -> {{state_dir}}/ckpt.json #{k}",
+        )
+    ]
     assert all(o.via == "audit" for o in ops)
-    assert sweep(children, tmp_path, ops, argv_for, json_disk, use_strace=use_strace) == \
-        [o.label() for o in ops]
+    assert sweep(children, tmp_path, ops, argv_for, json_disk, use_strace=use_strace) == [
+        o.label() for o in ops
+    ]
 
 
 # -- (c): a shell agent ---------------------------------------------------------------------------
+
 
 def shell_disk(state: Path, op: FileOp, rc: int, done: list[FileOp]) -> None:
     it = sum(1 for o in done if o.op.startswith("open"))  # the loop's pass the kill hit
@@ -232,18 +256,23 @@ def test_a_sweep_kills_a_shell_agent_at_each_file_operation(tmp_path: Path, chil
     shapes = [(o.op if not o.op.startswith("rename") else "rename*", o.path, o.n) for o in ops]
     # the second mv may use another rename call (renameat2 refused with EEXIST, then renameat)
     assert [(op, path) for op, path, _ in shapes] == [
-        ("openat(w)", "{state_dir}/s.tmp"), ("write", "{state_dir}/s.tmp"),
-        ("rename*", "{state_dir}/s.tmp")] * 2
+        ("openat(w)", "{state_dir}/s.tmp"),
+        ("write", "{state_dir}/s.tmp"),
+        ("rename*", "{state_dir}/s.tmp"),
+    ] * 2
     assert all(o.path2 == "{state_dir}/s.json" for o in ops if o.op.startswith("rename"))
-    assert sweep(children, tmp_path, ops, argv_for, shell_disk, use_strace=True,
-                 watch=True) == [o.label() for o in ops]
+    assert sweep(children, tmp_path, ops, argv_for, shell_disk, use_strace=True, watch=True) == [
+        o.label() for o in ops
+    ]
 
 
 # -- (d): SQLite, written from C ------------------------------------------------------------------
 
+
 @needs_strace
 def test_sqlite_writes_from_c_are_operations_and_a_kill_lands_in_a_commit(
-        tmp_path: Path, children) -> None:
+    tmp_path: Path, children
+) -> None:
     agent = script(tmp_path, "agent.py", SQLITE_AGENT)
 
     def argv_for(state: Path) -> list[str]:
@@ -265,8 +294,7 @@ def test_sqlite_writes_from_c_are_operations_and_a_kill_lands_in_a_commit(
     for i, op in enumerate([db_writes[-1], last_unlink]):
         state = tmp_path / f"trial-{i}"
         state.mkdir()
-        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{i}-att"),
-                use_strace=True)
+        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{i}-att"), use_strace=True)
         assert run(children, a, argv_for(state)) == -signal.SIGKILL
         land = landed(a, attempt=1)
         assert land == (True, op.label(), ""), land.why_not
@@ -278,28 +306,32 @@ def test_sqlite_writes_from_c_are_operations_and_a_kill_lands_in_a_commit(
 
 # -- (e), (f): kills that cannot land where planned ----------------------------------------------
 
-@pytest.mark.parametrize("use_strace", [
-    pytest.param(True, marks=needs_strace, id="strace"), pytest.param(False, id="audit")])
-def test_an_operation_the_attempt_never_reaches_is_not_fired(tmp_path: Path, children,
-                                                             use_strace: bool) -> None:
+
+@pytest.mark.parametrize(
+    "use_strace",
+    [pytest.param(True, marks=needs_strace, id="strace"), pytest.param(False, id="audit")],
+)
+def test_an_operation_the_attempt_never_reaches_is_not_fired(
+    tmp_path: Path, children, use_strace: bool
+) -> None:
     ops = golden_ops(children, tmp_path, json_argv(tmp_path, steps=3), use_strace=use_strace)
     third = [o for o in ops if o.op.startswith("open") and o.n == 3]
     assert len(third) == 1
     state = tmp_path / "trial"
     state.mkdir()
-    a = arm(third[0], {"state_dir": str(state)}, str(tmp_path / "trial-att"),
-            use_strace=use_strace)
+    a = arm(third[0], {"state_dir": str(state)}, str(tmp_path / "trial-att"), use_strace=use_strace)
     assert run(children, a, json_argv(tmp_path, steps=1)(state)) == 0  # it saves only once
     assert not a.landing_seen()
     fired, where, why = landed(a, attempt=1)
     assert (fired, where) == (False, "")
-    assert why == f"the agent never did {third[0].op} {{state_dir}}/ckpt.json.tmp a 3rd time " \
-                  "in attempt 1: it did it once"
+    assert (
+        why == f"the agent never did {third[0].op} {{state_dir}}/ckpt.json.tmp a 3rd time "
+        "in attempt 1: it did it once"
+    )
 
 
 @needs_strace
-def test_a_kill_counted_in_another_thread_is_reported_not_passed(tmp_path: Path,
-                                                                 children) -> None:
+def test_a_kill_counted_in_another_thread_is_reported_not_passed(tmp_path: Path, children) -> None:
     agent = script(tmp_path, "agent.py", THREAD_AGENT)
 
     def argv_for(state: Path) -> list[str]:
@@ -307,14 +339,12 @@ def test_a_kill_counted_in_another_thread_is_reported_not_passed(tmp_path: Path,
 
     ops = golden_ops(children, tmp_path, argv_for, use_strace=True)
     writes = [o for o in ops if o.op == "write"]
-    assert [(o.n, o.when, o.shared) for o in writes] == [(1, 1, True), (2, 1, True),
-                                                        (3, 2, True)]
+    assert [(o.n, o.when, o.shared) for o in writes] == [(1, 1, True), (2, 1, True), (3, 2, True)]
     results = {}
     for op in writes[1:]:
         state = tmp_path / f"trial-{op.n}"
         state.mkdir()
-        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{op.n}-att"),
-                use_strace=True)
+        a = arm(op, {"state_dir": str(state)}, str(tmp_path / f"trial-{op.n}-att"), use_strace=True)
         assert run(children, a, argv_for(state)) == -signal.SIGKILL
         results[op.n] = landed(a, attempt=1)
     # write #2 was the thread's 1st: strace's when=1 fires at the main thread's write first
@@ -326,8 +356,9 @@ def test_a_kill_counted_in_another_thread_is_reported_not_passed(tmp_path: Path,
     assert results[3] == (True, "write {state_dir}/f #3", "")
 
 
-def test_the_injected_hook_still_imports_the_agents_own_sitecustomize(tmp_path: Path,
-                                                                      children) -> None:
+def test_the_injected_hook_still_imports_the_agents_own_sitecustomize(
+    tmp_path: Path, children
+) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import sys\nsys.stderr.write('theirs ran\\n')\n")
@@ -341,4 +372,5 @@ def test_the_injected_hook_still_imports_the_agents_own_sitecustomize(tmp_path: 
     assert "theirs ran" in child.stderr_text()
     assert [o.label() for o in record_golden(rec, {"state_dir": str(state)})] == [
         "open(w) {state_dir}/ckpt.json.tmp #1",
-        "rename {state_dir}/ckpt.json.tmp -> {state_dir}/ckpt.json #1"]
+        "rename {state_dir}/ckpt.json.tmp -> {state_dir}/ckpt.json #1",
+    ]

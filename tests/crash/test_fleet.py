@@ -18,8 +18,10 @@ import psutil
 import pytest
 from fake_target import FakeTarget
 
-pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
-                    "pip install 'crashpoint[postgres]'")
+pytest.importorskip(
+    "psycopg",
+    reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
+)
 
 from crashpoint.checkpoint import run_reducer
 from crashpoint.checkpoint._fleet import submit
@@ -48,25 +50,53 @@ class WorkerKiller(FakeTarget):
         super()._killpg(pid)
 
 
-def worker(children: Children, dsn: str, name: str, target: FakeTarget, *,
-           think: float = 0.0, extra: tuple[str, ...] = ()) -> Child:
+def worker(
+    children: Children,
+    dsn: str,
+    name: str,
+    target: FakeTarget,
+    *,
+    think: float = 0.0,
+    extra: tuple[str, ...] = (),
+) -> Child:
     return children.spawn(
-        [sys.executable, "-m", "crashpoint", "fleet", "work", "--store", dsn, "--lease-seconds",
-         LEASE, "--worker", name, "--until-idle", "--poll", "0.1", "--timeout", "60", *extra,
-         "--", sys.executable, AGENT, dsn, "{run_id}"],
-        env={"CRASHPOINT_LEDGER": target.address, "FLEET_LEASE": LEASE,
-             "FLEET_THINK": str(think)})
+        [
+            sys.executable,
+            "-m",
+            "crashpoint",
+            "fleet",
+            "work",
+            "--store",
+            dsn,
+            "--lease-seconds",
+            LEASE,
+            "--worker",
+            name,
+            "--until-idle",
+            "--poll",
+            "0.1",
+            "--timeout",
+            "60",
+            *extra,
+            "--",
+            sys.executable,
+            AGENT,
+            dsn,
+            "{run_id}",
+        ],
+        env={"CRASHPOINT_LEDGER": target.address, "FLEET_LEASE": LEASE, "FLEET_THINK": str(think)},
+    )
 
 
 def generations(store: PostgresStore, run_id: str) -> list[int]:
     with store._tx() as cur:
-        cur.execute(store._q("SELECT generation FROM {records} WHERE run_id = %s ORDER BY seq"),
-                    (run_id,))
+        cur.execute(
+            store._q("SELECT generation FROM {records} WHERE run_id = %s ORDER BY seq"), (run_id,)
+        )
         return [int(r[0]) for r in cur.fetchall()]
 
 
-def judge(store: PostgresStore, target: FakeTarget, runs: list[str], *,
-          in_doubt: int = 0) -> None:
+def judge(store: PostgresStore, target: FakeTarget, runs: list[str], *, in_doubt: int = 0) -> None:
     """Every run completed with every step; each effect applied once (the target's count);
     re-deliveries only for effects left in doubt; records' generations never go back."""
     for rid in runs:
@@ -95,10 +125,16 @@ def wait_all(*ws: Child, timeout: float = 60.0) -> None:
         assert rc in (0, -9), (rc, w.stderr_text())
 
 
-@pytest.mark.parametrize("kill", [pytest.param(b, marks=() if b in QUICK else pytest.mark.slow,
-                                               id=f"{b[0]}-{b[1]}") for b in BOUNDARIES])
-def test_killed_worker_loses_its_run_to_another(children: Children, pg_dsn: str,
-                                                kill: tuple[int, Any]) -> None:
+@pytest.mark.parametrize(
+    "kill",
+    [
+        pytest.param(b, marks=() if b in QUICK else pytest.mark.slow, id=f"{b[0]}-{b[1]}")
+        for b in BOUNDARIES
+    ],
+)
+def test_killed_worker_loses_its_run_to_another(
+    children: Children, pg_dsn: str, kill: tuple[int, Any]
+) -> None:
     store = PostgresStore(pg_dsn, worker="test")
     assert submit(store, "r1")
     assert not submit(store, "r1")
@@ -128,8 +164,9 @@ def test_two_workers_race_for_one_run(children: Children, pg_dsn: str) -> None:
     store.close()
 
 
-def test_stolen_lease_kills_the_agent_and_its_writes_are_refused(children: Children,
-                                                                   pg_dsn: str) -> None:
+def test_stolen_lease_kills_the_agent_and_its_writes_are_refused(
+    children: Children, pg_dsn: str
+) -> None:
     store = PostgresStore(pg_dsn, worker="test")
     submit(store, "r1")
     with FakeTarget() as target:
@@ -168,8 +205,7 @@ def test_sigstopped_worker_is_fenced_after_its_ttl(children: Children, pg_dsn: s
     store.close()
 
 
-def test_killed_client_connection_mid_run(children: Children, pg_server: Any,
-                                          pg_dsn: str) -> None:
+def test_killed_client_connection_mid_run(children: Children, pg_server: Any, pg_dsn: str) -> None:
     store = PostgresStore(pg_dsn, worker="test")
     submit(store, "r1")
     db = pg_dsn.rsplit("/", 1)[1]
@@ -185,8 +221,9 @@ def test_killed_client_connection_mid_run(children: Children, pg_server: Any,
     store.close()
 
 
-def test_partition_between_a_worker_and_the_database(children: Children, pg_server: Any,
-                                                     pg_dsn: str) -> None:
+def test_partition_between_a_worker_and_the_database(
+    children: Children, pg_server: Any, pg_dsn: str
+) -> None:
     from crashpoint.harness._pgproxy import TcpProxy
 
     store = PostgresStore(pg_dsn, worker="test")
@@ -226,8 +263,11 @@ def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
                 continue
             victim = rng.choice(live)
             if not stolen and done >= 2:
-                held = [r for r in runs if (le := store.lease(r)) and not le.expired
-                        and le.holder.startswith("w")]
+                held = [
+                    r
+                    for r in runs
+                    if (le := store.lease(r)) and not le.expired and le.holder.startswith("w")
+                ]
                 if held:
                     store.take_over(held[0], "thief")
                     stolen = True
@@ -268,22 +308,34 @@ def test_campaign_sweep(children: Children, pg_dsn: str, seed: int) -> None:
     _campaign(children, pg_dsn, 30, seed)
 
 
-@pytest.mark.parametrize(("script", "status", "reason"), [
-    # a flood on stderr: the worker keeps the tail (bounded), and its last line is the reason
-    ("import sys; sys.stderr.write('x' * 4_000_000 + '\\nboom: the tool failed\\n'); "
-     "sys.exit(1)", "failed", "exit 1: boom: the tool failed"),
-    # another owner has the run (exit 73) and said nothing: lost, not a crash of the worker
-    ("import sys; sys.exit(73)", "lost", "exit 73"),
-])
+@pytest.mark.parametrize(
+    ("script", "status", "reason"),
+    [
+        # a flood on stderr: the worker keeps the tail (bounded), and its last line is the reason
+        (
+            "import sys; sys.stderr.write('x' * 4_000_000 + '\\nboom: the tool failed\\n'); "
+            "sys.exit(1)",
+            "failed",
+            "exit 1: boom: the tool failed",
+        ),
+        # another owner has the run (exit 73) and said nothing: lost, not a crash of the worker
+        ("import sys; sys.exit(73)", "lost", "exit 73"),
+    ],
+)
 def test_an_attempt_s_failure_is_reported_from_its_exit_and_stderr_tail(
-        pg_dsn: str, script: str, status: str, reason: str) -> None:
+    pg_dsn: str, script: str, status: str, reason: str
+) -> None:
     from crashpoint.checkpoint import FleetWorker
 
     store = PostgresStore(pg_dsn, worker="w-tail", lease_seconds=5)
     submit(store, "r1")
     lines: list[str] = []
-    fleet = FleetWorker(store, command=lambda run_id: [sys.executable, "-c", script],
-                        max_attempts=3, log=lines.append)
+    fleet = FleetWorker(
+        store,
+        command=lambda run_id: [sys.executable, "-c", script],
+        max_attempts=3,
+        log=lines.append,
+    )
     (outcome,) = fleet.run_once()
     assert (outcome.status, outcome.reason) == (status, reason), lines
     store.close()

@@ -11,8 +11,10 @@ import pytest
 
 from crashpoint.harness._pgproxy import TcpProxy
 
-psycopg = pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
-                              "pip install 'crashpoint[postgres]'")
+psycopg = pytest.importorskip(
+    "psycopg",
+    reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
+)
 
 
 def _one(dsn: str) -> int:

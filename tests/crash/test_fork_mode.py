@@ -37,8 +37,11 @@ from crashpoint.harness._zygote import Zygote, ZygoteError
 
 #: The fake model thinks 300 ms: the signal family's instants (drawn in [0, 200 ms)) land in
 #: the agent's work however fast the machine is.
-DEMO = AgentSpec(entry="crashpoint.agents.demo:main",
-                 args=("--state", "{state_dir}", "--think", "0.3"), timeout=60.0)
+DEMO = AgentSpec(
+    entry="crashpoint.agents.demo:main",
+    args=("--state", "{state_dir}", "--think", "0.3"),
+    timeout=60.0,
+)
 FAMILIES = [
     {"kill": {"at": "every-boundary"}},
     {"kill": {"at": "random", "count": 2}},
@@ -47,7 +50,7 @@ FAMILIES = [
     {"signal": {"count": 2, "within": "200ms"}},
 ]
 
-AGENTS = textwrap.dedent('''
+AGENTS = textwrap.dedent("""
     import json, os, random, subprocess, sys, time
 
     def report(argv):
@@ -107,7 +110,7 @@ AGENTS = textwrap.dedent('''
             os._exit(0)
         os.close(w)
         print(os.read(r, 32).decode())
-''')
+""")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -126,8 +129,11 @@ def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def agent_env(agents_dir: Path) -> dict[str, str]:
-    return _clean_env(PYTHONPATH=os.pathsep.join(
-        filter(None, [str(agents_dir), os.environ.get("PYTHONPATH", "")])))
+    return _clean_env(
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(agents_dir), os.environ.get("PYTHONPATH", "")])
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +143,9 @@ def zygote(agent_env: dict[str, str]) -> Iterator[Zygote]:
     assert not z.running
 
 
-def _spawned(entry: str, args: list[str], env: dict[str, str], cwd: str,
-             timeout: float = 30.0) -> Exit:
+def _spawned(
+    entry: str, args: list[str], env: dict[str, str], cwd: str, timeout: float = 30.0
+) -> Exit:
     return AgentProcess([*ENTRY_ARGV, entry, *args], env, cwd=cwd, timeout=timeout).start().wait()
 
 
@@ -164,21 +171,24 @@ def test_fork_and_spawn_give_identical_verdicts_on_the_same_seed(tmp_path: Path)
         forked_golden = TrialRunner(DEMO, str(tmp_path / "golden-fork"), launcher=z).golden()
         assert z.forks == 1
         # the golden run itself is the same (wall-clock duration aside) ...
-        assert (forked_golden.steps, forked_golden.events, forked_golden.effects,
-                forked_golden.output) == (golden.steps, golden.events, golden.effects,
-                                          golden.output)
+        assert (
+            forked_golden.steps,
+            forked_golden.events,
+            forked_golden.effects,
+            forked_golden.output,
+        ) == (golden.steps, golden.events, golden.effects, golden.output)
         # ... and both campaigns judge against one golden, so time-drawn faults (signal at a
         # random instant within the golden run) get the same plan in both modes
-        forked = Campaign(DEMO, families, str(tmp_path / "fork"), seed=1234,
-                          launcher=z).run(golden=golden)
+        forked = Campaign(DEMO, families, str(tmp_path / "fork"), seed=1234, launcher=z).run(
+            golden=golden
+        )
         attempts = sum(len(t.attempts) for t in forked.trials)
         assert z.forks == 1 + attempts  # every attempt was forked, none fell back to spawning
         assert _zygote_children(z) == []
     spawned = Campaign(DEMO, families, str(tmp_path / "spawn"), seed=1234).run(golden=golden)
 
     assert len(spawned.trials) == len(forked.trials) == len(golden.boundaries()) + 10
-    assert {t.plan.family for t in spawned.trials} == {family_from_spec(f).name
-                                                       for f in FAMILIES}
+    assert {t.plan.family for t in spawned.trials} == {family_from_spec(f).name for f in FAMILIES}
     assert [t.verdict() for t in forked.trials] == [t.verdict() for t in spawned.trials]
     assert spawned.ok, spawned.summary()["failures"]
     assert not z.running
@@ -189,8 +199,11 @@ def test_faults_that_need_a_fresh_interpreter_fall_back_to_spawning(tmp_path: Pa
     golden = runner.golden()
     plans = [Plan((Fault.make("fileop", 1, n=4),), "fileop", 5, 0)]
     if capabilities().rlimit:
-        plans.append(Plan((Fault.make("disk_full", 1, capacity=2048, mechanism="rlimit"),),
-                          "disk_full", 5, 1))
+        plans.append(
+            Plan(
+                (Fault.make("disk_full", 1, capacity=2048, mechanism="rlimit"),), "disk_full", 5, 1
+            )
+        )
     with Zygote.for_agent(DEMO) as z:
         forking = TrialRunner(DEMO, str(tmp_path / "fork"), launcher=z)
         for plan in plans:
@@ -207,26 +220,37 @@ def test_faults_that_need_a_fresh_interpreter_fall_back_to_spawning(tmp_path: Pa
 # -- a forked attempt is indistinguishable from a spawned one --------------------------------------
 
 
-@pytest.mark.parametrize(("function", "args"), [
-    ("report", ["--state", "x y", "{not a placeholder}"]),
-    ("code", ["0"]),
-    ("code", ["3"]),
-    ("code", ["300"]),
-    ("exit_message", ["a", "b"]),
-    ("boom", []),
-    ("interrupted", []),
-    ("locked", []),
-])
-def test_a_forked_attempt_exits_like_a_spawned_one(zygote: Zygote, agent_env: dict[str, str],
-                                                   tmp_path: Path, function: str,
-                                                   args: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("function", "args"),
+    [
+        ("report", ["--state", "x y", "{not a placeholder}"]),
+        ("code", ["0"]),
+        ("code", ["3"]),
+        ("code", ["300"]),
+        ("exit_message", ["a", "b"]),
+        ("boom", []),
+        ("interrupted", []),
+        ("locked", []),
+    ],
+)
+def test_a_forked_attempt_exits_like_a_spawned_one(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path, function: str, args: list[str]
+) -> None:
     entry = f"cp_fork_agents:{function}"
-    env = {**agent_env, "CP_TEST_A": "1", "CP_TEST_B": "two words",
-           "CRASHPOINT_FAILPOINTS": "journal.write=kill@99"}
+    env = {
+        **agent_env,
+        "CP_TEST_A": "1",
+        "CP_TEST_B": "two words",
+        "CRASHPOINT_FAILPOINTS": "journal.write=kill@99",
+    }
     spawned = _spawned(entry, args, env, str(tmp_path))
     forked = zygote.spawn(entry, env=env, cwd=str(tmp_path), timeout=30, args=args).wait()
-    assert (forked.returncode, forked.signal, forked.timed_out, forked.orphans) == \
-        (spawned.returncode, spawned.signal, spawned.timed_out, spawned.orphans)
+    assert (forked.returncode, forked.signal, forked.timed_out, forked.orphans) == (
+        spawned.returncode,
+        spawned.signal,
+        spawned.timed_out,
+        spawned.orphans,
+    )
     assert forked.stdout == spawned.stdout
     assert forked.stderr.splitlines()[-1:] == spawned.stderr.splitlines()[-1:]
     if function == "locked":  # run_main's documented code and one clear line, no traceback
@@ -240,14 +264,19 @@ def test_a_forked_attempt_exits_like_a_spawned_one(zygote: Zygote, agent_env: di
         assert b'"failpoints": "journal.write=kill@99"' in forked.stdout
 
 
-def test_each_fork_is_reseeded_and_gets_its_own_environment(zygote: Zygote,
-                                                            agent_env: dict[str, str],
-                                                            tmp_path: Path) -> None:
-    draws = {zygote.spawn("cp_fork_agents:draw", env=agent_env, cwd=str(tmp_path),
-                          timeout=30).wait().stdout for _ in range(5)}
+def test_each_fork_is_reseeded_and_gets_its_own_environment(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    draws = {
+        zygote.spawn("cp_fork_agents:draw", env=agent_env, cwd=str(tmp_path), timeout=30)
+        .wait()
+        .stdout
+        for _ in range(5)
+    }
     assert len(draws) == 5
-    a = zygote.spawn("cp_fork_agents:report", env={**agent_env, "CP_TEST_X": "a"},
-                     cwd=str(tmp_path), timeout=30).wait()
+    a = zygote.spawn(
+        "cp_fork_agents:report", env={**agent_env, "CP_TEST_X": "a"}, cwd=str(tmp_path), timeout=30
+    ).wait()
     b = zygote.spawn("cp_fork_agents:report", env=agent_env, cwd="/", timeout=30).wait()
     assert b'"CP_TEST_X", "a"' in a.stdout
     assert b"CP_TEST_X" not in b.stdout
@@ -255,18 +284,23 @@ def test_each_fork_is_reseeded_and_gets_its_own_environment(zygote: Zygote,
 
 
 def test_a_straggler_of_a_forked_attempt_is_an_orphan_and_is_killed(
-        zygote: Zygote, agent_env: dict[str, str], tmp_path: Path) -> None:
-    ex = zygote.spawn("cp_fork_agents:leaves_orphan", env=agent_env, cwd=str(tmp_path),
-                      timeout=30).wait()
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    ex = zygote.spawn(
+        "cp_fork_agents:leaves_orphan", env=agent_env, cwd=str(tmp_path), timeout=30
+    ).wait()
     assert ex.returncode == 0
     assert len(ex.orphans) == 1
-    assert not psutil.pid_exists(ex.orphans[0]) or \
-        psutil.Process(ex.orphans[0]).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(ex.orphans[0])
+        or psutil.Process(ex.orphans[0]).status() == psutil.STATUS_ZOMBIE
+    )
 
 
 @pytest.mark.parametrize("entry", ["leaves_detached", "daemonizes"])
 def test_a_detached_straggler_of_a_forked_attempt_is_found_by_its_reap_token(
-        zygote: Zygote, agent_env: dict[str, str], tmp_path: Path, entry: str) -> None:
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path, entry: str
+) -> None:
     """A process in a new session whose parent is gone carries the attempt's token: an exec'd
     one through os.environ, a plain fork of the agent through the stamped environment block."""
     proc = zygote.spawn(f"cp_fork_agents:{entry}", env=agent_env, cwd=str(tmp_path), timeout=30)
@@ -276,8 +310,9 @@ def test_a_detached_straggler_of_a_forked_attempt_is_found_by_its_reap_token(
     daemon = int(ex.stdout)
     try:
         assert ex.orphans == (daemon,)
-        assert not psutil.pid_exists(daemon) or \
-            psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+        assert (
+            not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+        )
     finally:
         with contextlib.suppress(psutil.Error):
             if psutil.Process(daemon).ppid() != os.getpid():
@@ -287,11 +322,10 @@ def test_a_detached_straggler_of_a_forked_attempt_is_found_by_its_reap_token(
 # -- the zygote survives its children ----------------------------------------------------------
 
 
-def test_the_zygote_survives_a_sigkilled_child_and_its_tree(zygote: Zygote,
-                                                            agent_env: dict[str, str],
-                                                            tmp_path: Path) -> None:
-    p = zygote.spawn("cp_fork_agents:with_grandchild", env=agent_env, cwd=str(tmp_path),
-                     timeout=30)
+def test_the_zygote_survives_a_sigkilled_child_and_its_tree(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    p = zygote.spawn("cp_fork_agents:with_grandchild", env=agent_env, cwd=str(tmp_path), timeout=30)
     deadline = time.monotonic() + 20
     tree: list[psutil.Process] = []
     while time.monotonic() < deadline and not tree:
@@ -306,16 +340,19 @@ def test_the_zygote_survives_a_sigkilled_child_and_its_tree(zygote: Zygote,
     assert alive == []
     assert zygote.running
     assert _zygote_children(zygote) == []
-    again = zygote.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30,
-                         args=["7"]).wait()
+    again = zygote.spawn(
+        "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["7"]
+    ).wait()
     assert again.returncode == 7
 
 
-def test_a_hung_child_times_out_and_is_killed(zygote: Zygote, agent_env: dict[str, str],
-                                              tmp_path: Path) -> None:
+def test_a_hung_child_times_out_and_is_killed(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
     t0 = time.monotonic()
-    ex = zygote.spawn("cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=0.5,
-                      args=["60"]).wait()
+    ex = zygote.spawn(
+        "cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=0.5, args=["60"]
+    ).wait()
     assert (ex.timed_out, ex.signal, ex.returncode) == (True, signal.SIGKILL, None)
     assert 0.5 <= ex.duration < 10
     assert time.monotonic() - t0 < 10
@@ -324,16 +361,19 @@ def test_a_hung_child_times_out_and_is_killed(zygote: Zygote, agent_env: dict[st
 
 
 def test_fifty_forks_in_a_row_leak_no_process_and_no_descriptor(
-        zygote: Zygote, agent_env: dict[str, str], tmp_path: Path) -> None:
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
     assert zygote.pid is not None
-    warm = zygote.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30,
-                        args=["0"]).wait()
+    warm = zygote.spawn(
+        "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["0"]
+    ).wait()
     assert warm.returncode == 0
     ours, theirs = _fds(), _fds(zygote.pid)
     pids = []
     for i in range(50):
-        p = zygote.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30,
-                         args=[str(i % 5)])
+        p = zygote.spawn(
+            "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=[str(i % 5)]
+        )
         pids.append(p.pid)
         assert p.wait().returncode == i % 5
     assert len(set(pids)) > 1
@@ -342,40 +382,41 @@ def test_fifty_forks_in_a_row_leak_no_process_and_no_descriptor(
     assert _zygote_children(zygote) == []
 
 
-def test_a_dead_zygote_is_an_error_and_its_child_is_killed(agent_env: dict[str, str],
-                                                           tmp_path: Path) -> None:
+def test_a_dead_zygote_is_an_error_and_its_child_is_killed(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
     with Zygote(env=agent_env) as z:
-        p = z.spawn("cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30,
-                    args=["60"])
+        p = z.spawn(
+            "cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30, args=["60"]
+        )
         assert z.pid is not None
         os.kill(z.pid, signal.SIGKILL)
         with pytest.raises(ZygoteError, match="died"):
             p.wait()
-        assert not psutil.pid_exists(p.pid) or \
-            psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+        assert (
+            not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+        )
         with pytest.raises(ZygoteError, match="gone"):
-            z.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30,
-                    args=["0"])
+            z.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["0"])
 
 
 def test_close_kills_what_is_still_running(agent_env: dict[str, str], tmp_path: Path) -> None:
     z = Zygote(env=agent_env).start()
-    p = z.spawn("cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30,
-                args=["60"])
+    p = z.spawn("cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30, args=["60"])
     zpid = z.pid
     z.close()
     z.close()  # twice is fine
     assert not z.running
     assert zpid not in [c.pid for c in psutil.Process().children()]
-    assert not psutil.pid_exists(p.pid) or \
-        psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
 
 
 # -- broken entries -------------------------------------------------------------------------------
 
 
-def test_a_broken_entry_is_a_clear_error_in_both_modes(agent_env: dict[str, str],
-                                                       tmp_path: Path) -> None:
+def test_a_broken_entry_is_a_clear_error_in_both_modes(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
     before = {c.pid for c in psutil.Process().children()}
     with pytest.raises(EntryError, match=r"cannot import module 'nosuchmodule'.*PYTHONPATH"):
         Zygote(["nosuchmodule:main"], env=agent_env).start()
@@ -389,15 +430,15 @@ def test_a_broken_entry_is_a_clear_error_in_both_modes(agent_env: dict[str, str]
         with pytest.raises(EntryError, match="cannot import module 'nosuchmodule'"):
             TrialRunner(broken, str(tmp_path / "fork"), launcher=z).golden()
         with pytest.raises(EntryError, match="has no attribute 'nosuch'"):
-            z.spawn("crashpoint.agents.demo:nosuch", env=agent_env, cwd=str(tmp_path),
-                    timeout=30)
+            z.spawn("crashpoint.agents.demo:nosuch", env=agent_env, cwd=str(tmp_path), timeout=30)
         with pytest.raises(EntryError, match="is not 'module:function'"):
             z.spawn("crashpoint.agents.demo", env=agent_env, cwd=str(tmp_path), timeout=30)
         with pytest.raises(EntryError, match="raised RuntimeError: bad config"):
             z.spawn("cp_fork_bad_import:main", env=agent_env, cwd=str(tmp_path), timeout=30)
         # the zygote is still fine afterwards
-        ex = z.spawn("cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30,
-                     args=["4"]).wait()
+        ex = z.spawn(
+            "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["4"]
+        ).wait()
         assert ex.returncode == 4
 
     ex = _spawned("nosuchmodule:main", [], agent_env, str(tmp_path))
@@ -408,22 +449,32 @@ def test_a_broken_entry_is_a_clear_error_in_both_modes(agent_env: dict[str, str]
     assert b"raised RuntimeError: bad config" in ex.stderr
 
 
-def test_an_entry_that_starts_threads_at_import_is_refused(agent_env: dict[str, str],
-                                                           tmp_path: Path) -> None:
+def test_an_entry_that_starts_threads_at_import_is_refused(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
     (tmp_path / "cp_threaded_agent.py").write_text(
         "import threading, time\n"
         "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-        "def main(argv):\n    return 0\n")
+        "def main(argv):\n    return 0\n"
+    )
     env = {**agent_env, "PYTHONPATH": str(tmp_path) + os.pathsep + agent_env["PYTHONPATH"]}
     with pytest.raises(ZygoteError, match=r"started 1 thread.*command"):
         Zygote(["cp_threaded_agent:main"], env=env).start()
 
 
 def test_agent_spec_args_round_trip_and_fill_placeholders() -> None:
-    spec = AgentSpec(entry="m:f", args=("--state", "{state_dir}", "--id={run_id}"),
-                     env=(("A", "1"),), cwd="/tmp")
+    spec = AgentSpec(
+        entry="m:f", args=("--state", "{state_dir}", "--id={run_id}"), env=(("A", "1"),), cwd="/tmp"
+    )
     assert AgentSpec.from_json(spec.to_json()) == spec
-    assert spec.argv(state_dir="/s", workdir="/w", run_id="r") == \
-        [sys.executable, "-m", "crashpoint.harness._entry", "m:f", "--state", "/s", "--id=r"]
+    assert spec.argv(state_dir="/s", workdir="/w", run_id="r") == [
+        sys.executable,
+        "-m",
+        "crashpoint.harness._entry",
+        "m:f",
+        "--state",
+        "/s",
+        "--id=r",
+    ]
     with pytest.raises(ValueError, match="args"):
         AgentSpec(command=("x",), args=("y",))

@@ -36,7 +36,7 @@ from crashpoint.harness._zygote import (
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 FAMILIES = [{"kill": {"at": "every-boundary"}}, {"kill": {"at": "random", "count": 3}}]
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, os, subprocess, sys, time
     import cp_fs_warm
 
@@ -67,14 +67,15 @@ SCRIPT = textwrap.dedent('''
 
     if __name__ == "__main__":
         main()
-''')
+""")
 WARM = 'import os\nAT_IMPORT = os.environ.get("CP_TEST_X")\n'
 
 
 def _env(folder: Path, **extra: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder / "lib"),
-                                                      os.environ.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(folder / "lib"), os.environ.get("PYTHONPATH", "")])
+    )
     env.update(extra)
     return env
 
@@ -93,8 +94,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def zygote(folder: Path) -> Iterator[Zygote]:
-    agent = AgentSpec(("{python}", str(folder / "agent.py")), warm=(WARM_IMPORTS,),
-                      env=tuple(sorted(_env(folder, CP_TEST_X="zygote").items())))
+    agent = AgentSpec(
+        ("{python}", str(folder / "agent.py")),
+        warm=(WARM_IMPORTS,),
+        env=tuple(sorted(_env(folder, CP_TEST_X="zygote").items())),
+    )
     with Zygote.for_agent(agent) as z:
         assert z.main == ("path", str(folder / "agent.py"))
         assert z.preload[-1] == "?cp_fs_warm"
@@ -102,23 +106,23 @@ def zygote(folder: Path) -> Iterator[Zygote]:
     assert not z.running
 
 
-def _both(z: Zygote, argv: list[str], env: dict[str, str], cwd: str,
-          timeout: float = 30.0) -> tuple[Exit, Exit]:
+def _both(
+    z: Zygote, argv: list[str], env: dict[str, str], cwd: str, timeout: float = 30.0
+) -> tuple[Exit, Exit]:
     spawned = AgentProcess(argv, env, cwd=cwd, timeout=timeout).start().wait()
     main = z.main_of(argv)
     assert main is not None, argv
-    forked = z.spawn("", env=env, cwd=cwd, timeout=timeout, args=main[2],
-                     main=main[:2]).wait()
+    forked = z.spawn("", env=env, cwd=cwd, timeout=timeout, args=main[2], main=main[:2]).wait()
     return spawned, forked
 
 
 # -- the Done-when: same verdicts, a broken agent still fails ----------------------------------
 
 
-@pytest.mark.parametrize(("script", "ok"), [("good_agent.py", True),
-                                            ("keyless_effect.py", False)])
+@pytest.mark.parametrize(("script", "ok"), [("good_agent.py", True), ("keyless_effect.py", False)])
 def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
-        tmp_path: Path, script: str, ok: bool) -> None:
+    tmp_path: Path, script: str, ok: bool
+) -> None:
     command = ("{python}", str(AGENTS / script), "--state", "{state_dir}")
     spawn_agent = AgentSpec(command, timeout=60)
     fork_agent = AgentSpec(command, timeout=60, warm=(WARM_IMPORTS,))
@@ -129,7 +133,8 @@ def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
         assert "?good_agent" not in z.preload
         assert "?crashpoint" in z.preload or script == "keyless_effect.py"
         forked = Campaign(fork_agent, families, str(tmp_path / "fork"), seed=7, launcher=z).run(
-            golden=spawned.golden)
+            golden=spawned.golden
+        )
         attempts = sum(len(t.attempts) for t in forked.trials)
         assert z.forks == attempts  # every attempt forked, none fell back to spawning
     assert [t.verdict() for t in forked.trials] == [t.verdict() for t in spawned.trials]
@@ -139,8 +144,10 @@ def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
 
 
 def test_a_langgraph_agent_gives_the_same_verdicts_spawned_and_forked(tmp_path: Path) -> None:
-    pytest.importorskip("langgraph.checkpoint.sqlite",
-                        reason="needs the langgraph extra (pip install 'crashpoint[dev]')")
+    pytest.importorskip(
+        "langgraph.checkpoint.sqlite",
+        reason="needs the langgraph extra (pip install 'crashpoint[dev]')",
+    )
     command = ("{python}", str(AGENTS / "lg_agent.py"), "--state", "{state_dir}")
     families = [family_from_spec({"kill": {"at": "every-boundary"}})]
     spawned = Campaign(AgentSpec(command, timeout=60), families, str(tmp_path / "s")).run()
@@ -149,7 +156,8 @@ def test_a_langgraph_agent_gives_the_same_verdicts_spawned_and_forked(tmp_path: 
         assert {"?langgraph.graph", "?langgraph.checkpoint.sqlite"} <= set(z.preload)
         assert z.skipped == []
         forked = Campaign(agent, families, str(tmp_path / "f"), launcher=z).run(
-            golden=spawned.golden)
+            golden=spawned.golden
+        )
         assert z.forks == sum(len(t.attempts) for t in forked.trials)
     assert len(forked.trials) >= 8
     assert [t.verdict() for t in forked.trials] == [t.verdict() for t in spawned.trials]
@@ -158,21 +166,38 @@ def test_a_langgraph_agent_gives_the_same_verdicts_spawned_and_forked(tmp_path: 
 # -- a forked script is run as python would run it ------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["report", "x y", "{not a placeholder}"], ["code", "0"],
-                                  ["code", "3"], ["code", "300"], ["message"], ["boom"],
-                                  ["interrupted"]])
-def test_a_forked_script_exits_like_a_spawned_one(zygote: Zygote, folder: Path,
-                                                  tmp_path: Path, args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "x y", "{not a placeholder}"],
+        ["code", "0"],
+        ["code", "3"],
+        ["code", "300"],
+        ["message"],
+        ["boom"],
+        ["interrupted"],
+    ],
+)
+def test_a_forked_script_exits_like_a_spawned_one(
+    zygote: Zygote, folder: Path, tmp_path: Path, args: list[str]
+) -> None:
     env = _env(folder, CP_TEST_X="attempt")
-    spawned, forked = _both(zygote, [sys.executable, str(folder / "agent.py"), *args], env,
-                            str(tmp_path))
-    assert (forked.returncode, forked.signal, forked.timed_out, forked.orphans) == \
-        (spawned.returncode, spawned.signal, spawned.timed_out, spawned.orphans)
+    spawned, forked = _both(
+        zygote, [sys.executable, str(folder / "agent.py"), *args], env, str(tmp_path)
+    )
+    assert (forked.returncode, forked.signal, forked.timed_out, forked.orphans) == (
+        spawned.returncode,
+        spawned.signal,
+        spawned.timed_out,
+        spawned.orphans,
+    )
     if args[0] == "report":
         # the same sys.argv, __main__, sys.path[0], cwd and per-attempt env; only the
         # module that read the environment at import differs (it ran in the zygote)
-        assert forked.stdout.replace(b'"at_import": "zygote"', b'"at_import": "attempt"') == \
-            spawned.stdout
+        assert (
+            forked.stdout.replace(b'"at_import": "zygote"', b'"at_import": "attempt"')
+            == spawned.stdout
+        )
         assert b'"at_import": "zygote"' in forked.stdout
         assert b'"name": "__main__"' in forked.stdout
         assert b'"sid": true' in forked.stdout
@@ -187,38 +212,46 @@ def test_a_forked_script_exits_like_a_spawned_one(zygote: Zygote, folder: Path,
 
 def test_a_module_agent_runs_as_python_dash_m(folder: Path, tmp_path: Path) -> None:
     env = _env(folder, CP_TEST_X="attempt")
-    agent = AgentSpec(("{python}", "-m", "pkg.mod"), cwd=str(folder), warm=("cp_fs_warm",),
-                      env=tuple(sorted(_env(folder).items())))
+    agent = AgentSpec(
+        ("{python}", "-m", "pkg.mod"),
+        cwd=str(folder),
+        warm=("cp_fs_warm",),
+        env=tuple(sorted(_env(folder).items())),
+    )
     plan = fork_plan(agent)
     assert plan == ForkPlan(("cp_fs_warm",), str(folder), ("module", "pkg.mod"))
     with Zygote.for_agent(agent) as z:
-        spawned, forked = _both(z, [sys.executable, "-m", "pkg.mod", "report"], env,
-                                str(folder))
+        spawned, forked = _both(z, [sys.executable, "-m", "pkg.mod", "report"], env, str(folder))
         assert "pkg.mod" not in z.preload
     assert forked.returncode == spawned.returncode == 0
-    assert forked.stdout.replace(b'"at_import": null', b'"at_import": "attempt"') == \
-        spawned.stdout
+    assert forked.stdout.replace(b'"at_import": null', b'"at_import": "attempt"') == spawned.stdout
     assert b'"argv": ["' + str(folder / "pkg" / "mod.py").encode() in forked.stdout
 
 
 def test_a_hung_forked_script_times_out_and_its_orphans_are_reaped(
-        zygote: Zygote, folder: Path, tmp_path: Path) -> None:
+    zygote: Zygote, folder: Path, tmp_path: Path
+) -> None:
     env = _env(folder)
     script = [sys.executable, str(folder / "agent.py")]
     spawned, forked = _both(zygote, [*script, "sleep", "60"], env, str(tmp_path), timeout=0.5)
-    assert (forked.timed_out, forked.signal) == (spawned.timed_out, spawned.signal) == \
-        (True, signal.SIGKILL)
+    assert (
+        (forked.timed_out, forked.signal)
+        == (spawned.timed_out, spawned.signal)
+        == (True, signal.SIGKILL)
+    )
     spawned, forked = _both(zygote, [*script, "orphan"], env, str(tmp_path))
     assert len(forked.orphans) == len(spawned.orphans) == 1
     main = zygote.main_of([*script, "detached"])
     assert main is not None
-    ex = zygote.spawn("", env=env, cwd=str(tmp_path), timeout=30, args=main[2],
-                      main=main[:2]).wait()
+    ex = zygote.spawn(
+        "", env=env, cwd=str(tmp_path), timeout=30, args=main[2], main=main[:2]
+    ).wait()
     daemon = int(ex.stdout)
     try:
         assert ex.orphans == (daemon,)  # found by its reap token, though in its own session
-        assert not psutil.pid_exists(daemon) or \
-            psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+        assert (
+            not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+        )
     finally:
         with contextlib.suppress(psutil.Error):
             if psutil.Process(daemon).ppid() != os.getpid():
@@ -229,51 +262,64 @@ def test_a_hung_forked_script_times_out_and_its_orphans_are_reaped(
 # -- what the fork cannot preserve ---------------------------------------------------------
 
 
-def test_a_warm_module_that_starts_a_thread_is_refused_by_name(folder: Path,
-                                                               tmp_path: Path) -> None:
+def test_a_warm_module_that_starts_a_thread_is_refused_by_name(
+    folder: Path, tmp_path: Path
+) -> None:
     (tmp_path / "cp_fs_threaded.py").write_text(
         "import threading, time\n"
-        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
     (tmp_path / "agent.py").write_text("import cp_fs_threaded\nprint('hi')\n")
     env = _env(folder, PYTHONPATH=str(tmp_path))
-    listed = AgentSpec(("{python}", str(tmp_path / "agent.py")), warm=("cp_fs_threaded",),
-                       env=tuple(sorted(env.items())))
+    listed = AgentSpec(
+        ("{python}", str(tmp_path / "agent.py")),
+        warm=("cp_fs_threaded",),
+        env=tuple(sorted(env.items())),
+    )
     with pytest.raises(ZygoteError, match=r"warm module 'cp_fs_threaded' started 1 thread"):
         Zygote.for_agent(listed).start()
 
 
-def test_a_broken_warm_module_is_a_clear_error_when_listed(folder: Path,
-                                                           tmp_path: Path) -> None:
+def test_a_broken_warm_module_is_a_clear_error_when_listed(folder: Path, tmp_path: Path) -> None:
     (tmp_path / "cp_fs_bad.py").write_text('raise RuntimeError("bad config")\n')
     (tmp_path / "agent.py").write_text("import sys\nsys.exit(0)\n")
     env = _env(folder, PYTHONPATH=str(tmp_path))
-    agent = AgentSpec(("{python}", str(tmp_path / "agent.py")), warm=("cp_fs_bad",),
-                      env=tuple(sorted(env.items())))
+    agent = AgentSpec(
+        ("{python}", str(tmp_path / "agent.py")),
+        warm=("cp_fs_bad",),
+        env=tuple(sorted(env.items())),
+    )
     with pytest.raises(ZygoteError, match=r"warm module 'cp_fs_bad'.*RuntimeError: bad config"):
         Zygote.for_agent(agent).start()
 
 
 def test_an_import_that_fails_in_the_zygote_fails_in_the_attempt_as_when_spawned(
-        folder: Path, tmp_path: Path) -> None:
+    folder: Path, tmp_path: Path
+) -> None:
     (tmp_path / "agent.py").write_text("import cp_fs_nosuch\n")
     (tmp_path / "lib").mkdir()
     env = _env(folder)
-    agent = AgentSpec(("{python}", str(tmp_path / "agent.py")), warm=(WARM_IMPORTS,),
-                      env=tuple(sorted(env.items())))
+    agent = AgentSpec(
+        ("{python}", str(tmp_path / "agent.py")),
+        warm=(WARM_IMPORTS,),
+        env=tuple(sorted(env.items())),
+    )
     with Zygote.for_agent(agent) as z:
         assert z.skipped == ["cp_fs_nosuch"]
-        spawned, forked = _both(z, [sys.executable, str(tmp_path / "agent.py")], env,
-                                str(tmp_path))
+        spawned, forked = _both(z, [sys.executable, str(tmp_path / "agent.py")], env, str(tmp_path))
     assert forked.returncode == spawned.returncode == 1
-    assert forked.stderr.splitlines()[-1] == spawned.stderr.splitlines()[-1] == \
-        b"ModuleNotFoundError: No module named 'cp_fs_nosuch'"
+    assert (
+        forked.stderr.splitlines()[-1]
+        == spawned.stderr.splitlines()[-1]
+        == b"ModuleNotFoundError: No module named 'cp_fs_nosuch'"
+    )
 
 
 # -- what is warmed, what cannot be forked --------------------------------------------------
 
 
 def test_script_imports_are_read_without_running_the_script() -> None:
-    src = textwrap.dedent('''
+    src = textwrap.dedent("""
         from __future__ import annotations
         import os, json as j
         import langgraph.graph
@@ -286,21 +332,25 @@ def test_script_imports_are_read_without_running_the_script() -> None:
             import optional
         except ImportError:
             pass
-    ''')
+    """)
     assert script_imports(src) == ["os", "json", "langgraph.graph", "langgraph.checkpoint.sqlite"]
     with pytest.raises(SyntaxError):
         script_imports("#!/bin/sh\necho hi\n")
 
 
-@pytest.mark.parametrize(("command", "reason"), [
-    (("sh", "agent.sh"), "starts with 'sh', not {python}"),
-    (("{python}", "-u", "agent.py"), "interpreter option '-u'"),
-    (("{python}", "{workdir}/agent.py"), "changes per trial"),
-    (("{python}", "{scenario_dir}/not_python.py"), "is not a Python source file"),
-    (("{python}", "{scenario_dir}/agent.py"), ""),
-])
-def test_agents_that_cannot_be_forked_say_why(tmp_path: Path, command: tuple[str, ...],
-                                              reason: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        (("sh", "agent.sh"), "starts with 'sh', not {python}"),
+        (("{python}", "-u", "agent.py"), "interpreter option '-u'"),
+        (("{python}", "{workdir}/agent.py"), "changes per trial"),
+        (("{python}", "{scenario_dir}/not_python.py"), "is not a Python source file"),
+        (("{python}", "{scenario_dir}/agent.py"), ""),
+    ],
+)
+def test_agents_that_cannot_be_forked_say_why(
+    tmp_path: Path, command: tuple[str, ...], reason: str
+) -> None:
     (tmp_path / "not_python.py").write_text("#!/bin/sh\necho hi\n")
     (tmp_path / "agent.py").write_text("print('hi')\n")
     plan = fork_plan(AgentSpec(command, warm=(WARM_IMPORTS,), scenario_dir=str(tmp_path)))
@@ -332,17 +382,19 @@ def test_the_warm_key_is_loaded(tmp_path: Path) -> None:
     assert AgentSpec.from_json(agent.to_json()) == agent
 
 
-@pytest.mark.parametrize(("warm", "message"), [
-    ("yes please", "got 'yes please': use true"),
-    ("[1]", "1 is not a module name"),
-    ("[json, json]", "'json' is listed twice"),
-    ("[agent]", "'agent' is the agent's own module"),
-    ("[cp_fs_no_such_module]", "module 'cp_fs_no_such_module' not found"),
-    ("[json, 'lang graph']", "'lang graph' is not a module name"),
-])
+@pytest.mark.parametrize(
+    ("warm", "message"),
+    [
+        ("yes please", "got 'yes please': use true"),
+        ("[1]", "1 is not a module name"),
+        ("[json, json]", "'json' is listed twice"),
+        ("[agent]", "'agent' is the agent's own module"),
+        ("[cp_fs_no_such_module]", "module 'cp_fs_no_such_module' not found"),
+        ("[json, 'lang graph']", "'lang graph' is not a module name"),
+    ],
+)
 def test_bad_warm_values_are_clear_errors(tmp_path: Path, warm: str, message: str) -> None:
-    p = _scenario(tmp_path, 'command: ["{python}", "{scenario_dir}/agent.py"]\n'
-                            f"warm: {warm}")
+    p = _scenario(tmp_path, f'command: ["{{python}}", "{{scenario_dir}}/agent.py"]\nwarm: {warm}')
     with pytest.raises(ScenarioError) as info:
         load_scenario(p)
     assert str(info.value).startswith(f"{p}:4 (key 'agent.warm'): "), str(info.value)
@@ -356,11 +408,17 @@ def _gate(tmp_path: Path, name: str, agent: str) -> tuple[int, str]:
     import subprocess
 
     sc = tmp_path / f"{name}.scenario.yaml"
-    sc.write_text(f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\n"
-                  "faults:\n  - kill: {at: every-boundary}\n")
-    proc = subprocess.run([sys.executable, "-m", "crashpoint", "run", str(sc), "--report",
-                           str(tmp_path / "report")], capture_output=True, text=True,
-                          timeout=300, start_new_session=True)
+    sc.write_text(
+        f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\n"
+        "faults:\n  - kill: {at: every-boundary}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run", str(sc), "--report", str(tmp_path / "report")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -368,8 +426,10 @@ def test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails(tmp_path: P
     (tmp_path / "agents").mkdir()
     for f in ("good_agent.py", "keyless_effect.py"):
         (tmp_path / "agents" / f).write_text((AGENTS / f).read_text())
-    good = ('command: ["{python}", "{scenario_dir}/agents/good_agent.py", "--state", '
-            '"{state_dir}"]\nwarm: true')
+    good = (
+        'command: ["{python}", "{scenario_dir}/agents/good_agent.py", "--state", '
+        '"{state_dir}"]\nwarm: true'
+    )
     code, out = _gate(tmp_path, "good", good)
     assert code == 0, out
     assert "fork mode off" not in out
@@ -382,8 +442,9 @@ def test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails(tmp_path: P
 def test_the_gate_spawns_an_agent_it_cannot_fork_and_says_why(tmp_path: Path) -> None:
     (tmp_path / "agent.sh").write_text((AGENTS / "shell_agent.sh").read_text())
     (tmp_path / "agent.sh").chmod(0o755)
-    code, out = _gate(tmp_path, "sh", 'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\n'
-                                      "warm: true")
+    code, out = _gate(
+        tmp_path, "sh", 'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true'
+    )
     assert code == 0, out
     assert "fork mode off, attempts are spawned: the command starts with" in out, out
 
@@ -391,10 +452,13 @@ def test_the_gate_spawns_an_agent_it_cannot_fork_and_says_why(tmp_path: Path) ->
 def test_the_gate_reports_a_warm_module_that_fails_at_the_warm_key(tmp_path: Path) -> None:
     (tmp_path / "cp_fs_gate_bad.py").write_text('raise RuntimeError("bad config")\n')
     (tmp_path / "agent.py").write_text((AGENTS / "good_agent.py").read_text())
-    code, out = _gate(tmp_path, "badwarm",
-                      'command: ["{python}", "{scenario_dir}/agent.py", "--state", '
-                      '"{state_dir}"]\nwarm: [cp_fs_gate_bad]\nenv: {PYTHONPATH: '
-                      '"{scenario_dir}"}')
+    code, out = _gate(
+        tmp_path,
+        "badwarm",
+        'command: ["{python}", "{scenario_dir}/agent.py", "--state", '
+        '"{state_dir}"]\nwarm: [cp_fs_gate_bad]\nenv: {PYTHONPATH: '
+        '"{scenario_dir}"}',
+    )
     assert code != 0
     assert "(key 'agent.warm')" in out, out
     assert "RuntimeError: bad config" in out

@@ -97,11 +97,13 @@ def wait_for(what: Callable[[], Any], timeout: float = 60.0, why: str = "") -> A
     pytest.fail(f"waited {timeout}s for {why or what}")
 
 
-def scenario(folder: Path, name: str, agent: str, fault: str, *, extra: str = "",
-             timeout: str = "120s") -> Path:
+def scenario(
+    folder: Path, name: str, agent: str, fault: str, *, extra: str = "", timeout: str = "120s"
+) -> Path:
     folder.mkdir(exist_ok=True)
     path = folder / f"{name}.scenario.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         name: {name}
         agent:
           command: ["sh", "-c", {json.dumps(agent)}, "agent-{name}"]
@@ -110,7 +112,8 @@ def scenario(folder: Path, name: str, agent: str, fault: str, *, extra: str = ""
           - {fault}
         restarts: 1
         {extra}
-        """))
+        """)
+    )
     return path
 
 
@@ -118,18 +121,25 @@ def scenario(folder: Path, name: str, agent: str, fault: str, *, extra: str = ""
 PROBE = "{python} -c 'from crashpoint import probe; probe.step_started(\"work\")'; "
 #: Exits at once in the golden run; in a trial starts a child and a detached grandchild
 #: (setsid: another session, found only by its reap token) and waits.
-SLOW = (PROBE + 'if [ "$CRASHPOINT_TRIAL" = golden ]; then exit 0; fi; '
-        'setsid sleep 1000 & sleep 1000 & wait')
+SLOW = (
+    PROBE + 'if [ "$CRASHPOINT_TRIAL" = golden ]; then exit 0; fi; '
+    "setsid sleep 1000 & sleep 1000 & wait"
+)
 #: Short; the hang family stops it for good (SIGSTOP, never continued) at its first event.
 HANGS = PROBE + "sleep 0.5; echo done"
 
 needs_tmpfs = pytest.mark.skipif(not capabilities().tmpfs, reason=capabilities().tmpfs_reason)
 
 
-def cli(children: Children, tmp: Path, cwd: Path, *args: str,
-        containment: str | None = None) -> Child:
-    env: dict[str, str | None] = {"TMPDIR": str(tmp), "PYTEST_ADDOPTS": None,
-                                  "PYTEST_DISABLE_PLUGIN_AUTOLOAD": None, REAP_VAR: None}
+def cli(
+    children: Children, tmp: Path, cwd: Path, *args: str, containment: str | None = None
+) -> Child:
+    env: dict[str, str | None] = {
+        "TMPDIR": str(tmp),
+        "PYTEST_ADDOPTS": None,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": None,
+        REAP_VAR: None,
+    }
     for k in os.environ:
         if k.startswith("CRASHPOINT_"):
             env[k] = None
@@ -150,7 +160,8 @@ def agents(tmp: Path, name: str) -> list[psutil.Process]:
 def check_clean(tmp: Path, tmp_path: Path) -> None:
     left = ours(tmp)
     assert not left, "processes left: " + "; ".join(
-        f"{p.pid} {p.status()} {' '.join(p.cmdline())}" for p in left if p.is_running())
+        f"{p.pid} {p.status()} {' '.join(p.cmdline())}" for p in left if p.is_running()
+    )
     assert temp_folders(tmp) == []
     assert [e for e in live_entries(tmp) if e.endswith(".json")] == []
     with open("/proc/mounts") as f:
@@ -160,14 +171,19 @@ def check_clean(tmp: Path, tmp_path: Path) -> None:
 # -- SIGINT / SIGTERM ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("sig", "kind"), [
-    (signal.SIGTERM, "hang"),
-    (signal.SIGINT, "slow"),
-    pytest.param(signal.SIGTERM, "tmpfs", marks=needs_tmpfs),
-    pytest.param(signal.SIGINT, "tmpfs", marks=needs_tmpfs),
-], ids=["SIGTERM-stopped-agent", "SIGINT-detached-agent", "SIGTERM-tmpfs", "SIGINT-tmpfs"])
+@pytest.mark.parametrize(
+    ("sig", "kind"),
+    [
+        (signal.SIGTERM, "hang"),
+        (signal.SIGINT, "slow"),
+        pytest.param(signal.SIGTERM, "tmpfs", marks=needs_tmpfs),
+        pytest.param(signal.SIGINT, "tmpfs", marks=needs_tmpfs),
+    ],
+    ids=["SIGTERM-stopped-agent", "SIGINT-detached-agent", "SIGTERM-tmpfs", "SIGINT-tmpfs"],
+)
 def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
-        children: Children, private_tmp: Path, tmp_path: Path, sig: int, kind: str) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path, sig: int, kind: str
+) -> None:
     sc = tmp_path / "scenarios"
     if kind == "hang":
         scenario(sc, kind, HANGS, "hang: {count: 2}")
@@ -178,18 +194,27 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
     report = tmp_path / "report"
     report.mkdir()
     (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
-    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
-                "--report", str(report))
+    child = cli(
+        children, private_tmp, tmp_path, "crashpoint", "run", str(sc), "--report", str(report)
+    )
     if kind == "hang":  # the trial's agent, stopped
-        wait_for(lambda: [p for p in agents(private_tmp, kind)
-                          if p.status() == psutil.STATUS_STOPPED], why="a stopped agent")
+        wait_for(
+            lambda: [p for p in agents(private_tmp, kind) if p.status() == psutil.STATUS_STOPPED],
+            why="a stopped agent",
+        )
     elif kind == "slow":  # the trial's agent with its detached grandchild
-        wait_for(lambda: len([p for p in agents(private_tmp, kind)
-                              if p.cmdline()[:2] == ["sleep", "1000"]]) >= 2,
-                 why="the agent's two sleeps")
+        wait_for(
+            lambda: (
+                len([p for p in agents(private_tmp, kind) if p.cmdline()[:2] == ["sleep", "1000"]])
+                >= 2
+            ),
+            why="the agent's two sleeps",
+        )
     else:  # the agent runs in the tmpfs namespace; its holder too
-        wait_for(lambda: len(other_mount_ns(ours(private_tmp))) >= 2,
-                 why="agent and holder in a private mount namespace")
+        wait_for(
+            lambda: len(other_mount_ns(ours(private_tmp))) >= 2,
+            why="agent and holder in a private mount namespace",
+        )
         assert any(n.startswith("cp-side-") for n in temp_folders(private_tmp))
     assert any(n.startswith("cp-ledger-") for n in temp_folders(private_tmp))
     assert live_entries(private_tmp) == [f"{child.pid}.json"]
@@ -217,18 +242,30 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
 
 
 def test_plain_pytest_sigterm_with_crash_harness_fixture(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "test_agent.py").write_text(textwrap.dedent(f"""\
+    (project / "test_agent.py").write_text(
+        textwrap.dedent(f"""\
         AGENT = ["sh", "-c", {SLOW!r}, "agent-fixture"]
 
         def test_agent(crash_harness):
             crash_harness.run(AGENT, faults={{"kill": {{"at": "time", "count": 3}}}}).assert_ok()
-        """))
+        """)
+    )
     report = tmp_path / "report"
-    child = cli(children, private_tmp, project, "pytest", "-p", "no:cacheprovider",
-                "test_agent.py", "--crashpoint-report", str(report))
+    child = cli(
+        children,
+        private_tmp,
+        project,
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "test_agent.py",
+        "--crashpoint-report",
+        str(report),
+    )
     wait_for(lambda: len(agents(private_tmp, "fixture")) >= 3, why="the agent and its sleeps")
     os.kill(child.pid, signal.SIGTERM)
     assert child.wait(60) == 143, child.stderr_text()  # not 2 (pytest) nor death by signal
@@ -239,16 +276,29 @@ def test_plain_pytest_sigterm_with_crash_harness_fixture(
 
 
 def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
     pytest.importorskip("xdist")
     sc = tmp_path / "scenarios"
     scenario(sc, "one", SLOW, "kill: {at: time, count: 2}")
     scenario(sc, "two", SLOW, "kill: {at: time, count: 2}")
     report = tmp_path / "report"
-    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc), "-n", "2",
-                "--report", str(report))
-    wait_for(lambda: agents(private_tmp, "one") and agents(private_tmp, "two"),
-             why="both workers' agents")
+    child = cli(
+        children,
+        private_tmp,
+        tmp_path,
+        "crashpoint",
+        "run",
+        str(sc),
+        "-n",
+        "2",
+        "--report",
+        str(report),
+    )
+    wait_for(
+        lambda: agents(private_tmp, "one") and agents(private_tmp, "two"),
+        why="both workers' agents",
+    )
     os.kill(child.pid, signal.SIGTERM)  # the controller only, as `kill PID` does
     assert child.wait(60) == 143, child.stderr_text()
     check_clean(private_tmp, tmp_path)
@@ -262,7 +312,8 @@ def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
 @needs_tmpfs
 @pytest.mark.parametrize("containment", ["session", "cgroup"])
 def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
-        children: Children, private_tmp: Path, tmp_path: Path, containment: str) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path, containment: str
+) -> None:
     """With the session reaper (no cgroup) the agent and the tmpfs holder outlive a SIGKILLed
     harness until the next session reaps them by their token; with a cgroup per attempt the
     harness's watcher kills the agents at once, and the holder waits for the next session."""
@@ -270,23 +321,40 @@ def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
         pytest.skip(f"no cgroup here: {_cgroup.containment().describe()}")
     sc = tmp_path / "scenarios"
     scenario(sc, "killed", SLOW, "disk_full: {mechanism: tmpfs, capacity: 64KiB, count: 2}")
-    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
-                "--report", str(tmp_path / "report"), containment=containment)
+    child = cli(
+        children,
+        private_tmp,
+        tmp_path,
+        "crashpoint",
+        "run",
+        str(sc),
+        "--report",
+        str(tmp_path / "report"),
+        containment=containment,
+    )
     # the agent's two sleeps running (so its probe call is over: a harness killed while it
     # answers one makes the agent exit by itself) and the holder: 3 in the tmpfs's namespace
-    wait_for(lambda: len(agents(private_tmp, "killed")) >= 2
-             and len(other_mount_ns(ours(private_tmp))) >= 3, why="agent and holder")
+    wait_for(
+        lambda: (
+            len(agents(private_tmp, "killed")) >= 2 and len(other_mount_ns(ours(private_tmp))) >= 3
+        ),
+        why="agent and holder",
+    )
     os.kill(child.pid, signal.SIGKILL)  # no clean-up can run
     assert child.wait(30) == -signal.SIGKILL
     if containment == "session":
         time.sleep(0.5)
         left = ours(private_tmp)
-        assert len(other_mount_ns(left)) >= 2, \
+        assert len(other_mount_ns(left)) >= 2, (
             "the agent and the holder outlive a SIGKILLed harness"
+        )
         assert len(agents(private_tmp, "killed")) >= 2
     else:
-        wait_for(lambda: not agents(private_tmp, "killed"), 30,
-                 why="the cgroup watcher to kill the agents of the dead harness")
+        wait_for(
+            lambda: not agents(private_tmp, "killed"),
+            30,
+            why="the cgroup watcher to kill the agents of the dead harness",
+        )
         assert other_mount_ns(ours(private_tmp)), "the tmpfs holder is no attempt's: it waits"
     folders = temp_folders(private_tmp)
     assert any(f.startswith("cp-ledger-") for f in folders)
@@ -307,7 +375,8 @@ def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
 
 
 def test_reaper_leaves_live_harnesses_and_foreign_things_alone(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
     live = Path(_cleanup.live_dir(str(private_tmp), create=True) or "")
     assert live.is_dir()
     outside = tmp_path / "precious"
@@ -323,16 +392,31 @@ def test_reaper_leaves_live_harnesses_and_foreign_things_alone(
     dead = children.spawn(["true"])
     dead.wait()
     live_harness = children.spawn(["sleep", "1000"])
-    entry = {"tokens": [], "tmpdir": str(private_tmp),
-             "holders": [[bystander.pid, ct + 5.0]],  # reused pid: another start time
-             "folders": [str(private_tmp / "cp-ledger-abcdefgh"),
-                         str(private_tmp / "cp-ledger-toolong12345"),
-                         str(outside), str(victim), "/etc"]}
-    (live / f"{dead.pid}.json").write_text(json.dumps({**entry, "pid": dead.pid,
-                                                        "create_time": 1.0}))
-    (live / f"{live_harness.pid}.json").write_text(json.dumps(
-        {**entry, "pid": live_harness.pid, "holders": [[bystander.pid, ct]],
-         "create_time": psutil.Process(live_harness.pid).create_time()}))
+    entry = {
+        "tokens": [],
+        "tmpdir": str(private_tmp),
+        "holders": [[bystander.pid, ct + 5.0]],  # reused pid: another start time
+        "folders": [
+            str(private_tmp / "cp-ledger-abcdefgh"),
+            str(private_tmp / "cp-ledger-toolong12345"),
+            str(outside),
+            str(victim),
+            "/etc",
+        ],
+    }
+    (live / f"{dead.pid}.json").write_text(
+        json.dumps({**entry, "pid": dead.pid, "create_time": 1.0})
+    )
+    (live / f"{live_harness.pid}.json").write_text(
+        json.dumps(
+            {
+                **entry,
+                "pid": live_harness.pid,
+                "holders": [[bystander.pid, ct]],
+                "create_time": psutil.Process(live_harness.pid).create_time(),
+            }
+        )
+    )
     reaped = _cleanup.reap_stale(str(private_tmp))
     assert (reaped.harnesses, reaped.processes, reaped.folders) == (1, 0, 1)
     assert not victim.exists()  # ours, by name, inside the temp folder: removed
@@ -392,7 +476,8 @@ def test_a_signal_inside_a_shield_is_raised_when_it_ends(children: Children) -> 
     assert child.wait(30) == 0, child.stderr_text()
     assert child.read_line() == (
         "['after the signal, still inside', 'raised 15 at the end', "
-        "'a deferred signal replaces an ordinary error'] 15")
+        "'a deferred signal replaces an ordinary error'] 15"
+    )
 
 
 # -- the budget ---------------------------------------------------------------------------------
@@ -400,24 +485,43 @@ def test_a_signal_inside_a_shield_is_raised_when_it_ends(children: Children) -> 
 
 @pytest.mark.parametrize("where", ["scenario", "option"])
 def test_budget_stops_a_hanging_family_and_fails_it(
-        children: Children, private_tmp: Path, tmp_path: Path, where: str) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path, where: str
+) -> None:
     sc = tmp_path / "scenarios"
     # the agent's own timeout (10 minutes) would hold CI; the budget stops it after 6s (time
     # enough for the golden run on a loaded machine: the trials hang, the golden run does not)
-    scenario(sc, "hangs", HANGS, "hang: {count: 3}", timeout="10m",
-             extra="budget: 6s" if where == "scenario" else "budget: 10m")
+    scenario(
+        sc,
+        "hangs",
+        HANGS,
+        "hang: {count: 3}",
+        timeout="10m",
+        extra="budget: 6s" if where == "scenario" else "budget: 10m",
+    )
     report = tmp_path / "report"
     args = ["--budget", "6s"] if where == "option" else []
-    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
-                "--report", str(report), *args)
+    child = cli(
+        children,
+        private_tmp,
+        tmp_path,
+        "crashpoint",
+        "run",
+        str(sc),
+        "--report",
+        str(report),
+        *args,
+    )
     assert child.wait(120) == 1, child.stderr_text()
     lines = []
     while (line := child.read_line(10)) is not None:
         lines.append(line)
     text = "\n".join(lines)
     # trial 0 hangs and is stopped (or, on a machine too slow to start it in time, never ran)
-    assert re.search(r"the campaign's time budget of 6s ran out: 0 of 3 trials ran"
-                     r"( \(trial 0 was stopped\))?, 3 not run", text), text
+    assert re.search(
+        r"the campaign's time budget of 6s ran out: 0 of 3 trials ran"
+        r"( \(trial 0 was stopped\))?, 3 not run",
+        text,
+    ), text
     assert "raise it with `budget:` in the scenario file, --crashpoint-budget" in text
     assert "FAIL (budget)" in text
     check_clean(private_tmp, tmp_path)
@@ -429,13 +533,17 @@ def test_budget_stops_a_hanging_family_and_fails_it(
     assert any('skipped="3"' in p.read_text() for p in junit)
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("0s", "a budget must be more than 0; or none for no limit"),
-    ("lots", "'lots' is not a duration"),
-    ("[1, 2]", "expected a duration such as 10m, got [1, 2]; or none for no limit"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0s", "a budget must be more than 0; or none for no limit"),
+        ("lots", "'lots' is not a duration"),
+        ("[1, 2]", "expected a duration such as 10m, got [1, 2]; or none for no limit"),
+    ],
+)
 def test_bad_budget_in_a_scenario_names_file_line_and_key(
-        tmp_path: Path, value: str, message: str) -> None:
+    tmp_path: Path, value: str, message: str
+) -> None:
     from crashpoint.harness._scenario import ScenarioError, load_scenario
 
     path = scenario(tmp_path, "bad", HANGS, "hang: {count: 1}", extra=f"budget: {value}")
@@ -459,7 +567,8 @@ def test_budget_of_a_crash_harness_campaign(tmp_path: Path) -> None:
     result = CrashHarness(str(tmp_path / "h")).run(agent, faults="hang", trials=2, budget=5.0)
     assert not result.ok
     assert result.campaign.incomplete.startswith(
-        "the campaign's time budget of 5s ran out: 0 of 2 trials ran (trial 0 was stopped)")
+        "the campaign's time budget of 5s ran out: 0 of 2 trials ran (trial 0 was stopped)"
+    )
     assert "STOPPED: the campaign's time budget of 5s ran out" in result.report()
     assert not [p for p in psutil.process_iter() if _cmd(p)[-1:] == ["agent-in-process"]]
     assert not _cleanup.LIVE  # nothing registered is left
@@ -482,8 +591,9 @@ def test_an_interrupted_campaign_keeps_what_ran_and_cleans_up(tmp_path: Path) ->
         raise KeyboardInterrupt  # as Ctrl-C would, between two trials
 
     harness = CrashHarness(str(tmp_path / "h"), progress=interrupt_after_the_first)
-    camp = harness.campaign(["sh", "-c", PROBE + "exit 0"], faults={"kill": {"at": "time"}},
-                            trials=3)
+    camp = harness.campaign(
+        ["sh", "-c", PROBE + "exit 0"], faults={"kill": {"at": "time"}}, trials=3
+    )
     with pytest.raises(CampaignInterrupted) as exc:
         camp.run(progress=interrupt_after_the_first)
     partial = exc.value.result
@@ -498,33 +608,56 @@ def test_an_interrupted_campaign_keeps_what_ran_and_cleans_up(tmp_path: Path) ->
 
 
 def test_a_session_that_runs_no_campaign_leaves_no_gate(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_plain.py").write_text("def test_nothing():\n    pass\n")
     report = tmp_path / "report"
     report.mkdir()
     (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
-    child = cli(children, private_tmp, project, "pytest", "-p", "no:cacheprovider",
-                "test_plain.py", "--crashpoint-report", str(report))
+    child = cli(
+        children,
+        private_tmp,
+        project,
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "test_plain.py",
+        "--crashpoint-report",
+        str(report),
+    )
     assert child.wait(60) == 0, child.stderr_text()
     assert not (report / "gate.json").exists()  # replaced by "running", then removed
 
 
 def test_a_gate_that_cannot_start_leaves_no_old_success(
-        children: Children, private_tmp: Path, tmp_path: Path) -> None:
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
     sc = tmp_path / "scenarios"
     scenario(sc, "fine", HANGS, "hang: {count: 1}")
     report = tmp_path / "report"
     report.mkdir()
     (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
-    child = cli(children, private_tmp, tmp_path, "crashpoint", "run", str(sc),
-                "--report", str(report), "--budget", "lots")
+    child = cli(
+        children,
+        private_tmp,
+        tmp_path,
+        "crashpoint",
+        "run",
+        str(sc),
+        "--report",
+        str(report),
+        "--budget",
+        "lots",
+    )
     assert child.wait(60) == 2
     lines = []
     while (line := child.read_line(10)) is not None:
         lines.append(line)
-    assert any("bad value 'lots' for --crashpoint-budget (command line): 'lots' is not a "
-               "duration" in ln and ln.endswith("; or none for no limit")
-               for ln in lines + child.stderr_text().splitlines()), lines
+    assert any(
+        "bad value 'lots' for --crashpoint-budget (command line): 'lots' is not a duration" in ln
+        and ln.endswith("; or none for no limit")
+        for ln in lines + child.stderr_text().splitlines()
+    ), lines
     assert not (report / "gate.json").exists()

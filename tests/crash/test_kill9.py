@@ -99,12 +99,14 @@ def check_disk(store: Store, run_id: str, model: RunModel, where: str) -> int:
     # The raw journal: every record in a segment has the exact expected bytes and generation.
     raw = segment_records(model.folder)
     seqs = [s for s, _, _ in raw]
-    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True, \
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True, (
         f"{where}: segment records out of order: {seqs}"
+    )
     for s, g, payload in raw:
         assert s <= loaded.seq, f"{where}: segment holds record {s} past seq {loaded.seq}"
-        assert g == model.gen_of.get(s), f"{where}: record {s} has generation {g}, " \
-                                         f"written by generation {model.gen_of.get(s)}"
+        assert g == model.gen_of.get(s), (
+            f"{where}: record {s} has generation {g}, written by generation {model.gen_of.get(s)}"
+        )
         assert payload == expected_payload(model.seed, s, g), f"{where}: record {s} bytes differ"
     return loaded.seq
 
@@ -126,9 +128,19 @@ def test_kill9_loses_no_acknowledged_record(layout: str, tmp_path: Path, childre
     model = RunModel(seed, root / run_id)
     store = Store(root)  # the parent only reads (no lock) until the end
     server = children.python(
-        WRITER, "serve", "--root", root, "--run", run_id, "--seed", str(seed),
-        "--snapshot-bytes", str(opts["snapshot_bytes"]),
-        "--segment-bytes", str(opts["segment_bytes"]))
+        WRITER,
+        "serve",
+        "--root",
+        root,
+        "--run",
+        run_id,
+        "--seed",
+        str(seed),
+        "--snapshot-bytes",
+        str(opts["snapshot_bytes"]),
+        "--segment-bytes",
+        str(opts["segment_bytes"]),
+    )
     kills = torn_seen = extra_seen = 0
     for i in range(KILLS_PER_RUN):
         plan = draw_plan(rng, bool(opts["snapshot_bytes"]))
@@ -163,8 +175,9 @@ def test_kill9_loses_no_acknowledged_record(layout: str, tmp_path: Path, childre
             acks.append(event["ack"])
         assert event.get("event") == "exit", f"{where}: {event}"
         assert event["pid"] == opened["pid"], f"{where}: {event}"
-        assert event["signal"] == signal.SIGKILL, \
+        assert event["signal"] == signal.SIGKILL, (
             f"{where}: the worker was not killed: {event}\n{server.stderr_text()}"
+        )
         kills += 1
         assert acks == list(range(base + 1, base + 1 + len(acks))), f"{where}: acks {acks}"
         acked = base + len(acks)
@@ -172,8 +185,9 @@ def test_kill9_loses_no_acknowledged_record(layout: str, tmp_path: Path, childre
         for s in range(base + 1, acked + 2):
             model.gen_of[s] = model.generation
         on_disk = check_disk(store, run_id, model, where)
-        assert acked <= on_disk <= acked + 1, \
+        assert acked <= on_disk <= acked + 1, (
             f"{where}: {acked} records acknowledged, {on_disk} on disk"
+        )
         if plan.failpoint:
             in_flight = 0 if plan.failpoint == "journal.write" else 1
             assert on_disk == acked + in_flight, f"{where}: {acked} acked, {on_disk} on disk"
@@ -200,8 +214,9 @@ def test_kill9_loses_no_acknowledged_record(layout: str, tmp_path: Path, childre
         assert j.generation == model.generation + 1
         assert j.seq == model.seq
         assert (j.recovery.torn_tail is not None) == model.torn
-        assert [encode_json(d) for d in j.state["records"]] == \
-            [model.expected(s) for s in range(1, model.seq + 1)]
+        assert [encode_json(d) for d in j.state["records"]] == [
+            model.expected(s) for s in range(1, model.seq + 1)
+        ]
         assert not [n for n in os.listdir(model.folder) if n.endswith(".tmp")]
     damage, torn = store.verify(run_id)[run_id]
     assert damage == []

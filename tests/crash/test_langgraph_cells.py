@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph.graph", reason="LangGraph is not installed: "
-                                              "pip install 'crashpoint[langgraph]'")
+pytest.importorskip(
+    "langgraph.graph", reason="LangGraph is not installed: pip install 'crashpoint[langgraph]'"
+)
 
 from crashpoint.faults import _strace
 
@@ -30,11 +31,17 @@ def _cells() -> Any:
     return mod
 
 
-def _run(saver: str, cell: str, tmp_path: Path, count: int,
-         only: list[int] | None = None) -> list[dict[str, Any]]:
+def _run(
+    saver: str, cell: str, tmp_path: Path, count: int, only: list[int] | None = None
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = _cells().run_cells(
-        [saver], [str(CELLS / f"{cell}.scenario.yaml")], str(tmp_path / "report"),
-        progress=False, count=count, only=only)
+        [saver],
+        [str(CELLS / f"{cell}.scenario.yaml")],
+        str(tmp_path / "report"),
+        progress=False,
+        count=count,
+        only=only,
+    )
     return rows
 
 
@@ -51,8 +58,12 @@ def test_crashpoint_saver_survives_power_loss(tmp_path: Path) -> None:
 
 def test_crashpoint_saver_detects_or_repairs_corruption(tmp_path: Path) -> None:
     rows = _run("savers:crashpoint", "corruption", tmp_path, count=1)
-    assert [r["family"] for r in rows] == ["corrupt@truncate", "corrupt@bitflip", "corrupt@zero",
-                                           "corrupt@stale-copy"]
+    assert [r["family"] for r in rows] == [
+        "corrupt@truncate",
+        "corrupt@bitflip",
+        "corrupt@zero",
+        "corrupt@stale-copy",
+    ]
     for r in rows:
         assert r["verdict"] == "PASS", r
         assert r["exercised"] >= 1, r
@@ -74,8 +85,13 @@ def test_every_cell_loads_and_names_its_saver() -> None:
 
     cells = sorted(CELLS.glob("*.scenario.yaml"))
     assert [p.name.split(".")[0] for p in cells] == [
-        "corruption", "disk-full", "kill-every-boundary", "kill-fileop", "power-loss",
-        "two-resumers"]
+        "corruption",
+        "disk-full",
+        "kill-every-boundary",
+        "kill-fileop",
+        "power-loss",
+        "two-resumers",
+    ]
     for p in cells:
         cmd = load_scenario(p).agent.command
         assert cmd[cmd.index("--saver") + 1] == "savers:crashpoint", p

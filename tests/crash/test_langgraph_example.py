@@ -25,11 +25,16 @@ from crashpoint.harness import Campaign, Fault, Golden, Plan, TrialResult, Trial
 from crashpoint.harness._campaign import family_from_spec
 from crashpoint.harness._scenario import load_scenario
 
-pytest.importorskip("langgraph", reason="the example is a LangGraph graph (pip install "
-                                        "'crashpoint[langgraph]', or the dev extra)")
-pytest.importorskip("langgraph.checkpoint.sqlite",
-                    reason="the example checkpoints with SqliteSaver (pip install "
-                           "langgraph-checkpoint-sqlite, or the dev extra)")
+pytest.importorskip(
+    "langgraph",
+    reason="the example is a LangGraph graph (pip install "
+    "'crashpoint[langgraph]', or the dev extra)",
+)
+pytest.importorskip(
+    "langgraph.checkpoint.sqlite",
+    reason="the example checkpoints with SqliteSaver (pip install "
+    "langgraph-checkpoint-sqlite, or the dev extra)",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "langgraph"
@@ -39,8 +44,9 @@ BOUNDARY = "langgraph:send_email:before_checkpoint"
 
 def _trial(name: str, tmp_path: Path, *kills: Fault) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
-    with TrialRunner(sc.agent, str(tmp_path / "trials"), restarts=sc.restarts,
-                     expect=sc.expect) as runner:
+    with TrialRunner(
+        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
+    ) as runner:
         golden = runner.golden()
         return golden, runner.run(Plan(kills, "kill", sc.seed, 0), golden)
 
@@ -55,31 +61,37 @@ def _names(events: list[dict[str, object]]) -> list[str]:
 
 
 def test_the_graph_as_written_sends_the_email_twice_after_a_kill_before_its_checkpoint(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     golden, t = _trial("broken.scenario.yaml", tmp_path, _after_the_email())
     assert golden.steps == STEPS
     names = _names(golden.events)
     # the boundary lies after the email was applied and before send_email was durable
-    assert names.index("effect:POST /email") < names.index(f"event:{BOUNDARY}") < \
-        names.index("step_completed:send_email")
+    assert (
+        names.index("effect:POST /email")
+        < names.index(f"event:{BOUNDARY}")
+        < names.index("step_completed:send_email")
+    )
     assert "event:langgraph:tool:web_search" in names  # tool call started
     assert not t.ok
     failed = {c.name: c.message for c in t.failed}
     assert "DUPLICATED POST /email" in failed["exactly_once"]
     assert "no key" in failed["exactly_once"]
     assert [o.where for o in t.outcomes] == [
-        f"attempt 1 event #{_index(t, BOUNDARY)} event:{BOUNDARY} (before)"]
+        f"attempt 1 event #{_index(t, BOUNDARY)} event:{BOUNDARY} (before)"
+    ]
     # the evidence (the trial's history) names the boundary in words
-    history = [json.loads(line) for line in
-               (Path(t.folder) / "history.jsonl").read_text().splitlines()]
+    history = [
+        json.loads(line) for line in (Path(t.folder) / "history.jsonl").read_text().splitlines()
+    ]
     killed = [e for e in history if e.get("killed") == "before"]
     assert [(e["name"], e["boundary"]) for e in killed] == [
-        (BOUNDARY, "after send_email's side effects, before its checkpoint write")]
+        (BOUNDARY, "after send_email's side effects, before its checkpoint write")
+    ]
     # LangGraph re-ran the node on restart: it was never reported completed before the kill
     resumed = [e for e in t.events if e["attempt"] == 2 and e["op"] == "step_started"]
     assert _names(resumed)[0] == "step_started:send_email"
-    assert "step_completed:send_email" not in _names(
-        [e for e in t.events if e["attempt"] == 1])
+    assert "step_completed:send_email" not in _names([e for e in t.events if e["attempt"] == 1])
 
 
 def _index(t: TrialResult, name: str) -> int:
@@ -107,8 +119,9 @@ def test_an_effect_through_the_probe_is_judged_too(tmp_path: Path) -> None:
 
 
 def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(tmp_path: Path) -> None:
-    pytest.importorskip("crashpoint.adapters.langgraph_saver",
-                        reason="CrashpointSaver is not in this tree")
+    pytest.importorskip(
+        "crashpoint.adapters.langgraph_saver", reason="CrashpointSaver is not in this tree"
+    )
     golden, t = _trial("crashpoint-saver.scenario.yaml", tmp_path, _after_the_email())
     assert golden.steps == STEPS
     assert t.ok, [str(c) for c in t.failed]
@@ -116,15 +129,21 @@ def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(tmp_path: Path
 
 
 def test_file_operation_kills_on_sqlite_are_not_exercised_without_strace(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SQLite writes in C, below Python's audit hooks: without strace no file operation of
     SqliteSaver is seen, so a fileop family cannot fire. It must fail as not exercised,
     never pass."""
     monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
     sc = load_scenario(EXAMPLE / "fixed.scenario.yaml")
-    result = Campaign(sc.agent, [family_from_spec({"kill": {"at": "fileop"}})],
-                      str(tmp_path / "report"), name="langgraph-fileop", seed=1,
-                      restarts=sc.restarts).run()
+    result = Campaign(
+        sc.agent,
+        [family_from_spec({"kill": {"at": "fileop"}})],
+        str(tmp_path / "report"),
+        name="langgraph-fileop",
+        seed=1,
+        restarts=sc.restarts,
+    ).run()
     assert not result.ok
     assert result.unexercised(), [t.status for t in result.trials]
     assert all(t.status == "not exercised" for t in result.trials)
@@ -140,20 +159,26 @@ def test_the_scenarios_differ_in_their_flags_only() -> None:
 
 
 def test_the_adapter_names_the_extra_when_langgraph_is_missing() -> None:
-    code = ("import sys; sys.modules['langgraph'] = None; sys.modules['langchain_core'] = None\n"
-            "try:\n    import crashpoint.adapters.langgraph\n"
-            "except ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    code = (
+        "import sys; sys.modules['langgraph'] = None; sys.modules['langchain_core'] = None\n"
+        "try:\n    import crashpoint.adapters.langgraph\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert "pip install 'crashpoint[langgraph]'" in out
 
 
 def test_the_core_never_imports_langgraph() -> None:
-    code = ("import sys, crashpoint, crashpoint.harness, crashpoint.checkpoint, crashpoint.cli\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('langgraph', "
-            "'langchain', 'crashpoint.adapters.'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    code = (
+        "import sys, crashpoint, crashpoint.harness, crashpoint.checkpoint, crashpoint.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('langgraph', "
+        "'langchain', 'crashpoint.adapters.'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -171,11 +196,26 @@ def test_instrument_refuses_a_graph_without_a_checkpointer() -> None:
 
 # -- the full sweeps, as `crashpoint run` runs them ------------------------------------------------
 
+
 def _gate(scenario: str, report: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    return subprocess.run([sys.executable, "-m", "crashpoint", "run", "--quiet", "--report",
-                           str(report), str(EXAMPLE / scenario)], capture_output=True,
-                          text=True, env=env, timeout=1800, cwd=str(ROOT))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crashpoint",
+            "run",
+            "--quiet",
+            "--report",
+            str(report),
+            str(EXAMPLE / scenario),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        cwd=str(ROOT),
+    )
 
 
 @pytest.mark.slow
@@ -188,10 +228,10 @@ def test_the_gate_fails_the_graph_as_written_at_every_boundary(tmp_path: Path) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["fixed.scenario.yaml", "crashpoint-saver.scenario.yaml"])
-def test_the_gate_passes_the_fixed_graph_at_every_boundary(tmp_path: Path,
-                                                           scenario: str) -> None:
+def test_the_gate_passes_the_fixed_graph_at_every_boundary(tmp_path: Path, scenario: str) -> None:
     if "crashpoint-saver" in scenario:
-        pytest.importorskip("crashpoint.adapters.langgraph_saver",
-                            reason="CrashpointSaver is not in this tree")
+        pytest.importorskip(
+            "crashpoint.adapters.langgraph_saver", reason="CrashpointSaver is not in this tree"
+        )
     r = _gate(scenario, tmp_path / "report")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

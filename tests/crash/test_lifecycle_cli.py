@@ -75,6 +75,7 @@ def one_line_error(err: str) -> None:
 
 # -- each command ------------------------------------------------------------------------------
 
+
 def test_a_run_goes_from_start_to_complete_step_by_step(tmp_path: Path) -> None:
     store = tmp_path / "store"  # created by start
     assert cli(store, "start", "r1", "--steps", "fetch,send,finish") == (0, "fetch\n", "")
@@ -88,11 +89,15 @@ def test_a_run_goes_from_start_to_complete_step_by_step(tmp_path: Path) -> None:
     assert cli(store, "step", "r1", "send")[1] == "finish\n"
     assert cli(store, "step", "r1", "finish") == (0, "", "")  # no step left: prints nothing
     assert cli(store, "status", "r1", "--next") == (0, "", "")
-    assert cli(store, "complete", "r1", "--output", '{"ok": true}', "--print") == \
-        (0, '{"ok": true}\n', "")
+    assert cli(store, "complete", "r1", "--output", '{"ok": true}', "--print") == (
+        0,
+        '{"ok": true}\n',
+        "",
+    )
     # completing again changes nothing: the first output stays
-    assert cli(store, "complete", "r1", "--output", '{"ok": false}', "--print")[1] == \
-        '{"ok": true}\n'
+    assert (
+        cli(store, "complete", "r1", "--output", '{"ok": false}', "--print")[1] == '{"ok": true}\n'
+    )
     st = status(store, "r1")
     assert (st["status"], st["output"], st["next"]) == ("completed", {"ok": True}, None)
     # a restart of the finished agent has nothing to do
@@ -112,20 +117,24 @@ def test_a_resume_starts_at_the_first_step_not_recorded(tmp_path: Path) -> None:
     assert status(store, "r")["attempts"] == 3
 
 
-@pytest.mark.parametrize(("args", "code", "words"), [
-    (("step", "r", "b"), 70, "not the run's next step; the next step is 'a'"),
-    (("step", "r", "a", "--result", "{bad"), 2, "--result is not valid JSON"),
-    (("effect", "r", "mail", "--payload", "nope"), 2, "--payload is not valid JSON"),
-    (("start", "r", "--steps", "a,x"), 70, "at step #1 the journal recorded 'b'"),
-    (("complete", "r"), 1, "has steps left (a, b)"),
-    (("status", "ghost"), 2, "no run 'ghost'"),
-    (("step", "ghost", "a"), 2, "no run 'ghost'"),
-    (("start", "new"), 1, "does not exist yet: give its steps"),
-    (("start", "../up", "--steps", "a"), 2, "invalid run id"),
-    (("start", "r2", "--steps", "a,a"), 2, "names a step twice"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (("step", "r", "b"), 70, "not the run's next step; the next step is 'a'"),
+        (("step", "r", "a", "--result", "{bad"), 2, "--result is not valid JSON"),
+        (("effect", "r", "mail", "--payload", "nope"), 2, "--payload is not valid JSON"),
+        (("start", "r", "--steps", "a,x"), 70, "at step #1 the journal recorded 'b'"),
+        (("complete", "r"), 1, "has steps left (a, b)"),
+        (("status", "ghost"), 2, "no run 'ghost'"),
+        (("step", "ghost", "a"), 2, "no run 'ghost'"),
+        (("start", "new"), 1, "does not exist yet: give its steps"),
+        (("start", "../up", "--steps", "a"), 2, "invalid run id"),
+        (("start", "r2", "--steps", "a,a"), 2, "names a step twice"),
+    ],
+)
 def test_bad_requests_get_one_clear_line_and_a_distinct_code(
-        tmp_path: Path, args: tuple[str, ...], code: int, words: str) -> None:
+    tmp_path: Path, args: tuple[str, ...], code: int, words: str
+) -> None:
     store = tmp_path / "store"
     assert cli(store, "start", "r", "--steps", "a,b")[0] == 0
     rc, out, err = cli(store, *args)
@@ -152,8 +161,11 @@ def test_no_store_is_a_usage_error(tmp_path: Path) -> None:
     assert "CRASHPOINT_STORE" in ex.stderr.decode()
     # the variable names the store as well as --store does
     env = base_env(CRASHPOINT_STORE=str(tmp_path / "s"))
-    ex = AgentProcess([*CLI, "checkpoints", "start", "r", "--steps", "a"], env,
-                      timeout=60).start().wait()
+    ex = (
+        AgentProcess([*CLI, "checkpoints", "start", "r", "--steps", "a"], env, timeout=60)
+        .start()
+        .wait()
+    )
     assert (ex.returncode, ex.stdout) == (0, b"a\n")
     (tmp_path / "file").write_text("")  # a store that is a file is refused, not overwritten
     rc, _out, err = cli(tmp_path / "file", "start", "r", "--steps", "a")
@@ -169,12 +181,19 @@ def test_an_effect_is_sent_until_settled_then_skipped(tmp_path: Path) -> None:
     first = cli(store, "effect", "r", "send_email", "--payload", '{"to": "a"}', "--json")
     assert first[0] == 0
     ans = json.loads(first[1])
-    assert ans == {"action": "send", "key": "r:1.send:send_email:0", "kind": "send_email",
-                   "applied": True, "in_doubt": False, "result": None}
+    assert ans == {
+        "action": "send",
+        "key": "r:1.send:send_email:0",
+        "kind": "send_email",
+        "applied": True,
+        "in_doubt": False,
+        "result": None,
+    }
     # announced but not settled (the agent crashed before its step completed): send again,
     # with the same key, and say it was in doubt
-    again = json.loads(cli(store, "effect", "r", "send_email", "--payload", '{"to": "a"}',
-                           "--json")[1])
+    again = json.loads(
+        cli(store, "effect", "r", "send_email", "--payload", '{"to": "a"}', "--json")[1]
+    )
     assert (again["action"], again["key"], again["in_doubt"]) == ("send", ans["key"], True)
     assert status(store, "r")["effects"][ans["key"]]["status"] == "intent"
     cli(store, "step", "r", "send")  # completing the step settles its effects
@@ -188,21 +207,27 @@ def test_an_effect_settled_with_done_is_skipped_and_keeps_its_result(tmp_path: P
     store = tmp_path / "store"
     cli(store, "start", "r", "--steps", "pay")
     assert cli(store, "effect", "r", "charge", "--key", "k1", "--payload", "5")[0] == 0
-    assert cli(store, "effect", "r", "charge", "--key", "k1", "--done", "--result",
-               '{"id": "ch_1"}')[0] == 0
+    assert (
+        cli(store, "effect", "r", "charge", "--key", "k1", "--done", "--result", '{"id": "ch_1"}')[
+            0
+        ]
+        == 0
+    )
     rc, out, _ = cli(store, "effect", "r", "charge", "--key", "k1", "--json")
     assert rc == 3
     assert json.loads(out)["result"] == {"id": "ch_1"}
     # without --key: the key counts the effects of its kind settled in the step so far
-    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
-        "r:0.pay:charge:0"
+    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == "r:0.pay:charge:0"
     assert cli(store, "effect", "r", "charge", "--done")[0] == 0  # settles r:0.pay:charge:0
-    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == \
-        "r:0.pay:charge:1"
+    assert json.loads(cli(store, "effect", "r", "charge", "--json")[1])["key"] == "r:0.pay:charge:1"
     # the run's records are the library's: plan sees no effect in doubt after the step
     cli(store, "step", "r", "pay")
-    plan = subprocess.run([*CLI, "checkpoints", "--store", str(store), "plan", "r"],
-                          capture_output=True, text=True, check=True).stdout
+    plan = subprocess.run(
+        [*CLI, "checkpoints", "--store", str(store), "plan", "r"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "in-doubt" not in plan
     assert "replay  #0 pay" in plan
 
@@ -214,17 +239,21 @@ def test_a_step_is_durable_before_the_command_returns(tmp_path: Path) -> None:
     store = tmp_path / "store"
     cli(store, "start", "r", "--steps", "a")
     trace = tmp_path / "trace"
-    argv = _strace.wrap([*CLI, "checkpoints", "--store", str(store), "step", "r", "a",
-                         "--result", '"ok"'], str(trace),
-                        syscalls=("write", "pwrite64", "fdatasync", "fsync"))
+    argv = _strace.wrap(
+        [*CLI, "checkpoints", "--store", str(store), "step", "r", "a", "--result", '"ok"'],
+        str(trace),
+        syscalls=("write", "pwrite64", "fdatasync", "fsync"),
+    )
     ex = AgentProcess(argv, base_env(), timeout=120).start().wait()
     assert ex.returncode == 0, ex.stderr.decode()
-    calls = [c for c in _strace.parse(str(trace))
-             if c.path.startswith(str(store / "r"))
-             and os.path.basename(c.path).startswith("seg-")]
+    calls = [
+        c
+        for c in _strace.parse(str(trace))
+        if c.path.startswith(str(store / "r")) and os.path.basename(c.path).startswith("seg-")
+    ]
     names = [c.name for c in calls]
     assert "write" in names, names
-    assert "fdatasync" in names[names.index("write"):], names
+    assert "fdatasync" in names[names.index("write") :], names
 
 
 def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
@@ -232,15 +261,28 @@ def test_another_live_agent_owns_the_run_until_it_dies(tmp_path: Path) -> None:
     owns the run. A second agent is refused while the first lives, and takes over after."""
     store = tmp_path / "store"
     owner = subprocess.Popen(
-        [SH, "-c", f'"$@" checkpoints --store {store} start r --steps a,b && '
-                   'echo started && exec sleep 60', "sh", *CLI],
-        stdout=subprocess.PIPE, start_new_session=True, env=base_env())
+        [
+            SH,
+            "-c",
+            f'"$@" checkpoints --store {store} start r --steps a,b && '
+            "echo started && exec sleep 60",
+            "sh",
+            *CLI,
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        env=base_env(),
+    )
     try:
         assert owner.stdout is not None
         assert owner.stdout.readline() == b"a\n"
         assert owner.stdout.readline() == b"started\n"
-        for args in (("start", "r"), ("step", "r", "a"), ("effect", "r", "mail"),
-                     ("complete", "r")):
+        for args in (
+            ("start", "r"),
+            ("step", "r", "a"),
+            ("effect", "r", "mail"),
+            ("complete", "r"),
+        ):
             rc, _out, err = cli(store, *args)
             assert rc == 73, (args, err)
             one_line_error(err)
@@ -262,20 +304,31 @@ def test_the_commands_report_steps_and_effects_to_the_harness(tmp_path: Path) ->
         env = base_env(**ledger.env(), CRASHPOINT_ATTEMPT="1")
         assert cli(store, "start", "r", "--steps", "a,b", env=env)[1] == "a\n"
         cli(store, "step", "r", "a", env=env)
-        assert json.loads(cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}',
-                              "--json", env=env)[1])["applied"] is True
+        assert (
+            json.loads(
+                cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}', "--json", env=env)[1]
+            )["applied"]
+            is True
+        )
         # the same effect again (in doubt): reported with the same key, deduplicated
-        assert json.loads(cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}',
-                              "--json", env=env)[1])["applied"] is False
+        assert (
+            json.loads(
+                cli(store, "effect", "r", "mail", "--payload", '{"to": "x"}', "--json", env=env)[1]
+            )["applied"]
+            is False
+        )
         cli(store, "step", "r", "b", env=env)
         assert cli(store, "effect", "r", "mail", "--key", "r:1.b:mail:0", env=env)[0] == 3
         cli(store, "complete", "r", env=env)
-        events = [(e["attempt"], e["op"], e.get("step") or e.get("key"))
-                  for e in ledger.events]
+        events = [(e["attempt"], e["op"], e.get("step") or e.get("key")) for e in ledger.events]
     assert events == [
-        (1, "step_started", "a"), (1, "step_completed", "a"), (1, "step_started", "b"),
-        (1, "effect", "r:1.b:mail:0"), (1, "effect", "r:1.b:mail:0"),
-        (1, "step_completed", "b")]  # a skipped effect is not reported again
+        (1, "step_started", "a"),
+        (1, "step_completed", "a"),
+        (1, "step_started", "b"),
+        (1, "effect", "r:1.b:mail:0"),
+        (1, "effect", "r:1.b:mail:0"),
+        (1, "step_completed", "b"),
+    ]  # a skipped effect is not reported again
 
 
 # -- the shell agent, alone and under the harness ---------------------------------------------
@@ -291,15 +344,23 @@ def agent(script: Path = AGENT) -> AgentSpec:
     return dataclasses.replace(spec, command=(SH, str(script), *spec.command[2:]))
 
 
-def campaign(spec: AgentSpec, family: FaultFamily, tmp_path: Path, seed: int = 13,
-             **kw: Any) -> CampaignResult:
-    return Campaign(spec, [family], str(tmp_path / "report"), name="lifecycle", seed=seed,
-                    restarts=SCENARIO.restarts, expect=SCENARIO.expect, **kw).run()
+def campaign(
+    spec: AgentSpec, family: FaultFamily, tmp_path: Path, seed: int = 13, **kw: Any
+) -> CampaignResult:
+    return Campaign(
+        spec,
+        [family],
+        str(tmp_path / "report"),
+        name="lifecycle",
+        seed=seed,
+        restarts=SCENARIO.restarts,
+        expect=SCENARIO.expect,
+        **kw,
+    ).run()
 
 
 def why(result: CampaignResult) -> str:
-    return "\n".join(f"{t.plan.describe()}: {[str(c) for c in t.failed]}"
-                     for t in result.failures)
+    return "\n".join(f"{t.plan.describe()}: {[str(c) for c in t.failed]}" for t in result.failures)
 
 
 def test_the_twin_differs_from_the_agent_in_its_key_only() -> None:
@@ -313,8 +374,11 @@ def test_the_twin_differs_from_the_agent_in_its_key_only() -> None:
 
 def test_the_shell_agent_runs_alone_and_a_second_run_replays(tmp_path: Path) -> None:
     for _ in range(2):
-        ex = AgentProcess([SH, str(AGENT), str(tmp_path / "state"), *CLI], base_env(),
-                          timeout=120).start().wait()
+        ex = (
+            AgentProcess([SH, str(AGENT), str(tmp_path / "state"), *CLI], base_env(), timeout=120)
+            .start()
+            .wait()
+        )
         assert (ex.returncode, ex.stdout) == (0, OUTPUT), ex.stderr.decode()
     assert b"email to ops@example.com sent" not in ex.stderr  # the second run sent nothing
 
@@ -342,8 +406,14 @@ def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None
     assert golden.steps == STEPS
     assert golden.output == OUTPUT
     assert [e["op"] for e in golden.events] == [
-        "step_started", "step_completed", "step_started", "effect", "step_completed",
-        "step_started", "step_completed"]
+        "step_started",
+        "step_completed",
+        "step_started",
+        "effect",
+        "step_completed",
+        "step_started",
+        "step_completed",
+    ]
     assert sum(golden.effects.values()) == 1
     assert len(result.trials) == 8  # 7 events killed before they act + the in-doubt window
     assert result.ok, why(result)

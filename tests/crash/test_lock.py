@@ -26,8 +26,7 @@ RUN = "shared"
 
 
 def writer(children: Any, root: Path, *args: str) -> Any:
-    return children.python(WRITER, "open", "--root", root, "--run", RUN, "--seed", str(SEED),
-                           *args)
+    return children.python(WRITER, "open", "--root", root, "--run", RUN, "--seed", str(SEED), *args)
 
 
 def read_until(child: Any, event: str) -> tuple[dict[str, Any], list[int]]:
@@ -49,8 +48,9 @@ def assert_journal(root: Path, writers: list[tuple[int, int, int]]) -> None:
     last = max(gen_of, default=0)
     loaded = Store(root).read(RUN)
     assert loaded.seq == last
-    assert [encode_json(d) for d in loaded.state.get("records", [])] == \
-        [encode_json(record_data(SEED, s)) for s in range(1, last + 1)]
+    assert [encode_json(d) for d in loaded.state.get("records", [])] == [
+        encode_json(record_data(SEED, s)) for s in range(1, last + 1)
+    ]
     raw = segment_records(root / RUN)
     assert [s for s, _, _ in raw] == list(range(1, last + 1))
     for s, g, payload in raw:
@@ -106,8 +106,9 @@ def test_waiter_acquires_when_the_holder_closes(tmp_path: Path, children: Any) -
     assert_journal(root, [(1, 5, a_open["gen"]), (6, 10, b_open["gen"])])
 
 
-def test_second_opener_without_timeout_gets_runlocked_in_process(tmp_path: Path,
-                                                                  children: Any) -> None:
+def test_second_opener_without_timeout_gets_runlocked_in_process(
+    tmp_path: Path, children: Any
+) -> None:
     root = tmp_path / "store"
     a = writer(children, root, "--count", "3", "--hold")
     read_until(a, "open")
@@ -124,8 +125,9 @@ def test_second_opener_without_timeout_gets_runlocked_in_process(tmp_path: Path,
 
 
 @pytest.mark.parametrize("next_opener", ["waiting", "fresh"])
-def test_sigkill_of_the_holder_frees_the_lock_at_once(next_opener: str, tmp_path: Path,
-                                                      children: Any) -> None:
+def test_sigkill_of_the_holder_frees_the_lock_at_once(
+    next_opener: str, tmp_path: Path, children: Any
+) -> None:
     root = tmp_path / "store"
     a = writer(children, root, "--count", "7", "--hold")
     a_open, _ = read_until(a, "open")
@@ -154,8 +156,9 @@ def test_sigkill_of_the_holder_frees_the_lock_at_once(next_opener: str, tmp_path
     with Store(root).open(RUN) as j:
         assert j.generation == b_open["gen"] + 1
         assert j.append(record_data(SEED, 12)) == 12
-    assert_journal(root, [(1, 7, a_open["gen"]), (8, 11, b_open["gen"]),
-                          (12, 12, b_open["gen"] + 1)])
+    assert_journal(
+        root, [(1, 7, a_open["gen"]), (8, 11, b_open["gen"]), (12, 12, b_open["gen"] + 1)]
+    )
 
 
 @pytest.mark.parametrize("target_exists", [True, False])

@@ -29,19 +29,27 @@ NET_RETRY = ROOT / "tests" / "agents" / "net_retry.py"
 CURL_AGENT = ROOT / "tests" / "agents" / "curl_agent.sh"
 SH = shutil.which("sh") or "/bin/sh"
 
-needs_curl = pytest.mark.skipif(shutil.which("curl") is None,
-                                reason="curl is not on PATH (apt-get install curl)")
+needs_curl = pytest.mark.skipif(
+    shutil.which("curl") is None, reason="curl is not on PATH (apt-get install curl)"
+)
 
 
 def net_retry(*flags: str) -> AgentSpec:
-    return AgentSpec(command=(sys.executable, str(NET_RETRY), "{state_dir}", *flags),
-                     timeout=30)
+    return AgentSpec(command=(sys.executable, str(NET_RETRY), "{state_dir}", *flags), timeout=30)
 
 
-def campaign(agent: AgentSpec, fault: dict[str, object], tmp_path: Path,
-             **kw: object) -> CampaignResult:
-    return Campaign(agent, [family_from_spec(fault)], str(tmp_path / "report"), name="net",
-                    seed=3, restarts=2, **kw).run()  # type: ignore[arg-type]
+def campaign(
+    agent: AgentSpec, fault: dict[str, object], tmp_path: Path, **kw: object
+) -> CampaignResult:
+    return Campaign(
+        agent,
+        [family_from_spec(fault)],
+        str(tmp_path / "report"),
+        name="net",
+        seed=3,
+        restarts=2,
+        **kw,
+    ).run()  # type: ignore[arg-type]
 
 
 TIMEOUT = {"network": {"call": "POST /hook", "fail": "timeout"}}
@@ -72,16 +80,19 @@ def test_a_keyed_retry_after_a_timeout_passes(tmp_path: Path) -> None:
 
 def test_a_keyless_retry_after_a_reset_is_no_duplicate(tmp_path: Path) -> None:
     """A reset is answered before the service acts: nothing to duplicate."""
-    result = campaign(net_retry(), {"network": {"call": "POST /hook", "fail": [
-        "reset", 503], "times": 2}}, tmp_path)
-    assert [t.status for t in result.trials] == ["passed", "passed"], \
-        [(t.landed(), [str(c) for c in t.failed]) for t in result.trials]
+    result = campaign(
+        net_retry(),
+        {"network": {"call": "POST /hook", "fail": ["reset", 503], "times": 2}},
+        tmp_path,
+    )
+    assert [t.status for t in result.trials] == ["passed", "passed"], [
+        (t.landed(), [str(c) for c in t.failed]) for t in result.trials
+    ]
     assert all("2 of 2 requests failed" in t.landed() for t in result.trials)
 
 
 def test_a_fault_on_a_call_the_agent_never_makes_is_not_exercised(tmp_path: Path) -> None:
-    result = campaign(net_retry("--keyed"), {"network": {"call": "POST /elsewhere"}},
-                      tmp_path)
+    result = campaign(net_retry("--keyed"), {"network": {"call": "POST /elsewhere"}}, tmp_path)
     (t,) = result.trials
     assert t.status == "not exercised"
     assert "never made a POST /elsewhere request" in t.landed()
@@ -93,8 +104,9 @@ def test_a_fault_on_a_call_the_agent_never_makes_is_not_exercised(tmp_path: Path
 
 def test_a_retry_storm_is_reported(tmp_path: Path) -> None:
     storm = net_retry("--keyed", "--retries", "30", "--no-backoff")
-    result = campaign(storm, {"network": {"call": "POST /hook", "fail": 503, "times": 25}},
-                      tmp_path)
+    result = campaign(
+        storm, {"network": {"call": "POST /hook", "fail": 503, "times": 25}}, tmp_path
+    )
     (t,) = result.trials
     assert t.exercised
     check = next(c for c in t.checks if c.name == "no_retry_storm")
@@ -102,21 +114,25 @@ def test_a_retry_storm_is_reported(tmp_path: Path) -> None:
     assert "attempt 1 sent POST /hook 26 times (golden run: 1)" in check.message
     assert "cap the retries" in check.hint
     # the same agent within its cap: no storm
-    capped = campaign(net_retry("--keyed"), {"network": {"call": "POST /hook", "fail": 503,
-                                                         "times": 3}}, tmp_path / "capped")
+    capped = campaign(
+        net_retry("--keyed"),
+        {"network": {"call": "POST /hook", "fail": 503, "times": 3}},
+        tmp_path / "capped",
+    )
     assert capped.ok, [str(c) for t in capped.trials for c in t.failed]
 
 
 def test_any_sweeps_the_golden_runs_calls(tmp_path: Path) -> None:
     result = campaign(net_retry("--keyed"), {"network": {"fail": ["timeout", 500]}}, tmp_path)
     assert [t.plan.describe() for t in result.trials] == [
-        "timeout for POST /hook #1 in attempt 1", "HTTP 500 for POST /hook #1 in attempt 1"]
+        "timeout for POST /hook #1 in attempt 1",
+        "HTTP 500 for POST /hook #1 in attempt 1",
+    ]
     assert result.ok, [str(c) for t in result.trials for c in t.failed]
 
 
 def curl_agent(*flags: str) -> AgentSpec:
-    return AgentSpec(command=(SH, str(CURL_AGENT), "{state_dir}", *flags, "{http}"),
-                     timeout=30)
+    return AgentSpec(command=(SH, str(CURL_AGENT), "{state_dir}", *flags, "{http}"), timeout=30)
 
 
 KILLS = {"kill": {"at": "every-boundary"}}
@@ -148,22 +164,27 @@ SCENARIO = ROOT / "tests" / "scenarios" / "network.scenario.yaml"
 
 
 def _gate(path: Path, report: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crashpoint", "run", str(path), "--report",
-                           str(report), "--quiet"], capture_output=True, text=True,
-                          timeout=600, check=False, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run", str(path), "--report", str(report), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,
+    )
 
 
-def test_the_network_scenario_passes_the_gate_and_fails_without_the_key(
-        tmp_path: Path) -> None:
+def test_the_network_scenario_passes_the_gate_and_fails_without_the_key(tmp_path: Path) -> None:
     ok = _gate(SCENARIO, tmp_path / "ok")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
     assert "network@any:reset|timeout|503|429" in ok.stdout
     text = SCENARIO.read_text()
-    keyless = (tmp_path / "agents" / "keyless.scenario.yaml")
+    keyless = tmp_path / "agents" / "keyless.scenario.yaml"
     keyless.parent.mkdir()
     shutil.copy(NET_RETRY, tmp_path / "agents" / "net_retry.py")
-    keyless.write_text(text.replace('"--keyed",', "").replace(
-        "{scenario_dir}/../agents/", "{scenario_dir}/"))
+    keyless.write_text(
+        text.replace('"--keyed",', "").replace("{scenario_dir}/../agents/", "{scenario_dir}/")
+    )
     bad = _gate(keyless, tmp_path / "bad")
     assert bad.returncode == 1, bad.stdout[-3000:] + bad.stderr[-2000:]
     assert "FAIL" in bad.stdout

@@ -60,7 +60,8 @@ def _age(folder: Path, seconds: float) -> None:
 
 
 def test_show_at_a_step_replays_the_journal_up_to_its_record(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
     store = Store(root, durability="none")
     with open_run(store, "r", steps=["a", "b", "c"]) as run:
@@ -97,7 +98,8 @@ def test_show_at_a_step_replays_the_journal_up_to_its_record(
 
 
 def test_show_at_a_step_folded_into_a_snapshot_says_so(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
     store = Store(root, durability="none", snapshots=SnapshotPolicy(min_bytes=1, ratio=0.0))
     with open_run(store, "r", steps=["a", "b"]) as run:
@@ -114,19 +116,22 @@ def test_show_at_a_step_folded_into_a_snapshot_says_so(
 
 
 def test_a_pause_runs_the_command_from_the_environment_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, state = tmp_path / "events.jsonl", tmp_path / "state"
     env = {**os.environ, NOTIFY_ENV: shlex.join(hook(out))}
     argv = [sys.executable, "-m", "crashpoint.agents.demo", "--state", str(state), "--approval"]
 
     def agent() -> int:
-        return subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False,
-                              start_new_session=True).returncode
+        return subprocess.run(
+            argv, env=env, capture_output=True, timeout=120, check=False, start_new_session=True
+        ).returncode
 
     assert agent() == 75
     got = events(out)
     assert [(e["event"], e["run_id"], e["step"], e["reason"]) for e in got] == [
-        ("paused", "demo", "approve", "publish the report?")]
+        ("paused", "demo", "approve", "publish the report?")
+    ]
     assert set(got[0]["request"]) == {"report"}
     assert got[0]["store"] == str(state / "checkpoints")
     assert agent() == 75  # still waiting: no second notification
@@ -148,34 +153,51 @@ def test_a_pause_calls_a_callable_and_redacts_secrets(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["raises", "exit 3", "missing command"])
 def test_a_failing_hook_never_fails_the_run_and_is_logged(
-        tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "events.jsonl"
 
     def boom(event: dict[str, Any]) -> None:
         raise RuntimeError("pager is down")
 
-    notify: Any = {"raises": boom, "exit 3": hook(out, "3"),
-                   "missing command": [str(tmp_path / "no-such-command")]}[kind]
+    notify: Any = {
+        "raises": boom,
+        "exit 3": hook(out, "3"),
+        "missing command": [str(tmp_path / "no-such-command")],
+    }[kind]
     store = Store(tmp_path / "store", durability="none", notify=notify)
-    with caplog.at_level(logging.WARNING, logger="crashpoint.notify"), \
-            open_run(store, "h", steps=["ok"]) as run, pytest.raises(RunPaused):
+    with (
+        caplog.at_level(logging.WARNING, logger="crashpoint.notify"),
+        open_run(store, "h", steps=["ok"]) as run,
+        pytest.raises(RunPaused),
+    ):
         run.approval("ok")
     assert store.meta("h")["status"] == "paused"  # the run paused as it should
-    why = {"raises": "RuntimeError: pager is down", "exit 3": "exited 3: hook refused on purpose",
-           "missing command": "cannot start"}[kind]
+    why = {
+        "raises": "RuntimeError: pager is down",
+        "exit 3": "exited 3: hook refused on purpose",
+        "missing command": "cannot start",
+    }[kind]
     assert [r.getMessage() for r in caplog.records if why in r.getMessage()], caplog.text
     assert "the paused event of run 'h'" in caplog.text
     if kind == "exit 3":
         assert [e["event"] for e in events(out)] == ["paused"]  # it did get the event
 
 
-def test_a_hook_that_hangs_is_killed_and_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_hook_that_hangs_is_killed_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(_notify, "NOTIFY_TIMEOUT", 0.5)
-    store = Store(tmp_path / "store", durability="none",
-                  notify=[sys.executable, "-c", "import time; time.sleep(60)"])
-    with caplog.at_level(logging.WARNING, logger="crashpoint.notify"), \
-            open_run(store, "h", steps=["ok"]) as run, pytest.raises(RunPaused):
+    store = Store(
+        tmp_path / "store",
+        durability="none",
+        notify=[sys.executable, "-c", "import time; time.sleep(60)"],
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="crashpoint.notify"),
+        open_run(store, "h", steps=["ok"]) as run,
+        pytest.raises(RunPaused),
+    ):
         run.approval("ok")
     assert "timed out after 0.5s (killed)" in caplog.text
 
@@ -189,7 +211,8 @@ def _interrupted(store: Store, run_id: str) -> None:
 
 
 def test_a_dead_letter_notifies_a_callable_and_a_command(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     got: list[dict[str, Any]] = []
     store = Store(tmp_path / "store", durability="none", notify=got.append)
     _interrupted(store, "poison")
@@ -199,8 +222,7 @@ def test_a_dead_letter_notifies_a_callable_and_a_command(
 
     outcomes = Supervisor(store, resume=resume, max_attempts=2).resume_all()
     assert [(o.run_id, o.status) for o in outcomes] == [("poison", "dead")]
-    assert [(e["event"], e["run_id"], e["attempts"]) for e in got] == [
-        ("dead_letter", "poison", 2)]
+    assert [(e["event"], e["run_id"], e["attempts"]) for e in got] == [("dead_letter", "poison", 2)]
     assert "bad input row 7" in got[0]["reason"]
     assert Supervisor(store, resume=resume, max_attempts=2).resume_all() == []  # once
 
@@ -215,8 +237,9 @@ def test_a_dead_letter_notifies_a_callable_and_a_command(
 # -- stale --------------------------------------------------------------------------------------
 
 
-def test_stale_notifies_a_command_per_stale_run(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_stale_notifies_a_command_per_stale_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, out = tmp_path / "store", tmp_path / "events.jsonl"
     store = Store(root, durability="none")
     _interrupted(store, "stuck")
@@ -227,20 +250,41 @@ def test_stale_notifies_a_command_per_stale_run(tmp_path: Path,
     for rid in ("stuck", "done"):
         _age(root / rid, 3 * 3600)
 
-    code, text, _ = cli(capsys, "--store", str(root), "stale", "--older-than", "1h",
-                        "--notify", shlex.join(hook(out)))
+    code, text, _ = cli(
+        capsys,
+        "--store",
+        str(root),
+        "stale",
+        "--older-than",
+        "1h",
+        "--notify",
+        shlex.join(hook(out)),
+    )
     assert code == 1
     assert text.startswith("stuck status=running age=3h")
     got = events(out)
-    assert [(e["event"], e["run_id"], e["status"]) for e in got] == [
-        ("stale", "stuck", "running")]
+    assert [(e["event"], e["run_id"], e["status"]) for e in got] == [("stale", "stuck", "running")]
     assert got[0]["age_seconds"] >= 3 * 3600 - 5
 
     # a real process, the command from the environment, failing: logged on stderr
-    proc = subprocess.run([sys.executable, "-m", "crashpoint.cli", "checkpoints", "--store",
-                           str(root), "stale", "--older-than", "1h"], capture_output=True,
-                          text=True, timeout=60, check=False,
-                          env={**os.environ, NOTIFY_ENV: shlex.join(hook(out, "4"))})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crashpoint.cli",
+            "checkpoints",
+            "--store",
+            str(root),
+            "stale",
+            "--older-than",
+            "1h",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, NOTIFY_ENV: shlex.join(hook(out, "4"))},
+    )
     assert proc.returncode == 1  # a failing hook does not change the monitor's answer
     assert "the notification hook failed for the stale event of run 'stuck'" in proc.stderr
     assert "exited 4: hook refused on purpose" in proc.stderr
@@ -249,6 +293,7 @@ def test_stale_notifies_a_command_per_stale_run(tmp_path: Path,
 
     got_cb: list[dict[str, Any]] = []
     from crashpoint.checkpoint import stale_runs
+
     assert [r.run_id for r in stale_runs(Store(root, notify=got_cb.append), 3600)] == ["stuck"]
     assert [e["run_id"] for e in got_cb] == ["stuck"]
 

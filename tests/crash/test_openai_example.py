@@ -18,8 +18,11 @@ import pytest
 from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner
 from crashpoint.harness._scenario import load_scenario
 
-pytest.importorskip("openai", reason="the example agent is written with the OpenAI SDK "
-                                     "(pip install openai, or the dev extra)")
+pytest.importorskip(
+    "openai",
+    reason="the example agent is written with the OpenAI SDK "
+    "(pip install openai, or the dev extra)",
+)
 pytest.importorskip("httpx", reason="the example agent posts with httpx")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai-webhook"
@@ -29,17 +32,22 @@ def _trial(name: str, tmp_path: Path) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
     # the second ticket's webhook: applied by the service, the agent killed before the reply
     kill = Fault.make("kill", 1, op="effect", name="POST /hook", nth=2, phase="in_doubt")
-    with TrialRunner(sc.agent, str(tmp_path / "trials"), restarts=sc.restarts,
-                     expect=sc.expect) as runner:
+    with TrialRunner(
+        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
+    ) as runner:
         golden = runner.golden()
         return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
 
 
 def test_the_agent_as_written_fails_with_the_duplicate_webhook_and_the_re_billed_call(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     golden, t = _trial("broken.scenario.yaml", tmp_path)
-    calls = [(e["op"], e.get("name") or e.get("kind")) for e in golden.events
-             if e["op"] in ("llm_call", "effect")]
+    calls = [
+        (e["op"], e.get("name") or e.get("kind"))
+        for e in golden.events
+        if e["op"] in ("llm_call", "effect")
+    ]
     assert calls == [("llm_call", "gpt-4o-mini"), ("effect", "POST /hook")] * 3
     assert not t.ok
     failed = {c.name: c.message for c in t.failed}

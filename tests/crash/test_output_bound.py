@@ -77,11 +77,17 @@ BIG_AGENT = textwrap.dedent("""
 
 @pytest.mark.parametrize("mode", ["spawn", "fork"])
 def test_an_agent_printing_a_gibibyte_leaves_memory_and_files_bounded(
-        mode: str, tmp_path: Path) -> None:
+    mode: str, tmp_path: Path
+) -> None:
     (tmp_path / "harness.py").write_text(HARNESS)
     (tmp_path / "cp_big_agent.py").write_text(BIG_AGENT)
-    r = subprocess.run([sys.executable, str(tmp_path / "harness.py"), str(tmp_path), mode],
-                       capture_output=True, timeout=600, check=False, start_new_session=True)
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "harness.py"), str(tmp_path), mode],
+        capture_output=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,
+    )
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     got = json.loads(r.stdout)
     assert got["returncode"] == 0
@@ -95,8 +101,9 @@ def test_an_agent_printing_a_gibibyte_leaves_memory_and_files_bounded(
     # the Attempt keeps the same bounded view, and says what was cut
     assert got["stdout_len"] == got["files"]["attempt-1.stdout"]
     assert got["stdout_head"] == "00" * 8
-    assert got["cut_line"].startswith(f"\n... {GIB - 2 * MIB:,} bytes cut (whole stream "
-                                      f"{GIB:,} bytes, sha256 ")
+    assert got["cut_line"].startswith(
+        f"\n... {GIB - 2 * MIB:,} bytes cut (whole stream {GIB:,} bytes, sha256 "
+    )
 
 
 SAME_OUTPUT_AGENT = textwrap.dedent("""
@@ -112,10 +119,14 @@ def test_same_output_is_exact_when_the_output_was_cut(same: bool, tmp_path: Path
     """Only one byte in the cut middle differs from the golden run's: same_output fails; the
     identical output passes. Caps of 100 bytes cut 9,801 of the 10,001."""
     (tmp_path / "agent.py").write_text(SAME_OUTPUT_AGENT)
-    agent = AgentSpec(command=(sys.executable, str(tmp_path / "agent.py")), timeout=30,
-                      env=(("SAME", "1" if same else "0"),))
-    with TrialRunner(agent, str(tmp_path / "report"), restarts=0, keep_head=100,
-                     keep_tail=100) as runner:
+    agent = AgentSpec(
+        command=(sys.executable, str(tmp_path / "agent.py")),
+        timeout=30,
+        env=(("SAME", "1" if same else "0"),),
+    )
+    with TrialRunner(
+        agent, str(tmp_path / "report"), restarts=0, keep_head=100, keep_tail=100
+    ) as runner:
         golden = runner.golden()
         assert b"... 9,801 bytes cut (whole stream 10,001 bytes, sha256 " in golden.output
         result = runner.run(Plan((), "none", 0, 0), golden)
@@ -127,7 +138,8 @@ def test_same_output_is_exact_when_the_output_was_cut(same: bool, tmp_path: Path
 
 
 def test_capture_does_not_wait_for_a_straggler_that_holds_stdout(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without a cgroup a helper that cleared its environment and left the session escapes
     the reaper (a documented limit) and keeps the agent's stdout open for 60 s: the attempt
     still ends when the agent has, with what it printed, its reader done and its pipes closed
@@ -135,13 +147,15 @@ def test_capture_does_not_wait_for_a_straggler_that_holds_stdout(
     monkeypatch.setattr(_process, "attempt_cgroup", lambda: (None, "disabled by the test"))
     marker = f"cp-holder-{time.time_ns()}"
     script = tmp_path / "agent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import subprocess, sys
         p = subprocess.Popen(["env", "-i", "setsid", sys.executable, "-c",
                               "import time; time.sleep(60)", "{marker}"],
                              stdin=subprocess.DEVNULL)
         print(p.pid, flush=True)
-    """))
+    """)
+    )
     p = AgentProcess([sys.executable, str(script)], BASE_ENV, timeout=30).start()
     pipes = _pipes(p._capture._fds)
     ex = p.wait()

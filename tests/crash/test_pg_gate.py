@@ -13,16 +13,31 @@ from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
 
 def _demo(dsn: str, run_id: str) -> AgentSpec:
-    return AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state",
-                              "{state_dir}", "--store", dsn, "--run-id", run_id), timeout=60)
+    return AgentSpec(
+        command=(
+            "{python}",
+            "-m",
+            "crashpoint.agents.demo",
+            "--state",
+            "{state_dir}",
+            "--store",
+            dsn,
+            "--run-id",
+            run_id,
+        ),
+        timeout=60,
+    )
 
 
-def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(pg_dsn: str,
-                                                                     tmp_path: Path) -> None:
+def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
+    pg_dsn: str, tmp_path: Path
+) -> None:
     from crashpoint.checkpoint import open_store
 
-    families = [family_from_spec({"kill": {"at": "every-boundary"}}),
-                family_from_spec({"resumers": {"count": 1}})]
+    families = [
+        family_from_spec({"kill": {"at": "every-boundary"}}),
+        family_from_spec({"resumers": {"count": 1}}),
+    ]
     result = Campaign(_demo(pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()
     s = result.summary()
     assert result.ok, s["failures"] or result.unexercised()

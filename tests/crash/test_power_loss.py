@@ -23,8 +23,9 @@ from crashpoint.harness._campaign import FaultSpecError
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 
-needs_strace = pytest.mark.skipif(not _strace.available()[0],
-                                  reason=f"power loss needs strace: {_strace.available()[1]}")
+needs_strace = pytest.mark.skipif(
+    not _strace.available()[0], reason=f"power loss needs strace: {_strace.available()[1]}"
+)
 
 
 def agent(name: str, *extra: str) -> AgentSpec:
@@ -33,17 +34,26 @@ def agent(name: str, *extra: str) -> AgentSpec:
     return AgentSpec(command=("{python}", str(AGENTS / f"{name}.py"), "{state_dir}", *extra))
 
 
-def campaign(spec: AgentSpec, faults: list[Any], tmp_path: Path, seed: int = 11,
-             **kw: Any) -> CampaignResult:
+def campaign(
+    spec: AgentSpec, faults: list[Any], tmp_path: Path, seed: int = 11, **kw: Any
+) -> CampaignResult:
     kw.setdefault("restarts", 3)
-    return Campaign(spec, [family_from_spec(f) for f in faults], str(tmp_path / "report"),
-                    name="power", seed=seed, **kw).run()
+    return Campaign(
+        spec,
+        [family_from_spec(f) for f in faults],
+        str(tmp_path / "report"),
+        name="power",
+        seed=seed,
+        **kw,
+    ).run()
 
 
 def causes(result: CampaignResult) -> str:
-    return "\n".join(f"{t.plan.describe()}: {t.root_cause} -- " +
-                     "; ".join(f"{c.name}: {c.message} [{c.hint}]" for c in t.checks if not c.ok)
-                     for t in result.failures)
+    return "\n".join(
+        f"{t.plan.describe()}: {t.root_cause} -- "
+        + "; ".join(f"{c.name}: {c.message} [{c.hint}]" for c in t.checks if not c.ok)
+        for t in result.failures
+    )
 
 
 @needs_strace
@@ -67,8 +77,7 @@ def test_a_naive_json_agent_fails_and_the_torn_or_lost_state_is_named(tmp_path: 
 
 @needs_strace
 @pytest.mark.parametrize("model", ["posix", "ext4-ordered"])
-def test_temp_fsync_rename_and_folder_fsync_passes_every_state(tmp_path: Path,
-                                                              model: str) -> None:
+def test_temp_fsync_rename_and_folder_fsync_passes_every_state(tmp_path: Path, model: str) -> None:
     result = campaign(agent("durable_json"), [{"power_loss": {"model": model}}], tmp_path)
     assert result.ok, causes(result)
     assert result.trials
@@ -89,13 +98,17 @@ def test_no_folder_fsync_fails_under_posix_and_is_explained(tmp_path: Path) -> N
 def test_a_shell_agent_is_judged_as_well(tmp_path: Path) -> None:
     if shutil.which("curl") is None:
         pytest.skip("the shell agent speaks to the ledger with curl, which is missing")
-    naive = campaign(agent("shell_agent.sh"), [{"power_loss": {"model": "posix"}}],
-                     tmp_path / "naive")
+    naive = campaign(
+        agent("shell_agent.sh"), [{"power_loss": {"model": "posix"}}], tmp_path / "naive"
+    )
     assert naive.trials
     assert not naive.ok
     assert "progress" in causes(naive)
-    durable = campaign(agent("shell_agent.sh", "--durable"),
-                       [{"power_loss": {"model": "posix"}}], tmp_path / "durable")
+    durable = campaign(
+        agent("shell_agent.sh", "--durable"),
+        [{"power_loss": {"model": "posix"}}],
+        tmp_path / "durable",
+    )
     assert durable.ok, causes(durable)
 
 
@@ -104,8 +117,9 @@ DEMO = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state
 
 @needs_strace
 @pytest.mark.parametrize("model", ["posix", "ext4-ordered"])
-def test_the_demo_agent_on_the_reference_library_passes_drawn_states(tmp_path: Path,
-                                                                     model: str) -> None:
+def test_the_demo_agent_on_the_reference_library_passes_drawn_states(
+    tmp_path: Path, model: str
+) -> None:
     result = campaign(DEMO, [{"power_loss": {"model": model, "count": 6}}], tmp_path)
     assert len(result.trials) == 6
     assert all(t.outcomes[0].fired for t in result.trials)
@@ -115,8 +129,9 @@ def test_the_demo_agent_on_the_reference_library_passes_drawn_states(tmp_path: P
 @pytest.mark.slow
 @needs_strace
 @pytest.mark.parametrize("model", ["posix", "ext4-ordered"])
-def test_the_demo_agent_on_the_reference_library_passes_every_state(tmp_path: Path,
-                                                                    model: str) -> None:
+def test_the_demo_agent_on_the_reference_library_passes_every_state(
+    tmp_path: Path, model: str
+) -> None:
     result = campaign(DEMO, [{"power_loss": {"model": model}}], tmp_path)
     assert len(result.trials) > 20  # every state of the sweep (about 120 / 70)
     assert all(t.outcomes[0].fired for t in result.trials)
@@ -126,8 +141,11 @@ def test_the_demo_agent_on_the_reference_library_passes_every_state(tmp_path: Pa
 @needs_strace
 def test_the_same_seed_gives_the_same_states_and_verdicts(tmp_path: Path) -> None:
     def run(where: str) -> list[tuple[str, str]]:
-        r = campaign(agent("naive_json"), [{"power_loss": {"model": "ext4-ordered",
-                                                           "count": 6}}], tmp_path / where)
+        r = campaign(
+            agent("naive_json"),
+            [{"power_loss": {"model": "ext4-ordered", "count": 6}}],
+            tmp_path / where,
+        )
         return [(json.dumps(t.plan.to_json(), sort_keys=True), t.status) for t in r.trials]
 
     assert run("a") == run("b")
@@ -135,9 +153,11 @@ def test_the_same_seed_gives_the_same_states_and_verdicts(tmp_path: Path) -> Non
 
 @needs_strace
 def test_a_power_cut_during_recovery_after_a_kill(tmp_path: Path) -> None:
-    result = campaign(agent("naive_json"), [[{"kill": {"at": "random"}},
-                                             {"power_loss": {"model": "posix", "count": 6}}]],
-                      tmp_path)
+    result = campaign(
+        agent("naive_json"),
+        [[{"kill": {"at": "random"}}, {"power_loss": {"model": "posix", "count": 6}}]],
+        tmp_path,
+    )
     fired = [t for t in result.trials if t.outcomes[-1].fired]
     assert fired, [t.outcomes[-1].why_not for t in result.trials]
     assert all("during attempt 2" in t.outcomes[-1].where for t in fired)
@@ -145,7 +165,8 @@ def test_a_power_cut_during_recovery_after_a_kill(tmp_path: Path) -> None:
 
 
 def test_without_strace_the_family_is_skipped_with_the_reason(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(_strace.NO_STRACE_VAR, "1")
     result = campaign(agent("naive_json"), [{"power_loss": {"model": "posix"}}], tmp_path)
     [trial] = result.trials
@@ -158,19 +179,25 @@ def test_without_strace_the_family_is_skipped_with_the_reason(
 def test_an_agent_that_writes_no_file_has_nothing_to_lose(tmp_path: Path) -> None:
     """A run with no file operation under its folders leaves no power-loss state: one trial
     that says so, never a green sweep of nothing."""
-    result = campaign(AgentSpec(("{python}", str(AGENTS / "stateless_agent.py"))),
-                      [{"power_loss": {"model": "posix"}}], tmp_path)
+    result = campaign(
+        AgentSpec(("{python}", str(AGENTS / "stateless_agent.py"))),
+        [{"power_loss": {"model": "posix"}}],
+        tmp_path,
+    )
     assert [t.status for t in result.trials] == ["not exercised"]
     assert not result.ok
     [msg] = result.unexercised()
     assert "made no file operation under {state_dir}" in msg
 
 
-@pytest.mark.parametrize(("spec", "where"), [
-    ({"power_loss": {"model": "zfs"}}, "model"),
-    ({"power_loss": {"model": "posix", "at": "random"}}, "at"),
-    ({"power_loss": {"count": 0}}, "count"),
-])
+@pytest.mark.parametrize(
+    ("spec", "where"),
+    [
+        ({"power_loss": {"model": "zfs"}}, "model"),
+        ({"power_loss": {"model": "posix", "at": "random"}}, "at"),
+        ({"power_loss": {"count": 0}}, "count"),
+    ],
+)
 def test_bad_options_are_refused_with_the_key(spec: dict[str, Any], where: str) -> None:
     with pytest.raises(FaultSpecError) as exc:
         family_from_spec(spec)
@@ -184,21 +211,33 @@ def test_a_scenario_file_runs_the_family_and_replay_rebuilds_the_state(tmp_path:
     scen.write_text(
         "name: naive agent under power loss\n"
         "agent:\n"
-        f"  command: [\"{{python}}\", \"{AGENTS / 'naive_json.py'}\", \"{{state_dir}}\"]\n"
-        "faults:\n  - power_loss: {model: posix, count: 3}\nseed: 5\n")
+        f'  command: ["{{python}}", "{AGENTS / "naive_json.py"}", "{{state_dir}}"]\n'
+        "faults:\n  - power_loss: {model: posix, count: 3}\nseed: 5\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     report = tmp_path / "rep"
-    run = subprocess.run([sys.executable, "-m", "crashpoint", "run", str(scen), "--report",
-                          str(report)], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=tmp_path, start_new_session=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run", str(scen), "--report", str(report)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "power_loss" in run.stdout
     replays = list(report.rglob("REPLAY"))
     assert replays
     folder = replays[0].parent
-    again = subprocess.run([sys.executable, "-m", "crashpoint", "replay", str(folder)],
-                           capture_output=True, text=True, env=env, timeout=300,
-                           start_new_session=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "replay", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        start_new_session=True,
+    )
     assert again.returncode == 1, again.stdout + again.stderr
     assert "reproduced" in again.stdout, again.stdout
     # a hand-edited plan whose crash state cannot be rebuilt: a usage error that says why
@@ -207,17 +246,25 @@ def test_a_scenario_file_runs_the_family_and_replay_rebuilds_the_state(tmp_path:
         if f["kind"] == "power_loss":
             f["mutation"] = {"kind": "torn", "op": 999, "keep": 3}
     (folder / "plan.json").write_text(json.dumps(plan))
-    edited = subprocess.run([sys.executable, "-m", "crashpoint", "replay", str(folder)],
-                            capture_output=True, text=True, env=env, timeout=300,
-                            start_new_session=True)
+    edited = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "replay", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        start_new_session=True,
+    )
     assert edited.returncode == 2, edited.stdout + edited.stderr
     assert "op 999 is not a pending operation" in edited.stderr
 
 
 @needs_strace
 def test_an_aimed_corruption_hits_the_demo_journal_s_newest_writes(tmp_path: Path) -> None:
-    result = campaign(DEMO, [{"corrupt": {"how": ["bitflip", "truncate"], "aim": "written",
-                                          "count": 4}}], tmp_path)
+    result = campaign(
+        DEMO,
+        [{"corrupt": {"how": ["bitflip", "truncate"], "aim": "written", "count": 4}}],
+        tmp_path,
+    )
     assert result.golden.plog  # recorded because the family asked for it
     details = [c["detail"] for t in result.trials for c in t.corruptions]
     assert len(details) == 4
@@ -227,17 +274,21 @@ def test_an_aimed_corruption_hits_the_demo_journal_s_newest_writes(tmp_path: Pat
 
 @needs_strace
 def test_a_recovery_cut_over_too_much_state_does_not_fire_and_says_why(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from crashpoint.harness import _power
 
     def too_big(roots: Any) -> dict[str, bytes | None]:
-        raise ValueError("the folders hold more than 67108864 bytes: too much to model a "
-                         "power cut over")
+        raise ValueError(
+            "the folders hold more than 67108864 bytes: too much to model a power cut over"
+        )
 
     monkeypatch.setattr(_power, "snapshot", too_big)
-    result = campaign(agent("naive_json"), [[{"kill": {"at": "random"}},
-                                             {"power_loss": {"model": "posix", "count": 2}}]],
-                      tmp_path)
+    result = campaign(
+        agent("naive_json"),
+        [[{"kill": {"at": "random"}}, {"power_loss": {"model": "posix", "count": 2}}]],
+        tmp_path,
+    )
     outcomes = [t.outcomes[-1] for t in result.trials]
     assert outcomes
     assert not any(o.fired for o in outcomes)

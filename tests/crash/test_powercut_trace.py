@@ -59,9 +59,16 @@ def record(tmp_path: Path, children, argv: list[str]) -> pc.OpLog:
     roots = {"state_dir": str(state)}
     initial = pc.snapshot(roots)
     out = str(tmp_path / "trace.txt")
-    child = children.spawn(_strace.wrap([a.replace("@STATE", str(state)) for a in argv], out,
-                                        syscalls=pc.SYSCALLS, strsize=pc.STRSIZE,
-                                        timestamps=True), cwd=state)
+    child = children.spawn(
+        _strace.wrap(
+            [a.replace("@STATE", str(state)) for a in argv],
+            out,
+            syscalls=pc.SYSCALLS,
+            strsize=pc.STRSIZE,
+            timestamps=True,
+        ),
+        cwd=state,
+    )
     assert child.wait(timeout=60) == 0, child.stderr_text()
     return pc.oplog(_strace.read(out, cwd=str(state)), roots, initial=initial)
 
@@ -73,25 +80,36 @@ def python_agent(tmp_path: Path, children, mode: str) -> pc.OpLog:
 
 
 def every_state(log: pc.OpLog) -> list[pc.CrashState]:
-    return [s for model in pc.MODELS for u in range(len(log.ops) + 1)
-            for s in pc.crash_states(log, model, u)]
+    return [
+        s
+        for model in pc.MODELS
+        for u in range(len(log.ops) + 1)
+        for s in pc.crash_states(log, model, u)
+    ]
 
 
-def test_naive_open_w_json_dump_can_be_left_empty_and_is_explained(tmp_path: Path,
-                                                                   children) -> None:
+def test_naive_open_w_json_dump_can_be_left_empty_and_is_explained(
+    tmp_path: Path, children
+) -> None:
     log = python_agent(tmp_path, children, "naive")
     assert [op.kind for op in log.ops] == ["trunc", "write"], log.ops
     assert log.ops[1].data == json.dumps(NEW).encode()
     for model in pc.MODELS:
-        bad = [s for s in pc.crash_states(log, model, 2)
-               if s.files[f"{S}/state.json"] in (b"", bytes(log.ops[1].size))]
+        bad = [
+            s
+            for s in pc.crash_states(log, model, 2)
+            if s.files[f"{S}/state.json"] in (b"", bytes(log.ops[1].size))
+        ]
         assert bad, model
-        assert "was rewritten in place (open with O_TRUNC, write) without fsync: after power " \
-               "loss it can be empty or torn" in bad[0].explain
+        assert (
+            "was rewritten in place (open with O_TRUNC, write) without fsync: after power "
+            "loss it can be empty or torn" in bad[0].explain
+        )
 
 
-def test_temp_fsync_replace_and_folder_fsync_never_loses_the_state(tmp_path: Path,
-                                                                    children) -> None:
+def test_temp_fsync_replace_and_folder_fsync_never_loses_the_state(
+    tmp_path: Path, children
+) -> None:
     log = python_agent(tmp_path, children, "safe")
     assert [op.kind for op in log.ops] == ["creat", "write", "fsync", "rename", "fsync"]
     good = (json.dumps(OLD).encode(), json.dumps(NEW).encode())
@@ -102,29 +120,39 @@ def test_temp_fsync_replace_and_folder_fsync_never_loses_the_state(tmp_path: Pat
     assert pc.crash_states(log, "posix", len(log.ops)) == []
 
 
-def test_fsync_without_folder_fsync_can_lose_the_rename_under_posix(tmp_path: Path,
-                                                                     children) -> None:
+def test_fsync_without_folder_fsync_can_lose_the_rename_under_posix(
+    tmp_path: Path, children
+) -> None:
     log = python_agent(tmp_path, children, "nodirsync")
     assert [op.kind for op in log.ops] == ["creat", "write", "fsync", "rename"]
     st = pc.crash_states(log, "posix", len(log.ops))
     back = [s for s in st if s.files[f"{S}/state.json"] == json.dumps(OLD).encode()]
     assert back
-    assert (f"the rename of `{S}/state.json.tmp` to `{S}/state.json` was not made durable (no "
-            f"fsync of its folder `{S}`)") in back[0].explain
+    assert (
+        f"the rename of `{S}/state.json.tmp` to `{S}/state.json` was not made durable (no "
+        f"fsync of its folder `{S}`)"
+    ) in back[0].explain
 
 
 def test_a_shell_agent_printf_then_mv(tmp_path: Path, children) -> None:
-    log = record(tmp_path, children,
-                 ["sh", "-c", 'printf \'{"step": %s}\\n\' 2 > f.tmp && mv f.tmp state.json'])
+    log = record(
+        tmp_path,
+        children,
+        ["sh", "-c", "printf '{\"step\": %s}\\n' 2 > f.tmp && mv f.tmp state.json"],
+    )
     assert [(op.kind, op.path, op.path2) for op in log.ops] == [
-        ("creat", f"{S}/f.tmp", ""), ("write", f"{S}/f.tmp", ""),
-        ("rename", f"{S}/f.tmp", f"{S}/state.json")]
+        ("creat", f"{S}/f.tmp", ""),
+        ("write", f"{S}/f.tmp", ""),
+        ("rename", f"{S}/f.tmp", f"{S}/state.json"),
+    ]
     assert log.ops[1].data == b'{"step": 2}\n'
     assert len({op.file for op in log.ops}) == 1
     empty = [s for s in pc.crash_states(log, "posix", 3) if s.files[f"{S}/state.json"] == b""]
     assert empty
-    assert empty[0].explain == (f"`{S}/state.json` was replaced by rename before its data was "
-                                "fsynced: after power loss it can be empty")
+    assert empty[0].explain == (
+        f"`{S}/state.json` was replaced by rename before its data was "
+        "fsynced: after power loss it can be empty"
+    )
     # materialised into a fresh folder: exactly that tree
     fresh = tmp_path / "fresh"
     fresh.mkdir()

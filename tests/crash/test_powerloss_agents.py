@@ -35,7 +35,8 @@ SH_OUTPUT = {"agent": "sh", "greeting": "hello from sh", "steps": ["greet", "sen
 needs_curl = pytest.mark.skipif(
     shutil.which("curl") is None,
     reason="curl is not on PATH: the shell agent reaches the ledger's HTTP front with curl "
-           "(Debian/Ubuntu: apt-get install curl)")
+    "(Debian/Ubuntu: apt-get install curl)",
+)
 STRACE_OK, STRACE_WHY = _strace.available()
 needs_strace = pytest.mark.skipif(not STRACE_OK, reason=f"strace cannot trace here: {STRACE_WHY}")
 
@@ -45,14 +46,19 @@ def py_agent(name: str) -> AgentSpec:
 
 
 def sh_agent(*flags: str) -> AgentSpec:
-    return AgentSpec(command=(SH, str(AGENTS / "shell_agent.sh"), "{state_dir}", *flags),
-                     timeout=15)
+    return AgentSpec(
+        command=(SH, str(AGENTS / "shell_agent.sh"), "{state_dir}", *flags), timeout=15
+    )
 
 
 def argv(name: str, state: Path) -> list[str]:
     if name.startswith("shell"):
-        return [SH, str(AGENTS / "shell_agent.sh"), str(state),
-                *(["--durable"] if name == "shell_durable" else [])]
+        return [
+            SH,
+            str(AGENTS / "shell_agent.sh"),
+            str(state),
+            *(["--durable"] if name == "shell_durable" else []),
+        ]
     return [sys.executable, str(AGENTS / f"{name}.py"), str(state)]
 
 
@@ -62,23 +68,32 @@ def run_alone(cmd: Sequence[str]) -> tuple[int, bytes, bytes]:
     return ex.returncode, ex.stdout, ex.stderr
 
 
-def campaign(agent: AgentSpec, fault: dict[str, Any], tmp_path: Path,
-             seed: int = 7) -> CampaignResult:
-    return Campaign(agent, [family_from_spec(fault)], str(tmp_path / "report"),
-                    name="powerloss-agents", seed=seed, restarts=2).run()
+def campaign(
+    agent: AgentSpec, fault: dict[str, Any], tmp_path: Path, seed: int = 7
+) -> CampaignResult:
+    return Campaign(
+        agent,
+        [family_from_spec(fault)],
+        str(tmp_path / "report"),
+        name="powerloss-agents",
+        seed=seed,
+        restarts=2,
+    ).run()
 
 
 def why(result: CampaignResult) -> str:
-    return "\n".join(f"{t.plan.describe()}: {[str(c) for c in t.failed]}"
-                     for t in result.failures)
+    return "\n".join(f"{t.plan.describe()}: {[str(c) for c in t.failed]}" for t in result.failures)
 
 
 # -- on their own ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["naive_json", "durable_json", "nodirsync_json",
-                                  "shell", "shell_durable"])
+
+@pytest.mark.parametrize(
+    "name", ["naive_json", "durable_json", "nodirsync_json", "shell", "shell_durable"]
+)
 def test_each_agent_runs_alone_and_a_second_run_resumes_with_the_same_output(
-        name: str, tmp_path: Path) -> None:
+    name: str, tmp_path: Path
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     outputs = []
@@ -98,7 +113,7 @@ def test_the_naive_agent_crashes_on_a_torn_state_file(tmp_path: Path) -> None:
     state.mkdir()
     assert run_alone(argv("naive_json", state))[0] == 0
     whole = (state / "state.json").read_bytes()
-    (state / "state.json").write_bytes(whole[:len(whole) // 2])  # torn half-way
+    (state / "state.json").write_bytes(whole[: len(whole) // 2])  # torn half-way
     rc, out, err = run_alone(argv("naive_json", state))
     assert rc == 1
     assert out == b""
@@ -108,6 +123,7 @@ def test_the_naive_agent_crashes_on_a_torn_state_file(tmp_path: Path) -> None:
 
 
 # -- a kill -9 at every boundary: all of them pass (the page cache survives a kill) --------------
+
 
 def test_the_naive_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
     result = campaign(py_agent("naive_json"), {"kill": {"at": "every-boundary"}}, tmp_path)
@@ -145,14 +161,18 @@ def test_the_durable_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path)
 
 # -- the barriers each one has, as strace sees them ---------------------------------------------
 
+
 def barriers(name: str, tmp_path: Path) -> list[str]:
     """The golden run's syncs and renames under the state folder, in order, as short words:
     ``fsync FILE``, ``fsync .`` (the folder), ``rename A -> B``."""
     state = tmp_path / "state"
     state.mkdir(parents=True)
     out = tmp_path / "trace"
-    cmd = _strace.wrap(argv(name, state), str(out), syscalls=(
-        "fsync", "fdatasync", "sync", "syncfs", "rename", "renameat", "renameat2"))
+    cmd = _strace.wrap(
+        argv(name, state),
+        str(out),
+        syscalls=("fsync", "fdatasync", "sync", "syncfs", "rename", "renameat", "renameat2"),
+    )
     rc, _o, err = run_alone(cmd)
     assert rc == 0, err.decode()
     words = []
@@ -173,8 +193,12 @@ def test_the_agents_sync_exactly_what_they_claim(tmp_path: Path) -> None:
     assert barriers("naive_json", tmp_path / "a") == []  # nothing is ever synced
     assert barriers("durable_json", tmp_path / "b") == durable * 5
     assert barriers("nodirsync_json", tmp_path / "c") == durable[:2] * 5  # no folder fsync
-    assert barriers("shell", tmp_path / "d") == [
-        "rename greeting.tmp -> greeting"] + ["rename progress.tmp -> progress"] * 3
-    assert barriers("shell_durable", tmp_path / "e") == [
-        "fsync greeting.tmp", "rename greeting.tmp -> greeting", "fsync ."] + [
-        "fsync progress.tmp", "rename progress.tmp -> progress", "fsync ."] * 3
+    assert (
+        barriers("shell", tmp_path / "d")
+        == ["rename greeting.tmp -> greeting"] + ["rename progress.tmp -> progress"] * 3
+    )
+    assert (
+        barriers("shell_durable", tmp_path / "e")
+        == ["fsync greeting.tmp", "rename greeting.tmp -> greeting", "fsync ."]
+        + ["fsync progress.tmp", "rename progress.tmp -> progress", "fsync ."] * 3
+    )

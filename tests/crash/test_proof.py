@@ -29,19 +29,28 @@ AGENTS = Path(__file__).resolve().parents[1] / "agents"
 
 
 def agent(name: str, **kw: Any) -> AgentSpec:
-    return AgentSpec(command=("{python}", str(AGENTS / f"{name}.py"), "--state", "{state_dir}"),
-                     **kw)
+    return AgentSpec(
+        command=("{python}", str(AGENTS / f"{name}.py"), "--state", "{state_dir}"), **kw
+    )
 
 
 def campaign(spec: AgentSpec, faults: list[Any], tmp_path: Path, **kw: Any) -> CampaignResult:
-    return Campaign(spec, [family_from_spec(f) for f in faults], str(tmp_path / "report"),
-                    name="proof", seed=7, **kw).run()
+    return Campaign(
+        spec,
+        [family_from_spec(f) for f in faults],
+        str(tmp_path / "report"),
+        name="proof",
+        seed=7,
+        **kw,
+    ).run()
 
 
 def test_failpoints_on_an_agent_without_the_reference_library_are_not_exercised(
-        tmp_path: Path) -> None:
-    result = campaign(agent("stateless_agent"), [{"kill": {"at": "failpoint", "count": 3}}],
-                      tmp_path)
+    tmp_path: Path,
+) -> None:
+    result = campaign(
+        agent("stateless_agent"), [{"kill": {"at": "failpoint", "count": 3}}], tmp_path
+    )
     assert [t.status for t in result.trials] == ["not exercised"] * 3
     assert not result.failures  # nothing failed...
     assert not result.ok  # ...and still no green
@@ -58,8 +67,7 @@ def test_failpoints_on_an_agent_without_the_reference_library_are_not_exercised(
     assert sum(1 for c in junit.iter("skipped") if "not exercised" in c.get("message", "")) == 3
 
 
-def test_fileop_kills_on_an_agent_that_writes_no_file_are_not_exercised(
-        tmp_path: Path) -> None:
+def test_fileop_kills_on_an_agent_that_writes_no_file_are_not_exercised(tmp_path: Path) -> None:
     result = campaign(agent("stateless_agent"), [{"kill": {"at": "fileop"}}], tmp_path)
     assert result.golden.fileops == []
     [trial] = result.trials  # never zero trials: one, that cannot pass, and says why
@@ -77,26 +85,30 @@ def test_the_reference_agent_hits_its_failpoints_and_passes(tmp_path: Path) -> N
     assert all(t.outcomes[0].where.startswith("failpoint ") for t in result.trials)
 
 
-def test_a_probe_less_agent_is_an_error_that_says_how_to_add_probe_calls(
-        tmp_path: Path) -> None:
+def test_a_probe_less_agent_is_an_error_that_says_how_to_add_probe_calls(tmp_path: Path) -> None:
     silent = AgentSpec(("sh", "-c", "echo hello"))
-    with pytest.raises(NoBoundaries, match=r"reported no event .* Add probe calls .* "
-                                           r"probe\.step_started"):
+    with pytest.raises(
+        NoBoundaries,
+        match=r"reported no event .* Add probe calls .* "
+        r"probe\.step_started",
+    ):
         campaign(silent, [{"kill": {"at": "time", "count": 2}}], tmp_path)
 
 
 def test_a_chained_kill_after_a_fault_that_let_the_agent_finish_did_not_fire(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # the failpoint is never hit (no reference library), so attempt 1 completes; the kill
     # planned for attempt 2 never runs: the trial is not exercised, and says why
-    result = campaign(agent("stateless_agent"),
-                      [[{"kill": {"at": "failpoint"}}, {"kill": {"at": "random", "count": 2}}]],
-                      tmp_path)
+    result = campaign(
+        agent("stateless_agent"),
+        [[{"kill": {"at": "failpoint"}}, {"kill": {"at": "random", "count": 2}}]],
+        tmp_path,
+    )
     for t in result.trials:
         assert t.status == "not exercised"
         assert len(t.attempts) == 1  # a completed run is not restarted to be killed
-        assert "attempt 2 never ran: attempt 1 completed (exit 0) first" in \
-            t.outcomes[1].why_not
+        assert "attempt 2 never ran: attempt 1 completed (exit 0) first" in t.outcomes[1].why_not
 
 
 def test_kills_by_identity_land_on_the_planned_event_and_say_where(tmp_path: Path) -> None:
@@ -111,22 +123,22 @@ def test_kills_by_identity_land_on_the_planned_event_and_say_where(tmp_path: Pat
         label = f"{ev['op']}:{ev.get('step') or ev.get('kind')}"
         assert f"{label} ({b.phase})" in out.where  # landed exactly where planned
         killed = [e for e in t.events if e.get("killed")]
-        assert [(e["op"], e.get("step") or e.get("kind")) for e in killed] == \
-            [(ev["op"], ev.get("step") or ev.get("kind"))]
+        assert [(e["op"], e.get("step") or e.get("kind")) for e in killed] == [
+            (ev["op"], ev.get("step") or ev.get("kind"))
+        ]
 
 
-def test_instants_after_the_agent_finished_are_not_exercised_with_a_hint(
-        tmp_path: Path) -> None:
-    result = campaign(agent("good_agent"), [{"kill": {"at": "time", "count": 4,
-                                                      "within": "30s"}}], tmp_path)
+def test_instants_after_the_agent_finished_are_not_exercised_with_a_hint(tmp_path: Path) -> None:
+    result = campaign(
+        agent("good_agent"), [{"kill": {"at": "time", "count": 4, "within": "30s"}}], tmp_path
+    )
     late = [t for t in result.trials if t.status == "not exercised"]
     assert late, [t.landed() for t in result.trials]  # 30 s is far past a run of ~0.1 s
     assert "lower `within` to about how long the agent works" in late[0].outcomes[0].why_not
     assert not [t for t in result.trials if t.status == "passed" and not t.exercised]
 
 
-def test_a_keyless_duplicate_is_caught_by_exactly_once_judged_by_content(
-        tmp_path: Path) -> None:
+def test_a_keyless_duplicate_is_caught_by_exactly_once_judged_by_content(tmp_path: Path) -> None:
     spec = agent("keyless_effect")
     with TrialRunner(spec, str(tmp_path / "trials")) as runner:
         golden = runner.golden()  # a keyless effect no longer fails the golden run
@@ -157,10 +169,15 @@ def test_a_harmless_corruption_after_an_in_doubt_kill_is_not_blamed(tmp_path: Pa
     # agent recreates it) harms nothing: exactly_once is the root cause, with its hint
     with TrialRunner(agent("fresh_key_effect"), str(tmp_path / "trials")) as runner:
         golden = runner.golden()
-        plan = Plan((Fault.make("kill", 1, op="effect", name="notify", nth=1,
-                                phase="in_doubt"),
-                     Fault.make("corrupt", 2, how="delete", path="{state_dir}/lock", seed=1)),
-                    "corrupt", 7, 0)
+        plan = Plan(
+            (
+                Fault.make("kill", 1, op="effect", name="notify", nth=1, phase="in_doubt"),
+                Fault.make("corrupt", 2, how="delete", path="{state_dir}/lock", seed=1),
+            ),
+            "corrupt",
+            7,
+            0,
+        )
         t = runner.run(plan, golden)
     assert t.exercised, t.landed()
     root = t.root_cause
@@ -174,9 +191,10 @@ def test_a_harmless_corruption_after_an_in_doubt_kill_is_not_blamed(tmp_path: Pa
 
 
 def test_a_loud_refusal_of_damaged_state_is_recognised_by_its_stderr(tmp_path: Path) -> None:
-    plan_faults = (Fault.make("kill", 1, op="step_started", name="notify", nth=1),
-                   Fault.make("corrupt", 2, how="bitflip", path="{state_dir}/state.json",
-                              seed=3))
+    plan_faults = (
+        Fault.make("kill", 1, op="step_started", name="notify", nth=1),
+        Fault.make("corrupt", 2, how="bitflip", path="{state_dir}/state.json", seed=3),
+    )
     for name, refused in (("loud_refusal", True), ("good_agent", True)):
         with TrialRunner(agent(name), str(tmp_path / name)) as runner:
             golden = runner.golden()
@@ -201,6 +219,7 @@ def test_a_loud_refusal_of_damaged_state_is_recognised_by_its_stderr(tmp_path: P
 
 # -- disks that fill where you say, file operations swept ----------------------------------------
 
+
 def _need_tmpfs_and_strace() -> None:
     from crashpoint.faults import _strace
     from crashpoint.faults._disk import capabilities
@@ -215,9 +234,11 @@ def _need_tmpfs_and_strace() -> None:
 
 def test_an_over_large_capacity_never_fills_and_the_family_says_so(tmp_path: Path) -> None:
     _need_tmpfs_and_strace()
-    result = campaign(agent("good_agent"),
-                      [{"disk_full": {"mechanism": "tmpfs", "capacity": "1MiB", "count": 2}}],
-                      tmp_path)
+    result = campaign(
+        agent("good_agent"),
+        [{"disk_full": {"mechanism": "tmpfs", "capacity": "1MiB", "count": 2}}],
+        tmp_path,
+    )
     assert [t.status for t in result.trials] == ["not exercised"] * 2
     [msg] = result.unexercised()
     assert "capacity 1 MiB never filled: lower it or use the write-point mode" in msg
@@ -225,8 +246,9 @@ def test_an_over_large_capacity_never_fills_and_the_family_says_so(tmp_path: Pat
 
 def test_a_disk_full_sweep_catches_an_agent_that_swallows_enospc(tmp_path: Path) -> None:
     _need_tmpfs_and_strace()
-    bad = campaign(agent("swallows_enospc"), [{"disk_full": {"mechanism": "tmpfs"}}],
-                   tmp_path / "bad")
+    bad = campaign(
+        agent("swallows_enospc"), [{"disk_full": {"mechanism": "tmpfs"}}], tmp_path / "bad"
+    )
     points = bad.golden.writes["tmpfs"]
     assert len(bad.trials) == len(points) >= 2  # one trial per write point
     assert all(t.exercised for t in bad.trials), [t.landed() for t in bad.trials]
@@ -238,15 +260,15 @@ def test_a_disk_full_sweep_catches_an_agent_that_swallows_enospc(tmp_path: Path)
         assert root is not None
         assert root.name == "resumes_from_last_completed"
         assert "hit a full disk" in root.hint  # the warning on its stderr, surfaced
-    good = campaign(agent("good_agent"), [{"disk_full": {"mechanism": "tmpfs"}}],
-                    tmp_path / "good")
+    good = campaign(agent("good_agent"), [{"disk_full": {"mechanism": "tmpfs"}}], tmp_path / "good")
     assert good.ok, [(t.landed(), [str(c) for c in t.failed]) for t in good.trials]
     assert all(t.status == "passed" for t in good.trials)
 
 
 @pytest.mark.parametrize("via", ["strace", "audit hook"])
 def test_a_fileop_sweep_hits_every_operation_of_the_golden_run_once(
-        via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from crashpoint.faults import _strace
 
     if via == "strace" and not _strace.available()[0]:

@@ -23,8 +23,14 @@ STEPS = ["fetch", "plan", "draft", "send", "review", "publish"]
 
 
 def agent(root: Path, log: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(AGENT), str(root), str(log)], capture_output=True,
-                          text=True, timeout=60, check=False, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, str(AGENT), str(root), str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        start_new_session=True,
+    )
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -45,13 +51,21 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_rollback_then_resume_runs_exactly_the_later_steps(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, log = tmp_path / "store", tmp_path / "ran.log"
     first = agent(root, log)
     assert first.returncode == 0, first.stderr
-    assert ran(log) == ["ran fetch", "ran plan", "ran draft", "ran send",
-                        "effect r1:3.send:email:0", "ran review", "ran publish",
-                        "effect r1:5.publish:email:0"]
+    assert ran(log) == [
+        "ran fetch",
+        "ran plan",
+        "ran draft",
+        "ran send",
+        "effect r1:3.send:email:0",
+        "ran review",
+        "ran publish",
+        "effect r1:5.publish:email:0",
+    ]
 
     code, out, _ = cli(capsys, "--store", str(root), "rollback", "r1", "--to", "plan")
     assert code == 0
@@ -66,13 +80,24 @@ def test_rollback_then_resume_runs_exactly_the_later_steps(
     assert (listed[0]["status"], listed[0]["steps_done"]) == ("running", 2)
     plan = json.loads(cli(capsys, "--store", str(root), "plan", "r1", "--json")[1])
     assert [(p["action"], p["what"]) for p in plan] == [
-        ("replay", "#0 fetch"), ("replay", "#1 plan"), ("run", "#2 draft"), ("run", "#3 send"),
-        ("run", "#4 review"), ("run", "#5 publish")]
+        ("replay", "#0 fetch"),
+        ("replay", "#1 plan"),
+        ("run", "#2 draft"),
+        ("run", "#3 send"),
+        ("run", "#4 review"),
+        ("run", "#5 publish"),
+    ]
 
     second = agent(root, log)
     assert second.returncode == 0, second.stderr
-    assert ran(log) == ["ran draft", "ran send", "effect r1:3.send:email:0@r1", "ran review",
-                        "ran publish", "effect r1:5.publish:email:0@r1"]
+    assert ran(log) == [
+        "ran draft",
+        "ran send",
+        "effect r1:3.send:email:0@r1",
+        "ran review",
+        "ran publish",
+        "effect r1:5.publish:email:0@r1",
+    ]
     assert json.loads(second.stdout) == json.loads(first.stdout)
 
     # history stays: the first completion of every step and the rollback record are all there
@@ -92,9 +117,25 @@ def test_a_rollback_of_a_killed_run_by_position_and_as_a_real_process(tmp_path: 
     root, log = tmp_path / "store", tmp_path / "ran.log"
     assert agent(root, log).returncode == 0
     ran(log)
-    proc = subprocess.run([sys.executable, "-m", "crashpoint.cli", "checkpoints", "--store",
-                           str(root), "rollback", "r1", "--to", "#3", "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crashpoint.cli",
+            "checkpoints",
+            "--store",
+            str(root),
+            "rollback",
+            "r1",
+            "--to",
+            "#3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert (got["to"], got["position"], got["discarded"]) == ("send", 3, ["review", "publish"])
@@ -103,19 +144,21 @@ def test_a_rollback_of_a_killed_run_by_position_and_as_a_real_process(tmp_path: 
     assert ran(log) == ["ran review", "ran publish", "effect r1:5.publish:email:0@r1"]
 
 
-def test_a_refused_rollback_changes_nothing(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_refused_rollback_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
     store = Store(root)
     with open_run(store, "r1", steps=STEPS) as run:
         run.step("fetch", lambda: 1)
         run.step("plan", lambda: 2)
     before = _files(root / "r1")
-    for to, why in [("draft", "step 'draft' has not completed in run 'r1' (completed: #0 fetch, "
-                              "#1 plan)"),
-                    ("nope", "step 'nope' is not a step of this run"),
-                    ("#7", "run 'r1' has no completed step #7"),
-                    ("plan", "run 'r1' has nothing after #1 plan to roll back")]:
+    for to, why in [
+        ("draft", "step 'draft' has not completed in run 'r1' (completed: #0 fetch, #1 plan)"),
+        ("nope", "step 'nope' is not a step of this run"),
+        ("#7", "run 'r1' has no completed step #7"),
+        ("plan", "run 'r1' has nothing after #1 plan to roll back"),
+    ]:
         code, out, err = cli(capsys, "--store", str(root), "rollback", "r1", "--to", to)
         assert (code, out) == (2, ""), to
         assert why in err, err
@@ -137,8 +180,7 @@ def test_a_refused_rollback_changes_nothing(tmp_path: Path,
     assert rollback(store, "r1", "fetch").discarded == ("plan",)  # the good path
 
 
-def test_run_rollback_in_process_reruns_the_next_steps_with_new_effect_keys(
-        tmp_path: Path) -> None:
+def test_run_rollback_in_process_reruns_the_next_steps_with_new_effect_keys(tmp_path: Path) -> None:
     store = Store(tmp_path / "store", durability="none")
     calls: list[str] = []
     with open_run(store, "r", steps=["a", "b", "c"]) as run:

@@ -36,8 +36,13 @@ def agent(*args: str, **kw: Any) -> AgentSpec:
 
 
 def campaign(spec: AgentSpec, tmp_path: Path) -> CampaignResult:
-    return Campaign(spec, [family_from_spec({"kill": {"at": "every-boundary"}})],
-                    str(tmp_path / "report"), name="webhook", seed=3).run()
+    return Campaign(
+        spec,
+        [family_from_spec({"kill": {"at": "every-boundary"}})],
+        str(tmp_path / "report"),
+        name="webhook",
+        seed=3,
+    ).run()
 
 
 def test_every_boundary_catches_the_unkeyed_webhook_retry(tmp_path: Path) -> None:
@@ -46,8 +51,9 @@ def test_every_boundary_catches_the_unkeyed_webhook_retry(tmp_path: Path) -> Non
     assert [(e["op"], e["kind"]) for e in golden.events] == [("effect", "POST /hook")] * 3
     assert golden.effects[("POST /hook", '{"item":0,"text":"item 0 is ready"}')] == 1
     # 3 requests, each killed before and in doubt
-    assert [(t.plan.faults[0].arg("phase"), t.plan.faults[0].arg("nth"))
-            for t in result.trials] == [(p, n) for n in (1, 2, 3) for p in ("before", "in_doubt")]
+    assert [
+        (t.plan.faults[0].arg("phase"), t.plan.faults[0].arg("nth")) for t in result.trials
+    ] == [(p, n) for n in (1, 2, 3) for p in ("before", "in_doubt")]
     assert not result.ok
     failed = {t.plan.faults[0].arg("phase") for t in result.failures}
     assert failed == {"in_doubt"}  # killed before it: nothing applied, the retry is the first
@@ -74,9 +80,12 @@ def test_an_in_doubt_kill_leaves_the_keyed_webhook_applied_once(tmp_path: Path) 
     assert t.ok, [str(c) for c in t.failed]
     hooks = [e for e in t.events if e.get("kind") == "POST /hook"]
     # item 1 applied, killed in doubt; attempt 2 sent it again with its key: deduplicated
-    assert [(e["attempt"], e["payload"]["item"], e["applied"], e.get("killed")) for e in hooks] \
-        == [(1, 0, True, None), (1, 1, True, "in_doubt"), (2, 1, False, None),
-            (2, 2, True, None)]
+    assert [(e["attempt"], e["payload"]["item"], e["applied"], e.get("killed")) for e in hooks] == [
+        (1, 0, True, None),
+        (1, 1, True, "in_doubt"),
+        (2, 1, False, None),
+        (2, 2, True, None),
+    ]
     assert all(n == 1 for n in t.applied.values())
     assert len(t.applied) == 3
 
@@ -84,8 +93,18 @@ def test_an_in_doubt_kill_leaves_the_keyed_webhook_applied_once(tmp_path: Path) 
 def test_the_http_placeholder_and_a_stranger_without_the_token(tmp_path: Path) -> None:
     # the agent gets its base URL from {http} in its command; meanwhile another local process
     # (a thread here) hammers the same port without the token: 403, never the agent's effect
-    spec = AgentSpec(command=("sh", "-c", 'CRASHPOINT_HTTP="$0" exec "$1" "$2" "$3" --keyed',
-                              "{http}", "{python}", str(AGENT), "{state_dir}"), timeout=30)
+    spec = AgentSpec(
+        command=(
+            "sh",
+            "-c",
+            'CRASHPOINT_HTTP="$0" exec "$1" "$2" "$3" --keyed',
+            "{http}",
+            "{python}",
+            str(AGENT),
+            "{state_dir}",
+        ),
+        timeout=30,
+    )
     stop = threading.Event()
     codes: list[int] = []
     with TrialRunner(spec, str(tmp_path / "trials")) as runner:
@@ -95,7 +114,8 @@ def test_the_http_placeholder_and_a_stranger_without_the_token(tmp_path: Path) -
         def stranger() -> None:
             while not stop.is_set():
                 req = urllib.request.Request(  # noqa: S310 - loopback
-                    root + "/deadbeef/http/hook", data=b'{"item": 0}', method="POST")
+                    root + "/deadbeef/http/hook", data=b'{"item": 0}', method="POST"
+                )
                 try:
                     urllib.request.urlopen(req, timeout=5).close()  # noqa: S310 - loopback
                 except urllib.error.HTTPError as err:
@@ -121,25 +141,38 @@ def test_the_http_placeholder_and_a_stranger_without_the_token(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("how", ["reset", "timeout"])
-def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(tmp_path: Path,
-                                                                   how: str) -> None:
-    spec = agent("--timeout", "1",
-                 services={"http": {"routes": {"POST /hook": {"fail": how}}}})
+def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(
+    tmp_path: Path, how: str
+) -> None:
+    spec = agent("--timeout", "1", services={"http": {"routes": {"POST /hook": {"fail": how}}}})
     from crashpoint.harness._trial import GoldenRunFailed
 
-    with TrialRunner(spec, str(tmp_path / "trials")) as runner, \
-            pytest.raises(GoldenRunFailed) as info:
+    with (
+        TrialRunner(spec, str(tmp_path / "trials")) as runner,
+        pytest.raises(GoldenRunFailed) as info,
+    ):
         runner.golden()
     err = str(info.value)
     assert "item 0: failed" in err
-    assert ("reset" in err.lower() or "closed" in err.lower()) if how == "reset" \
+    assert (
+        ("reset" in err.lower() or "closed" in err.lower())
+        if how == "reset"
         else "timed out" in err
+    )
 
 
 def test_the_smtp_placeholder_starts_the_sink_with_the_token(tmp_path: Path) -> None:
-    spec = AgentSpec(command=("{python}", "-c", "import os, sys; print(sys.argv[1], "
-                              "os.environ['CRASHPOINT_SMTP_PORT'], "
-                              "os.environ['CRASHPOINT_SMTP_PASSWORD'])", "{smtp}"), timeout=30)
+    spec = AgentSpec(
+        command=(
+            "{python}",
+            "-c",
+            "import os, sys; print(sys.argv[1], "
+            "os.environ['CRASHPOINT_SMTP_PORT'], "
+            "os.environ['CRASHPOINT_SMTP_PASSWORD'])",
+            "{smtp}",
+        ),
+        timeout=30,
+    )
     with TrialRunner(spec, str(tmp_path / "trials")) as runner:
         try:
             golden = runner.golden()
@@ -158,8 +191,9 @@ def test_the_smtp_placeholder_starts_the_sink_with_the_token(tmp_path: Path) -> 
 @pytest.mark.parametrize("keyed", [False, True])
 def test_a_curl_agent_against_http_is_judged_the_same_way(tmp_path: Path, keyed: bool) -> None:
     script = str(AGENT.parent / "curl_webhook.sh")
-    spec = AgentSpec(command=("sh", script, "{http}", "{state_dir}",
-                              *(["--keyed"] if keyed else [])), timeout=30)
+    spec = AgentSpec(
+        command=("sh", script, "{http}", "{state_dir}", *(["--keyed"] if keyed else [])), timeout=30
+    )
     result = campaign(spec, tmp_path)
     assert [e["kind"] for e in result.golden.events] == ["POST /hook"] * 3
     assert len(result.trials) == 6

@@ -40,9 +40,16 @@ except DiskBudgetExceeded as exc:
 def test_two_processes_against_one_budget_never_exceed_it(tmp_path: Path) -> None:
     root = tmp_path / "store"
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), f"w{i}", str(go),
-                               str(BUDGET)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root), f"w{i}", str(go), str(BUDGET)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
     try:
         while not all((root / f"w{i}" / "lock").exists() for i in range(2)):
             assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
@@ -65,8 +72,15 @@ def test_two_processes_against_one_budget_never_exceed_it(tmp_path: Path) -> Non
     assert final > BUDGET - 2 * 600  # and they used it: the limit, not a stall, stopped them
 
 
-def _finished_run(store: Store, run_id: str, age: float, *, finish: bool = True,
-                  meta: str = "completed", pad: int = 1500) -> None:
+def _finished_run(
+    store: Store,
+    run_id: str,
+    age: float,
+    *,
+    finish: bool = True,
+    meta: str = "completed",
+    pad: int = 1500,
+) -> None:
     with store.open(run_id) as j:
         j.append({"t": "step", "name": "a", "result": "r" * pad})
         if finish:
@@ -94,8 +108,11 @@ def test_pruning_frees_the_shortfall_oldest_first_not_the_whole_write(tmp_path: 
         j.append({"pad": "y" * pad})
     assert 600 < size_old < pad  # the oldest run covers the shortfall, not the whole write
     assert not (root / "old").exists()
-    assert sorted(p.name for p in root.iterdir() if p.name != ".store-lock") == \
-        ["current", "mid", "new"], "pruned more than the shortfall"
+    assert sorted(p.name for p in root.iterdir() if p.name != ".store-lock") == [
+        "current",
+        "mid",
+        "new",
+    ], "pruned more than the shortfall"
     assert _dir_size(str(root)) <= budget
 
 

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 
 POISON = [sys.executable, str(Path(__file__).parent / "poison_agent.py")]
 #: Where each run is killed, as an event offset in its attempt (0 is the probe's hello).
-KILLS = {"r1": (4, "before"),  # step_completed search: killed before hearing back
-         "r2": (10, "in_doubt"),  # send_notification applied, the agent never told
-         "r3": (13, "in_doubt")}  # publish applied, the agent never told
+KILLS = {
+    "r1": (4, "before"),  # step_completed search: killed before hearing back
+    "r2": (10, "in_doubt"),  # send_notification applied, the agent never told
+    "r3": (13, "in_doubt"),
+}  # publish applied, the agent never told
 
 
 def demo(state: Path, run_id: str, *extra: str) -> list[str]:
@@ -48,8 +50,7 @@ def output_of(store: Store, run_id: str) -> object:
     return store.read(run_id, reducer=run_reducer).state.get("output")
 
 
-def test_three_killed_runs_are_all_resumed_at_start_up(children: Children,
-                                                       tmp_path: Path) -> None:
+def test_three_killed_runs_are_all_resumed_at_start_up(children: Children, tmp_path: Path) -> None:
     golden = run_to_end(children, demo(tmp_path / "golden", "g"))
     assert golden.returncode == 0
     state = tmp_path / "state"
@@ -58,35 +59,48 @@ def test_three_killed_runs_are_all_resumed_at_start_up(children: Children,
         env = {"CRASHPOINT_LEDGER": target.address}
         for n, (run_id, (offset, window)) in enumerate(sorted(KILLS.items()), start=1):
             target.arm_kill(len(target.events) + offset, window)  # type: ignore[arg-type]
-            killed = run_attempt(children, demo(state, run_id), env=env, number=n,
-                                 target=target)
+            killed = run_attempt(children, demo(state, run_id), env=env, number=n, target=target)
             assert killed.returncode == -9, killed.stderr
         done = run_to_end(children, demo(state, "r0"), env=env)  # a finished run: left alone
         assert done.returncode == 0
         assert sorted(interrupted_runs(store)) == ["r1", "r2", "r3"]
 
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
-        supervisor = Supervisor(store, command=lambda rid: demo(state, rid), timeout=30,
-                                max_attempts=3, env={**clean, **env})
+        supervisor = Supervisor(
+            store,
+            command=lambda rid: demo(state, rid),
+            timeout=30,
+            max_attempts=3,
+            env={**clean, **env},
+        )
         outcomes = supervisor.resume_all()
         assert [(o.run_id, o.status, o.attempts) for o in outcomes] == [
-            ("r1", "completed", 1), ("r2", "completed", 1), ("r3", "completed", 1)]
+            ("r1", "completed", 1),
+            ("r2", "completed", 1),
+            ("r3", "completed", 1),
+        ]
         assert interrupted_runs(store) == []
         for run_id in ("r0", "r1", "r2", "r3"):
             assert output_of(store, run_id) == json.loads(golden.stdout)
             assert store.meta(run_id)["status"] == "completed"
-        keys = [f"{rid}:{step}" for rid in ("r0", "r1", "r2", "r3")
-                for step in ("4.notify:send_notification:0", "5.publish:publish:0")]
+        keys = [
+            f"{rid}:{step}"
+            for rid in ("r0", "r1", "r2", "r3")
+            for step in ("4.notify:send_notification:0", "5.publish:publish:0")
+        ]
         assert dict(target.applied) == dict.fromkeys(keys, 1)  # each effect once...
         assert target.deliveries["r2:4.notify:send_notification:0"] == 2  # ...retried in doubt,
         assert target.deliveries["r3:5.publish:publish:0"] == 2  # same key, deduplicated
         assert supervisor.resume_all() == []  # nothing left to do on the next start-up
 
 
-@pytest.mark.parametrize(("mode", "reason"), [("exit", "exit 3: poison: cannot parse"),
-                                              ("raise", "ValueError: poison: the input")])
-def test_a_poison_run_is_dead_lettered_after_max_attempts(children: Children, tmp_path: Path,
-                                                         mode: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("exit", "exit 3: poison: cannot parse"), ("raise", "ValueError: poison: the input")],
+)
+def test_a_poison_run_is_dead_lettered_after_max_attempts(
+    children: Children, tmp_path: Path, mode: str, reason: str
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     store = Store(state / "checkpoints")
@@ -115,16 +129,16 @@ def test_a_poison_run_is_dead_lettered_after_max_attempts(children: Children, tm
     assert b"dead-lettered" in again.stderr
 
 
-def test_a_hung_run_is_killed_at_the_timeout_and_counted(children: Children,
-                                                        tmp_path: Path) -> None:
+def test_a_hung_run_is_killed_at_the_timeout_and_counted(
+    children: Children, tmp_path: Path
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     store = Store(state / "checkpoints")
     exits = [*POISON, "--state", str(state), "--run-id", "slow", "--mode", "exit"]
     assert run_to_end(children, exits).returncode == 3
     hangs = [*POISON, "--state", str(state), "--run-id", "slow", "--mode", "hang"]
-    [out] = Supervisor(store, command=lambda rid: hangs, timeout=0.5,
-                       max_attempts=1).resume_all()
+    [out] = Supervisor(store, command=lambda rid: hangs, timeout=0.5, max_attempts=1).resume_all()
     assert (out.status, out.attempts) == ("dead", 1)
     assert "timed out after 0.5s" in out.reason
     assert not store.runs()[0].locked  # the hung attempt's process group is gone
@@ -147,8 +161,9 @@ def test_in_process_resume_dead_letters_a_raising_run(tmp_path: Path) -> None:
     assert calls == ["bad", "bad"]
 
 
-def test_paused_runs_wait_for_a_decision_and_auto_resume_hitl(children: Children,
-                                                               tmp_path: Path) -> None:
+def test_paused_runs_wait_for_a_decision_and_auto_resume_hitl(
+    children: Children, tmp_path: Path
+) -> None:
     state = tmp_path / "state"
     store = Store(state / "checkpoints")
     assert run_to_end(children, demo(state, "hitl", "--approval")).returncode == PAUSED

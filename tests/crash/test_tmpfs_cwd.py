@@ -102,7 +102,8 @@ def seen(folder: Path, trial: str, attempt: int) -> dict[str, Any]:
 
 
 def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_folder(
-        tmp_path: Path, entering: str) -> None:
+    tmp_path: Path, entering: str
+) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "agent.py").write_text(textwrap.dedent(AGENT))
@@ -115,11 +116,18 @@ def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_fol
         "faults:\n"
         f"  - disk_full: {{mechanism: tmpfs, capacity: {CAPACITY}, count: 1}}\n"
         "restarts: 2\n"
-        "seed: 5\n")
+        "seed: 5\n"
+    )
     sc = load_scenario(gate / "tmpfs.scenario.yaml")
     assert sc.agent.cwd == str(gate)
-    result = Campaign(sc.agent, [f.family for f in sc.families], str(tmp_path / "report"),
-                      seed=sc.seed, restarts=sc.restarts, keep_passing=True).run()
+    result = Campaign(
+        sc.agent,
+        [f.family for f in sc.families],
+        str(tmp_path / "report"),
+        seed=sc.seed,
+        restarts=sc.restarts,
+        keep_passing=True,
+    ).run()
     (trial,) = result.trials
     assert not trial.skipped
     first, second = trial.attempts[0], trial.attempts[1]
@@ -134,7 +142,7 @@ def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_fol
     # the same environment as the attempt without the fault (the shell fallback may add its
     # own PWD and the like)
     per_attempt = {"CRASHPOINT_ATTEMPT", REAP_VAR, "TMPDIR", "TMP", "TEMP"}  # TMPDIR: private
-    for e in (under_tmpfs["env"], after["env"]):                           # per attempt
+    for e in (under_tmpfs["env"], after["env"]):  # per attempt
         assert e["TMPDIR"].endswith(f"/tmp/attempt-{e['CRASHPOINT_ATTEMPT']}")
     if entering == "sh":
         per_attempt |= {"PWD", "OLDPWD", "SHLVL", "_"}
@@ -147,8 +155,9 @@ def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_fol
     assert not list(Path("/").glob(f"seen-{key}-*.json"))  # nothing landed in the root
 
 
-def test_a_working_folder_inside_the_tmpfs_folder_is_the_tmpfs(tmp_path: Path,
-                                                                entering: str) -> None:
+def test_a_working_folder_inside_the_tmpfs_folder_is_the_tmpfs(
+    tmp_path: Path, entering: str
+) -> None:
     """``cwd`` is resolved inside the namespace: relative writes in the state folder hit the
     small tmpfs (ENOSPC), not the real folder underneath it."""
     state = tmp_path / "state"
@@ -158,8 +167,13 @@ def test_a_working_folder_inside_the_tmpfs_folder_is_the_tmpfs(tmp_path: Path,
     ns = TmpfsNamespace(str(state), CAPACITY)
     try:
         argv = ns.wrap([sys.executable, str(script)], cwd=state)
-        ex = AgentProcess(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                          cwd=str(state), timeout=20).start().wait()
+        ex = (
+            AgentProcess(
+                argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=str(state), timeout=20
+            )
+            .start()
+            .wait()
+        )
         assert ex.returncode == 0, ex.stderr
         cwd, code, size = ex.stdout.decode().split()
         assert (cwd, code) == (str(state), "ENOSPC")
@@ -178,13 +192,19 @@ def test_without_cwd_the_folder_the_command_starts_in_is_kept(tmp_path: Path) ->
     state.mkdir()
     work.mkdir()
     script = tmp_path / "where.py"
-    script.write_text("import os\nif os.getcwd() != '/':\n    open('here', 'w').write('x')\n"
-                      "print(os.getcwd())\n")
+    script.write_text(
+        "import os\nif os.getcwd() != '/':\n    open('here', 'w').write('x')\nprint(os.getcwd())\n"
+    )
     ns = TmpfsNamespace(str(state), CAPACITY)
     try:
         argv = ns.wrap([sys.executable, str(script)])
-        ex = AgentProcess(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                          cwd=str(work), timeout=20).start().wait()
+        ex = (
+            AgentProcess(
+                argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=str(work), timeout=20
+            )
+            .start()
+            .wait()
+        )
     finally:
         ns.close()
     assert ex.returncode == 0, ex.stderr

@@ -22,8 +22,11 @@ import pytest
 # Imported here, once: pytester restores sys.modules after each in-process run, so a module
 # first imported inside a run is imported again by the next one (seconds per run; Hypothesis's
 # plugin imports hypothesis at the end of every session).
-for _module in ("hypothesis.internal.observability", "crashpoint.harness",
-                "crashpoint.pytest_plugin._collect"):
+for _module in (
+    "hypothesis.internal.observability",
+    "crashpoint.harness",
+    "crashpoint.pytest_plugin._collect",
+):
     try:
         importlib.import_module(_module)
     except ModuleNotFoundError:  # an older Hypothesis (the declared floor) has no observability
@@ -32,8 +35,15 @@ for _module in ("hypothesis.internal.observability", "crashpoint.harness",
 
 #: Every environment variable the plugin reads, cleared for each test so the outer
 #: environment (a developer's shell, CI) cannot leak into the runs under test.
-OPTION_ENV = ("CRASHPOINT_SEED", "CRASHPOINT_TRIALS", "CRASHPOINT_MODE", "CRASHPOINT_REPORT",
-              "CRASHPOINT_SHARD", "CRASHPOINT_PROGRESS", "CRASHPOINT_BUDGET")
+OPTION_ENV = (
+    "CRASHPOINT_SEED",
+    "CRASHPOINT_TRIALS",
+    "CRASHPOINT_MODE",
+    "CRASHPOINT_REPORT",
+    "CRASHPOINT_SHARD",
+    "CRASHPOINT_PROGRESS",
+    "CRASHPOINT_BUDGET",
+)
 
 #: The demo agent, as a scenario file spells it.
 DEMO_COMMAND = '["{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"]'
@@ -59,7 +69,7 @@ print("done")
 
 #: A tiny correct agent (argv: its state folder): one step, made durable before it is
 #: reported complete and skipped on a restart. Every trial passes, fast.
-TINY_AGENT = '''\
+TINY_AGENT = """\
 import os
 import sys
 
@@ -75,7 +85,7 @@ if not os.path.exists(done):
         os.fsync(f.fileno())
     probe.step_completed("only")
 print("done")
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -121,8 +131,7 @@ class InnerPytest:
         return self.pytester.runpytest_inprocess(*plugin_args(), *map(str, args))
 
     def subprocess(self, *args: Any, timeout: float = 120) -> pytest.RunResult:
-        return self.pytester.runpytest_subprocess(*plugin_args(), *map(str, args),
-                                                  timeout=timeout)
+        return self.pytester.runpytest_subprocess(*plugin_args(), *map(str, args), timeout=timeout)
 
     def genitems(self, *args: Any) -> list[pytest.Item]:
         """The items a session with ``args`` collects (in-process)."""
@@ -153,15 +162,24 @@ class InnerPytest:
         """An argv for ``crash_harness.run`` running ``script STATE_DIR``."""
         return [sys.executable, str(script), "{state_dir}"]
 
-    def scenario(self, stem: str, faults: str, *, command: str = DEMO_COMMAND,
-                 extra: str = "", folder: str = "") -> Path:
+    def scenario(
+        self,
+        stem: str,
+        faults: str,
+        *,
+        command: str = DEMO_COMMAND,
+        extra: str = "",
+        folder: str = "",
+    ) -> Path:
         """Write ``[folder/]stem.scenario.yaml``; ``faults``: the YAML list's items, one a line;
         ``extra``: more top-level keys."""
         items = "\n".join(f"  - {ln}" for ln in textwrap.dedent(faults).strip().splitlines())
-        text = (f"name: {stem.replace('_', ' ')}\n"
-                f"agent:\n  command: {command}\n  timeout: 20s\n"
-                f"faults:\n{items}\n"
-                f"{textwrap.dedent(extra).strip()}\n")
+        text = (
+            f"name: {stem.replace('_', ' ')}\n"
+            f"agent:\n  command: {command}\n  timeout: 20s\n"
+            f"faults:\n{items}\n"
+            f"{textwrap.dedent(extra).strip()}\n"
+        )
         path = self.path / folder / f"{stem}.scenario.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.usefixtures("no_unrelated_plugins")
 def crashpoint(inner: Any, *args: Any) -> pytest.RunResult:
     """``crashpoint ARGS...`` in the pytester folder (``python -m crashpoint``: the console
     script's code, without depending on PATH)."""
-    result: pytest.RunResult = inner.pytester.run(sys.executable, "-m", "crashpoint",
-                                                  *map(str, args), timeout=180)
+    result: pytest.RunResult = inner.pytester.run(
+        sys.executable, "-m", "crashpoint", *map(str, args), timeout=180
+    )
     return result
 
 
@@ -35,19 +36,22 @@ def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
     report = inner.path / "out"
     result = crashpoint(inner, "run", "gate", "--report", report)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    result.stdout.fnmatch_lines([
-        # progress, on by default: the item, the overall count, an ETA
-        "?crashpoint 0/1 items, * trials, 0 failed, * elapsed, ETA *? "
-        "demo_kills ?kill@random?: trials 2/2, failures so far: 0",
-        "crashpoint gate: 1 campaigns, seed 21",
-        "scenario ?family?*trials*faults*checks ok*dup*lost*resume p50*verdict",
-        "demo kills ?kill@random?*2*kill:2*0*0*ms*PASS",
-        f"crashpoint reports: {report / 'gate.json'}*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            # progress, on by default: the item, the overall count, an ETA
+            "?crashpoint 0/1 items, * trials, 0 failed, * elapsed, ETA *? "
+            "demo_kills ?kill@random?: trials 2/2, failures so far: 0",
+            "crashpoint gate: 1 campaigns, seed 21",
+            "scenario ?family?*trials*faults*checks ok*dup*lost*resume p50*verdict",
+            "demo kills ?kill@random?*2*kill:2*0*0*ms*PASS",
+            f"crashpoint reports: {report / 'gate.json'}*",
+        ]
+    )
     gate = json.loads((report / "gate.json").read_text())
     assert gate["ok"] is True
     assert [(c["scenario"], c["family"], c["ran"]) for c in gate["campaigns"]] == [
-        ("demo kills", "kill@random", 2)]
+        ("demo kills", "kill@random", 2)
+    ]
     suite = junit_suite(report)
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "0")
     # each campaign's own reports and verdicts
@@ -56,17 +60,24 @@ def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
 
 
 def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
-    inner.scenario("broken", "kill: {at: random, count: 2}", folder="gate", extra="seed: 1",
-                   command=inner.command(inner.broken_agent))
+    inner.scenario(
+        "broken",
+        "kill: {at: random, count: 2}",
+        folder="gate",
+        extra="seed: 1",
+        command=inner.command(inner.broken_agent),
+    )
     report = inner.path / "out"
     result = crashpoint(inner, "run", "gate", "--report", report, "--quiet")
     assert result.ret == 1, result.stdout.str() + result.stderr.str()
-    result.stdout.fnmatch_lines([
-        "crashpoint gate: 1 campaigns, seed 1",
-        "broken ?kill@random?*2*kill:2*FAIL (*)",
-        "FAILED broken ?kill@random? trial *: *: FAIL*",
-        f"  replay: crashpoint replay {report}/scenarios/*/trials/trial-000*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "crashpoint gate: 1 campaigns, seed 1",
+            "broken ?kill@random?*2*kill:2*FAIL (*)",
+            "FAILED broken ?kill@random? trial *: *: FAIL*",
+            f"  replay: crashpoint replay {report}/scenarios/*/trials/trial-000*",
+        ]
+    )
     assert "trials 2/2" not in result.stdout.str()  # --quiet: no progress lines
     gate = json.loads((report / "gate.json").read_text())
     assert gate["ok"] is False
@@ -75,19 +86,26 @@ def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
 
 
 def test_replay_of_a_hand_edited_plan_is_a_usage_error(inner: Any) -> None:
-    inner.scenario("broken", "kill: {at: random, count: 1}", folder="gate", extra="seed: 1",
-                   command=inner.command(inner.broken_agent))
+    inner.scenario(
+        "broken",
+        "kill: {at: random, count: 1}",
+        folder="gate",
+        extra="seed: 1",
+        command=inner.command(inner.broken_agent),
+    )
     report = inner.path / "out"
     assert crashpoint(inner, "run", "gate", "--report", report, "--quiet").ret == 1
     [folder] = sorted(report.glob("scenarios/*/trials/trial-*"))
     plan = json.loads((folder / "plan.json").read_text())
-    plan["faults"] = [{"kind": "fileop", "attempt": 1, "fileop": {"op": "write",
-                                                                 "path": "/etc/passwd", "n": 1}}]
+    plan["faults"] = [
+        {"kind": "fileop", "attempt": 1, "fileop": {"op": "write", "path": "/etc/passwd", "n": 1}}
+    ]
     (folder / "plan.json").write_text(json.dumps(plan))
     result = crashpoint(inner, "replay", folder)
     assert result.ret == 2, result.stdout.str() + result.stderr.str()
-    result.stderr.fnmatch_lines([f"crashpoint: error: {folder}: its plan.json cannot be "
-                                 "replayed: *path*"])
+    result.stderr.fnmatch_lines(
+        [f"crashpoint: error: {folder}: its plan.json cannot be replayed: *path*"]
+    )
     assert "Traceback" not in result.stderr.str()
 
 
@@ -112,16 +130,24 @@ def test_bad_scenario_file_fails_the_gate_naming_file_and_line(inner: Any) -> No
     bad.write_text("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: sometimes}\n")
     result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
     assert result.ret == 1
-    result.stdout.fnmatch_lines([f"crashpoint scenario error: {bad}:5 (key 'faults?0?.kill.at'"
-                                 "): kill.at must be one of every-boundary, *, got 'sometimes'"])
+    result.stdout.fnmatch_lines(
+        [
+            f"crashpoint scenario error: {bad}:5 (key 'faults?0?.kill.at'"
+            "): kill.at must be one of every-boundary, *, got 'sometimes'"
+        ]
+    )
     result.stderr.fnmatch_lines(["crashpoint: the gate did not run cleanly (pytest exit 2)*"])
 
 
 def test_bad_option_value_exits_2(inner: Any) -> None:
     inner.scenario("demo_kills", "kill: {at: random, count: 1}", folder="gate")
     result = crashpoint(inner, "run", "gate", "--shard", "5/2", "--report", inner.path / "out")
-    result.stderr.fnmatch_lines(["ERROR: crashpoint: bad value '5/2' for --crashpoint-shard "
-                                 "(command line): expected I/N with 1 <= I <= N, e.g. 1/4"])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: crashpoint: bad value '5/2' for --crashpoint-shard "
+            "(command line): expected I/N with 1 <= I <= N, e.g. 1/4"
+        ]
+    )
     assert result.ret == 2
 
 
@@ -129,8 +155,12 @@ def test_run_in_a_project_whose_config_turns_warnings_into_errors(inner: Any) ->
     """Downstream repositories often set ``filterwarnings = error``: the gate must not trip over
     its own import (pytest 9.2 warns "Module already imported so cannot be rewritten")."""
     inner.pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
-    inner.scenario("tiny", "kill: {at: random, count: 2}", folder="gate",
-                   command=inner.command(inner.tiny_agent))
+    inner.scenario(
+        "tiny",
+        "kill: {at: random, count: 2}",
+        folder="gate",
+        command=inner.command(inner.tiny_agent),
+    )
     result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     assert "Warning" not in result.stdout.str() + result.stderr.str()
@@ -161,24 +191,33 @@ def test_parallel_workers_show_combined_progress_and_same_verdicts(inner: Any) -
     # however fast the machine is, so a combined line is printed while items run
     slow = inner.script("slow_agent.py", SLOW_AGENT)
     for stem in ("one", "two"):
-        inner.scenario(stem, "kill: {at: random, count: 3}\nkill: {at: every-boundary}",
-                       folder="gate", command=inner.command(slow))
+        inner.scenario(
+            stem,
+            "kill: {at: random, count: 3}\nkill: {at: every-boundary}",
+            folder="gate",
+            command=inner.command(slow),
+        )
     result = crashpoint(inner, "run", "gate", "-n", "2", "--report", inner.path / "out")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["*?crashpoint */4 items, * trials, 0 failed, * ETA *?*gw*: *"])
     result.stdout.fnmatch_lines(["crashpoint gate: 4 campaigns*"])
     gate = json.loads((inner.path / "out" / "gate.json").read_text())
-    assert sorted((c["scenario"], c["family"], c["ran"], c["ok"]) for c in gate["campaigns"]) \
-        == [("one", "kill@every-boundary", 2, True), ("one", "kill@random", 3, True),
-            ("two", "kill@every-boundary", 2, True), ("two", "kill@random", 3, True)]
+    assert sorted((c["scenario"], c["family"], c["ran"], c["ok"]) for c in gate["campaigns"]) == [
+        ("one", "kill@every-boundary", 2, True),
+        ("one", "kill@random", 3, True),
+        ("two", "kill@every-boundary", 2, True),
+        ("two", "kill@random", 3, True),
+    ]
 
 
 def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any) -> None:
     bad = inner.path / "gate" / "bad.scenario.yaml"
     bad.parent.mkdir()
-    bad.write_text("name: bad\nseed: 3\n\nagent:\n"
-                   "  command: [sh, -c, 'echo the-agent-said-boom >&2; exit 3']\n"
-                   "faults:\n  - kill: {at: random, count: 2}\n  - corrupt: {how: [bitflip]}\n")
+    bad.write_text(
+        "name: bad\nseed: 3\n\nagent:\n"
+        "  command: [sh, -c, 'echo the-agent-said-boom >&2; exit 3']\n"
+        "faults:\n  - kill: {at: random, count: 2}\n  - corrupt: {how: [bitflip]}\n"
+    )
     result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
     assert result.ret == 1
     out = result.stdout.str()
@@ -186,17 +225,23 @@ def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any)
     # message, whole where it detects CI)
     failures = out.split("short test summary info")[0]
     assert failures.splitlines().count("the-agent-said-boom") == 1, out
-    result.stdout.fnmatch_lines([
-        f"{bad}:4 (key 'agent'): the golden run (no faults) did not complete: exit 3*",
-        f"{bad}:4 (key 'agent'): not run: the golden run of this file failed (shown once, "
-        "under ?kill@random?)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"{bad}:4 (key 'agent'): the golden run (no faults) did not complete: exit 3*",
+            f"{bad}:4 (key 'agent'): not run: the golden run of this file failed (shown once, "
+            "under ?kill@random?)",
+        ]
+    )
 
 
 def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(inner: Any) -> None:
     """pytest's own --junitxml writes through a link; the gate refuses to start instead."""
-    inner.scenario("tiny", "kill: {at: random, count: 1}", folder="gate",
-                   command=inner.command(inner.tiny_agent))
+    inner.scenario(
+        "tiny",
+        "kill: {at: random, count: 1}",
+        folder="gate",
+        command=inner.command(inner.tiny_agent),
+    )
     report = inner.path / "out"
     report.mkdir(mode=0o700)
     target = inner.path / "precious.txt"
@@ -204,7 +249,8 @@ def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(inner: 
     (report / "junit.xml").symlink_to(target)
     result = crashpoint(inner, "run", "gate", "--report", report)
     assert result.ret == 2, result.stdout.str() + result.stderr.str()
-    result.stderr.fnmatch_lines(["crashpoint: error: */junit.xml exists and is not a regular "
-                                 "file (a link?)*"])
+    result.stderr.fnmatch_lines(
+        ["crashpoint: error: */junit.xml exists and is not a regular file (a link?)*"]
+    )
     assert target.read_text() == "keep me"
     assert not (report / "gate.json").exists()

@@ -17,6 +17,7 @@ pytest_plugins = ["pytester"]
 
 # -- crash_harness -------------------------------------------------------------------------------
 
+
 def test_crash_harness_passes_the_demo_agent(inner: Any) -> None:
     inner.pytester.makepyfile("""
         import sys
@@ -35,8 +36,12 @@ def test_crash_harness_passes_the_demo_agent(inner: Any) -> None:
     """)
     result = inner.subprocess()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["crashpoint gate: 1 campaigns, seed 3",
-                                 "*test_demo_survives_kills ?campaign-1?*2*kill:2*PASS"])
+    result.stdout.fnmatch_lines(
+        [
+            "crashpoint gate: 1 campaigns, seed 3",
+            "*test_demo_survives_kills ?campaign-1?*2*kill:2*PASS",
+        ]
+    )
 
 
 def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> None:
@@ -57,17 +62,27 @@ def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> 
     replays = re.findall(r"^E\s+replay: crashpoint replay (\S+)$", out, re.MULTILINE)
     assert replays, out
     # ... and the end table names the failing trials and their replay commands too
-    result.stdout.fnmatch_lines(["*test_broken_agent ?campaign-1?*6*kill:6*FAIL (*)",
-                                 "FAILED *test_broken_agent* trial *: *FAIL*",
-                                 "  replay: crashpoint replay *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_broken_agent ?campaign-1?*6*kill:6*FAIL (*)",
+            "FAILED *test_broken_agent* trial *: *FAIL*",
+            "  replay: crashpoint replay *",
+        ]
+    )
     # the printed command really replays the trial, and the failure reproduces
-    replay = subprocess.run([sys.executable, "-m", "crashpoint", "replay", replays[0]],
-                            capture_output=True, text=True, timeout=60, check=False)
+    replay = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "replay", replays[0]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert replay.returncode == 1, replay.stdout + replay.stderr
     assert "reproduced:" in replay.stdout
 
 
 # -- effect_ledger -------------------------------------------------------------------------------
+
 
 def test_effect_ledger_applies_each_key_once(inner: Any) -> None:
     inner.pytester.makepyfile("""
@@ -102,6 +117,7 @@ def test_effect_ledger_applies_each_key_once(inner: Any) -> None:
 
 
 # -- agent_process -------------------------------------------------------------------------------
+
 
 def test_agent_process_reaps_the_whole_tree(inner: Any) -> None:
     """A test that leaves an agent and its child running: both are gone after the test."""
@@ -182,8 +198,9 @@ def test_disk_fault_gives_enospc_or_skips_with_the_reason(inner: Any) -> None:
         result.stdout.fnmatch_lines([f"SKIPPED * disk_fault: {caps.tmpfs_reason[:40]}*"])
 
 
-def test_disk_fault_skips_with_the_reason_without_unshare(inner: Any,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_fault_skips_with_the_reason_without_unshare(
+    inner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from crashpoint.faults._disk import capabilities
 
     empty = inner.path / "empty-bin"
@@ -203,11 +220,11 @@ def test_disk_fault_skips_with_the_reason_without_unshare(inner: Any,
     finally:
         capabilities.cache_clear()
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        ["SKIPPED * disk_fault: unshare/nsenter (util-linux) not on PATH"])
+    result.stdout.fnmatch_lines(["SKIPPED * disk_fault: unshare/nsenter (util-linux) not on PATH"])
 
 
 # -- full_fake_disk ------------------------------------------------------------------------------
+
 
 def test_full_fake_disk_raises_enospc(inner: Any) -> None:
     inner.pytester.makepyfile("""
@@ -241,6 +258,7 @@ def test_full_fake_disk_raises_enospc(inner: Any) -> None:
 
 
 # -- corrupt_file --------------------------------------------------------------------------------
+
 
 def test_corrupt_file_changes_bytes_reproducibly(inner: Any) -> None:
     inner.pytester.makepyfile("""
@@ -278,6 +296,7 @@ def test_corrupt_file_changes_bytes_reproducibly(inner: Any) -> None:
 
 # -- checkpoint_store ----------------------------------------------------------------------------
 
+
 def test_checkpoint_store_is_a_fresh_store(inner: Any) -> None:
     inner.pytester.makepyfile("""
         def test_append_and_read_back(checkpoint_store, tmp_path):
@@ -296,11 +315,19 @@ def test_checkpoint_store_is_a_fresh_store(inner: Any) -> None:
 
 def test_fixtures_do_not_import_the_harness_at_plugin_load() -> None:
     """The plugin module is cheap to import: loading pytest does not load the harness."""
-    code = ("import sys, crashpoint.pytest_plugin; "
-            "print([m for m in ('crashpoint.harness', 'crashpoint.faults', 'pyfakefs', "
-            "'crashpoint.checkpoint') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    code = (
+        "import sys, crashpoint.pytest_plugin; "
+        "print([m for m in ('crashpoint.harness', 'crashpoint.faults', 'pyfakefs', "
+        "'crashpoint.checkpoint') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     # crashpoint/__init__ re-exports the checkpoint library; the harness and pyfakefs stay out
     assert "crashpoint.harness" not in out.stdout
     assert "crashpoint.faults" not in out.stdout

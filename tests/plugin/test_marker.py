@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 #: Builds (does not run) a campaign without faults/trials/seed arguments, so the marker (or
 #: the defaults) decide them, and writes what the campaign got.
-MARKED_TEST = '''
+MARKED_TEST = """
 import json
 
 import pytest
@@ -23,7 +23,7 @@ def test_marked(crash_harness):
     with open("campaign.json", "w") as f:
         json.dump({{"seed": c.seed, "trials": c.trials, "restarts": c.restarts,
                    "families": [x.name for x in c.families]}}, f)
-'''
+"""
 
 
 def campaign_with(inner: Any, marker: str) -> dict[str, Any]:
@@ -36,8 +36,9 @@ def campaign_with(inner: Any, marker: str) -> dict[str, Any]:
 
 def test_marker_is_registered_with_its_signature(inner: Any) -> None:
     result = inner.inprocess("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.crashpoint(trials=None, faults=None, seed=None, "
-                                 "restarts=None): *"])
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.crashpoint(trials=None, faults=None, seed=None, restarts=None): *"]
+    )
 
 
 def test_without_marker_the_defaults_apply(inner: Any) -> None:
@@ -46,16 +47,26 @@ def test_without_marker_the_defaults_apply(inner: Any) -> None:
 
 
 def test_marker_sets_trials_faults_seed_restarts(inner: Any) -> None:
-    got = campaign_with(inner, '@pytest.mark.crashpoint(trials=4, seed=9, restarts=1, faults=['
-                               '{"kill": {"at": "random"}}, {"corrupt": {"how": ["bitflip"]}}])')
-    assert got == {"seed": 9, "trials": 4, "restarts": 1,
-                   "families": ["kill@random", "corrupt@bitflip"]}
+    got = campaign_with(
+        inner,
+        "@pytest.mark.crashpoint(trials=4, seed=9, restarts=1, faults=["
+        '{"kill": {"at": "random"}}, {"corrupt": {"how": ["bitflip"]}}])',
+    )
+    assert got == {
+        "seed": 9,
+        "trials": 4,
+        "restarts": 1,
+        "families": ["kill@random", "corrupt@bitflip"],
+    }
 
 
 def test_marker_takes_the_power_loss_family_and_its_chain(inner: Any) -> None:
-    got = campaign_with(inner, '@pytest.mark.crashpoint(faults=[{"power_loss": {"model": '
-                               '"ext4-ordered"}}, [{"kill": {"at": "random"}}, {"power_loss": '
-                               '{"count": 2}}]])')
+    got = campaign_with(
+        inner,
+        '@pytest.mark.crashpoint(faults=[{"power_loss": {"model": '
+        '"ext4-ordered"}}, [{"kill": {"at": "random"}}, {"power_loss": '
+        '{"count": 2}}]])',
+    )
     assert got["families"] == ["power_loss@ext4-ordered", "kill@random+power_loss@posix"]
 
 
@@ -64,14 +75,22 @@ def test_marker_on_the_module_applies_to_its_tests(inner: Any) -> None:
     assert (got["seed"], got["families"]) == (5, ["hang"])
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ("trails=3", "crashpoint() got an unexpected keyword argument 'trails'; "
-                 "allowed: trials=, faults=, seed=, restarts="),
-    ("3", "crashpoint() takes 0 positional arguments but 1 was given; "
-          "allowed: trials=, faults=, seed=, restarts="),
-])
-def test_unknown_or_positional_arguments_are_errors(inner: Any, args: str,
-                                                    message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            "trails=3",
+            "crashpoint() got an unexpected keyword argument 'trails'; "
+            "allowed: trials=, faults=, seed=, restarts=",
+        ),
+        (
+            "3",
+            "crashpoint() takes 0 positional arguments but 1 was given; "
+            "allowed: trials=, faults=, seed=, restarts=",
+        ),
+    ],
+)
+def test_unknown_or_positional_arguments_are_errors(inner: Any, args: str, message: str) -> None:
     inner.pytester.makepyfile(f"""
         import pytest
 
@@ -81,23 +100,38 @@ def test_unknown_or_positional_arguments_are_errors(inner: Any, args: str,
     """)
     result = inner.inprocess("--strict-markers")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([
-        "*ERROR at setup of test_bad*",
-        "test_*.py::test_bad: bad @pytest.mark.crashpoint arguments (from marker): " + message,
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_bad*",
+            "test_*.py::test_bad: bad @pytest.mark.crashpoint arguments (from marker): " + message,
+        ]
+    )
     # said once, not once more after "During handling of the above exception ..."
     assert "During handling" not in result.stdout.str()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ("trials=-1", "@pytest.mark.crashpoint(trials=-1) (from marker): expected a whole number "
-                  ">= 0"),
-    ("seed='7'", "@pytest.mark.crashpoint(seed='7') (from marker): expected a whole number >= 0"),
-    ("restarts=True", "@pytest.mark.crashpoint(restarts=True) (from marker): expected a whole "
-                      "number >= 0"),
-    ("faults=[{'explode': {}}]", "@pytest.mark.crashpoint(faults=[{'explode': {}}]) (from "
-                                 "marker): unknown fault kind 'explode'; use one of kill, "),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            "trials=-1",
+            "@pytest.mark.crashpoint(trials=-1) (from marker): expected a whole number >= 0",
+        ),
+        (
+            "seed='7'",
+            "@pytest.mark.crashpoint(seed='7') (from marker): expected a whole number >= 0",
+        ),
+        (
+            "restarts=True",
+            "@pytest.mark.crashpoint(restarts=True) (from marker): expected a whole number >= 0",
+        ),
+        (
+            "faults=[{'explode': {}}]",
+            "@pytest.mark.crashpoint(faults=[{'explode': {}}]) (from "
+            "marker): unknown fault kind 'explode'; use one of kill, ",
+        ),
+    ],
+)
 def test_bad_values_are_errors(inner: Any, args: str, message: str) -> None:
     inner.pytester.makepyfile(f"""
         import pytest

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 
 #: An inner test that builds (does not run) a campaign through the crash_harness fixture and
 #: writes what the harness received. Its golden run is made up: three boundaries, no agent.
-DUMP_TEST = '''
+DUMP_TEST = """
 import json
 from collections import Counter
 
@@ -34,7 +34,7 @@ def test_dump(crash_harness):
                    "progress": crash_harness.progress is not None,
                    "restarts": c.restarts, "families": [x.name for x in c.families],
                    "plans": [p.index for p in plans]}}, f)
-'''
+"""
 
 RANDOM_KILL = [{"kill": {"at": "random"}}]
 
@@ -105,8 +105,9 @@ def test_environment_beats_ini(inner: Any, monkeypatch: pytest.MonkeyPatch) -> N
     assert got["plans"] == [1]
 
 
-def test_command_line_beats_environment_and_ini(inner: Any,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_line_beats_environment_and_ini(
+    inner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _ini(inner, inner.path / "rep-ini")
     _env(monkeypatch, inner.path / "rep-env")
     got = dump(inner, *_cli(inner.path / "rep-cli"))
@@ -155,20 +156,29 @@ def test_only_the_source_in_use_is_read(inner: Any, monkeypatch: pytest.MonkeyPa
 def test_report_header_shows_seed_and_plan(inner: Any) -> None:
     inner.pytester.makepyfile("def test_nothing():\n    pass\n")
     report = inner.path / "rep"
-    result = inner.inprocess("--crashpoint-seed=42", "--crashpoint-trials=5",
-                             "--crashpoint-mode=random", "--crashpoint-shard=2/4",
-                             f"--crashpoint-report={report}")
+    result = inner.inprocess(
+        "--crashpoint-seed=42",
+        "--crashpoint-trials=5",
+        "--crashpoint-mode=random",
+        "--crashpoint-shard=2/4",
+        f"--crashpoint-report={report}",
+    )
     result.stdout.fnmatch_lines(
-        [f"crashpoint: seed=42 trials=5 mode=random shard=2/4 report={report}"])
+        [f"crashpoint: seed=42 trials=5 mode=random shard=2/4 report={report}"]
+    )
     result.assert_outcomes(passed=1)
 
 
 def test_report_header_defaults(inner: Any) -> None:
     inner.pytester.makepyfile("def test_nothing():\n    pass\n")
     result = inner.inprocess()
-    result.stdout.fnmatch_lines(["crashpoint: seed=per test (default 0) trials=per test "
-                                 "mode=as declared shard=all report=tmp_path (fixtures), "
-                                 "./crashpoint-report (scenarios)"])
+    result.stdout.fnmatch_lines(
+        [
+            "crashpoint: seed=per test (default 0) trials=per test "
+            "mode=as declared shard=all report=tmp_path (fixtures), "
+            "./crashpoint-report (scenarios)"
+        ]
+    )
 
 
 def test_options_are_in_help_with_their_twins(inner: Any) -> None:
@@ -212,30 +222,37 @@ def _assert_usage_error(result: pytest.RunResult, line: str) -> None:
 def test_bad_value_on_command_line(inner: Any, name: str) -> None:
     raw, why = _bad(inner, name)
     result = inner.inprocess(f"--crashpoint-{name}={raw}")
-    _assert_usage_error(result, f"ERROR: crashpoint: bad value '{raw}' for "
-                                f"--crashpoint-{name} (command line): {why}")
+    _assert_usage_error(
+        result,
+        f"ERROR: crashpoint: bad value '{raw}' for --crashpoint-{name} (command line): {why}",
+    )
 
 
 def test_empty_report_on_command_line(inner: Any) -> None:
     result = inner.inprocess("--crashpoint-report=")
-    _assert_usage_error(result, "ERROR: crashpoint: bad value '' for --crashpoint-report "
-                                "(command line): expected a folder path")
+    _assert_usage_error(
+        result,
+        "ERROR: crashpoint: bad value '' for --crashpoint-report "
+        "(command line): expected a folder path",
+    )
 
 
 def test_progress_on_command_line_is_a_flag(inner: Any) -> None:
     result = inner.inprocess("--crashpoint-progress=maybe")
-    _assert_usage_error(result, "*argument --crashpoint-progress: ignored explicit argument "
-                                "'maybe'")
+    _assert_usage_error(
+        result, "*argument --crashpoint-progress: ignored explicit argument 'maybe'"
+    )
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_value_in_environment(inner: Any, monkeypatch: pytest.MonkeyPatch,
-                                  name: str) -> None:
+def test_bad_value_in_environment(inner: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     raw, why = _bad(inner, name)
     monkeypatch.setenv(f"CRASHPOINT_{name.upper()}", raw)
     result = inner.inprocess()
-    _assert_usage_error(result, f"ERROR: crashpoint: bad value '{raw}' for "
-                                f"CRASHPOINT_{name.upper()} (environment): {why}")
+    _assert_usage_error(
+        result,
+        f"ERROR: crashpoint: bad value '{raw}' for CRASHPOINT_{name.upper()} (environment): {why}",
+    )
 
 
 @pytest.mark.parametrize("name", list(BAD))
@@ -243,13 +260,15 @@ def test_bad_value_in_ini_file(inner: Any, name: str) -> None:
     raw, why = _bad(inner, name)
     ini = inner.pytester.makeini(f"[pytest]\ncrashpoint_{name} = {raw}\n")
     result = inner.inprocess()
-    _assert_usage_error(result, f"ERROR: crashpoint: bad value '{raw}' for crashpoint_{name} "
-                                f"(ini file {ini}): {why}")
+    _assert_usage_error(
+        result,
+        f"ERROR: crashpoint: bad value '{raw}' for crashpoint_{name} (ini file {ini}): {why}",
+    )
 
 
 # -- a real campaign: the values reach the run, its summary and the reports -------------------
 
-REAL_TEST = '''
+REAL_TEST = """
 import pytest
 
 @pytest.mark.crashpoint(faults=[{{"kill": {{"at": "random"}}}}])
@@ -258,7 +277,7 @@ def test_tiny(crash_harness):
     result.assert_ok()
     assert result.summary()["seed"] == 11
     assert result.summary()["ran"] == 2
-'''
+"""
 
 
 def test_values_reach_a_real_campaign(inner: Any) -> None:
@@ -267,25 +286,34 @@ def test_values_reach_a_real_campaign(inner: Any) -> None:
     inner.pytester.makepyfile(test_real=REAL_TEST.format(argv=inner.argv(inner.tiny_agent)))
     inner.scenario("tiny", "kill: {at: random, count: 5}", command=inner.command(inner.tiny_agent))
     report = inner.path / "rep"
-    result = inner.subprocess("--crashpoint-seed=11", "--crashpoint-trials=2",
-                              "--crashpoint-progress", f"--crashpoint-report={report}")
+    result = inner.subprocess(
+        "--crashpoint-seed=11",
+        "--crashpoint-trials=2",
+        "--crashpoint-progress",
+        f"--crashpoint-report={report}",
+    )
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines([
-        "crashpoint: seed=11 trials=2 *",
-        "?crashpoint */2 items, * trials, 0 failed, * elapsed, ETA *? "
-        "test_real.py::test_tiny: trials 2/2, failures so far: 0",
-        "*?crashpoint */2 items, * ETA *? tiny ?kill@random?: trials 2/2, failures so far: 0",
-        "crashpoint gate: 2 campaigns, seed 11",
-        "test_real.py::test_tiny ?campaign-1?*2*kill:2*PASS",
-        "tiny ?kill@random?*2*kill:2*PASS",  # the option beats the file's count: 5
-        f"crashpoint reports: {report / 'gate.json'}*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "crashpoint: seed=11 trials=2 *",
+            "?crashpoint */2 items, * trials, 0 failed, * elapsed, ETA *? "
+            "test_real.py::test_tiny: trials 2/2, failures so far: 0",
+            "*?crashpoint */2 items, * ETA *? tiny ?kill@random?: trials 2/2, failures so far: 0",
+            "crashpoint gate: 2 campaigns, seed 11",
+            "test_real.py::test_tiny ?campaign-1?*2*kill:2*PASS",
+            "tiny ?kill@random?*2*kill:2*PASS",  # the option beats the file's count: 5
+            f"crashpoint reports: {report / 'gate.json'}*",
+        ]
+    )
     gate = json.loads((report / "gate.json").read_text())
     assert gate["ok"] is True
     assert [(c["seed"], c["ran"]) for c in gate["campaigns"]] == [(11, 2), (11, 2)]
     assert {t["seed"] for c in gate["campaigns"] for t in c["trial_results"]} == {11}
     summary = json.loads(
-        (report / "test_real.py_test_tiny" / "campaign-1" / "summary.json").read_text())
+        (report / "test_real.py_test_tiny" / "campaign-1" / "summary.json").read_text()
+    )
     assert summary["seed"] == 11
-    assert json.loads((report / "scenarios" / "tiny-kill_random" / "summary.json")
-                      .read_text())["seed"] == 11
+    assert (
+        json.loads((report / "scenarios" / "tiny-kill_random" / "summary.json").read_text())["seed"]
+        == 11
+    )

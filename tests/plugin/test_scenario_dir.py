@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 #: The tiny correct agent of conftest.py, plus checks that it was started as the scenario
 #: says: from its own folder's data/ subfolder, with AGENT_HOME = the scenario's folder.
-BESIDE_AGENT = '''\
+BESIDE_AGENT = """\
 import os
 import sys
 
@@ -30,7 +30,7 @@ if not os.path.exists(done):
         os.fsync(f.fileno())
     probe.step_completed("only")
 print("done")
-'''
+"""
 
 SCENARIO = """\
 name: agent beside its scenario
@@ -60,15 +60,18 @@ def test_a_script_beside_the_scenario_runs_from_another_folder(inner: Any) -> No
 
 
 def test_a_missing_agent_program_is_one_collection_line(inner: Any) -> None:
-    path = inner.scenario("missing", "kill: {at: random, count: 1}",
-                          command='["myagnt", "--state", "{state_dir}"]')
+    path = inner.scenario(
+        "missing", "kill: {at: random, count: 1}", command='["myagnt", "--state", "{state_dir}"]'
+    )
     result = inner.inprocess("--collect-only", "-q")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([
-        "*ERROR collecting missing.scenario.yaml*",
-        f"crashpoint scenario error: {path}:3 (key 'agent.command'): 'myagnt' not found on "
-        "PATH; fix the name, install it, or give its path (e.g. '{scenario_dir}/my-agent')",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting missing.scenario.yaml*",
+            f"crashpoint scenario error: {path}:3 (key 'agent.command'): 'myagnt' not found on "
+            "PATH; fix the name, install it, or give its path (e.g. '{scenario_dir}/my-agent')",
+        ]
+    )
     out = result.stdout.str()
     assert "Traceback" not in out
     assert sum("myagnt" in line for line in out.splitlines()) == 1

@@ -14,18 +14,26 @@ pytest_plugins = ["pytester"]
 
 # -- collection -----------------------------------------------------------------------------------
 
+
 def test_one_item_per_family_pointing_at_its_line(inner: Any) -> None:
-    path = inner.scenario("demo_kills", """
+    path = inner.scenario(
+        "demo_kills",
+        """
         kill: {at: random, count: 1}
         kill: {at: every-boundary}
         corrupt: {how: [bitflip, truncate]}
         kill: {at: random, count: 2}
         [disk_full: {capacity: 64KiB}, kill: {at: random}]
-    """)
+    """,
+    )
     items = inner.genitems()
-    assert [i.name for i in items] == ["kill@random", "kill@every-boundary",
-                                       "corrupt@bitflip|truncate", "kill@random#2",
-                                       "disk_full+kill@random"]
+    assert [i.name for i in items] == [
+        "kill@random",
+        "kill@every-boundary",
+        "corrupt@bitflip|truncate",
+        "kill@random#2",
+        "disk_full+kill@random",
+    ]
     assert items[0].nodeid == "demo_kills.scenario.yaml::kill@random"
     # the faults list starts at line 6 of the file: item k is on line 6 + k
     for k, item in enumerate(items):
@@ -49,11 +57,14 @@ def test_marks_from_the_file(inner: Any) -> None:
     inner.scenario("unmarked", "kill: {at: random, count: 1}")
     items = inner.genitems()
     marked = {i.nodeid: i.get_closest_marker("nightly") is not None for i in items}
-    assert marked == {"marked.scenario.yaml::kill@random": True,
-                      "unmarked.scenario.yaml::kill@random": False}
+    assert marked == {
+        "marked.scenario.yaml::kill@random": True,
+        "unmarked.scenario.yaml::kill@random": False,
+    }
     result = inner.inprocess("--collect-only", "-q", "--strict-markers", "-m", "not nightly")
-    result.stdout.fnmatch_lines(["unmarked.scenario.yaml::kill@random",
-                                 "1/2 tests collected (1 deselected)*"])
+    result.stdout.fnmatch_lines(
+        ["unmarked.scenario.yaml::kill@random", "1/2 tests collected (1 deselected)*"]
+    )
 
 
 def test_unregistered_mark_under_strict_markers_names_the_file(inner: Any) -> None:
@@ -61,23 +72,41 @@ def test_unregistered_mark_under_strict_markers_names_the_file(inner: Any) -> No
     path = inner.scenario("marked", "kill: {at: random, count: 1}", extra="marks: [weekly_only]")
     result = inner.inprocess("--collect-only", "--strict-markers")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"crashpoint scenario error: {path} (key 'marks'): "
-                                 "'weekly_only' not found in `markers` configuration option"])
+    result.stdout.fnmatch_lines(
+        [
+            f"crashpoint scenario error: {path} (key 'marks'): "
+            "'weekly_only' not found in `markers` configuration option"
+        ]
+    )
 
 
-@pytest.mark.parametrize(("body", "where", "message"), [
-    ("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\ntrails: 3\n",
-     ":6 (key 'trails')", "unknown key; did you mean 'trials'?"),
-    ("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\n  - explode: {}\n",
-     ":6 (key 'faults[1]')", "unknown fault kind 'explode'"),
-    ("name: x\nagent:\n  command: ['{pyhton}']\nfaults:\n  - kill: {at: random}\n",
-     ":3 (key 'agent.command')", "unknown placeholder"),
-    ("name: x\nagent:\n  command: [a]\n", ":1 (key 'faults')", "missing required key 'faults'"),
-    ("name: x\nagent: [oops\n", ":3", "not valid YAML"),
-    ("", ":1", "the file is empty"),
-], ids=["typo", "fault-kind", "placeholder", "missing-key", "yaml", "empty"])
+@pytest.mark.parametrize(
+    ("body", "where", "message"),
+    [
+        (
+            "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\ntrails: 3\n",
+            ":6 (key 'trails')",
+            "unknown key; did you mean 'trials'?",
+        ),
+        (
+            "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\n  - explode: {}\n",
+            ":6 (key 'faults[1]')",
+            "unknown fault kind 'explode'",
+        ),
+        (
+            "name: x\nagent:\n  command: ['{pyhton}']\nfaults:\n  - kill: {at: random}\n",
+            ":3 (key 'agent.command')",
+            "unknown placeholder",
+        ),
+        ("name: x\nagent:\n  command: [a]\n", ":1 (key 'faults')", "missing required key 'faults'"),
+        ("name: x\nagent: [oops\n", ":3", "not valid YAML"),
+        ("", ":1", "the file is empty"),
+    ],
+    ids=["typo", "fault-kind", "placeholder", "missing-key", "yaml", "empty"],
+)
 def test_bad_scenario_is_a_collection_error_naming_file_line_key(
-        inner: Any, body: str, where: str, message: str) -> None:
+    inner: Any, body: str, where: str, message: str
+) -> None:
     bad = inner.path / "bad.scenario.yaml"
     bad.write_text(body)
     inner.scenario("good", "kill: {at: random, count: 1}")
@@ -85,20 +114,21 @@ def test_bad_scenario_is_a_collection_error_naming_file_line_key(
     # pytest's own behaviour for any collection error: the other files are still collected,
     # nothing runs, the session is "Interrupted" (exit 2)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([
-        "good.scenario.yaml::kill@random",
-        "*ERROR collecting bad.scenario.yaml*",
-        f"crashpoint scenario error: {bad}{where}: {message}*".replace("[", "[[]"),
-        "*Interrupted: 1 error during collection*",
-        "1 test collected, 1 error in *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "good.scenario.yaml::kill@random",
+            "*ERROR collecting bad.scenario.yaml*",
+            f"crashpoint scenario error: {bad}{where}: {message}*".replace("[", "[[]"),
+            "*Interrupted: 1 error during collection*",
+            "1 test collected, 1 error in *",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
 
 
 def test_other_scenarios_run_with_continue_on_collection_errors(inner: Any) -> None:
     (inner.path / "bad.scenario.yaml").write_text("name: x\n")
-    inner.scenario("good", "kill: {at: random, count: 1}",
-                   command=inner.command(inner.tiny_agent))
+    inner.scenario("good", "kill: {at: random, count: 1}", command=inner.command(inner.tiny_agent))
     result = inner.subprocess("--continue-on-collection-errors")
     result.assert_outcomes(passed=1, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -148,17 +178,20 @@ def test_checks_hook_adds_a_check_that_can_fail_a_campaign(inner: Any) -> None:
     report = inner.path / "rep"
     result = inner.subprocess(f"--crashpoint-report={report}")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines([
-        "*_ test_fixture_door _*",
-        "E   *AssertionError: crashpoint: 1 of 1 trials failed, 1 exercised (seed 0, 0 skipped)",
-        "E   *at_most_one_restart: FAIL: 2 attempts",
-        "E   *replay: crashpoint replay *",
-        "*_ scenario: tiny ?kill@random? _*",  # the failure is headed by reportinfo
-        "scenario 'tiny' ?kill@random? (*tiny.scenario.yaml:6)",
-        "crashpoint: 2 of 2 trials failed, 2 exercised (seed 0, 0 skipped)",
-        "*at_most_one_restart: FAIL: 2 attempts",
-        "*replay: crashpoint replay *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_fixture_door _*",
+            "E   *AssertionError: crashpoint: 1 of 1 trials failed, 1 exercised "
+            "(seed 0, 0 skipped)",
+            "E   *at_most_one_restart: FAIL: 2 attempts",
+            "E   *replay: crashpoint replay *",
+            "*_ scenario: tiny ?kill@random? _*",  # the failure is headed by reportinfo
+            "scenario 'tiny' ?kill@random? (*tiny.scenario.yaml:6)",
+            "crashpoint: 2 of 2 trials failed, 2 exercised (seed 0, 0 skipped)",
+            "*at_most_one_restart: FAIL: 2 attempts",
+            "*replay: crashpoint replay *",
+        ]
+    )
     assert "prints_done: FAIL" not in result.stdout.str()
     for v in _verdicts(report):
         assert v["checks"]["at_most_one_restart"] is False
@@ -167,11 +200,16 @@ def test_checks_hook_adds_a_check_that_can_fail_a_campaign(inner: Any) -> None:
     gate = json.loads((report / "gate.json").read_text())
     assert gate["ok"] is False
     assert [c["checks"]["at_most_one_restart"] for c in gate["campaigns"]] == [
-        {"passed": 0, "failed": 1, "skipped": 0}, {"passed": 0, "failed": 2, "skipped": 0}]
-    finished = [json.loads(line) for line in
-                (inner.path / "finished.jsonl").read_text().splitlines()]
-    assert finished == [{"name": "campaign-1", "ok": False, "trials": 1},
-                        {"name": "tiny-kill_random", "ok": False, "trials": 2}]
+        {"passed": 0, "failed": 1, "skipped": 0},
+        {"passed": 0, "failed": 2, "skipped": 0},
+    ]
+    finished = [
+        json.loads(line) for line in (inner.path / "finished.jsonl").read_text().splitlines()
+    ]
+    assert finished == [
+        {"name": "campaign-1", "ok": False, "trials": 1},
+        {"name": "tiny-kill_random", "ok": False, "trials": 2},
+    ]
 
 
 PLAN_CONFTEST = """
@@ -189,8 +227,12 @@ PLAN_CONFTEST = """
 
 def test_plan_hook_replaces_plans(inner: Any) -> None:
     inner.pytester.makeconftest(PLAN_CONFTEST)
-    inner.scenario("tiny", "kill: {at: random, count: 3}", command=inner.command(inner.tiny_agent),
-                   extra="seed: 4")
+    inner.scenario(
+        "tiny",
+        "kill: {at: random, count: 3}",
+        command=inner.command(inner.tiny_agent),
+        extra="seed: 4",
+    )
     report = inner.path / "rep"
     result = inner.subprocess(f"--crashpoint-report={report}")
     result.assert_outcomes(passed=1)

@@ -38,17 +38,21 @@ def gate_verdicts(report: Path) -> set[Verdict]:
 def gate(inner: Any) -> Any:
     """A scenario folder with two campaigns: a broken agent (trials fail) under random kills,
     a tiny correct one (trials pass) under systematic kills. Small: each trial is a spawn."""
-    inner.scenario("broken", "kill: {at: random, count: 2}", folder="gate",
-                   command=inner.command(inner.broken_agent))
-    inner.scenario("tiny", "kill: {at: every-boundary}", folder="gate",
-                   command=inner.command(inner.tiny_agent))
+    inner.scenario(
+        "broken",
+        "kill: {at: random, count: 2}",
+        folder="gate",
+        command=inner.command(inner.broken_agent),
+    )
+    inner.scenario(
+        "tiny", "kill: {at: every-boundary}", folder="gate", command=inner.command(inner.tiny_agent)
+    )
     return inner
 
 
 def run(inner: Any, name: str, *args: str) -> set[Verdict]:
     report = inner.path / f"report-{name}"
-    result = inner.subprocess("gate", "--crashpoint-seed=5", f"--crashpoint-report={report}",
-                              *args)
+    result = inner.subprocess("gate", "--crashpoint-seed=5", f"--crashpoint-report={report}", *args)
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
     found = verdicts(report)
     assert gate_verdicts(report) == found

@@ -57,8 +57,9 @@ def save(path, state):
 
 
 def notify(state):
-    probe.effect("notify", {"to": "ops", "text": "run started"},
-                 key=f"run:notify:{state['generation']}")
+    probe.effect(
+        "notify", {"to": "ops", "text": "run started"}, key=f"run:notify:{state['generation']}"
+    )
     return "sent"
 
 
@@ -72,7 +73,7 @@ def main():
     if bug == "resend-on-resume" and "notify" in state["done"]:
         state["generation"] += 1  # BUG: "to be safe", re-send under a fresh key
         notify(state)
-    for step in STEPS[len(state["done"]):]:
+    for step in STEPS[len(state["done"]) :]:
         probe.step_started(step)
         if step == "notify":
             result = notify(state)

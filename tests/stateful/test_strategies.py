@@ -42,14 +42,12 @@ from crashpoint.strategies import (
 )
 
 BUGGY = Path(__file__).with_name("_buggy_agent.py")
-DEMO = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
-                 timeout=60)
+DEMO = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"), timeout=60)
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)
 
 
 def buggy(bug: str) -> AgentSpec:
-    return AgentSpec(("{python}", str(BUGGY), "--state", "{state_dir}", "--bug", bug),
-                     timeout=60)
+    return AgentSpec(("{python}", str(BUGGY), "--state", "{state_dir}", "--bug", bug), timeout=60)
 
 
 def _ev(op: str, **kw: Any) -> dict[str, Any]:
@@ -60,20 +58,38 @@ def _ev(op: str, **kw: Any) -> dict[str, Any]:
 # process. Boundaries: 0..6 "before", plus 1 "in_doubt" (the effect).
 GOLDEN = Golden(
     steps=["notify", "fetch", "archive"],
-    events=[_ev("step_started", step="notify"),
-            _ev("effect", kind="notify", payload={"to": "ops"}, key="run:notify:0"),
-            _ev("step_completed", step="notify"),
-            _ev("step_started", step="fetch"), _ev("step_completed", step="fetch"),
-            _ev("step_started", step="archive"), _ev("step_completed", step="archive")],
-    effects=Counter({("notify", '{"to":"ops"}'): 1}), output=b"{}\n", duration=0.1)
+    events=[
+        _ev("step_started", step="notify"),
+        _ev("effect", kind="notify", payload={"to": "ops"}, key="run:notify:0"),
+        _ev("step_completed", step="notify"),
+        _ev("step_started", step="fetch"),
+        _ev("step_completed", step="fetch"),
+        _ev("step_started", step="archive"),
+        _ev("step_completed", step="archive"),
+    ],
+    effects=Counter({("notify", '{"to":"ops"}'): 1}),
+    output=b"{}\n",
+    duration=0.1,
+)
 
-FAST = settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=300,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
-def assert_runnable(plan: Plan, golden: Golden | None, *, max_faults: int = 3,
-                    restarts: int = 3, kinds: tuple[str, ...] = FAULT_PLAN_KINDS,
-                    hows: tuple[str, ...] = CORRUPTIONS) -> None:
+def assert_runnable(
+    plan: Plan,
+    golden: Golden | None,
+    *,
+    max_faults: int = 3,
+    restarts: int = 3,
+    kinds: tuple[str, ...] = FAULT_PLAN_KINDS,
+    hows: tuple[str, ...] = CORRUPTIONS,
+) -> None:
     """What the trial runner needs from a plan, and what fault_plans promises."""
     assert 1 <= len(plan.faults) <= max_faults, plan
     assert Plan.from_json(plan.to_json()) == plan
@@ -86,8 +102,9 @@ def assert_runnable(plan: Plan, golden: Golden | None, *, max_faults: int = 3,
         assert last is None or f.attempt >= last.attempt, f"out of attempt order: {plan}"
         if f.kind == "corrupt":
             assert last is not None, f"a corrupt must follow a kill: {plan}"
-            assert (last.kind, last.attempt) == ("kill", f.attempt - 1), \
+            assert (last.kind, last.attempt) == ("kill", f.attempt - 1), (
                 f"a corrupt must follow the kill that ended the attempt before it: {plan}"
+            )
             assert f.arg("how") in hows
             assert f.arg("path") == "{state_dir}/**"
             assert f.arg("seed") in range(1 << 30)
@@ -101,7 +118,7 @@ def assert_runnable(plan: Plan, golden: Golden | None, *, max_faults: int = 3,
             if f.attempt == 1 and golden is not None:
                 assert (index, phase, f.arg("label")) in bounds, f
         elif f.kind == "failpoint":
-            (name, (action, nth)), = parse(f.arg("spec")).items()
+            ((name, (action, nth)),) = parse(f.arg("spec")).items()
             assert name in FAILPOINTS
             assert action in ("kill", "enospc", "eio")
             assert nth >= 1
@@ -129,21 +146,34 @@ def test_fault_plans_without_golden_use_counters_up_to_49(plan: Plan) -> None:
     assert_runnable(plan, None)
 
 
-@pytest.mark.parametrize(("max_faults", "restarts", "kinds"), [
-    (1, 3, FAULT_PLAN_KINDS),
-    (1, 3, ("corrupt",)),
-    (2, 1, ("kill", "corrupt")),
-    (5, 2, ("kill",)),
-    (4, 4, ("disk_full", "failpoint")),
-])
-def test_fault_plans_respect_their_bounds(max_faults: int, restarts: int,
-                                          kinds: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("max_faults", "restarts", "kinds"),
+    [
+        (1, 3, FAULT_PLAN_KINDS),
+        (1, 3, ("corrupt",)),
+        (2, 1, ("kill", "corrupt")),
+        (5, 2, ("kill",)),
+        (4, 4, ("disk_full", "failpoint")),
+    ],
+)
+def test_fault_plans_respect_their_bounds(
+    max_faults: int, restarts: int, kinds: tuple[str, ...]
+) -> None:
     @FAST
-    @given(plan=fault_plans(GOLDEN, max_faults=max_faults, restarts=restarts, kinds=kinds,
-                            hows=("truncate", "zero")))
+    @given(
+        plan=fault_plans(
+            GOLDEN, max_faults=max_faults, restarts=restarts, kinds=kinds, hows=("truncate", "zero")
+        )
+    )
     def check(plan: Plan) -> None:
-        assert_runnable(plan, GOLDEN, max_faults=max_faults, restarts=restarts, kinds=kinds,
-                        hows=("truncate", "zero"))
+        assert_runnable(
+            plan,
+            GOLDEN,
+            max_faults=max_faults,
+            restarts=restarts,
+            kinds=kinds,
+            hows=("truncate", "zero"),
+        )
 
     check()
 
@@ -169,26 +199,26 @@ FIND = settings(max_examples=500, derandomize=True, database=None, deadline=None
 
 def test_the_simplest_plan_is_one_kill_at_the_first_event() -> None:
     plan = find(fault_plans(GOLDEN), lambda p: True, settings=FIND)
-    assert plan.faults == (Fault.make("kill", 1, index=0, phase="before",
-                                      label="step_started:notify"),)
+    assert plan.faults == (
+        Fault.make("kill", 1, index=0, phase="before", label="step_started:notify"),
+    )
 
 
 def test_a_corruption_shrinks_to_the_kill_it_needs_and_the_first_kind() -> None:
     plan = find(fault_plans(GOLDEN), lambda p: p.corrupts, settings=FIND)
     assert [f.kind for f in plan.faults] == ["kill", "corrupt"]
     assert plan.faults[0].arg("index") == 0
-    assert plan.faults[1] == Fault.make("corrupt", 2, how="truncate", path="{state_dir}/**",
-                                        seed=0)
+    assert plan.faults[1] == Fault.make("corrupt", 2, how="truncate", path="{state_dir}/**", seed=0)
 
 
 def test_late_kills_shrink_to_one_kill_at_the_earliest_event_that_fails() -> None:
     def late(p: Plan) -> bool:
-        return any(f.kind == "kill" and f.attempt == 1 and f.arg("index") >= 4
-                   for f in p.faults)
+        return any(f.kind == "kill" and f.attempt == 1 and f.arg("index") >= 4 for f in p.faults)
 
     plan = find(fault_plans(GOLDEN), late, settings=FIND)
-    assert plan.faults == (Fault.make("kill", 1, index=4, phase="before",
-                                      label="step_completed:fetch"),)
+    assert plan.faults == (
+        Fault.make("kill", 1, index=4, phase="before", label="step_completed:fetch"),
+    )
     assert find(fault_plans(GOLDEN), late, settings=FIND) == plan  # deterministic
 
 
@@ -199,7 +229,8 @@ def test_fault_plans_shrink_away_faults_that_do_not_matter() -> None:
     plan = find(fault_plans(GOLDEN), two_attempts_killed, settings=FIND)
     assert plan.faults == (
         Fault.make("kill", 1, index=0, phase="before", label="step_started:notify"),
-        Fault.make("kill", 2, index=0, phase="before"))
+        Fault.make("kill", 2, index=0, phase="before"),
+    )
 
 
 @FAST
@@ -209,23 +240,25 @@ def test_kill_schedules_kill_one_attempt_after_another(kills: list[Fault]) -> No
     assert [f.attempt for f in kills] == list(range(1, len(kills) + 1))
     assert all(f.kind == "kill" and 0 <= f.arg("index") < len(GOLDEN.events) for f in kills)
     first = kills[0]
-    assert any((b.index, b.phase, b.label) == (first.arg("index"), first.arg("phase"),
-                                               first.arg("label"))
-               for b in GOLDEN.boundaries())
+    assert any(
+        (b.index, b.phase, b.label) == (first.arg("index"), first.arg("phase"), first.arg("label"))
+        for b in GOLDEN.boundaries()
+    )
 
 
 @FAST
 @given(kills=kill_schedules(max_kills=2, min_kills=0))
 def test_kill_schedules_without_golden_count_up_to_49(kills: list[Fault]) -> None:
     assert len(kills) <= 2
-    assert all(0 <= f.arg("index") < 50 and f.arg("phase") in ("before", "in_doubt")
-               for f in kills)
+    assert all(0 <= f.arg("index") < 50 and f.arg("phase") in ("before", "in_doubt") for f in kills)
 
 
 def test_kill_schedules_shrink_to_fewer_and_earlier_kills() -> None:
     kills = find(kill_schedules(GOLDEN), lambda ks: len(ks) >= 2, settings=FIND)
-    assert [(f.attempt, f.arg("index"), f.arg("phase")) for f in kills] == \
-        [(1, 0, "before"), (2, 0, "before")]
+    assert [(f.attempt, f.arg("index"), f.arg("phase")) for f in kills] == [
+        (1, 0, "before"),
+        (2, 0, "before"),
+    ]
 
 
 @FAST
@@ -242,16 +275,19 @@ def test_corruptions_shrink_to_the_first_kind_and_seed_zero() -> None:
     assert fault == Fault.make("corrupt", 2, how=CORRUPTIONS[0], path="{state_dir}/**", seed=0)
 
 
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda: fault_plans(kinds=("kill", "explode")), "cannot draw 'explode'"),
-    (lambda: fault_plans(kinds=()), "at least one"),
-    (lambda: fault_plans(max_faults=0), "max_faults"),
-    (lambda: fault_plans(restarts=0), "restarts"),
-    (lambda: fault_plans(hows=("shred",)), "subset"),
-    (lambda: corruptions(hows=()), "subset"),
-    (lambda: corruptions(attempt=1), "attempt >= 2"),
-    (lambda: kill_schedules(max_kills=0), "max_kills"),
-])
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: fault_plans(kinds=("kill", "explode")), "cannot draw 'explode'"),
+        (lambda: fault_plans(kinds=()), "at least one"),
+        (lambda: fault_plans(max_faults=0), "max_faults"),
+        (lambda: fault_plans(restarts=0), "restarts"),
+        (lambda: fault_plans(hows=("shred",)), "subset"),
+        (lambda: corruptions(hows=()), "subset"),
+        (lambda: corruptions(attempt=1), "attempt >= 2"),
+        (lambda: kill_schedules(max_kills=0), "max_kills"),
+    ],
+)
 def test_bad_arguments_are_refused(call: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()  # building the strategy is enough: arguments are checked eagerly
@@ -292,16 +328,23 @@ def test_a_machine_without_an_agent_says_what_to_set() -> None:
 # -- (b) the Done-when test: a search over fault_plans() finds the seeded bug and shrinks it ---
 
 
-def _find_failure(agent: AgentSpec, folder: Path, *, kinds: tuple[str, ...],
-                  max_examples: int) -> tuple[AssertionError, dict[Plan, TrialResult]]:
+def _find_failure(
+    agent: AgentSpec, folder: Path, *, kinds: tuple[str, ...], max_examples: int
+) -> tuple[AssertionError, dict[Plan, TrialResult]]:
     """Run @given(fault_plans(golden)) with check_trial until it fails; return the error
     Hypothesis raised for the minimal example, and every trial that ran."""
     golden = golden_for(agent)
     runner = TrialRunner(agent, str(folder))
     ran: dict[Plan, TrialResult] = {}
 
-    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-              phases=NO_EXPLAIN, suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=NO_EXPLAIN,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(plan=fault_plans(golden, kinds=kinds))
     def trial_recovers(plan: Plan) -> None:
         check_trial(runner, plan, golden, cache=ran)
@@ -317,15 +360,21 @@ def _shrunk_plan(err: AssertionError) -> tuple[Plan, str]:
     m = re.search(r"replay: crashpoint replay (\S+)", str(err))
     assert m, f"the failure does not name a replay command:\n{text}"
     folder = m.group(1)
-    assert f"crashpoint replay {folder}" in getattr(err, "__notes__", []), \
+    assert f"crashpoint replay {folder}" in getattr(err, "__notes__", []), (
         f"the replay command is not among Hypothesis's notes:\n{text}"
+    )
     with open(os.path.join(folder, "plan.json")) as f:
         return Plan.from_json(json.load(f)), folder
 
 
 def _replay(folder: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crashpoint", "replay", folder],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "crashpoint", "replay", folder],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_fault_plans_find_a_two_fault_bug_and_shrink_it_to_two_faults(tmp_path: Path) -> None:
@@ -335,8 +384,9 @@ def test_fault_plans_find_a_two_fault_bug_and_shrink_it_to_two_faults(tmp_path: 
     The seeded bug needs two faults: a kill once the notify step is checkpointed, then a
     corruption that breaks the checkpoint's checksum (the agent "repairs" by starting a new
     generation of idempotency keys, so the notification goes out twice)."""
-    err, ran = _find_failure(buggy("repair-fresh-key"), tmp_path, kinds=("kill", "corrupt"),
-                             max_examples=40)
+    err, ran = _find_failure(
+        buggy("repair-fresh-key"), tmp_path, kinds=("kill", "corrupt"), max_examples=40
+    )
     plan, folder = _shrunk_plan(err)
     print(f"shrunk plan ({len(ran)} distinct trials ran): {plan.describe()}")
     assert len(plan.faults) <= 2
@@ -352,12 +402,12 @@ def test_fault_plans_find_a_two_fault_bug_and_shrink_it_to_two_faults(tmp_path: 
 
 
 def test_fault_plans_find_a_one_fault_bug_and_shrink_it_to_one_kill(tmp_path: Path) -> None:
-    err, _ = _find_failure(buggy("resend-on-resume"), tmp_path, kinds=("kill",),
-                           max_examples=20)
+    err, _ = _find_failure(buggy("resend-on-resume"), tmp_path, kinds=("kill",), max_examples=20)
     plan, folder = _shrunk_plan(err)
     print(f"shrunk plan: {plan.describe()}")
-    assert plan.faults == (Fault.make("kill", 1, index=2, phase="before",
-                                      label="step_completed:notify"),)
+    assert plan.faults == (
+        Fault.make("kill", 1, index=2, phase="before", label="step_completed:notify"),
+    )
     assert _replay(folder).returncode == 1
 
 
@@ -377,8 +427,7 @@ def test_the_correct_agent_survives_every_plan(tmp_path: Path) -> None:
     golden = golden_for(agent)
     runner = TrialRunner(agent, str(tmp_path))
 
-    @settings(max_examples=60, derandomize=True, database=None, deadline=None,
-              phases=NO_EXPLAIN)
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None, phases=NO_EXPLAIN)
     @given(plan=fault_plans(golden, kinds=("kill", "corrupt")))
     def trial_recovers(plan: Plan) -> None:
         check_trial(runner, plan, golden)
@@ -394,17 +443,29 @@ class DemoAgentMachine(CrashRecoveryMachine):
 
 
 TestDemoAgentMachine = DemoAgentMachine.TestCase
-TestDemoAgentMachine.settings = settings(max_examples=3, derandomize=True, database=None,
-                                         deadline=None, phases=NO_EXPLAIN,
-                                         stateful_step_count=6)
+TestDemoAgentMachine.settings = settings(
+    max_examples=3,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=NO_EXPLAIN,
+    stateful_step_count=6,
+)
 
 
 @pytest.mark.slow
 def test_the_demo_agent_survives_many_machine_examples() -> None:
     run_state_machine_as_test(
         DemoAgentMachine,
-        settings=settings(max_examples=40, derandomize=True, database=None, deadline=None,
-                          phases=NO_EXPLAIN, stateful_step_count=8))
+        settings=settings(
+            max_examples=40,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=NO_EXPLAIN,
+            stateful_step_count=8,
+        ),
+    )
 
 
 class ResendOnResumeMachine(CrashRecoveryMachine):
@@ -417,8 +478,15 @@ def test_the_machine_catches_a_broken_agent_and_prints_the_replay() -> None:
     with pytest.raises(AssertionError, match="DUPLICATED notify") as info:
         run_state_machine_as_test(
             ResendOnResumeMachine,
-            settings=settings(max_examples=30, derandomize=True, database=None, deadline=None,
-                              phases=NO_EXPLAIN, stateful_step_count=6))
+            settings=settings(
+                max_examples=30,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                phases=NO_EXPLAIN,
+                stateful_step_count=6,
+            ),
+        )
     m = re.search(r"replay: crashpoint replay (\S+)", str(info.value))
     assert m, str(info.value)
     folder = m.group(1)
@@ -426,8 +494,10 @@ def test_the_machine_catches_a_broken_agent_and_prints_the_replay() -> None:
     try:
         # Hypothesis reports the minimal program: one kill after the notification, then the run
         assert "state = ResendOnResumeMachine()" in notes, notes
-        assert "state.kill(at=Boundary(index=2, phase='before', " \
-               "label='step_completed:notify'))" in notes, notes
+        assert (
+            "state.kill(at=Boundary(index=2, phase='before', "
+            "label='step_completed:notify'))" in notes
+        ), notes
         assert f"crashpoint replay {folder}" in info.value.__notes__
         assert os.path.isfile(os.path.join(folder, "REPLAY"))
         assert _replay(folder).returncode == 1

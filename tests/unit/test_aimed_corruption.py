@@ -18,8 +18,9 @@ from crashpoint.harness._campaign import FaultSpecError
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def _changed(before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, list[int]]:
@@ -27,8 +28,11 @@ def _changed(before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, lis
     out: dict[str, list[int]] = {}
     for name, old in before.items():
         new = after.get(name, b"")
-        diff = [i for i in range(max(len(old), len(new)))
-                if (old[i:i + 1] or None) != (new[i:i + 1] or None)]
+        diff = [
+            i
+            for i in range(max(len(old), len(new)))
+            if (old[i : i + 1] or None) != (new[i : i + 1] or None)
+        ]
         if diff:
             out[name] = diff
     return out
@@ -40,8 +44,12 @@ def test_aimed_damage_lands_inside_one_of_the_newest_writes(tmp_path: Path, how:
     root.mkdir()
     (root / "a.log").write_bytes(bytes(range(256)) * 16)  # 4096 bytes
     (root / "b.json").write_bytes(b"x" * 300)
-    writes = [(str(root / "b.json"), 0, 300), (str(root / "a.log"), 0, 2048),
-              (str(root / "a.log"), 2048, 1024), (str(root / "a.log"), 3072, 1024)]
+    writes = [
+        (str(root / "b.json"), 0, 300),
+        (str(root / "a.log"), 0, 2048),
+        (str(root / "a.log"), 2048, 1024),
+        (str(root / "a.log"), 3072, 1024),
+    ]
     newest = writes[-3:]  # the three newest a corruption draws among
     for seed in range(40):
         (root / "a.log").write_bytes(bytes(range(256)) * 16)
@@ -59,7 +67,8 @@ def test_aimed_damage_lands_inside_one_of_the_newest_writes(tmp_path: Path, how:
 
 
 def test_a_write_no_longer_on_disk_is_skipped_and_without_any_the_record_says_so(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "state"
     root.mkdir()
     (root / "a").write_bytes(b"y" * 100)
@@ -67,8 +76,13 @@ def test_a_write_no_longer_on_disk_is_skipped_and_without_any_the_record_says_so
     c = corrupt("bitflip", f"{root}/**", random.Random(1), roots=[str(root)], aim=gone)
     assert c is not None
     assert "not aimed" in c.detail  # random, and it says why
-    c = corrupt("bitflip", f"{root}/**", random.Random(1), roots=[str(root)],
-                aim=[*gone, (str(root / "a"), 90, 50)])
+    c = corrupt(
+        "bitflip",
+        f"{root}/**",
+        random.Random(1),
+        roots=[str(root)],
+        aim=[*gone, (str(root / "a"), 90, 50)],
+    )
     assert c is not None
     assert 90 <= c.offset < 100  # cut to what is still on disk
     assert "aimed at the last write: bytes 90-100" in c.detail
@@ -82,14 +96,20 @@ def test_an_aim_outside_the_roots_is_never_touched(tmp_path: Path) -> None:
     outside.write_bytes(b"o" * 64)
     (root / "link").symlink_to(outside)
     for seed in range(20):
-        corrupt("zero", f"{root}/**", random.Random(seed), roots=[str(root)],
-                aim=[(str(outside), 0, 64), (str(root / "link"), 0, 64)])
+        corrupt(
+            "zero",
+            f"{root}/**",
+            random.Random(seed),
+            roots=[str(root)],
+            aim=[(str(outside), 0, 64), (str(root / "link"), 0, 64)],
+        )
     assert outside.read_bytes() == b"o" * 64
 
 
 def test_the_aim_option_is_validated() -> None:
-    assert family_from_spec({"corrupt": {"how": "bitflip", "aim": "written"}}).needs == \
-        frozenset({"plog"})
+    assert family_from_spec({"corrupt": {"how": "bitflip", "aim": "written"}}).needs == frozenset(
+        {"plog"}
+    )
     with pytest.raises(FaultSpecError) as exc:
         family_from_spec({"corrupt": {"aim": "everywhere"}})
     assert exc.value.option == "aim"
@@ -121,20 +141,24 @@ def _reads(folder: Path) -> list[tuple[int, str]] | str:
         return f"error: {exc}"
 
 
-@pytest.mark.skipif(not _strace.available()[0], reason=f"needs strace: "
-                    f"{_strace.available()[1]}")
+@pytest.mark.skipif(not _strace.available()[0], reason=f"needs strace: {_strace.available()[1]}")
 @pytest.mark.parametrize("how", ["bitflip", "zero", "truncate"])
 def test_on_a_sqlite_wal_aimed_damage_is_noticed_far_more_often_than_random(
-        tmp_path: Path, how: str) -> None:
+    tmp_path: Path, how: str
+) -> None:
     """SQLite in WAL mode, its WAL not checkpointed: random bit flips over its files mostly
     land on inert bytes (free space, the idle main file); flips aimed at its newest writes hit
     the last committed frames, and SQLite reads back something else (the last commit lost)."""
     src = tmp_path / "src"
     src.mkdir()
     trace = tmp_path / "t.strace"
-    argv = _strace.wrap([sys.executable, "-c", WRITER, str(src / "agent.db")], str(trace),
-                        syscalls=_powercut.SYSCALLS, strsize=_powercut.STRSIZE,
-                        timestamps=True)
+    argv = _strace.wrap(
+        [sys.executable, "-c", WRITER, str(src / "agent.db")],
+        str(trace),
+        syscalls=_powercut.SYSCALLS,
+        strsize=_powercut.STRSIZE,
+        timestamps=True,
+    )
     subprocess.run(argv, check=True, timeout=120, start_new_session=True)
     log = _powercut.oplog(_strace.read(str(trace)), {"state_dir": str(src)})
     writes = _powercut.recent_writes(log, len(log.ops))
@@ -155,8 +179,13 @@ def test_on_a_sqlite_wal_aimed_damage_is_noticed_far_more_often_than_random(
             for f in src.iterdir():
                 (work / f.name).write_bytes(f.read_bytes())
             aim = [(p.replace("{state_dir}", str(work)), o, n) for p, o, n in writes]
-            c = corrupt(how, f"{work}/**", random.Random(seed), roots=[str(work)],
-                        aim=aim if mode == "aimed" else None)
+            c = corrupt(
+                how,
+                f"{work}/**",
+                random.Random(seed),
+                roots=[str(work)],
+                aim=aim if mode == "aimed" else None,
+            )
             assert c is not None
             if _reads(work) != want:
                 noticed[mode] += 1

@@ -26,7 +26,8 @@ def whole(data: bytes) -> bool:
 
 
 def test_many_threads_replacing_one_path_never_fail_and_the_file_is_always_whole(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     target = tmp_path / "state.json"
     REAL.write_atomic(str(target), version(0, 0))
     errors: list[BaseException] = []
@@ -74,9 +75,14 @@ for i in range(40):
 def test_processes_replacing_one_path_never_fail(tmp_path: Path) -> None:
     target = tmp_path / "state.json"
     REAL.write_atomic(str(target), version(0, 0))
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(w)],
-                              stderr=subprocess.PIPE, start_new_session=True)
-             for w in range(1, 5)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(target), str(w)],
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for w in range(1, 5)
+    ]
     seen_bad = []
     while any(p.poll() is None for p in procs):
         data = target.read_bytes()
@@ -103,8 +109,11 @@ def test_temp_leftovers_of_a_killed_write_are_cleaned_on_open(tmp_path: Path) ->
         j.append({"x": 1})
         j.set_meta(status="running")
     folder = tmp_path / "s" / "r1"
-    leftovers = [".meta.json.4242.k3x9_a0q.tmp", ".snap-000000000001.cps.4242.zzzzzzzz.tmp",
-                 ".meta.json.4242.tmp"]
+    leftovers = [
+        ".meta.json.4242.k3x9_a0q.tmp",
+        ".snap-000000000001.cps.4242.zzzzzzzz.tmp",
+        ".meta.json.4242.tmp",
+    ]
     for name in leftovers:
         (folder / name).write_bytes(b"half")
     (folder / ".user-notes.4242.abcdefgh.tmp").write_bytes(b"not the store's")

@@ -86,15 +86,22 @@ def run(capsys: pytest.CaptureFixture[str], root: Path | None, *argv: str) -> tu
 
 
 def run_process(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crashpoint.cli", *argv], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "crashpoint.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 # -- list -------------------------------------------------------------------------------------
 
 
 def test_list_shows_status_steps_size_age_generation_and_lock(
-        built: Built, held: RunJournal, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, held: RunJournal, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, built.root, "list")
     assert code == 0
     lines = out.splitlines()
@@ -136,7 +143,8 @@ def test_list_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_show_prints_meta_generation_seq_files_and_state(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, built.root, "show", "busy")
     assert code == 0
     assert "status:     running" in out
@@ -165,11 +173,15 @@ def test_show_json_reports_snapshot(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert got["snapshot"]["seq"] == 2
     assert got["state"] == {"records": [{"n": 1}, {"n": 2}, {"n": 3}]}
     assert [f["name"] for f in got["files"]] == [
-        "lock", "seg-000000000003.log", "snap-000000000002.cps"]
+        "lock",
+        "seg-000000000003.log",
+        "snap-000000000002.cps",
+    ]
 
 
 def test_show_corrupt_run_names_file_and_offset_and_exits_1(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, built.root, "show", "flipped")
     assert code == 1
     assert "run:        flipped" in out  # what can be shown without the journal still is
@@ -184,17 +196,20 @@ def test_show_corrupt_run_names_file_and_offset_and_exits_1(
 
 
 def test_verify_finds_the_bit_flip_naming_file_and_offset(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(capsys, built.root, "verify")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0] == (f"{built.flipped_segment} at byte {built.flipped_offset}: "
-                        "payload checksum mismatch")
+    assert lines[0] == (
+        f"{built.flipped_segment} at byte {built.flipped_offset}: payload checksum mismatch"
+    )
     assert lines[-1].startswith("damage: 1 problem in 1 of 3 runs")
 
 
 def test_verify_one_clean_run_and_all_clean_runs(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(capsys, built.root, "verify", "busy")[:2] == (0, "ok: 1 run, 1 file verified\n")
     assert run(capsys, built.root, "verify", "flipped")[0] == 1
     shutil.rmtree(built.root / "flipped")
@@ -202,7 +217,8 @@ def test_verify_one_clean_run_and_all_clean_runs(
 
 
 def test_verify_reports_a_torn_tail_as_a_note_not_damage(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     seg = built.root / "done" / "seg-000000000001.log"
     size = seg.stat().st_size
     with seg.open("ab") as f:
@@ -221,9 +237,14 @@ def test_verify_json(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     got = json.loads(out)
     assert got["ok"] is False
-    assert got["damage"] == [{"run_id": "flipped", "path": str(built.flipped_segment),
-                              "offset": built.flipped_offset,
-                              "reason": "payload checksum mismatch"}]
+    assert got["damage"] == [
+        {
+            "run_id": "flipped",
+            "path": str(built.flipped_segment),
+            "offset": built.flipped_offset,
+            "reason": "payload checksum mismatch",
+        }
+    ]
 
 
 def test_verify_as_a_real_process(built: Built) -> None:
@@ -237,7 +258,8 @@ def test_verify_as_a_real_process(built: Built) -> None:
 
 
 def test_stale_lists_unfinished_unlocked_old_runs_and_exits_1(
-        built: Built, held: RunJournal, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, held: RunJournal, capsys: pytest.CaptureFixture[str]
+) -> None:
     for rid in ("done", "busy", "flipped"):
         _age(built.root / rid, 2 * 3600)
     (built.root / "nometa").mkdir(mode=0o700)
@@ -254,7 +276,8 @@ def test_stale_lists_unfinished_unlocked_old_runs_and_exits_1(
 
 
 def test_stale_prints_nothing_and_exits_0_when_none(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(capsys, built.root, "stale", "--older-than", "30m") == (0, "", "")
     for rid in ("busy", "flipped"):
         _age(built.root / rid, 600)
@@ -275,7 +298,8 @@ def test_stale_as_a_real_process_with_the_store_from_the_environment(built: Buil
 
 
 def test_prune_removes_only_the_completed_run(
-        built: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str]
+) -> None:
     with Store(built.root).open("done") as j:  # finished by its journal, not only its meta
         j.append({"t": "finish", "status": "completed"})
     for rid in ("done", "busy", "flipped"):
@@ -288,8 +312,10 @@ def test_prune_removes_only_the_completed_run(
     assert code == 0
     assert out.splitlines()[0].startswith("removed done status=completed size=")
     assert out.splitlines()[-1].startswith("removed 1 run, ")
-    assert sorted(p.name for p in built.root.iterdir() if p.name != ".store-lock") == \
-        ["busy", "flipped"]
+    assert sorted(p.name for p in built.root.iterdir() if p.name != ".store-lock") == [
+        "busy",
+        "flipped",
+    ]
     assert run(capsys, built.root, "prune", "--keep", "0")[:2] == (0, "nothing to prune\n")
 
 
@@ -310,14 +336,14 @@ def test_prune_keep_and_max_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".store-lock") == ["c"]
 
 
-def test_prune_never_removes_a_locked_run(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_prune_never_removes_a_locked_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store(tmp_path, durability="none")
     with store.open("finishing") as j:
         j.set_meta(status="completed")
         _age(tmp_path / "finishing", 86400)
-        assert run(capsys, tmp_path, "prune", "--older-than", "1h")[:2] == (
-            0, "nothing to prune\n")
+        assert run(capsys, tmp_path, "prune", "--older-than", "1h")[:2] == (0, "nothing to prune\n")
     assert (tmp_path / "finishing").is_dir()
 
 
@@ -344,7 +370,8 @@ def test_prune_never_removes_a_locked_run(tmp_path: Path,
     ],
 )
 def test_bad_input_is_one_message_and_exit_2(
-        built: Built, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     code, out, err = run(capsys, built.root, *argv)
     assert code == 2
     assert out == ""
@@ -353,7 +380,8 @@ def test_bad_input_is_one_message_and_exit_2(
 
 
 def test_the_store_comes_from_the_option_or_the_environment(
-        built: Built, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    built: Built, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(STORE_ENV, raising=False)
     code, _, err = run(capsys, None, "list")
     assert code == 2

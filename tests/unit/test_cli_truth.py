@@ -32,9 +32,14 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def _agent_state(tmp_path: Path) -> Path:
     """An agent's state folder as the demo agent lays it out: state/checkpoints/<run>."""
     state = tmp_path / "state"
-    proc = subprocess.run([sys.executable, "-m", "crashpoint.agents.demo", "--state", str(state)],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          start_new_session=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashpoint.agents.demo", "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        start_new_session=True,
+    )
     assert proc.returncode == 0, proc.stderr
     return state
 
@@ -53,7 +58,8 @@ def _age(folder: Path, seconds: float) -> None:
 
 
 def test_state_folder_one_level_too_high_is_refused_naming_the_store_inside(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = _agent_state(tmp_path)
     inside = state / "checkpoints"
     for command in ("verify", "list", "stale --older-than 1s", "prune --keep 0"):
@@ -68,7 +74,8 @@ def test_state_folder_one_level_too_high_is_refused_naming_the_store_inside(
 
 
 def test_a_run_folder_given_as_the_store_is_refused_naming_its_parent(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = _agent_state(tmp_path)
     code, _, err = cli(capsys, "--store", str(state / "checkpoints" / "demo"), "list")
     assert code == 2
@@ -77,7 +84,8 @@ def test_a_run_folder_given_as_the_store_is_refused_naming_its_parent(
 
 
 def test_list_skips_folders_that_hold_no_run_and_says_so(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store(tmp_path / "store", durability="none")
     with open_run(store, "real", steps=["a"]) as run:
         run.step("a", lambda: 1)
@@ -91,8 +99,9 @@ def test_list_skips_folders_that_hold_no_run_and_says_so(
 # -- verify with nothing verified ------------------------------------------------------------
 
 
-def test_verify_of_an_empty_store_is_an_error(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_of_an_empty_store_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "empty").mkdir()
     code, out, err = cli(capsys, "--store", str(tmp_path / "empty"), "verify")
     assert code == 2
@@ -100,8 +109,9 @@ def test_verify_of_an_empty_store_is_an_error(tmp_path: Path,
     assert f"nothing verified: no runs in {tmp_path / 'empty'}" in err
 
 
-def test_verify_of_a_run_without_journal_is_a_problem(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_of_a_run_without_journal_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store(tmp_path / "store", durability="none")
     for rid in ("whole", "hollow"):
         with open_run(store, rid, steps=["a"]) as run:
@@ -132,18 +142,23 @@ KILLED_AFTER_4 = textwrap.dedent("""
 """)
 
 
-def test_steps_counts_completed_steps_not_records(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_steps_counts_completed_steps_not_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
-    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_4, str(root)], timeout=60,
-                          capture_output=True, check=False, start_new_session=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_4, str(root)],
+        timeout=60,
+        capture_output=True,
+        check=False,
+        start_new_session=True,
+    )
     assert proc.returncode == -9
     code, out, _ = cli(capsys, "--store", str(root), "list")
     assert code == 0
     row = out.splitlines()[1].split()
     assert row[:3] == ["six", "running", "4"]  # 13 records: open, 4 x (intent, effect, step)
-    assert json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])[0][
-        "steps_done"] == 4
+    assert json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])[0]["steps_done"] == 4
     assert Store(root).read("six").seq == 13
 
 
@@ -162,14 +177,16 @@ def _paused(root: Path) -> Store:
 
 
 def test_a_refused_approve_leaves_age_generation_and_files_alone(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
     _paused(root)
     for rid in ("hitl", "busy"):
         _age(root / rid, 3 * 3600)
     before = {rid: _snapshot(root / rid) for rid in ("hitl", "busy")}
-    listed = {r["run_id"]: r for r in json.loads(cli(capsys, "--store", str(root), "list",
-                                                     "--json")[1])}
+    listed = {
+        r["run_id"]: r for r in json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])
+    }
 
     code, _, err = cli(capsys, "--store", str(root), "approve", "busy")
     assert code == 2
@@ -179,8 +196,9 @@ def test_a_refused_approve_leaves_age_generation_and_files_alone(
     assert "waits for a decision on 'ok', not 'send'; nothing was recorded" in err
 
     assert {rid: _snapshot(root / rid) for rid in ("hitl", "busy")} == before
-    after = {r["run_id"]: r for r in json.loads(cli(capsys, "--store", str(root), "list",
-                                                    "--json")[1])}
+    after = {
+        r["run_id"]: r for r in json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])
+    }
     for rid in ("hitl", "busy"):
         assert after[rid]["generation"] == listed[rid]["generation"]
         assert after[rid]["age_seconds"] >= 3 * 3600 - 5
@@ -192,17 +210,31 @@ def test_a_refused_approve_leaves_age_generation_and_files_alone(
     assert _snapshot(root / "hitl") != before["hitl"]
 
 
-def test_every_read_command_leaves_the_run_as_it_was(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_read_command_leaves_the_run_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "store"
     _paused(root)
     _age(root / "busy", 3 * 3600)
     before = _snapshot(root / "busy")
-    reads = ["list", "list --json", "show busy", "show busy --at a", "verify", "verify busy",
-             "plan busy", "stale --older-than 1h", "rollback busy --to b", "approve busy"]
+    reads = [
+        "list",
+        "list --json",
+        "show busy",
+        "show busy --at a",
+        "verify",
+        "verify busy",
+        "plan busy",
+        "stale --older-than 1h",
+        "rollback busy --to b",
+        "approve busy",
+    ]
     for command in reads:
         cli(capsys, "--store", str(root), *command.split())
     assert _snapshot(root / "busy") == before
-    row = next(r for r in json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])
-               if r["run_id"] == "busy")
+    row = next(
+        r
+        for r in json.loads(cli(capsys, "--store", str(root), "list", "--json")[1])
+        if r["run_id"] == "busy"
+    )
     assert row["age_seconds"] >= 3 * 3600 - 5

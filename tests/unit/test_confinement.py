@@ -65,8 +65,14 @@ def test_links_in_the_state_folder_are_never_followed(world: dict[str, Path], ho
         (older / name).parent.mkdir(parents=True, exist_ok=True)
         (older / name).write_bytes(b"OLD")
     for seed in range(20):
-        c = corrupt(how, f"{state}/**", random.Random(seed), older=str(older), root=str(state),
-                    roots=[str(state)])
+        c = corrupt(
+            how,
+            f"{state}/**",
+            random.Random(seed),
+            older=str(older),
+            root=str(state),
+            roots=[str(state)],
+        )
         # only the hard link is a candidate, and only for the corruptions that change its
         # directory entry (delete, symlink) and leave the shared bytes alone
         assert c is None or (how in ("delete", "symlink") and c.path == f"{state}/hard"), c
@@ -80,8 +86,9 @@ def test_links_in_the_state_folder_are_never_followed(world: dict[str, Path], ho
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
-def test_an_honest_file_beside_the_traps_is_still_corrupted(world: dict[str, Path],
-                                                            how: str) -> None:
+def test_an_honest_file_beside_the_traps_is_still_corrupted(
+    world: dict[str, Path], how: str
+) -> None:
     """The good path: confinement does not stop the fault from firing."""
     state, outside = world["state"], world["outside"]
     (state / "data").write_bytes(bytes(range(1, 256)) * 8)
@@ -89,8 +96,9 @@ def test_an_honest_file_beside_the_traps_is_still_corrupted(world: dict[str, Pat
     older.mkdir()
     (older / "data").write_bytes(b"older data")
     before = outside_prints(outside)
-    c = corrupt(how, f"{state}/**", random.Random(3), older=str(older), root=str(state),
-                roots=[str(state)])
+    c = corrupt(
+        how, f"{state}/**", random.Random(3), older=str(older), root=str(state), roots=[str(state)]
+    )
     if how in ("delete", "symlink") and c is not None and c.path.endswith("/hard"):
         c = corrupt(how, f"{state}/data", random.Random(3), roots=[str(state)])
     assert c is not None
@@ -101,8 +109,14 @@ def test_an_honest_file_beside_the_traps_is_still_corrupted(world: dict[str, Pat
 def test_a_pattern_outside_the_roots_finds_nothing(world: dict[str, Path]) -> None:
     state, outside = world["state"], world["outside"]
     before = outside_prints(outside)
-    for pattern in (f"{outside}/**", f"{state}/../../outside/**", f"{state}/dirlink/**",
-                    f"{state}/link", f"{state}/dirlink/sentinel", "/etc/host*"):
+    for pattern in (
+        f"{outside}/**",
+        f"{state}/../../outside/**",
+        f"{state}/dirlink/**",
+        f"{state}/link",
+        f"{state}/dirlink/sentinel",
+        "/etc/host*",
+    ):
         for how in CORRUPTIONS:
             assert corrupt(how, pattern, random.Random(0), roots=[str(state)]) is None, pattern
     assert outside_prints(outside) == before
@@ -116,8 +130,9 @@ def test_a_pattern_above_the_roots_only_reaches_inside_them(world: dict[str, Pat
     (work / "scratch").write_bytes(b"scratch")
     (state / "hard").unlink()
     top = state.parent.parent  # holds outside/ as well
-    picked = {pick_target(f"{top}/**", random.Random(s), roots=[str(state), str(work)])
-              for s in range(40)}
+    picked = {
+        pick_target(f"{top}/**", random.Random(s), roots=[str(state), str(work)]) for s in range(40)
+    }
     assert picked == {f"{top}/trial/state/data", f"{top}/trial/work/scratch"}
 
 
@@ -133,7 +148,8 @@ def test_a_root_replaced_by_a_link_is_not_a_root(world: dict[str, Path]) -> None
 
 
 def test_a_link_swapped_in_after_the_walk_is_not_written_through(
-        world: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The walk found state/sub/f; before the write, sub becomes a link to the outside folder
     (which has an f too). Every component is opened with O_NOFOLLOW: the write fails."""
     state, outside = world["state"], world["outside"]
@@ -146,8 +162,7 @@ def test_a_link_swapped_in_after_the_walk_is_not_written_through(
     (state / "sub").symlink_to(outside)
     monkeypatch.setattr(_files, "_walk", lambda _pattern, _roots: found)
     before = outside_prints(outside)
-    for how in ("truncate", "bitflip", "zero", "append-garbage", "unreadable", "delete",
-                "symlink"):
+    for how in ("truncate", "bitflip", "zero", "append-garbage", "unreadable", "delete", "symlink"):
         with pytest.raises(OSError, match=NOFOLLOW):
             corrupt(how, f"{state}/sub/*", random.Random(0), roots=[str(state)])
     assert outside_prints(outside) == before
@@ -161,8 +176,7 @@ def test_a_link_swapped_in_after_the_walk_is_not_written_through(
     assert outside_prints(outside) == before
 
 
-def test_without_roots_the_folder_the_pattern_starts_in_is_the_root(
-        world: dict[str, Path]) -> None:
+def test_without_roots_the_folder_the_pattern_starts_in_is_the_root(world: dict[str, Path]) -> None:
     """What the ``corrupt_file`` fixture does: still no link followed."""
     state, outside = world["state"], world["outside"]
     (state / "data").write_bytes(b"data" * 10)
@@ -188,15 +202,40 @@ def test_the_filesystem_root_is_never_a_root() -> None:
         corrupt("truncate", "/no-such-cp-folder/*", random.Random(0), roots=["/"])
 
 
-@pytest.mark.parametrize("pattern", ["**", "*", "*.log", "sub/*", "sub/**", "**/*.bin",
-                                     ".hidden/**", "**/.h*", ".*", "sub/deeper/x.bin",
-                                     "s?b/**/x.*", "[sx]*/**", "**/deeper/*"])
-def test_the_walk_finds_what_glob_finds_in_a_tree_without_links(tmp_path: Path,
-                                                                 pattern: str) -> None:
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "**",
+        "*",
+        "*.log",
+        "sub/*",
+        "sub/**",
+        "**/*.bin",
+        ".hidden/**",
+        "**/.h*",
+        ".*",
+        "sub/deeper/x.bin",
+        "s?b/**/x.*",
+        "[sx]*/**",
+        "**/deeper/*",
+    ],
+)
+def test_the_walk_finds_what_glob_finds_in_a_tree_without_links(
+    tmp_path: Path, pattern: str
+) -> None:
     """Same candidates as ``glob.glob(recursive=True)`` (so a seed picks the same file as
     before confinement), as long as no link is involved."""
-    for rel in ("a.log", "b.bin", ".h", "sub/c.log", "sub/.hc", "sub/deeper/x.bin",
-                ".hidden/d.bin", ".hidden/in/e.log", "xdir/f.bin"):
+    for rel in (
+        "a.log",
+        "b.bin",
+        ".h",
+        "sub/c.log",
+        "sub/.hc",
+        "sub/deeper/x.bin",
+        ".hidden/d.bin",
+        ".hidden/in/e.log",
+        "xdir/f.bin",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(rel.encode())
     full = f"{tmp_path}/{pattern}"
@@ -239,11 +278,13 @@ def test_a_real_corrupt_campaign_leaves_the_outside_untouched(tmp_path: Path) ->
     before = outside_prints(outside)
     script = tmp_path / "agent.py"
     script.write_text(textwrap.dedent(PLANTING_AGENT))
-    agent = AgentSpec(("{python}", str(script), "{state_dir}"), timeout=20,
-                      env=(("HARD", str(hard)), ("SENTINEL", str(sentinel))))
+    agent = AgentSpec(
+        ("{python}", str(script), "{state_dir}"),
+        timeout=20,
+        env=(("HARD", str(hard)), ("SENTINEL", str(sentinel))),
+    )
     fam = family_from_spec({"corrupt": {"how": list(CORRUPTIONS), "count": 12}})
-    result = Campaign(agent, [fam], report_dir=str(tmp_path / "report"), seed=7,
-                      restarts=3).run()
+    result = Campaign(agent, [fam], report_dir=str(tmp_path / "report"), seed=7, restarts=3).run()
     assert len(result.trials) == 12
     assert outside_prints(outside) == before
     assert stat.S_IMODE(os.lstat(sentinel).st_mode) == 0o640
@@ -253,4 +294,5 @@ def test_a_real_corrupt_campaign_leaves_the_outside_untouched(tmp_path: Path) ->
     assert not paths & {"link", "dirlink", "sentinel"}, done
     for c in done:  # nothing recorded outside a trial's own folders
         assert f"{os.sep}state{os.sep}" in str(c["path"]) or str(c["path"]).endswith(
-            f"{os.sep}state"), c
+            f"{os.sep}state"
+        ), c

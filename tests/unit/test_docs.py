@@ -20,26 +20,36 @@ FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 def blocks(page: str, lang: str) -> list[str]:
     """The bodies of ``lang`` code blocks; a block fenced ```` ```python no-run ```` is skipped."""
-    return [body for tag, info, body in FENCE.findall((DOCS / page).read_text())
-            if tag == lang and "no-run" not in info.split()]
+    return [
+        body
+        for tag, info, body in FENCE.findall((DOCS / page).read_text())
+        if tag == lang and "no-run" not in info.split()
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_python_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # examples write relative folders such as demo-store/
     for n, code in enumerate(blocks(page, "python"), 1):
-        exec(compile(code, f"docs/{page} (python block {n})", "exec"),  # noqa: S102 - our docs
-             {"__name__": "__docs__"})
+        exec(  # noqa: S102 - our docs
+            compile(code, f"docs/{page} (python block {n})", "exec"),
+            {"__name__": "__docs__"},
+        )
 
 
-def test_cli_examples_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_examples_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CRASHPOINT_STORE", raising=False)
     for code in blocks("reference/cli.md", "python"):
         exec(code, {"__name__": "__docs__"})  # noqa: S102 - builds the store the examples use
-    commands = [line[2:] for body in blocks("reference/cli.md", "console")
-                for line in body.splitlines() if line.startswith("$ crashpoint ")]
+    commands = [
+        line[2:]
+        for body in blocks("reference/cli.md", "console")
+        for line in body.splitlines()
+        if line.startswith("$ crashpoint ")
+    ]
     assert len(commands) >= 5
     for line in commands:
         argv = shlex.split(line)[1:]
@@ -47,8 +57,9 @@ def test_cli_examples_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys.readouterr()
 
 
-def _parsers(parser: argparse.ArgumentParser,
-             path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.Action]]:
+def _parsers(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.Action]]:
     for action in parser._actions:  # argparse has no public way to walk its tree
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():

@@ -32,33 +32,51 @@ APPEND = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path: Path, code: str, env: dict[str, str], *args: str
-         ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("CRASHPOINT_", "PYTEST_"))}
-    return subprocess.run([sys.executable, "-c", code, *args], env={**base, **env},
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          start_new_session=True, check=False)
+def _run(
+    tmp_path: Path, code: str, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHPOINT_", "PYTEST_"))}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        start_new_session=True,
+        check=False,
+    )
 
 
 def test_a_leaked_valid_spec_does_nothing_outside_the_harness(tmp_path: Path) -> None:
-    done = _run(tmp_path, APPEND, {"CRASHPOINT_FAILPOINTS": "journal.write=kill"},
-                str(tmp_path / "store"))
+    done = _run(
+        tmp_path, APPEND, {"CRASHPOINT_FAILPOINTS": "journal.write=kill"}, str(tmp_path / "store")
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "appended"), done.stderr
 
 
 def test_the_same_spec_inside_an_attempt_fires(tmp_path: Path) -> None:
-    done = _run(tmp_path, APPEND, {"CRASHPOINT_FAILPOINTS": "journal.write=kill",
-                                   "CRASHPOINT_REAP_TOKEN": secrets.token_hex(16)},
-                str(tmp_path / "store"))
+    done = _run(
+        tmp_path,
+        APPEND,
+        {
+            "CRASHPOINT_FAILPOINTS": "journal.write=kill",
+            "CRASHPOINT_REAP_TOKEN": secrets.token_hex(16),
+        },
+        str(tmp_path / "store"),
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert done.stdout == ""
 
 
 @pytest.mark.parametrize("token", ["", "not-a-token", "0" * 31])
 def test_only_a_well_formed_token_arms(tmp_path: Path, token: str) -> None:
-    done = _run(tmp_path, APPEND, {"CRASHPOINT_FAILPOINTS": "journal.write=kill",
-                                   "CRASHPOINT_REAP_TOKEN": token}, str(tmp_path / "store"))
+    done = _run(
+        tmp_path,
+        APPEND,
+        {"CRASHPOINT_FAILPOINTS": "journal.write=kill", "CRASHPOINT_REAP_TOKEN": token},
+        str(tmp_path / "store"),
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -67,14 +85,19 @@ def test_a_malformed_spec_never_breaks_the_import(tmp_path: Path, token: bool) -
     env = {"CRASHPOINT_FAILPOINTS": "journal.write=explode;;nope"}
     if token:
         env["CRASHPOINT_REAP_TOKEN"] = secrets.token_hex(16)
-    done = _run(tmp_path, "import crashpoint, crashpoint.checkpoint, crashpoint.harness, "
-                          "crashpoint.pytest_plugin; print('imported')", env)
+    done = _run(
+        tmp_path,
+        "import crashpoint, crashpoint.checkpoint, crashpoint.harness, "
+        "crashpoint.pytest_plugin; print('imported')",
+        env,
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "imported"), done.stderr
     appended = _run(tmp_path, APPEND, env, str(tmp_path / "store"))
     if token:  # inside an attempt: a clear error at the first failpoint, naming the variable
         assert appended.returncode == 1
-        assert "FailpointSpecError: CRASHPOINT_FAILPOINTS: unknown action 'explode'" \
-            in appended.stderr
+        assert (
+            "FailpointSpecError: CRASHPOINT_FAILPOINTS: unknown action 'explode'" in appended.stderr
+        )
     else:  # outside: ignored
         assert appended.returncode == 0, appended.stderr
 
@@ -82,15 +105,19 @@ def test_a_malformed_spec_never_breaks_the_import(tmp_path: Path, token: bool) -
 def test_a_malformed_spec_does_not_break_pytest(tmp_path: Path) -> None:
     (tmp_path / "test_x.py").write_text("def test_x():\n    assert True\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
-    done = _run(tmp_path, "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
-                          "'no:cacheprovider']))",  # the plugin loads by its entry point
-                {"CRASHPOINT_FAILPOINTS": "garbage"})
+    done = _run(
+        tmp_path,
+        "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
+        "'no:cacheprovider']))",  # the plugin loads by its entry point
+        {"CRASHPOINT_FAILPOINTS": "garbage"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
 
 
 def test_reload_with_a_spec_arms_this_process_and_without_reads_lazily(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CRASHPOINT_FAILPOINTS", "journal.write=eio@2")
     monkeypatch.delenv("CRASHPOINT_REAP_TOKEN", raising=False)
     try:

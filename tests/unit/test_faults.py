@@ -44,16 +44,25 @@ INJECT = Path(__file__).resolve().parents[2] / "src" / "crashpoint" / "faults" /
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def run_python(code: str, tmp_path: Path, env: dict[str, str] | None = None,
-               **kw: Any) -> Any:
+def run_python(code: str, tmp_path: Path, env: dict[str, str] | None = None, **kw: Any) -> Any:
     """Run ``code`` in a fresh interpreter (own session, reaped) with cwd ``tmp_path``."""
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(code))
-    return AgentProcess([sys.executable, str(script)], {**BASE_ENV, **(env or {})},
-                        cwd=str(tmp_path), timeout=20, **kw).start().wait()
+    return (
+        AgentProcess(
+            [sys.executable, str(script)],
+            {**BASE_ENV, **(env or {})},
+            cwd=str(tmp_path),
+            timeout=20,
+            **kw,
+        )
+        .start()
+        .wait()
+    )
 
 
 # -- file corruptions ------------------------------------------------------------------------------
+
 
 def make_state(root: Path, salt: str = "") -> None:
     """A small state folder: files of several sizes (no zero bytes in them), one empty."""
@@ -87,8 +96,9 @@ def relative(c: Corruption | None, root: Path) -> dict[str, Any] | None:
 
 
 def apply(how: str, root: Path, seed: int, older: Path | None = None) -> Corruption | None:
-    return corrupt(how, f"{root}/**", random.Random(seed), older=str(older) if older else None,
-                   root=str(root))
+    return corrupt(
+        how, f"{root}/**", random.Random(seed), older=str(older) if older else None, root=str(root)
+    )
 
 
 @pytest.fixture
@@ -136,7 +146,7 @@ def _one(how: str, tmp_path: Path) -> tuple[Corruption, bytes, Path]:
 
 def test_truncate_cuts_the_file_at_the_recorded_offset(tmp_path: Path) -> None:
     c, old, path = _one("truncate", tmp_path)
-    assert path.read_bytes() == old[:c.offset]
+    assert path.read_bytes() == old[: c.offset]
     assert c.offset < len(old)
     assert c.length == len(old) - c.offset
     assert c.detail == "torn write"
@@ -158,8 +168,8 @@ def test_zero_zeroes_the_recorded_range_and_nothing_else(tmp_path: Path) -> None
     end = c.offset + c.length
     assert c.length >= 1
     assert len(new) == len(old)
-    assert new[c.offset:end] == b"\0" * c.length
-    assert new[:c.offset] == old[:c.offset]
+    assert new[c.offset : end] == b"\0" * c.length
+    assert new[: c.offset] == old[: c.offset]
     assert new[end:] == old[end:]
 
 
@@ -172,7 +182,7 @@ def test_delete_removes_the_file(tmp_path: Path) -> None:
 def test_append_garbage_keeps_the_file_and_adds_the_recorded_bytes(tmp_path: Path) -> None:
     c, old, path = _one("append-garbage", tmp_path)
     new = path.read_bytes()
-    assert new[:len(old)] == old
+    assert new[: len(old)] == old
     assert len(new) == len(old) + c.length
     assert c.offset == len(old)
     assert c.length >= 1
@@ -220,38 +230,49 @@ def test_byte_corruptions_never_pick_an_empty_file(how: str, tmp_path: Path) -> 
 
 
 def test_corrupt_refuses_an_unknown_kind_and_finds_nothing_in_an_empty_folder(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     with pytest.raises(ValueError, match="unknown corruption 'shred'"):
         corrupt("shred", f"{tmp_path}/**", random.Random(0))
     for how in CORRUPTIONS:
-        assert corrupt(how, f"{tmp_path}/**", random.Random(0), older=str(tmp_path),
-                       root=str(tmp_path)) is None
+        assert (
+            corrupt(
+                how, f"{tmp_path}/**", random.Random(0), older=str(tmp_path), root=str(tmp_path)
+            )
+            is None
+        )
 
 
 # -- failpoint specs -------------------------------------------------------------------------------
+
 
 def test_failpoint_specs_parse() -> None:
     assert parse("") == {}
     assert parse(" journal.write = enospc ; ") == {"journal.write": ("enospc", 1)}
     assert parse("atomic.after_temp=kill@3;effect.after_call=exit(9)@2") == {
-        "atomic.after_temp": ("kill", 3), "effect.after_call": ("exit(9)", 2)}
+        "atomic.after_temp": ("kill", 3),
+        "effect.after_call": ("exit(9)", 2),
+    }
     for name in FAILPOINTS:
         for action in ("kill", "abort", "exit", "exit(0)", "enospc", "eio", "efbig"):
             assert parse(f"{name}={action}@1") == {name: (action, 1)}
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("journal.write", "is not NAME=ACTION"),
-    ("nope=kill", "is not NAME=ACTION"),
-    ("=kill", "is not NAME=ACTION"),
-    ("journal.write=explode", "unknown action 'explode'"),
-    ("journal.write=", "unknown action ''"),
-    ("journal.write=exit(1000)", "unknown action"),
-    ("journal.write=kill@0", "the count after @ must be an integer >= 1"),
-    ("journal.write=kill@-2", "the count after @"),
-    ("journal.write=kill@x", "the count after @"),
-    ("journal.write=kill;bogus=eio", "is not NAME=ACTION"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("journal.write", "is not NAME=ACTION"),
+        ("nope=kill", "is not NAME=ACTION"),
+        ("=kill", "is not NAME=ACTION"),
+        ("journal.write=explode", "unknown action 'explode'"),
+        ("journal.write=", "unknown action ''"),
+        ("journal.write=exit(1000)", "unknown action"),
+        ("journal.write=kill@0", "the count after @ must be an integer >= 1"),
+        ("journal.write=kill@-2", "the count after @"),
+        ("journal.write=kill@x", "the count after @"),
+        ("journal.write=kill;bogus=eio", "is not NAME=ACTION"),
+    ],
+)
 def test_failpoint_spec_errors_say_what_is_wrong(spec: str, message: str) -> None:
     with pytest.raises(FailpointSpecError, match=message.replace("(", r"\(")) as info:
         parse(spec)
@@ -270,10 +291,10 @@ WRITE_TEN = """
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 10, 11])
-def test_the_injected_sitecustomize_kills_before_the_nth_file_write(n: int,
-                                                                    tmp_path: Path) -> None:
-    ex = run_python(WRITE_TEN, tmp_path, {"PYTHONPATH": str(INJECT),
-                                          "CRASHPOINT_FILEOP_KILL": str(n)})
+def test_the_injected_sitecustomize_kills_before_the_nth_file_write(n: int, tmp_path: Path) -> None:
+    ex = run_python(
+        WRITE_TEN, tmp_path, {"PYTHONPATH": str(INJECT), "CRASHPOINT_FILEOP_KILL": str(n)}
+    )
     written = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
     if n <= 10:
         assert ex.signal == signal.SIGKILL, ex.stderr
@@ -304,15 +325,26 @@ OPS = """
         op()
         print(name, flush=True)
 """
-OP_NAMES = ["mkdir", "open-w", "os.open", "rename", "replace", "truncate", "symlink", "link",
-            "remove", "unlink", "append"]
+OP_NAMES = [
+    "mkdir",
+    "open-w",
+    "os.open",
+    "rename",
+    "replace",
+    "truncate",
+    "symlink",
+    "link",
+    "remove",
+    "unlink",
+    "append",
+]
 
 
 @pytest.mark.parametrize("n", range(1, len(OP_NAMES) + 1))
 def test_every_kind_of_file_mutation_is_a_kill_point(n: int, tmp_path: Path) -> None:
     ex = run_python(OPS, tmp_path, {"PYTHONPATH": str(INJECT), "CRASHPOINT_FILEOP_KILL": str(n)})
     assert ex.signal == signal.SIGKILL, ex.stderr
-    assert ex.stdout.decode().split() == OP_NAMES[:n - 1]
+    assert ex.stdout.decode().split() == OP_NAMES[: n - 1]
 
 
 def test_without_a_count_the_sitecustomize_does_nothing(tmp_path: Path) -> None:
@@ -373,8 +405,9 @@ def test_a_tmpfs_namespace_gives_a_real_enospc_and_copies_the_state_back(tmp_pat
 
 # -- signals and hangs in a trial ------------------------------------------------------------------
 
-DEMO = AgentSpec(command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
-                 timeout=30)
+DEMO = AgentSpec(
+    command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"), timeout=30
+)
 
 
 @pytest.fixture(scope="module")
@@ -382,14 +415,17 @@ def demo_golden(tmp_path_factory: pytest.TempPathFactory) -> Golden:
     return TrialRunner(DEMO, str(tmp_path_factory.mktemp("golden"))).golden()
 
 
-def run_trial(spec: AgentSpec, golden: Golden, tmp_path: Path, *faults: Fault,
-              restarts: int = 2) -> TrialResult:
+def run_trial(
+    spec: AgentSpec, golden: Golden, tmp_path: Path, *faults: Fault, restarts: int = 2
+) -> TrialResult:
     return TrialRunner(spec, str(tmp_path), restarts=restarts).run(
-        Plan(tuple(faults), "signals", 1, 0), golden)
+        Plan(tuple(faults), "signals", 1, 0), golden
+    )
 
 
-def test_sigterm_mid_run_ends_the_attempt_and_the_demo_resumes(demo_golden: Golden,
-                                                                tmp_path: Path) -> None:
+def test_sigterm_mid_run_ends_the_attempt_and_the_demo_resumes(
+    demo_golden: Golden, tmp_path: Path
+) -> None:
     at = round(min(demo_golden.span / 3, 0.01), 3)  # just after its first event: mid-run
     term = Fault.make("signal", 1, sig="TERM", seconds=at, grace=5.0)
     res = run_trial(DEMO, demo_golden, tmp_path, term)
@@ -403,7 +439,8 @@ def test_sigterm_mid_run_ends_the_attempt_and_the_demo_resumes(demo_golden: Gold
 
 def test_sigterm_is_followed_by_sigkill_after_the_grace_period(tmp_path: Path) -> None:
     agent = tmp_path / "stubborn.py"
-    agent.write_text(textwrap.dedent("""
+    agent.write_text(
+        textwrap.dedent("""
         import os, signal, sys, time
         marker = os.path.join(sys.argv[1], "started")
         if os.path.exists(marker):
@@ -413,7 +450,8 @@ def test_sigterm_is_followed_by_sigkill_after_the_grace_period(tmp_path: Path) -
         signal.signal(signal.SIGTERM, lambda *a: print("TERM ignored", file=sys.stderr,
                                                        flush=True))
         time.sleep(30)
-    """))
+    """)
+    )
     spec = AgentSpec(command=("{python}", str(agent), "{state_dir}"), timeout=20)
     golden = Golden([], [], Counter(), b"done\n", 0.05)
     term = Fault.make("signal", 1, sig="TERM", seconds=0.3, grace=0.4, anchor="start")
@@ -426,8 +464,9 @@ def test_sigterm_is_followed_by_sigkill_after_the_grace_period(tmp_path: Path) -
     assert res.ok, [str(c) for c in res.failed]
 
 
-def test_sigstop_then_sigcont_is_a_freeze_the_demo_survives(demo_golden: Golden,
-                                                            tmp_path: Path) -> None:
+def test_sigstop_then_sigcont_is_a_freeze_the_demo_survives(
+    demo_golden: Golden, tmp_path: Path
+) -> None:
     freeze = Fault.make("signal", 1, sig="STOP", seconds=0.0, pause=0.6, anchor="start")
     res = run_trial(DEMO, demo_golden, tmp_path, freeze)
     (only,) = res.attempts  # frozen, thawed, finished: no restart needed
@@ -438,8 +477,14 @@ def test_sigstop_then_sigcont_is_a_freeze_the_demo_survives(demo_golden: Golden,
 
 def test_a_hang_is_a_timeout_failure_not_a_stuck_job(demo_golden: Golden, tmp_path: Path) -> None:
     spec = AgentSpec(command=DEMO.command, timeout=1.0)
-    hang = Fault.make("signal", 1, sig="STOP", seconds=0.05, pause=1e6,  # frozen for good
-                      anchor="start")
+    hang = Fault.make(
+        "signal",
+        1,
+        sig="STOP",
+        seconds=0.05,
+        pause=1e6,  # frozen for good
+        anchor="start",
+    )
     res = run_trial(spec, demo_golden, tmp_path, hang, restarts=0)
     (only,) = res.attempts
     assert only.timed_out
@@ -483,8 +528,9 @@ def _descendants(pids: list[int]) -> list[int]:
     return out
 
 
-def test_kill_tree_leaves_no_survivor_among_groups_and_new_sessions(tmp_path: Path,
-                                                                     children: Any) -> None:
+def test_kill_tree_leaves_no_survivor_among_groups_and_new_sessions(
+    tmp_path: Path, children: Any
+) -> None:
     (tmp_path / "spawner.py").write_text(textwrap.dedent(SPAWNER))
     child = children.spawn([sys.executable, str(tmp_path / "spawner.py")])
     kids = [int(x) for x in (child.read_line(10) or "").split()]
@@ -497,9 +543,13 @@ def test_kill_tree_leaves_no_survivor_among_groups_and_new_sessions(tmp_path: Pa
 
 
 def test_an_attempt_that_exits_leaving_a_process_behind_reports_and_kills_it(
-        tmp_path: Path) -> None:
-    ex = AgentProcess(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], BASE_ENV,
-                      timeout=10).start().wait()
+    tmp_path: Path,
+) -> None:
+    ex = (
+        AgentProcess(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], BASE_ENV, timeout=10)
+        .start()
+        .wait()
+    )
     left = int(ex.stdout)
     assert ex.returncode == 0
     assert ex.orphans == (left,)
@@ -510,8 +560,9 @@ def test_processes_dying_of_the_same_kill_are_not_orphans() -> None:
     # The planned kill SIGKILLs the whole group; a member may still be exiting when the leader
     # is reaped (right after the wait, half the time here). It must not count as an orphan.
     for _ in range(20):
-        proc = AgentProcess(["sh", "-c", 'x=$(sh -c "sleep 30; echo"); echo "$x"'], BASE_ENV,
-                            timeout=10).start()
+        proc = AgentProcess(
+            ["sh", "-c", 'x=$(sh -c "sleep 30; echo"); echo "$x"'], BASE_ENV, timeout=10
+        ).start()
         time.sleep(0.02)
         proc.signal(signal.SIGKILL)
         assert proc.proc is not None
@@ -523,8 +574,9 @@ def test_processes_dying_of_the_same_kill_are_not_orphans() -> None:
 
 def test_a_timed_out_attempt_is_killed_with_its_whole_tree(tmp_path: Path) -> None:
     (tmp_path / "spawner.py").write_text(textwrap.dedent(SPAWNER))
-    proc = AgentProcess([sys.executable, str(tmp_path / "spawner.py")], BASE_ENV,
-                        timeout=1.0).start()
+    proc = AgentProcess(
+        [sys.executable, str(tmp_path / "spawner.py")], BASE_ENV, timeout=1.0
+    ).start()
     ex = proc.wait()
     kids = [int(x) for x in ex.stdout.split()]
     assert ex.timed_out
@@ -561,14 +613,16 @@ def no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("no_cgroup")
 @pytest.mark.parametrize("how", ["double-fork", "setsid-child"])
 def test_a_process_in_a_new_session_that_lost_its_parent_is_found_by_its_reap_token(
-        how: str, tmp_path: Path) -> None:
+    how: str, tmp_path: Path
+) -> None:
     """It is neither a descendant nor a session member when the harness looks, but it carries
     the attempt's CRASHPOINT_REAP_TOKEN: found, killed, reported as an orphan (the fallback
     reaper; with a cgroup it is found there first)."""
     (tmp_path / "spawner.py").write_text(textwrap.dedent(DETACH))
     pidfile = tmp_path / "daemon.pid"
-    agent = AgentProcess([sys.executable, str(tmp_path / "spawner.py"), how, str(pidfile)],
-                         BASE_ENV, timeout=20).start()
+    agent = AgentProcess(
+        [sys.executable, str(tmp_path / "spawner.py"), how, str(pidfile)], BASE_ENV, timeout=20
+    ).start()
     daemon = 0
     try:
         deadline = time.monotonic() + 10
@@ -591,7 +645,8 @@ def test_a_process_in_a_new_session_that_lost_its_parent_is_found_by_its_reap_to
 
 @pytest.mark.parametrize("contained", [True, False], ids=["cgroup", "no-cgroup"])
 def test_a_process_that_cleared_its_environment_escapes_only_without_a_cgroup(
-        contained: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    contained: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fallback reaper's limit: ``env -i`` drops the marker, so a detached process started
     that way is found by nothing once its parent is gone (this test reaps it). In the attempt's
     cgroup it is found, reported and killed like any other orphan."""
@@ -607,8 +662,11 @@ def test_a_process_that_cleared_its_environment_escapes_only_without_a_cgroup(
         print(p.pid)
     """
     (tmp_path / "child.py").write_text(textwrap.dedent(code))
-    ex = AgentProcess([sys.executable, str(tmp_path / "child.py")], BASE_ENV,
-                      timeout=20).start().wait()
+    ex = (
+        AgentProcess([sys.executable, str(tmp_path / "child.py")], BASE_ENV, timeout=20)
+        .start()
+        .wait()
+    )
     daemon = int(ex.stdout)
     try:
         assert ex.returncode == 0, ex.stderr

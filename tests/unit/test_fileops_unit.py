@@ -47,41 +47,85 @@ def test_identity_is_op_path_and_occurrence() -> None:
 
 
 def test_json_round_trip_keeps_every_field() -> None:
-    ops = [FileOp("openat(w)", "{state_dir}/x.tmp", 2, syscall="openat", when=3,
-                  rel=("x.tmp",), shared=True),
-           FileOp("rename", "{workdir}/a", 1, path2="{workdir}/b", via="audit")]
+    ops = [
+        FileOp(
+            "openat(w)",
+            "{state_dir}/x.tmp",
+            2,
+            syscall="openat",
+            when=3,
+            rel=("x.tmp",),
+            shared=True,
+        ),
+        FileOp("rename", "{workdir}/a", 1, path2="{workdir}/b", via="audit"),
+    ]
     for op in ops:
         back = FileOp.from_json(json.loads(json.dumps(op.to_json())))
-        assert (back, back.path2, back.via, back.syscall, back.when, back.rel, back.shared) == \
-            (op, op.path2, op.via, op.syscall, op.when, op.rel, op.shared)
+        assert (back, back.path2, back.via, back.syscall, back.when, back.rel, back.shared) == (
+            op,
+            op.path2,
+            op.via,
+            op.syscall,
+            op.when,
+            op.rel,
+            op.shared,
+        )
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ({"op": "write", "n": 1, "syscall": "write", "when": 1}, "key 'path'"),
-    ({"op": "write", "path": "/abs/x", "n": 1, "syscall": "write", "when": 1}, "placeholder"),
-    ({"op": "write", "path": "{state_dir}x", "n": 1, "syscall": "write", "when": 1},
-     "a '/' must follow"),
-    ({"op": "write", "path": "{state_dir}/../../etc/passwd", "n": 1, "syscall": "write",
-      "when": 1}, "'..'"),
-    ({"op": "write", "path": "{state_dir}/a", "n": 0, "syscall": "write", "when": 1}, "key 'n'"),
-    ({"op": "write", "path": "{state_dir}/a", "n": True, "syscall": "write", "when": 1},
-     "key 'n'"),
-    ({"op": "write", "path": "{state_dir}/a", "n": 1}, "key 'syscall'"),
-    ({"op": "write", "path": "{state_dir}/a", "n": 1, "via": "magic"}, "key 'via'"),
-    ({"op": "", "path": "{state_dir}/a", "n": 1, "via": "audit"}, "key 'op'"),
-    ({"op": "write", "path": "{state_dir}/a", "n": 1, "syscall": "write", "when": 1,
-      "rel": ["/abs"]}, "absolute"),
-    ([1, 2], "a mapping"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"op": "write", "n": 1, "syscall": "write", "when": 1}, "key 'path'"),
+        ({"op": "write", "path": "/abs/x", "n": 1, "syscall": "write", "when": 1}, "placeholder"),
+        (
+            {"op": "write", "path": "{state_dir}x", "n": 1, "syscall": "write", "when": 1},
+            "a '/' must follow",
+        ),
+        (
+            {
+                "op": "write",
+                "path": "{state_dir}/../../etc/passwd",
+                "n": 1,
+                "syscall": "write",
+                "when": 1,
+            },
+            "'..'",
+        ),
+        (
+            {"op": "write", "path": "{state_dir}/a", "n": 0, "syscall": "write", "when": 1},
+            "key 'n'",
+        ),
+        (
+            {"op": "write", "path": "{state_dir}/a", "n": True, "syscall": "write", "when": 1},
+            "key 'n'",
+        ),
+        ({"op": "write", "path": "{state_dir}/a", "n": 1}, "key 'syscall'"),
+        ({"op": "write", "path": "{state_dir}/a", "n": 1, "via": "magic"}, "key 'via'"),
+        ({"op": "", "path": "{state_dir}/a", "n": 1, "via": "audit"}, "key 'op'"),
+        (
+            {
+                "op": "write",
+                "path": "{state_dir}/a",
+                "n": 1,
+                "syscall": "write",
+                "when": 1,
+                "rel": ["/abs"],
+            },
+            "absolute",
+        ),
+        ([1, 2], "a mapping"),
+    ],
+)
 def test_a_bad_plan_entry_says_where_and_what(bad: object, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         FileOp.from_json(bad, where="plan.json:faults[0]")  # type: ignore[arg-type]
     assert "plan.json:faults[0]" in str(info.value)
 
 
-def test_a_golden_trace_yields_the_mutating_operations_under_the_folders(
-        tmp_path: Path) -> None:
-    ops = golden(tmp_path, r'''
+def test_a_golden_trace_yields_the_mutating_operations_under_the_folders(tmp_path: Path) -> None:
+    ops = golden(
+        tmp_path,
+        r"""
         10 openat(AT_FDCWD</g>, "/usr/lib/python3/os.py", O_RDONLY) = 3</usr/lib/python3/os.py>
         10 openat(AT_FDCWD</g>, "/g/state/c", O_RDONLY) = -1 ENOENT (No such file or directory)
         10 openat(AT_FDCWD</g>, "state/c.tmp", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</g/state/c.tmp>
@@ -101,7 +145,8 @@ def test_a_golden_trace_yields_the_mutating_operations_under_the_folders(
         10 rename("/tmp/elsewhere", "/g/state/in") = 0
         10 openat(AT_FDCWD</g>, "/g/state", O_RDONLY|O_DIRECTORY) = 6</g/state>
         10 fdatasync(6</g/state>) = 0
-    ''')
+    """,
+    )
     rel = ("state/c.tmp",)
     assert [(o.label(), o.syscall, o.when, o.rel, o.shared) for o in ops] == [
         ("openat(w) {state_dir}/c.tmp #1", "openat", 1, rel, False),
@@ -120,8 +165,9 @@ def test_a_golden_trace_yields_the_mutating_operations_under_the_folders(
 
 
 def test_the_most_specific_folder_names_a_path(tmp_path: Path) -> None:
-    ops = golden(tmp_path, '1 unlink("/g/state/a") = 0\n1 unlink("/g/b") = 0\n'
-                           '1 unlink("/gx/c") = 0\n')
+    ops = golden(
+        tmp_path, '1 unlink("/g/state/a") = 0\n1 unlink("/g/b") = 0\n1 unlink("/gx/c") = 0\n'
+    )
     assert [o.path for o in ops] == ["{state_dir}/a", "{workdir}/b"]
 
 
@@ -130,10 +176,14 @@ def test_a_folder_reached_through_a_symlink_maps_both_ways(tmp_path: Path) -> No
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real)
-    ops = golden(tmp_path, f'''
+    ops = golden(
+        tmp_path,
+        f'''
         1 openat(AT_FDCWD</>, "{link}/a", O_WRONLY|O_CREAT, 0666) = 3<{real}/a>
         1 write(3<{real}/a>, "", 1) = 1
-    ''', roots={"state_dir": str(link)})
+    ''',
+        roots={"state_dir": str(link)},
+    )
     assert [o.label() for o in ops] == ["openat(w) {state_dir}/a #1", "write {state_dir}/a #1"]
     a = arm(ops[0], {"state_dir": str(link)}, str(tmp_path / "t"), use_strace=True)
     assert set(a.paths) == {f"{link}/a", f"{real}/a"}  # strace's -P compares strings
@@ -158,7 +208,10 @@ def test_arming_maps_placeholders_to_the_trials_folders(tmp_path: Path) -> None:
     assert env["PYTHONPATH"] == os.pathsep.join([INJECT_DIR, "/theirs"])
     assert env["KEEP"] == "1"
     assert json.loads(env["CRASHPOINT_FILEOP_AT"]) == {
-        "op": "open(w)", "paths": [str(tmp_path / "t1" / "x.tmp")], "n": 2}
+        "op": "open(w)",
+        "paths": [str(tmp_path / "t1" / "x.tmp")],
+        "n": 2,
+    }
     assert env["CRASHPOINT_FILEOP_LOG"] == str(tmp_path / "att.landing.jsonl")
     assert b.wrap(["prog"]) == ["prog"]
 
@@ -168,8 +221,12 @@ def test_arming_refuses_what_cannot_be_armed(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="recorded via audit; arm it with use_strace=False"):
         arm(op, {"state_dir": str(tmp_path)}, str(tmp_path / "a"), use_strace=True)
     with pytest.raises(ValueError, match=r"unknown placeholder \{cache\}.*\{state_dir\}"):
-        arm(FileOp("open(w)", "{cache}/x", 1, via="audit"), {"state_dir": str(tmp_path)},
-            str(tmp_path / "a"), use_strace=False)
+        arm(
+            FileOp("open(w)", "{cache}/x", 1, via="audit"),
+            {"state_dir": str(tmp_path)},
+            str(tmp_path / "a"),
+            use_strace=False,
+        )
 
 
 def test_the_recorder_names_its_files(tmp_path: Path) -> None:
@@ -182,16 +239,19 @@ def test_the_recorder_names_its_files(tmp_path: Path) -> None:
 
 def test_an_audit_record_yields_operations(tmp_path: Path) -> None:
     rec = tmp_path / "g.fileops.jsonl"
-    lines = [{"op": "open(w)", "path": "/g/state/a.tmp", "path2": "", "pid": 1},
-             {"op": "rename", "path": "/g/state/a.tmp", "path2": "/g/state/a", "pid": 1},
-             {"op": "open(w)", "path": "/elsewhere/x", "path2": "", "pid": 1},
-             {"op": "open(w)", "path": "/g/state/a.tmp", "path2": "", "pid": 1}]
+    lines = [
+        {"op": "open(w)", "path": "/g/state/a.tmp", "path2": "", "pid": 1},
+        {"op": "rename", "path": "/g/state/a.tmp", "path2": "/g/state/a", "pid": 1},
+        {"op": "open(w)", "path": "/elsewhere/x", "path2": "", "pid": 1},
+        {"op": "open(w)", "path": "/g/state/a.tmp", "path2": "", "pid": 1},
+    ]
     rec.write_text("\n" + "\n".join(map(json.dumps, lines)) + "\nnot json\n")
     ops = record_golden(str(rec), ROOTS)
     assert [(o.label(), o.via) for o in ops] == [
         ("open(w) {state_dir}/a.tmp #1", "audit"),
         ("rename {state_dir}/a.tmp -> {state_dir}/a #1", "audit"),
-        ("open(w) {state_dir}/a.tmp #2", "audit")]
+        ("open(w) {state_dir}/a.tmp #2", "audit"),
+    ]
 
 
 # -- landed, from the evidence ------------------------------------------------------------------
@@ -209,31 +269,45 @@ OPEN2 = FileOp("openat(w)", "{state_dir}/x.tmp", 2, syscall="openat", when=2)
 
 
 def test_landed_when_the_planned_call_was_killed(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, '''
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</t/state/x.tmp>
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT|O_TRUNC, 0666) = ?
         5 +++ killed by SIGKILL +++
-    ''')
+    """,
+    )
     assert a.landing_seen()
     assert landed(a, attempt=1) == (True, "openat(w) {state_dir}/x.tmp #2", "")
 
 
 def test_not_landed_when_the_agent_stopped_short(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, '''
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</t/state/x.tmp>
         5 +++ exited with 0 +++
-    ''')
+    """,
+    )
     assert not a.landing_seen()
     assert landed(a, attempt=1) == (
-        False, "", "the agent never did openat(w) {state_dir}/x.tmp a 2nd time in attempt 1: "
-                   "it did it once")
+        False,
+        "",
+        "the agent never did openat(w) {state_dir}/x.tmp a 2nd time in attempt 1: it did it once",
+    )
 
 
 def test_not_landed_when_the_kill_hit_another_occurrence(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, '''
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT|O_TRUNC, 0666) = ?
         5 +++ killed by SIGKILL +++
-    ''')
+    """,
+    )
     fired, where, why = landed(a)
     assert (fired, where) == (False, "openat(w) {state_dir}/x.tmp #1")
     assert "not at openat(w) {state_dir}/x.tmp #2" in why
@@ -241,10 +315,14 @@ def test_not_landed_when_the_kill_hit_another_occurrence(tmp_path: Path) -> None
 
 
 def test_not_landed_when_the_kill_hit_a_read(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, '''
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_RDONLY) = ?
         5 +++ killed by SIGKILL +++
-    ''')
+    """,
+    )
     fired, where, why = landed(a)
     assert (fired, where) == (False, "openat {state_dir}/x.tmp")
     assert "not a file operation of the golden run" in why
@@ -279,9 +357,13 @@ def test_an_empty_golden_record_is_explained(tmp_path: Path) -> None:
 
 
 def test_the_watch_sees_a_landing_appended_line_by_line(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, """
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT, 0666) = 3</t/state/x.tmp>
-    """)
+    """,
+    )
     landed_now = threading.Event()
 
     def on_landing() -> None:
@@ -303,10 +385,14 @@ def test_the_watch_sees_a_landing_appended_line_by_line(tmp_path: Path) -> None:
 
 
 def test_the_watch_stays_quiet_without_a_landing(tmp_path: Path) -> None:
-    a = _armed(tmp_path, OPEN2, """
+    a = _armed(
+        tmp_path,
+        OPEN2,
+        """
         5 openat(AT_FDCWD</t>, "/t/state/x.tmp", O_WRONLY|O_CREAT, 0666) = 3</t/state/x.tmp>
         5 +++ exited with 0 +++
-    """)
+    """,
+    )
     calls: list[int] = []
     w = Watch(a, lambda: calls.append(1), interval=0.001)
     size = os.path.getsize(a.trace)
@@ -328,9 +414,11 @@ def test_a_file_named_after_its_process_is_named_with_a_star() -> None:
     assert _per_run("{state_dir}/2781/x.27810", 2781) == "{state_dir}/2781/x.27810"  # folder,
     assert _per_run("{state_dir}/v12.json", 12) == "{state_dir}/v12.json"  # a number of its own
     # the reference library's mkstemp names carry a random part too: the same name each run
-    assert _per_run("{state_dir}/.meta.json.2781.k3x9_a0q.tmp", 2781) == \
-        "{state_dir}/.meta.json.*.tmp"
-    assert _per_run("{state_dir}/.meta.json.2781.a2781bcd.tmp", 2781) == \
-        "{state_dir}/.meta.json.*.tmp"  # the pid inside the random part too
+    assert (
+        _per_run("{state_dir}/.meta.json.2781.k3x9_a0q.tmp", 2781) == "{state_dir}/.meta.json.*.tmp"
+    )
+    assert (
+        _per_run("{state_dir}/.meta.json.2781.a2781bcd.tmp", 2781) == "{state_dir}/.meta.json.*.tmp"
+    )  # the pid inside the random part too
     op = FileOp("write", "{state_dir}/.a.*.tmp", 1, syscall="write", when=1, anywhere=412)
     assert FileOp.from_json(op.to_json()).anywhere == 412

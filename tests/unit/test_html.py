@@ -17,44 +17,97 @@ HISTORY = [
     {"op": "step_started", "step": "fetch", "attempt": 1, "i": 0},
     {"op": "step_completed", "step": "fetch", "attempt": 1, "i": 1},
     {"op": "step_started", "step": XSS, "attempt": 1, "i": 2},
-    {"op": "effect", "kind": "send_email", "key": "k1", "payload": {"to": XSS},
-     "applied": True, "killed": "in_doubt", "attempt": 1, "i": 3},
+    {
+        "op": "effect",
+        "kind": "send_email",
+        "key": "k1",
+        "payload": {"to": XSS},
+        "applied": True,
+        "killed": "in_doubt",
+        "attempt": 1,
+        "i": 3,
+    },
     {"op": "step_started", "step": XSS, "attempt": 2, "i": 4},
-    {"op": "effect", "kind": "send_email", "key": "k1", "payload": {"to": XSS},
-     "applied": False, "attempt": 2, "i": 5},
+    {
+        "op": "effect",
+        "kind": "send_email",
+        "key": "k1",
+        "payload": {"to": XSS},
+        "applied": False,
+        "attempt": 2,
+        "i": 5,
+    },
     {"op": "effect", "kind": "publish", "key": "k2", "applied": None, "attempt": 2, "i": 6},
 ]
-ATTEMPTS = ["attempt 1: killed by signal 9 (killed at event #3 effect (in_doubt))",
-            "attempt 2: exit 0", "attempt 3: exit 65"]
+ATTEMPTS = [
+    "attempt 1: killed by signal 9 (killed at event #3 effect (in_doubt))",
+    "attempt 2: exit 0",
+    "attempt 3: exit 65",
+]
 
 
 def _summary(ok: bool, folder: str = "", **extra: Any) -> dict[str, Any]:
-    trial = {"index": 7, "family": "kill@every-boundary", "ok": ok, "seed": 42,
-             "plan": f"kill attempt 1 at event #3 {XSS}; corrupt(attempt 3, how=bitflip)",
-             "attempts": ATTEMPTS, "folder": folder,
-             "corruptions": [{"how": "bitflip", "path": f"/s/{XSS}", "offset": 12,
-                              "length": 1, "detail": "bit 3"}],
-             "checks": {"exactly_once": ok, "completes": True},
-             "failures": [] if ok else [f"exactly_once: FAIL: DUPLICATED {XSS}"],
-             "rerun_steps": [], "skipped": ""}
-    s = {"name": "demo-kill", "scenario": f"demo {XSS}", "family": "kill@every-boundary",
-         "seed": 42, "ok": ok, "trials": 1, "ran": 1, "passed": int(ok), "failed": int(not ok),
-         "skipped": 0, "skip_reasons": [], "faults_by_kind": {"kill": 1},
-         "checks": {"exactly_once": {"passed": int(ok), "failed": int(not ok), "skipped": 0},
-                    "corruption_detected": {"passed": 0, "failed": 0, "skipped": 1}},
-         "duplicate_effects": 0 if ok else 1, "lost_effects": 0, "dedup_hits": 1,
-         "median_resume_ms": 12.4, "failures": [] if ok else [
-             {"index": 7, "plan": trial["plan"], "folder": folder,
-              "checks": [f"exactly_once: FAIL: DUPLICATED {XSS}"],
-              "replay": f"crashpoint replay {folder}"}],
-         "trial_results": [trial]}
+    trial = {
+        "index": 7,
+        "family": "kill@every-boundary",
+        "ok": ok,
+        "seed": 42,
+        "plan": f"kill attempt 1 at event #3 {XSS}; corrupt(attempt 3, how=bitflip)",
+        "attempts": ATTEMPTS,
+        "folder": folder,
+        "corruptions": [
+            {"how": "bitflip", "path": f"/s/{XSS}", "offset": 12, "length": 1, "detail": "bit 3"}
+        ],
+        "checks": {"exactly_once": ok, "completes": True},
+        "failures": [] if ok else [f"exactly_once: FAIL: DUPLICATED {XSS}"],
+        "rerun_steps": [],
+        "skipped": "",
+    }
+    s = {
+        "name": "demo-kill",
+        "scenario": f"demo {XSS}",
+        "family": "kill@every-boundary",
+        "seed": 42,
+        "ok": ok,
+        "trials": 1,
+        "ran": 1,
+        "passed": int(ok),
+        "failed": int(not ok),
+        "skipped": 0,
+        "skip_reasons": [],
+        "faults_by_kind": {"kill": 1},
+        "checks": {
+            "exactly_once": {"passed": int(ok), "failed": int(not ok), "skipped": 0},
+            "corruption_detected": {"passed": 0, "failed": 0, "skipped": 1},
+        },
+        "duplicate_effects": 0 if ok else 1,
+        "lost_effects": 0,
+        "dedup_hits": 1,
+        "median_resume_ms": 12.4,
+        "failures": []
+        if ok
+        else [
+            {
+                "index": 7,
+                "plan": trial["plan"],
+                "folder": folder,
+                "checks": [f"exactly_once: FAIL: DUPLICATED {XSS}"],
+                "replay": f"crashpoint replay {folder}",
+            }
+        ],
+        "trial_results": [trial],
+    }
     s.update(extra)
     return s
 
 
 def _svgs(page: str) -> list[ET.Element]:
-    found = re.findall(r'<svg xmlns="http://www\.w3\.org/2000/svg" class="timeline-svg".*?'
-                       r"</svg>", page, re.DOTALL)
+    found = re.findall(
+        r'<svg xmlns="http://www\.w3\.org/2000/svg" class="timeline-svg".*?'
+        r"</svg>",
+        page,
+        re.DOTALL,
+    )
     # parsing also proves the SVG is well-formed XML
     return [ET.fromstring(s) for s in found]  # noqa: S314 - our own output, not untrusted
 
@@ -67,7 +120,8 @@ def test_failing_summary_has_a_timeline_with_lanes_markers_and_escapes(tmp_path:
     folder = tmp_path / "trial-0007"
     folder.mkdir()
     (folder / "history.jsonl").write_text(
-        "".join(json.dumps(e) + "\n" for e in HISTORY) + "not json\n")
+        "".join(json.dumps(e) + "\n" for e in HISTORY) + "not json\n"
+    )
     page = render_html([_summary(False, str(folder))])
 
     assert page.startswith("<!DOCTYPE html>")
@@ -101,7 +155,7 @@ def test_failing_summary_has_a_timeline_with_lanes_markers_and_escapes(tmp_path:
 
 def test_passing_summary_has_a_table_and_no_timeline() -> None:
     page = render_html([_summary(True)])
-    assert "crashpoint gate: <span class=\"verdict-pass\">PASS</span>" in page
+    assert 'crashpoint gate: <span class="verdict-pass">PASS</span>' in page
     assert "Failing trials" not in page
     assert _svgs(page) == []
     assert "kill: 1" in page  # faults by kind
@@ -117,8 +171,13 @@ def test_missing_history_says_so_instead_of_a_timeline(tmp_path: Path) -> None:
 
 
 def test_skipped_campaign_and_empty_gate() -> None:
-    skipped = _summary(True, ran=0, skipped=3, trial_results=[],
-                       skip_reasons=["disk_full via tmpfs skipped: <no unshare>"])
+    skipped = _summary(
+        True,
+        ran=0,
+        skipped=3,
+        trial_results=[],
+        skip_reasons=["disk_full via tmpfs skipped: <no unshare>"],
+    )
     page = render_html([skipped])
     assert "SKIP" in page
     assert "&lt;no unshare&gt;" in page

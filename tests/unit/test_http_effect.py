@@ -49,8 +49,14 @@ class Service:
             def _any(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
-                svc.requests.append({"method": self.command, "path": self.path,
-                                     "headers": dict(self.headers.items()), "body": body})
+                svc.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": dict(self.headers.items()),
+                        "body": body,
+                    }
+                )
                 if svc.script:
                     code, text = svc.script.pop(0)
                     self._send(code, text.encode(), "text/plain")
@@ -72,8 +78,7 @@ class Service:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def keys(self) -> list[str | None]:
@@ -97,8 +102,9 @@ def service() -> Iterator[Service]:
 def notify(store: Store, url: str, **kw: Any) -> Any:
     with open_run(store, "report-42", steps=["fetch", "notify"]) as run:
         rows = run.step("fetch", lambda: [1, 2, 3])
-        return run.step("notify", lambda: run.effect("webhook", {"rows": len(rows)},
-                                                     http_effect(url, **kw)))
+        return run.step(
+            "notify", lambda: run.effect("webhook", {"rows": len(rows)}, http_effect(url, **kw))
+        )
 
 
 KEY = "report-42:1.notify:webhook:0"
@@ -109,7 +115,8 @@ KEY = "report-42:1.notify:webhook:0"
 
 # file store only: reads the journal's files on disk
 def test_the_effect_key_goes_out_as_idempotency_key_and_the_reply_is_recorded(
-        service: Service, tmp_path: Path) -> None:
+    service: Service, tmp_path: Path
+) -> None:
     store = Store(tmp_path / "store")
     result = notify(store, service.url + "/hooks/done", headers={"Authorization": "Bearer x"})
     assert result == {"status": 200, "body": {"applied": True}}
@@ -132,17 +139,21 @@ def test_resume_skips_a_recorded_effect(service: Service, store_factory: StoreFa
 
 def test_other_methods_and_no_body(service: Service, store_factory: StoreFactory) -> None:
     with open_run(store_factory.make(), "r") as run:
-        run.step("drop", lambda: run.effect("delete", None,
-                                            http_effect(service.url + "/items/7",
-                                                        method="delete")))
+        run.step(
+            "drop",
+            lambda: run.effect(
+                "delete", None, http_effect(service.url + "/items/7", method="delete")
+            ),
+        )
     (req,) = service.requests
     assert (req["method"], req["body"]) == ("DELETE", b"")
     assert "Content-Type" not in req["headers"]
     assert req["headers"]["Idempotency-Key"] == "r:0.drop:delete:0"
 
 
-def test_a_key_that_is_not_printable_ascii_is_percent_encoded(service: Service,
-                                                               store_factory: StoreFactory) -> None:
+def test_a_key_that_is_not_printable_ascii_is_percent_encoded(
+    service: Service, store_factory: StoreFactory
+) -> None:
     with open_run(store_factory.make(), "r") as run:
         run.step("café", lambda: run.effect("ping", {}, http_effect(service.url + "/p")))
     assert service.keys() == ["r%3A0.caf%C3%A9%3Aping%3A0"]
@@ -152,7 +163,8 @@ def test_a_key_that_is_not_printable_ascii_is_percent_encoded(service: Service,
 
 
 def test_a_500_is_an_error_with_status_and_body_and_is_not_recorded(
-        service: Service, store_factory: StoreFactory) -> None:
+    service: Service, store_factory: StoreFactory
+) -> None:
     store = store_factory.make()
     service.script = [(500, "database is down")]
     with pytest.raises(HttpEffectError) as exc:
@@ -162,8 +174,9 @@ def test_a_500_is_an_error_with_status_and_body_and_is_not_recorded(
     assert exc.value.key == KEY
     assert "was answered 500" in str(exc.value)
     assert "'database is down'" in str(exc.value)
-    assert ("in-doubt", f"effect webhook key={KEY} (step notify)") in \
-        [(line.action, line.what) for line in plan(store, "report-42")]
+    assert ("in-doubt", f"effect webhook key={KEY} (step notify)") in [
+        (line.action, line.what) for line in plan(store, "report-42")
+    ]
     # resumed: sent again with the same key, now answered, and recorded
     assert notify(store, service.url + "/hook") == {"status": 200, "body": {"applied": True}}
     assert service.keys() == [KEY, KEY]
@@ -225,19 +238,27 @@ AGENT = textwrap.dedent("""
 """)
 
 
-def _agent(tmp_path: Path, url: str, failpoints: str = "", store: str = ""
-           ) -> subprocess.CompletedProcess[str]:
+def _agent(
+    tmp_path: Path, url: str, failpoints: str = "", store: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRASHPOINT_", "PYTEST_"))}
     if failpoints:  # armed only inside an attempt: the harness's per-attempt token
-        env |= {"CRASHPOINT_FAILPOINTS": failpoints,
-                "CRASHPOINT_REAP_TOKEN": secrets.token_hex(16)}
-    return subprocess.run([sys.executable, "-c", AGENT, store or str(tmp_path / "store"), url],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          start_new_session=True, check=False)
+        env |= {"CRASHPOINT_FAILPOINTS": failpoints, "CRASHPOINT_REAP_TOKEN": secrets.token_hex(16)}
+    return subprocess.run(
+        [sys.executable, "-c", AGENT, store or str(tmp_path / "store"), url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        start_new_session=True,
+        check=False,
+    )
 
 
-def test_a_kill_after_the_request_resends_the_same_key_once(service: Service, tmp_path: Path,
-                                                             store_factory: StoreFactory) -> None:
+def test_a_kill_after_the_request_resends_the_same_key_once(
+    service: Service, tmp_path: Path, store_factory: StoreFactory
+) -> None:
     url = service.url + "/hooks/report"
     where = store_factory.location()
     killed = _agent(tmp_path, url, "effect.after_call=kill", where)
@@ -260,7 +281,8 @@ def test_a_kill_after_the_request_resends_the_same_key_once(service: Service, tm
 
 
 def test_through_the_ledger_http_front_a_resend_is_deduplicated(
-        store_factory: StoreFactory) -> None:
+    store_factory: StoreFactory,
+) -> None:
     store = store_factory.make()
     with Ledger(http=True) as ledger:
         url = ledger.http_url + "/effects/webhook"
@@ -279,8 +301,7 @@ def test_through_the_ledger_http_front_a_resend_is_deduplicated(
 
         def agent() -> Any:
             with open_run(store, "report-42") as run:
-                return run.step("notify", lambda: run.effect("webhook", {"rows": 3},
-                                                             once_then_die))
+                return run.step("notify", lambda: run.effect("webhook", {"rows": 3}, once_then_die))
 
         with pytest.raises(Killed):
             agent()
@@ -288,5 +309,6 @@ def test_through_the_ledger_http_front_a_resend_is_deduplicated(
     effects = [e for e in ledger.events if e["op"] == "effect"]
     assert [(e["kind"], e["key"], e["applied"]) for e in effects] == [
         ("webhook", "report-42:0.notify:webhook:0", True),
-        ("webhook", "report-42:0.notify:webhook:0", False)]
+        ("webhook", "report-42:0.notify:webhook:0", False),
+    ]
     assert ledger.applied_counts() == {("webhook", '{"rows":3}'): 1}

@@ -39,9 +39,12 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), children,
-                      max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=8), children, max_size=4
+        )
+    ),
     max_leaves=12,
 )
 
@@ -85,9 +88,13 @@ mutations = st.builds(
 
 
 def write_run(root: Path, records: list[Any], layout: Layout) -> None:
-    store = Store(root, durability="none", reserve_bytes=0,
-                  snapshots=SnapshotPolicy(min_bytes=layout.snapshot_bytes),
-                  segment_bytes=layout.segment_bytes)
+    store = Store(
+        root,
+        durability="none",
+        reserve_bytes=0,
+        snapshots=SnapshotPolicy(min_bytes=layout.snapshot_bytes),
+        segment_bytes=layout.segment_bytes,
+    )
     j = store.open(RUN)
     if layout.with_meta:
         j.set_meta(status="running")
@@ -121,7 +128,7 @@ def mutate(folder: Path, m: Mutation) -> Applied:
     elif size == 0:
         new = old
     elif m.how == "flip":
-        new = old[:pos] + bytes([old[pos] ^ m.length]) + old[pos + 1:]
+        new = old[:pos] + bytes([old[pos] ^ m.length]) + old[pos + 1 :]
     else:
         end = min(size, pos + m.length)
         new = old[:pos] + bytes(end - pos) + old[end:]
@@ -129,8 +136,13 @@ def mutate(folder: Path, m: Mutation) -> Applied:
     diff = [i for i in range(min(len(old), len(new))) if old[i] != new[i]]
     first = diff[0] if diff else min(len(old), len(new))
     segs = sorted(p.name for p in files if p.name.startswith("seg-"))
-    kind = "segment" if path.name.startswith("seg-") else \
-        "snapshot" if path.name.startswith("snap-") else "other"
+    kind = (
+        "segment"
+        if path.name.startswith("seg-")
+        else "snapshot"
+        if path.name.startswith("snap-")
+        else "other"
+    )
     return Applied(
         path=str(path),
         kind=kind,
@@ -152,8 +164,7 @@ def assert_prefix(got: list[Any], acked: list[Any]) -> None:
 
 
 def open_records(root: Path, on_corrupt: str) -> tuple[list[Any], Any]:
-    store = Store(root, durability="none", reserve_bytes=0,
-                  on_corrupt=on_corrupt)  # type: ignore[arg-type]
+    store = Store(root, durability="none", reserve_bytes=0, on_corrupt=on_corrupt)  # type: ignore[arg-type]
     with store.open(RUN) as j:
         return list(j.state.get("records", [])), j.recovery
 
@@ -184,8 +195,9 @@ def check_one(base: Path, records: list[Any], layout: Layout, m: Mutation) -> No
         assert err.offset >= 0
     else:
         assert_prefix(got, records)
-        assert not (applied.single_byte and applied.kind != "other"), \
+        assert not (applied.single_byte and applied.kind != "other"), (
             f"a flipped byte in {applied.path} went unnoticed"
+        )
         if not applied.changed or applied.kind == "other":
             assert canon(got) == canon(records)
         if len(got) < len(records):
@@ -215,20 +227,20 @@ def run_property(records: list[Any], layout: Layout, m: Mutation) -> None:
         check_one(Path(tmp), records, layout, m)
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(json_values, max_size=25), layout=layouts, m=mutations)
-def test_open_returns_a_prefix_or_reports_damage(records: list[Any], layout: Layout,
-                                                 m: Mutation) -> None:
+def test_open_returns_a_prefix_or_reports_damage(
+    records: list[Any], layout: Layout, m: Mutation
+) -> None:
     run_property(records, layout, m)
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(json_values, max_size=60), layout=layouts, m=mutations)
-def test_open_returns_a_prefix_or_reports_damage_exhaustive(records: list[Any], layout: Layout,
-                                                            m: Mutation) -> None:
+def test_open_returns_a_prefix_or_reports_damage_exhaustive(
+    records: list[Any], layout: Layout, m: Mutation
+) -> None:
     run_property(records, layout, m)
 
 
@@ -240,8 +252,9 @@ def test_every_single_byte_flip_of_a_small_run_is_caught(tmp_path: Path) -> None
             if i == 3:
                 j.snapshot()
             j.append({"n": i, "s": "ü" * i})
-    names = sorted(p.name for p in (pristine / RUN).iterdir()
-                   if p.name.startswith(("seg-", "snap-")))
+    names = sorted(
+        p.name for p in (pristine / RUN).iterdir() if p.name.startswith(("seg-", "snap-"))
+    )
     assert names == ["seg-000000000004.log", "snap-000000000003.cps"]
     checked = 0
     for name in names:

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph.checkpoint.base",
-                    reason="LangGraph is not installed: pip install 'crashpoint[langgraph]'")
+pytest.importorskip(
+    "langgraph.checkpoint.base",
+    reason="LangGraph is not installed: pip install 'crashpoint[langgraph]'",
+)
 
 from crashpoint.adapters.langgraph_saver import CrashpointSaver, run_id_for
 from crashpoint.errors import CheckpointCorrupt, RunLocked
@@ -56,7 +58,8 @@ def test_langgraph_conformance_suite() -> None:
     capability and the extended ones we implement pass."""
     conformance = pytest.importorskip(
         "langgraph.checkpoint.conformance",
-        reason="pip install langgraph-checkpoint-conformance (in the dev extra)")
+        reason="pip install langgraph-checkpoint-conformance (in the dev extra)",
+    )
 
     @conformance.checkpointer_test(name="CrashpointSaver")
     async def factory() -> Any:
@@ -86,8 +89,9 @@ def test_graph_round_trip_sync_and_async(tmp_path: Path) -> None:
 
     assert asyncio.run(run()) == {"n": 12, "log": ["a", "b"]}
     # one folder per thread, named by a hash (a thread id never becomes a path)
-    assert sorted(os.listdir(tmp_path)) == sorted([".store-lock", run_id_for("t/1"),
-                                                   run_id_for("t2")])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [".store-lock", run_id_for("t/1"), run_id_for("t2")]
+    )
 
 
 def _put_chain(saver: CrashpointSaver, thread: str, steps: int, size: int) -> None:

@@ -68,8 +68,10 @@ def effect(key: str, payload: Any = None, kind: str = "send_email") -> dict[str,
 
 # -- the outside world ---------------------------------------------------------------------------
 
-def test_an_effect_key_is_applied_once_and_its_duplicates_acknowledged(ledger: Ledger,
-                                                                        conn: Conn) -> None:
+
+def test_an_effect_key_is_applied_once_and_its_duplicates_acknowledged(
+    ledger: Ledger, conn: Conn
+) -> None:
     assert conn.call(effect("k1")) == {"ok": True, "applied": True}
     assert conn.call(effect("k1")) == {"ok": True, "applied": False}
     assert conn.call(effect("k1", {"changed": "payload"})) == {"ok": True, "applied": False}
@@ -81,8 +83,9 @@ def test_an_effect_key_is_applied_once_and_its_duplicates_acknowledged(ledger: L
     assert [e.get("applied") for e in ledger.events] == [True, False, False, True]
 
 
-def test_history_jsonl_has_every_recorded_event_with_its_attribution(ledger: Ledger,
-                                                                     conn: Conn) -> None:
+def test_history_jsonl_has_every_recorded_event_with_its_attribution(
+    ledger: Ledger, conn: Conn
+) -> None:
     assert conn.call({"op": "hello", "pid": 4242, "attempt": "2"}) == {"ok": True}
     conn.call({"op": "step_started", "step": "fetch", "pid": 4242})
     conn.call({"op": "step_completed", "step": "fetch", "pid": 4242})
@@ -92,8 +95,13 @@ def test_history_jsonl_has_every_recorded_event_with_its_attribution(ledger: Led
     assert ledger.history_path is not None
     lines = [json.loads(x) for x in Path(ledger.history_path).read_text().splitlines()]
     assert lines == ledger.events  # memory and file agree; hello is not recorded
-    assert [e["op"] for e in lines] == ["step_started", "step_completed", "effect", "effect",
-                                        "event"]
+    assert [e["op"] for e in lines] == [
+        "step_started",
+        "step_completed",
+        "effect",
+        "effect",
+        "event",
+    ]
     assert [e["attempt"] for e in lines] == [2, 2, 2, 2, 3]  # a message's attempt wins
     assert [e["pid"] for e in lines] == [4242] * 4 + [4343]
     assert [e["i"] for e in lines] == [0, 1, 2, 3, 4]
@@ -101,16 +109,20 @@ def test_history_jsonl_has_every_recorded_event_with_its_attribution(ledger: Led
     assert all(isinstance(e["t"], float) for e in lines)
     assert [e["t"] for e in lines] == sorted(e["t"] for e in lines)
     eff = lines[2]
-    assert (eff["kind"], eff["key"], eff["payload"]) == ("send_email", "run-1:send_email:0",
-                                                         {"to": "a@b"})
+    assert (eff["kind"], eff["key"], eff["payload"]) == (
+        "send_email",
+        "run-1:send_email:0",
+        {"to": "a@b"},
+    )
     # the file says whether each effect was applied (it is the evidence of a failing trial)
     assert [lines[2]["applied"], lines[3]["applied"]] == [True, False]
     assert lines[0]["step"] == "fetch"
     assert lines[4]["name"] == "custom"
 
 
-def test_events_without_hello_go_to_the_attempt_the_harness_started_last(ledger: Ledger,
-                                                                         conn: Conn) -> None:
+def test_events_without_hello_go_to_the_attempt_the_harness_started_last(
+    ledger: Ledger, conn: Conn
+) -> None:
     ledger.begin_attempt(5, None)
     conn.call({"op": "step_started", "step": "a"})
     assert ledger.events[0]["attempt"] == 5
@@ -118,9 +130,11 @@ def test_events_without_hello_go_to_the_attempt_the_harness_started_last(ledger:
 
 # -- the kill switch -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("phase", ["before", "in_doubt"])
 def test_a_kill_at_an_effect_sigkills_the_attempt_and_applies_it_only_in_doubt(
-        phase: str, ledger: Ledger, children: Any) -> None:
+    phase: str, ledger: Ledger, children: Any
+) -> None:
     agent = children.spawn(["sleep", "30"])  # stands in for the agent's process group
     ledger.begin_attempt(1, agent.pid)
     ledger.kills = [KillAt(1, 1, phase)]  # the attempt's second event: the effect
@@ -133,8 +147,10 @@ def test_a_kill_at_an_effect_sigkills_the_attempt_and_applies_it_only_in_doubt(
     applied = phase == "in_doubt"
     assert ("run-1:send:0" in ledger.effects) is applied
     assert sum(ledger.applied_counts().values()) == int(applied)
-    assert [{k: v for k, v in x.items() if k in ("event", "attempt", "phase", "op")}
-            for x in ledger.killed] == [{"event": 1, "attempt": 1, "phase": phase, "op": "effect"}]
+    assert [
+        {k: v for k, v in x.items() if k in ("event", "attempt", "phase", "op")}
+        for x in ledger.killed
+    ] == [{"event": 1, "attempt": 1, "phase": phase, "op": "effect"}]
     assert ledger.events[1]["killed"] == phase
     assert ledger.history_path is not None
     logged = [json.loads(x) for x in Path(ledger.history_path).read_text().splitlines()]
@@ -178,12 +194,13 @@ BAD: list[tuple[bytes, str]] = [
 ]
 
 
-def test_bad_requests_get_an_error_reply_and_never_break_the_server(ledger: Ledger,
-                                                                     conn: Conn) -> None:
+def test_bad_requests_get_an_error_reply_and_never_break_the_server(
+    ledger: Ledger, conn: Conn
+) -> None:
     for line, error in BAD:
         reply = conn.raw(line)
         assert reply is not None, line
-        assert (reply["ok"], reply["error"][:len(error)]) == (False, error), line
+        assert (reply["ok"], reply["error"][: len(error)]) == (False, error), line
     # the same connection, and a new one, still work; nothing bad was recorded
     assert conn.call({"op": "step_started", "step": "a"}) == {"ok": True}
     other = Conn(ledger)
@@ -194,7 +211,8 @@ def test_bad_requests_get_an_error_reply_and_never_break_the_server(ledger: Ledg
 
 
 def test_a_keyless_effect_is_applied_every_time_and_judged_by_content(
-        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(probe.ENV_LEDGER, ledger.address)
     probe.reset()
     try:
@@ -204,18 +222,25 @@ def test_a_keyless_effect_is_applied_every_time_and_judged_by_content(
         probe.reset()
     # nothing to deduplicate by: both applied; by content, the same effect twice
     assert ledger.applied_counts() == {("send_email", '{"to":"a@b"}'): 2}
-    assert [(e["op"], e.get("keyless"), e["nth"]) for e in ledger.events] == \
-        [("effect", True, 1), ("effect", True, 2)]
+    assert [(e["op"], e.get("keyless"), e["nth"]) for e in ledger.events] == [
+        ("effect", True, 1),
+        ("effect", True, 2),
+    ]
     assert all("key" not in e for e in ledger.events)
 
 
 # -- the HTTP front --------------------------------------------------------------------------------
 
-def post(ledger: Ledger, path: str, body: bytes | None = b"{}",
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], dict[str, Any]]:
+
+def post(
+    ledger: Ledger, path: str, body: bytes | None = b"{}", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], dict[str, Any]]:
     req = urllib.request.Request(  # noqa: S310 - http:// on our own loopback ledger
-        ledger.http_url + path, data=body, method="POST",
-        headers={"Content-Type": "application/json", **(headers or {})})
+        ledger.http_url + path,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - likewise
             return resp.status, dict(resp.headers), json.loads(resp.read())
@@ -225,8 +250,11 @@ def post(ledger: Ledger, path: str, body: bytes | None = b"{}",
 
 
 def test_http_effects_are_deduplicated_by_idempotency_key(ledger: Ledger) -> None:
-    hdr = {"Idempotency-Key": "run-1:publish:0", "X-Crashpoint-Attempt": "2",
-           "X-Crashpoint-Pid": "777"}
+    hdr = {
+        "Idempotency-Key": "run-1:publish:0",
+        "X-Crashpoint-Attempt": "2",
+        "X-Crashpoint-Pid": "777",
+    }
     code, headers, body = post(ledger, "/effects/publish", b'{"title": "t"}', hdr)
     assert (code, body) == (200, {"ok": True, "applied": True})
     assert "Idempotent-Replayed" not in headers
@@ -234,46 +262,65 @@ def test_http_effects_are_deduplicated_by_idempotency_key(ledger: Ledger) -> Non
     assert (code, body) == (200, {"ok": True, "applied": False})
     assert headers["Idempotent-Replayed"] == "true"
     ev = ledger.events[0]
-    assert (ev["op"], ev["kind"], ev["payload"], ev["attempt"], ev["pid"], ev["via"]) == \
-        ("effect", "publish", {"title": "t"}, 2, 777, "http")
+    assert (ev["op"], ev["kind"], ev["payload"], ev["attempt"], ev["pid"], ev["via"]) == (
+        "effect",
+        "publish",
+        {"title": "t"},
+        2,
+        777,
+        "http",
+    )
     # one outside world: a key applied over the socket is a duplicate over HTTP too
     c = Conn(ledger)
     assert c.call(effect("shared", kind="publish")) == {"ok": True, "applied": True}
     c.close()
-    _, headers, body = post(ledger, "/effects/publish", b'{"to": "a@b"}',
-                            {"Idempotency-Key": "shared"})
+    _, headers, body = post(
+        ledger, "/effects/publish", b'{"to": "a@b"}', {"Idempotency-Key": "shared"}
+    )
     assert body["applied"] is False
     assert headers["Idempotent-Replayed"] == "true"
 
 
 def test_http_step_events_are_recorded_like_socket_ones(ledger: Ledger) -> None:
     hdr = {"X-Crashpoint-Attempt": "3", "X-Crashpoint-Pid": "99"}
-    assert post(ledger, "/events/step_started", b'{"step": "fetch"}', hdr)[::2] == \
-        (200, {"ok": True})
+    assert post(ledger, "/events/step_started", b'{"step": "fetch"}', hdr)[::2] == (
+        200,
+        {"ok": True},
+    )
     assert post(ledger, "/events/step_completed", b'{"step": "fetch"}', hdr)[2] == {"ok": True}
     assert post(ledger, "/events/event", b'{"name": "x", "attempt": 4}', hdr)[2] == {"ok": True}
-    assert [(e["op"], e.get("step"), e["attempt"], e["pid"], e["via"]) for e in ledger.events] \
-        == [("step_started", "fetch", 3, 99, "http"), ("step_completed", "fetch", 3, 99, "http"),
-            ("event", None, 4, 99, "http")]
+    assert [(e["op"], e.get("step"), e["attempt"], e["pid"], e["via"]) for e in ledger.events] == [
+        ("step_started", "fetch", 3, 99, "http"),
+        ("step_completed", "fetch", 3, 99, "http"),
+        ("event", None, 4, 99, "http"),
+    ]
     assert [e["ai"] for e in ledger.events] == [0, 1, 0]
 
 
-@pytest.mark.parametrize(("path", "body", "headers", "code", "error"), [
-    ("/effects/publish", b"{nope", {"Idempotency-Key": "k"}, 400, "body is not JSON"),
-    ("/effects/", b"{}", {"Idempotency-Key": "k"}, 404, "no route"),
-    ("/events/effect", b"{}", {}, 404, "no route"),
-    ("/events/step_started/x", b"{}", {}, 404, "no route"),
-    ("/nothing", b"{}", {}, 404, "no route"),
-    ("/events/step_started", b"[1]", {}, 400, "an event body is a JSON object"),
-    ("/events/step_started", b'{"attempt": "x"}', {}, 400, "attempt must be an integer"),
-    ("/events/step_started", b"{}", {"X-Crashpoint-Attempt": "x"}, 400,
-     "attempt must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "code", "error"),
+    [
+        ("/effects/publish", b"{nope", {"Idempotency-Key": "k"}, 400, "body is not JSON"),
+        ("/effects/", b"{}", {"Idempotency-Key": "k"}, 404, "no route"),
+        ("/events/effect", b"{}", {}, 404, "no route"),
+        ("/events/step_started/x", b"{}", {}, 404, "no route"),
+        ("/nothing", b"{}", {}, 404, "no route"),
+        ("/events/step_started", b"[1]", {}, 400, "an event body is a JSON object"),
+        ("/events/step_started", b'{"attempt": "x"}', {}, 400, "attempt must be an integer"),
+        (
+            "/events/step_started",
+            b"{}",
+            {"X-Crashpoint-Attempt": "x"},
+            400,
+            "attempt must be an integer",
+        ),
+    ],
+)
 def test_http_bad_requests_get_an_error_and_change_nothing(
-        ledger: Ledger, path: str, body: bytes, headers: dict[str, str], code: int,
-        error: str) -> None:
+    ledger: Ledger, path: str, body: bytes, headers: dict[str, str], code: int, error: str
+) -> None:
     got_code, _, got = post(ledger, path, body, headers)
-    assert (got_code, got["ok"], got["error"][:len(error)]) == (code, False, error), got
+    assert (got_code, got["ok"], got["error"][: len(error)]) == (code, False, error), got
     assert post(ledger, "/events/step_started", b'{"step": "still fine"}')[2] == {"ok": True}
     assert len(ledger.events) == 1
 
@@ -292,20 +339,23 @@ def test_http_bad_content_length_is_refused(ledger: Ledger) -> None:
         conn.close()
 
 
-def test_http_kill_in_doubt_applies_then_kills_without_a_response(ledger: Ledger,
-                                                                  children: Any) -> None:
+def test_http_kill_in_doubt_applies_then_kills_without_a_response(
+    ledger: Ledger, children: Any
+) -> None:
     agent = children.spawn(["sleep", "30"])
     ledger.begin_attempt(1, agent.pid)
     ledger.kills = [KillAt(1, 0, "in_doubt")]
     with pytest.raises((http.client.RemoteDisconnected, ConnectionError, urllib.error.URLError)):
-        post(ledger, "/effects/publish", b"{}", {"Idempotency-Key": "k",
-                                                 "X-Crashpoint-Attempt": "1"})
+        post(
+            ledger, "/effects/publish", b"{}", {"Idempotency-Key": "k", "X-Crashpoint-Attempt": "1"}
+        )
     assert agent.wait(5) == -signal.SIGKILL
     assert ledger.effects["k"].applied == 1
     assert ledger.events[0]["killed"] == "in_doubt"
 
 
 # -- the probe client ------------------------------------------------------------------------------
+
 
 def test_the_probe_is_a_no_op_outside_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(probe.ENV_LEDGER, raising=False)
@@ -319,7 +369,8 @@ def test_the_probe_is_a_no_op_outside_the_harness(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_probe_speaks_to_a_ledger_and_says_which_attempt_it_is(
-        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(probe.ENV_LEDGER, ledger.address)
     monkeypatch.setenv("CRASHPOINT_ATTEMPT", "4")
     probe.reset()
@@ -332,12 +383,16 @@ def test_the_probe_speaks_to_a_ledger_and_says_which_attempt_it_is(
     finally:
         probe.reset()
     assert [(e["op"], e["attempt"], e["pid"]) for e in ledger.events] == [
-        ("step_started", 4, os.getpid()), ("effect", 4, os.getpid()),
-        ("effect", 4, os.getpid()), ("step_completed", 4, os.getpid())]
+        ("step_started", 4, os.getpid()),
+        ("effect", 4, os.getpid()),
+        ("effect", 4, os.getpid()),
+        ("step_completed", 4, os.getpid()),
+    ]
 
 
 def test_a_kill_by_identity_is_not_moved_by_an_extra_event_from_a_background_thread(
-        ledger: Ledger, children: Any) -> None:
+    ledger: Ledger, children: Any
+) -> None:
     # the golden run sent fetch, then send; this attempt's framework also sends a heartbeat
     # from a background thread in between. A kill by index (event #1) would hit the
     # heartbeat; by identity it still lands on step_started:send
@@ -352,5 +407,9 @@ def test_a_kill_by_identity_is_not_moved_by_an_extra_event_from_a_background_thr
     c.close()
     assert agent.wait(5) == -signal.SIGKILL
     [killed] = ledger.killed
-    assert (killed["op"], killed["name"], killed["nth"], killed["ai"]) == \
-        ("step_started", "send", 1, 2)
+    assert (killed["op"], killed["name"], killed["nth"], killed["ai"]) == (
+        "step_started",
+        "send",
+        1,
+        2,
+    )

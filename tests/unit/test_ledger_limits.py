@@ -99,8 +99,9 @@ def status(response: bytes) -> int:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[Ledger]:
-    with Ledger(history_path=str(tmp_path / "history.jsonl"), http=True, max_connections=4,
-                idle_timeout=0.5) as led:
+    with Ledger(
+        history_path=str(tmp_path / "history.jsonl"), http=True, max_connections=4, idle_timeout=0.5
+    ) as led:
         yield led
 
 
@@ -126,8 +127,9 @@ def test_connections_over_the_limit_get_an_error_and_are_closed(small: Ledger) -
         assert "already serves 4 connections" in reply["error"]
         assert closed(extra)
         extra.close()
-        resp = http_raw(small.http_url, b"POST /events/step_started HTTP/1.0\r\n"
-                                        b"Content-Length: 2", b"{}")
+        resp = http_raw(
+            small.http_url, b"POST /events/step_started HTTP/1.0\r\nContent-Length: 2", b"{}"
+        )
         assert status(resp) == 503, resp
         assert b"already serves 4 connections" in resp
         assert small.refused["connections"] == 2
@@ -201,8 +203,11 @@ def test_a_100_mb_line_is_refused_without_the_ledger_holding_it(children: Any) -
         pass  # the ledger closed the connection at the limit: the rest is not even taken
     reply = read_line(s)
     s.close()
-    assert json.loads(reply) == {"ok": False, "error": "request line over 1 MiB: the ledger "
-                                 "reads at most 1 MiB per request; the connection is closed"}
+    assert json.loads(reply) == {
+        "ok": False,
+        "error": "request line over 1 MiB: the ledger "
+        "reads at most 1 MiB per request; the connection is closed",
+    }
     assert sent < 100 << 20, "the ledger read the whole 100 MB line"
     peak = _peak_rss(server.pid)
     assert peak - base < 20 << 20, f"the ledger's peak RSS grew by {(peak - base) >> 20} MiB"
@@ -218,8 +223,7 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM in /proc/PID/status")
 
 
-def test_a_line_of_exactly_the_limit_is_served_and_the_next_over_it_refused(
-        tmp_path: Path) -> None:
+def test_a_line_of_exactly_the_limit_is_served_and_the_next_over_it_refused(tmp_path: Path) -> None:
     with Ledger(max_request_bytes=200) as led:
         s = connect(led.address)
         msg = {"op": "event", "name": ""}
@@ -235,14 +239,15 @@ def test_a_line_of_exactly_the_limit_is_served_and_the_next_over_it_refused(
 
 
 def test_a_huge_content_length_gets_413_at_once(small: Ledger) -> None:
-    resp = http_raw(small.http_url, b"POST /effects/pay HTTP/1.0\r\nIdempotency-Key: k\r\n"
-                                    b"Content-Length: 8000000000")
+    resp = http_raw(
+        small.http_url,
+        b"POST /effects/pay HTTP/1.0\r\nIdempotency-Key: k\r\nContent-Length: 8000000000",
+    )
     assert status(resp) == 413, resp
     assert b"over the ledger's limit of 1 MiB" in resp
     assert small.refused["body_size"] == 1
     assert not small.effects
-    ok = http_raw(small.http_url, b"POST /events/step_started HTTP/1.0\r\nContent-Length: 2",
-                  b"{}")
+    ok = http_raw(small.http_url, b"POST /events/step_started HTTP/1.0\r\nContent-Length: 2", b"{}")
     assert status(ok) == 200
 
 
@@ -272,10 +277,10 @@ def test_a_quiet_connection_between_requests_stays_open(small: Ledger) -> None:
         s.close()
 
 
-def test_an_http_body_shorter_than_announced_is_closed_after_the_idle_limit(
-        small: Ledger) -> None:
-    resp = http_raw(small.http_url, b"POST /events/step_started HTTP/1.0\r\n"
-                                    b"Content-Length: 100", b'{"step": ')
+def test_an_http_body_shorter_than_announced_is_closed_after_the_idle_limit(small: Ledger) -> None:
+    resp = http_raw(
+        small.http_url, b"POST /events/step_started HTTP/1.0\r\nContent-Length: 100", b'{"step": '
+    )
     assert status(resp) == 408, resp
     assert b"announced 100 bytes and sent 9" in resp
     assert small.refused["idle"] == 1
@@ -288,8 +293,9 @@ def test_an_http_body_shorter_than_announced_is_closed_after_the_idle_limit(
 def test_accept_survives_running_out_of_file_descriptors(children: Any) -> None:
     """The ledger in a process with 64 descriptors and no connection limit: accept() fails
     with EMFILE while the connections are held; once they close, it serves again."""
-    script = "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n" + \
-        _LEDGER_SERVER
+    script = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n" + _LEDGER_SERVER
+    )
     server = children.spawn([sys.executable, "-c", script, '{"max_connections": 1000}'])
     where = server.read_json()
     held = []

@@ -21,17 +21,34 @@ from crashpoint.harness._checks import (
 from crashpoint.harness._scenario import ScenarioError, load_scenario
 
 
-def llm(attempt: int, fp: str = "A", killed: str = "", tokens: tuple[int, int] = (20, 10)
-        ) -> dict[str, Any]:
-    ev = {"attempt": attempt, "op": "llm_call", "name": "gpt-x", "fingerprint": fp,
-          "prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
+def llm(
+    attempt: int, fp: str = "A", killed: str = "", tokens: tuple[int, int] = (20, 10)
+) -> dict[str, Any]:
+    ev = {
+        "attempt": attempt,
+        "op": "llm_call",
+        "name": "gpt-x",
+        "fingerprint": fp,
+        "prompt_tokens": tokens[0],
+        "completion_tokens": tokens[1],
+    }
     return {**ev, "killed": killed} if killed else ev
 
 
-def eff(attempt: int, payload: str = "hook", key: str | None = None, killed: str = "",
-        applied: bool = True) -> dict[str, Any]:
-    ev: dict[str, Any] = {"attempt": attempt, "op": "effect", "kind": "POST /hook",
-                          "payload": {"text": payload}, "applied": applied}
+def eff(
+    attempt: int,
+    payload: str = "hook",
+    key: str | None = None,
+    killed: str = "",
+    applied: bool = True,
+) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "attempt": attempt,
+        "op": "effect",
+        "kind": "POST /hook",
+        "payload": {"text": payload},
+        "applied": applied,
+    }
     if key:
         ev["key"] = key
     else:
@@ -39,8 +56,12 @@ def eff(attempt: int, payload: str = "hook", key: str | None = None, killed: str
     return {**ev, "killed": killed} if killed else ev
 
 
-def facts(golden: list[dict[str, Any]], trial: list[dict[str, Any]],
-          expect: Expect | None = None, steps: list[str] | None = None) -> TrialFacts:
+def facts(
+    golden: list[dict[str, Any]],
+    trial: list[dict[str, Any]],
+    expect: Expect | None = None,
+    steps: list[str] | None = None,
+) -> TrialFacts:
     for i, e in enumerate(golden):
         e.update(i=i)
     for i, e in enumerate(trial):
@@ -58,6 +79,7 @@ FIXED = [llm(1), eff(1, killed="in_doubt"), eff(2)]
 
 
 # -- no_repeated_llm_calls --------------------------------------------------------------------
+
 
 def test_a_re_billed_call_warns_by_default_with_tokens() -> None:
     r = check_no_repeated_llm_calls(facts(GOLDEN, BROKEN))
@@ -79,28 +101,26 @@ def test_the_fixed_agent_passes_without_warning() -> None:
 
 
 def test_fail_policy_fails() -> None:
-    r = check_no_repeated_llm_calls(facts(GOLDEN, BROKEN,
-                                          Expect(no_repeated_llm_calls="fail")))
+    r = check_no_repeated_llm_calls(facts(GOLDEN, BROKEN, Expect(no_repeated_llm_calls="fail")))
     assert not r.ok
     assert "re-billed, 30 tokens" in r.message
 
 
 @pytest.mark.parametrize(("budget", "ok"), [(29, False), (30, True), (1000, True)])
 def test_token_budget(budget: int, ok: bool) -> None:
-    r = check_no_repeated_llm_calls(facts(GOLDEN, BROKEN,
-                                          Expect(no_repeated_llm_calls=budget)))
+    r = check_no_repeated_llm_calls(facts(GOLDEN, BROKEN, Expect(no_repeated_llm_calls=budget)))
     assert r.ok is ok
     assert r.warning is ok  # within the budget: reported as a warning
-    assert (f"over the budget of {budget}" if not ok else f"within the budget of {budget}") \
-        in r.message
+    assert (
+        f"over the budget of {budget}" if not ok else f"within the budget of {budget}"
+    ) in r.message
 
 
 def test_asking_again_after_a_lost_reply_or_an_unbilled_kill_is_fine() -> None:
     lost_reply = [llm(1, killed="in_doubt"), llm(2), eff(2)]
     never_billed = [llm(1, killed="before"), llm(2), eff(2)]
     for trial in (lost_reply, never_billed):
-        r = check_no_repeated_llm_calls(facts(GOLDEN, trial, Expect(
-            no_repeated_llm_calls="fail")))
+        r = check_no_repeated_llm_calls(facts(GOLDEN, trial, Expect(no_repeated_llm_calls="fail")))
         assert r.ok, r.message
         assert not r.warning, r.message
 
@@ -149,11 +169,14 @@ def test_expect_round_trips_through_json() -> None:
 
 # -- resumes_from_last_completed without step names ---------------------------------------------
 
+
 def test_resume_re_making_a_completed_call_fails() -> None:
     r = check_resumes(facts(GOLDEN, BROKEN))
     assert not r.ok
-    assert r.message.startswith("re-made a completed call: after the restart the first call "
-                                "of attempt 2 was LLM call gpt-x A at attempt 2 event #2")
+    assert r.message.startswith(
+        "re-made a completed call: after the restart the first call "
+        "of attempt 2 was LLM call gpt-x A at attempt 2 event #2"
+    )
     assert "completed at attempt 1 event #0" in r.message
 
 
@@ -166,13 +189,17 @@ def test_resume_after_the_last_completed_call_passes() -> None:
 
 def test_a_keyed_effect_sent_again_after_it_was_acknowledged_fails() -> None:
     golden = [eff(1, "a", key="k1"), eff(1, "b", key="k2"), eff(1, "c", key="k3")]
-    trial = [eff(1, "a", key="k1"), eff(1, "b", key="k2"), eff(1, "c", key="k3",
-                                                             killed="before"),
-             eff(2, "a", key="k1", applied=False), eff(2, "b", key="k2", applied=False),
-             eff(2, "c", key="k3")]
+    trial = [
+        eff(1, "a", key="k1"),
+        eff(1, "b", key="k2"),
+        eff(1, "c", key="k3", killed="before"),
+        eff(2, "a", key="k1", applied=False),
+        eff(2, "b", key="k2", applied=False),
+        eff(2, "c", key="k3"),
+    ]
     r = check_resumes(facts(golden, trial))
     assert not r.ok
-    assert "POST /hook {\"text\":\"a\"}" in r.message
+    assert 'POST /hook {"text":"a"}' in r.message
     good = [*trial[:3], eff(2, "c", key="k3")]
     assert check_resumes(facts(golden, good)).ok
 
@@ -199,19 +226,27 @@ def test_resume_with_no_steps_and_no_calls_has_nothing_to_judge() -> None:
 
 
 def test_step_names_still_win_when_there_are_some() -> None:
-    golden = [{"attempt": 1, "op": "step_started", "step": "ask"}, llm(1),
-              {"attempt": 1, "op": "step_completed", "step": "ask"}]
-    trial = [{"attempt": 1, "op": "step_started", "step": "ask"}, llm(1),
-             {"attempt": 1, "op": "step_completed", "step": "ask"},
-             {"attempt": 2, "op": "step_started", "step": "ask"}, llm(2)]
+    golden = [
+        {"attempt": 1, "op": "step_started", "step": "ask"},
+        llm(1),
+        {"attempt": 1, "op": "step_completed", "step": "ask"},
+    ]
+    trial = [
+        {"attempt": 1, "op": "step_started", "step": "ask"},
+        llm(1),
+        {"attempt": 1, "op": "step_completed", "step": "ask"},
+        {"attempt": 2, "op": "step_started", "step": "ask"},
+        llm(2),
+    ]
     r = check_resumes(facts(golden, trial, steps=["ask"]))
     assert not r.ok
     assert "re-ran a completed step" in r.message
 
 
 def test_the_resume_failure_is_the_root_of_the_re_billed_call() -> None:
-    out = {c.name: c for c in run_checks(facts(GOLDEN, BROKEN, Expect(
-        no_repeated_llm_calls="fail")))}
+    out = {
+        c.name: c for c in run_checks(facts(GOLDEN, BROKEN, Expect(no_repeated_llm_calls="fail")))
+    }
     assert out["no_repeated_llm_calls"].cause == "resumes_from_last_completed"
     assert "save each call's result" in out["resumes_from_last_completed"].hint
 
@@ -229,9 +264,16 @@ expect:
 """
 
 
-@pytest.mark.parametrize(("value", "want"), [
-    ("fail", "fail"), ("warn", "warn"), ("false", "off"), ("{max_tokens: 500}", 500),
-    ("{max_tokens: 0}", 0)])
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("fail", "fail"),
+        ("warn", "warn"),
+        ("false", "off"),
+        ("{max_tokens: 500}", 500),
+        ("{max_tokens: 0}", 0),
+    ],
+)
 def test_scenario_policy(tmp_path: Path, value: str, want: Any) -> None:
     p = tmp_path / "x.scenario.yaml"
     p.write_text(BASE.replace("VALUE", value))
@@ -244,16 +286,20 @@ def test_scenario_default_is_warn(tmp_path: Path) -> None:
     assert load_scenario(p).expect.no_repeated_llm_calls == "warn"
 
 
-@pytest.mark.parametrize(("value", "key", "line", "says"), [
-    ("true", "expect.no_repeated_llm_calls", 7, "use fail, warn"),
-    ("loud", "expect.no_repeated_llm_calls", 7, "got 'loud'"),
-    ("{max_tokens: -1}", "expect.no_repeated_llm_calls.max_tokens", 7, "must be from 0"),
-    ("{max_tokens: lots}", "expect.no_repeated_llm_calls.max_tokens", 7, "whole number"),
-    ("{max_token: 5}", "expect.no_repeated_llm_calls.max_token", 7, "did you mean"),
-    ("{}", "expect.no_repeated_llm_calls", 7, "needs max_tokens"),
-])
-def test_scenario_bad_policy_names_file_line_key(tmp_path: Path, value: str, key: str,
-                                                 line: int, says: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "key", "line", "says"),
+    [
+        ("true", "expect.no_repeated_llm_calls", 7, "use fail, warn"),
+        ("loud", "expect.no_repeated_llm_calls", 7, "got 'loud'"),
+        ("{max_tokens: -1}", "expect.no_repeated_llm_calls.max_tokens", 7, "must be from 0"),
+        ("{max_tokens: lots}", "expect.no_repeated_llm_calls.max_tokens", 7, "whole number"),
+        ("{max_token: 5}", "expect.no_repeated_llm_calls.max_token", 7, "did you mean"),
+        ("{}", "expect.no_repeated_llm_calls", 7, "needs max_tokens"),
+    ],
+)
+def test_scenario_bad_policy_names_file_line_key(
+    tmp_path: Path, value: str, key: str, line: int, says: str
+) -> None:
     p = tmp_path / "x.scenario.yaml"
     p.write_text(textwrap.dedent(BASE.replace("VALUE", value)))
     with pytest.raises(ScenarioError) as ei:
@@ -266,18 +312,33 @@ def test_scenario_bad_policy_names_file_line_key(tmp_path: Path, value: str, key
 
 # -- a warning shows in the reports and never fails ---------------------------------------------
 
+
 def test_a_warning_is_reported_and_passes() -> None:
     from crashpoint.harness._html import _check_matrix
     from crashpoint.harness._model import CheckResult, Outcome, TrialResult
     from crashpoint.pytest_plugin._summary import _row
 
     warn = CheckResult("no_repeated_llm_calls", True, "1 LLM call(s) re-billed", warning=True)
-    t = TrialResult(Plan(()), [], [], {}, 0, [CheckResult("completes", True), warn], 0.0,
-                    outcomes=[Outcome(0, "kill", True, "x")])
+    t = TrialResult(
+        Plan(()),
+        [],
+        [],
+        {},
+        0,
+        [CheckResult("completes", True), warn],
+        0.0,
+        outcomes=[Outcome(0, "kill", True, "x")],
+    )
     assert t.status == "passed"
     assert t.to_json()["warnings"] == ["no_repeated_llm_calls: WARN: 1 LLM call(s) re-billed"]
     assert t.to_json()["failures"] == []
-    s = {"name": "n", "ok": True, "ran": 1, "failed": 0, "warned": 1, "checks": {
-        "no_repeated_llm_calls": {"passed": 1, "failed": 0, "skipped": 0, "warned": 1}}}
+    s = {
+        "name": "n",
+        "ok": True,
+        "ran": 1,
+        "failed": 0,
+        "warned": 1,
+        "checks": {"no_repeated_llm_calls": {"passed": 1, "failed": 0, "skipped": 0, "warned": 1}},
+    }
     assert _row(s)[-1] == "PASS (1 warned)"
     assert "1 ok (1 warn)" in "".join(_check_matrix([s]))

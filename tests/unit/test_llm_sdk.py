@@ -12,18 +12,30 @@ import pytest
 
 from crashpoint.harness._llm import LLMResult, LLMStandIn
 
-openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency "
-                                              "(pip install -e '.[dev]')")
+openai = pytest.importorskip(
+    "openai", reason="the openai SDK is a test dependency (pip install -e '.[dev]')"
+)
 
-SCRIPT = {"replies": [
-    {"match": "weather", "reply": {"tool_calls": [{"name": "get_weather",
-                                                   "arguments": {"city": "Paris"}}]}},
-    {"match": "weather", "reply": "Sunny, 21C."},
-    {"regex": r"^capital of \w+", "reply": "Paris is the capital."}]}
+SCRIPT = {
+    "replies": [
+        {
+            "match": "weather",
+            "reply": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+        },
+        {"match": "weather", "reply": "Sunny, 21C."},
+        {"regex": r"^capital of \w+", "reply": "Paris is the capital."},
+    ]
+}
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object",
-                                          "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 class _Front:
@@ -55,8 +67,7 @@ class _Front:
             do_GET = do_POST = _serve
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
@@ -80,14 +91,17 @@ def client(front: _Front) -> Iterator[Any]:
 
 
 def test_chat_non_streaming_with_usage(client: Any, front: _Front) -> None:
-    r = client.chat.completions.create(model="gpt-test", messages=[
-        {"role": "user", "content": "capital of France?"}])
+    r = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "capital of France?"}]
+    )
     assert r.choices[0].message.content == "Paris is the capital."
     assert r.model == "gpt-test"
     assert r.choices[0].finish_reason == "stop"
     got = front.results[-1]
-    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == \
-        (got.prompt_tokens, got.completion_tokens)
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (
+        got.prompt_tokens,
+        got.completion_tokens,
+    )
     assert got.prompt_tokens > 0
     assert r.usage.total_tokens == got.prompt_tokens + got.completion_tokens
 
@@ -95,8 +109,9 @@ def test_chat_non_streaming_with_usage(client: Any, front: _Front) -> None:
 def test_chat_streaming_matches_non_streaming(client: Any, front: _Front) -> None:
     msgs = [{"role": "user", "content": "say the words one two three"}]
     whole = client.chat.completions.create(model="m", messages=msgs)
-    stream = client.chat.completions.create(model="m", messages=msgs, stream=True,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="m", messages=msgs, stream=True, stream_options={"include_usage": True}
+    )
     parts, usage, finish = [], None, None
     for chunk in stream:
         assert chunk.object == "chat.completion.chunk"
@@ -105,8 +120,7 @@ def test_chat_streaming_matches_non_streaming(client: Any, front: _Front) -> Non
         for ch in chunk.choices:
             parts.append(ch.delta.content or "")
             finish = ch.finish_reason or finish
-    assert "".join(parts) == whole.choices[0].message.content == \
-        "echo: say the words one two three"
+    assert "".join(parts) == whole.choices[0].message.content == "echo: say the words one two three"
     assert len([p for p in parts if p]) > 1  # really streamed in pieces
     assert finish == "stop"
     assert usage is not None
@@ -121,16 +135,19 @@ def test_chat_tool_call_round_trip(client: Any, front: _Front) -> None:
     assert r.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
-    msgs += [r.choices[0].message.model_dump(exclude_none=True),
-             {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21"}]
+    msgs += [
+        r.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21"},
+    ]
     r2 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS)
     assert r2.choices[0].message.content == "Sunny, 21C."
     assert not r2.choices[0].message.tool_calls
 
 
 def test_chat_streaming_tool_call(client: Any) -> None:
-    stream = client.chat.completions.create(model="m", tools=TOOLS, stream=True, messages=[
-        {"role": "user", "content": "weather?"}])
+    stream = client.chat.completions.create(
+        model="m", tools=TOOLS, stream=True, messages=[{"role": "user", "content": "weather?"}]
+    )
     name, args, ident = "", "", ""
     for chunk in stream:
         for ch in chunk.choices:
@@ -166,8 +183,13 @@ def test_responses_non_streaming_and_streaming(client: Any, front: _Front) -> No
 
 
 def test_responses_stream_helper_and_tool_round_trip(client: Any) -> None:
-    tools = [{"type": "function", "name": "get_weather",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
     with client.responses.stream(model="m", input="weather in Paris", tools=tools) as s:
         for _ in s:
             pass
@@ -175,11 +197,20 @@ def test_responses_stream_helper_and_tool_round_trip(client: Any) -> None:
     call = next(o for o in first.output if o.type == "function_call")
     assert call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris"}
-    r = client.responses.create(model="m", tools=tools, input=[
-        {"role": "user", "content": "weather in Paris"},
-        {"type": "function_call", "call_id": call.call_id, "name": call.name,
-         "arguments": call.arguments},
-        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    r = client.responses.create(
+        model="m",
+        tools=tools,
+        input=[
+            {"role": "user", "content": "weather in Paris"},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+        ],
+    )
     assert r.output_text == "Sunny, 21C."
 
 

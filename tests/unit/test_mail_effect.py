@@ -38,8 +38,9 @@ def world() -> Iterator[tuple[Ledger, SmtpSink]]:
 
 
 def agent(store: Store, sink: SmtpSink, **kw: Any) -> Any:
-    send = smtp_effect(sink.host, sink.port, user="agent", password=TOKEN,
-                       sender="agent@example.org", **kw)
+    send = smtp_effect(
+        sink.host, sink.port, user="agent", password=TOKEN, sender="agent@example.org", **kw
+    )
     with open_run(store, "digest-7") as run:
         return run.step("notify", lambda: run.effect("email", MAIL, send))
 
@@ -57,20 +58,26 @@ def test_message_ids_are_stable_per_key_and_distinct_across_keys() -> None:
 
 
 def test_the_mail_is_one_effect_keyed_by_its_derived_message_id(
-        world: tuple[Ledger, SmtpSink], store_factory: StoreFactory) -> None:
+    world: tuple[Ledger, SmtpSink], store_factory: StoreFactory
+) -> None:
     ledger, sink = world
     result = agent(store_factory.make("s"), sink)
     assert result == {"message_id": message_id_for(KEY), "refused": {}}
     (ev,) = [e for e in ledger.events if e["op"] == "effect"]
     assert (ev["kind"], ev["key"], ev["applied"]) == ("mail", message_id_for(KEY), True)
-    assert ev["payload"] == {"from": "agent@example.org", "to": ["ops@example.org"],
-                             "subject": "Digest", "body": "3 rows\n"}
+    assert ev["payload"] == {
+        "from": "agent@example.org",
+        "to": ["ops@example.org"],
+        "subject": "Digest",
+        "body": "3 rows\n",
+    }
     agent(store_factory.make("s"), sink)  # recorded: replayed, not sent
     assert len([e for e in ledger.events if e["op"] == "effect"]) == 1
 
 
 def test_a_kill_in_doubt_resends_the_same_message_id_and_is_deduplicated(
-        world: tuple[Ledger, SmtpSink], store_factory: StoreFactory) -> None:
+    world: tuple[Ledger, SmtpSink], store_factory: StoreFactory
+) -> None:
     ledger, sink = world
     ledger.kills = [KillAt(attempt=1, op="effect", name="mail", phase="in_doubt")]
     store = store_factory.make("s")
@@ -81,15 +88,23 @@ def test_a_kill_in_doubt_resends_the_same_message_id_and_is_deduplicated(
     assert agent(store, sink)["message_id"] == message_id_for(KEY)  # resumed
     effects = [e for e in ledger.events if e["op"] == "effect"]
     assert [(e["key"], e["applied"]) for e in effects] == [
-        (message_id_for(KEY), True), (message_id_for(KEY), False)]
+        (message_id_for(KEY), True),
+        (message_id_for(KEY), False),
+    ]
     assert sum(ledger.applied_counts().values()) == 1
 
 
-def test_a_wrong_password_is_an_error_and_not_recorded(world: tuple[Ledger, SmtpSink],
-                                                       store_factory: StoreFactory) -> None:
+def test_a_wrong_password_is_an_error_and_not_recorded(
+    world: tuple[Ledger, SmtpSink], store_factory: StoreFactory
+) -> None:
     ledger, sink = world
-    send = smtp_effect(sink.host, sink.port, user="agent", password="nope",  # noqa: S106
-                       sender="a@x.org")
+    send = smtp_effect(
+        sink.host,
+        sink.port,
+        user="agent",
+        password="nope",  # noqa: S106
+        sender="a@x.org",
+    )
     store = store_factory.make("s")
     with open_run(store, "r") as run, pytest.raises(MailEffectError, match="535"):
         run.step("notify", lambda: run.effect("email", MAIL, send))
@@ -97,13 +112,17 @@ def test_a_wrong_password_is_an_error_and_not_recorded(world: tuple[Ledger, Smtp
     assert any(line.action == "in-doubt" for line in plan(store, "r"))
 
 
-@pytest.mark.parametrize(("payload", "match"), [
-    ("hello", "must be a dict"),
-    ({"subject": "x", "body": "y"}, "'to' must be an address"),
-    ({"to": [], "body": "y"}, "'to' must be an address"),
-])
-def test_a_bad_payload_is_a_clear_error(world: tuple[Ledger, SmtpSink], payload: Any,
-                                        match: str) -> None:
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        ("hello", "must be a dict"),
+        ({"subject": "x", "body": "y"}, "'to' must be an address"),
+        ({"to": [], "body": "y"}, "'to' must be an address"),
+    ],
+)
+def test_a_bad_payload_is_a_clear_error(
+    world: tuple[Ledger, SmtpSink], payload: Any, match: str
+) -> None:
     _, sink = world
     send = smtp_effect(sink.host, sink.port, user="agent", password=TOKEN, sender="a@x.org")
     with pytest.raises(ValueError, match=match):

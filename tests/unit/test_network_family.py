@@ -21,14 +21,16 @@ from crashpoint.harness._scenario import ScenarioError, load_scenario
 
 #: a golden run that calls the model, posts a webhook twice (two payloads), reads a status
 #: page and sends a mail; probe steps around them (not network calls)
-EVENTS = [{"op": "step_started", "step": "think"},
-          {"op": "llm_call", "name": "gpt", "fingerprint": "f1"},
-          {"op": "step_completed", "step": "think"},
-          {"op": "effect", "kind": "POST /hook", "payload": {"n": 1}},
-          {"op": "effect", "kind": "POST /hook", "payload": {"n": 2}},
-          {"op": "event", "name": "GET /status", "method": "GET", "path": "/status"},
-          {"op": "effect", "kind": "mail", "payload": {"to": "a"}},
-          {"op": "effect", "kind": "send_email", "payload": {}, "key": "k"}]  # a probe effect
+EVENTS = [
+    {"op": "step_started", "step": "think"},
+    {"op": "llm_call", "name": "gpt", "fingerprint": "f1"},
+    {"op": "step_completed", "step": "think"},
+    {"op": "effect", "kind": "POST /hook", "payload": {"n": 1}},
+    {"op": "effect", "kind": "POST /hook", "payload": {"n": 2}},
+    {"op": "event", "name": "GET /status", "method": "GET", "path": "/status"},
+    {"op": "effect", "kind": "mail", "payload": {"to": "a"}},
+    {"op": "effect", "kind": "send_email", "payload": {}, "key": "k"},
+]  # a probe effect
 
 
 def golden(events: list[dict[str, Any]] | None = None) -> Golden:
@@ -37,10 +39,23 @@ def golden(events: list[dict[str, Any]] | None = None) -> Golden:
 
 
 def test_the_golden_runs_network_calls_are_its_requests_to_the_stand_ins() -> None:
-    assert [call_of(e) for e in EVENTS] == ["", "llm", "", "POST /hook", "POST /hook",
-                                            "GET /status", "mail", ""]
-    assert net_requests(golden()) == [("llm", 1), ("POST /hook", 1), ("POST /hook", 2),
-                                      ("GET /status", 1), ("mail", 1)]
+    assert [call_of(e) for e in EVENTS] == [
+        "",
+        "llm",
+        "",
+        "POST /hook",
+        "POST /hook",
+        "GET /status",
+        "mail",
+        "",
+    ]
+    assert net_requests(golden()) == [
+        ("llm", 1),
+        ("POST /hook", 1),
+        ("POST /hook", 2),
+        ("GET /status", 1),
+        ("mail", 1),
+    ]
 
 
 def test_a_sweep_fails_every_distinct_call_with_every_failure_asked() -> None:
@@ -50,15 +65,26 @@ def test_a_sweep_fails_every_distinct_call_with_every_failure_asked() -> None:
     g = golden()
     assert fam.points(g) == 4 * 2
     plans = Campaign(AgentSpec(command=("true",)), [fam], "/nonexistent").plans(g)
-    got = [(p.faults[0].arg("call"), p.faults[0].arg("fail"), p.faults[0].arg("nth"))
-           for p in plans]
-    assert got == [(c, f, 1) for c in ("llm", "POST /hook", "GET /status", "mail")
-                   for f in ("timeout", 503)]
+    got = [
+        (p.faults[0].arg("call"), p.faults[0].arg("fail"), p.faults[0].arg("nth")) for p in plans
+    ]
+    assert got == [
+        (c, f, 1) for c in ("llm", "POST /hook", "GET /status", "mail") for f in ("timeout", 503)
+    ]
 
 
 def test_a_named_call_with_a_count_is_drawn_and_reproducible() -> None:
-    fam = family_from_spec({"network": {"call": "POST /hook", "fail": ["reset", 429, 500],
-                                        "nth": 2, "times": 3, "count": 5}})
+    fam = family_from_spec(
+        {
+            "network": {
+                "call": "POST /hook",
+                "fail": ["reset", 429, 500],
+                "nth": 2,
+                "times": 3,
+                "count": 5,
+            }
+        }
+    )
     assert not fam.systematic
     g = golden()
     plans = [plan_for(fam, g, 7, i) for i in range(30)]
@@ -72,8 +98,10 @@ def test_a_named_call_with_a_count_is_drawn_and_reproducible() -> None:
 
 def test_any_without_nth_draws_one_request_of_the_golden_run_occurrence_too() -> None:
     fam = family_from_spec({"network": {"count": 3}})
-    drawn = {(p.faults[0].arg("call"), p.faults[0].arg("nth"))
-             for p in (plan_for(fam, golden(), 1, i) for i in range(200))}
+    drawn = {
+        (p.faults[0].arg("call"), p.faults[0].arg("nth"))
+        for p in (plan_for(fam, golden(), 1, i) for i in range(200))
+    }
     assert drawn == set(net_requests(golden()))  # the 2nd POST /hook too
 
 
@@ -91,8 +119,9 @@ def test_without_network_calls_the_plan_says_so_and_never_passes() -> None:
 
 
 def test_a_chain_with_a_kill_puts_the_network_fault_on_the_next_attempt() -> None:
-    fam = family_from_spec([{"kill": {"at": "random"}},
-                            {"network": {"call": "POST /hook", "count": 2}}])
+    fam = family_from_spec(
+        [{"kill": {"at": "random"}}, {"network": {"call": "POST /hook", "count": 2}}]
+    )
     plan = plan_for(fam, golden(), 3, 0)
     assert [(f.kind, f.attempt) for f in plan.faults] == [("kill", 1), ("network", 2)]
 
@@ -113,8 +142,12 @@ def test_the_plan_round_trips_and_becomes_the_ledgers_net_fault() -> None:
     with pytest.raises(ValueError, match="only a timeout"):
         Failure("reset", applied=True)
     # what the services ask: only the planned requests fail, and each is counted
-    assert [pick([nf], "POST /hook", n, 1) is not None for n in (1, 2, 3, 4)] == \
-        [False, True, True, False]
+    assert [pick([nf], "POST /hook", n, 1) is not None for n in (1, 2, 3, 4)] == [
+        False,
+        True,
+        True,
+        False,
+    ]
     assert pick([nf], "POST /hook", 2, 2) is None
     assert pick([nf], "POST /x", 2, 1) is None
     assert nf.fired == 2
@@ -141,8 +174,17 @@ def _facts(events: list[dict[str, Any]], **expect: Any) -> TrialFacts:
 
 
 def _posts(n: int, attempt: int = 1) -> list[dict[str, Any]]:
-    return [{"op": "effect", "kind": "POST /hook", "payload": {"n": 1}, "attempt": attempt,
-             "t": 0.001 * k, "failed": "HTTP 503"} for k in range(n)]
+    return [
+        {
+            "op": "effect",
+            "kind": "POST /hook",
+            "payload": {"n": 1},
+            "attempt": attempt,
+            "t": 0.001 * k,
+            "failed": "HTTP 503",
+        }
+        for k in range(n)
+    ]
 
 
 def test_a_retry_storm_fails_and_a_capped_retry_does_not() -> None:
@@ -172,17 +214,22 @@ NET_CASES = [
     ("network: {times: 1000}", "faults[0].network.times", "above the cap of 100"),
     ("network: {count: 0}", "faults[0].network.count", "0 runs no trial"),
     ("network: {when: 3}", "faults[0].network.when", "unknown option(s) when"),
-    ("[network: {count: 2}, kill: {at: random}]", "faults[0][0].network.count",
-     "put count on the last fault"),
+    (
+        "[network: {count: 2}, kill: {at: random}]",
+        "faults[0][0].network.count",
+        "put count on the last fault",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("fault", "key", "says"), NET_CASES, ids=[c[0] for c in NET_CASES])
 def test_a_bad_network_option_is_refused_at_its_file_line_and_key(
-        tmp_path: Path, fault: str, key: str, says: str) -> None:
+    tmp_path: Path, fault: str, key: str, says: str
+) -> None:
     path = tmp_path / "n.scenario.yaml"
-    path.write_text(f'name: x\nagent:\n  command: ["{{python}}", "-c", "pass"]\n'
-                    f"faults:\n  - {fault}\n")
+    path.write_text(
+        f'name: x\nagent:\n  command: ["{{python}}", "-c", "pass"]\nfaults:\n  - {fault}\n'
+    )
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
     err = info.value
@@ -193,13 +240,15 @@ def test_a_bad_network_option_is_refused_at_its_file_line_and_key(
 
 def test_good_network_options_load(tmp_path: Path) -> None:
     path = tmp_path / "n.scenario.yaml"
-    path.write_text('name: x\nagent:\n  command: ["{python}", "-c", "pass"]\nfaults:\n'
-                    '  - network: {call: "POST /hook", fail: [timeout, "503"], times: 2}\n'
-                    "  - network: {call: llm, fail: reset, count: 2}\n"
-                    "expect: {max_retries: 3, no_retry_storm: true}\n")
+    path.write_text(
+        'name: x\nagent:\n  command: ["{python}", "-c", "pass"]\nfaults:\n'
+        '  - network: {call: "POST /hook", fail: [timeout, "503"], times: 2}\n'
+        "  - network: {call: llm, fail: reset, count: 2}\n"
+        "expect: {max_retries: 3, no_retry_storm: true}\n"
+    )
     sc = load_scenario(path)
     assert sc.expect.max_retries == 3
-    (_, o1), = sc.families[0].family.chain
+    ((_, o1),) = sc.families[0].family.chain
     assert dict(o1)["fail"] == ("timeout", 503)
     with pytest.raises(FaultSpecError, match=r"network\.fail"):
         family_from_spec({"network": {"fail": 200}})
@@ -226,9 +275,7 @@ def test_the_mode_decides_sweep_or_draws() -> None:
     g = golden()
     counted = family_from_spec({"network": {"call": "any", "count": 3}})
     swept = Campaign(AgentSpec(command=("true",)), [counted], "/x", mode="systematic").plans(g)
-    assert [p.faults[0].arg("call") for p in swept] == ["llm", "POST /hook", "GET /status",
-                                                        "mail"]
+    assert [p.faults[0].arg("call") for p in swept] == ["llm", "POST /hook", "GET /status", "mail"]
     sweep = family_from_spec({"network": {}})
-    drawn = Campaign(AgentSpec(command=("true",)), [sweep], "/x", mode="random",
-                     trials=6).plans(g)
+    drawn = Campaign(AgentSpec(command=("true",)), [sweep], "/x", mode="random", trials=6).plans(g)
     assert len(drawn) == 6

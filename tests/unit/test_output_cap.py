@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from crashpoint.faults._process import CappedOutput
 
 
-def _feed(data: bytes, cuts: list[int], head: int, tail: int,
-          path: str | None = None) -> tuple[bytes, CappedOutput]:
+def _feed(
+    data: bytes, cuts: list[int], head: int, tail: int, path: str | None = None
+) -> tuple[bytes, CappedOutput]:
     out = CappedOutput(path, head, tail)
     at = 0
     for n in cuts:
-        out.feed(data[at:at + n])
+        out.feed(data[at : at + n])
         at += n
     out.feed(data[at:])
     return out.finish(), out
@@ -34,15 +35,23 @@ def _expected(data: bytes, head: int, tail: int) -> bytes:
         return data
     cut = len(data) - head - tail
     sha = hashlib.sha256(data).hexdigest()
-    return (data[:head] + f"\n... {cut:,} bytes cut (whole stream {len(data):,} bytes, "
-            f"sha256 {sha}) ...\n".encode() + (data[len(data) - tail:] if tail else b""))
+    return (
+        data[:head]
+        + f"\n... {cut:,} bytes cut (whole stream {len(data):,} bytes, sha256 {sha}) ...\n".encode()
+        + (data[len(data) - tail :] if tail else b"")
+    )
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.binary(max_size=200), cuts=st.lists(st.integers(0, 40), max_size=12),
-       head=st.integers(0, 24), tail=st.integers(0, 24))
-def test_the_view_is_head_cut_tail_whatever_the_chunks(data: bytes, cuts: list[int], head: int,
-                                                       tail: int) -> None:
+@given(
+    data=st.binary(max_size=200),
+    cuts=st.lists(st.integers(0, 40), max_size=12),
+    head=st.integers(0, 24),
+    tail=st.integers(0, 24),
+)
+def test_the_view_is_head_cut_tail_whatever_the_chunks(
+    data: bytes, cuts: list[int], head: int, tail: int
+) -> None:
     view, out = _feed(data, cuts, head, tail)
     assert view == _expected(data, head, tail)
     assert out.total == len(data)
@@ -50,10 +59,15 @@ def test_the_view_is_head_cut_tail_whatever_the_chunks(data: bytes, cuts: list[i
 
 
 @settings(max_examples=300, deadline=None)
-@given(a=st.binary(max_size=60), b=st.binary(max_size=60), head=st.integers(0, 8),
-       tail=st.integers(0, 8))
-def test_two_views_are_equal_exactly_when_the_streams_are(a: bytes, b: bytes, head: int,
-                                                          tail: int) -> None:
+@given(
+    a=st.binary(max_size=60),
+    b=st.binary(max_size=60),
+    head=st.integers(0, 8),
+    tail=st.integers(0, 8),
+)
+def test_two_views_are_equal_exactly_when_the_streams_are(
+    a: bytes, b: bytes, head: int, tail: int
+) -> None:
     # same_output compares the final attempt's view with the golden run's
     assert (_feed(a, [], head, tail)[0] == _feed(b, [], head, tail)[0]) == (a == b)
 
@@ -69,13 +83,12 @@ def test_a_difference_in_the_cut_middle_still_shows(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", [0, 5, 300, 100_000])
-def test_the_file_holds_the_view_and_memory_stays_under_the_caps(tmp_path: Path,
-                                                                 size: int) -> None:
+def test_the_file_holds_the_view_and_memory_stays_under_the_caps(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     path = tmp_path / "attempt-1.stdout"
     out = CappedOutput(str(path), 64, 128)
     for i in range(0, size, 7):
-        out.feed(data[i:i + 7])
+        out.feed(data[i : i + 7])
         assert len(out._head) <= 64
         assert len(out._tail) <= 2 * 128
     view = out.finish()

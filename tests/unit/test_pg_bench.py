@@ -16,17 +16,22 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pg_store.py"
 
 
 def test_pg_bench_runs_end_to_end(tmp_path: Path) -> None:
-    pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
-                        "pip install 'crashpoint[postgres]'")
+    pytest.importorskip(
+        "psycopg",
+        reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
+    )
     from crashpoint.harness._postgres import unavailable
 
     reason = unavailable()
     if reason:
         pytest.skip(reason)
     out = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "5", "--repeat", "1",
-                             "--json", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--steps", "5", "--repeat", "1", "--json", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         log, _ = proc.communicate(timeout=300)
     finally:

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-psycopg = pytest.importorskip("psycopg", reason="psycopg (PostgreSQL driver) is not installed: "
-                              "pip install 'crashpoint[postgres]'")
+psycopg = pytest.importorskip(
+    "psycopg",
+    reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
+)
 
 from crashpoint.checkpoint import (  # noqa: E402
     PostgresStore,
@@ -165,8 +167,14 @@ def test_renew_release_and_lease(store: PostgresStore) -> None:
 
 
 def test_claim_skips_finished_dead_lettered_and_hitl_runs(store: PostgresStore) -> None:
-    for rid, status in [("a", "running"), ("b", "completed"), ("c", "paused"),
-                        ("d", "decided"), ("e", "failed"), ("f", "running")]:
+    for rid, status in [
+        ("a", "running"),
+        ("b", "completed"),
+        ("c", "paused"),
+        ("d", "decided"),
+        ("e", "failed"),
+        ("f", "running"),
+    ]:
         with store.open(rid) as j:
             j.set_meta(status=status)
     assert store.record_attempt("f", "boom") == 1
@@ -215,8 +223,10 @@ def test_a_corrupted_row_is_detected_naming_run_and_seq(pg_dsn: str) -> None:
         for i in range(3):
             j.append({"i": i})
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # flip a payload byte of record 2
-        conn.execute("UPDATE crashpoint.records SET frame = overlay(frame placing "
-                     "'\\x5a'::bytea from 20 for 1) WHERE seq = 2")
+        conn.execute(
+            "UPDATE crashpoint.records SET frame = overlay(frame placing "
+            "'\\x5a'::bytea from 20 for 1) WHERE seq = 2"
+        )
     with pytest.raises(CheckpointCorrupt) as info:
         s.read("r")
     assert "'r'" in str(info.value) or "/r" in str(info.value)
@@ -286,8 +296,9 @@ def test_dsn_passwords_never_appear(tmp_path: Path) -> None:
         s.run_ids()
     assert "hunter2secret" not in str(info.value)
     assert "127.0.0.1" in str(info.value)
-    assert (info.value.__cause__ is None and info.value.__context__ is None) or \
-        "hunter2secret" not in str(info.value.__context__)
+    assert (
+        info.value.__cause__ is None and info.value.__context__ is None
+    ) or "hunter2secret" not in str(info.value.__context__)
     kv = PostgresStore("host=127.0.0.1 port=1 password=hunter2secret dbname=x", connect_timeout=2)
     assert "hunter2secret" not in repr(kv)
     with pytest.raises(CheckpointError) as info:
@@ -310,9 +321,16 @@ def test_open_store_picks_the_store_by_url(tmp_path: Path, pg_dsn: str) -> None:
 def test_the_checkpoint_package_does_not_import_psycopg(children: Children) -> None:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", "import sys, crashpoint.checkpoint; "
-                          "print('psycopg' in sys.modules)"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, crashpoint.checkpoint; print('psycopg' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -342,7 +360,8 @@ while True:
 
 
 def test_a_killed_holder_loses_its_lease_and_another_worker_takes_the_run(
-        children: Children, tmp_path: Path, pg_dsn: str) -> None:
+    children: Children, tmp_path: Path, pg_dsn: str
+) -> None:
     """A real process holds the lease (heartbeating), is killed -9; once its lease expires on
     the server's clock, another worker opens the run under a new generation."""
     import signal
@@ -359,14 +378,18 @@ def test_a_killed_holder_loses_its_lease_and_another_worker_takes_the_run(
     assert first is not None
     assert first.holder == "holder"
     # the heartbeat renews it: the expiry moves on, and it never lapses meanwhile
-    wait_for(lambda: other.lease("r").expires_at > first.expires_at + 0.5,  # type: ignore[union-attr]
-             what="a heartbeat renewing the lease")
+    wait_for(
+        lambda: other.lease("r").expires_at > first.expires_at + 0.5,  # type: ignore[union-attr]
+        what="a heartbeat renewing the lease",
+    )
     with pytest.raises(RunLocked, match="holder"):
         other.open("r")
     assert not other.lease("r").expired  # type: ignore[union-attr]
     child.kill_tree(signal.SIGKILL)
-    wait_for(lambda: other.lease("r").expired,  # type: ignore[union-attr]
-             what="the dead holder's lease to expire")
+    wait_for(
+        lambda: other.lease("r").expired,  # type: ignore[union-attr]
+        what="the dead holder's lease to expire",
+    )
     with other.open("r") as j:
         assert j.generation == 2
         j.append({"by": "other"})
@@ -386,7 +409,8 @@ def test_the_heartbeat_notices_a_stolen_lease(pg_dsn: str) -> None:
 
 
 def test_a_restart_on_the_same_machine_takes_a_dead_holders_lease_at_once(
-        children: Children, tmp_path: Path, pg_dsn: str) -> None:
+    children: Children, tmp_path: Path, pg_dsn: str
+) -> None:
     """kill -9, then restart on the same machine: the dead holder (same kernel boot, same pid
     namespace, pid gone) does not make the restart wait out the 30 s lease."""
     import signal
@@ -431,8 +455,10 @@ def test_the_cli_takes_a_postgres_url(pg_dsn: str, capsys: pytest.CaptureFixture
     assert main(["checkpoints", "--store", pg_dsn, "verify"]) == 0
     capsys.readouterr()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("UPDATE crashpoint.records SET frame = overlay(frame placing "
-                     "'\\x00'::bytea from 18 for 1) WHERE run_id = 'done' AND seq = 1")
+        conn.execute(
+            "UPDATE crashpoint.records SET frame = overlay(frame placing "
+            "'\\x00'::bytea from 18 for 1) WHERE run_id = 'done' AND seq = 1"
+        )
     assert main(["checkpoints", "--store", pg_dsn, "verify"]) == 1
     out = capsys.readouterr().out
     assert "/done at byte 1: record #1" in out
@@ -446,8 +472,11 @@ def test_claim_skips_a_run_another_claimer_has_locked(pg_dsn: str) -> None:
     for rid in ("a", "b"):
         with s.open(rid) as j:
             j.set_meta(status="running")
-    rows(pg_dsn, "UPDATE crashpoint.runs SET updated = now() - interval '1 hour' "
-                 "WHERE run_id = 'a' RETURNING 1")  # a is first in line
+    rows(
+        pg_dsn,
+        "UPDATE crashpoint.runs SET updated = now() - interval '1 hour' "
+        "WHERE run_id = 'a' RETURNING 1",
+    )  # a is first in line
     with psycopg.connect(pg_dsn) as other:
         other.execute("SELECT 1 FROM crashpoint.runs WHERE run_id = 'a' FOR UPDATE")
         assert s.claim("w", limit=2) == [("b", 2)]
@@ -461,8 +490,7 @@ def test_appending_writes_only_the_new_record(pg_dsn: str) -> None:
     with s.open("r") as j:
         for i in range(100):
             j.append({"i": i, "pad": "x" * i})
-    [(total, n)] = rows(pg_dsn, "SELECT sum(octet_length(frame)), count(*) "
-                                "FROM crashpoint.records")
+    [(total, n)] = rows(pg_dsn, "SELECT sum(octet_length(frame)), count(*) FROM crashpoint.records")
     assert n == 100
     assert s.bytes_written == total
     assert s.usage() == total

@@ -13,33 +13,48 @@ from crashpoint.harness import Campaign, Fault, Golden, family_from_spec
 from crashpoint.harness._campaign import NoBoundaries, plan_for
 from crashpoint.harness._model import AgentSpec
 
-EVENTS = [{"op": "step_started", "step": "fetch"}, {"op": "step_completed", "step": "fetch"},
-          {"op": "step_started", "step": "send"},
-          {"op": "effect", "kind": "email", "payload": {"to": "a"}, "key": "k"},
-          {"op": "step_completed", "step": "send"},
-          {"op": "step_started", "step": "send"},  # a loop: the same step again
-          {"op": "effect", "kind": "email", "payload": {"to": "b"}, "key": "k2"},
-          {"op": "step_completed", "step": "send"}]
+EVENTS = [
+    {"op": "step_started", "step": "fetch"},
+    {"op": "step_completed", "step": "fetch"},
+    {"op": "step_started", "step": "send"},
+    {"op": "effect", "kind": "email", "payload": {"to": "a"}, "key": "k"},
+    {"op": "step_completed", "step": "send"},
+    {"op": "step_started", "step": "send"},  # a loop: the same step again
+    {"op": "effect", "kind": "email", "payload": {"to": "b"}, "key": "k2"},
+    {"op": "step_completed", "step": "send"},
+]
 
 
 def golden(**kw: Any) -> Golden:
-    return Golden(["fetch", "send", "send"], [dict(e) for e in EVENTS], Counter(), b"ok\n",
-                  **{"duration": 0.12, **kw})
+    return Golden(
+        ["fetch", "send", "send"],
+        [dict(e) for e in EVENTS],
+        Counter(),
+        b"ok\n",
+        **{"duration": 0.12, **kw},
+    )
 
 
-@pytest.mark.parametrize("spec", [{"kill": {"at": "time", "count": 1}},
-                                  {"signal": {"sig": "TERM", "count": 1}},
-                                  {"signal": {"sig": "STOP", "within": "2s", "count": 1}},
-                                  {"kill": {"at": "random"}}, {"kill": {"at": "recovery"}},
-                                  {"corrupt": {"how": ["stale-copy"]}}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kill": {"at": "time", "count": 1}},
+        {"signal": {"sig": "TERM", "count": 1}},
+        {"signal": {"sig": "STOP", "within": "2s", "count": 1}},
+        {"kill": {"at": "random"}},
+        {"kill": {"at": "recovery"}},
+        {"corrupt": {"how": ["stale-copy"]}},
+    ],
+)
 def test_a_plan_does_not_depend_on_how_long_the_golden_run_took(spec: dict[str, Any]) -> None:
     fam = family_from_spec(spec)
     fast, slow = golden(duration=0.12, span=0.05), golden(duration=0.27, span=0.2)
     for index in range(20):
         assert plan_for(fam, fast, 7, index) == plan_for(fam, slow, 7, index)
     # and the seed does decide it
-    assert {plan_for(fam, fast, 7, i) for i in range(20)} != \
-        {plan_for(fam, fast, 8, i) for i in range(20)}
+    assert {plan_for(fam, fast, 7, i) for i in range(20)} != {
+        plan_for(fam, fast, 8, i) for i in range(20)
+    }
 
 
 def test_instants_are_drawn_within_the_window_after_the_first_event() -> None:
@@ -58,8 +73,9 @@ def test_every_boundary_kill_names_its_event_by_op_name_and_occurrence() -> None
     camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report")
     plans = camp.plans(g)
     assert len(plans) == len(g.boundaries()) == len(EVENTS) + 2
-    idents = [(f.arg("op"), f.arg("name"), f.arg("nth"), f.arg("phase"))
-              for p in plans for f in p.faults]
+    idents = [
+        (f.arg("op"), f.arg("name"), f.arg("nth"), f.arg("phase")) for p in plans for f in p.faults
+    ]
     assert idents[6] == ("step_started", "send", 2, "before")  # the loop's second "send"
     assert ("effect", "email", 2, "in_doubt") in idents
     assert all(f.arg("index") is None for p in plans for f in p.faults)
@@ -67,8 +83,9 @@ def test_every_boundary_kill_names_its_event_by_op_name_and_occurrence() -> None
 
 
 def test_a_golden_run_with_no_event_and_no_file_operation_is_an_error() -> None:
-    camp = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})],
-                    "/nonexistent-report")
+    camp = Campaign(
+        AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})], "/nonexistent-report"
+    )
     with pytest.raises(NoBoundaries, match="Add probe calls"):
         camp.plans(replace(golden(), events=[], steps=[]))
     # file operations alone are boundaries enough (for kill at fileop)
@@ -77,16 +94,20 @@ def test_a_golden_run_with_no_event_and_no_file_operation_is_an_error() -> None:
 
 
 def test_sweeps_have_one_trial_per_recorded_point_and_say_when_there_is_none() -> None:
-    ops = [{"op": "write", "path": "{state_dir}/x", "n": k, "label": f"write x #{k}"}
-           for k in (1, 2, 3)]
+    ops = [
+        {"op": "write", "path": "{state_dir}/x", "n": k, "label": f"write x #{k}"}
+        for k in (1, 2, 3)
+    ]
     fam = family_from_spec({"kill": {"at": "fileop"}})
     camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report")
     plans = camp.plans(replace(golden(), fileops=ops))
     assert [p.faults[0].arg("fileop") for p in plans] == ops  # each once, in order
     assert str(plans[0].faults[0]) == "kill attempt 1 before write x #1"
-    capped = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "fileop",
-                                                                          "max": 2}})],
-                      "/nonexistent-report")
+    capped = Campaign(
+        AgentSpec(("true",)),
+        [family_from_spec({"kill": {"at": "fileop", "max": 2}})],
+        "/nonexistent-report",
+    )
     assert len(capped.plans(replace(golden(), fileops=ops))) == 2
     # nothing recorded: one trial that cannot pass (it says why), never zero trials
     [empty] = camp.plans(golden())

@@ -76,6 +76,7 @@ OLD = {f"{S}/state.json": b'{"step": 1}'}
 
 # -- recording ----------------------------------------------------------------------------------
 
+
 def test_python_open_w_of_an_existing_file_is_a_truncate_then_a_write() -> None:
     log = log_of(NAIVE, OLD)
     assert kinds(log) == ["trunc", "write"]
@@ -141,9 +142,26 @@ def test_each_name_operation() -> None:
         10 unlink("{ROOT}/d2/x") = 0
         10 rmdir("{ROOT}/d2") = 0
     ''')
-    assert kinds(log) == ["mkdir", "mkdir", "creat", "link", "link", "symlink", "symlink",
-                          "unlink", "unlink", "unlink", "rmdir", "exchange", "rename",
-                          "fdatasync", "sync", "sync", "unlink", "rmdir"]
+    assert kinds(log) == [
+        "mkdir",
+        "mkdir",
+        "creat",
+        "link",
+        "link",
+        "symlink",
+        "symlink",
+        "unlink",
+        "unlink",
+        "unlink",
+        "rmdir",
+        "exchange",
+        "rename",
+        "fdatasync",
+        "sync",
+        "sync",
+        "unlink",
+        "rmdir",
+    ]
     f = log.ops[2].file
     assert (log.ops[3].path, log.ops[3].path2, log.ops[3].file) == (f"{S}/d/x", f"{S}/e/y", f)
     assert log.ops[4].path2 == f"{S}/z"
@@ -174,8 +192,15 @@ def test_dup_dup2_dup3_and_fcntl_dupfd_share_one_offset() -> None:
         10 write(4<{ROOT}/f>, "F", 1) = 1
     ''')
     offs = [(op.offset, op.data) for op in log.ops if op.kind == "write"]
-    assert offs == [(0, b"aaaa"), (4, b"bb"), (6, b"c"), (7, b"d"), (1, b"E"), (100, b"P"),
-                    (2, b"F")]
+    assert offs == [
+        (0, b"aaaa"),
+        (4, b"bb"),
+        (6, b"c"),
+        (7, b"d"),
+        (1, b"E"),
+        (100, b"P"),
+        (2, b"F"),
+    ]
 
 
 def test_fork_shares_the_open_file_description_and_copies_the_table() -> None:
@@ -201,7 +226,8 @@ def test_fork_shares_the_open_file_description_and_copies_the_table() -> None:
 
 
 def test_o_append_pwrite_on_append_and_f_setfl() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/app", O_WRONLY|O_CREAT|O_APPEND, 0644) = 3<{ROOT}/app>
         10 pwrite64({fd(3, "app")}, "pw", 2, 0) = 2
         10 write({fd(3, "app")}, "aa", 2) = 2
@@ -209,7 +235,9 @@ def test_o_append_pwrite_on_append_and_f_setfl() -> None:
         10 write({fd(3, "app")}, "bb", 2) = 2
         10 fcntl({fd(3, "app")}, F_SETFL, O_WRONLY|O_LARGEFILE) = 0
         10 write({fd(3, "app")}, "cc", 2) = 2
-    ''', {f"{S}/app": b"0123456789"})
+    ''',
+        {f"{S}/app": b"0123456789"},
+    )
     offs = [op.offset for op in log.ops if op.kind == "write"]
     assert offs == [10, 12, 14, 16]  # appends; then at the offset the last append left
     assert kinds(log)[0] == "write"  # an existing file: no create
@@ -225,7 +253,11 @@ def test_writev_pwritev_and_binary_data_round_trip_exactly() -> None:
     ''')
     w = [op for op in log.ops if op.kind == "write"]
     assert [(op.offset, op.data) for op in w] == [
-        (0, b"a\n\xff\x80\x00"), (0, b"12"), (8, b'"<>'), (5, b"\x00\x01\xff \tx")]
+        (0, b"a\n\xff\x80\x00"),
+        (0, b"12"),
+        (8, b'"<>'),
+        (5, b"\x00\x01\xff \tx"),
+    ]
     assert all(op.exact for op in w)
 
 
@@ -260,8 +292,12 @@ def test_truncate_ftruncate_fallocate_copy_file_range_sendfile_sync_file_range()
         10 sync_file_range({fd(3, "f")}, 0, 0, SYNC_FILE_RANGE_WRITE) = 0
     ''')
     assert [(op.kind, op.size, op.offset) for op in log.ops[1:]] == [
-        ("trunc", 3, 0), ("trunc", 2, 0), ("trunc", 100, 0), ("write", 5, 50),
-        ("write", 3, 0)]
+        ("trunc", 3, 0),
+        ("trunc", 2, 0),
+        ("trunc", 100, 0),
+        ("write", 5, 50),
+        ("write", 3, 0),
+    ]
     assert not log.ops[4].exact
     notes = "\n".join(log.notes)
     assert "PUNCH_HOLE" in notes
@@ -284,12 +320,17 @@ def test_failed_and_killed_calls_and_paths_outside_the_roots_are_left_out() -> N
 
 
 def test_moving_files_into_and_out_of_the_roots() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 rename("/tmp/outside", "{ROOT}/in") = 0
         10 rename("{ROOT}/gone", "/tmp/away") = 0
-    ''', {f"{S}/gone": b"bye"})
+    ''',
+        {f"{S}/gone": b"bye"},
+    )
     assert [(op.kind, op.path, op.exact) for op in log.ops] == [
-        ("creat", f"{S}/in", False), ("unlink", f"{S}/gone", True)]
+        ("creat", f"{S}/in", False),
+        ("unlink", f"{S}/gone", True),
+    ]
     assert any("moved in from outside" in n for n in log.notes)
 
 
@@ -300,8 +341,10 @@ def test_relative_paths_and_unknown_existing_files() -> None:
         10 write({fd(3, "sub/known")}, "k", 1) = 1
         10 rename("sub/known", "k2") = 0
     ''')
-    assert [(op.kind, op.path) for op in log.ops] == [("write", f"{S}/sub/known"),
-                                                      ("rename", f"{S}/sub/known")]
+    assert [(op.kind, op.path) for op in log.ops] == [
+        ("write", f"{S}/sub/known"),
+        ("rename", f"{S}/sub/known"),
+    ]
     assert log.initial == {f"{S}/sub": None, f"{S}/sub/known": b""}
     assert any("does not list it" in n for n in log.notes)
 
@@ -327,6 +370,7 @@ def test_describe() -> None:
 
 # -- models and mutations -----------------------------------------------------------------------
 
+
 def test_nothing_pending_no_state_and_the_bounds_are_checked() -> None:
     log = log_of(SAFE, OLD)
     assert pc.crash_states(log, "posix", 0) == []
@@ -347,36 +391,43 @@ def test_naive_rewrite_can_be_left_empty_or_zeros_and_is_explained() -> None:
         assert b"" in got, model
         assert b'{"step": 1}' in got  # the truncate lost too: the old content
         for s in st:
-            assert s.explain.startswith(f"`{S}/state.json` was rewritten in place (open with "
-                                        "O_TRUNC, write) without fsync: after power loss it "
-                                        "can be empty or torn"), s.explain
+            assert s.explain.startswith(
+                f"`{S}/state.json` was rewritten in place (open with "
+                "O_TRUNC, write) without fsync: after power loss it "
+                "can be empty or torn"
+            ), s.explain
         empty = next(s for s in st if s.files[f"{S}/state.json"] == b"")
         assert empty.lost == (f"{S}/state.json: 0 of 11 bytes",)
     zeros = [s for s in pc.crash_states(log, "posix", 2) if s.mutation.kind == "zeros"]
     assert [s.files[f"{S}/state.json"] for s in zeros] == [bytes(11)]
-    assert not [s for s in pc.crash_states(log, "ext4-ordered", 2)
-                if s.mutation.kind == "zeros"]
+    assert not [s for s in pc.crash_states(log, "ext4-ordered", 2) if s.mutation.kind == "zeros"]
 
 
 def test_torn_cuts_at_the_first_and_last_512_byte_boundary() -> None:
     data = "".join(chr(ord("a") + i % 26) for i in range(5000))
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/f", O_WRONLY|O_CREAT|O_APPEND, 0644) = 3<{ROOT}/f>
         10 write({fd(3, "f")}, "{data}", 5000) = 5000
-    ''', {f"{S}/f": b"H" * 100})
+    ''',
+        {f"{S}/f": b"H" * 100},
+    )
     for model in pc.MODELS:
         torn = [s for s in pc.crash_states(log, model, 1) if s.mutation.kind == "torn"]
         assert [s.mutation.keep for s in torn] == [412, 4508]  # file offsets 512 and 4608
         assert torn[0].files[f"{S}/f"] == b"H" * 100 + data[:412].encode()
-        assert torn[0].explain == (f"`{S}/f` append was not fsynced: after power loss it can "
-                                   "be lost or torn")
-        assert torn[0].label() == "after op 1 (write 5000 B at 100 to {state_dir}/f), " \
-                                  "torn at 412 B"
+        assert torn[0].explain == (
+            f"`{S}/f` append was not fsynced: after power loss it can be lost or torn"
+        )
+        assert torn[0].label() == "after op 1 (write 5000 B at 100 to {state_dir}/f), torn at 412 B"
     # a write inside one sector tears to nothing: the size is not extended
-    small = log_of(f'''
+    small = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/f", O_WRONLY|O_APPEND) = 3<{ROOT}/f>
         10 write({fd(3, "f")}, "tail", 4) = 4
-    ''', {f"{S}/f": b"H" * 100})
+    ''',
+        {f"{S}/f": b"H" * 100},
+    )
     st = pc.crash_states(small, "posix", 1)
     assert [s.mutation.kind for s in st] == ["drop", "zeros"]  # torn at 0 == drop: deduped
     assert pc.rebuild(small, "posix", 1, Mutation("torn", 0, 0)).files[f"{S}/f"] == b"H" * 100
@@ -400,9 +451,10 @@ def test_posix_rename_without_folder_fsync_can_be_undone_and_is_explained() -> N
     st = pc.crash_states(log, "posix", 4)
     back = [s for s in st if s.files.get(f"{S}/state.json") == b'{"step": 1}']
     assert back
-    assert (f"the rename of `{S}/state.tmp` to `{S}/state.json` was not made durable (no "
-            f"fsync of its folder `{S}`): after power loss the old `{S}/state.json` is back"
-            ) in back[0].explain
+    assert (
+        f"the rename of `{S}/state.tmp` to `{S}/state.json` was not made durable (no "
+        f"fsync of its folder `{S}`): after power loss the old `{S}/state.json` is back"
+    ) in back[0].explain
 
 
 def test_posix_reorder_rename_before_data_and_ext4_keeps_data_before_its_rename() -> None:
@@ -414,8 +466,10 @@ def test_posix_reorder_rename_before_data_and_ext4_keeps_data_before_its_rename(
     reorder = pc.rebuild(log, "posix", 3, Mutation("reorder", 2))
     assert reorder.digest == empty.digest  # one write: the same as dropping it (deduped)
     assert empty.explain == reorder.explain
-    assert reorder.explain == (f"`{S}/state.json` was replaced by rename before its data "
-                                  "was fsynced: after power loss it can be empty")
+    assert reorder.explain == (
+        f"`{S}/state.json` was replaced by rename before its data "
+        "was fsynced: after power loss it can be empty"
+    )
     ext4 = states(log, "ext4-ordered")
     assert ext4
     for s in ext4:  # data=ordered: the rename never reaches the disk ahead of the data
@@ -447,19 +501,27 @@ def test_ext4_any_fsync_commits_the_metadata_before_it_posix_needs_the_folder() 
     assert pc.crash_states(log, "ext4-ordered", 3) == []
     [s] = pc.crash_states(log, "posix", 3)
     assert f"{S}/new" not in s.files
-    assert s.explain == (f"the creation of `{S}/new` was not made durable (no fsync of its "
-                         f"folder `{S}`): after power loss it is missing")
+    assert s.explain == (
+        f"the creation of `{S}/new` was not made durable (no fsync of its "
+        f"folder `{S}`): after power loss it is missing"
+    )
 
 
 def test_ext4_in_place_overwrite_can_still_tear() -> None:
     old = b"o" * 2048
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/db", O_RDWR) = 3<{ROOT}/db>
         10 pwrite64({fd(3, "db")}, "{"n" * 1024}", 1024, 256) = 1024
-    ''', {f"{S}/db": old})
+    ''',
+        {f"{S}/db": old},
+    )
     st = pc.crash_states(log, "ext4-ordered", 1)
-    assert [(s.mutation.kind, s.mutation.keep) for s in st] == [("drop", 0), ("torn", 256),
-                                                                 ("torn", 768)]
+    assert [(s.mutation.kind, s.mutation.keep) for s in st] == [
+        ("drop", 0),
+        ("torn", 256),
+        ("torn", 768),
+    ]
     assert st[1].files[f"{S}/db"] == b"o" * 256 + b"n" * 256 + b"o" * 1536
     assert "overwritten in place without fsync" in st[1].explain
 
@@ -472,7 +534,8 @@ def test_sync_makes_everything_durable_and_initial_counts_as_durable() -> None:
 
 
 def test_posix_unlink_and_mkdir_without_folder_fsync() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 unlink("{ROOT}/old") = 0
         10 mkdir("{ROOT}/d", 0777) = 0
         10 openat(AT_FDCWD</w>, "{ROOT}/d/f", O_WRONLY|O_CREAT, 0644) = 3<{ROOT}/d/f>
@@ -480,7 +543,9 @@ def test_posix_unlink_and_mkdir_without_folder_fsync() -> None:
         10 fsync({fd(3, "d/f")}) = 0
         10 openat(AT_FDCWD</w>, "{ROOT}/d", O_RDONLY|O_DIRECTORY) = 4<{ROOT}/d>
         10 fsync(4<{ROOT}/d>) = 0
-    ''', {f"{S}/old": b"1"})
+    ''',
+        {f"{S}/old": b"1"},
+    )
     st = pc.crash_states(log, "posix", len(log.ops))
     assert {s.mutation.op for s in st if s.mutation.kind == "drop"} == {0, 1}
     back = next(s for s in st if s.mutation == Mutation("drop", 0))
@@ -488,12 +553,14 @@ def test_posix_unlink_and_mkdir_without_folder_fsync() -> None:
     assert "the removal of `{state_dir}/old` was not made durable" in back.explain
     nodir = next(s for s in st if s.mutation == Mutation("drop", 1))
     assert f"{S}/d/f" not in nodir.files  # its folder's entry was never made durable
-    assert nodir.explain.startswith(f"the folder `{S}/d` was not made durable (no fsync of "
-                                    f"its folder `{S}`)")
+    assert nodir.explain.startswith(
+        f"the folder `{S}/d` was not made durable (no fsync of its folder `{S}`)"
+    )
 
 
 def test_states_are_unique_never_the_kill9_state_and_deterministic() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/a", O_WRONLY|O_CREAT|O_TRUNC, 0644) = 3<{ROOT}/a>
         10 write({fd(3, "a")}, "{"x" * 1500}", 1500) = 1500
         10 write({fd(3, "a")}, "{"y" * 700}", 700) = 700
@@ -502,7 +569,9 @@ def test_states_are_unique_never_the_kill9_state_and_deterministic() -> None:
         10 write({fd(4, "log")}, "entry\\n", 6) = 6
         10 fdatasync({fd(4, "log")}) = 0
         10 unlink("{ROOT}/b") = 0
-    ''', {f"{S}/b": b"before"})
+    ''',
+        {f"{S}/b": b"before"},
+    )
     for model in pc.MODELS:
         for u in range(len(log.ops) + 1):
             st = pc.crash_states(log, model, u)
@@ -544,11 +613,14 @@ def test_rebuild_refuses_a_mutation_that_does_not_apply() -> None:
 
 
 def test_json_round_trip_of_the_log_keeps_every_state() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/b", O_WRONLY|O_CREAT, 0644) = 3<{ROOT}/b>
         10 write({fd(3, "b")}, "\\0\\377\\n\\"", 4) = 4
         10 rename("{ROOT}/b", "{ROOT}/c") = 0
-    ''', {f"{S}/c": b"\xff\x00old", f"{S}/d": None})
+    ''',
+        {f"{S}/c": b"\xff\x00old", f"{S}/d": None},
+    )
     text = json.dumps(log.to_json())
     back = OpLog.from_json(json.loads(text))
     assert back == log
@@ -586,18 +658,29 @@ def test_write_ranges_and_event_points() -> None:
 def test_label_and_digest() -> None:
     log = log_of(SAFE, OLD)
     s = pc.rebuild(log, "posix", 4, Mutation("drop", 0))
-    assert s.label() == (f"after op 4 (rename {S}/state.tmp to {S}/state.json), lost op 1 "
-                         f"(create {S}/state.tmp)")
-    assert pc.rebuild(log, "posix", 4, Mutation("synced_only")).label().endswith(
-        "only what was synced")
-    other = CrashState(upto=1, model="posix", mutation=Mutation("synced_only"),
-                       files=dict(s.files))
+    assert s.label() == (
+        f"after op 4 (rename {S}/state.tmp to {S}/state.json), lost op 1 (create {S}/state.tmp)"
+    )
+    assert (
+        pc.rebuild(log, "posix", 4, Mutation("synced_only"))
+        .label()
+        .endswith("only what was synced")
+    )
+    other = CrashState(upto=1, model="posix", mutation=Mutation("synced_only"), files=dict(s.files))
     assert other.digest == s.digest
-    assert CrashState(upto=1, model="posix", mutation=Mutation("synced_only"),
-                      files={**s.files, f"{S}/x": None}).digest != s.digest
+    assert (
+        CrashState(
+            upto=1,
+            model="posix",
+            mutation=Mutation("synced_only"),
+            files={**s.files, f"{S}/x": None},
+        ).digest
+        != s.digest
+    )
 
 
 # -- materialize --------------------------------------------------------------------------------
+
 
 def _state(files: dict[str, bytes | None]) -> CrashState:
     return CrashState(upto=0, model="posix", mutation=Mutation("synced_only"), files=files)
@@ -608,18 +691,37 @@ def test_materialize_writes_exactly_the_state(tmp_path: Path) -> None:
     root.mkdir()
     (root / "stale").write_text("old")
     (root / "olddir" / "deep").mkdir(parents=True)
-    files: dict[str, bytes | None] = {f"{S}/a.json": b"{}", f"{S}/d": None,
-                                      f"{S}/d/e/f": b"\0\xff", "{workdir}/x": b"skipped"}
+    files: dict[str, bytes | None] = {
+        f"{S}/a.json": b"{}",
+        f"{S}/d": None,
+        f"{S}/d/e/f": b"\0\xff",
+        "{workdir}/x": b"skipped",
+    }
     written = pc.materialize(_state(files), {"state_dir": str(root)})
-    assert sorted(written) == sorted([str(root / "a.json"), str(root / "d"),
-                                      str(root / "d" / "e" / "f")])
+    assert sorted(written) == sorted(
+        [str(root / "a.json"), str(root / "d"), str(root / "d" / "e" / "f")]
+    )
     assert pc.snapshot({"state_dir": str(root)}) == {
-        f"{S}/a.json": b"{}", f"{S}/d": None, f"{S}/d/e": None, f"{S}/d/e/f": b"\0\xff"}
+        f"{S}/a.json": b"{}",
+        f"{S}/d": None,
+        f"{S}/d/e": None,
+        f"{S}/d/e/f": b"\0\xff",
+    }
 
 
-@pytest.mark.parametrize("bad", ["{state_dir}/../escape", "/etc/escape", "escape",
-                                 "{state_dir}//x", "{state_dir}/./x", "{state_dir}/a/../../x",
-                                 "{state_dir}/x\0y", "{state_dir}/"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "{state_dir}/../escape",
+        "/etc/escape",
+        "escape",
+        "{state_dir}//x",
+        "{state_dir}/./x",
+        "{state_dir}/a/../../x",
+        "{state_dir}/x\0y",
+        "{state_dir}/",
+    ],
+)
 def test_materialize_refuses_paths_that_leave_the_root(tmp_path: Path, bad: str) -> None:
     root = tmp_path / "state"
     root.mkdir()
@@ -639,8 +741,9 @@ def test_materialize_follows_no_symlink(tmp_path: Path) -> None:
     (outside / "victim").write_text("precious")
     (root / "link").symlink_to(outside, target_is_directory=True)
     (root / "flink").symlink_to(outside / "victim")
-    pc.materialize(_state({f"{S}/link/victim": b"evil", f"{S}/flink": b"evil"}),
-                   {"state_dir": str(root)})
+    pc.materialize(
+        _state({f"{S}/link/victim": b"evil", f"{S}/flink": b"evil"}), {"state_dir": str(root)}
+    )
     assert (outside / "victim").read_text() == "precious"
     assert not (root / "link").is_symlink()
     assert (root / "link" / "victim").read_bytes() == b"evil"
@@ -653,20 +756,26 @@ def test_materialize_follows_no_symlink(tmp_path: Path) -> None:
 
 
 def test_posix_reorder_loses_every_unsynced_write_before_the_rename() -> None:
-    log = log_of(f'''
+    log = log_of(
+        f'''
         10 openat(AT_FDCWD</w>, "{ROOT}/t", O_WRONLY|O_CREAT, 0644) = 3<{ROOT}/t>
         10 write({fd(3, "t")}, "one,", 4) = 4
         10 write({fd(3, "t")}, "two", 3) = 3
         10 rename("{ROOT}/t", "{ROOT}/state.json") = 0
-    ''', OLD)
+    ''',
+        OLD,
+    )
     st = pc.crash_states(log, "posix", 4)
     [r] = [s for s in st if s.mutation.kind == "reorder"]
     assert r.mutation.op == 3
     assert r.files[f"{S}/state.json"] == b""  # drop of one write leaves the other: distinct
     assert {s.files[f"{S}/state.json"] for s in st if s.mutation.kind == "drop"} >= {
-        b"\0\0\0\0two", b"one,"}
-    assert r.explain.startswith(f"`{S}/state.json` was replaced by rename before its data was "
-                                "fsynced")
+        b"\0\0\0\0two",
+        b"one,",
+    }
+    assert r.explain.startswith(
+        f"`{S}/state.json` was replaced by rename before its data was fsynced"
+    )
 
 
 def test_snapshot_reads_files_and_folders_but_no_link_fifo_or_too_much(tmp_path: Path) -> None:
@@ -679,7 +788,10 @@ def test_snapshot_reads_files_and_folders_but_no_link_fifo_or_too_much(tmp_path:
     (root / "link").symlink_to(outside)
     os.mkfifo(root / "pipe")  # opening it for reading would block: never opened
     got = pc.snapshot({"state_dir": str(root)})
-    assert got == {"{state_dir}/a.json": b'{"x": 1}', "{state_dir}/sub": None,
-                   "{state_dir}/sub/b": b"\0\xff"}
+    assert got == {
+        "{state_dir}/a.json": b'{"x": 1}',
+        "{state_dir}/sub": None,
+        "{state_dir}/sub/b": b"\0\xff",
+    }
     with pytest.raises(ValueError, match="more than 4 bytes"):
         pc.snapshot({"state_dir": str(root)}, limit=4)

@@ -58,9 +58,14 @@ class Workload:
         return points
 
 
-def run_workload(disk: Path, durability: str,
-                 recorder_cls: type[PowerLossRecorder] = PowerLossRecorder, *,
-                 snapshot_bytes: int = 300, segment_bytes: int = 450) -> Workload:
+def run_workload(
+    disk: Path,
+    durability: str,
+    recorder_cls: type[PowerLossRecorder] = PowerLossRecorder,
+    *,
+    snapshot_bytes: int = 300,
+    segment_bytes: int = 450,
+) -> Workload:
     """Append N_RECORDS records (closing and reopening once) through a recorder. The small
     snapshot and segment sizes force snapshots, segment rolls and deletions mid-run."""
     disk.mkdir()
@@ -71,9 +76,14 @@ def run_workload(disk: Path, durability: str,
         acked_after.append(acked)
 
     rec = recorder_cls(disk, on_op=note)
-    store = Store(disk / "store", durability=durability, fs=rec, reserve_bytes=0,
-                  snapshots=SnapshotPolicy(min_bytes=snapshot_bytes),
-                  segment_bytes=segment_bytes)
+    store = Store(
+        disk / "store",
+        durability=durability,
+        fs=rec,
+        reserve_bytes=0,
+        snapshots=SnapshotPolicy(min_bytes=snapshot_bytes),
+        segment_bytes=segment_bytes,
+    )
     j = store.open(RUN)
     j.set_meta(status="running")
     for i, data in enumerate(RECORDS):
@@ -132,8 +142,10 @@ def check_cuts(work: Workload, tmp: Path, max_lost: int) -> tuple[list[str], lis
         if len(got) > acked + 1:
             violations.append(f"{where}: {len(got)} records, more than acknowledged + in flight")
         if acked - len(got) > max_lost:
-            violations.append(f"{where}: lost {acked - len(got)} acknowledged records "
-                              f"(recovered {len(got)} of {acked}; allowed to lose {max_lost})")
+            violations.append(
+                f"{where}: lost {acked - len(got)} acknowledged records "
+                f"(recovered {len(got)} of {acked}; allowed to lose {max_lost})"
+            )
     return violations, seen
 
 
@@ -158,12 +170,13 @@ def test_always_loses_no_acknowledged_record_at_any_cut(tmp_path: Path) -> None:
     assert any(got == acked + 1 for acked, got in seen), "no cut inside an append's window"
 
 
-@pytest.mark.parametrize(("n", "snapshot_bytes", "segment_bytes"),
-                         [(3, 300, 450), (8, 2000, 4000)])
-def test_batch_loses_at_most_the_unsynced_batch(tmp_path: Path, n: int, snapshot_bytes: int,
-                                                segment_bytes: int) -> None:
-    work = run_workload(tmp_path / "disk", f"batch({n})", snapshot_bytes=snapshot_bytes,
-                        segment_bytes=segment_bytes)
+@pytest.mark.parametrize(("n", "snapshot_bytes", "segment_bytes"), [(3, 300, 450), (8, 2000, 4000)])
+def test_batch_loses_at_most_the_unsynced_batch(
+    tmp_path: Path, n: int, snapshot_bytes: int, segment_bytes: int
+) -> None:
+    work = run_workload(
+        tmp_path / "disk", f"batch({n})", snapshot_bytes=snapshot_bytes, segment_bytes=segment_bytes
+    )
     violations, seen = check_cuts(work, tmp_path, max_lost=n - 1)
     assert violations == []
     # the model really drops the unsynced records, and the bound is reached, not just kept
@@ -184,8 +197,13 @@ def test_none_can_lose_acknowledged_records(tmp_path: Path) -> None:
     disk = tmp_path / "disk"
     disk.mkdir()
     rec = PowerLossRecorder(disk, keep_images=False)
-    store = Store(disk / "store", durability="none", fs=rec, reserve_bytes=0,
-                  snapshots=SnapshotPolicy(enabled=False))
+    store = Store(
+        disk / "store",
+        durability="none",
+        fs=rec,
+        reserve_bytes=0,
+        snapshots=SnapshotPolicy(enabled=False),
+    )
     with store.open(RUN) as j:
         for data in RECORDS:
             j.append(data)
@@ -207,8 +225,9 @@ class SkipsNewSegmentDirSync(PowerLossRecorder):
         super().__init__(root, **kw)
 
     def open_append(self, path: str) -> int:
-        self.pending_segment = os.path.basename(path).startswith("seg-") and \
-            not os.path.exists(path)
+        self.pending_segment = os.path.basename(path).startswith("seg-") and not os.path.exists(
+            path
+        )
         return super().open_append(path)
 
     def fsync_dir(self, path: str) -> None:
@@ -228,7 +247,8 @@ class FdatasyncDoesNothing(PowerLossRecorder):
 
 @pytest.mark.parametrize("broken", [SkipsNewSegmentDirSync, FdatasyncDoesNothing])
 def test_a_store_that_skips_a_sync_fails_the_always_check(
-        tmp_path: Path, broken: type[PowerLossRecorder]) -> None:
+    tmp_path: Path, broken: type[PowerLossRecorder]
+) -> None:
     work = run_workload(tmp_path / "disk", "always", recorder_cls=broken)
     violations, _ = check_cuts(work, tmp_path, max_lost=0)
     assert any("lost" in v and "acknowledged records" in v for v in violations), violations
@@ -256,8 +276,7 @@ def _create(rec: FsOps, path: Path, data: bytes, *, sync: bool) -> None:
 
 def test_files_present_at_start_are_durable(tmp_path: Path) -> None:
     rec, _ = _recorder(tmp_path)
-    assert rec.image().listing() == {"old.txt": b"old content", "sub": None,
-                                     "sub/inner": b"inner"}
+    assert rec.image().listing() == {"old.txt": b"old content", "sub": None, "sub/inner": b"inner"}
 
 
 def test_new_file_needs_both_its_sync_and_the_folder_sync(tmp_path: Path) -> None:
@@ -319,8 +338,14 @@ def test_write_atomic_leaves_old_or_new_whole_at_every_cut(tmp_path: Path) -> No
     rec.write_atomic(str(disk / "old.txt"), b"replacement")
     seen = {img.listing().get("old.txt") for img in rec.images}
     assert seen == {b"old content", b"replacement"}
-    assert [op.name for op in rec.ops] == ["open_temp", "write", "fsync", "close", "replace",
-                                           "fsync_dir"]
+    assert [op.name for op in rec.ops] == [
+        "open_temp",
+        "write",
+        "fsync",
+        "close",
+        "replace",
+        "fsync_dir",
+    ]
     assert rec.images[-2].listing()["old.txt"] == b"old content"  # renamed, folder not synced
 
 

@@ -9,8 +9,9 @@ import pytest
 from crashpoint.pytest_plugin._board import Board, Watcher, WorkerFile, eta_seconds, format_clock
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0:00"), (75.4, "1:15"), (3725, "1:02:05"),
-                                               (-3, "0:00")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0:00"), (75.4, "1:15"), (3725, "1:02:05"), (-3, "0:00")]
+)
 def test_format_clock(seconds: float, text: str) -> None:
     assert format_clock(seconds) == text
 

@@ -121,12 +121,24 @@ def test_under_a_sticky_shared_folder_another_users_folder_is_refused(tmp_path: 
 
 
 def _summary() -> dict[str, object]:
-    return {"name": "c", "scenario": "s", "family": "kill", "seed": 0, "ok": True, "ran": 0,
-            "trials": 0, "passed": 0, "failed": 0, "skipped": 0, "checks": {}}
+    return {
+        "name": "c",
+        "scenario": "s",
+        "family": "kill",
+        "seed": 0,
+        "ok": True,
+        "ran": 0,
+        "trials": 0,
+        "passed": 0,
+        "failed": 0,
+        "skipped": 0,
+        "checks": {},
+    }
 
 
 def test_a_planted_gate_json_link_is_refused_and_its_target_unchanged(
-        tmp_path: Path, target: Path) -> None:
+    tmp_path: Path, target: Path
+) -> None:
     report = Path(secure_dir(str(tmp_path / "report")))
     (report / "gate.json").symlink_to(target)
     with pytest.raises(UnsafeReportFolder, match=r"gate\.json: it is a symbolic link"):
@@ -136,11 +148,11 @@ def test_a_planted_gate_json_link_is_refused_and_its_target_unchanged(
 
 
 def test_a_planted_summary_json_link_is_refused_and_its_target_unchanged(
-        tmp_path: Path, target: Path) -> None:
+    tmp_path: Path, target: Path
+) -> None:
     report = Path(secure_dir(str(tmp_path / "c")))
     (report / "summary.json").symlink_to(target)
-    result = CampaignResult("c", Golden([], [], Counter(), b"", 0.0),
-                            [], 0.0, 0, str(report))
+    result = CampaignResult("c", Golden([], [], Counter(), b"", 0.0), [], 0.0, 0, str(report))
     with pytest.raises(UnsafeReportFolder, match="symbolic link"):
         result.write_reports()
     assert target.read_text() == "do not touch\n"
@@ -149,11 +161,17 @@ def test_a_planted_summary_json_link_is_refused_and_its_target_unchanged(
 def test_report_files_are_0600_whole_and_leave_no_temp_file(tmp_path: Path) -> None:
     report = tmp_path / "report"
     paths = write_session_reports(str(report), [_summary()])
-    result = CampaignResult("c", Golden([], [], Counter(), b"", 0.0),
-                            [], 0.0, 0, str(report / "scenarios" / "c"))
+    result = CampaignResult(
+        "c", Golden([], [], Counter(), b"", 0.0), [], 0.0, 0, str(report / "scenarios" / "c")
+    )
     paths += list(result.write_reports().values())
     assert sorted(os.path.basename(p) for p in paths) == [
-        "gate.json", "junit.xml", "report.html", "summary.json", "verdicts.json"]
+        "gate.json",
+        "junit.xml",
+        "report.html",
+        "summary.json",
+        "verdicts.json",
+    ]
     for p in paths:
         assert mode(Path(p)) == 0o600, p
     assert json.loads((report / "gate.json").read_text())["ok"] is True
@@ -177,8 +195,11 @@ def test_the_plugin_refuses_an_unsafe_report_option_before_running(tmp_path: Pat
     bad = tmp_path / "report"
     bad.mkdir()
     os.chmod(bad, 0o777)  # noqa: S103 (the unsafe mode under test)
-    with pytest.raises(pytest.UsageError, match=r"--crashpoint-report \(command line\).*"
-                                                "other users can write in it"):
+    with pytest.raises(
+        pytest.UsageError,
+        match=r"--crashpoint-report \(command line\).*"
+        "other users can write in it",
+    ):
         _parse("report", str(bad), "--crashpoint-report (command line)")
     good = tmp_path / "mine"
     assert _parse("report", str(good), "cli") == str(good)
@@ -186,21 +207,33 @@ def test_the_plugin_refuses_an_unsafe_report_option_before_running(tmp_path: Pat
 
 # -- secrets --------------------------------------------------------------------------------
 
-SECRETS = {"API_KEY": "sk-live-0123456789abcdef", "TOKEN": "tok-0123456789",
-           "SHORT": "abc", "NESTED": "sk-live-0123"}
+SECRETS = {
+    "API_KEY": "sk-live-0123456789abcdef",
+    "TOKEN": "tok-0123456789",
+    "SHORT": "abc",
+    "NESTED": "sk-live-0123",
+}
 
 
 def test_redact_bytes_replaces_every_value_longest_first_and_skips_short_ones() -> None:
     data = b"key=sk-live-0123456789abcdef tok=tok-0123456789 short=abc nested=sk-live-0123!"
     assert redact_bytes(data, SECRETS) == (
-        b"key=<redacted:API_KEY> tok=<redacted:TOKEN> short=abc nested=<redacted:NESTED>!")
+        b"key=<redacted:API_KEY> tok=<redacted:TOKEN> short=abc nested=<redacted:NESTED>!"
+    )
 
 
 @given(st.lists(st.integers(0, 80), max_size=6), st.binary(max_size=40))
 def test_a_streamed_scrub_equals_the_whole_one_however_the_stream_is_cut(
-        cuts: list[int], noise: bytes) -> None:
-    data = noise + b"sk-live-0123456789abcdef" + noise + b"tok-0123456789tok-0123456789" + \
-        b"sk-live-0123" + noise
+    cuts: list[int], noise: bytes
+) -> None:
+    data = (
+        noise
+        + b"sk-live-0123456789abcdef"
+        + noise
+        + b"tok-0123456789tok-0123456789"
+        + b"sk-live-0123"
+        + noise
+    )
     whole = redact_bytes(data, SECRETS)
     s = Scrubber(SECRETS)
     out, pos = [], 0
@@ -214,8 +247,12 @@ def test_a_streamed_scrub_equals_the_whole_one_however_the_stream_is_cut(
 
 
 def test_redact_json_keeps_the_shape_and_unredact_restores_it() -> None:
-    obj = {"n": 1234567, "s": "Bearer sk-live-0123456789abcdef", "l": ["tok-0123456789", 2.5],
-           "sk-live-0123": True}
+    obj = {
+        "n": 1234567,
+        "s": "Bearer sk-live-0123456789abcdef",
+        "l": ["tok-0123456789", 2.5],
+        "sk-live-0123": True,
+    }
     red = redact_json(obj, SECRETS)
     text = json.dumps(red)
     assert "sk-live" not in text
@@ -226,12 +263,17 @@ def test_redact_json_keeps_the_shape_and_unredact_restores_it() -> None:
 
 def test_redact_env_hides_long_and_secret_named_values() -> None:
     env = {"API_KEY": "x", "PACE": "0.3", "MODE": "production", "DB_PASSWORD": "pw"}
-    assert redact_env(env) == {"API_KEY": marker("API_KEY"), "PACE": "0.3",
-                               "MODE": marker("MODE"), "DB_PASSWORD": marker("DB_PASSWORD")}
+    assert redact_env(env) == {
+        "API_KEY": marker("API_KEY"),
+        "PACE": "0.3",
+        "MODE": marker("MODE"),
+        "DB_PASSWORD": marker("DB_PASSWORD"),
+    }
 
 
 def test_scrub_tree_redacts_contents_and_names_sets_modes_and_follows_no_link(
-        tmp_path: Path, target: Path) -> None:
+    tmp_path: Path, target: Path
+) -> None:
     tree = tmp_path / "evidence"
     (tree / "sub").mkdir(parents=True)
     (tree / "sub" / "log").write_bytes(b"x" * 3_000_000 + b"sk-live-0123456789abcdef" + b"y")
@@ -259,16 +301,14 @@ def test_a_link_of_your_own_above_the_report_folder_is_followed(tmp_path: Path) 
     assert mode(real / "r") == 0o700
 
 
-def test_a_campaign_refuses_a_planted_trials_link_before_running_anything(
-        tmp_path: Path) -> None:
+def test_a_campaign_refuses_a_planted_trials_link_before_running_anything(tmp_path: Path) -> None:
     from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     report = Path(secure_dir(str(tmp_path / "report")))
     (report / "trials").symlink_to(elsewhere)
-    camp = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})],
-                    str(report))
+    camp = Campaign(AgentSpec(("true",)), [family_from_spec({"kill": {"at": "time"}})], str(report))
     with pytest.raises(UnsafeReportFolder, match=r"trials: it is a symbolic link"):
         camp.run()
     assert list(elsewhere.iterdir()) == []

@@ -53,12 +53,15 @@ def workload(run: Run, world: World, ran: list[str]) -> Any:
     """Nine steps, five effects (two of one kind in one step); records which steps ran."""
     out = []
     for i, name in enumerate(STEPS):
+
         def body(i: int = i, name: str = name) -> dict[str, Any]:
             ran.append(name)
             for j, kind in enumerate(EFFECTS.get(i, [])):
-                run.effect(kind, {"step": name, "n": j},
-                           lambda p, k, kind=kind: world.send(kind, p, k))
+                run.effect(
+                    kind, {"step": name, "n": j}, lambda p, k, kind=kind: world.send(kind, p, k)
+                )
             return {"step": name, "effects": len(EFFECTS.get(i, []))}
+
         out.append(run.step(name, body))
     return run.finish(out)
 
@@ -87,8 +90,12 @@ def record(tmp_path: Path, n: int, monkeypatch: pytest.MonkeyPatch) -> Recording
     announced: dict[str, int] = {}
     completed: dict[str, int] = {}
     ran: list[str] = []
-    with monkeypatch.context() as mp, open_run(Store(disk / "store", fs=rec), RUN, steps=STEPS,
-                                               checkpointing=Checkpointing.interval(n)) as run:
+    with (
+        monkeypatch.context() as mp,
+        open_run(
+            Store(disk / "store", fs=rec), RUN, steps=STEPS, checkpointing=Checkpointing.interval(n)
+        ) as run,
+    ):
         mp.setattr(probe, "step_completed", lambda step: announced.setdefault(step, len(rec.ops)))
         real_complete = run.complete
 
@@ -103,8 +110,9 @@ def record(tmp_path: Path, n: int, monkeypatch: pytest.MonkeyPatch) -> Recording
     return Recording(rec, world, output, completed, announced)
 
 
-def problems_after_power_cuts(recording: Recording, n: int,
-                              tmp_path: Path) -> tuple[list[str], Counter[int]]:
+def problems_after_power_cuts(
+    recording: Recording, n: int, tmp_path: Path
+) -> tuple[list[str], Counter[int]]:
     """Resume from every power cut; describe each broken promise, and count the cuts by how
     many completed steps they made run again."""
     out: list[str] = []
@@ -121,8 +129,12 @@ def problems_after_power_cuts(recording: Recording, n: int,
             where = f"power cut after op {image.op} (world {w})"
             root = image.materialize(tmp_path / f"cut-{t}-{w}")
             ran: list[str] = []
-            with open_run(Store(Path(root) / "store"), RUN, steps=STEPS,
-                          checkpointing=Checkpointing.interval(n)) as run:
+            with open_run(
+                Store(Path(root) / "store"),
+                RUN,
+                steps=STEPS,
+                checkpointing=Checkpointing.interval(n),
+            ) as run:
                 output = workload(run, world, ran)
             if output != recording.output:
                 out.append(f"{where}: output {output!r} != {recording.output!r}")
@@ -141,7 +153,8 @@ def problems_after_power_cuts(recording: Recording, n: int,
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_interval_keeps_effects_exactly_once_through_any_power_cut(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
     recording = record(tmp_path, n, monkeypatch)
     assert len(recording.world.applied) == 5
     assert len(recording.recorder.images) > 50  # the run really was cut at many points

@@ -84,6 +84,7 @@ def attempt(store: Store, body: Callable[[Run], Any], **kw: Any) -> Any:
 
 # -- replay ----------------------------------------------------------------------------------------
 
+
 def test_completed_steps_replay_without_running_again(store: Store) -> None:
     calls: Counter[str] = Counter()
     crash_at = ["c"]
@@ -91,11 +92,13 @@ def test_completed_steps_replay_without_running_again(store: Store) -> None:
     def body(run: Run) -> Any:
         out = []
         for name in ("a", "b", "c"):
+
             def fn(name: str = name) -> str:
                 calls[name] += 1
                 if name in crash_at:
                     raise Crash
                 return name.upper()
+
             out.append(run.step(name, fn))
         return run.finish(out)
 
@@ -117,6 +120,7 @@ def test_a_finished_effect_returns_its_result_without_calling_again(store: Store
             if crash:
                 raise Crash  # the effect's result is recorded, the step is not
             return sent
+
         return run.step("notify", notify)
 
     assert attempt(store, body) == "crashed"
@@ -130,15 +134,20 @@ def test_effect_keys_are_deterministic(store: Store) -> None:
 
     def body(run: Run) -> Any:
         run.step("prep", lambda: 1)
-        return run.step("send", lambda: [run.effect("email", i, target.send) for i in range(2)]
-                        + [run.effect("sms", 0, target.send)])
+        return run.step(
+            "send",
+            lambda: (
+                [run.effect("email", i, target.send) for i in range(2)]
+                + [run.effect("sms", 0, target.send)]
+            ),
+        )
 
     attempt(store, body)
-    assert target.calls == [f"{RUN}:1.send:email:0", f"{RUN}:1.send:email:1",
-                            f"{RUN}:1.send:sms:0"]
+    assert target.calls == [f"{RUN}:1.send:email:0", f"{RUN}:1.send:email:1", f"{RUN}:1.send:sms:0"]
 
 
 # -- the determinism guard -------------------------------------------------------------------------
+
 
 def two_steps_then_crash(run: Run) -> Any:
     run.step("fetch", lambda: 1)
@@ -146,13 +155,17 @@ def two_steps_then_crash(run: Run) -> Any:
     raise Crash
 
 
-@pytest.mark.parametrize(("declared", "pos", "recorded", "requested"), [
-    (["fetch", "summarise", "write"], 1, "parse", "summarise"),  # a step renamed
-    (["fetch", "parse"], 2, "write", "<end>"),  # a step dropped
-    (["fetch", "parse", "check", "write"], 2, "write", "check"),  # a step inserted
-])
-def test_a_changed_step_list_is_a_resume_mismatch(store: Store, declared: list[str], pos: int,
-                                                  recorded: str, requested: str) -> None:
+@pytest.mark.parametrize(
+    ("declared", "pos", "recorded", "requested"),
+    [
+        (["fetch", "summarise", "write"], 1, "parse", "summarise"),  # a step renamed
+        (["fetch", "parse"], 2, "write", "<end>"),  # a step dropped
+        (["fetch", "parse", "check", "write"], 2, "write", "check"),  # a step inserted
+    ],
+)
+def test_a_changed_step_list_is_a_resume_mismatch(
+    store: Store, declared: list[str], pos: int, recorded: str, requested: str
+) -> None:
     attempt(store, two_steps_then_crash, steps=["fetch", "parse", "write"])
     with pytest.raises(ResumeMismatch) as info:
         open_run(store, RUN, steps=declared)
@@ -167,27 +180,35 @@ def test_a_changed_step_list_is_a_resume_mismatch(store: Store, declared: list[s
         assert run.step("parse", lambda: 0) == 2
 
 
-@pytest.mark.parametrize("steps", [None, ["fetch", "parse", "write"]],
-                         ids=["dynamic", "declared"])
-def test_code_asking_for_another_step_at_a_recorded_position(store: Store,
-                                                            steps: list[str] | None) -> None:
+@pytest.mark.parametrize("steps", [None, ["fetch", "parse", "write"]], ids=["dynamic", "declared"])
+def test_code_asking_for_another_step_at_a_recorded_position(
+    store: Store, steps: list[str] | None
+) -> None:
     attempt(store, two_steps_then_crash, steps=steps)
     ran: list[str] = []
     with open_run(store, RUN, steps=steps) as run:
         run.step("fetch", lambda: ran.append("fetch"))
         with pytest.raises(ResumeMismatch) as info:
             run.step("validate", lambda: ran.append("validate"))
-    assert (info.value.position, info.value.recorded, info.value.requested) == \
-        (1, "parse", "validate")
+    assert (info.value.position, info.value.recorded, info.value.requested) == (
+        1,
+        "parse",
+        "validate",
+    )
     assert ran == []
     assert store.read(RUN, reducer=run_reducer).state["order"] == ["fetch", "parse"]
 
 
 # -- in-doubt policies -----------------------------------------------------------------------------
 
-def in_doubt_run(store: Store, target: Target, policy: str,
-                 reconcile: Callable[..., Any] | None = None,
-                 apply_then_crash: bool = True) -> Callable[[Run], Any]:
+
+def in_doubt_run(
+    store: Store,
+    target: Target,
+    policy: str,
+    reconcile: Callable[..., Any] | None = None,
+    apply_then_crash: bool = True,
+) -> Callable[[Run], Any]:
     """A run whose effect applies (or not) and then crashes before its result is recorded."""
     crash = [True]
 
@@ -201,9 +222,16 @@ def in_doubt_run(store: Store, target: Target, policy: str,
 
     def body(run: Run) -> Any:
         run.step("write", lambda: "report")
-        sent = run.step("publish", lambda: run.effect("publish", {"doc": 1}, send,
-                                                      policy=policy,  # type: ignore[arg-type]
-                                                      reconcile=reconcile))
+        sent = run.step(
+            "publish",
+            lambda: run.effect(
+                "publish",
+                {"doc": 1},
+                send,
+                policy=policy,  # type: ignore[arg-type]
+                reconcile=reconcile,
+            ),
+        )
         return run.finish({"sent": sent})
 
     assert attempt(store, body, steps=["write", "publish"]) == "crashed"
@@ -287,8 +315,9 @@ def test_the_recorded_policy_wins_over_a_changed_one(store: Store) -> None:
 
     def retry_now(run: Run) -> Any:
         run.step("write", lambda: "report")
-        return run.step("publish", lambda: run.effect("publish", {"doc": 1}, target.send,
-                                                      policy="retry"))
+        return run.step(
+            "publish", lambda: run.effect("publish", {"doc": 1}, target.send, policy="retry")
+        )
 
     with pytest.raises(EffectInDoubt):
         attempt(store, retry_now)
@@ -297,22 +326,27 @@ def test_the_recorded_policy_wins_over_a_changed_one(store: Store) -> None:
 
 # -- plan ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("policy", ["retry", "reconcile", "ask", "fail"])
 def test_plan_names_the_in_doubt_effect_and_its_policy(store: Store, policy: str) -> None:
     in_doubt_run(store, Target(), policy, reconcile=Target().happened)
     lines = plan(store, RUN)
     assert [(ln.action, ln.what) for ln in lines if ln.action != "in-doubt"] == [
-        ("replay", "#0 write"), ("run", "#1 publish")]
+        ("replay", "#0 write"),
+        ("run", "#1 publish"),
+    ]
     [doubt] = [ln for ln in lines if ln.action == "in-doubt"]
     assert KEY in doubt.what
     assert "publish" in doubt.what
     assert f"policy {policy}" in doubt.why
-    assert {"retry": "same key", "reconcile": "reconcile", "ask": "human",
-            "fail": "EffectInDoubt"}[policy] in doubt.why
+    assert {"retry": "same key", "reconcile": "reconcile", "ask": "human", "fail": "EffectInDoubt"}[
+        policy
+    ] in doubt.why
 
 
 # -- checkpointing: when steps become durable, and when the probe hears of them --------------------
 # FILE STORE ONLY: these count the file journal's fdatasyncs through its FsOps seam.
+
 
 class CountingFs(FsOps):
     """Real I/O; counts fdatasyncs and knows which fds hold bytes not yet synced."""
@@ -362,12 +396,22 @@ class Observed:
         return [s for op, s, _ in self.log if op == "completed"]
 
 
-SIX = [("s0", "step"), ("s1", "step"), ("s2", "step"), ("s3", "step"), ("s4", "step"),
-       ("s5", "step")]
+SIX = [
+    ("s0", "step"),
+    ("s1", "step"),
+    ("s2", "step"),
+    ("s3", "step"),
+    ("s4", "step"),
+    ("s5", "step"),
+]
 
 
-def run_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cp: Checkpointing,
-              steps: list[tuple[str, str]] = SIX) -> tuple[Observed, list[int], list[list[str]]]:
+def run_steps(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cp: Checkpointing,
+    steps: list[tuple[str, str]] = SIX,
+) -> tuple[Observed, list[int], list[list[str]]]:
     """Run ``steps``; return the observer, the fdatasyncs of each step, and what the probe
     had heard completed after each step."""
     fs = CountingFs()
@@ -385,8 +429,9 @@ def run_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cp: Checkpointing
     return seen, per_step, heard
 
 
-def test_event_mode_syncs_and_announces_every_step(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_event_mode_syncs_and_announces_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, per_step, heard = run_steps(tmp_path, monkeypatch, Checkpointing.event())
     assert per_step == [1] * 6
     assert heard == [[f"s{j}" for j in range(i + 1)] for i in range(6)]
@@ -403,8 +448,9 @@ def test_interval_mode_is_a_group_commit(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_after_tools_adds_a_sync_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = [("plan", "step"), ("search", "tool"), ("draft", "step"), ("edit", "step")]
-    _, per_step, heard = run_steps(tmp_path, monkeypatch,
-                                   Checkpointing.interval(10, after_tools=True), steps)
+    _, per_step, heard = run_steps(
+        tmp_path, monkeypatch, Checkpointing.interval(10, after_tools=True), steps
+    )
     assert per_step == [0, 1, 0, 0]
     assert heard[1] == ["plan", "search"]
     assert heard[3] == ["plan", "search"]
@@ -412,8 +458,9 @@ def test_after_tools_adds_a_sync_point(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_before_llm_adds_a_sync_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = [("plan", "step"), ("search", "step"), ("summarise", "llm"), ("edit", "step")]
-    seen, per_step, heard = run_steps(tmp_path, monkeypatch,
-                                      Checkpointing.interval(10, before_llm=True), steps)
+    seen, per_step, heard = run_steps(
+        tmp_path, monkeypatch, Checkpointing.interval(10, before_llm=True), steps
+    )
     assert per_step == [0, 0, 1, 0]  # the sync happens before the llm step starts
     started = next(i for i, e in enumerate(seen.log) if e[:2] == ("started", "summarise"))
     assert [e[1] for e in seen.log[:started] if e[0] == "completed"] == ["plan", "search"]
@@ -442,7 +489,8 @@ CRASH_DIR = Path(__file__).resolve().parents[1] / "crash"
 
 
 def test_real_kill_in_the_in_doubt_window_retries_with_the_same_key(
-        children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(CRASH_DIR))
     from resume_check import DEMO, Golden, run_trial, violations
 
@@ -453,8 +501,12 @@ def test_real_kill_in_the_in_doubt_window_retries_with_the_same_key(
     def look(_: object) -> None:
         plans.append(plan(Store(state / "checkpoints"), "demo"))
 
-    trial = run_trial(children, [*DEMO, "--state", str(state)], on_exit=look,
-                      env={"CRASHPOINT_FAILPOINTS": "effect.after_call=kill@1"})
+    trial = run_trial(
+        children,
+        [*DEMO, "--state", str(state)],
+        on_exit=look,
+        env={"CRASHPOINT_FAILPOINTS": "effect.after_call=kill@1"},
+    )
     assert [a.returncode for a in trial.attempts] == [-9, 0]
     sends = [e for e in trial.events if e.op == "effect" and e.kind == "send_notification"]
     assert [(e.attempt, e.applied) for e in sends] == [("1", True), ("2", False)]
@@ -463,39 +515,55 @@ def test_real_kill_in_the_in_doubt_window_retries_with_the_same_key(
     # the plan for the killed run: four steps replay, the notification is in doubt (retry)
     lines = plans[0]
     assert [(ln.action, ln.what.split(" key=")[0]) for ln in lines] == [
-        ("replay", "#0 plan"), ("replay", "#1 search"), ("replay", "#2 summarise"),
-        ("replay", "#3 write_report"), ("in-doubt", "effect send_notification"),
-        ("run", "#4 notify"), ("run", "#5 publish")]
+        ("replay", "#0 plan"),
+        ("replay", "#1 search"),
+        ("replay", "#2 summarise"),
+        ("replay", "#3 write_report"),
+        ("in-doubt", "effect send_notification"),
+        ("run", "#4 notify"),
+        ("run", "#5 publish"),
+    ]
     assert sends[0].name in lines[4].what
     assert "policy retry" in lines[4].why
 
 
-def test_plan_cli_prints_the_plan_for_a_run_killed_in_doubt(children: Children,
-                                                             tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
+def test_plan_cli_prints_the_plan_for_a_run_killed_in_doubt(
+    children: Children, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(CRASH_DIR))
     from resume_check import DEMO, run_to_end
 
     cli = [sys.executable, "-c", "from crashpoint.cli import main; main()"]
     if run_to_end(children, [*cli, "checkpoints", "plan", "--help"]).returncode != 0:
         pytest.skip("plan subcommand not available")
-    killed = run_to_end(children, [*DEMO, "--state", str(tmp_path)],
-                        env={"CRASHPOINT_FAILPOINTS": "effect.after_call=kill@1"})
+    killed = run_to_end(
+        children,
+        [*DEMO, "--state", str(tmp_path)],
+        env={"CRASHPOINT_FAILPOINTS": "effect.after_call=kill@1"},
+    )
     assert killed.returncode == -9
-    shown = run_to_end(children, [*cli, "checkpoints", "plan", "demo",
-                                  "--store", str(tmp_path / "checkpoints")])
+    shown = run_to_end(
+        children, [*cli, "checkpoints", "plan", "demo", "--store", str(tmp_path / "checkpoints")]
+    )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.decode().splitlines()
     assert [ln.split()[:2] for ln in lines] == [
-        ["replay", "#0"], ["replay", "#1"], ["replay", "#2"], ["replay", "#3"],
-        ["in-doubt", "effect"], ["run", "#4"], ["run", "#5"]]
+        ["replay", "#0"],
+        ["replay", "#1"],
+        ["replay", "#2"],
+        ["replay", "#3"],
+        ["in-doubt", "effect"],
+        ["run", "#4"],
+        ["run", "#5"],
+    ]
     assert "demo:4.notify:send_notification:0" in lines[4]
     assert "policy retry" in lines[4]
 
 
-@pytest.mark.parametrize("result", [None, "yes", {"approved": "yes"}, {"approved": True, "by": 7},
-                                    {"approved": True, "extra": 1}])
+@pytest.mark.parametrize(
+    "result",
+    [None, "yes", {"approved": "yes"}, {"approved": True, "by": 7}, {"approved": True, "extra": 1}],
+)
 def test_a_recorded_approval_that_is_not_a_decision_is_corrupt(store: Store, result: Any) -> None:
     """An approval step's recorded result with a valid checksum but not a decision (an edited or
     forged journal): replaying it is ``CheckpointCorrupt`` naming the step, never a raw
@@ -504,14 +572,17 @@ def test_a_recorded_approval_that_is_not_a_decision_is_corrupt(store: Store, res
 
     with open_run(store, "approval", steps=["review"]) as run:
         run.journal.append({"t": "step", "name": "review", "result": result})
-    with open_run(store, "approval", steps=["review"]) as run, \
-            pytest.raises(CheckpointCorrupt, match="approval step 'review' is not a decision"):
+    with (
+        open_run(store, "approval", steps=["review"]) as run,
+        pytest.raises(CheckpointCorrupt, match="approval step 'review' is not a decision"),
+    ):
         run.approval("review")
 
 
 def test_a_recorded_approval_replays_as_the_decision(store: Store) -> None:
     with open_run(store, "approval", steps=["review"]) as run:
-        run.journal.append({"t": "step", "name": "review",
-                            "result": {"approved": True, "note": "ok", "by": "ann"}})
+        run.journal.append(
+            {"t": "step", "name": "review", "result": {"approved": True, "note": "ok", "by": "ann"}}
+        )
     with open_run(store, "approval", steps=["review"]) as run:
         assert run.approval("review").by == "ann"

@@ -54,28 +54,38 @@ def refused(path: Path) -> ScenarioError:
 FAULT_CASES = [
     # (fault item, key, line, what the message says)
     ("kill: {at: random, count: 0}", "faults[0].kill.count", 6, "0 runs no trial"),
-    ("kill: {at: random, count: 1000000000}", "faults[0].kill.count", 6,
-     "above the cap of 100000"),
+    ("kill: {at: random, count: 1000000000}", "faults[0].kill.count", 6, "above the cap of 100000"),
     ("kill: {at: random, count: lots}", "faults[0].kill.count", 6, "must be a whole number"),
     ("kill: {at: random, count: true}", "faults[0].kill.count", 6, "must be a whole number"),
     ("kill: {at: fileop, max: -3}", "faults[0].kill.max", 6, "must be at least 1, got -3"),
     ("kill: {at: fileop, max: lots}", "faults[0].kill.max", 6, "must be a whole number"),
     ("kill: {at: random, max: 5}", "faults[0].kill.max", 6, "goes with at: fileop"),
-    ("kill: {at: failpoint, names: [journal.after_sync, journal.nope]}",
-     "faults[0].kill.names", 6, "unknown failpoint(s) 'journal.nope'; known: journal.write"),
+    (
+        "kill: {at: failpoint, names: [journal.after_sync, journal.nope]}",
+        "faults[0].kill.names",
+        6,
+        "unknown failpoint(s) 'journal.nope'; known: journal.write",
+    ),
     ("kill: {at: failpoint, names: []}", "faults[0].kill.names", 6, "non-empty list"),
-    ("kill: {at: random, names: [journal.write]}", "faults[0].kill.names", 6,
-     "goes with at: failpoint"),
+    (
+        "kill: {at: random, names: [journal.write]}",
+        "faults[0].kill.names",
+        6,
+        "goes with at: failpoint",
+    ),
     ("kill: {at: sometimes}", "faults[0].kill.at", 6, "must be one of every-boundary"),
     ("kill: {at: [random]}", "faults[0].kill.at", 6, "must be one of"),
     ("kill: {at: random, when: 3}", "faults[0].kill.when", 6, "unknown option(s) when"),
     ("[]", "faults[0]", 6, "an empty chain"),
-    ("[kill: {at: random, count: 2}, kill: {at: time}]", "faults[0][0].kill.count", 6,
-     "put count on the last fault of a chain"),
+    (
+        "[kill: {at: random, count: 2}, kill: {at: time}]",
+        "faults[0][0].kill.count",
+        6,
+        "put count on the last fault of a chain",
+    ),
     ("[kill: {at: random}, kill: {at: nope}]", "faults[0][1].kill.at", 6, "must be one of"),
     ("kill", "faults[0]", 6, "write 'kill:' with a colon"),
-    ("signal: {sig: TERM, grace: 1h}", "faults[0].signal.grace", 6,
-     "above the cap of 600s"),
+    ("signal: {sig: TERM, grace: 1h}", "faults[0].signal.grace", 6, "above the cap of 600s"),
     ("signal: {sig: TERM, grace: -1}", "faults[0].signal.grace", 6, "zero or more"),
     ("signal: {sig: TERM, grace: '3'}", "faults[0].signal.grace", 6, "has no unit"),
     ("signal: {sig: STOP, pause: 2h}", "faults[0].signal.pause", 6, "above the cap"),
@@ -100,10 +110,12 @@ FAULT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("fault", "key", "line", "says"), FAULT_CASES,
-                         ids=[c[0] for c in FAULT_CASES])
-def test_a_bad_fault_option_is_refused_at_its_line(tmp_path: Path, fault: str, key: str,
-                                                   line: int, says: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "key", "line", "says"), FAULT_CASES, ids=[c[0] for c in FAULT_CASES]
+)
+def test_a_bad_fault_option_is_refused_at_its_line(
+    tmp_path: Path, fault: str, key: str, line: int, says: str
+) -> None:
     path = write(tmp_path, BASE.replace("FAULT", fault))
     err = refused(path)
     assert (err.line, err.key) == (line, key), str(err)
@@ -112,8 +124,10 @@ def test_a_bad_fault_option_is_refused_at_its_line(tmp_path: Path, fault: str, k
 
 
 def test_a_bad_option_on_its_own_line_is_pointed_at(tmp_path: Path) -> None:
-    path = write(tmp_path, BASE.replace("- FAULT", "- kill:\n      at: fileop\n"
-                                                  "      count: 2\n      max: lots"))
+    path = write(
+        tmp_path,
+        BASE.replace("- FAULT", "- kill:\n      at: fileop\n      count: 2\n      max: lots"),
+    )
     err = refused(path)
     assert (err.line, err.key) == (9, "faults[0].kill.max")
 
@@ -142,7 +156,8 @@ BAD_PATHS = [
 
 @pytest.mark.parametrize(("pattern", "says"), BAD_PATHS, ids=[p for p, _ in BAD_PATHS])
 def test_a_corrupt_path_outside_the_trial_is_refused_at_collection(
-        tmp_path: Path, pattern: str, says: str) -> None:
+    tmp_path: Path, pattern: str, says: str
+) -> None:
     path = write(tmp_path, BASE.replace("FAULT", f"corrupt: {{path: '{pattern}'}}"))
     err = refused(path)
     assert (err.line, err.key) == (6, "faults[0].corrupt.path"), str(err)
@@ -151,8 +166,16 @@ def test_a_corrupt_path_outside_the_trial_is_refused_at_collection(
         family_from_spec({"corrupt": {"path": pattern}})
 
 
-@pytest.mark.parametrize("pattern", ["{state_dir}/**", "{state_dir}", "{workdir}/cache/*.json",
-                                     "{state_dir}/./seg-*.log", "{state_dir}/{{odd}}/x"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "{state_dir}/**",
+        "{state_dir}",
+        "{workdir}/cache/*.json",
+        "{state_dir}/./seg-*.log",
+        "{state_dir}/{{odd}}/x",
+    ],
+)
 def test_a_corrupt_path_inside_the_trial_loads(tmp_path: Path, pattern: str) -> None:
     path = write(tmp_path, BASE.replace("FAULT", f"corrupt: {{path: '{pattern}'}}"))
     assert load_scenario(path).families[0].family.chain[0][1]
@@ -169,35 +192,62 @@ AGENT_CASES = [
     ('"-c", "pass"]', '"-c", "pass\\0"]', "agent.command", 3, "NUL byte"),
     ('"-c", "pass"]', '"-c", true]', "agent.command", 3, "must be a string"),
     ('["{python}", "-c", "pass"]', '["", "x"]', "agent.command", 3, "is empty"),
-    ('"{python}"', '"{python:2000000000}"', "agent.command", 3,
-     "{python:2000000000} in '{python:2000000000}' is not a placeholder"),
+    (
+        '"{python}"',
+        '"{python:2000000000}"',
+        "agent.command",
+        3,
+        "{python:2000000000} in '{python:2000000000}' is not a placeholder",
+    ),
     ('"{python}"', '"{python!r}"', "agent.command", 3, "is not a placeholder"),
     ('"{python}"', '"{python.__class__}"', "agent.command", 3, "is not a placeholder"),
     ('"{python}"', '"{python[0]}"', "agent.command", 3, "is not a placeholder"),
     ('"{python}"', '"{}"', "agent.command", 3, "is not a placeholder"),
     ('"-c", "pass"]', '"-c", "pass", "}"]', "agent.command", 3, "unbalanced braces"),
-    ("  timeout: 5s", "  timeout: 5s\n  env: {A: \"x\\0y\"}", "agent.env", 5, "NUL byte"),
-    ("  timeout: 5s", "  timeout: 5s\n  env: {\"A\\0\": x}", "agent.env", 5,
-     "is not a variable name"),
-    ("  timeout: 5s", "  timeout: 5s\n  env: {1BAD: x}", "agent.env", 5,
-     "is not a variable name"),
-    ("  timeout: 5s", "  timeout: 5s\n  env: {A-B: x}", "agent.env", 5,
-     "is not a variable name"),
+    ("  timeout: 5s", '  timeout: 5s\n  env: {A: "x\\0y"}', "agent.env", 5, "NUL byte"),
+    (
+        "  timeout: 5s",
+        '  timeout: 5s\n  env: {"A\\0": x}',
+        "agent.env",
+        5,
+        "is not a variable name",
+    ),
+    ("  timeout: 5s", "  timeout: 5s\n  env: {1BAD: x}", "agent.env", 5, "is not a variable name"),
+    ("  timeout: 5s", "  timeout: 5s\n  env: {A-B: x}", "agent.env", 5, "is not a variable name"),
     ("  timeout: 5s", "  timeout: 5s\n  env: {A: [1]}", "agent.env", 5, "must be a string"),
     ("  timeout: 5s", "  timeout: 5s\n  env: {DEBUG: yes}", "agent.env", 5, "quote it"),
     ("  timeout: 5s", "  timeout: 5s\n  env: {A: null}", "agent.env", 5, "must be a string"),
     ("  timeout: 5s", "  timeout: 5s\n  env: [A]", "agent.env", 5, "must be a mapping"),
-    ("  timeout: 5s", "  timeout: 5s\n  cwd: no/such/folder", "agent.cwd", 5,
-     "does not exist"),
-    ("  timeout: 5s", "  timeout: 5s\n  cwd: \"a\\0b\"", "agent.cwd", 5, "NUL byte"),
-    ("  timeout: 5s", "  timeout: 5s\n  cwd: \"{state_dir}\"", "agent.cwd", 5,
-     "unknown placeholder {state_dir}"),
-    ('command: ["{python}", "-c", "pass"]', 'entry: "mod:func"\n  args: ["a\\0"]',
-     "agent.args", 4, "NUL byte"),
-    ('command: ["{python}", "-c", "pass"]', 'entry: "mod:func"\n  args: ["{python:9}"]',
-     "agent.args", 4, "is not a placeholder"),
-    ('command: ["{python}", "-c", "pass"]', 'entry: "mod:func-x"', "agent.entry", 3,
-     "dotted Python names"),
+    ("  timeout: 5s", "  timeout: 5s\n  cwd: no/such/folder", "agent.cwd", 5, "does not exist"),
+    ("  timeout: 5s", '  timeout: 5s\n  cwd: "a\\0b"', "agent.cwd", 5, "NUL byte"),
+    (
+        "  timeout: 5s",
+        '  timeout: 5s\n  cwd: "{state_dir}"',
+        "agent.cwd",
+        5,
+        "unknown placeholder {state_dir}",
+    ),
+    (
+        'command: ["{python}", "-c", "pass"]',
+        'entry: "mod:func"\n  args: ["a\\0"]',
+        "agent.args",
+        4,
+        "NUL byte",
+    ),
+    (
+        'command: ["{python}", "-c", "pass"]',
+        'entry: "mod:func"\n  args: ["{python:9}"]',
+        "agent.args",
+        4,
+        "is not a placeholder",
+    ),
+    (
+        'command: ["{python}", "-c", "pass"]',
+        'entry: "mod:func-x"',
+        "agent.entry",
+        3,
+        "dotted Python names",
+    ),
     ("faults:", "restarts: -1\nfaults:", "restarts", 5, "from 0 to 100"),
     ("faults:", "restarts: 1000\nfaults:", "restarts", 5, "from 0 to 100"),
     ("faults:", "trials: 0\nfaults:", "trials", 5, "from 1 to 100000"),
@@ -205,27 +255,64 @@ AGENT_CASES = [
     ("faults:", "seed: -1\nfaults:", "seed", 5, "from 0 to"),
     ("faults:", "seed: 18446744073709551616\nfaults:", "seed", 5, "from 0 to"),
     ("faults:", "seed: x\nfaults:", "seed", 5, "must be a whole number"),
-    ("faults:", "expect: {max_state_bytes: 0}\nfaults:", "expect.max_state_bytes", 5,
-     "more than 0"),
-    ("faults:", "expect: {max_state_bytes: 2TiB}\nfaults:", "expect.max_state_bytes", 5,
-     "at most 1 TiB"),
-    ("faults:", "expect: {max_state_bytes: lots}\nfaults:", "expect.max_state_bytes", 5,
-     "is not a size"),
-    ("faults:", "expect: {fail_stop_codes: [true]}\nfaults:", "expect.fail_stop_codes", 5,
-     "exit codes 1-255"),
-    ("faults:", "expect: {refuse_codes: [0]}\nfaults:", "expect.refuse_codes", 5,
-     "exit codes 1-255"),
-    ("faults:", "expect: {refuse_patterns: ['(unclosed']}\nfaults:",
-     "expect.refuse_patterns", 5, "is not a valid regular expression"),
-    ("faults:", "expect: {refuse_patterns: corrupt}\nfaults:", "expect.refuse_patterns", 5,
-     "must be a list of regular expressions"),
+    (
+        "faults:",
+        "expect: {max_state_bytes: 0}\nfaults:",
+        "expect.max_state_bytes",
+        5,
+        "more than 0",
+    ),
+    (
+        "faults:",
+        "expect: {max_state_bytes: 2TiB}\nfaults:",
+        "expect.max_state_bytes",
+        5,
+        "at most 1 TiB",
+    ),
+    (
+        "faults:",
+        "expect: {max_state_bytes: lots}\nfaults:",
+        "expect.max_state_bytes",
+        5,
+        "is not a size",
+    ),
+    (
+        "faults:",
+        "expect: {fail_stop_codes: [true]}\nfaults:",
+        "expect.fail_stop_codes",
+        5,
+        "exit codes 1-255",
+    ),
+    (
+        "faults:",
+        "expect: {refuse_codes: [0]}\nfaults:",
+        "expect.refuse_codes",
+        5,
+        "exit codes 1-255",
+    ),
+    (
+        "faults:",
+        "expect: {refuse_patterns: ['(unclosed']}\nfaults:",
+        "expect.refuse_patterns",
+        5,
+        "is not a valid regular expression",
+    ),
+    (
+        "faults:",
+        "expect: {refuse_patterns: corrupt}\nfaults:",
+        "expect.refuse_patterns",
+        5,
+        "must be a list of regular expressions",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "key", "line", "says"), AGENT_CASES,
-                         ids=[f"{c[2]}:{c[1]}" for c in AGENT_CASES])
-def test_a_bad_value_is_refused_naming_key_and_line(tmp_path: Path, old: str, new: str,
-                                                    key: str, line: int, says: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "key", "line", "says"), AGENT_CASES, ids=[f"{c[2]}:{c[1]}" for c in AGENT_CASES]
+)
+def test_a_bad_value_is_refused_naming_key_and_line(
+    tmp_path: Path, old: str, new: str, key: str, line: int, says: str
+) -> None:
     text = BASE.replace("FAULT", "kill: {at: random, count: 1}")
     assert old in text
     path = write(tmp_path, text.replace(old, new, 1))
@@ -237,8 +324,11 @@ def test_a_bad_value_is_refused_naming_key_and_line(tmp_path: Path, old: str, ne
 
 def test_the_good_base_loads(tmp_path: Path) -> None:
     """The cases above differ from this file in one value each."""
-    path = write(tmp_path, BASE.replace("FAULT", "kill: {at: random, count: 1}")
-                 + "restarts: 100\ntrials: 100000\nseed: 9223372036854775807\n")
+    path = write(
+        tmp_path,
+        BASE.replace("FAULT", "kill: {at: random, count: 1}")
+        + "restarts: 100\ntrials: 100000\nseed: 9223372036854775807\n",
+    )
     sc = load_scenario(path)
     assert (sc.restarts, sc.trials, sc.seed) == (100, 100000, 2**63 - 1)
     assert sc.agent.scenario_dir == str(tmp_path)
@@ -253,8 +343,13 @@ def test_yaml_nested_thousands_deep_is_a_scenario_error(tmp_path: Path, nesting:
         deep = "[" * 5000 + "]" * 5000
         body = BASE.replace("FAULT", "kill: {at: random}") + f"description: {deep}\n"
     else:
-        body = BASE.replace("FAULT", "kill: {at: random}") + "description:\n" + \
-            "".join(" " * (i + 1) + f"k{i}:\n" for i in range(1000)) + " " * 1001 + "x\n"
+        body = (
+            BASE.replace("FAULT", "kill: {at: random}")
+            + "description:\n"
+            + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(1000))
+            + " " * 1001
+            + "x\n"
+        )
     err = refused(write(tmp_path, body))
     assert f"nested more than {MAX_DEPTH} levels deep" in err.message
     assert err.line is not None
@@ -262,8 +357,9 @@ def test_yaml_nested_thousands_deep_is_a_scenario_error(tmp_path: Path, nesting:
 
 
 def test_a_file_above_the_size_limit_is_refused_naming_the_limit(tmp_path: Path) -> None:
-    body = BASE.replace("FAULT", "kill: {at: random}") + "description: " + \
-        "x" * MAX_FILE_BYTES + "\n"
+    body = (
+        BASE.replace("FAULT", "kill: {at: random}") + "description: " + "x" * MAX_FILE_BYTES + "\n"
+    )
     err = refused(write(tmp_path, body))
     assert "larger than 1 MiB, the limit for a scenario file" in err.message
 
@@ -272,8 +368,9 @@ def test_aliases_that_expand_without_bound_are_refused(tmp_path: Path) -> None:
     laughs = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
         laughs.append(f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
-    body = BASE.replace("FAULT", "kill: {at: random}") + "description:\n  " + \
-        "\n".join(laughs) + "\n"
+    body = (
+        BASE.replace("FAULT", "kill: {at: random}") + "description:\n  " + "\n".join(laughs) + "\n"
+    )
     err = refused(write(tmp_path, body))
     assert "aliases expand to more than" in err.message
 
@@ -293,8 +390,10 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
 
 
 def agent_file(tmp_path: Path, command: str, extra: str = "") -> Path:
-    return write(tmp_path, f"name: x\nagent:\n  command: {command}\n{extra}"
-                           "faults:\n  - kill: {at: random}\n")
+    return write(
+        tmp_path,
+        f"name: x\nagent:\n  command: {command}\n{extra}faults:\n  - kill: {{at: random}}\n",
+    )
 
 
 def test_a_missing_program_is_one_line_naming_it_and_the_line(tmp_path: Path) -> None:
@@ -308,7 +407,7 @@ def test_a_program_is_looked_up_on_the_agents_path(tmp_path: Path) -> None:
     prog = tmp_path / "bin" / "myagnt"
     prog.write_text("#!/bin/sh\nexit 0\n")
     prog.chmod(0o755)
-    path = agent_file(tmp_path, '["myagnt"]', "  env: {PATH: \"{scenario_dir}/bin\"}\n")
+    path = agent_file(tmp_path, '["myagnt"]', '  env: {PATH: "{scenario_dir}/bin"}\n')
     assert load_scenario(path).agent.env == (("PATH", f"{tmp_path}/bin"),)
 
 
@@ -323,8 +422,7 @@ def test_a_program_path_must_exist_and_be_executable(tmp_path: Path) -> None:
     assert load_scenario(agent_file(tmp_path, '["{scenario_dir}/run.sh"]'))
 
 
-def test_a_relative_program_or_script_without_cwd_says_where_it_would_run(
-        tmp_path: Path) -> None:
+def test_a_relative_program_or_script_without_cwd_says_where_it_would_run(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text("print('done')\n")
     err = refused(agent_file(tmp_path, '["{python}", "agent.py", "{state_dir}"]'))
     assert err.key == "agent.command"
@@ -339,25 +437,28 @@ def test_a_missing_python_script_is_one_line(tmp_path: Path) -> None:
     assert (err.line, err.key) == (3, "agent.command")
     assert err.message.startswith(f"the script {tmp_path}/agnt.py does not exist")
     err = refused(agent_file(tmp_path, '["{python}", "agnt.py"]', "  cwd: .\n"))
-    assert err.message == f"the script 'agnt.py' not found in the agent's working folder " \
-                          f"{tmp_path}"
+    assert err.message == f"the script 'agnt.py' not found in the agent's working folder {tmp_path}"
 
 
 def test_scripts_beside_the_scenario_load(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text("print('done')\n")
-    for command, extra in [('["{python}", "{scenario_dir}/agent.py", "{state_dir}"]', ""),
-                           ('["{python}", "-X", "dev", "agent.py"]', "  cwd: .\n"),
-                           ('["{python}", "agent.py"]', "  cwd: \"{scenario_dir}\"\n"),
-                           ('["{python}", "{state_dir}/made-by-setup.py"]', ""),
-                           ('["{python}", "-c", "print(1)"]', "")]:
+    for command, extra in [
+        ('["{python}", "{scenario_dir}/agent.py", "{state_dir}"]', ""),
+        ('["{python}", "-X", "dev", "agent.py"]', "  cwd: .\n"),
+        ('["{python}", "agent.py"]', '  cwd: "{scenario_dir}"\n'),
+        ('["{python}", "{state_dir}/made-by-setup.py"]', ""),
+        ('["{python}", "-c", "print(1)"]', ""),
+    ]:
         assert load_scenario(agent_file(tmp_path, command, extra))
 
 
 def test_a_missing_module_is_one_line(tmp_path: Path) -> None:
     err = refused(agent_file(tmp_path, '["{python}", "-m", "no_such_agent_mod.main"]'))
     assert err.message.startswith("module 'no_such_agent_mod.main' (after -m) not found")
-    path = write(tmp_path, 'name: x\nagent:\n  entry: "no_such_agent_mod:main"\n'
-                           "faults:\n  - kill: {at: random}\n")
+    path = write(
+        tmp_path,
+        'name: x\nagent:\n  entry: "no_such_agent_mod:main"\nfaults:\n  - kill: {at: random}\n',
+    )
     err = refused(path)
     assert (err.line, err.key) == (3, "agent.entry")
     assert err.message.startswith("module 'no_such_agent_mod' not found")
@@ -365,8 +466,10 @@ def test_a_missing_module_is_one_line(tmp_path: Path) -> None:
 
 def test_an_entry_module_beside_the_scenario_is_found_through_cwd(tmp_path: Path) -> None:
     (tmp_path / "cp_beside_agent.py").write_text("def main(args):\n    return 0\n")
-    body = ('name: x\nagent:\n  entry: "cp_beside_agent:main"\n  cwd: "{scenario_dir}"\n'
-            "faults:\n  - kill: {at: random}\n")
+    body = (
+        'name: x\nagent:\n  entry: "cp_beside_agent:main"\n  cwd: "{scenario_dir}"\n'
+        "faults:\n  - kill: {at: random}\n"
+    )
     assert "cp_beside_agent" not in sys.modules
     assert load_scenario(write(tmp_path, body)).agent.cwd == str(tmp_path)
     assert "cp_beside_agent" not in sys.modules  # found, not imported
@@ -376,8 +479,9 @@ def test_an_entry_module_beside_the_scenario_is_found_through_cwd(tmp_path: Path
 def test_structure_errors_come_before_first_contact(tmp_path: Path) -> None:
     """A file with a typo and a missing program reports the typo (what the author fixes
     first); the existing test suite's files with `command: [a]` rely on it."""
-    err = refused(write(tmp_path, "name: x\nagent:\n  command: [a]\nfaults:\n"
-                                  "  - kill: {at: sometimes}\n"))
+    err = refused(
+        write(tmp_path, "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: sometimes}\n")
+    )
     assert err.key == "faults[0].kill.at"
 
 
@@ -385,10 +489,14 @@ def test_structure_errors_come_before_first_contact(tmp_path: Path) -> None:
 
 
 def test_agentspec_fills_scenario_dir_and_round_trips(tmp_path: Path) -> None:
-    spec = AgentSpec(("{python}", "{scenario_dir}/a.py", "{state_dir}"), timeout=3,
-                     scenario_dir=str(tmp_path))
+    spec = AgentSpec(
+        ("{python}", "{scenario_dir}/a.py", "{state_dir}"), timeout=3, scenario_dir=str(tmp_path)
+    )
     assert spec.argv(state_dir="/s", workdir="/w", run_id="r") == [
-        sys.executable, f"{tmp_path}/a.py", "/s"]
+        sys.executable,
+        f"{tmp_path}/a.py",
+        "/s",
+    ]
     assert AgentSpec.from_json(spec.to_json()) == spec
     entry = AgentSpec(entry="m:f", args=("{scenario_dir}", "{{x}}"), scenario_dir="/d")
     assert entry.argv(state_dir="/s", workdir="/w", run_id="r")[-2:] == ["/d", "{x}"]
@@ -397,8 +505,9 @@ def test_agentspec_fills_scenario_dir_and_round_trips(tmp_path: Path) -> None:
     assert AgentSpec.from_json({**old, "command": ["x"]}).scenario_dir == ""  # old runner.json
 
 
-@pytest.mark.parametrize("part", ["{python:2000000000}", "{scenario_dir}/a.py", "{nope}",
-                                  "{python!s}", "{"])
+@pytest.mark.parametrize(
+    "part", ["{python:2000000000}", "{scenario_dir}/a.py", "{nope}", "{python!s}", "{"]
+)
 def test_agentspec_refuses_bad_placeholders_when_built(part: str) -> None:
     with pytest.raises(ValueError, match=r"placeholder|scenario_dir|braces"):
         AgentSpec(("{python}", part))

@@ -54,8 +54,11 @@ def sink(rec: Recorder) -> Iterator[SmtpSink]:
         s.close()
 
 
-def mail(mid: str | None = "<report-7@agent.example>", subject: str = "Weekly report",
-         body: str = "Hello,\nthe report is ready.\n") -> EmailMessage:
+def mail(
+    mid: str | None = "<report-7@agent.example>",
+    subject: str = "Weekly report",
+    body: str = "Hello,\nthe report is ready.\n",
+) -> EmailMessage:
     m = EmailMessage()
     m["From"] = "agent@example.org"
     m["To"] = "zoe@example.org, adam@example.org"
@@ -80,27 +83,32 @@ def sink_threads() -> list[threading.Thread]:
 # -- a message is one effect ---------------------------------------------------------------------
 
 
-def test_a_message_becomes_exactly_one_effect_with_its_content(sink: SmtpSink,
-                                                                rec: Recorder) -> None:
+def test_a_message_becomes_exactly_one_effect_with_its_content(
+    sink: SmtpSink, rec: Recorder
+) -> None:
     assert send(sink, mail(subject="Rapport été ✓")) == {}  # no recipient refused
     assert len(rec.calls) == 1
     call = rec.calls[0]
     assert call["op"] == "effect"
     assert call["kind"] == "mail"
     assert call["key"] == call["message_id"] == "<report-7@agent.example>"
-    assert call["payload"] == {"from": "agent@example.org",
-                               "to": ["adam@example.org", "zoe@example.org"],
-                               "subject": "Rapport été ✓",
-                               "body": "Hello,\nthe report is ready.\n"}
+    assert call["payload"] == {
+        "from": "agent@example.org",
+        "to": ["adam@example.org", "zoe@example.org"],
+        "subject": "Rapport été ✓",
+        "body": "Hello,\nthe report is ready.\n",
+    }
     assert rec.refused == []
 
 
-def test_the_payload_is_the_text_part_and_attachments_by_digest(sink: SmtpSink,
-                                                                 rec: Recorder) -> None:
+def test_the_payload_is_the_text_part_and_attachments_by_digest(
+    sink: SmtpSink, rec: Recorder
+) -> None:
     m = mail(mid=None)
     m.add_alternative("<p>Hello</p>", subtype="html")
-    m.add_attachment(b"\x00\x01report", maintype="application", subtype="octet-stream",
-                     filename="r.bin")
+    m.add_attachment(
+        b"\x00\x01report", maintype="application", subtype="octet-stream", filename="r.bin"
+    )
     send(sink, m)
     (call,) = rec.calls
     assert "key" not in call  # no Message-ID: a keyless effect, judged by content
@@ -112,9 +120,11 @@ def test_the_payload_is_the_text_part_and_attachments_by_digest(sink: SmtpSink,
 
 
 def test_an_odd_message_is_still_one_effect(sink: SmtpSink, rec: Recorder) -> None:
-    raw = (b"Subject: =?x-unknown?q?caf=E9?=\r\nMessage-ID:   \r\n"
-           b"Content-Type: text/plain; charset=x-unknown\r\n"
-           b"Content-Transfer-Encoding: quoted-printable\r\n\r\nbody =E9 =\r\nmore\r\n")
+    raw = (
+        b"Subject: =?x-unknown?q?caf=E9?=\r\nMessage-ID:   \r\n"
+        b"Content-Type: text/plain; charset=x-unknown\r\n"
+        b"Content-Transfer-Encoding: quoted-printable\r\n\r\nbody =E9 =\r\nmore\r\n"
+    )
     with smtplib.SMTP(sink.host, sink.port, timeout=30) as c:
         c.login("agent", TOKEN)
         c.sendmail("agent@example.org", ["b@x.org", "a@x.org"], raw)
@@ -127,8 +137,9 @@ def test_an_odd_message_is_still_one_effect(sink: SmtpSink, rec: Recorder) -> No
 # -- only the trial's token gets in --------------------------------------------------------------
 
 
-def test_mail_without_auth_is_refused_and_reported_not_an_effect(sink: SmtpSink,
-                                                                  rec: Recorder) -> None:
+def test_mail_without_auth_is_refused_and_reported_not_an_effect(
+    sink: SmtpSink, rec: Recorder
+) -> None:
     with pytest.raises(smtplib.SMTPSenderRefused) as exc:
         send(sink, mail(), password=None)
     assert exc.value.smtp_code == 530
@@ -138,8 +149,9 @@ def test_mail_without_auth_is_refused_and_reported_not_an_effect(sink: SmtpSink,
     assert sink.refused["auth"] == 1
 
 
-def test_a_wrong_password_is_refused_and_reported_not_an_effect(sink: SmtpSink,
-                                                                 rec: Recorder) -> None:
+def test_a_wrong_password_is_refused_and_reported_not_an_effect(
+    sink: SmtpSink, rec: Recorder
+) -> None:
     with pytest.raises(smtplib.SMTPAuthenticationError) as exc:
         send(sink, mail(), password="guess")  # noqa: S106
     assert exc.value.smtp_code == 535
@@ -149,8 +161,7 @@ def test_a_wrong_password_is_refused_and_reported_not_an_effect(sink: SmtpSink,
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "LOGIN"])
-def test_both_auth_mechanisms_take_the_token(sink: SmtpSink, rec: Recorder,
-                                             mechanism: str) -> None:
+def test_both_auth_mechanisms_take_the_token(sink: SmtpSink, rec: Recorder, mechanism: str) -> None:
     with smtplib.SMTP(sink.host, sink.port, timeout=30) as c:
         c.ehlo()
         c.user, c.password = "anyone", TOKEN
@@ -280,8 +291,10 @@ def test_recipients_over_the_limit_are_refused(rec: Recorder) -> None:
 
 
 def test_sessions_over_the_limit_get_421(rec: Recorder) -> None:
-    with SmtpSink(rec, TOKEN, max_connections=1) as s, \
-            smtplib.SMTP(s.host, s.port, timeout=30) as first:
+    with (
+        SmtpSink(rec, TOKEN, max_connections=1) as s,
+        smtplib.SMTP(s.host, s.port, timeout=30) as first,
+    ):
         with pytest.raises(smtplib.SMTPConnectError) as exc:
             smtplib.SMTP(s.host, s.port, timeout=30)
         assert exc.value.smtp_code == 421
@@ -291,8 +304,10 @@ def test_sessions_over_the_limit_get_421(rec: Recorder) -> None:
 
 
 def test_a_quiet_session_is_closed_after_the_idle_timeout(rec: Recorder) -> None:
-    with SmtpSink(rec, TOKEN, idle_timeout=0.3) as s, \
-            socket.create_connection((s.host, s.port), timeout=30) as c:
+    with (
+        SmtpSink(rec, TOKEN, idle_timeout=0.3) as s,
+        socket.create_connection((s.host, s.port), timeout=30) as c,
+    ):
         assert c.recv(1024).startswith(b"220")
         assert c.recv(1024) == b""  # the sink closed it (the recv timeout is far longer)
 

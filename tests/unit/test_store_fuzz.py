@@ -66,17 +66,27 @@ def template() -> dict[str, bytes]:
     """Relative path -> bytes of a real store built with the library (built once)."""
     root = tempfile.mkdtemp(prefix="cp-fuzz-template-", dir=_SCRATCH)
     try:
-        store = Store(root, durability="none", segment_bytes=600,
-                      snapshots=SnapshotPolicy(min_bytes=900, ratio=0.5))
+        store = Store(
+            root,
+            durability="none",
+            segment_bytes=600,
+            snapshots=SnapshotPolicy(min_bytes=900, ratio=0.5),
+        )
         steps = [f"s{i}" for i in range(8)]
         for attempt in range(2):  # two generations: a second attempt replays
             with open_run(store, "done", steps=steps, checkpointing=Checkpointing()) as run:
                 for i, name in enumerate(steps):
-                    run.step(name, lambda i=i: {"i": i, "text": "x" * 40, "f": i / 3,
-                                                "nested": [[i, {"k": [i]}]]})
+                    run.step(
+                        name,
+                        lambda i=i: {
+                            "i": i,
+                            "text": "x" * 40,
+                            "f": i / 3,
+                            "nested": [[i, {"k": [i]}]],
+                        },
+                    )
                     if i % 3 == 0:
-                        run.effect("email", {"to": f"u{i}@example.com"},
-                                   lambda p, k: {"id": k})
+                        run.effect("email", {"to": f"u{i}@example.com"}, lambda p, k: {"id": k})
                 if attempt:
                     run.finish({"ok": True, "n": len(steps)})
         with open_run(store, "busy", steps=steps) as run:
@@ -89,8 +99,9 @@ def template() -> dict[str, bytes]:
             run.step("a", lambda: "A" * 100)
             with contextlib.suppress(RunPaused):
                 run.approval("review", {"diff": "+1 -1"})
-        plain = Store(root, durability="none", segment_bytes=600,
-                      snapshots=SnapshotPolicy(enabled=False))
+        plain = Store(
+            root, durability="none", segment_bytes=600, snapshots=SnapshotPolicy(enabled=False)
+        )
         with plain.open("raw") as j:
             for i in range(30):
                 j.append({"n": i, "blob": "y" * 30})
@@ -112,8 +123,10 @@ def template() -> dict[str, bytes]:
 
 def _files_of(folder: str) -> tuple[list[str], list[str]]:
     names = sorted(os.listdir(folder))
-    return ([os.path.join(folder, n) for n in names if n.startswith("snap-")],
-            [os.path.join(folder, n) for n in names if n.startswith("seg-")])
+    return (
+        [os.path.join(folder, n) for n in names if n.startswith("snap-")],
+        [os.path.join(folder, n) for n in names if n.startswith("seg-")],
+    )
 
 
 def test_the_template_has_what_the_fuzzer_needs() -> None:
@@ -135,16 +148,52 @@ def test_the_template_has_what_the_fuzzer_needs() -> None:
 
 #: Raw JSON texts that the store never writes (or writes only in other places).
 ODD_RAW: tuple[bytes, ...] = (
-    b"[" * 257 + b"]" * 257, b"[" * 5000 + b"]" * 5000, b'{"a":' * 300 + b"1" + b"}" * 300,
-    b"[" * 100000, b'"' + b"[" * 3000 + b'"', b"[" + b",".join([b"[]"] * 3000) + b"]",
-    b"1e400", b"-1e400", b"9" * 400 + b".5", b"1" + b"0" * 5000, b"1" + b"0" * 4000,
-    b"NaN", b"Infinity", b"-Infinity", b"-1", b"0", b"1.5", b"2e308", b"9223372036854775808",
-    b"4611686018427387904", b"1e-400", b"-0",
-    b'"\\ud800"', b'"\\udc00x"', b'"\\ud83d\\ude00"', b'"\\u0000"', b'"\xff\xfe"',
-    b"null", b"true", b"false", b"[]", b"{}", b'"x"', b"[1,2]", b'{"t":"step"}',
-    b'{"t":"finish","status":"weird"}', b'{"t":"open","steps":"abc","attempt":1e400}',
-    b'{"t":"intent","key":[],"kind":1}', b'{"t":"decision","name":"review","approved":1}',
-    b'{"t":"pause"}', b'{"t":7}', b'"step"', b"1 2", b"", b"{", b'{"s":1,"g":1,"d":1,"x":1}',
+    b"[" * 257 + b"]" * 257,
+    b"[" * 5000 + b"]" * 5000,
+    b'{"a":' * 300 + b"1" + b"}" * 300,
+    b"[" * 100000,
+    b'"' + b"[" * 3000 + b'"',
+    b"[" + b",".join([b"[]"] * 3000) + b"]",
+    b"1e400",
+    b"-1e400",
+    b"9" * 400 + b".5",
+    b"1" + b"0" * 5000,
+    b"1" + b"0" * 4000,
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"-1",
+    b"0",
+    b"1.5",
+    b"2e308",
+    b"9223372036854775808",
+    b"4611686018427387904",
+    b"1e-400",
+    b"-0",
+    b'"\\ud800"',
+    b'"\\udc00x"',
+    b'"\\ud83d\\ude00"',
+    b'"\\u0000"',
+    b'"\xff\xfe"',
+    b"null",
+    b"true",
+    b"false",
+    b"[]",
+    b"{}",
+    b'"x"',
+    b"[1,2]",
+    b'{"t":"step"}',
+    b'{"t":"finish","status":"weird"}',
+    b'{"t":"open","steps":"abc","attempt":1e400}',
+    b'{"t":"intent","key":[],"kind":1}',
+    b'{"t":"decision","name":"review","approved":1}',
+    b'{"t":"pause"}',
+    b'{"t":7}',
+    b'"step"',
+    b"1 2",
+    b"",
+    b"{",
+    b'{"s":1,"g":1,"d":1,"x":1}',
 )
 
 _PLACEHOLDER = "\x00odd\x00"
@@ -213,13 +262,13 @@ class Mutation:
         pos = int(self.where * len(data)) if data else 0
         if self.how == "flip" and data:
             pos = min(pos, len(data) - 1)
-            data = data[:pos] + bytes([data[pos] ^ (self.value % 255 + 1)]) + data[pos + 1:]
+            data = data[:pos] + bytes([data[pos] ^ (self.value % 255 + 1)]) + data[pos + 1 :]
         elif self.how == "truncate":
             data = data[:pos]
         elif self.how == "insert":
             data = data[:pos] + self.raw + data[pos:]
         elif self.how == "zero":
-            data = data[:pos] + b"\0" * min(self.value, len(data) - pos) + data[pos + self.value:]
+            data = data[:pos] + b"\0" * min(self.value, len(data) - pos) + data[pos + self.value :]
         elif self.how == "delete":
             del files[name]
             return name
@@ -239,9 +288,13 @@ class Mutation:
         off, kind, payload = res.records[int(self.where * len(res.records)) % len(res.records)]
         end = off + HEADER.size + len(payload)
         if self.how == "forge":  # a header with valid checksums that lies
-            forged = [_frame(payload, kind, length=0xFFFFFFFF)[:HEADER.size],
-                      _frame(payload, kind, version=2), _frame(payload, kind ^ 1),
-                      _frame(payload, 7), _frame(payload, kind, length=len(payload) + 1)]
+            forged = [
+                _frame(payload, kind, length=0xFFFFFFFF)[: HEADER.size],
+                _frame(payload, kind, version=2),
+                _frame(payload, kind ^ 1),
+                _frame(payload, 7),
+                _frame(payload, kind, length=len(payload) + 1),
+            ]
             return data[:off] + forged[self.value % len(forged)] + data[end:]
         obj = _loads(payload)
         new = self.raw if obj is None else _with_odd(obj, self.value, self.raw)
@@ -250,14 +303,29 @@ class Mutation:
 
 odd_raw = st.sampled_from(ODD_RAW) | st.binary(max_size=40)
 mutations = st.one_of(
-    st.builds(Mutation, how=st.sampled_from(["flip", "truncate", "zero", "delete"]),
-              file=st.integers(0, 10**6), where=st.floats(0, 1), value=st.integers(1, 300)),
-    st.builds(Mutation, how=st.just("insert"), file=st.integers(0, 10**6),
-              where=st.floats(0, 1), value=st.just(0), raw=st.binary(min_size=1, max_size=64)
-              | st.sampled_from(ODD_RAW[:6])),
-    st.builds(Mutation, how=st.sampled_from(["odd", "odd", "odd", "forge"]),
-              file=st.integers(0, 10**6), where=st.floats(0, 1), value=st.integers(0, 10**6),
-              raw=odd_raw),
+    st.builds(
+        Mutation,
+        how=st.sampled_from(["flip", "truncate", "zero", "delete"]),
+        file=st.integers(0, 10**6),
+        where=st.floats(0, 1),
+        value=st.integers(1, 300),
+    ),
+    st.builds(
+        Mutation,
+        how=st.just("insert"),
+        file=st.integers(0, 10**6),
+        where=st.floats(0, 1),
+        value=st.just(0),
+        raw=st.binary(min_size=1, max_size=64) | st.sampled_from(ODD_RAW[:6]),
+    ),
+    st.builds(
+        Mutation,
+        how=st.sampled_from(["odd", "odd", "odd", "forge"]),
+        file=st.integers(0, 10**6),
+        where=st.floats(0, 1),
+        value=st.integers(0, 10**6),
+        raw=odd_raw,
+    ),
 )
 
 
@@ -294,8 +362,7 @@ def _cli(*argv: str) -> int:
 
 def _agree(store: Store, rid: str) -> None:
     """verify and read see the same run: damage in one is damage in the other."""
-    for reducer, read in ((None, lambda s: s.read(rid)),
-                          (run_reducer, lambda s: plan(s, rid))):
+    for reducer, read in ((None, lambda s: s.read(rid)), (run_reducer, lambda s: plan(s, rid))):
         if rid == "raw" and reducer is run_reducer:
             continue
         kw = {} if reducer is None else {"reducer": reducer}
@@ -377,27 +444,58 @@ def _corpus() -> list[tuple[str, list[Mutation]]]:
         return idx[names[-1] if last else names[0]]
 
     cases: list[tuple[str, list[Mutation]]] = []
-    odd = [b"[" * 5000 + b"]" * 5000, b"1e400", b"1" + b"0" * 5000, b"NaN", b'"\\ud800"',
-           b'"x"', b"null", b"-1", b"4611686018427387904", b'"\xff\xfe"']
+    odd = [
+        b"[" * 5000 + b"]" * 5000,
+        b"1e400",
+        b"1" + b"0" * 5000,
+        b"NaN",
+        b'"\\ud800"',
+        b'"x"',
+        b"null",
+        b"-1",
+        b"4611686018427387904",
+        b'"\xff\xfe"',
+    ]
     for k, raw in enumerate(odd):  # the envelope, its fields, the data: a few odd values
         for node in (0, 1 + k % 3, 4 + k % 5):
-            cases.append((f"odd-seg-{raw[:8]!r}-{node}",
-                          [Mutation("odd", pick("done", "seg-", last=True), 0.0, node, raw)]))
+            cases.append(
+                (
+                    f"odd-seg-{raw[:8]!r}-{node}",
+                    [Mutation("odd", pick("done", "seg-", last=True), 0.0, node, raw)],
+                )
+            )
     for raw in (b"[" * 300 + b"]" * 300, b"1e400", b'"\\udc00"', b"[]", b'{"order":"ab"}'):
         for node in (0, 3, 9):
-            cases.append((f"odd-snap-{raw[:8]!r}-{node}",
-                          [Mutation("odd", pick("done", "snap-"), 0.0, node, raw)]))
-    for run, raw in (("done", b'{"t":"finish","status":"weird"}'),
-                     ("busy", b'{"t":"open","steps":"abc"}'),
-                     ("busy", b'{"t":"intent","key":[],"kind":1}'), ("paused", b'{"t":7}'),
-                     ("paused", b"[" * 400 + b"]" * 400)):
-        cases.append((f"odd-data-{run}-{raw[:12]!r}",
-                      [Mutation("odd", pick(run, "seg-", last=True), 0.5, 3, raw)]))
+            cases.append(
+                (
+                    f"odd-snap-{raw[:8]!r}-{node}",
+                    [Mutation("odd", pick("done", "snap-"), 0.0, node, raw)],
+                )
+            )
+    for run, raw in (
+        ("done", b'{"t":"finish","status":"weird"}'),
+        ("busy", b'{"t":"open","steps":"abc"}'),
+        ("busy", b'{"t":"intent","key":[],"kind":1}'),
+        ("paused", b'{"t":7}'),
+        ("paused", b"[" * 400 + b"]" * 400),
+    ):
+        cases.append(
+            (
+                f"odd-data-{run}-{raw[:12]!r}",
+                [Mutation("odd", pick(run, "seg-", last=True), 0.5, 3, raw)],
+            )
+        )
     for f in ("meta.json", "lock"):
-        for raw in (b"[" * 100000, b'{"generation":1e400}', b'{"generation":[1]}',
-                    b'{"generation":' + b"9" * 4300 + b"}", b'{"status":"\\ud800"}'):
-            cases.append((f"odd-{f}-{raw[:14]!r}",
-                          [Mutation("odd", idx[f"done/{f}"], 0.0, 0, raw)]))
+        for raw in (
+            b"[" * 100000,
+            b'{"generation":1e400}',
+            b'{"generation":[1]}',
+            b'{"generation":' + b"9" * 4300 + b"}",
+            b'{"status":"\\ud800"}',
+        ):
+            cases.append(
+                (f"odd-{f}-{raw[:14]!r}", [Mutation("odd", idx[f"done/{f}"], 0.0, 0, raw)])
+            )
     for k in range(5):
         cases.append((f"forge-{k}", [Mutation("forge", pick("raw", "seg-"), 0.3, k)]))
     cases.append(("forge-snap", [Mutation("forge", pick("done", "snap-"), 0.0, 0)]))
@@ -405,17 +503,36 @@ def _corpus() -> list[tuple[str, list[Mutation]]]:
         for where in (0.05, 0.5):
             cases.append((f"{how}-{where}", [Mutation(how, pick("done", "seg-"), where, 40)]))
     # the double fault: a damaged snapshot and a torn tail in the same run
-    cases.append(("snapshot-and-torn-tail",
-                  [Mutation("flip", pick("done", "snap-"), 0.5, 1),
-                   Mutation("truncate", pick("done", "seg-", last=True), 0.9, 0)]))
+    cases.append(
+        (
+            "snapshot-and-torn-tail",
+            [
+                Mutation("flip", pick("done", "snap-"), 0.5, 1),
+                Mutation("truncate", pick("done", "seg-", last=True), 0.9, 0),
+            ],
+        )
+    )
     rng = random.Random(13)
-    cases.append(("odd-twice-surrogate",  # an earlier odd value decoded by the next mutation
-                  [Mutation("odd", idx["done/meta.json"], 0.0, 1, b'"\\ud800"'),
-                   Mutation("odd", idx["done/meta.json"], 0.0, 2, b'"\\ud800"')]))
+    cases.append(
+        (
+            "odd-twice-surrogate",  # an earlier odd value decoded by the next mutation
+            [
+                Mutation("odd", idx["done/meta.json"], 0.0, 1, b'"\\ud800"'),
+                Mutation("odd", idx["done/meta.json"], 0.0, 2, b'"\\ud800"'),
+            ],
+        )
+    )
     for i in range(8):  # and a seeded handful of everything at once
-        muts = [Mutation(rng.choice(["flip", "truncate", "insert", "zero", "odd", "forge"]),
-                         rng.randrange(len(t)), rng.random(), rng.randrange(10**6),
-                         rng.choice(ODD_RAW)) for _ in range(rng.randint(1, 3))]
+        muts = [
+            Mutation(
+                rng.choice(["flip", "truncate", "insert", "zero", "odd", "forge"]),
+                rng.randrange(len(t)),
+                rng.random(),
+                rng.randrange(10**6),
+                rng.choice(ODD_RAW),
+            )
+            for _ in range(rng.randint(1, 3))
+        ]
         cases.append((f"seeded-{i}", muts))
     return cases
 
@@ -430,8 +547,11 @@ def test_seeded_corpus(muts: list[Mutation]) -> None:
 
 def test_the_corpus_reaches_the_checks() -> None:
     """The odd payloads are read as damage (not silently accepted, not a crash)."""
-    for raw, where in ((b"1e400", "done/seg-"), (b'"\\ud800"', "done/seg-"),
-                       (b"[" * 5000 + b"]" * 5000, "done/snap-")):
+    for raw, where in (
+        (b"1e400", "done/seg-"),
+        (b'"\\ud800"', "done/seg-"),
+        (b"[" * 5000 + b"]" * 5000, "done/snap-"),
+    ):
         files = dict(template())
         name = next(n for n in sorted(files) if n.startswith(where))
         i = sorted(files).index(name)
@@ -446,8 +566,11 @@ def test_the_corpus_reaches_the_checks() -> None:
 
 # -- Hypothesis ------------------------------------------------------------------------------
 
-_SETTINGS = {"deadline": None, "phases": [Phase.explicit, Phase.generate],
-             "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+_SETTINGS = {
+    "deadline": None,
+    "phases": [Phase.explicit, Phase.generate],
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
 
 
 @settings(max_examples=15, derandomize=True, **_SETTINGS)  # type: ignore[arg-type]

@@ -32,8 +32,9 @@ def _double_fault(root: Path) -> Path:
             j.append(r)
     folder = root / RUN
     snap = folder / "snap-000000000005.cps"
-    frame = bytearray(encode(encode_json({"seq": 5, "gen": 1,
-                                          "state": {"records": _records(5)}}), KIND_SNAPSHOT))
+    frame = bytearray(
+        encode(encode_json({"seq": 5, "gen": 1, "state": {"records": _records(5)}}), KIND_SNAPSHOT)
+    )
     frame[HEADER.size + 20] ^= 0x10  # bit rot in the payload
     snap.write_bytes(bytes(frame))
     with open(folder / "seg-000000000001.log", "ab") as f:  # killed mid-append of record 8
@@ -58,8 +59,11 @@ def test_acknowledged_appends_after_a_rollback_survive_the_next_open(tmp_path: P
         assert j.append({"i": 8, "text": "after"}) == 9
     with Store(tmp_path).open(RUN) as j:  # on_corrupt="raise": nothing left to refuse
         assert not j.recovery, j.recovery.describe()
-        assert j.state["records"] == [*_records(7), {"i": 7, "text": "after"},
-                                      {"i": 8, "text": "after"}]
+        assert j.state["records"] == [
+            *_records(7),
+            {"i": 7, "text": "after"},
+            {"i": 8, "text": "after"},
+        ]
     damage, torn = Store(tmp_path).verify(RUN)[RUN]
     assert damage == []
     assert torn == []

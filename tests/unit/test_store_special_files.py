@@ -37,6 +37,7 @@ class Hung(Exception):
 @contextlib.contextmanager
 def no_hang(seconds: int = 30) -> Iterator[None]:
     """Fail instead of blocking forever (SIGALRM interrupts a blocking open of a FIFO)."""
+
     def ring(signum: int, frame: FrameType | None) -> None:
         raise Hung(f"blocked for {seconds} s")
 
@@ -107,7 +108,11 @@ def planted(tmp_path: Path) -> Path:
 def _cli(root: Path, *argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "crashpoint.cli", "checkpoints", "--store", str(root), *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _finish(proc: subprocess.Popen[str], deadline: float) -> tuple[int, str, str]:
@@ -122,7 +127,10 @@ def _finish(proc: subprocess.Popen[str], deadline: float) -> tuple[int, str, str
 
 def test_operator_commands_neither_hang_nor_exhaust_memory(planted: Path) -> None:
     commands: list[tuple[str, ...]] = [
-        ("list",), ("list", "--json"), ("stale", "--older-than", "0s"), ("verify",),
+        ("list",),
+        ("list", "--json"),
+        ("stale", "--older-than", "0s"),
+        ("verify",),
         ("prune", "--keep", "0", "--dry-run"),
     ]
     for rid in ("clean", *PLANTS):
@@ -190,8 +198,7 @@ def test_opening_refuses_a_planted_lock(planted: Path) -> None:
 
 
 @pytest.mark.parametrize("rid", sorted(BROKEN_JOURNAL))
-def test_a_rollback_moves_a_special_file_aside_and_reopens_clean(planted: Path,
-                                                                 rid: str) -> None:
+def test_a_rollback_moves_a_special_file_aside_and_reopens_clean(planted: Path, rid: str) -> None:
     with no_hang():
         with open_run(Store(planted, on_corrupt="rollback"), rid) as run:
             assert run.journal.recovery.damage

@@ -101,17 +101,24 @@ def test_scan_clean() -> None:
 GOOD = _frame(0) + _frame(1)
 
 
-@pytest.mark.parametrize(("tail", "stop", "reason"), [
-    (_frame(2)[:10], "torn", "incomplete header (10 bytes)"),
-    (_frame(2)[:16], "torn", "runs past the end of the file"),
-    (_frame(2)[:-1], "torn", "runs past the end of the file"),
-    (bytes(40), "torn", "zero-filled tail"),
-    (_frame(2)[:16] + bytes(len(_frame(2)) - 16), "torn", "zero-filled tail"),  # header, no data
-    (b"\xff" + _frame(2)[1:], "damage", "header checksum mismatch"),
-    (_frame(2)[:20] + b"#" + _frame(2)[21:], "damage", "payload checksum mismatch"),
-    (_with_header(b"XY", VERSION, b"{}"), "damage", "bad magic b'XY'"),
-    (_with_header(MAGIC, 2, b"{}"), "damage", "format version 2 is not supported"),
-])
+@pytest.mark.parametrize(
+    ("tail", "stop", "reason"),
+    [
+        (_frame(2)[:10], "torn", "incomplete header (10 bytes)"),
+        (_frame(2)[:16], "torn", "runs past the end of the file"),
+        (_frame(2)[:-1], "torn", "runs past the end of the file"),
+        (bytes(40), "torn", "zero-filled tail"),
+        (
+            _frame(2)[:16] + bytes(len(_frame(2)) - 16),
+            "torn",
+            "zero-filled tail",
+        ),  # header, no data
+        (b"\xff" + _frame(2)[1:], "damage", "header checksum mismatch"),
+        (_frame(2)[:20] + b"#" + _frame(2)[21:], "damage", "payload checksum mismatch"),
+        (_with_header(b"XY", VERSION, b"{}"), "damage", "bad magic b'XY'"),
+        (_with_header(MAGIC, 2, b"{}"), "damage", "format version 2 is not supported"),
+    ],
+)
 def test_scan_classifies_the_last_record(tail: bytes, stop: str, reason: str) -> None:
     """At the end of a file, only a short or zero-filled record is a torn tail (a crash
     artefact); a complete record with a wrong checksum is damage."""
@@ -137,28 +144,34 @@ def test_scan_damage_in_the_middle(pos: int) -> None:
 # -- durability settings ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("spec", "mode", "every", "text"), [
-    ("always", "always", 1, "always"),
-    ("  ALWAYS ", "always", 1, "always"),
-    ("none", "none", 0, "none"),
-    ("batch(8)", "batch", 8, "batch(8)"),
-    ("batch:3", "batch", 3, "batch(3)"),
-    (Durability.batch(5), "batch", 5, "batch(5)"),
-])
+@pytest.mark.parametrize(
+    ("spec", "mode", "every", "text"),
+    [
+        ("always", "always", 1, "always"),
+        ("  ALWAYS ", "always", 1, "always"),
+        ("none", "none", 0, "none"),
+        ("batch(8)", "batch", 8, "batch(8)"),
+        ("batch:3", "batch", 3, "batch(3)"),
+        (Durability.batch(5), "batch", 5, "batch(5)"),
+    ],
+)
 def test_durability_parse(spec: str | Durability, mode: str, every: int, text: str) -> None:
     d = Durability.parse(spec)
     assert (d.mode, d.every, str(d)) == (mode, every, text)
     assert Store("/nonexistent/x", durability=spec).durability == d
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("sometimes", "unknown durability 'sometimes': use 'always', 'batch(N)' or 'none'"),
-    ("batch", "unknown durability 'batch'"),
-    ("batch()", "unknown durability 'batch()'"),
-    ("batch(-1)", "unknown durability 'batch(-1)'"),
-    ("batch(0)", "batch size must be >= 1, got 0"),
-    ("", "unknown durability ''"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("sometimes", "unknown durability 'sometimes': use 'always', 'batch(N)' or 'none'"),
+        ("batch", "unknown durability 'batch'"),
+        ("batch()", "unknown durability 'batch()'"),
+        ("batch(-1)", "unknown durability 'batch(-1)'"),
+        ("batch(0)", "batch size must be >= 1, got 0"),
+        ("", "unknown durability ''"),
+    ],
+)
 def test_durability_parse_rejects(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{message.replace('(', '[(]').replace(')', '[)]')}"):
         Durability.parse(spec)
@@ -169,20 +182,23 @@ def test_durability_parse_rejects(spec: str, message: str) -> None:
 # -- run ids ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("run_id", "why"), [
-    ("a/b", "path separator"),
-    ("../etc", "path separator"),
-    ("a\\b", "path separator"),
-    ("..", "starts with '.'"),
-    (".", "starts with '.'"),
-    (".hidden", "starts with '.'"),
-    ("a\x00b", "NUL or a control character"),
-    ("a\nb", "NUL or a control character"),
-    ("tab\there", "NUL or a control character"),
-    ("del\x7f", "NUL or a control character"),
-    ("x" * 201, "201 characters (max 200)"),
-    ("", "it is empty"),
-])
+@pytest.mark.parametrize(
+    ("run_id", "why"),
+    [
+        ("a/b", "path separator"),
+        ("../etc", "path separator"),
+        ("a\\b", "path separator"),
+        ("..", "starts with '.'"),
+        (".", "starts with '.'"),
+        (".hidden", "starts with '.'"),
+        ("a\x00b", "NUL or a control character"),
+        ("a\nb", "NUL or a control character"),
+        ("tab\there", "NUL or a control character"),
+        ("del\x7f", "NUL or a control character"),
+        ("x" * 201, "201 characters (max 200)"),
+        ("", "it is empty"),
+    ],
+)
 def test_invalid_run_ids(run_id: str, why: str, tmp_path: Path) -> None:
     with pytest.raises(InvalidRunId) as info:
         validate_run_id(run_id)
@@ -195,8 +211,10 @@ def test_invalid_run_ids(run_id: str, why: str, tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == []  # nothing created, inside or outside the store
 
 
-@pytest.mark.parametrize("run_id", ["run-1", "a.b", "2024-01-01T00:00:00", "ünï-ラン",
-                                    "x" * 200, "a..b", "UPPER_lower-123"])
+@pytest.mark.parametrize(
+    "run_id",
+    ["run-1", "a.b", "2024-01-01T00:00:00", "ünï-ラン", "x" * 200, "a..b", "UPPER_lower-123"],
+)
 def test_valid_run_ids(run_id: str, tmp_path: Path) -> None:
     assert validate_run_id(run_id) == run_id
     store = Store(tmp_path / "store", reserve_bytes=0)
@@ -214,20 +232,39 @@ def test_redactor_replaces_secrets_anywhere() -> None:
     value = {
         "plain": "visible",
         "nested": [{"deep": Secret("s1")}, (Secret(2), "ok")],
-        "api_key": "k", "apiKey": "k", "Authorization": "Bearer x", "password": "p",
-        "X-Api-Key": "k", "session_token": "t", "cookies": ["a"], "privateKey": {"pem": "x"},
-        "tokens_used": 1234, "max_tokens": 4096, "keyboard": "qwerty", "monkey": "m",
-        "token_count": None, "password_hint": None,
+        "api_key": "k",
+        "apiKey": "k",
+        "Authorization": "Bearer x",
+        "password": "p",
+        "X-Api-Key": "k",
+        "session_token": "t",
+        "cookies": ["a"],
+        "privateKey": {"pem": "x"},
+        "tokens_used": 1234,
+        "max_tokens": 4096,
+        "keyboard": "qwerty",
+        "monkey": "m",
+        "token_count": None,
+        "password_hint": None,
     }
     out = r.redact(value)
     assert out == {
         "plain": "visible",
         "nested": [{"deep": REDACTED}, [REDACTED, "ok"]],
-        "api_key": REDACTED, "apiKey": REDACTED, "Authorization": REDACTED,
-        "password": REDACTED, "X-Api-Key": REDACTED, "session_token": REDACTED,
-        "cookies": REDACTED, "privateKey": REDACTED,
-        "tokens_used": 1234, "max_tokens": 4096, "keyboard": "qwerty", "monkey": "m",
-        "token_count": None, "password_hint": None,  # None is no secret
+        "api_key": REDACTED,
+        "apiKey": REDACTED,
+        "Authorization": REDACTED,
+        "password": REDACTED,
+        "X-Api-Key": REDACTED,
+        "session_token": REDACTED,
+        "cookies": REDACTED,
+        "privateKey": REDACTED,
+        "tokens_used": 1234,
+        "max_tokens": 4096,
+        "keyboard": "qwerty",
+        "monkey": "m",
+        "token_count": None,
+        "password_hint": None,  # None is no secret
     }
     assert r.redact(Secret("top")) == REDACTED
     assert value["nested"][0]["deep"].reveal() == "s1"  # the input is not modified
@@ -259,9 +296,17 @@ def test_canary_secret_is_in_no_byte_on_disk(tmp_path: Path) -> None:
     with store.open("run") as j:
         j.set_meta(status="running", api_key=canary, auth=Secret(canary))
         for i in range(20):
-            j.append({"i": i, "api_key": canary, "key": Secret(canary),
-                      "call": {"headers": {"Authorization": f"Bearer {canary}"},
-                               "args": [Secret(canary), Secret({"nested": canary})]}})
+            j.append(
+                {
+                    "i": i,
+                    "api_key": canary,
+                    "key": Secret(canary),
+                    "call": {
+                        "headers": {"Authorization": f"Bearer {canary}"},
+                        "args": [Secret(canary), Secret({"nested": canary})],
+                    },
+                }
+            )
         j.snapshot()
         assert j.state["records"][0]["api_key"] == REDACTED
     files = _all_bytes(tmp_path / "store")
@@ -274,8 +319,9 @@ def test_canary_secret_is_in_no_byte_on_disk(tmp_path: Path) -> None:
     leak = Store(tmp_path / "leak", reserve_bytes=0)
     with leak.open("run") as j:
         j.append({"api_key": canary}, redact=False)
-    assert [p.name for p, data in _all_bytes(tmp_path / "leak") if canary.encode() in data] \
-        == ["seg-000000000001.log"]
+    assert [p.name for p, data in _all_bytes(tmp_path / "leak") if canary.encode() in data] == [
+        "seg-000000000001.log"
+    ]
 
 
 # -- files and folders ------------------------------------------------------------------------
@@ -284,8 +330,9 @@ def test_canary_secret_is_in_no_byte_on_disk(tmp_path: Path) -> None:
 def test_file_and_folder_modes(tmp_path: Path) -> None:
     old = os.umask(0)  # the modes must come from the store, not from the umask
     try:
-        store = Store(tmp_path / "a" / "store", reserve_bytes=0,
-                      snapshots=SnapshotPolicy(min_bytes=100))
+        store = Store(
+            tmp_path / "a" / "store", reserve_bytes=0, snapshots=SnapshotPolicy(min_bytes=100)
+        )
         with store.open("run") as j:
             j.set_meta(status="running")
             for i in range(10):
@@ -307,8 +354,12 @@ def test_file_and_folder_modes(tmp_path: Path) -> None:
 
 
 def test_snapshots_delete_covered_segments_for_real(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store", reserve_bytes=0, snapshots=SnapshotPolicy(min_bytes=500),
-                  segment_bytes=300)
+    store = Store(
+        tmp_path / "store",
+        reserve_bytes=0,
+        snapshots=SnapshotPolicy(min_bytes=500),
+        segment_bytes=300,
+    )
     folder = tmp_path / "store" / "run"
     ever: set[str] = set()
     with store.open("run") as j:
@@ -356,8 +407,9 @@ def test_an_emptied_middle_segment_is_damage_not_a_clean_end(tmp_path: Path) -> 
         for i in range(3):
             j.append({"i": i, "pad": "x" * 100})  # each record fills a segment: 3 rolls
     folder = tmp_path / "store" / "run"
-    assert sorted(n for n in os.listdir(folder) if n.startswith("seg-"))[-1] \
-        == "seg-000000000004.log"
+    assert (
+        sorted(n for n in os.listdir(folder) if n.startswith("seg-"))[-1] == "seg-000000000004.log"
+    )
     assert (folder / "seg-000000000004.log").stat().st_size == 0
     (folder / "seg-000000000003.log").write_bytes(b"")  # record 3 gone
     with pytest.raises(CheckpointCorrupt) as info:
@@ -394,8 +446,12 @@ def test_bytes_written_are_linear_in_the_content(tmp_path: Path) -> None:
     the segments they cover deleted). Counted two ways: the store's own counter and the
     kernel's count of bytes this process passed to write(2). Durability ``none`` keeps it fast;
     syncs write no bytes of their own, so the counts are the same."""
-    store = Store(tmp_path / "store", durability="none", reserve_bytes=0,
-                  snapshots=SnapshotPolicy(min_bytes=64 * 1024, ratio=2.0))
+    store = Store(
+        tmp_path / "store",
+        durability="none",
+        reserve_bytes=0,
+        snapshots=SnapshotPolicy(min_bytes=64 * 1024, ratio=2.0),
+    )
     content = 0
     per_append: dict[int, tuple[float, float]] = {}
     with store.open("run") as j:
@@ -441,10 +497,29 @@ ERRORS: list[CrashpointError] = [
     RunDeadLettered("run", 5, "boom"),
 ]
 
-FIELDS = ("path", "offset", "reason", "errno", "strerror", "filename", "detail", "needed",
-          "limit",
-          "run_id", "holder", "waited", "why", "position", "recorded", "requested", "key",
-          "kind", "step", "attempts", "args")
+FIELDS = (
+    "path",
+    "offset",
+    "reason",
+    "errno",
+    "strerror",
+    "filename",
+    "detail",
+    "needed",
+    "limit",
+    "run_id",
+    "holder",
+    "waited",
+    "why",
+    "position",
+    "recorded",
+    "requested",
+    "key",
+    "kind",
+    "step",
+    "attempts",
+    "args",
+)
 
 
 def _fields(e: BaseException) -> dict[str, Any]:
@@ -490,8 +565,9 @@ class _FakeStatvfs:
         return os.statvfs_result((4096, 4096, 1 << 30, blocks, blocks, 0, 0, 0, 0, 255))
 
 
-def test_the_reserve_refuses_a_write_before_it_happens(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_reserve_refuses_a_write_before_it_happens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = _FakeStatvfs(free=1 << 20)  # 1 MiB free, reserve 1 MiB - 8 KiB: room for ~8 KiB
     monkeypatch.setattr(os, "statvfs", fake)
     store = Store(tmp_path / "store", reserve_bytes=(1 << 20) - 8192)
@@ -517,7 +593,8 @@ def test_the_reserve_refuses_a_write_before_it_happens(tmp_path: Path,
 
 
 def test_a_sudden_drop_in_free_space_is_seen_within_a_mebibyte(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = _FakeStatvfs(free=10 << 30)  # plenty: appends skip the reading
     monkeypatch.setattr(os, "statvfs", fake)
     store = Store(tmp_path / "store", reserve_bytes=64 << 20)

@@ -28,8 +28,22 @@ from crashpoint.faults._strace import Syscall, decode, parse_lines
 
 OK, WHY = _strace.available()
 needs_strace = pytest.mark.skipif(not OK, reason=f"strace cannot trace here: {WHY}")
-FILE_CALLS = ("openat", "open", "creat", "write", "pwrite64", "rename", "renameat",
-              "renameat2", "unlink", "unlinkat", "fsync", "fdatasync", "mkdir", "chdir")
+FILE_CALLS = (
+    "openat",
+    "open",
+    "creat",
+    "write",
+    "pwrite64",
+    "rename",
+    "renameat",
+    "renameat2",
+    "unlink",
+    "unlinkat",
+    "fsync",
+    "fdatasync",
+    "mkdir",
+    "chdir",
+)
 
 
 def calls(text: str, cwd: str = "") -> list[Syscall]:
@@ -38,10 +52,11 @@ def calls(text: str, cwd: str = "") -> list[Syscall]:
 
 # -- hand-written traces ------------------------------------------------------------------------
 
+
 def test_a_call_with_quotes_commas_and_parens_in_its_string() -> None:
-    [c] = calls(r'''
+    [c] = calls(r"""
         812   write(3</s/a.json>, "{\"a\": \"x, y) = 3\"}", 18) = 18
-    ''')
+    """)
     assert (c.pid, c.name, c.result, c.errno, c.fd) == (812, "write", 18, "", 3)
     assert c.args == ("3</s/a.json>", r'"{\"a\": \"x, y) = 3\"}"', "18")
     assert c.path == "/s/a.json"
@@ -50,7 +65,7 @@ def test_a_call_with_quotes_commas_and_parens_in_its_string() -> None:
 
 
 def test_unfinished_and_resumed_calls_are_merged_in_start_order() -> None:
-    out = calls('''
+    out = calls("""
         10    write(4</s/j>, "abc", 3 <unfinished ...>
         11    read(5</s/r>,  <unfinished ...>
         10    <... write resumed>)              = 3
@@ -58,9 +73,13 @@ def test_unfinished_and_resumed_calls_are_merged_in_start_order() -> None:
         11    close(5</s/r> <unfinished ...>
         10    fsync(4</s/j>)                    = 0
         11    <... close resumed>)              = 0
-    ''')
+    """)
     assert [(c.seq, c.pid, c.name, c.result) for c in out] == [
-        (0, 10, "write", 3), (1, 11, "read", 3), (2, 11, "close", 0), (3, 10, "fsync", 0)]
+        (0, 10, "write", 3),
+        (1, 11, "read", 3),
+        (2, 11, "close", 0),
+        (3, 10, "fsync", 0),
+    ]
     assert out[0].args == ("4</s/j>", '"abc"', "3")
     assert out[1].args == ("5</s/r>", '"xyz"', "10")
     assert out[1].path == "/s/r"
@@ -68,16 +87,23 @@ def test_unfinished_and_resumed_calls_are_merged_in_start_order() -> None:
 
 
 def test_a_call_the_process_was_killed_in() -> None:
-    t = parse_lines(textwrap.dedent('''
+    t = parse_lines(
+        textwrap.dedent("""
         7 openat(AT_FDCWD</w>, "/w/a.tmp", O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0666) = 3</w/a.tmp>
         7 write(3</w/a.tmp>, "y1", 2) = ?
         7 +++ killed by SIGKILL +++
         8 write(1<pipe:[99]>, "hi", 2 <unfinished ...>
         8 +++ killed by SIGKILL +++
         9 +++ exited with 0 +++
-    ''').strip().splitlines())
+    """)
+        .strip()
+        .splitlines()
+    )
     assert [(c.name, c.result, c.path) for c in t.calls] == [
-        ("openat", 3, "/w/a.tmp"), ("write", None, "/w/a.tmp"), ("write", None, "")]
+        ("openat", 3, "/w/a.tmp"),
+        ("write", None, "/w/a.tmp"),
+        ("write", None, ""),
+    ]
     assert t.killed(7)
     assert t.killed(8)
     assert not t.killed(9)
@@ -85,7 +111,7 @@ def test_a_call_the_process_was_killed_in() -> None:
 
 
 def test_errors_injections_and_signals() -> None:
-    out = calls('''
+    out = calls("""
         5 write(3</w/a>, "", 4096) = -1 ENOSPC (No space left on device)
         5 write(3</w/a>, "", 2) = -1 ENOSPC (No space left on device) (INJECTED)
         5 --- SIGCHLD {si_signo=SIGCHLD, si_code=CLD_EXITED, si_pid=6, si_status=0} ---
@@ -93,23 +119,29 @@ def test_errors_injections_and_signals() -> None:
         5 pwrite64(3</w/a>, "", 10, 0) = -1 EFBIG (File too large)
         5 openat(AT_FDCWD</w>, "nope", O_RDONLY) = -1 ENOENT (No such file or directory)
         5 restart_syscall(<... resuming interrupted read ...>) = 0
-    ''')
+    """)
     assert [(c.name, c.result, c.errno, c.injected) for c in out] == [
-        ("write", -1, "ENOSPC", False), ("write", -1, "ENOSPC", True),
-        ("pwrite64", -1, "EFBIG", False), ("openat", -1, "ENOENT", False),
-        ("restart_syscall", 0, "", False)]
+        ("write", -1, "ENOSPC", False),
+        ("write", -1, "ENOSPC", True),
+        ("pwrite64", -1, "EFBIG", False),
+        ("openat", -1, "ENOENT", False),
+        ("restart_syscall", 0, "", False),
+    ]
     assert out[3].path == "/w/nope"
 
 
 def test_decorations_with_escaped_brackets_odd_bytes_and_deleted_files() -> None:
     name = r"d\303\251l\303\251"
-    out = parse_lines([
-        rf'3 openat(AT_FDCWD</t/d>, "{name}<te>.txt", O_WRONLY|O_CREAT, 0666) '
-        rf'= 3</t/d/{name}\74te\76.txt>',
-        rf'3 write(3</t/d/{name}\74te\76.txt>(deleted), ""..., 2) = 2',
-        r'3 openat(AT_FDCWD</t/d>, "bad\377name", O_WRONLY|O_CREAT, 0666) = 4</t/d/bad\377name>',
-        r'3 write(4</t/d/a,b\76c>, "x", 1) = 1',
-    ]).calls
+    out = parse_lines(
+        [
+            rf'3 openat(AT_FDCWD</t/d>, "{name}<te>.txt", O_WRONLY|O_CREAT, 0666) '
+            rf"= 3</t/d/{name}\74te\76.txt>",
+            rf'3 write(3</t/d/{name}\74te\76.txt>(deleted), ""..., 2) = 2',
+            r'3 openat(AT_FDCWD</t/d>, "bad\377name", O_WRONLY|O_CREAT, 0666) '
+            r"= 4</t/d/bad\377name>",
+            r'3 write(4</t/d/a,b\76c>, "x", 1) = 1',
+        ]
+    ).calls
     assert out[0].path == "/t/d/délé<te>.txt"
     assert out[1].path == "/t/d/délé<te>.txt"
     assert out[1].deleted
@@ -121,7 +153,8 @@ def test_decorations_with_escaped_brackets_odd_bytes_and_deleted_files() -> None
 
 
 def test_relative_paths_resolve_against_the_dirfd_the_cwd_and_forks() -> None:
-    out = calls('''
+    out = calls(
+        """
         1 openat(AT_FDCWD</home/u>, "s/a.tmp", O_WRONLY|O_CREAT, 0600) = 3</home/u/s/a.tmp>
         1 openat(5</data/dir>, "../x/./b", O_WRONLY) = 6</data/x/b>
         1 rename("s/a.tmp", "s/a") = 0
@@ -136,7 +169,9 @@ def test_relative_paths_resolve_against_the_dirfd_the_cwd_and_forks() -> None:
         2 fsync(7) = 0
         3 unlink("who/knows") = 0
         2 newfstatat(9</srv/f>, "", {st_mode=S_IFREG|0644, st_size=3, ...}, AT_EMPTY_PATH) = 0
-    ''', cwd="/start")
+    """,
+        cwd="/start",
+    )
     got = [(c.name, c.path, c.path2, c.fd) for c in out]
     assert got == [
         ("openat", "/home/u/s/a.tmp", "", -1),
@@ -163,14 +198,18 @@ def test_a_relative_path_without_a_known_folder_stays_unresolved() -> None:
 
 
 def test_nested_braces_brackets_and_comments() -> None:
-    out = calls('''
+    out = calls("""
         4 openat2(AT_FDCWD</c>, "f", {flags=O_WRONLY|O_CREAT, mode=0644, resolve=0}, 24) = 3</c/f>
         4 writev(3</c/f>, [{iov_base="a,b", iov_len=3}, {iov_base="}]", iov_len=2}], 2) = 5
         4 ioctl(1</dev/pts/0>, TCGETS, {c_iflag=ICRNL|IXON, c_cc="\\x03,"}) = 0
         4 getdents64(3</c>, 0x55 /* 2 entries, really */, 32768) = 48
-    ''')
-    assert out[0].args == ("AT_FDCWD</c>", '"f"', "{flags=O_WRONLY|O_CREAT, mode=0644, resolve=0}",
-                           "24")
+    """)
+    assert out[0].args == (
+        "AT_FDCWD</c>",
+        '"f"',
+        "{flags=O_WRONLY|O_CREAT, mode=0644, resolve=0}",
+        "24",
+    )
     assert out[0].path == "/c/f"
     assert out[0].result == 3
     assert len(out[1].args) == 3
@@ -181,12 +220,14 @@ def test_nested_braces_brackets_and_comments() -> None:
 
 
 def test_pid_bracket_prefix_and_timestamps() -> None:
-    out = calls('''
+    out = calls("""
         [pid  4242] 12:00:01.123456 unlink("/a/b") = 0
         openat(AT_FDCWD</a>, "c", O_RDONLY) = 3</a/c>
-    ''')
-    assert [(c.pid, c.name, c.path) for c in out] == [(4242, "unlink", "/a/b"),
-                                                      (0, "openat", "/a/c")]
+    """)
+    assert [(c.pid, c.name, c.path) for c in out] == [
+        (4242, "unlink", "/a/b"),
+        (0, "openat", "/a/c"),
+    ]
 
 
 def test_a_truncated_last_line_is_ignored_in_a_live_file(tmp_path: Path) -> None:
@@ -211,21 +252,25 @@ def test_max_lines_bounds_the_work(tmp_path: Path) -> None:
 
 
 def test_garbage_lines_are_skipped() -> None:
-    out = calls('''
+    out = calls("""
         strace: Process 5 attached
         1 write(3</a>, "x", 1
         1 ????( <unfinished ...>
         1 <... frobnicate resumed>) = 0
         +++ exited with 0 +++
         1 unlink("/ok") = 0
-    ''')
+    """)
     assert [(c.name, c.path) for c in out][-1] == ("unlink", "/ok")
     assert "write" not in [c.name for c in out]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet='0123456789 abcwrite()<>"\\,=?-+.[]{}/ATFDCW_unfished',
-                        max_size=80), max_size=12))
+@given(
+    st.lists(
+        st.text(alphabet='0123456789 abcwrite()<>"\\,=?-+.[]{}/ATFDCW_unfished', max_size=80),
+        max_size=12,
+    )
+)
 def test_the_parser_never_raises(lines: list[str]) -> None:
     t = parse_lines(lines, cwd="/c")
     for c in t.calls:
@@ -247,8 +292,13 @@ def test_available_can_be_disabled(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_strace
 def test_wrap_builds_the_strace_command() -> None:
-    argv = _strace.wrap(["prog", "--flag"], "/o/trace", syscalls=["openat", "?open"],
-                        inject=["openat:signal=KILL:when=2"], paths=["/s/a b"])
+    argv = _strace.wrap(
+        ["prog", "--flag"],
+        "/o/trace",
+        syscalls=["openat", "?open"],
+        inject=["openat:signal=KILL:when=2"],
+        paths=["/s/a b"],
+    )
     assert argv[0] == shutil.which("strace")
     assert argv[-3:] == ["--", "prog", "--flag"]
     i = argv.index("-o")
@@ -263,7 +313,7 @@ def test_wrap_builds_the_strace_command() -> None:
 
 # -- real traces --------------------------------------------------------------------------------
 
-SAVER = textwrap.dedent('''
+SAVER = textwrap.dedent("""
     import json, os, sys
     d = sys.argv[1]
     for i in range(2):
@@ -279,14 +329,16 @@ SAVER = textwrap.dedent('''
     os.unlink("rel.txt")
     print("saved", flush=True)
     sys.stdin.readline()
-''')
+""")
 
 
 def _mine(trace: list[Syscall], root: Path) -> list[tuple[str, str, str, int | None]]:
     r = str(root)
-    return [(c.name, c.path.replace(r, "R"), c.path2.replace(r, "R"), c.result)
-            for c in trace if c.path.startswith(r + "/") and "O_RDONLY" not in c.raw
-            and c.name != "chdir"]
+    return [
+        (c.name, c.path.replace(r, "R"), c.path2.replace(r, "R"), c.result)
+        for c in trace
+        if c.path.startswith(r + "/") and "O_RDONLY" not in c.raw and c.name != "chdir"
+    ]
 
 
 @needs_strace
@@ -303,11 +355,16 @@ def test_a_real_python_program_traced_and_read_while_it_runs(tmp_path: Path, chi
     child.send("go")
     assert child.wait() == 0
     t = _strace.read(out)
-    want = [("openat", "R/ckpt.json.tmp", "", 3), ("write", "R/ckpt.json.tmp", "", 26),
-            ("fsync", "R/ckpt.json.tmp", "", 0),
-            ("rename", "R/ckpt.json.tmp", "R/ckpt.json", 0)] * 2 + [
-            ("openat", "R/rel.txt", "", 3), ("write", "R/rel.txt", "", 1),
-            ("unlink", "R/rel.txt", "", 0)]
+    want = [
+        ("openat", "R/ckpt.json.tmp", "", 3),
+        ("write", "R/ckpt.json.tmp", "", 26),
+        ("fsync", "R/ckpt.json.tmp", "", 0),
+        ("rename", "R/ckpt.json.tmp", "R/ckpt.json", 0),
+    ] * 2 + [
+        ("openat", "R/rel.txt", "", 3),
+        ("write", "R/rel.txt", "", 1),
+        ("unlink", "R/rel.txt", "", 0),
+    ]
     assert _mine(t.calls, state) == want
     assert live == want
     assert list(t.exits.values()) == ["exited with 0"]
@@ -321,13 +378,21 @@ def test_a_kill_injected_at_a_write_leaves_it_undone(tmp_path: Path, children) -
     state.mkdir()
     out = str(tmp_path / "trace")
     tmp = str(state / "ckpt.json.tmp")
-    argv = _strace.wrap([sys.executable, str(prog), str(state)], out, syscalls=["openat", "write"],
-                        paths=[tmp], inject=["openat:signal=KILL:when=2"])
+    argv = _strace.wrap(
+        [sys.executable, str(prog), str(state)],
+        out,
+        syscalls=["openat", "write"],
+        paths=[tmp],
+        inject=["openat:signal=KILL:when=2"],
+    )
     child = children.spawn(argv)
     assert child.wait() == -9
     t = _strace.read(out)
     assert [(c.name, c.path, c.result) for c in t.calls] == [
-        ("openat", tmp, 3), ("write", tmp, 26), ("openat", tmp, None)]
+        ("openat", tmp, 3),
+        ("write", tmp, 26),
+        ("openat", tmp, None),
+    ]
     assert t.killed(t.calls[-1].pid)
     # killed on entering the 2nd open: ckpt.json.tmp was renamed away and never re-created
     assert sorted(os.listdir(state)) == ["ckpt.json"]
@@ -348,15 +413,15 @@ def test_a_real_shell_script_traced(tmp_path: Path, children) -> None:
     names = [(n, p, p2) for n, p, p2, _ in mine]
     assert ("openat", "R/s.tmp", "") in names
     assert ("write", "R/s.tmp", "") in names
-    assert any(n.startswith("rename") and p == "R/s.tmp" and p2 == "R/s.json"
-               for n, p, p2 in names)
+    assert any(n.startswith("rename") and p == "R/s.tmp" and p2 == "R/s.json" for n, p, p2 in names)
     assert ("mkdir", "R/d", "") in names
     assert (state / "s.json").read_text() == '{"n": 1}'
 
 
 @pytest.mark.parametrize("stamp", ["", "1763900000.123456 "], ids=["plain", "ttt"])
 def test_the_detacher_ends_a_trace_its_command_left_running_and_signals_only_tracees(
-        tmp_path: Path, stamp: str) -> None:
+    tmp_path: Path, stamp: str
+) -> None:
     """A trace whose command exited while strace (here a stand-in) still runs: the Detacher
     reports the command's exit status (lines with ``-ttt`` times read alike) and kills the
     stand-in. The pids the trace names are not traced by it (stand-ins, or pids reused since):
@@ -370,12 +435,14 @@ def test_the_detacher_ends_a_trace_its_command_left_running_and_signals_only_tra
     try:
         strace, cmd, a, b, c = (p.pid for p in procs)
         out = tmp_path / "trace"
-        out.write_text(f"{cmd} {stamp}execve(\"/bin/agent\", [\"agent\"], 0x0 /* 0 vars */) = 0\n"
-                       f"{cmd} {stamp}clone(child_stack=NULL, flags=CLONE_CHILD) = {a}\n"
-                       f"{a} {stamp}write(3, \"1\\n\", 2) = 2\n"
-                       f"{b} {stamp}write(3, \"1\\n\", 2) = 2\n"
-                       f"{cmd} {stamp}+++ exited with 3 +++\n"
-                       f"{c} {stamp}write(3, \"1\\n\", 2) = 2\n")
+        out.write_text(
+            f'{cmd} {stamp}execve("/bin/agent", ["agent"], 0x0 /* 0 vars */) = 0\n'
+            f"{cmd} {stamp}clone(child_stack=NULL, flags=CLONE_CHILD) = {a}\n"
+            f'{a} {stamp}write(3, "1\\n", 2) = 2\n'
+            f'{b} {stamp}write(3, "1\\n", 2) = 2\n'
+            f"{cmd} {stamp}+++ exited with 3 +++\n"
+            f'{c} {stamp}write(3, "1\\n", 2) = 2\n'
+        )
         d = Detacher(strace, str(out), interval=0.01)
         assert procs[0].wait(timeout=20) == -9  # killed: the command had exited, it had not
         d.stop()
@@ -411,7 +478,8 @@ def test_the_detacher_finds_a_re_forking_helper_the_trace_never_shows(tmp_path: 
         pytest.skip(f"strace unavailable: {_strace.available()[1]}")
     beats = tmp_path / "beats"
     helper = tmp_path / "helper.py"
-    helper.write_text(textwrap.dedent("""
+    helper.write_text(
+        textwrap.dedent("""
         import os, sys, time
         while not os.path.exists(sys.argv[1] + ".stop"):  # the test's own clean-up
             if os.fork():
@@ -419,19 +487,26 @@ def test_the_detacher_finds_a_re_forking_helper_the_trace_never_shows(tmp_path: 
             with open(sys.argv[1], "a") as f:
                 f.write("%d\\n" % os.getpid())
             time.sleep(0.01)
-    """))
+    """)
+    )
     agent = tmp_path / "agent.py"
-    agent.write_text(textwrap.dedent(f"""
+    agent.write_text(
+        textwrap.dedent(f"""
         import subprocess, sys, time
         subprocess.Popen([sys.executable, {str(helper)!r}, {str(beats)!r}],
                          start_new_session=True, stdin=subprocess.DEVNULL)
         time.sleep(0.3)
         open({str(tmp_path / "state" / "done")!r}, "w").close()
-    """))
+    """)
+    )
     (tmp_path / "state").mkdir()
     out = str(tmp_path / "trace")
-    argv = _strace.wrap([sys.executable, str(agent)], out, syscalls=["openat", "write"],
-                        paths=[str(tmp_path / "state")])
+    argv = _strace.wrap(
+        [sys.executable, str(agent)],
+        out,
+        syscalls=["openat", "write"],
+        paths=[str(tmp_path / "state")],
+    )
     p = subprocess.Popen(argv, start_new_session=True)
     try:
         d = Detacher(p.pid, out, interval=0.01)
@@ -468,8 +543,9 @@ def test_the_detacher_leaves_a_trace_that_ends_by_itself_alone(tmp_path: Path) -
     from crashpoint.faults._strace import Detacher
 
     out = tmp_path / "trace"
-    out.write_text("100 execve(\"/bin/agent\", [\"agent\"], 0x0 /* 0 vars */) = 0\n"
-                   "100 +++ exited with 0 +++\n")
+    out.write_text(
+        '100 execve("/bin/agent", ["agent"], 0x0 /* 0 vars */) = 0\n100 +++ exited with 0 +++\n'
+    )
     stand_in = subprocess.Popen(["sleep", "0.05"], start_new_session=True)
     d = Detacher(stand_in.pid, str(out), interval=0.01)
     assert stand_in.wait(timeout=10) == 0

@@ -20,9 +20,22 @@ from crashpoint._units import (
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("90s", 90), ("30m", 1800), ("2h", 7200), ("7d", 604800), ("1w", 604800),
-        ("250ms", 0.25), ("1.5h", 5400), (".5m", 30), ("1h30m", 5400), ("1d2h3m4s", 93784),
-        ("1h 30m", 5400), (" 2H ", 7200), ("0s", 0), (30, 30), (1.5, 1.5), (0, 0),
+        ("90s", 90),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("7d", 604800),
+        ("1w", 604800),
+        ("250ms", 0.25),
+        ("1.5h", 5400),
+        (".5m", 30),
+        ("1h30m", 5400),
+        ("1d2h3m4s", 93784),
+        ("1h 30m", 5400),
+        (" 2H ", 7200),
+        ("0s", 0),
+        (30, 30),
+        (1.5, 1.5),
+        (0, 0),
     ],
 )
 def test_parse_duration_accepts_the_documented_forms(text: str | float, seconds: float) -> None:
@@ -49,7 +62,8 @@ def test_parse_duration_accepts_the_documented_forms(text: str | float, seconds:
     ],
 )
 def test_parse_duration_says_what_was_wrong_and_the_accepted_forms(
-        text: str | float, fragment: str) -> None:
+    text: str | float, fragment: str
+) -> None:
     with pytest.raises(UnitError, match=r"^timeout: ") as info:
         parse_duration(text, what="timeout")
     assert fragment in str(info.value)
@@ -65,9 +79,19 @@ def test_unit_errors_are_value_errors_and_the_prefix_is_optional() -> None:
 @pytest.mark.parametrize(
     ("text", "n"),
     [
-        ("4096", 4096), ("0", 0), ("512B", 512), ("512 B", 512), ("64KiB", 65536),
-        ("64kib", 65536), ("10MB", 10_000_000), ("1GiB", 1 << 30), ("1.5KiB", 1536),
-        ("0.1KB", 100), ("2TiB", 2 << 40), ("3kB", 3000), (123, 123),
+        ("4096", 4096),
+        ("0", 0),
+        ("512B", 512),
+        ("512 B", 512),
+        ("64KiB", 65536),
+        ("64kib", 65536),
+        ("10MB", 10_000_000),
+        ("1GiB", 1 << 30),
+        ("1.5KiB", 1536),
+        ("0.1KB", 100),
+        ("2TiB", 2 << 40),
+        ("3kB", 3000),
+        (123, 123),
     ],
 )
 def test_parse_size_accepts_the_documented_forms(text: str | int, n: int) -> None:
@@ -96,9 +120,16 @@ def test_parse_size_says_what_was_wrong(text: str | int, fragment: str) -> None:
 @pytest.mark.parametrize(
     ("n", "text"),
     [
-        (0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (1536, "1.5 KiB"), (65536, "64 KiB"),
-        ((1 << 20) - 1, "1 MiB"), (10_000_000, "9.5 MiB"), (1 << 30, "1 GiB"),
-        (5 << 40, "5 TiB"), (5 << 50, "5120 TiB"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (65536, "64 KiB"),
+        ((1 << 20) - 1, "1 MiB"),
+        (10_000_000, "9.5 MiB"),
+        (1 << 30, "1 GiB"),
+        (5 << 40, "5 TiB"),
+        (5 << 50, "5120 TiB"),
     ],
 )
 def test_format_size(n: int, text: str) -> None:
@@ -108,9 +139,20 @@ def test_format_size(n: int, text: str) -> None:
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [
-        (0, "0ms"), (0.25, "250ms"), (0.9996, "1s"), (1, "1s"), (45, "45s"), (59.6, "1m"),
-        (90, "1m30s"), (3600, "1h"), (3601, "1h"), (3660, "1h1m"), (5400, "1h30m"),
-        (86400, "1d"), (90061, "1d1h"), (3 * 86400 + 4 * 3600, "3d4h"),
+        (0, "0ms"),
+        (0.25, "250ms"),
+        (0.9996, "1s"),
+        (1, "1s"),
+        (45, "45s"),
+        (59.6, "1m"),
+        (90, "1m30s"),
+        (3600, "1h"),
+        (3601, "1h"),
+        (3660, "1h1m"),
+        (5400, "1h30m"),
+        (86400, "1d"),
+        (90061, "1d1h"),
+        (3 * 86400 + 4 * 3600, "3d4h"),
     ],
 )
 def test_format_duration_shows_at_most_two_units(seconds: float, text: str) -> None:

@@ -40,30 +40,73 @@ class Trace:
         self.pid = 100
         self._fd = 3
 
-    def add(self, name: str, *args: str, result: int | None = 0, errno: str = "",
-            path: str = "", path2: str = "", fd: int = -1, pid: int | None = None) -> Syscall:
-        c = Syscall(next(_seq), self.pid if pid is None else pid, name, tuple(args), result,
-                    errno, path, path2, fd)
+    def add(
+        self,
+        name: str,
+        *args: str,
+        result: int | None = 0,
+        errno: str = "",
+        path: str = "",
+        path2: str = "",
+        fd: int = -1,
+        pid: int | None = None,
+    ) -> Syscall:
+        c = Syscall(
+            next(_seq),
+            self.pid if pid is None else pid,
+            name,
+            tuple(args),
+            result,
+            errno,
+            path,
+            path2,
+            fd,
+        )
         self.calls.append(c)
         return c
 
-    def open(self, path: str, flags: str = "O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC", *,
-             fd: int | None = None, pid: int | None = None) -> int:
+    def open(
+        self,
+        path: str,
+        flags: str = "O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC",
+        *,
+        fd: int | None = None,
+        pid: int | None = None,
+    ) -> int:
         fd = self._fd if fd is None else fd
         self._fd = max(self._fd, fd) + 1
-        self.add("openat", "AT_FDCWD</run/t>", f'"{path}"', flags, "0666", result=fd,
-                 path=path, pid=pid)
+        self.add(
+            "openat", "AT_FDCWD</run/t>", f'"{path}"', flags, "0666", result=fd, path=path, pid=pid
+        )
         return fd
 
-    def write(self, fd: int, path: str, n: int, *, result: int | None = None,
-              errno: str = "", pid: int | None = None, name: str = "write") -> None:
-        self.add(name, f"{fd}<{path}>", '"..."...', str(n),
-                 result=(-1 if errno else n) if result is None else result, errno=errno,
-                 path=path, fd=fd, pid=pid)
+    def write(
+        self,
+        fd: int,
+        path: str,
+        n: int,
+        *,
+        result: int | None = None,
+        errno: str = "",
+        pid: int | None = None,
+        name: str = "write",
+    ) -> None:
+        self.add(
+            name,
+            f"{fd}<{path}>",
+            '"..."...',
+            str(n),
+            result=(-1 if errno else n) if result is None else result,
+            errno=errno,
+            path=path,
+            fd=fd,
+            pid=pid,
+        )
 
     def pwrite(self, fd: int, path: str, n: int, offset: int) -> None:
-        self.add("pwrite64", f"{fd}<{path}>", '"..."', str(n), str(offset), result=n,
-                 path=path, fd=fd)
+        self.add(
+            "pwrite64", f"{fd}<{path}>", '"..."', str(n), str(offset), result=n, path=path, fd=fd
+        )
 
     def close(self, fd: int, path: str, pid: int | None = None) -> None:
         self.add("close", f"{fd}<{path}>", path=path, fd=fd, pid=pid)
@@ -120,19 +163,30 @@ def test_tmpfs_sparse_writes_truncate_and_fallocate() -> None:
     t = Trace()
     f = f"{STATE}/db"
     fd = t.open(f, "O_RDWR|O_CREAT")
-    t.write(fd, f, 3)                                           # page 0       -> 1 page: point
+    t.write(fd, f, 3)  # page 0       -> 1 page: point
     t.add("lseek", f"{fd}<{f}>", "40000", "SEEK_SET", result=40000, path=f, fd=fd)
-    t.write(fd, f, 1)                                           # page 9       -> 2: point
-    t.pwrite(fd, f, 10, 8190)                                   # pages 1, 2   -> 4: point
-    t.add("ftruncate", f"{fd}<{f}>", "5000", path=f, fd=fd)     # keeps 0, 1   -> 2
-    t.pwrite(fd, f, 100, 4000)                                  # 0, 1 exist   -> 2: none
+    t.write(fd, f, 1)  # page 9       -> 2: point
+    t.pwrite(fd, f, 10, 8190)  # pages 1, 2   -> 4: point
+    t.add("ftruncate", f"{fd}<{f}>", "5000", path=f, fd=fd)  # keeps 0, 1   -> 2
+    t.pwrite(fd, f, 100, 4000)  # 0, 1 exist   -> 2: none
     t.add("fallocate", f"{fd}<{f}>", "0", "0", "20480", path=f, fd=fd)  # 0..4 -> 5: point
-    t.add("fallocate", f"{fd}<{f}>", "FALLOC_FL_KEEP_SIZE|FALLOC_FL_PUNCH_HOLE", "4096",
-          "8192", path=f, fd=fd)                                # drops 1, 2   -> 3
-    t.write(fd, f, 4096)                                        # at 40001: 9, 10 -> 5
+    t.add(
+        "fallocate",
+        f"{fd}<{f}>",
+        "FALLOC_FL_KEEP_SIZE|FALLOC_FL_PUNCH_HOLE",
+        "4096",
+        "8192",
+        path=f,
+        fd=fd,
+    )  # drops 1, 2   -> 3
+    t.write(fd, f, 4096)  # at 40001: 9, 10 -> 5
     points = write_points(t.calls, STATE, "tmpfs")
     assert [(p.syscall, p.value // PAGE) for p in points] == [
-        ("write", 0), ("write", 1), ("pwrite64", 2), ("fallocate", 4)]
+        ("write", 0),
+        ("write", 1),
+        ("pwrite64", 2),
+        ("fallocate", 4),
+    ]
     assert write_usage(t.calls, STATE).peak_pages == 5 * PAGE
 
 
@@ -140,30 +194,34 @@ def test_tmpfs_truncate_inside_a_page_keeps_that_page() -> None:
     t = Trace()
     a, b = f"{STATE}/a", f"{STATE}/b"
     fa = t.open(a)
-    t.write(fa, a, 8192)                                  # 2 pages: point
-    t.add("truncate", f'"{a}"', "5000", path=a)         # page 1 is partly kept: still 2
+    t.write(fa, a, 8192)  # 2 pages: point
+    t.add("truncate", f'"{a}"', "5000", path=a)  # page 1 is partly kept: still 2
     fb = t.open(b)
-    t.write(fb, b, 10)                                    # 3: point
+    t.write(fb, b, 10)  # 3: point
     t.add("ftruncate", f"{fa}<{a}>", "0", path=a, fd=fa)  # 1
-    t.write(fb, b, 4096)                                  # 2: none
+    t.write(fb, b, 4096)  # 2: none
     points = write_points(t.calls, STATE, "tmpfs")
-    assert [(p.path, p.value) for p in points] == [("{state_dir}/a", 0),
-                                                   ("{state_dir}/b", 2 * PAGE)]
+    assert [(p.path, p.value) for p in points] == [
+        ("{state_dir}/a", 0),
+        ("{state_dir}/b", 2 * PAGE),
+    ]
 
 
 def test_tmpfs_unlinked_file_keeps_its_pages_until_closed() -> None:
     t = Trace()
     a, b = f"{STATE}/a", f"{STATE}/b"
     fa = t.open(a)
-    t.write(fa, a, 8192)                                  # 2 pages: point (free 0)
-    t.add("unlink", f'"{a}"', path=a)                    # still open: still 2
+    t.write(fa, a, 8192)  # 2 pages: point (free 0)
+    t.add("unlink", f'"{a}"', path=a)  # still open: still 2
     fb = t.open(b)
-    t.write(fb, b, 4096)                                  # 3: point (free 2 pages)
-    t.close(fa, f"{a} (deleted)")                         # freed: 1
-    t.write(fb, b, 4096)                                  # 2: no point
+    t.write(fb, b, 4096)  # 3: point (free 2 pages)
+    t.close(fa, f"{a} (deleted)")  # freed: 1
+    t.write(fb, b, 4096)  # 2: no point
     points = write_points(t.calls, STATE, "tmpfs")
     assert [(p.path, p.occurrence, p.value) for p in points] == [
-        ("{state_dir}/a", 1, 0), ("{state_dir}/b", 1, 2 * PAGE)]
+        ("{state_dir}/a", 1, 0),
+        ("{state_dir}/b", 1, 2 * PAGE),
+    ]
 
 
 def test_tmpfs_dup_shares_the_position_and_fork_the_descriptors() -> None:
@@ -172,11 +230,11 @@ def test_tmpfs_dup_shares_the_position_and_fork_the_descriptors() -> None:
     fd = t.open(f)
     t.write(fd, f, 4000)
     t.add("dup2", f"{fd}<{f}>", "1", result=1, path=f, fd=fd)
-    t.write(1, f, 100)                    # at 4000: crosses into page 1 (shared position)
+    t.write(1, f, 100)  # at 4000: crosses into page 1 (shared position)
     t.add("clone", "child_stack=NULL", "flags=CLONE_CHILD_CLEARTID|SIGCHLD", result=200)
-    t.write(1, f, 4096, pid=200)          # the child's inherited fd: at 4100 -> pages 1, 2
+    t.write(1, f, 4096, pid=200)  # the child's inherited fd: at 4100 -> pages 1, 2
     t.add("fcntl", f"{fd}<{f}>", "F_DUPFD_CLOEXEC", "10", result=10, path=f, fd=fd)
-    t.write(10, f, 10)                    # at 8196: page 2 already: no point
+    t.write(10, f, 10)  # at 8196: page 2 already: no point
     points = write_points(t.calls, STATE, "tmpfs")
     assert [(p.occurrence, p.value // PAGE) for p in points] == [(1, 0), (2, 1), (3, 2)]
     assert write_usage(t.calls, STATE).peak_bytes == 8206
@@ -189,8 +247,8 @@ def test_tmpfs_o_append_via_fcntl_and_pwrite_on_append() -> None:
     t.write(fd, f, 4096)
     t.add("lseek", f"{fd}<{f}>", "0", "SEEK_SET", result=0, path=f, fd=fd)
     t.add("fcntl", f"{fd}<{f}>", "F_SETFL", "O_APPEND", path=f, fd=fd)
-    t.write(fd, f, 10)          # appends despite the seek: a new page
-    t.pwrite(fd, f, 10, 0)      # Linux: pwrite on O_APPEND appends too (same page)
+    t.write(fd, f, 10)  # appends despite the seek: a new page
+    t.pwrite(fd, f, 10, 0)  # Linux: pwrite on O_APPEND appends too (same page)
     assert write_usage(t.calls, STATE).peak_bytes == 4116
     assert len(write_points(t.calls, STATE, "tmpfs")) == 2
 
@@ -201,12 +259,12 @@ def test_tmpfs_rename_out_of_the_folder_and_of_a_folder() -> None:
     fd = t.open(a)
     t.write(fd, a, 4096)
     t.close(fd, a)
-    t.rename(f"{STATE}/sub", f"{STATE}/sub2")                 # a moves along, still inside
+    t.rename(f"{STATE}/sub", f"{STATE}/sub2")  # a moves along, still inside
     assert write_usage(t.calls, STATE).peak_pages == PAGE
-    t.rename(f"{STATE}/sub2/a", "/run/t/outside")              # leaves the folder: 0
+    t.rename(f"{STATE}/sub2/a", "/run/t/outside")  # leaves the folder: 0
     b = f"{STATE}/b"
     fd = t.open(b)
-    t.write(fd, b, 4096)                                       # 1 page again: no point
+    t.write(fd, b, 4096)  # 1 page again: no point
     points = write_points(t.calls, STATE, "tmpfs")
     assert [p.path for p in points] == ["{state_dir}/sub/a"]
 
@@ -216,13 +274,14 @@ def test_tmpfs_initial_content_counts_and_truncate_frees_it() -> None:
     t = Trace()
     old, new = f"{STATE}/old", f"{STATE}/new"
     fd = t.open(new)
-    t.write(fd, new, 4096)                        # 4 pages: point, free 0
-    fo = t.open(old)                              # O_TRUNC: 8 KiB freed -> 2
-    t.write(fo, old, 12288)                       # 5: point, free 1 page (4 - 3)
-    points = write_points(t.calls, STATE, "tmpfs",
-                          initial={old: 8192, f"{STATE}/keep": 10})
+    t.write(fd, new, 4096)  # 4 pages: point, free 0
+    fo = t.open(old)  # O_TRUNC: 8 KiB freed -> 2
+    t.write(fo, old, 12288)  # 5: point, free 1 page (4 - 3)
+    points = write_points(t.calls, STATE, "tmpfs", initial={old: 8192, f"{STATE}/keep": 10})
     assert [(p.path, p.value) for p in points] == [
-        ("{state_dir}/new", 0), ("{state_dir}/old", PAGE)]
+        ("{state_dir}/new", 0),
+        ("{state_dir}/old", PAGE),
+    ]
     use = write_usage(t.calls, STATE, initial={old: 8192, f"{STATE}/keep": 10})
     assert use.peak_pages == 5 * PAGE
 
@@ -231,7 +290,7 @@ def test_tmpfs_ignores_files_outside_and_non_files() -> None:
     t = Trace()
     fd = t.open("/run/t/work/out")
     t.write(fd, "/run/t/work/out", 100_000)
-    t.write(1, "", 50)                # a pipe: no path
+    t.write(1, "", 50)  # a pipe: no path
     t.write(2, "/dev/pts/0", 50)
     assert write_points(t.calls, STATE, "tmpfs") == []
 
@@ -250,8 +309,10 @@ def test_rlimit_points_follow_the_largest_end_offset_anywhere() -> None:
     t = golden_json_agent()
     points = write_points(t.calls, STATE, "rlimit")
     assert [(p.value, p.size, p.path) for p in points] == [
-        (0, 1526, "{state_dir}/state.json.tmp"), (1526, 3026, "{state_dir}/state.json.tmp"),
-        (3026, 4526, "{state_dir}/state.json.tmp")]
+        (0, 1526, "{state_dir}/state.json.tmp"),
+        (1526, 3026, "{state_dir}/state.json.tmp"),
+        (3026, 4526, "{state_dir}/state.json.tmp"),
+    ]
     # a bigger write outside the folder raises the limit for every later point
     t2 = Trace()
     fd = t2.open("/run/t/work/cache")
@@ -260,7 +321,9 @@ def test_rlimit_points_follow_the_largest_end_offset_anywhere() -> None:
     t2.add("ftruncate", f"3<{STATE}/log>", "20000", path=f"{STATE}/log", fd=3)
     points = write_points(t2.calls, STATE, "rlimit")
     assert [(p.syscall, p.value, p.path) for p in points] == [
-        ("write", 0, "/run/t/work/cache"), ("ftruncate", 9000, "{state_dir}/log")]
+        ("write", 0, "/run/t/work/cache"),
+        ("ftruncate", 9000, "{state_dir}/log"),
+    ]
     # within: only the state folder's writes are targets; the cache still sets the limit
     points = write_points(t2.calls, STATE, "rlimit", within=[STATE])
     assert [(p.index, p.value, p.ordinal) for p in points] == [(1, 9000, 5)]
@@ -290,26 +353,41 @@ def test_write_point_json_round_trip_and_label() -> None:
     p = write_points(golden_json_agent().calls, STATE, "tmpfs")[1]
     back = WritePoint.from_json(json.loads(json.dumps(p.to_json())))
     assert back == p
-    assert p.label() == ("tmpfs#2: write of 3 KiB to {state_dir}/state.json.tmp (its 2nd write;"
-                         " 2nd under {state_dir}) with 4 KiB free")
+    assert p.label() == (
+        "tmpfs#2: write of 3 KiB to {state_dir}/state.json.tmp (its 2nd write;"
+        " 2nd under {state_dir}) with 4 KiB free"
+    )
     r = write_points(golden_json_agent().calls, STATE, "rlimit")[0]
     assert r.label().endswith("with RLIMIT_FSIZE 0 B")
 
 
-@pytest.mark.parametrize(("obj", "message"), [
-    ([], "expected a mapping"),
-    ({"index": 1}, "missing keys"),
-    ({**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "extra": 1},
-     "unknown keys \\['extra'\\]"),
-    ({**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": "8KiB"},
-     "key 'value' must be int"),
-    ({**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": True},
-     "key 'value' must be int"),
-    ({**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "mechanism": "disk"},
-     "one of"),
-    ({**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": -1},
-     "must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ([], "expected a mapping"),
+        ({"index": 1}, "missing keys"),
+        (
+            {**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "extra": 1},
+            "unknown keys \\['extra'\\]",
+        ),
+        (
+            {**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": "8KiB"},
+            "key 'value' must be int",
+        ),
+        (
+            {**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": True},
+            "key 'value' must be int",
+        ),
+        (
+            {**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "mechanism": "disk"},
+            "one of",
+        ),
+        (
+            {**WritePoint(1, "tmpfs", 0, "write", "x", 1, 1, 1).to_json(), "value": -1},
+            "must be >= 0",
+        ),
+    ],
+)
 def test_write_point_bad_json_says_what(obj: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         WritePoint.from_json(obj, where="plan.json:faults[0].point")
@@ -318,8 +396,14 @@ def test_write_point_bad_json_says_what(obj: Any, message: str) -> None:
 # -- what the faulty run saw -------------------------------------------------------------------
 
 
-def faulty(golden: Trace, failing_ordinal: int, *, short: int = 0, errno: str = "ENOSPC",
-           tmp_names: bool = False) -> Trace:
+def faulty(
+    golden: Trace,
+    failing_ordinal: int,
+    *,
+    short: int = 0,
+    errno: str = "ENOSPC",
+    tmp_names: bool = False,
+) -> Trace:
     """``golden`` replayed until its ``failing_ordinal``-th write under the folder, which fails
     (short by ``short`` bytes, then the retry fails); the agent then gives up. With
     ``tmp_names`` every temp file gets a fresh name (as mkstemp does)."""
@@ -327,9 +411,17 @@ def faulty(golden: Trace, failing_ordinal: int, *, short: int = 0, errno: str = 
     n = 0
     for c in golden.calls:
         if tmp_names:
-            c = Syscall(c.seq, c.pid, c.name, tuple(a.replace(".tmp", ".tmpX7") for a in c.args),
-                        c.result, c.errno, c.path.replace(".tmp", ".tmpX7"),
-                        c.path2.replace(".tmp", ".tmpX7"), c.fd)
+            c = Syscall(
+                c.seq,
+                c.pid,
+                c.name,
+                tuple(a.replace(".tmp", ".tmpX7") for a in c.args),
+                c.result,
+                c.errno,
+                c.path.replace(".tmp", ".tmpX7"),
+                c.path2.replace(".tmp", ".tmpX7"),
+                c.fd,
+            )
         if c.name == "write" and c.path.startswith(STATE):
             n += 1
             if n == failing_ordinal:
@@ -347,9 +439,10 @@ def faulty(golden: Trace, failing_ordinal: int, *, short: int = 0, errno: str = 
 def test_disk_errors_name_the_write_like_the_golden_run_does() -> None:
     golden = golden_json_agent()
     errs = disk_errors(faulty(golden, 2, short=100).calls, STATE)
-    assert [(e.path, e.occurrence, e.ordinal, e.errno, e.requested, e.written) for e in errs] \
-        == [("{state_dir}/state.json.tmp", 2, 2, "", 3026, 2926),
-            ("{state_dir}/state.json.tmp", 3, 3, "ENOSPC", 100, -1)]
+    assert [(e.path, e.occurrence, e.ordinal, e.errno, e.requested, e.written) for e in errs] == [
+        ("{state_dir}/state.json.tmp", 2, 2, "", 3026, 2926),
+        ("{state_dir}/state.json.tmp", 3, 3, "ENOSPC", 100, -1),
+    ]
     assert errs[0].short
     assert not errs[1].short
     assert "short write (2.9 KiB of 3 KiB)" in errs[0].describe()
@@ -381,8 +474,7 @@ def test_a_random_temp_name_still_matches_by_ordinal() -> None:
 def test_confirm_fired_at_the_planned_write() -> None:
     golden = golden_json_agent()
     for point in write_points(golden.calls, STATE, "tmpfs"):
-        got = confirm("tmpfs", STATE, point=point,
-                      calls=faulty(golden, point.ordinal).calls)
+        got = confirm("tmpfs", STATE, point=point, calls=faulty(golden, point.ordinal).calls)
         assert got.fired
         assert got.why_not == ""
         assert "ENOSPC at write of" in got.where
@@ -408,11 +500,13 @@ def test_confirm_over_large_capacity_explains_and_says_how_to_fix() -> None:
     assert got.why_not == (
         "the agent's files under {state_dir} took at most 561 B (4 KiB in tmpfs pages) in 1 "
         "write; capacity 16 KiB never filled: lower it or use the write-point mode (disk_full "
-        "without capacity)")
+        "without capacity)"
+    )
     got = confirm("rlimit", STATE, capacity=16 * 1024, calls=t.calls)
     assert got.why_not == (
         "the agent wrote at most 561 B into one file ({state_dir}/s.json); capacity 16 KiB never"
-        " reached: lower it or use the write-point mode (disk_full without capacity)")
+        " reached: lower it or use the write-point mode (disk_full without capacity)"
+    )
 
 
 def test_confirm_planned_point_not_reached() -> None:
@@ -435,8 +529,13 @@ def test_confirm_rlimit_ignores_tmpfs_errors_and_the_other_way_round() -> None:
 
 
 def test_confirm_from_samples_without_a_trace() -> None:
-    full = confirm("tmpfs", STATE, capacity=8192, sample=UsageSample(8192, 0, 20),
-                   untraced="strace not on PATH")
+    full = confirm(
+        "tmpfs",
+        STATE,
+        capacity=8192,
+        sample=UsageSample(8192, 0, 20),
+        untraced="strace not on PATH",
+    )
     assert full.fired
     assert "free space fell to 0 B" in full.where
     assert "strace not on PATH" in full.where
@@ -463,21 +562,35 @@ def test_copy_file_range_target_is_its_third_argument() -> None:
     src, dst = f"{STATE}/a", f"{STATE}/b>c"
     fs = t.open(src)
     fd = t.open(dst)
-    t.add("copy_file_range", f"{fs}<{src}>", "NULL", f"{fd}<{STATE}/b\\76c>(deleted)", "[0]",
-          "9000", "0", result=9000, path=src, fd=fs)
+    t.add(
+        "copy_file_range",
+        f"{fs}<{src}>",
+        "NULL",
+        f"{fd}<{STATE}/b\\76c>(deleted)",
+        "[0]",
+        "9000",
+        "0",
+        result=9000,
+        path=src,
+        fd=fs,
+    )
     points = write_points(t.calls, STATE, "tmpfs")
     assert [(p.syscall, p.path, p.size) for p in points] == [
-        ("copy_file_range", "{state_dir}/b>c", 9000)]
+        ("copy_file_range", "{state_dir}/b>c", 9000)
+    ]
 
 
 # -- a property: point k is exactly the first write over its budget -----------------------------
 
-_OPS = st.lists(st.one_of(
-    st.tuples(st.just("save"), st.sampled_from(["a", "b"]), st.integers(0, 3 * PAGE)),
-    st.tuples(st.just("append"), st.sampled_from(["log", "a"]), st.integers(0, 3 * PAGE)),
-    st.tuples(st.just("unlink"), st.sampled_from(["a", "b", "log"]), st.just(0)),
-    st.tuples(st.just("truncate"), st.sampled_from(["a", "log"]), st.integers(0, 2 * PAGE)),
-), max_size=12)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("save"), st.sampled_from(["a", "b"]), st.integers(0, 3 * PAGE)),
+        st.tuples(st.just("append"), st.sampled_from(["log", "a"]), st.integers(0, 3 * PAGE)),
+        st.tuples(st.just("unlink"), st.sampled_from(["a", "b", "log"]), st.just(0)),
+        st.tuples(st.just("truncate"), st.sampled_from(["a", "log"]), st.integers(0, 2 * PAGE)),
+    ),
+    max_size=12,
+)
 
 
 def build(ops: list[tuple[str, str, int]]) -> Trace:
@@ -512,13 +625,27 @@ def test_each_point_is_the_first_write_over_its_budget(ops: list[tuple[str, str,
             for i, c in enumerate(calls):
                 if c.name not in ("write", "truncate"):
                     continue
-                use = write_usage(calls[:i + 1], STATE)
+                use = write_usage(calls[: i + 1], STATE)
                 over = use.peak_pages > p.value if mech == "tmpfs" else use.largest_end > p.value
                 if over:
                     first = c
                     break
             assert first is not None
-            err = disk_errors([*calls[:calls.index(first)],
-                               Syscall(first.seq, first.pid, first.name, first.args, -1,
-                                       "ENOSPC", first.path, first.path2, first.fd)], STATE)[-1]
+            err = disk_errors(
+                [
+                    *calls[: calls.index(first)],
+                    Syscall(
+                        first.seq,
+                        first.pid,
+                        first.name,
+                        first.args,
+                        -1,
+                        "ENOSPC",
+                        first.path,
+                        first.path2,
+                        first.fd,
+                    ),
+                ],
+                STATE,
+            )[-1]
             assert p.matches(err), (p, first)

@@ -46,7 +46,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "crashpoint.adapters.dbos needs DBOS, which is not installed: "
-        "pip install 'crashpoint[dbos]'") from exc
+        "pip install 'crashpoint[dbos]'"
+    ) from exc
 
 from crashpoint import probe
 
@@ -75,7 +76,8 @@ class _Call:
 
 
 _current: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
-    "crashpoint_dbos_step", default=None)
+    "crashpoint_dbos_step", default=None
+)
 
 
 def _begin(step: str) -> _Call | None:
@@ -147,8 +149,9 @@ def crashpoint_step(*, name: str | None = None, **options: Any) -> Callable[[F],
     return decorator
 
 
-def _decorate_async(func: Callable[..., Any], step: str, name: str | None,
-                    options: dict[str, Any]) -> Callable[..., Any]:
+def _decorate_async(
+    func: Callable[..., Any], step: str, name: str | None, options: dict[str, Any]
+) -> Callable[..., Any]:
     @functools.wraps(func)
     async def body(*args: Any, **kwargs: Any) -> Any:
         call = _current.get()

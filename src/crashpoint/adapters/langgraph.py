@@ -52,7 +52,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "crashpoint.adapters.langgraph needs LangGraph: pip install 'crashpoint[langgraph]' "
-        f"({exc})") from exc
+        f"({exc})"
+    ) from exc
 
 __all__ = ["ProbeCallbacks", "ProbedSaver", "Tracker", "instrument"]
 
@@ -132,7 +133,8 @@ class Tracker:
                 if task.done:
                     continue
                 if (task.parent is not None and task.parent == checkpoint_id) or (
-                        task.ended and isinstance(step, int) and 0 <= task.step <= step):
+                    task.ended and isinstance(step, int) and 0 <= task.step <= step
+                ):
                     task.done = True
                     out.append(task.node)
             return out
@@ -150,26 +152,47 @@ class ProbeCallbacks(BaseCallbackHandler):
         super().__init__()
         self.tracker = tracker
 
-    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *,
-                       run_id: UUID, parent_run_id: UUID | None = None,
-                       tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                       **kwargs: Any) -> None:
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         md = metadata or {}
         node = md.get("langgraph_node")
         ns = md.get("langgraph_checkpoint_ns")
-        if isinstance(node, str) and isinstance(ns, str) and \
-                self.tracker.start(ns, node, md.get("langgraph_step"), run_id):
+        if (
+            isinstance(node, str)
+            and isinstance(ns, str)
+            and self.tracker.start(ns, node, md.get("langgraph_step"), run_id)
+        ):
             probe.step_started(node)
 
-    def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
-                     **kwargs: Any) -> None:
+    def on_chain_end(
+        self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         node = self.tracker.end(run_id)
         if node is not None:
-            probe.event("event", name=f"langgraph:{node}:before_checkpoint",
-                        boundary=f"after {node}'s side effects, before its checkpoint write")
+            probe.event(
+                "event",
+                name=f"langgraph:{node}:before_checkpoint",
+                boundary=f"after {node}'s side effects, before its checkpoint write",
+            )
 
-    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *,
-                      run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
         probe.event("event", name=f"langgraph:tool:{name}")
 
@@ -203,18 +226,27 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.inner.get_tuple(config)
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None
-             ) -> Iterator[CheckpointTuple]:
-        return self.inner.list(
-            config, filter=filter, before=before, limit=limit)
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, filter=filter, before=before, limit=limit)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self.inner.aget_tuple(config)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None
-                    ) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         async for t in self.inner.alist(config, filter=filter, before=before, limit=limit):
             yield t
 
@@ -228,37 +260,57 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
         await self.inner.adelete_thread(thread_id)
 
     # writes: reported once durable
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         out = self.inner.put(config, checkpoint, metadata, new_versions)
         self._put_done(checkpoint, metadata)
         return out
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata, new_versions: ChannelVersions
-                   ) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         out = await self.inner.aput(config, checkpoint, metadata, new_versions)
         self._put_done(checkpoint, metadata)
         return out
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         if self._path:
             self.inner.put_writes(config, writes, task_id, task_path)
         else:
             self.inner.put_writes(config, writes, task_id)
         self._writes_done(config, writes, task_id)
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         if self._apath:
             await self.inner.aput_writes(config, writes, task_id, task_path)
         else:
             await self.inner.aput_writes(config, writes, task_id)
         self._writes_done(config, writes, task_id)
 
-    def _writes_done(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                     task_id: str) -> None:
+    def _writes_done(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
+    ) -> None:
         """A task's writes are saved: its node is completed if the checkpoint they hang on is
         saved too (LangGraph does not run a task again whose writes it finds there)."""
         if _completed(writes):
@@ -294,7 +346,8 @@ def instrument(graph: G, *, tracker: Tracker | None = None) -> G:
     if not isinstance(saver, BaseCheckpointSaver):
         raise ValueError(
             "instrument(graph): the graph has no checkpointer, so no node's result is ever "
-            "durable; compile it with one, e.g. builder.compile(checkpointer=SqliteSaver(conn))")
+            "durable; compile it with one, e.g. builder.compile(checkpointer=SqliteSaver(conn))"
+        )
     tracker = tracker or (saver.tracker if isinstance(saver, ProbedSaver) else Tracker())
     if not isinstance(saver, ProbedSaver):
         saver = ProbedSaver(saver, tracker)

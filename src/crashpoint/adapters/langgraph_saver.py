@@ -70,8 +70,7 @@ def _vkey(version: Any) -> str:
 
 
 def _typed(obj: Any, what: str) -> list[str]:
-    if (not isinstance(obj, list) or len(obj) != 2
-            or not all(isinstance(x, str) for x in obj)):
+    if not isinstance(obj, list) or len(obj) != 2 or not all(isinstance(x, str) for x in obj):
         raise PayloadError(f"{what} is not [type, base64]")
     return obj
 
@@ -80,9 +79,15 @@ def _blob(obj: Any, what: str) -> list[Any]:
     """A channel value: ``[type, base64]`` (whole) or ``[type, head, base_version, skip,
     tail]`` (a delta: the value's bytes are ``head + bytes of base_version[skip:] + tail``)."""
     if isinstance(obj, list) and len(obj) == 5:
-        if (isinstance(obj[0], str) and isinstance(obj[1], str) and isinstance(obj[2], str)
-                and isinstance(obj[3], int) and not isinstance(obj[3], bool) and obj[3] >= 0
-                and isinstance(obj[4], str)):
+        if (
+            isinstance(obj[0], str)
+            and isinstance(obj[1], str)
+            and isinstance(obj[2], str)
+            and isinstance(obj[3], int)
+            and not isinstance(obj[3], bool)
+            and obj[3] >= 0
+            and isinstance(obj[4], str)
+        ):
             return obj
         raise PayloadError(f"{what} is not a delta [type, head, base, skip, tail]")
     return _typed(obj, what)
@@ -125,7 +130,7 @@ def saver_reducer(state: dict[str, Any], data: Any) -> None:
             raise PayloadError("blobs is not an object")
         checked = []
         for ch, item in blobs.items():
-            if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)):
+            if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
                 raise PayloadError(f"blob of channel {ch!r} is not [version, typed]")
             checked.append((ch, item[0], _blob(item[1], f"blob of channel {ch!r}")))
         nsb = state["blobs"].setdefault(ns, {})
@@ -140,9 +145,14 @@ def saver_reducer(state: dict[str, Any], data: Any) -> None:
             raise PayloadError("w is not a list")
         checked_w = []
         for item in items:
-            if (not isinstance(item, list) or len(item) != 5 or not isinstance(item[0], str)
-                    or not isinstance(item[1], int) or not isinstance(item[2], str)
-                    or not isinstance(item[4], str)):
+            if (
+                not isinstance(item, list)
+                or len(item) != 5
+                or not isinstance(item[0], str)
+                or not isinstance(item[1], int)
+                or not isinstance(item[2], str)
+                or not isinstance(item[4], str)
+            ):
                 raise PayloadError("a write is not [task_id, idx, channel, typed, task_path]")
             checked_w.append((item[0], item[1], item[2], _typed(item[3], "a write"), item[4]))
         nsw = state["writes"].setdefault(ns, {}).setdefault(cid, {})
@@ -197,7 +207,7 @@ def _delta(base: bytes, new: bytes) -> tuple[int, int, int] | None:
     for j in range(p, min(p + 10, len(base) - 31)):  # at least 32 bytes to share
         rest = len(base) - j
         for k in range(p, min(p + 10, len(new) - rest + 1)):
-            if new[k:k + rest] == base[j:]:
+            if new[k : k + rest] == base[j:]:
                 return k, j, k + rest
     return None
 
@@ -229,8 +239,12 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         if store is None:
             if path is None:
                 raise TypeError("CrashpointSaver needs a folder (path) or a Store (store=)")
-            store = Store(path, durability=durability, lock_timeout=lock_timeout,
-                          on_corrupt=on_corrupt)  # type: ignore[arg-type]
+            store = Store(
+                path,
+                durability=durability,
+                lock_timeout=lock_timeout,
+                on_corrupt=on_corrupt,  # type: ignore[arg-type]
+            )
         self.store = store
         self.lock_on_read = lock_on_read
         self._journals: dict[str, RunJournal] = {}
@@ -283,8 +297,10 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 # interrupted run, and pruning never removes it (delete_thread does)
                 j.set_meta(status="langgraph-thread", thread_id=thread_id)
             elif j.state["thread_id"] != thread_id:
-                raise PayloadError(f"{j.folder}: holds thread {j.state['thread_id']!r}, "
-                                   f"not {thread_id!r} (a hash collision or a copied folder)")
+                raise PayloadError(
+                    f"{j.folder}: holds thread {j.state['thread_id']!r}, "
+                    f"not {thread_id!r} (a hash collision or a copied folder)"
+                )
         except BaseException:
             j.close()
             raise
@@ -334,12 +350,14 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
             item = blobs.get(item[2])
         if item is None:
             if chain:
-                raise PayloadError(f"a delta of channel version {vkey} names a base that is "
-                                   f"missing ({chain[-1][2]})")
+                raise PayloadError(
+                    f"a delta of channel version {vkey} names a base that is "
+                    f"missing ({chain[-1][2]})"
+                )
             return None
         data = _b64(item[1])
         for d in reversed(chain):
-            data = _b64(d[1]) + data[d[3]:] + _b64(d[4])
+            data = _b64(d[1]) + data[d[3] :] + _b64(d[4])
         return (chain[0][0] if chain else item[0]), data
 
     def _tuple(self, state: dict[str, Any], ns: str, cid: str) -> CheckpointTuple:
@@ -354,16 +372,27 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 continue
             values[ch] = self.serde.loads_typed(raw)
         stored = state["writes"].get(ns, {}).get(cid, {})
-        ordered = sorted(stored.items(),
-                         key=lambda kv: writes_sort_key(kv[1][3], kv[1][0],
-                                                        int(kv[0].rsplit("\x00", 1)[1])))
+        ordered = sorted(
+            stored.items(),
+            key=lambda kv: writes_sort_key(kv[1][3], kv[1][0], int(kv[0].rsplit("\x00", 1)[1])),
+        )
         return CheckpointTuple(
-            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                                     "checkpoint_id": cid}},
+            config={
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
+            },
             checkpoint={**checkpoint, "channel_values": values},
             metadata=self._dec(md_t),
-            parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                                             "checkpoint_id": parent}} if parent else None),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": parent,
+                    }
+                }
+                if parent
+                else None
+            ),
             pending_writes=[(w[0], w[1], self._dec(w[2])) for _, w in ordered],
         )
 
@@ -376,8 +405,7 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         with self._mutex:
             # LangGraph reads the thread first when it starts or resumes a run: taking the
             # thread's lock here makes a second resumer wait or refuse before any node runs
-            state = self._journal(thread_id).state if self.lock_on_read else \
-                self._state(thread_id)
+            state = self._journal(thread_id).state if self.lock_on_read else self._state(thread_id)
             if state is None:
                 return None
             cps = state["cps"].get(ns, {})
@@ -403,8 +431,14 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
             out = self._list(config, filter=filter, before=before, limit=limit)
         yield from out
 
-    def _list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None,
-              before: RunnableConfig | None, limit: int | None) -> _List[CheckpointTuple]:
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> _List[CheckpointTuple]:
         threads = [str(config["configurable"]["thread_id"])] if config else self._threads()
         want_ns = config["configurable"].get("checkpoint_ns") if config else None
         want_id = get_checkpoint_id(config) if config else None
@@ -457,15 +491,23 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 blobs[ch] = [vk, blob]
                 done[(thread_id, ns, ch)] = (vk, typ, data, since, full)
             record = {
-                "t": "cp", "ns": ns, "id": checkpoint["id"], "parent": conf.get("checkpoint_id"),
+                "t": "cp",
+                "ns": ns,
+                "id": checkpoint["id"],
+                "parent": conf.get("checkpoint_id"),
                 "cp": _enc(self.serde.dumps_typed(c)),
                 "md": _enc(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
                 "blobs": blobs,
             }
             j.append(record, redact=False)
             self._last.update(done)  # bases for the next deltas, once this record is durable
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                                 "checkpoint_id": checkpoint["id"]}}
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
 
     def put_writes(
         self,
@@ -476,10 +518,16 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
     ) -> None:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
-        items = [[task_id, WRITES_IDX_MAP.get(ch, idx), ch, _enc(self.serde.dumps_typed(v)),
-                  task_path] for idx, (ch, v) in enumerate(writes)]
-        record = {"t": "w", "ns": conf.get("checkpoint_ns", ""),
-                  "cid": conf["checkpoint_id"], "w": items}
+        items = [
+            [task_id, WRITES_IDX_MAP.get(ch, idx), ch, _enc(self.serde.dumps_typed(v)), task_path]
+            for idx, (ch, v) in enumerate(writes)
+        ]
+        record = {
+            "t": "w",
+            "ns": conf.get("checkpoint_ns", ""),
+            "cid": conf["checkpoint_id"],
+            "w": items,
+        }
         with self._mutex:
             self._journal(thread_id).append(record, redact=False)
 
@@ -507,8 +555,9 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 keep = {ns: max(cps) for ns, cps in j.state["cps"].items() if cps}
                 j.append({"t": "prune", "keep": keep}, redact=False)
 
-    def _encode_blob(self, key: tuple[str, str, str], typ: str, data: bytes
-                     ) -> tuple[_List[Any], int, int]:
+    def _encode_blob(
+        self, key: tuple[str, str, str], typ: str, data: bytes
+    ) -> tuple[_List[Any], int, int]:
         """A channel value as a delta against the last version of it this saver wrote (while
         the deltas since the last whole value stay smaller than it: O(N) bytes for a growing
         value, a bounded chain to read), else whole. Returns (blob, delta bytes since the last
@@ -550,7 +599,8 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         items = await asyncio.to_thread(
-            lambda: self._locked_list(config, filter=filter, before=before, limit=limit))
+            lambda: self._locked_list(config, filter=filter, before=before, limit=limit)
+        )
         for item in items:
             yield item
 

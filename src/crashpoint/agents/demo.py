@@ -39,10 +39,36 @@ from crashpoint.checkpoint import (
 )
 
 STEPS = ["plan", "search", "summarise", "write_report", "notify", "publish"]
-STEPS_WITH_APPROVAL = ["plan", "search", "summarise", "write_report", "notify", "approve",
-                       "publish"]
-STOPWORDS = frozenset({"a", "an", "and", "the", "of", "to", "in", "on", "for", "how", "why",
-                       "what", "is", "are", "do", "does", "with"})
+STEPS_WITH_APPROVAL = [
+    "plan",
+    "search",
+    "summarise",
+    "write_report",
+    "notify",
+    "approve",
+    "publish",
+]
+STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "for",
+        "how",
+        "why",
+        "what",
+        "is",
+        "are",
+        "do",
+        "does",
+        "with",
+    }
+)
 
 
 def make_plan(topic: str) -> dict[str, Any]:
@@ -75,31 +101,45 @@ def fake_llm(topic: str, hits: list[dict[str, Any]], think: float = 0.0) -> str:
     return " ".join(h["text"] for h in hits[:3])
 
 
-def write_report(folder: str, topic: str, summary: str,
-                 hits: list[dict[str, Any]]) -> dict[str, Any]:
+def write_report(
+    folder: str, topic: str, summary: str, hits: list[dict[str, Any]]
+) -> dict[str, Any]:
     body = f"# {topic}\n\n{summary}\n\n## Sources\n" + "".join(
-        f"- {h['doc']}:{h['line'] + 1}\n" for h in hits)
+        f"- {h['doc']}:{h['line'] + 1}\n" for h in hits
+    )
     data = body.encode("utf-8")
     atomic_write(os.path.join(folder, "report.md"), data)
     return {"file": "report.md", "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m crashpoint.agents.demo", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m crashpoint.agents.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--state", required=True, help="folder for checkpoints and the report")
     ap.add_argument("--topic", default="how do agents recover from a crash")
     ap.add_argument("--run-id", default="demo")
-    ap.add_argument("--store", metavar="URL_OR_DIR", default=None,
-                    help="the checkpoint store: a folder or a postgresql:// URL "
-                         "(default: STATE/checkpoints)")
+    ap.add_argument(
+        "--store",
+        metavar="URL_OR_DIR",
+        default=None,
+        help="the checkpoint store: a folder or a postgresql:// URL (default: STATE/checkpoints)",
+    )
     ap.add_argument("--approval", action="store_true", help="wait for a human before publishing")
-    ap.add_argument("--interval", type=int, default=0,
-                    help="group-commit every N steps instead of every step")
+    ap.add_argument(
+        "--interval", type=int, default=0, help="group-commit every N steps instead of every step"
+    )
     ap.add_argument("--smtp", metavar="HOST:PORT", help="send the notification as an email")
     ap.add_argument("--webhook", metavar="URL", help="publish by POSTing to this URL")
-    ap.add_argument("--think", type=float, default=0.0, metavar="SECONDS",
-                    help="the fake model's thinking time (default 0)")
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the fake model's thinking time (default 0)",
+    )
     args = ap.parse_args(argv)
     if not 0 <= args.think <= 3600:
         ap.error(f"--think {args.think}: give seconds between 0 and 3600")
@@ -108,41 +148,61 @@ def main(argv: list[str] | None = None) -> None:
         host, _, port = args.smtp.rpartition(":")
         if not host or not port.isdigit():
             ap.error(f"--smtp {args.smtp!r}: give HOST:PORT, e.g. 127.0.0.1:2525")
-        user, password = os.environ.get("CRASHPOINT_SMTP_USER"), \
-            os.environ.get("CRASHPOINT_SMTP_PASSWORD")
-        mail = smtp_effect(host, int(port), user=user if password else None,
-                           password=password if user else None,
-                           sender="demo-agent@example.com", timeout=10)
+        user, password = (
+            os.environ.get("CRASHPOINT_SMTP_USER"),
+            os.environ.get("CRASHPOINT_SMTP_PASSWORD"),
+        )
+        mail = smtp_effect(
+            host,
+            int(port),
+            user=user if password else None,
+            password=password if user else None,
+            sender="demo-agent@example.com",
+            timeout=10,
+        )
     if args.webhook:
         webhook = http_effect(args.webhook, timeout=5, retries=2)
 
     if args.store:  # the report still goes to the state folder
         os.makedirs(args.state, mode=0o700, exist_ok=True)
-    store = open_store(args.store or os.path.join(args.state, "checkpoints"),
-                       on_corrupt="rollback")
+    store = open_store(args.store or os.path.join(args.state, "checkpoints"), on_corrupt="rollback")
     checkpointing = Checkpointing.interval(args.interval) if args.interval else Checkpointing()
     steps = STEPS_WITH_APPROVAL if args.approval else STEPS
     with open_run(store, args.run_id, steps=steps, checkpointing=checkpointing) as run:
         plan = run.step("plan", lambda: make_plan(args.topic))
         hits = run.step("search", lambda: search(plan["keywords"]), kind="tool")
         summary = run.step("summarise", lambda: fake_llm(args.topic, hits, args.think), kind="llm")
-        report = run.step("write_report",
-                          lambda: write_report(args.state, args.topic, summary, hits))
-        note: dict[str, Any] = {"channel": "#research", "text": f"report ready: {args.topic}",
-                                "sha256": report["sha256"]}
+        report = run.step(
+            "write_report", lambda: write_report(args.state, args.topic, summary, hits)
+        )
+        note: dict[str, Any] = {
+            "channel": "#research",
+            "text": f"report ready: {args.topic}",
+            "sha256": report["sha256"],
+        }
         if mail is not None:  # the same notification, as an email
-            note = {"to": "research@example.com", "subject": note["text"],
-                    "body": f"{note['text']}\nsha256: {report['sha256']}\n"}
-        notified = run.step("notify", lambda: run.effect("send_notification", note,
-                                                         mail) is not None)
+            note = {
+                "to": "research@example.com",
+                "subject": note["text"],
+                "body": f"{note['text']}\nsha256: {report['sha256']}\n",
+            }
+        notified = run.step(
+            "notify", lambda: run.effect("send_notification", note, mail) is not None
+        )
         if args.approval:
             run.approval("approve", {"report": report["sha256"]}, reason="publish the report?")
         post = {"title": args.topic, "sha256": report["sha256"]}
-        published = run.step("publish", lambda: run.effect("publish", post,
-                                                           webhook) is not None)
-        output = run.finish({"topic": args.topic, "summary": summary, "report": report,
-                             "notified": notified, "published": published,
-                             "sources": [f"{h['doc']}:{h['line'] + 1}" for h in hits]})
+        published = run.step("publish", lambda: run.effect("publish", post, webhook) is not None)
+        output = run.finish(
+            {
+                "topic": args.topic,
+                "summary": summary,
+                "report": report,
+                "notified": notified,
+                "published": published,
+                "sources": [f"{h['doc']}:{h['line'] + 1}" for h in hits],
+            }
+        )
     print(json.dumps(output, sort_keys=True), flush=True)
 
 

@@ -64,8 +64,10 @@ def __getattr__(name: str) -> _Any:
         try:
             from crashpoint.checkpoint import _pg
         except ImportError as exc:
-            raise ImportError(f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "
-                              f"psycopg 3 ({exc}): pip install 'crashpoint[postgres]'") from None
+            raise ImportError(
+                f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "
+                f"psycopg 3 ({exc}): pip install 'crashpoint[postgres]'"
+            ) from None
         return getattr(_pg, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

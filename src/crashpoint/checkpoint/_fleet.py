@@ -54,8 +54,10 @@ class FleetOutcome:
 
     def line(self) -> str:
         why = f": {self.reason}" if self.reason else ""
-        return (f"{self.run_id}: {self.status} (attempt {self.attempts}, generation "
-                f"{self.generation}, worker {self.worker}, {self.seconds:.1f}s){why}")
+        return (
+            f"{self.run_id}: {self.status} (attempt {self.attempts}, generation "
+            f"{self.generation}, worker {self.worker}, {self.seconds:.1f}s){why}"
+        )
 
 
 def summary(outcomes: Sequence[FleetOutcome]) -> str:
@@ -67,8 +69,10 @@ def summary(outcomes: Sequence[FleetOutcome]) -> str:
     counts: dict[str, int] = {}
     for o in last.values():
         counts[o.status] = counts.get(o.status, 0) + 1
-    lines.append(f"{len(last)} run(s): " + (", ".join(f"{n} {s}" for s, n in
-                                                     sorted(counts.items())) or "none"))
+    lines.append(
+        f"{len(last)} run(s): "
+        + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none")
+    )
     return "\n".join(lines)
 
 
@@ -111,12 +115,21 @@ class FleetWorker:
     stderr; ``progress`` seconds between "still running" lines).
     """
 
-    def __init__(self, store: Any, *, worker: str | None = None,
-                 command: Callable[[str], Sequence[str]] | None = None,
-                 resume: Callable[[str], Any] | None = None, max_attempts: int = 3,
-                 poll: float = 1.0, timeout: float = 600.0,
-                 env: Mapping[str, str] | None = None, auto_resume_hitl: bool = False,
-                 log: Callable[[str], None] | None = None, progress: float = 30.0) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        worker: str | None = None,
+        command: Callable[[str], Sequence[str]] | None = None,
+        resume: Callable[[str], Any] | None = None,
+        max_attempts: int = 3,
+        poll: float = 1.0,
+        timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        auto_resume_hitl: bool = False,
+        log: Callable[[str], None] | None = None,
+        progress: float = 30.0,
+    ) -> None:
         if (command is None) == (resume is None):
             raise ValueError("give exactly one of command= or resume=")
         if max_attempts < 1:
@@ -125,13 +138,17 @@ class FleetWorker:
             raise ValueError("poll and timeout must be positive")
         for name in ("claim", "renew", "release", "record_attempt", "dead_letter"):
             if not hasattr(store, name):
-                raise TypeError(f"a fleet needs a store with leases (PostgresStore); "
-                                f"{type(store).__name__} has no {name}()")
+                raise TypeError(
+                    f"a fleet needs a store with leases (PostgresStore); "
+                    f"{type(store).__name__} has no {name}()"
+                )
         self.store = store
         self.worker = worker or str(store.worker)
         if resume is not None and self.worker != store.worker:
-            raise ValueError(f"in-process resume writes through the store: its worker id "
-                             f"{store.worker!r} must be the fleet worker's {self.worker!r}")
+            raise ValueError(
+                f"in-process resume writes through the store: its worker id "
+                f"{store.worker!r} must be the fleet worker's {self.worker!r}"
+            )
         self.command = command
         self.resume = resume
         self.max_attempts = max_attempts
@@ -147,14 +164,18 @@ class FleetWorker:
 
     def run_once(self) -> list[FleetOutcome]:
         """Claim one run and work it; [] if there was nothing to claim."""
-        claimed = self.store.claim(self.worker, limit=1,
-                                   auto_resume_hitl=self.auto_resume_hitl)
+        claimed = self.store.claim(self.worker, limit=1, auto_resume_hitl=self.auto_resume_hitl)
         out = [self.work(run_id, gen) for run_id, gen in claimed]
         self.outcomes += out
         return out
 
-    def run(self, *, until_idle: bool = False, stop: threading.Event | None = None,
-            max_runs: int | None = None) -> list[FleetOutcome]:
+    def run(
+        self,
+        *,
+        until_idle: bool = False,
+        stop: threading.Event | None = None,
+        max_runs: int | None = None,
+    ) -> list[FleetOutcome]:
         """Claim and work runs until ``stop`` is set (or, with ``until_idle``, until a claim
         finds nothing and no other worker holds an unfinished run)."""
         stop = stop or threading.Event()
@@ -176,8 +197,9 @@ class FleetWorker:
     def _others_busy(self) -> bool:
         """Unfinished, not dead-lettered runs exist (held by a worker, or its lease not yet
         expired): an idle worker waits for them rather than leave them behind."""
-        wanted = {"created", "running", "failed"} | ({"decided"} if self.auto_resume_hitl
-                                                     else set())
+        wanted = {"created", "running", "failed"} | (
+            {"decided"} if self.auto_resume_hitl else set()
+        )
         dead = {r[0] for r in self.store.dead_lettered()}
         return any(r.status in wanted and r.run_id not in dead for r in self.store.runs())
 
@@ -208,15 +230,23 @@ class FleetWorker:
         self.store.release(run_id, self.worker, generation)
         return self._outcome(run_id, "failed", generation, start, why, attempts)
 
-    def _outcome(self, run_id: str, status: str, generation: int, start: float,
-                 reason: str = "", attempts: int | None = None) -> FleetOutcome:
+    def _outcome(
+        self,
+        run_id: str,
+        status: str,
+        generation: int,
+        start: float,
+        reason: str = "",
+        attempts: int | None = None,
+    ) -> FleetOutcome:
         if attempts is None:
             try:
                 attempts = int(self.store.meta(run_id).get("attempts", 0))
             except CheckpointError:
                 attempts = 0
-        o = FleetOutcome(run_id, status, attempts, generation, self.worker, reason,
-                         time.monotonic() - start)
+        o = FleetOutcome(
+            run_id, status, attempts, generation, self.worker, reason, time.monotonic() - start
+        )
         self.log(o.line())
         return o
 
@@ -236,9 +266,16 @@ class FleetWorker:
         argv = list(self.command(run_id))
         env = {**self.env, "CRASHPOINT_WORKER": self.worker}
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    close_fds=True, env=env, preexec_fn=_pdeathsig())
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+                preexec_fn=_pdeathsig(),
+            )
         except OSError as exc:
             return f"cannot start {argv[0]!r}: {exc.strerror or exc}", False
         err = bytearray()
@@ -267,8 +304,7 @@ class FleetWorker:
             else:
                 try:
                     if not self.store.renew(run_id, self.worker, generation):
-                        why, lost = "lease lost (taken over or expired): the agent was killed", \
-                            True
+                        why, lost = "lease lost (taken over or expired): the agent was killed", True
                 except CheckpointError as exc:
                     self.log(f"{run_id}: lease renewal failed ({exc}); trying again")
             if why:
@@ -278,8 +314,10 @@ class FleetWorker:
                 break
             if now >= next_progress:
                 next_progress = now + self.progress
-                self.log(f"{run_id}: still running after {now - start:.0f}s "
-                         f"(worker {self.worker}, generation {generation})")
+                self.log(
+                    f"{run_id}: still running after {now - start:.0f}s "
+                    f"(worker {self.worker}, generation {generation})"
+                )
         with contextlib.suppress(ProcessLookupError):  # the agent's stragglers
             os.killpg(proc.pid, signal.SIGKILL)
         reader.join(5)

@@ -29,8 +29,9 @@ class FsOps:
 
     def open_append(self, path: str) -> int:
         """Open (creating) a file for appending; never follows a symlink."""
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC,
-                       FILE_MODE)
+        return os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
+        )
 
     def open_rw(self, path: str) -> int:
         """Open (creating) a file for reading and writing; never follows a symlink."""
@@ -113,8 +114,9 @@ class FsOps:
         a temp file; a crash leaves at most a ``.NAME.*.tmp`` that :func:`is_temp_of` names.
         """
         folder = os.path.dirname(path) or "."
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.",
-                                   suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder
+        )
         try:
             self._note_open(tmp, fd)
             self.write(fd, data)

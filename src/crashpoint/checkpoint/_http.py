@@ -38,8 +38,9 @@ class HttpEffectError(CrashpointError):
     (``status`` None: refused, reset, timed out). The effect is not recorded as done: its intent
     stays, so a resumed run sends it again with the same key (``key``)."""
 
-    def __init__(self, method: str, url: str, key: str, status: int | None, body: str = "",
-                 reason: str = "") -> None:
+    def __init__(
+        self, method: str, url: str, key: str, status: int | None, body: str = "", reason: str = ""
+    ) -> None:
         self.method, self.url, self.key = method, url, key
         self.status, self.body, self.reason = status, body, reason
         super().__init__(method, url, key, status, body, reason)
@@ -47,16 +48,19 @@ class HttpEffectError(CrashpointError):
     def __str__(self) -> str:
         what = f"{self.method} {_redact_url(self.url)} (Idempotency-Key {self.key!r})"
         if self.status is None:
-            return (f"{what} got no reply: {self.reason}. The effect is not recorded as done; "
-                    "a resumed run sends it again with the same key")
+            return (
+                f"{what} got no reply: {self.reason}. The effect is not recorded as done; "
+                "a resumed run sends it again with the same key"
+            )
         body = self.body.strip().replace("\n", " ")
-        return (f"{what} was answered {self.status}"
-                f"{' ' + self.reason if self.reason else ''}: {body[:300]!r}. The effect is "
-                "not recorded as done; a resumed run sends it again with the same key")
+        return (
+            f"{what} was answered {self.status}"
+            f"{' ' + self.reason if self.reason else ''}: {body[:300]!r}. The effect is "
+            "not recorded as done; a resumed run sends it again with the same key"
+        )
 
     def __reduce__(self) -> tuple[type[HttpEffectError], tuple[Any, ...]]:
-        return (type(self), (self.method, self.url, self.key, self.status, self.body,
-                             self.reason))
+        return (type(self), (self.method, self.url, self.key, self.status, self.body, self.reason))
 
 
 def _redact_url(url: str) -> str:
@@ -77,10 +81,15 @@ def _header_value(key: str) -> str:
     return quote(key, safe="")
 
 
-def http_effect(url: str, *, method: str = "POST", headers: Mapping[str, str] | None = None,
-                timeout: float = 30.0, retries: int = 0,
-                opener: urllib.request.OpenerDirector | None = None
-                ) -> Callable[[Any, str], dict[str, Any]]:
+def http_effect(
+    url: str,
+    *,
+    method: str = "POST",
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+    retries: int = 0,
+    opener: urllib.request.OpenerDirector | None = None,
+) -> Callable[[Any, str], dict[str, Any]]:
     """The ``fn`` of :meth:`Run.effect` for an HTTP request: ``fn(payload, key)`` sends
     ``method url`` with ``payload`` as a JSON body (none if ``payload`` is None) and the header
     ``Idempotency-Key: key``, plus ``headers`` (kept out of the journal: a good place for an
@@ -102,32 +111,45 @@ def http_effect(url: str, *, method: str = "POST", headers: Mapping[str, str] | 
     if not method.isalpha():
         raise ValueError(f"http_effect: {method!r} is not an HTTP method")
     if retries < 0 or timeout <= 0:
-        raise ValueError(f"http_effect: retries must be >= 0 and timeout > 0, got retries "
-                         f"{retries}, timeout {timeout}")
+        raise ValueError(
+            f"http_effect: retries must be >= 0 and timeout > 0, got retries "
+            f"{retries}, timeout {timeout}"
+        )
     extra = dict(headers or {})
     if opener is None:  # a loopback stand-in is never reached through an environment's proxy
         loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
         opener = urllib.request.build_opener(
-            *([urllib.request.ProxyHandler({})] if loopback else []))
+            *([urllib.request.ProxyHandler({})] if loopback else [])
+        )
     open_ = opener.open
 
     def send(payload: Any, key: str) -> dict[str, Any]:
-        data = None if payload is None else \
-            json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        data = (
+            None
+            if payload is None
+            else json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        )
         hdrs = {**extra, "Idempotency-Key": _header_value(key)}
         if data is not None:
             hdrs.setdefault("Content-Type", "application/json")
         for attempt in range(retries + 1):
             req = urllib.request.Request(  # noqa: S310 (the scheme is checked: http or https)
-                url, data=data, method=method, headers=hdrs)
+                url, data=data, method=method, headers=hdrs
+            )
             try:
                 with open_(req, timeout=timeout) as resp:
                     return _result(resp.status, resp.headers, resp.read(MAX_REPLY_BYTES + 1))
             except urllib.error.HTTPError as exc:  # a reply, but not a 2xx one
                 with exc:
                     raw = exc.read(MAX_REPLY_BYTES)
-                err = HttpEffectError(method, url, key, exc.code,
-                                      raw.decode("utf-8", "replace"), str(exc.reason or ""))
+                err = HttpEffectError(
+                    method,
+                    url,
+                    key,
+                    exc.code,
+                    raw.decode("utf-8", "replace"),
+                    str(exc.reason or ""),
+                )
                 retry_after = exc.headers.get("Retry-After") if exc.headers else None
                 if exc.code not in RETRY_STATUSES or attempt == retries:
                     raise err from None
@@ -146,7 +168,7 @@ def http_effect(url: str, *, method: str = "POST", headers: Mapping[str, str] | 
 def _backoff(attempt: int, retry_after: str | None) -> float:
     if retry_after and retry_after.strip().isdigit():
         return min(float(retry_after.strip()), _MAX_BACKOFF)
-    return min(0.5 * 2.0 ** attempt, _MAX_BACKOFF)
+    return min(0.5 * 2.0**attempt, _MAX_BACKOFF)
 
 
 def _result(status: int, headers: Message, raw: bytes) -> dict[str, Any]:

@@ -126,8 +126,10 @@ class TornTail:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.dropped} bytes of a partial record at byte {self.offset} " \
-               f"({self.reason})"
+        return (
+            f"{self.path}: {self.dropped} bytes of a partial record at byte {self.offset} "
+            f"({self.reason})"
+        )
 
 
 @dataclass(slots=True)
@@ -167,8 +169,12 @@ class _NotAFile(Exception):
     """A journal file name that is a symbolic link or not a regular file."""
 
 
-_O_READ = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-           | getattr(os, "O_CLOEXEC", 0))
+_O_READ = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 def _read(path: str, limit: int | None = None) -> bytes:
@@ -213,16 +219,17 @@ def _envelope_of(env: Any) -> tuple[int, int, Any]:
     s: Any = env.get("s")
     g: Any = env.get("g")
     if not _is_count(s) or s == 0:
-        raise PayloadError(f"its sequence number {str(s)[:40]!r} is not an integer from 1 "
-                           f"to {MAX_SEQ}")
+        raise PayloadError(
+            f"its sequence number {str(s)[:40]!r} is not an integer from 1 to {MAX_SEQ}"
+        )
     if not _is_count(g):
-        raise PayloadError(f"its generation {str(g)[:40]!r} is not an integer from 0 "
-                           f"to {MAX_SEQ}")
+        raise PayloadError(f"its generation {str(g)[:40]!r} is not an integer from 0 to {MAX_SEQ}")
     return s, g, env["d"]
 
 
-def _load_snapshot(path: str, seq: int, check: StateCheck | None = None
-                   ) -> tuple[dict[str, Any], int, int] | Damage:
+def _load_snapshot(
+    path: str, seq: int, check: StateCheck | None = None
+) -> tuple[dict[str, Any], int, int] | Damage:
     try:
         data = _read(path, HEADER.size + MAX_PAYLOAD)
     except _NotAFile as exc:
@@ -239,8 +246,9 @@ def _load_snapshot(path: str, seq: int, check: StateCheck | None = None
             raise PayloadError("a snapshot is an object of exactly seq, gen and state")
         state, sseq, gen = obj["state"], obj["seq"], obj["gen"]
         if not _is_count(sseq) or not _is_count(gen) or type(state) is not dict:
-            raise PayloadError("its seq and gen must be integers from 0 to "
-                               f"{MAX_SEQ} and its state an object")
+            raise PayloadError(
+                f"its seq and gen must be integers from 0 to {MAX_SEQ} and its state an object"
+            )
         if sseq != seq:
             raise PayloadError(f"it says seq {sseq}, its name says {seq}")
         if check is not None:
@@ -273,7 +281,7 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             continue
         out.state, out.generation, out.snapshot_bytes = got
         out.seq = out.snapshot_seq = sseq
-        for _s, older in snaps[i + 1:]:  # covered; damage in them is reported all the same
+        for _s, older in snaps[i + 1 :]:  # covered; damage in them is reported all the same
             old = _load_snapshot(older, _s, check)
             if isinstance(old, Damage):
                 hit(old)
@@ -286,9 +294,15 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             out.unusable.append(path)
             continue
         if first > out.seq + 1:  # its name says records before `first` exist; they do not
-            hit(Damage(path, 0, f"records {out.seq + 1}..{first - 1} are missing: this segment "
-                                f"starts at record {first} (a segment before it was truncated, "
-                                "deleted or replaced by an older copy)"))
+            hit(
+                Damage(
+                    path,
+                    0,
+                    f"records {out.seq + 1}..{first - 1} are missing: this segment "
+                    f"starts at record {first} (a segment before it was truncated, "
+                    "deleted or replaced by an older copy)",
+                )
+            )
             out.unusable.append(path)
             out.lost_from_seq = out.seq + 1
             stopped = True
@@ -325,15 +339,26 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             if s <= out.snapshot_seq:
                 continue  # covered by the snapshot
             if s != out.seq + 1:
-                what = (f"records {out.seq + 1}..{s - 1} are missing (a segment was deleted or "
-                        "replaced by an older copy)") if s > out.seq + 1 else \
-                    f"record {s} repeats (expected {out.seq + 1})"
+                what = (
+                    (
+                        f"records {out.seq + 1}..{s - 1} are missing (a segment was deleted or "
+                        "replaced by an older copy)"
+                    )
+                    if s > out.seq + 1
+                    else f"record {s} repeats (expected {out.seq + 1})"
+                )
                 hit(Damage(path, off, what))
                 bad = True
                 break
             if g < out.generation:
-                hit(Damage(path, off, f"record {s} was written by generation {g} after "
-                                      f"generation {out.generation} (a fenced-out writer)"))
+                hit(
+                    Damage(
+                        path,
+                        off,
+                        f"record {s} was written by generation {g} after "
+                        f"generation {out.generation} (a fenced-out writer)",
+                    )
+                )
                 bad = True
                 break
             try:
@@ -348,8 +373,11 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
         if not bad and res.stop == "torn" and is_last:
             out.torn = TornTail(path, res.end, len(buf) - res.end, res.reason)
         elif not bad and res.stop != "end":
-            why = res.reason if res.stop == "damage" else \
-                f"{res.reason} in a segment that is not the last (not a crash artefact)"
+            why = (
+                res.reason
+                if res.stop == "damage"
+                else f"{res.reason} in a segment that is not the last (not a crash artefact)"
+            )
             hit(Damage(path, res.end, why))
             bad = True
         if bad:
@@ -365,8 +393,9 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
     return out
 
 
-def verify_folder(folder: str, reducer: Reducer = records_reducer
-                  ) -> tuple[list[Damage], list[TornTail]]:
+def verify_folder(
+    folder: str, reducer: Reducer = records_reducer
+) -> tuple[list[Damage], list[TornTail]]:
     """Check every checksum of every file in a run's folder; report all damage, not just the first.
 
     A torn tail in the last segment is reported separately: it is the normal artefact of a
@@ -398,8 +427,11 @@ def verify_folder(folder: str, reducer: Reducer = records_reducer
         if res.stop == "torn" and i == len(segs) - 1:
             torn.append(TornTail(path, res.end, len(buf) - res.end, res.reason))
         elif res.stop != "end":
-            why = res.reason if res.stop == "damage" else \
-                f"{res.reason} in a segment that is not the last (not a crash artefact)"
+            why = (
+                res.reason
+                if res.stop == "damage"
+                else f"{res.reason} in a segment that is not the last (not a crash artefact)"
+            )
             damage.append(Damage(path, res.end, why))
     # gaps, fencing and the data's shape show only when the records are replayed in order
     for d in load(folder, reducer, stop_on_damage=False).damage:
@@ -428,8 +460,10 @@ def parse_lock(raw: bytes) -> tuple[int, str]:
     if type(info) is not dict:
         return 0, ""
     gen, pid = info.get("generation", 0), info.get("pid", "")
-    return (gen if _is_count(gen) else 0,
-            str(pid) if type(pid) is int or (type(pid) is str and len(pid) < 40) else "")
+    return (
+        gen if _is_count(gen) else 0,
+        str(pid) if type(pid) is int or (type(pid) is str and len(pid) < 40) else "",
+    )
 
 
 def read_lock(path: str) -> tuple[int, str]:

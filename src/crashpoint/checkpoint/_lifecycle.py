@@ -63,8 +63,14 @@ _FINISHED = ("completed", "denied", "dead")
 class StepOutOfOrder(ResumeMismatch):
     """``step NAME`` for a step that is not the run's next one (exit 70, as a mismatch)."""
 
-    def __init__(self, run_id: str, position: int, expected: str, requested: str,
-                 completed: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        position: int,
+        expected: str,
+        requested: str,
+        completed: Sequence[str] = (),
+    ) -> None:
         super().__init__(run_id, position, expected, requested)
         self.completed = list(completed)
 
@@ -74,13 +80,17 @@ class StepOutOfOrder(ResumeMismatch):
             why = f"{self.requested!r} is already recorded as completed"
         else:
             why = "it is not the run's next step"
-        return (f"run {self.run_id!r}: cannot record step {self.requested!r}: {why}; the next "
-                f"step is {self.recorded!r} (#{self.position}; completed: {done}). Ask "
-                f"`crashpoint checkpoints status {self.run_id} --next` what to run")
+        return (
+            f"run {self.run_id!r}: cannot record step {self.requested!r}: {why}; the next "
+            f"step is {self.recorded!r} (#{self.position}; completed: {done}). Ask "
+            f"`crashpoint checkpoints status {self.run_id} --next` what to run"
+        )
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.run_id, self.position, self.recorded, self.requested,
-                             self.completed))
+        return (
+            type(self),
+            (self.run_id, self.position, self.recorded, self.requested, self.completed),
+        )
 
 
 def lifecycle_reducer(state: dict[str, Any], rec: Any) -> None:
@@ -135,16 +145,20 @@ class RunOwned(RunLocked):
     """Another live agent called ``start`` on the run and still runs (exit 73, as locked)."""
 
     def __str__(self) -> str:
-        return (f"run {self.run_id!r} is owned by another live agent ({self.holder}); only one "
-                "agent may run it at a time: wait for that one to exit, then start again")
+        return (
+            f"run {self.run_id!r} is owned by another live agent ({self.holder}); only one "
+            "agent may run it at a time: wait for that one to exit, then start again"
+        )
 
 
 def _check_owner(journal: RunJournal, me: str) -> None:
     owner = journal.state.get("owner")
     if isinstance(owner, str) and owner != me and _alive(owner):
-        raise RunOwned(journal.run_id, journal.folder,
-                       f"process group {owner.partition(':')[0]}, which called `crashpoint "
-                       "checkpoints start`")
+        raise RunOwned(
+            journal.run_id,
+            journal.folder,
+            f"process group {owner.partition(':')[0]}, which called `crashpoint checkpoints start`",
+        )
 
 
 # -- facts ------------------------------------------------------------------------------------
@@ -172,20 +186,33 @@ class LifecycleStatus:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "run": self.run_id, "status": self.status, "next": self.next,
-            "steps": self.steps, "completed": self.completed,
+            "run": self.run_id,
+            "status": self.status,
+            "next": self.next,
+            "steps": self.steps,
+            "completed": self.completed,
             "results": dict(zip(self.completed, self.results, strict=False)),
-            "attempts": self.attempts, "output": self.output,
-            "effects": {k: {"kind": e.get("kind"), "status": e.get("status"),
-                            "step": e.get("step")} for k, e in self.effects.items()},
+            "attempts": self.attempts,
+            "output": self.output,
+            "effects": {
+                k: {"kind": e.get("kind"), "status": e.get("status"), "step": e.get("step")}
+                for k, e in self.effects.items()
+            },
         }
 
 
 def _status(run_id: str, state: dict[str, Any]) -> LifecycleStatus:
     _init_state(state)
-    return LifecycleStatus(run_id, str(state["status"]), list(state.get("steps") or []),
-                           list(state["order"]), list(state["results"]),
-                           int(state["attempts"]), dict(state["effects"]), state.get("output"))
+    return LifecycleStatus(
+        run_id,
+        str(state["status"]),
+        list(state.get("steps") or []),
+        list(state["order"]),
+        list(state["results"]),
+        int(state["attempts"]),
+        dict(state["effects"]),
+        state.get("output"),
+    )
 
 
 def run_status(store: Store, run_id: str) -> LifecycleStatus:
@@ -199,8 +226,10 @@ def _open(store: Store, run_id: str, me: str) -> RunJournal:
         _init_state(journal.state)
         _check_owner(journal, me)
         if not journal.state.get("steps"):
-            raise RunStateError(f"run {run_id!r} was not started with a step list; run "
-                                f"`crashpoint checkpoints start {run_id} --steps A,B,...` first")
+            raise RunStateError(
+                f"run {run_id!r} was not started with a step list; run "
+                f"`crashpoint checkpoints start {run_id} --steps A,B,...` first"
+            )
     except BaseException:
         journal.close()
         raise
@@ -219,8 +248,7 @@ def start_run(store: Store, run_id: str, steps: Sequence[str] | None) -> Lifecyc
     me = _me()
     exists = store.exists(run_id)
     if not exists and not steps:
-        raise RunStateError(f"run {run_id!r} does not exist yet: give its steps, "
-                            f"`--steps A,B,...`")
+        raise RunStateError(f"run {run_id!r} does not exist yet: give its steps, `--steps A,B,...`")
     journal = store.open(run_id, reducer=lifecycle_reducer, lock_timeout=LOCK_WAIT)
     with journal:
         st = journal.state
@@ -228,23 +256,37 @@ def start_run(store: Store, run_id: str, steps: Sequence[str] | None) -> Lifecyc
         recorded = st.get("steps")
         declared = list(steps) if steps else None
         if declared is not None and recorded and list(recorded) != declared:
-            pos = next((i for i, (a, b) in enumerate(zip(recorded, declared, strict=False))
-                        if a != b), min(len(recorded), len(declared)))
-            raise ResumeMismatch(run_id, pos,
-                                 recorded[pos] if pos < len(recorded) else "<end>",
-                                 declared[pos] if pos < len(declared) else "<end>")
+            pos = next(
+                (i for i, (a, b) in enumerate(zip(recorded, declared, strict=False)) if a != b),
+                min(len(recorded), len(declared)),
+            )
+            raise ResumeMismatch(
+                run_id,
+                pos,
+                recorded[pos] if pos < len(recorded) else "<end>",
+                declared[pos] if pos < len(declared) else "<end>",
+            )
         if not recorded and declared is None:
-            raise RunStateError(f"run {run_id!r} has no step list yet: give its steps, "
-                                f"`--steps A,B,...`")
+            raise RunStateError(
+                f"run {run_id!r} has no step list yet: give its steps, `--steps A,B,...`"
+            )
         if st["status"] == "dead":
             raise RunDeadLettered(run_id, int(st["attempts"]), str(st.get("reason", "")))
         _check_owner(journal, me)
         if st["status"] not in _FINISHED:
-            journal.append({"t": "open", "attempt": st["attempts"] + 1,
-                            "steps": declared or list(recorded or []), "owner": me},
-                           redact=False, sync=True)
-            journal.set_meta(status="running", attempts=st["attempts"],
-                             pid=int(me.partition(":")[0]))
+            journal.append(
+                {
+                    "t": "open",
+                    "attempt": st["attempts"] + 1,
+                    "steps": declared or list(recorded or []),
+                    "owner": me,
+                },
+                redact=False,
+                sync=True,
+            )
+            journal.set_meta(
+                status="running", attempts=st["attempts"], pid=int(me.partition(":")[0])
+            )
         return _status(run_id, st)
 
 
@@ -263,10 +305,28 @@ def record_step(store: Store, run_id: str, name: str, result: Any) -> LifecycleS
             raise StepOutOfOrder(run_id, pos, expected, name, st["order"])
         for key, eff in list(st["effects"].items()):
             if eff.get("status") == "intent":
-                journal.append({"t": "effect", "key": key, "kind": eff.get("kind"),
-                                "via": "step", "result": None}, redact=False, sync=False)
-        journal.append({"t": "step", "pos": pos, "name": name, "kind": "step",
-                        "result": store.redactor.redact(result)}, redact=False, sync=True)
+                journal.append(
+                    {
+                        "t": "effect",
+                        "key": key,
+                        "kind": eff.get("kind"),
+                        "via": "step",
+                        "result": None,
+                    },
+                    redact=False,
+                    sync=False,
+                )
+        journal.append(
+            {
+                "t": "step",
+                "pos": pos,
+                "name": name,
+                "kind": "step",
+                "result": store.redactor.redact(result),
+            },
+            redact=False,
+            sync=True,
+        )
         return _status(run_id, st)
 
 
@@ -289,13 +349,22 @@ def _default_key(run_id: str, st: dict[str, Any], kind: str) -> str:
     steps = st.get("steps") or []
     step = steps[pos] if pos < len(steps) else ""
     prefix = f"{run_id}:{pos}.{step}:{kind}:"
-    done = sum(1 for k, e in st["effects"].items()
-               if k.startswith(prefix) and e.get("status") == "done")
+    done = sum(
+        1 for k, e in st["effects"].items() if k.startswith(prefix) and e.get("status") == "done"
+    )
     return f"{prefix}{done}"
 
 
-def record_effect(store: Store, run_id: str, kind: str, *, key: str | None, payload: Any,
-                  done: bool = False, result: Any = None) -> EffectAnswer:
+def record_effect(
+    store: Store,
+    run_id: str,
+    kind: str,
+    *,
+    key: str | None,
+    payload: Any,
+    done: bool = False,
+    result: Any = None,
+) -> EffectAnswer:
     """Announce (or, with ``done``, settle) one effect; see the module's docstring."""
     with _open(store, run_id, _me()) as journal:
         st = journal.state
@@ -307,16 +376,34 @@ def record_effect(store: Store, run_id: str, kind: str, *, key: str | None, payl
         if rec is not None and rec.get("status") == "done":
             return EffectAnswer("skip", key, kind, result=rec.get("result"))
         if done:
-            journal.append({"t": "effect", "key": key, "kind": kind, "via": "call",
-                            "result": store.redactor.redact(result)}, redact=False, sync=True)
+            journal.append(
+                {
+                    "t": "effect",
+                    "key": key,
+                    "kind": kind,
+                    "via": "call",
+                    "result": store.redactor.redact(result),
+                },
+                redact=False,
+                sync=True,
+            )
             return EffectAnswer("recorded", key, kind, result=result)
         stored = store.redactor.redact(payload)
         if rec is None:
             pos = len(st["order"])
             steps = st["steps"]
-            journal.append({"t": "intent", "key": key, "kind": kind, "policy": "retry",
-                            "step": steps[pos] if pos < len(steps) else "",
-                            "payload": stored}, redact=False, sync=True)
+            journal.append(
+                {
+                    "t": "intent",
+                    "key": key,
+                    "kind": kind,
+                    "policy": "retry",
+                    "step": steps[pos] if pos < len(steps) else "",
+                    "payload": stored,
+                },
+                redact=False,
+                sync=True,
+            )
         return EffectAnswer("send", key, kind, in_doubt=rec is not None)
 
 
@@ -328,16 +415,30 @@ def complete_run(store: Store, run_id: str, output: Any) -> LifecycleStatus:
             return _status(run_id, st)
         if st["status"] in _FINISHED:
             raise RunStateError(f"run {run_id!r} is {st['status']}; it cannot complete")
-        left = list(st["steps"])[len(st["order"]):]
+        left = list(st["steps"])[len(st["order"]) :]
         if left:
-            raise RunStateError(f"run {run_id!r} has steps left ({', '.join(left)}); record "
-                                f"them with `crashpoint checkpoints step` before completing")
+            raise RunStateError(
+                f"run {run_id!r} has steps left ({', '.join(left)}); record "
+                f"them with `crashpoint checkpoints step` before completing"
+            )
         for key, eff in list(st["effects"].items()):
             if eff.get("status") == "intent":
-                journal.append({"t": "effect", "key": key, "kind": eff.get("kind"),
-                                "via": "step", "result": None}, redact=False, sync=False)
-        journal.append({"t": "finish", "status": "completed",
-                        "output": store.redactor.redact(output)}, redact=False, sync=True)
+                journal.append(
+                    {
+                        "t": "effect",
+                        "key": key,
+                        "kind": eff.get("kind"),
+                        "via": "step",
+                        "result": None,
+                    },
+                    redact=False,
+                    sync=False,
+                )
+        journal.append(
+            {"t": "finish", "status": "completed", "output": store.redactor.redact(output)},
+            redact=False,
+            sync=True,
+        )
         journal.set_meta(status="completed", steps_done=len(st["order"]), waiting_for=None)
         return _status(run_id, st)
 
@@ -346,5 +447,7 @@ def exists_or_raise(store: Store, run_id: str) -> None:
     """Raise :class:`RunNotFound`, saying how to start it, if the run does not exist."""
     if not store.exists(run_id):
         known = ", ".join(store.run_ids()[:10]) or "none"
-        raise RunNotFound(f"no run {run_id!r} in {store.root} (runs: {known}); start it with "
-                          f"`crashpoint checkpoints start {run_id} --steps A,B,...`")
+        raise RunNotFound(
+            f"no run {run_id!r} in {store.root} (runs: {known}); start it with "
+            f"`crashpoint checkpoints start {run_id} --steps A,B,...`"
+        )

@@ -73,8 +73,16 @@ def flock_within(fd: int, timeout: float, poll: float) -> bool:
             time.sleep(poll)
 
 
-def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
-            min_generation: int = 0, poll: float = 0.02, bump: bool = True) -> RunLock:
+def acquire(
+    path: str,
+    run_id: str,
+    *,
+    fs: FsOps,
+    timeout: float = 0.0,
+    min_generation: int = 0,
+    poll: float = 0.02,
+    bump: bool = True,
+) -> RunLock:
     """Take the run's lock, waiting up to ``timeout`` seconds; return it with a new generation.
 
     ``min_generation`` is the highest generation found in the run's records: the new generation
@@ -89,8 +97,11 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise CheckpointCorrupt(
-                path, 0, "the lock file is a symbolic link: someone planted a link where the "
-                "run's lock belongs; remove it and check who can write the store") from exc
+                path,
+                0,
+                "the lock file is a symbolic link: someone planted a link where the "
+                "run's lock belongs; remove it and check who can write the store",
+            ) from exc
         raise
     try:
         if not is_regular_file(fd):
@@ -100,8 +111,9 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
         start = time.monotonic()
         if not flock_within(fd, timeout, poll):
             _, holder = _read_holder(fd)
-            raise RunLocked(run_id, path, f"pid {holder}" if holder else "",
-                            time.monotonic() - start)
+            raise RunLocked(
+                run_id, path, f"pid {holder}" if holder else "", time.monotonic() - start
+            )
         old, _ = _read_holder(fd)
         if not bump:
             return RunLock(path, fd, old, fs)
@@ -119,8 +131,13 @@ def acquire(path: str, run_id: str, *, fs: FsOps, timeout: float = 0.0,
 def is_locked(path: str) -> bool:
     """True if a live process holds the lock at ``path`` (does not take it)."""
     try:  # never blocks on a FIFO, never follows a link
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(
+            path,
+            os.O_RDONLY
+            | getattr(os, "O_NOFOLLOW", 0)
+            | getattr(os, "O_NONBLOCK", 0)
+            | getattr(os, "O_CLOEXEC", 0),
+        )
     except OSError:
         return False
     try:

@@ -34,9 +34,11 @@ class MailEffectError(CrashpointError):
         super().__init__(host, port, message_id, reason)
 
     def __str__(self) -> str:
-        return (f"mail {self.message_id} to SMTP {self.host}:{self.port} failed: {self.reason}. "
-                "The effect is not recorded as done; a resumed run sends it again with the "
-                "same Message-ID")
+        return (
+            f"mail {self.message_id} to SMTP {self.host}:{self.port} failed: {self.reason}. "
+            "The effect is not recorded as done; a resumed run sends it again with the "
+            "same Message-ID"
+        )
 
     def __reduce__(self) -> tuple[type[MailEffectError], tuple[str, int, str, str]]:
         return (type(self), (self.host, self.port, self.message_id, self.reason))
@@ -52,17 +54,25 @@ def message_id_for(key: str, domain: str = "crashpoint.invalid") -> str:
 
 def _addresses(value: Any, what: str) -> list[str]:
     got = [value] if isinstance(value, str) else value
-    if not isinstance(got, Sequence) or not got or \
-            not all(isinstance(a, str) and a for a in got):
-        raise ValueError(f"smtp_effect: the payload's {what!r} must be an address or a "
-                         f"non-empty list of addresses, got {value!r}")
+    if not isinstance(got, Sequence) or not got or not all(isinstance(a, str) and a for a in got):
+        raise ValueError(
+            f"smtp_effect: the payload's {what!r} must be an address or a "
+            f"non-empty list of addresses, got {value!r}"
+        )
     return list(got)
 
 
-def smtp_effect(host: str, port: int = 25, *, user: str | None = None,
-                password: str | None = None, sender: str | None = None,
-                starttls: bool = False, timeout: float = 30.0,
-                domain: str = "crashpoint.invalid") -> Callable[[Any, str], dict[str, Any]]:
+def smtp_effect(
+    host: str,
+    port: int = 25,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    sender: str | None = None,
+    starttls: bool = False,
+    timeout: float = 30.0,
+    domain: str = "crashpoint.invalid",
+) -> Callable[[Any, str], dict[str, Any]]:
     """The ``fn`` of :meth:`Run.effect` for an email: ``fn(payload, key)`` sends one message
     built from ``payload`` — ``{"to": address or list, "subject": ..., "body": ...}``, plus
     ``"from"`` and ``"cc"`` if wanted (``sender`` is the default ``from``) — with the Message-ID
@@ -79,12 +89,15 @@ def smtp_effect(host: str, port: int = 25, *, user: str | None = None,
 
     def send(payload: Any, key: str) -> dict[str, Any]:
         if not isinstance(payload, dict):
-            raise ValueError(f"smtp_effect: the payload must be a dict with 'to', 'subject' "
-                             f"and 'body', got {type(payload).__name__}")
+            raise ValueError(
+                f"smtp_effect: the payload must be a dict with 'to', 'subject' "
+                f"and 'body', got {type(payload).__name__}"
+            )
         from_ = payload.get("from") or sender
         if not from_:
-            raise ValueError("smtp_effect: no sender: give the payload a 'from' or "
-                             "smtp_effect(sender=...)")
+            raise ValueError(
+                "smtp_effect: no sender: give the payload a 'from' or smtp_effect(sender=...)"
+            )
         to = _addresses(payload.get("to"), "to")
         cc = _addresses(payload["cc"], "cc") if payload.get("cc") else []
         mid = message_id_for(key, domain)
@@ -104,10 +117,13 @@ def smtp_effect(host: str, port: int = 25, *, user: str | None = None,
                     client.login(user, password)
                 refused = client.send_message(msg, from_addr=str(from_), to_addrs=to + cc)
         except (smtplib.SMTPException, OSError) as exc:
-            raise MailEffectError(host, int(port), mid, f"{type(exc).__name__}: {exc}") \
-                from exc
-        return {"message_id": mid,
-                "refused": {a: [c, t.decode("utf-8", "replace") if isinstance(t, bytes)
-                                else str(t)] for a, (c, t) in refused.items()}}
+            raise MailEffectError(host, int(port), mid, f"{type(exc).__name__}: {exc}") from exc
+        return {
+            "message_id": mid,
+            "refused": {
+                a: [c, t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t)]
+                for a, (c, t) in refused.items()
+            },
+        }
 
     return send

@@ -56,17 +56,28 @@ def _argv(hook: str | Sequence[str]) -> list[str]:
     return argv
 
 
-def run_command(argv: list[str], *, data: bytes | None, timeout: float,
-                env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> str | None:
+def run_command(
+    argv: list[str],
+    *,
+    data: bytes | None,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    ok: tuple[int, ...] = (0,),
+) -> str | None:
     """Run ``argv`` in its own session (``data`` on stdin, else none), killing its whole group
     after ``timeout`` seconds; None if it exited with a code in ``ok``, else why it did not
     (the last line of its stderr included). Used for notification hooks and supervised
     attempts alike."""
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if data is None else
-                                subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                env=env)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
     except OSError as exc:
         return f"cannot start {argv[0]!r}: {exc.strerror or exc}"
     try:
@@ -99,8 +110,9 @@ def notify_event(store: Store, event: str, run_id: str, **fields: Any) -> bool:
     hook = _hook(store)
     if hook is None:
         return False
-    ev = store.redactor.redact({"event": event, "run_id": run_id, "store": store.root,
-                                "time": time.time(), **fields})
+    ev = store.redactor.redact(
+        {"event": event, "run_id": run_id, "store": store.root, "time": time.time(), **fields}
+    )
     try:
         if callable(hook):
             hook(ev)
@@ -110,6 +122,10 @@ def notify_event(store: Store, event: str, run_id: str, **fields: Any) -> bool:
         why = f"{type(exc).__name__}: {exc}"
     if why is None:
         return True
-    log.warning("crashpoint: the notification hook failed for the %s event of run %r: %s",
-                event, run_id, why)
+    log.warning(
+        "crashpoint: the notification hook failed for the %s event of run %r: %s",
+        event,
+        run_id,
+        why,
+    )
     return False

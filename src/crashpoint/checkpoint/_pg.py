@@ -107,8 +107,7 @@ def redact_dsn(dsn: str) -> str:
     host = parts.get("host") or "localhost"
     port = parts.get("port")
     db = parts.get("dbname") or ""
-    return (f"postgresql://{f'{user}@' if user else ''}{host}"
-            f"{f':{port}' if port else ''}/{db}")
+    return f"postgresql://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}/{db}"
 
 
 def _secrets_of(dsn: str) -> list[str]:
@@ -164,8 +163,10 @@ class PostgresStore:
         connect_timeout: float = 10.0,
     ) -> None:
         if not _SCHEMA_RE.match(schema):
-            raise ValueError(f"schema {schema!r} is not a plain lower-case SQL name "
-                             "([a-z_][a-z0-9_]*, at most 63 characters)")
+            raise ValueError(
+                f"schema {schema!r} is not a plain lower-case SQL name "
+                "([a-z_][a-z0-9_]*, at most 63 characters)"
+            )
         if on_corrupt not in ("raise", "rollback"):
             raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
         if budget_bytes is not None and budget_bytes <= 0:
@@ -174,8 +175,9 @@ class PostgresStore:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
         hb = lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
         if not 0 < hb < lease_seconds:
-            raise ValueError(f"heartbeat_seconds must be between 0 and lease_seconds "
-                             f"({lease_seconds}), got {hb}")
+            raise ValueError(
+                f"heartbeat_seconds must be between 0 and lease_seconds ({lease_seconds}), got {hb}"
+            )
         self._dsn = dsn
         self._secrets = _secrets_of(dsn)
         self.label = redact_dsn(dsn)
@@ -210,14 +212,18 @@ class PostgresStore:
         return text
 
     def _error(self, exc: BaseException, what: str) -> CheckpointError:
-        return CheckpointError(f"{self.label} (schema {self.schema}): {what}: "
-                               f"{self._redact(str(exc).strip())}")
+        return CheckpointError(
+            f"{self.label} (schema {self.schema}): {what}: {self._redact(str(exc).strip())}"
+        )
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection to the store's database (the schema created if missing)."""
         try:
-            conn = psycopg.connect(self._dsn, connect_timeout=max(1, int(self.connect_timeout)),
-                                   application_name="crashpoint")
+            conn = psycopg.connect(
+                self._dsn,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                application_name="crashpoint",
+            )
         except psycopg.Error as exc:
             raise self._error(exc, "cannot connect") from None
         try:
@@ -234,8 +240,12 @@ class PostgresStore:
         """A transaction on the store's shared connection (reconnected after a fork or a
         broken connection)."""
         with self._mutex:
-            if self._conn is None or self._conn.closed or self._conn_pid != os.getpid() or \
-                    self._conn.broken:
+            if (
+                self._conn is None
+                or self._conn.closed
+                or self._conn_pid != os.getpid()
+                or self._conn.broken
+            ):
                 self._conn = self.connect()
                 self._conn_pid = os.getpid()
             conn = self._conn
@@ -266,15 +276,17 @@ class PostgresStore:
 
     def _q(self, text: str) -> sql.Composed:
         """``text`` with ``{runs}``, ``{records}``, ``{snapshots}``, ``{leases}`` filled in."""
-        return sql.SQL(text).format(**{n: self._t(n) for n in
-                                       ("runs", "records", "snapshots", "leases")})
+        return sql.SQL(text).format(
+            **{n: self._t(n) for n in ("runs", "records", "snapshots", "leases")}
+        )
 
     def _create_schema(self, conn: psycopg.Connection[Any]) -> None:
         try:
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                    sql.Identifier(self.schema)))
+                cur.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
                 for ddl in _DDL:
                     cur.execute(self._q(ddl))
         except psycopg.Error as exc:
@@ -300,56 +312,86 @@ class PostgresStore:
     def rows(self, run_id: str) -> int:
         """How many rows (records and snapshots) the run has: what ``verify`` checks."""
         with self._tx() as cur:
-            cur.execute(self._q("SELECT (SELECT count(*) FROM {records} WHERE run_id = %s) + "
-                                "(SELECT count(*) FROM {snapshots} WHERE run_id = %s)"),
-                        (run_id, run_id))
+            cur.execute(
+                self._q(
+                    "SELECT (SELECT count(*) FROM {records} WHERE run_id = %s) + "
+                    "(SELECT count(*) FROM {snapshots} WHERE run_id = %s)"
+                ),
+                (run_id, run_id),
+            )
             return int(cur.fetchone()[0])  # type: ignore[index]
 
     # -- leases --------------------------------------------------------------------------------
 
     def lease(self, run_id: str) -> Lease | None:
         with self._tx() as cur:
-            cur.execute(self._q(
-                "SELECT holder, generation, extract(epoch FROM expires_at)::float8, "
-                "holder IS NULL OR expires_at <= now() FROM {leases} WHERE run_id = %s"),
-                (run_id,))
+            cur.execute(
+                self._q(
+                    "SELECT holder, generation, extract(epoch FROM expires_at)::float8, "
+                    "holder IS NULL OR expires_at <= now() FROM {leases} WHERE run_id = %s"
+                ),
+                (run_id,),
+            )
             row = cur.fetchone()
         if row is None:
             return None
         return Lease(run_id, row[0] or "", int(row[1]), float(row[2]), bool(row[3]))
 
-    def _take(self, cur: psycopg.Cursor[Any], run_id: str, worker: str, *, force: bool = False,
-              adopt: bool = True, local: str | None = None) -> tuple[int, str, bool] | None:
+    def _take(
+        self,
+        cur: psycopg.Cursor[Any],
+        run_id: str,
+        worker: str,
+        *,
+        force: bool = False,
+        adopt: bool = True,
+        local: str | None = None,
+    ) -> tuple[int, str, bool] | None:
         """Take the run's lease for ``worker`` in the caller's transaction: (generation, previous
         holder, adopted) or None if another holder's lease is live. New runs start at generation
         1. ``local``: this process's :func:`_local_key`, recorded with the lease, so that a
         process of this machine (same boot, same pid namespace) may take the lease of a dead
         holder at once instead of waiting for it to expire (a restart after kill -9)."""
         ttl = self.lease_seconds
-        cur.execute(self._q(
-            "INSERT INTO {leases} (run_id, holder, generation, expires_at, local) "
-            "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s) "
-            "ON CONFLICT (run_id) DO NOTHING RETURNING generation"),
-            (run_id, worker, ttl, local))
+        cur.execute(
+            self._q(
+                "INSERT INTO {leases} (run_id, holder, generation, expires_at, local) "
+                "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING generation"
+            ),
+            (run_id, worker, ttl, local),
+        )
         row = cur.fetchone()
         if row is not None:
             return int(row[0]), "", False
-        cur.execute(self._q(
-            "SELECT holder, generation, holder IS NULL OR expires_at <= now(), local "
-            "FROM {leases} WHERE run_id = %s FOR UPDATE"), (run_id,))
+        cur.execute(
+            self._q(
+                "SELECT holder, generation, holder IS NULL OR expires_at <= now(), local "
+                "FROM {leases} WHERE run_id = %s FOR UPDATE"
+            ),
+            (run_id,),
+        )
         holder, gen, free, their_local = cur.fetchone()  # type: ignore[misc]
         if not force and not free:
             if adopt and holder == worker:  # a fleet worker's claim, or our own lease
-                cur.execute(self._q(
-                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s), "
-                    "local = coalesce(%s, local) WHERE run_id = %s"), (ttl, local, run_id))
+                cur.execute(
+                    self._q(
+                        "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s), "
+                        "local = coalesce(%s, local) WHERE run_id = %s"
+                    ),
+                    (ttl, local, run_id),
+                )
                 return int(gen), holder, True
             if not _local_dead(their_local):
                 return None
-        cur.execute(self._q(
-            "UPDATE {leases} SET holder = %s, generation = generation + 1, "
-            "expires_at = now() + make_interval(secs => %s), local = %s WHERE run_id = %s "
-            "RETURNING generation"), (worker, ttl, local, run_id))
+        cur.execute(
+            self._q(
+                "UPDATE {leases} SET holder = %s, generation = generation + 1, "
+                "expires_at = now() + make_interval(secs => %s), local = %s WHERE run_id = %s "
+                "RETURNING generation"
+            ),
+            (worker, ttl, local, run_id),
+        )
         return int(cur.fetchone()[0]), holder or "", False  # type: ignore[index]
 
     def take_over(self, run_id: str, worker: str) -> int:
@@ -364,43 +406,58 @@ class PostgresStore:
     def renew(self, run_id: str, worker: str, generation: int) -> bool:
         """Extend the lease (a heartbeat); False if ``worker`` no longer holds ``generation``."""
         with self._tx() as cur:
-            cur.execute(self._q(
-                "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
-                "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"),
-                (self.lease_seconds, run_id, worker, generation))
+            cur.execute(
+                self._q(
+                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
+                    "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"
+                ),
+                (self.lease_seconds, run_id, worker, generation),
+            )
             return cur.fetchone() is not None
 
     def release(self, run_id: str, worker: str, generation: int) -> None:
         """Give the lease up (if ``worker`` still holds ``generation``): any worker may take the
         run at once."""
         with self._tx() as cur:
-            cur.execute(self._q(
-                "UPDATE {leases} SET holder = NULL, expires_at = now() "
-                "WHERE run_id = %s AND holder = %s AND generation = %s"),
-                (run_id, worker, generation))
+            cur.execute(
+                self._q(
+                    "UPDATE {leases} SET holder = NULL, expires_at = now() "
+                    "WHERE run_id = %s AND holder = %s AND generation = %s"
+                ),
+                (run_id, worker, generation),
+            )
 
-    def claim(self, worker: str, *, limit: int = 1, auto_resume_hitl: bool = False
-              ) -> list[tuple[str, int]]:
+    def claim(
+        self, worker: str, *, limit: int = 1, auto_resume_hitl: bool = False
+    ) -> list[tuple[str, int]]:
         """Take the leases of up to ``limit`` unfinished, not dead-lettered runs no live worker
         holds (``FOR UPDATE SKIP LOCKED``: concurrent claimers get disjoint runs); return
         ``[(run_id, generation)]``."""
         statuses = list(_CLAIMABLE) + (["decided"] if auto_resume_hitl else [])
         out: list[tuple[str, int]] = []
         with self._tx() as cur:
-            cur.execute(self._q(
-                "SELECT r.run_id FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id "
-                "WHERE r.status = ANY(%s) AND r.dead IS NULL "
-                "AND (l.run_id IS NULL OR l.holder IS NULL OR l.expires_at <= now()) "
-                "ORDER BY r.updated LIMIT %s FOR UPDATE OF r SKIP LOCKED"), (statuses, limit))
+            cur.execute(
+                self._q(
+                    "SELECT r.run_id FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id "
+                    "WHERE r.status = ANY(%s) AND r.dead IS NULL "
+                    "AND (l.run_id IS NULL OR l.holder IS NULL OR l.expires_at <= now()) "
+                    "ORDER BY r.updated LIMIT %s FOR UPDATE OF r SKIP LOCKED"
+                ),
+                (statuses, limit),
+            )
             for (rid,) in cur.fetchall():
-                cur.execute(self._q(
-                    "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
-                    "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
-                    "ON CONFLICT (run_id) DO UPDATE SET holder = EXCLUDED.holder, "
-                    "generation = {leases}.generation + 1, expires_at = EXCLUDED.expires_at, "
-                    "local = NULL "
-                    "WHERE {leases}.holder IS NULL OR {leases}.expires_at <= now() "
-                    "RETURNING generation"), (rid, worker, self.lease_seconds))
+                cur.execute(
+                    self._q(
+                        "INSERT INTO {leases} (run_id, holder, generation, expires_at) "
+                        "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
+                        "ON CONFLICT (run_id) DO UPDATE SET holder = EXCLUDED.holder, "
+                        "generation = {leases}.generation + 1, expires_at = EXCLUDED.expires_at, "
+                        "local = NULL "
+                        "WHERE {leases}.holder IS NULL OR {leases}.expires_at <= now() "
+                        "RETURNING generation"
+                    ),
+                    (rid, worker, self.lease_seconds),
+                )
                 row = cur.fetchone()
                 if row is not None:
                     out.append((rid, int(row[0])))
@@ -411,10 +468,13 @@ class PostgresStore:
     def record_attempt(self, run_id: str, error: str | None) -> int:
         """Count one more attempt at the run (``error``: why it failed); return the count."""
         with self._tx() as cur:
-            cur.execute(self._q(
-                "UPDATE {runs} SET attempts = attempts + 1, last_error = %s "
-                "WHERE run_id = %s RETURNING attempts"),
-                (None if error is None else self._redact(error)[:4000], run_id))
+            cur.execute(
+                self._q(
+                    "UPDATE {runs} SET attempts = attempts + 1, last_error = %s "
+                    "WHERE run_id = %s RETURNING attempts"
+                ),
+                (None if error is None else self._redact(error)[:4000], run_id),
+            )
             row = cur.fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
@@ -423,21 +483,33 @@ class PostgresStore:
     def dead_letter(self, run_id: str, reason: str) -> None:
         """Never claim the run again (until an operator clears it)."""
         with self._tx() as cur:
-            cur.execute(self._q("UPDATE {runs} SET dead = %s WHERE run_id = %s RETURNING 1"),
-                        (self._redact(reason)[:4000] or "dead-lettered", run_id))
+            cur.execute(
+                self._q("UPDATE {runs} SET dead = %s WHERE run_id = %s RETURNING 1"),
+                (self._redact(reason)[:4000] or "dead-lettered", run_id),
+            )
             if cur.fetchone() is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.root}")
 
     def dead_lettered(self) -> list[tuple[str, int, str]]:
         with self._tx() as cur:
-            cur.execute(self._q("SELECT run_id, attempts, dead FROM {runs} "
-                                "WHERE dead IS NOT NULL ORDER BY run_id"))
+            cur.execute(
+                self._q(
+                    "SELECT run_id, attempts, dead FROM {runs} "
+                    "WHERE dead IS NOT NULL ORDER BY run_id"
+                )
+            )
             return [(r[0], int(r[1]), str(r[2])) for r in cur.fetchall()]
 
     # -- opening -------------------------------------------------------------------------------
 
-    def open(self, run_id: str, *, reducer: Reducer = records_reducer, create: bool = True,
-             lock_timeout: float | None = None) -> PgJournal:
+    def open(
+        self,
+        run_id: str,
+        *,
+        reducer: Reducer = records_reducer,
+        create: bool = True,
+        lock_timeout: float | None = None,
+    ) -> PgJournal:
         """Open a run for writing: take (or adopt) its lease, load its state. Raises
         :class:`RunLocked` if another worker's lease is live after ``lock_timeout`` seconds."""
         validate_run_id(run_id)
@@ -459,26 +531,28 @@ class PostgresStore:
             while True:
                 try:
                     with conn.transaction(), conn.cursor() as cur:
-                        cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"),
-                                    (run_id,))
+                        cur.execute(self._q("SELECT 1 FROM {runs} WHERE run_id = %s"), (run_id,))
                         if cur.fetchone() is None:
                             if not create:
                                 raise RunNotFound(f"no run {run_id!r} in {self.root}")
-                            cur.execute(self._q(
-                                "INSERT INTO {runs} (run_id) VALUES (%s) "
-                                "ON CONFLICT DO NOTHING"), (run_id,))
+                            cur.execute(
+                                self._q(
+                                    "INSERT INTO {runs} (run_id) VALUES (%s) ON CONFLICT DO NOTHING"
+                                ),
+                                (run_id,),
+                            )
                         got = self._take(cur, run_id, self.worker, local=_local_key())
                         if got is None:
-                            cur.execute(self._q("SELECT holder FROM {leases} WHERE run_id = %s"),
-                                        (run_id,))
+                            cur.execute(
+                                self._q("SELECT holder FROM {leases} WHERE run_id = %s"), (run_id,)
+                            )
                             holder = str((cur.fetchone() or ("",))[0] or "")
                 except psycopg.Error as exc:
                     raise self._error(exc, f"opening run {run_id!r}") from None
                 if got is not None:
                     break
                 if time.monotonic() >= deadline:
-                    raise RunLocked(run_id, self.path(run_id), f"worker {holder}",
-                                    timeout)
+                    raise RunLocked(run_id, self.path(run_id), f"worker {holder}", timeout)
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             gen, _prev, adopted = got
             try:
@@ -496,8 +570,9 @@ class PostgresStore:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _load(self, cur: psycopg.Cursor[Any], run_id: str, reducer: Reducer, *,
-              stop_on_damage: bool) -> Loaded:
+    def _load(
+        self, cur: psycopg.Cursor[Any], run_id: str, reducer: Reducer, *, stop_on_damage: bool
+    ) -> Loaded:
         """Rebuild the run's state from its newest snapshot and the records after it."""
         where = self.path(run_id)
         out = Loaded(state={})
@@ -508,8 +583,10 @@ class PostgresStore:
                 raise d.error()
             out.damage.append(d)
 
-        cur.execute(self._q("SELECT seq, frame FROM {snapshots} WHERE run_id = %s "
-                            "ORDER BY seq DESC"), (run_id,))
+        cur.execute(
+            self._q("SELECT seq, frame FROM {snapshots} WHERE run_id = %s ORDER BY seq DESC"),
+            (run_id,),
+        )
         for sseq, frame in cur.fetchall():
             got = _snapshot_of(bytes(frame), int(sseq), _STATE_CHECKS.get(reducer))
             if isinstance(got, str):
@@ -521,9 +598,13 @@ class PostgresStore:
             out.state, out.generation, out.snapshot_bytes = got
             out.seq = out.snapshot_seq = int(sseq)
             break
-        cur.execute(self._q("SELECT seq, generation, frame FROM {records} "
-                            "WHERE run_id = %s AND seq > %s ORDER BY seq"),
-                    (run_id, out.seq))
+        cur.execute(
+            self._q(
+                "SELECT seq, generation, frame FROM {records} "
+                "WHERE run_id = %s AND seq > %s ORDER BY seq"
+            ),
+            (run_id, out.seq),
+        )
         for seq, _gen, frame in cur:
             seq = int(seq)
             raw = bytes(frame)
@@ -547,8 +628,11 @@ class PostgresStore:
                 hit(seq, f"records #{out.seq + 1}..#{s - 1} are missing")
                 break
             if g < out.generation:
-                hit(seq, f"written by generation {g} after generation {out.generation} "
-                         "(a fenced-out writer)")
+                hit(
+                    seq,
+                    f"written by generation {g} after generation {out.generation} "
+                    "(a fenced-out writer)",
+                )
                 break
             try:
                 reducer(out.state, d)
@@ -581,18 +665,32 @@ class PostgresStore:
 
     def runs(self) -> list[RunInfo]:
         with self._tx() as cur:
-            cur.execute(self._q(
-                "SELECT r.run_id, r.status, r.size, extract(epoch FROM r.updated)::float8, "
-                "r.meta, coalesce(l.generation, 0), "
-                "coalesce(l.holder IS NOT NULL AND l.expires_at > now(), false) "
-                "FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id ORDER BY r.run_id"))
+            cur.execute(
+                self._q(
+                    "SELECT r.run_id, r.status, r.size, extract(epoch FROM r.updated)::float8, "
+                    "r.meta, coalesce(l.generation, 0), "
+                    "coalesce(l.holder IS NOT NULL AND l.expires_at > now(), false) "
+                    "FROM {runs} r LEFT JOIN {leases} l ON l.run_id = r.run_id ORDER BY r.run_id"
+                )
+            )
             rows = cur.fetchall()
-        return [RunInfo(rid, self.path(rid), str(status), int(size), float(upd), int(gen),
-                        bool(locked), _meta_of(meta))
-                for rid, status, size, upd, meta, gen, locked in rows]
+        return [
+            RunInfo(
+                rid,
+                self.path(rid),
+                str(status),
+                int(size),
+                float(upd),
+                int(gen),
+                bool(locked),
+                _meta_of(meta),
+            )
+            for rid, status, size, upd, meta, gen, locked in rows
+        ]
 
-    def verify(self, run_id: str | None = None, *, reducer: Reducer = records_reducer
-               ) -> dict[str, tuple[list[Damage], list[Any]]]:
+    def verify(
+        self, run_id: str | None = None, *, reducer: Reducer = records_reducer
+    ) -> dict[str, tuple[list[Damage], list[Any]]]:
         """Check every row's checksum and envelope of one run or all: ``{run_id: (damage, [])}``
         (a database has no torn tails)."""
         ids = [run_id] if run_id is not None else self.run_ids()
@@ -604,8 +702,10 @@ class PostgresStore:
                     raise RunNotFound(f"no run {rid!r} in {self.root}")
                 damage = self._load(cur, rid, reducer, stop_on_damage=False).damage
                 where = self.path(rid)
-                cur.execute(self._q("SELECT seq, frame FROM {records} WHERE run_id = %s "
-                                    "ORDER BY seq"), (rid,))
+                cur.execute(
+                    self._q("SELECT seq, frame FROM {records} WHERE run_id = %s ORDER BY seq"),
+                    (rid,),
+                )
                 for seq, frame in cur.fetchall():
                     res = scan(bytes(frame))
                     why = None
@@ -627,12 +727,15 @@ class PostgresStore:
         """Bytes the store's runs hold (records, snapshots, meta), for all writers together."""
         with self._tx() as cur:
             if refresh:
-                cur.execute(self._q(
-                    "UPDATE {runs} r SET size = octet_length(coalesce(r.meta, ''::bytea)) "
-                    "+ coalesce((SELECT sum(octet_length(frame)) FROM {records} x "
-                    "WHERE x.run_id = r.run_id), 0) "
-                    "+ coalesce((SELECT sum(octet_length(frame)) FROM {snapshots} x "
-                    "WHERE x.run_id = r.run_id), 0)"))
+                cur.execute(
+                    self._q(
+                        "UPDATE {runs} r SET size = octet_length(coalesce(r.meta, ''::bytea)) "
+                        "+ coalesce((SELECT sum(octet_length(frame)) FROM {records} x "
+                        "WHERE x.run_id = r.run_id), 0) "
+                        "+ coalesce((SELECT sum(octet_length(frame)) FROM {snapshots} x "
+                        "WHERE x.run_id = r.run_id), 0)"
+                    )
+                )
             cur.execute(self._q("SELECT coalesce(sum(size), 0) FROM {runs}"))
             return int(cur.fetchone()[0])  # type: ignore[index]
 
@@ -644,28 +747,34 @@ class PostgresStore:
     def _remove(self, run_id: str, *, finished_only: bool) -> int:
         validate_run_id(run_id)
         with self._tx() as cur:
-            cur.execute(self._q("SELECT size FROM {runs} WHERE run_id = %s FOR UPDATE"),
-                        (run_id,))
+            cur.execute(self._q("SELECT size FROM {runs} WHERE run_id = %s FOR UPDATE"), (run_id,))
             row = cur.fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.root}")
-            cur.execute(self._q("SELECT holder FROM {leases} WHERE run_id = %s "
-                                "AND holder IS NOT NULL AND expires_at > now() FOR UPDATE"),
-                        (run_id,))
+            cur.execute(
+                self._q(
+                    "SELECT holder FROM {leases} WHERE run_id = %s "
+                    "AND holder IS NOT NULL AND expires_at > now() FOR UPDATE"
+                ),
+                (run_id,),
+            )
             live = cur.fetchone()
             if live is not None:
                 raise RunLocked(run_id, self.path(run_id), f"worker {live[0]}")
             if finished_only and self._finished(cur, run_id) not in PRUNABLE_STATUSES:
                 raise CheckpointError(f"run {run_id!r} is not finished (by its journal)")
             for t in ("records", "snapshots", "leases", "runs"):
-                cur.execute(sql.SQL("DELETE FROM {} WHERE run_id = %s").format(self._t(t)),
-                            (run_id,))
+                cur.execute(
+                    sql.SQL("DELETE FROM {} WHERE run_id = %s").format(self._t(t)), (run_id,)
+                )
             return int(row[0])
 
     def _finished(self, cur: psycopg.Cursor[Any], run_id: str) -> str | None:
         def last_word(state: dict[str, Any], rec: Any) -> None:
-            state["__finish__"] = rec.get("status") if isinstance(rec, dict) and \
-                rec.get("t") == "finish" else None
+            state["__finish__"] = (
+                rec.get("status") if isinstance(rec, dict) and rec.get("t") == "finish" else None
+            )
+
         try:
             loaded = self._load(cur, run_id, last_word, stop_on_damage=True)
         except CheckpointCorrupt:
@@ -673,8 +782,13 @@ class PostgresStore:
         if loaded.seq == 0:
             return None
         st = loaded.state
-        got = st.get("__finish__") if "__finish__" in st else st.get("status") \
-            if "effects" in st else None
+        got = (
+            st.get("__finish__")
+            if "__finish__" in st
+            else st.get("status")
+            if "effects" in st
+            else None
+        )
         return got if isinstance(got, str) else None
 
     def prunable(self, *, now: float | None = None, need: int = 0) -> list[RunInfo]:
@@ -690,8 +804,9 @@ class PostgresStore:
                     done.append(replace(r, status=status))
         return pick_for_retention(done, self.retention, now, need)
 
-    def prune(self, *, now: float | None = None, need: int = 0,
-              dry_run: bool = False) -> list[RunInfo]:
+    def prune(
+        self, *, now: float | None = None, need: int = 0, dry_run: bool = False
+    ) -> list[RunInfo]:
         removed = []
         for r in self.prunable(now=now, need=need):
             if not dry_run:
@@ -713,8 +828,12 @@ class PostgresStore:
         return max(0, used + n - self.budget_bytes)
 
     def _budget_error(self, where: str, n: int) -> DiskBudgetExceeded:
-        return DiskBudgetExceeded(where, n, f"the store's budget of {self.budget_bytes} bytes "
-                                            f"(in use by all its writers: {self.usage()})")
+        return DiskBudgetExceeded(
+            where,
+            n,
+            f"the store's budget of {self.budget_bytes} bytes "
+            f"(in use by all its writers: {self.usage()})",
+        )
 
 
 def _failpoint(name: str, where: str) -> None:
@@ -786,8 +905,12 @@ def _snapshot_of(frame: bytes, seq: int, check: Any) -> tuple[dict[str, Any], in
         if type(obj) is not dict or set(obj) != {"seq", "gen", "state"}:
             raise PayloadError("a snapshot is an object of exactly seq, gen and state")
         state, sseq, gen = obj["state"], obj["seq"], obj["gen"]
-        if type(sseq) is not int or type(gen) is not int or type(state) is not dict or \
-                not 0 <= gen <= MAX_SEQ:
+        if (
+            type(sseq) is not int
+            or type(gen) is not int
+            or type(state) is not dict
+            or not 0 <= gen <= MAX_SEQ
+        ):
             raise PayloadError("its seq and gen must be integers and its state an object")
         if sseq != seq:
             raise PayloadError(f"it says seq {sseq}, its row says {seq}")
@@ -835,9 +958,16 @@ class PgJournal:
     """An open run in a :class:`PostgresStore`: the lease held (and renewed by a heartbeat
     thread), records appended as rows, each write fenced by the lease's generation."""
 
-    def __init__(self, store: PostgresStore, run_id: str, reducer: Reducer,
-                 conn: psycopg.Connection[Any], generation: int, adopted: bool,
-                 key: tuple[str, str, str]) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        run_id: str,
+        reducer: Reducer,
+        conn: psycopg.Connection[Any],
+        generation: int,
+        adopted: bool,
+        key: tuple[str, str, str],
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.folder = store.path(run_id)  # for messages, like the file journal's folder
@@ -855,8 +985,9 @@ class PgJournal:
         self._sync_every = {"always": 1, "batch": dur.every}.get(dur.mode, 0)
         try:
             with conn.transaction(), conn.cursor() as cur:
-                loaded = store._load(cur, run_id, reducer,
-                                     stop_on_damage=store.on_corrupt == "raise")
+                loaded = store._load(
+                    cur, run_id, reducer, stop_on_damage=store.on_corrupt == "raise"
+                )
         except psycopg.Error as exc:
             raise store._error(exc, f"loading run {run_id!r}") from None
         self.state: dict[str, Any] = loaded.state
@@ -867,8 +998,9 @@ class PgJournal:
         self.recovery = Recovery(None, tuple(loaded.damage), loaded.lost_from_seq, ())
         if loaded.damage:  # rollback: the valid prefix becomes a snapshot, the rest goes
             self._write_snapshot(drop_after=True)
-        self._heart = threading.Thread(target=self._heartbeat, daemon=True,
-                                       name=f"crashpoint-lease-{run_id}")
+        self._heart = threading.Thread(
+            target=self._heartbeat, daemon=True, name=f"crashpoint-lease-{run_id}"
+        )
         self._heart.start()
 
     # -- the lease -------------------------------------------------------------------------------
@@ -879,12 +1011,18 @@ class PgJournal:
         while not self._stop.wait(store.heartbeat_seconds):
             try:
                 if conn is None or conn.closed or conn.broken:
-                    conn = psycopg.connect(store._dsn, autocommit=True,
-                                           connect_timeout=max(1, int(store.connect_timeout)))
-                cur = conn.execute(store._q(
-                    "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
-                    "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"),
-                    (store.lease_seconds, self.run_id, store.worker, self.generation))
+                    conn = psycopg.connect(
+                        store._dsn,
+                        autocommit=True,
+                        connect_timeout=max(1, int(store.connect_timeout)),
+                    )
+                cur = conn.execute(
+                    store._q(
+                        "UPDATE {leases} SET expires_at = now() + make_interval(secs => %s) "
+                        "WHERE run_id = %s AND holder = %s AND generation = %s RETURNING 1"
+                    ),
+                    (store.lease_seconds, self.run_id, store.worker, self.generation),
+                )
                 if cur.fetchone() is None:
                     self._lost.set()
                     break
@@ -898,30 +1036,38 @@ class PgJournal:
     def _fenced(self, cur: psycopg.Cursor[Any]) -> None:
         """In the write's transaction: hold the lease row (FOR SHARE: a take-over waits for
         this write) and check its generation is still ours; else LeaseLost."""
-        cur.execute(self.store._q("SELECT holder, generation FROM {leases} WHERE run_id = %s "
-                                  "FOR SHARE"), (self.run_id,))
+        cur.execute(
+            self.store._q("SELECT holder, generation FROM {leases} WHERE run_id = %s FOR SHARE"),
+            (self.run_id,),
+        )
         row = cur.fetchone()
         if row is None or int(row[1]) != self.generation or row[0] != self.store.worker:
             holder = "" if row is None else str(row[0] or "")
             current = 0 if row is None else int(row[1])
-            raise LeaseLost(self.run_id, self.folder, holder and f"worker {holder}", 0.0,
-                            self.generation, current)
+            raise LeaseLost(
+                self.run_id,
+                self.folder,
+                holder and f"worker {holder}",
+                0.0,
+                self.generation,
+                current,
+            )
 
     @contextmanager
-    def _write(self, what: str, *, durable: bool | None = None
-               ) -> Iterator[psycopg.Cursor[Any]]:
+    def _write(self, what: str, *, durable: bool | None = None) -> Iterator[psycopg.Cursor[Any]]:
         if self._broken is not None:
             if isinstance(self._broken, LeaseLost):
                 raise self._broken
-            raise CheckpointError(f"run {self.run_id!r}: the journal stopped at an earlier "
-                                  f"error ({self._broken}); reopen")
+            raise CheckpointError(
+                f"run {self.run_id!r}: the journal stopped at an earlier "
+                f"error ({self._broken}); reopen"
+            )
         if self._conn is None:
             raise CheckpointError(f"run {self.run_id!r} is closed")
         conn = self._conn
         try:
             with conn.transaction(), conn.cursor() as cur:
-                if not (self.store.durability.mode == "always" if durable is None
-                        else durable):
+                if not (self.store.durability.mode == "always" if durable is None else durable):
                     cur.execute("SET LOCAL synchronous_commit = off")
                 self._fenced(cur)
                 yield cur
@@ -935,9 +1081,11 @@ class PgJournal:
         except psycopg.OperationalError as exc:
             # the connection failed: whether the commit landed is unknown; never guess
             self._broken = exc
-            raise CheckpointWriteError(5, self.folder, f"{what}: the database connection "
-                                       f"failed: {self.store._redact(str(exc).strip())}") \
-                from None
+            raise CheckpointWriteError(
+                5,
+                self.folder,
+                f"{what}: the database connection failed: {self.store._redact(str(exc).strip())}",
+            ) from None
         except psycopg.Error as exc:
             self._broken = exc
             raise self.store._error(exc, f"{what} in run {self.run_id!r}") from None
@@ -957,11 +1105,16 @@ class PgJournal:
         with self._write("appending a record") as cur:
             if store._budget_check(cur, n, self.folder):
                 raise store._budget_error(self.folder, n)
-            cur.execute(store._q(
-                "INSERT INTO {records} (run_id, seq, generation, frame) VALUES (%s, %s, %s, %s)"),
-                (self.run_id, seq, self.generation, frame))
-            cur.execute(store._q("UPDATE {runs} SET size = size + %s, updated = now() "
-                                 "WHERE run_id = %s"), (n, self.run_id))
+            cur.execute(
+                store._q(
+                    "INSERT INTO {records} (run_id, seq, generation, frame) VALUES (%s, %s, %s, %s)"
+                ),
+                (self.run_id, seq, self.generation, frame),
+            )
+            cur.execute(
+                store._q("UPDATE {runs} SET size = size + %s, updated = now() WHERE run_id = %s"),
+                (n, self.run_id),
+            )
             _failpoint("journal.after_write", self.folder)  # in the transaction, uncommitted
         store.bytes_written += n
         _failpoint("journal.after_sync", self.folder)  # committed
@@ -993,8 +1146,9 @@ class PgJournal:
         if self._conn is None or self._broken is not None or not self._unsynced:
             return
         with self._write("syncing", durable=True) as cur:
-            cur.execute(self.store._q("UPDATE {runs} SET updated = now() WHERE run_id = %s"),
-                        (self.run_id,))
+            cur.execute(
+                self.store._q("UPDATE {runs} SET updated = now() WHERE run_id = %s"), (self.run_id,)
+            )
         self._unsynced = 0
 
     @property
@@ -1019,29 +1173,41 @@ class PgJournal:
 
     def _write_snapshot(self, *, drop_after: bool = False) -> None:
         store = self.store
-        frame = encode(encode_json({"seq": self.seq, "gen": self.generation,
-                                    "state": self.state}), KIND_SNAPSHOT)
+        frame = encode(
+            encode_json({"seq": self.seq, "gen": self.generation, "state": self.state}),
+            KIND_SNAPSHOT,
+        )
         with self._write("writing a snapshot") as cur:
             if store._budget_check(cur, len(frame), self.folder) and not drop_after:
                 raise store._budget_error(self.folder, len(frame))
-            cur.execute(store._q(
-                "INSERT INTO {snapshots} (run_id, seq, generation, frame) VALUES "
-                "(%s, %s, %s, %s) ON CONFLICT (run_id, seq) DO UPDATE SET "
-                "generation = EXCLUDED.generation, frame = EXCLUDED.frame"),
-                (self.run_id, self.seq, self.generation, frame))
-            cur.execute(store._q(
-                "WITH a AS (DELETE FROM {records} WHERE run_id = %s AND "
-                "CASE WHEN %s THEN seq > %s ELSE seq <= %s END "
-                "RETURNING octet_length(frame) AS n), "
-                "b AS (DELETE FROM {snapshots} WHERE run_id = %s AND seq <> %s "
-                "RETURNING octet_length(frame) AS n) "
-                "SELECT coalesce((SELECT sum(n) FROM a), 0) "
-                "+ coalesce((SELECT sum(n) FROM b), 0)"),
-                (self.run_id, drop_after, self.seq, self.seq, self.run_id, self.seq))
+            cur.execute(
+                store._q(
+                    "INSERT INTO {snapshots} (run_id, seq, generation, frame) VALUES "
+                    "(%s, %s, %s, %s) ON CONFLICT (run_id, seq) DO UPDATE SET "
+                    "generation = EXCLUDED.generation, frame = EXCLUDED.frame"
+                ),
+                (self.run_id, self.seq, self.generation, frame),
+            )
+            cur.execute(
+                store._q(
+                    "WITH a AS (DELETE FROM {records} WHERE run_id = %s AND "
+                    "CASE WHEN %s THEN seq > %s ELSE seq <= %s END "
+                    "RETURNING octet_length(frame) AS n), "
+                    "b AS (DELETE FROM {snapshots} WHERE run_id = %s AND seq <> %s "
+                    "RETURNING octet_length(frame) AS n) "
+                    "SELECT coalesce((SELECT sum(n) FROM a), 0) "
+                    "+ coalesce((SELECT sum(n) FROM b), 0)"
+                ),
+                (self.run_id, drop_after, self.seq, self.seq, self.run_id, self.seq),
+            )
             freed = int(cur.fetchone()[0])  # type: ignore[index]
-            cur.execute(store._q("UPDATE {runs} SET size = greatest(0, size + %s - %s), "
-                                 "updated = now() WHERE run_id = %s"),
-                        (len(frame), freed, self.run_id))
+            cur.execute(
+                store._q(
+                    "UPDATE {runs} SET size = greatest(0, size + %s - %s), "
+                    "updated = now() WHERE run_id = %s"
+                ),
+                (len(frame), freed, self.run_id),
+            )
         store.bytes_written += len(frame)
         self._snapshot_size = len(frame)
         self._since_snapshot = 0
@@ -1063,14 +1229,20 @@ class PgJournal:
             meta.setdefault("created", time.time())
             meta["updated"] = time.time()
             data = encode_json(store.redactor.redact(meta))
-            if store._budget_check(cur, len(data) - len(old), self.folder) and \
-                    len(data) > len(old):
+            if store._budget_check(cur, len(data) - len(old), self.folder) and len(data) > len(old):
                 raise store._budget_error(self.folder, len(data))
-            cur.execute(store._q(
-                "UPDATE {runs} SET meta = %s, status = coalesce(%s, status), "
-                "size = greatest(0, size + %s), updated = now() WHERE run_id = %s"),
-                (data, str(meta["status"]) if "status" in meta else None,
-                 len(data) - len(old), self.run_id))
+            cur.execute(
+                store._q(
+                    "UPDATE {runs} SET meta = %s, status = coalesce(%s, status), "
+                    "size = greatest(0, size + %s), updated = now() WHERE run_id = %s"
+                ),
+                (
+                    data,
+                    str(meta["status"]) if "status" in meta else None,
+                    len(data) - len(old),
+                    self.run_id,
+                ),
+            )
             _failpoint("atomic.after_temp", self.folder)  # written, not committed
         _failpoint("atomic.after_rename", self.folder)  # committed
         store.bytes_written += len(data)
@@ -1103,10 +1275,13 @@ class PgJournal:
             try:
                 if not self.adopted and not self.lease_lost and not conn.broken:
                     with conn.transaction():
-                        conn.execute(self.store._q(
-                            "UPDATE {leases} SET holder = NULL, expires_at = now() "
-                            "WHERE run_id = %s AND holder = %s AND generation = %s"),
-                            (self.run_id, self.store.worker, self.generation))
+                        conn.execute(
+                            self.store._q(
+                                "UPDATE {leases} SET holder = NULL, expires_at = now() "
+                                "WHERE run_id = %s AND holder = %s AND generation = %s"
+                            ),
+                            (self.run_id, self.store.worker, self.generation),
+                        )
             except psycopg.Error:
                 pass  # the lease expires on its own
             finally:
@@ -1123,4 +1298,3 @@ class PgJournal:
 
     def __repr__(self) -> str:
         return f"<PgJournal {self.run_id!r} seq={self.seq} gen={self.generation}>"
-

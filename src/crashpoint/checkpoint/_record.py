@@ -79,13 +79,19 @@ class PayloadError(ValueError):
     """Stored bytes whose checksum holds but whose content the store never writes."""
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False,
-                            allow_nan=False)
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+)
 # the C encoder without JSONEncoder.encode's per-call overhead (a third of the cost); same
 # output (a test compares them); None on Pythons without it
 _c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODE: Any = None if _c_make_encoder is None else _c_make_encoder(
-    None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+_C_ENCODE: Any = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+)
 
 
 def encode_json(obj: Any) -> bytes:
@@ -100,8 +106,10 @@ def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     if kind == KIND_RECORD and _deeper_than(payload, MAX_WRITE_DEPTH):
-        raise ValueError(f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
-                         "and objects; flatten it (deeper data could not be read back safely)")
+        raise ValueError(
+            f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
+            "and objects; flatten it (deeper data could not be read back safely)"
+        )
     head = _HEAD12.pack(MAGIC, VERSION, kind, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 
@@ -161,9 +169,11 @@ _get_digits: Any = getattr(sys, "get_int_max_str_digits", None)
 
 def _decoder(big_floats: bool) -> json.JSONDecoder:
     limited = _get_digits is not None and 0 < _get_digits() <= _MAX_DIGITS
-    return json.JSONDecoder(parse_constant=_reject_constant,
-                            parse_float=_finite_float if big_floats else None,
-                            parse_int=None if limited else _bounded_int)
+    return json.JSONDecoder(
+        parse_constant=_reject_constant,
+        parse_float=_finite_float if big_floats else None,
+        parse_int=None if limited else _bounded_int,
+    )
 
 
 def _check_text(raw: bytes, obj: Any) -> None:
@@ -248,20 +258,25 @@ def scan(buf: bytes, *, limit: int | None = None) -> ScanResult:
         if size - off < hsize:
             return ScanResult(records, off, "torn", f"incomplete header ({size - off} bytes)")
         magic, version, kind, length, pcrc, hcrc = unpack(buf, off)
-        if crc32(view[off:off + 12]) != hcrc:
+        if crc32(view[off : off + 12]) != hcrc:
             if _all_zero(buf, off):
                 return ScanResult(records, off, "torn", "zero-filled tail")
             return ScanResult(records, off, "damage", "header checksum mismatch")
         if magic != MAGIC:
             return ScanResult(records, off, "damage", f"bad magic {magic!r}")
         if version != VERSION:
-            return ScanResult(records, off, "damage",
-                              f"format version {version} is not supported (this is {VERSION})")
+            return ScanResult(
+                records,
+                off,
+                "damage",
+                f"format version {version} is not supported (this is {VERSION})",
+            )
         start = off + hsize
         if start + length > size:
-            return ScanResult(records, off, "torn",
-                              f"record of {length} bytes runs past the end of the file")
-        payload = bytes(buf[start:start + length])
+            return ScanResult(
+                records, off, "torn", f"record of {length} bytes runs past the end of the file"
+            )
+        payload = bytes(buf[start : start + length])
         if crc32(payload) != pcrc:
             if _all_zero(buf, start):
                 return ScanResult(records, off, "torn", "zero-filled tail")

@@ -14,11 +14,28 @@ REDACTED = "[redacted]"
 
 #: A field is secret when one of the words of its name (split on ``_ - .`` and camelCase) is
 #: one of these, or two adjacent words join into one of them (``api_key`` -> ``apikey``).
-DEFAULT_SECRET_NAMES = frozenset({
-    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "passphrase",
-    "authorization", "auth", "cookie", "cookies", "credential", "credentials", "session",
-    "privatekey", "signature", "bearer",
-})
+DEFAULT_SECRET_NAMES = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "authorization",
+        "auth",
+        "cookie",
+        "cookies",
+        "credential",
+        "credentials",
+        "session",
+        "privatekey",
+        "signature",
+        "bearer",
+    }
+)
 
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
@@ -62,7 +79,8 @@ class Redactor:
         if hit is None:
             words = _words(name)
             hit = any(w in self.names for w in words) or any(
-                a + b in self.names for a, b in pairwise(words))
+                a + b in self.names for a, b in pairwise(words)
+            )
             if len(self._cache) < 4096:
                 self._cache[name] = hit
         return hit
@@ -77,8 +95,7 @@ class Redactor:
             for k, v in value.items():
                 if type(k) is not str:
                     raise TypeError(f"checkpoint keys must be strings, got {k!r}")
-                out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) \
-                    else self.redact(v)
+                out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
             return out_
         if t is list:
             return [self.redact(v) for v in value]
@@ -89,8 +106,7 @@ class Redactor:
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise TypeError(f"checkpoint keys must be strings, got {k!r}")
-                out[k] = REDACTED if (v is not None and self.is_secret_name(k)) \
-                    else self.redact(v)
+                out[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
             return out
         if isinstance(value, (list, tuple)):
             return [self.redact(v) for v in value]

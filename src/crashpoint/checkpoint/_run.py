@@ -97,10 +97,15 @@ class RunDenied(CheckpointError):
 def exit_code(exc: BaseException) -> int:
     """The documented exit code for an exception that stops a run (1 for anything else)."""
     table: list[tuple[type[BaseException], str]] = [
-        (RunPaused, "paused"), (RunLocked, "locked"), (RunDenied, "denied"),
-        (CheckpointCorrupt, "corrupt"), (CheckpointWriteError, "disk"),
-        (DiskBudgetExceeded, "disk"), (EffectInDoubt, "in_doubt"),
-        (ResumeMismatch, "mismatch"), (RunDeadLettered, "dead"),
+        (RunPaused, "paused"),
+        (RunLocked, "locked"),
+        (RunDenied, "denied"),
+        (CheckpointCorrupt, "corrupt"),
+        (CheckpointWriteError, "disk"),
+        (DiskBudgetExceeded, "disk"),
+        (EffectInDoubt, "in_doubt"),
+        (ResumeMismatch, "mismatch"),
+        (RunDeadLettered, "dead"),
     ]
     for cls, name in table:
         if isinstance(exc, cls):
@@ -186,8 +191,15 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "rollback": {"pos": (int,)},
 }
 _OPTIONAL: dict[str, tuple[type, ...]] = {
-    "attempt": (int,), "policy": (str,), "via": (str,), "reason": (str,), "note": (str,),
-    "by": (str,), "kind": (str,), "step": (str,), "pos": (int,),
+    "attempt": (int,),
+    "policy": (str,),
+    "via": (str,),
+    "reason": (str,),
+    "note": (str,),
+    "by": (str,),
+    "kind": (str,),
+    "step": (str,),
+    "pos": (int,),
 }
 
 
@@ -229,6 +241,7 @@ def _check_run_record(rec: Any) -> None:
 
 def _check_run_state(state: dict[str, Any]) -> None:
     """Raise PayloadError for a snapshot state :func:`run_reducer` never builds."""
+
     def bad(key: str, what: str) -> PayloadError:
         return _fail(f"the run state's {key!r} is not {what}")
 
@@ -245,9 +258,12 @@ def _check_run_state(state: dict[str, Any]) -> None:
         raise bad("pauses", "an object of objects")
     for p in pauses.values():
         d = p.get("decision")
-        if d is not None and (type(d) is not dict or type(d.get("approved")) is not bool
-                              or type(d.get("note", "")) is not str
-                              or type(d.get("by", "")) is not str):
+        if d is not None and (
+            type(d) is not dict
+            or type(d.get("approved")) is not bool
+            or type(d.get("note", "")) is not str
+            or type(d.get("by", "")) is not str
+        ):
             raise bad("pauses", "decisions with 'approved', 'note' and 'by'")
     if type(state.get("status", "created")) is not str:
         raise bad("status", "a string")
@@ -257,8 +273,9 @@ def _check_run_state(state: dict[str, Any]) -> None:
     if state.get("steps") is not None and not _is_str_list(state["steps"]):
         raise bad("steps", "a list of step names")
     rollbacks = state.get("rollbacks", [])
-    if type(rollbacks) is not list or not all(type(r) is int and 0 <= r <= _MAX_ATTEMPTS
-                                               for r in rollbacks):
+    if type(rollbacks) is not list or not all(
+        type(r) is int and 0 <= r <= _MAX_ATTEMPTS for r in rollbacks
+    ):
         raise bad("rollbacks", "a list of positions")
 
 
@@ -282,23 +299,33 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
             state["status"] = "running"
     elif t == "intent":
         state["effects"][rec["key"]] = {
-            "kind": rec["kind"], "step": rec.get("step"), "payload": rec.get("payload"),
-            "policy": rec.get("policy", "retry"), "status": "intent",
-            "at": len(state["order"])}
+            "kind": rec["kind"],
+            "step": rec.get("step"),
+            "payload": rec.get("payload"),
+            "policy": rec.get("policy", "retry"),
+            "status": "intent",
+            "at": len(state["order"]),
+        }
     elif t == "effect":
         eff = state["effects"].setdefault(rec["key"], {"kind": rec.get("kind")})
         eff["status"] = "done"
         eff["result"] = rec.get("result")
         eff["via"] = rec.get("via", "call")
     elif t == "pause":
-        state["pauses"][rec["name"]] = {"reason": rec.get("reason", ""),
-                                        "request": rec.get("request"), "decision": None,
-                                        "at": len(state["order"])}
+        state["pauses"][rec["name"]] = {
+            "reason": rec.get("reason", ""),
+            "request": rec.get("request"),
+            "decision": None,
+            "at": len(state["order"]),
+        }
         state["status"] = "paused"
     elif t == "decision":
         p = state["pauses"].setdefault(rec["name"], {"reason": "", "request": None})
-        p["decision"] = {"approved": bool(rec["approved"]), "note": rec.get("note", ""),
-                         "by": rec.get("by", "")}
+        p["decision"] = {
+            "approved": bool(rec["approved"]),
+            "note": rec.get("note", ""),
+            "by": rec.get("by", ""),
+        }
         state["status"] = "running"
     elif t == "finish":
         state["status"] = rec["status"]
@@ -328,8 +355,9 @@ def _effect_at(key: str, eff: Any) -> int | None:
 
 def _after(state: dict[str, Any], keep: int) -> tuple[list[str], list[str]]:
     """Keys of effects and names of pauses recorded after the first ``keep`` steps."""
-    effects = [k for k, e in state["effects"].items()
-               if (at := _effect_at(k, e)) is None or at >= keep]
+    effects = [
+        k for k, e in state["effects"].items() if (at := _effect_at(k, e)) is None or at >= keep
+    ]
     kept = set(state["order"][:keep])
     pauses = []
     for name, p in state["pauses"].items():
@@ -337,8 +365,9 @@ def _after(state: dict[str, Any], keep: int) -> tuple[list[str], list[str]]:
         if isinstance(at, int) and not isinstance(at, bool):
             if at >= keep:
                 pauses.append(name)
-        elif name not in kept and not (str(name).startswith("effect:")
-                                       and str(name)[7:] not in effects):
+        elif name not in kept and not (
+            str(name).startswith("effect:") and str(name)[7:] not in effects
+        ):
             pauses.append(name)
     return effects, pauses
 
@@ -384,19 +413,29 @@ class Rollback:
     pauses: tuple[str, ...]
 
     def describe(self) -> str:
-        lines = [f"{self.run_id}: rolled back to #{self.position} {self.to} (was "
-                 f"{self.status_before}); "
-                 + (f"discarded {len(self.discarded)} step(s): " + ", ".join(
-                     f"#{self.position + 1 + i} {n}" for i, n in enumerate(self.discarded))
-                    if self.discarded else "no step discarded")]
+        lines = [
+            f"{self.run_id}: rolled back to #{self.position} {self.to} (was "
+            f"{self.status_before}); "
+            + (
+                f"discarded {len(self.discarded)} step(s): "
+                + ", ".join(f"#{self.position + 1 + i} {n}" for i, n in enumerate(self.discarded))
+                if self.discarded
+                else "no step discarded"
+            )
+        ]
         for e in self.compensate:
             how = "done" if e["status"] == "done" else "in doubt: may or may not have happened"
-            lines.append(f"may need compensation: effect {e['kind']} key={e['key']} "
-                         f"(step {e['step'] or '-'}, {how})")
+            lines.append(
+                f"may need compensation: effect {e['kind']} key={e['key']} "
+                f"(step {e['step'] or '-'}, {how})"
+            )
         for n in self.pauses:
             lines.append(f"discarded pause {n}: it will be asked again")
-        nxt = f"#{self.position + 1} {self.discarded[0]}" if self.discarded else \
-            f"#{self.position + 1}"
+        nxt = (
+            f"#{self.position + 1} {self.discarded[0]}"
+            if self.discarded
+            else f"#{self.position + 1}"
+        )
         lines.append(f"the next start replays #0..#{self.position} and runs from {nxt}")
         return "\n".join(lines)
 
@@ -416,8 +455,14 @@ class Run:
             run.finish({"plan": plan, "hits": hits})
     """
 
-    def __init__(self, journal: RunJournal, *, steps: Sequence[str] | None,
-                 checkpointing: Checkpointing, policy: EffectPolicy) -> None:
+    def __init__(
+        self,
+        journal: RunJournal,
+        *,
+        steps: Sequence[str] | None,
+        checkpointing: Checkpointing,
+        policy: EffectPolicy,
+    ) -> None:
         self.journal = journal
         self.run_id = journal.run_id
         self.checkpointing = checkpointing
@@ -426,13 +471,22 @@ class Run:
         st = journal.state
         declared = list(steps) if steps is not None else None
         recorded = st.get("steps")
-        if declared is not None and recorded is not None and "steps" in st \
-                and list(recorded) != declared:
-            pos = next((i for i, (a, b) in enumerate(zip(recorded, declared, strict=False))
-                        if a != b), min(len(recorded), len(declared)))
-            raise ResumeMismatch(self.run_id, pos,
-                                 recorded[pos] if pos < len(recorded) else "<end>",
-                                 declared[pos] if pos < len(declared) else "<end>")
+        if (
+            declared is not None
+            and recorded is not None
+            and "steps" in st
+            and list(recorded) != declared
+        ):
+            pos = next(
+                (i for i, (a, b) in enumerate(zip(recorded, declared, strict=False)) if a != b),
+                min(len(recorded), len(declared)),
+            )
+            raise ResumeMismatch(
+                self.run_id,
+                pos,
+                recorded[pos] if pos < len(recorded) else "<end>",
+                declared[pos] if pos < len(declared) else "<end>",
+            )
         self.steps = declared if declared is not None else recorded
         self._pos = 0
         self._current: tuple[int, str] | None = None
@@ -445,10 +499,16 @@ class Run:
         if st["status"] not in ("completed", "denied", "dead"):
             # not synced on its own: only an attempt counter, made durable by the next
             # durable append (meta.json, written durably next, is what the registry reads)
-            journal.append({"t": "open", "attempt": st["attempts"] + 1, "steps": declared},
-                           redact=False, sync=False)
-            journal.set_meta(status="paused" if st["status"] == "paused" else "running",
-                             attempts=st["attempts"], pid=os.getpid())
+            journal.append(
+                {"t": "open", "attempt": st["attempts"] + 1, "steps": declared},
+                redact=False,
+                sync=False,
+            )
+            journal.set_meta(
+                status="paused" if st["status"] == "paused" else "running",
+                attempts=st["attempts"],
+                pid=os.getpid(),
+            )
 
     # -- facts -------------------------------------------------------------------------------
 
@@ -494,8 +554,9 @@ class Run:
             raise ResumeMismatch(self.run_id, pos, expected, name)
         return False, None
 
-    def step(self, name: str, fn: Callable[[], Any], *,
-             kind: Literal["step", "tool", "llm"] = "step") -> Any:
+    def step(
+        self, name: str, fn: Callable[[], Any], *, kind: Literal["step", "tool", "llm"] = "step"
+    ) -> Any:
         """Run step ``name`` once: on resume a completed step returns its recorded result
         without calling ``fn``. ``fn``'s result must be JSON-able (it is the checkpoint)."""
         pos, order = self._pos, self.journal.state["order"]
@@ -521,21 +582,27 @@ class Run:
         self._ordinals = {}
         probe.step_started(name)
 
-    def complete(self, name: str, result: Any = None, *,
-                 kind: Literal["step", "tool", "llm"] = "step") -> None:
+    def complete(
+        self, name: str, result: Any = None, *, kind: Literal["step", "tool", "llm"] = "step"
+    ) -> None:
         """Record step ``name`` as completed with ``result``: durable (per the checkpointing
         mode) before this returns and before the probe hears of it."""
         if self._current is None or self._current[1] != name:
             self._check_position(name)
             self._current = (self._pos, name)
         cp = self.checkpointing
-        due = (cp.mode == "event"
-               or len(self._pending) + 1 >= cp.every
-               or (cp.mode == "hybrid" and time.monotonic() - self._last_sync >= cp.seconds)
-               or (kind == "tool" and cp.after_tools))
+        due = (
+            cp.mode == "event"
+            or len(self._pending) + 1 >= cp.every
+            or (cp.mode == "hybrid" and time.monotonic() - self._last_sync >= cp.seconds)
+            or (kind == "tool" and cp.after_tools)
+        )
         value = self.journal.store.redactor.redact(result)
-        self.journal.append({"t": "step", "pos": self._pos, "name": name, "kind": kind,
-                             "result": value}, redact=False, sync=self._sync_flag(due))
+        self.journal.append(
+            {"t": "step", "pos": self._pos, "name": name, "kind": kind, "result": value},
+            redact=False,
+            sync=self._sync_flag(due),
+        )
         self._pending.append(name)
         self._pos += 1
         self._current = None
@@ -573,9 +640,16 @@ class Run:
         epoch = _epoch(self.state, pos)  # a step re-run after a rollback: a new effect
         return f"{self.run_id}:{pos}.{step}:{kind}:{ordinal}" + (f"@r{epoch}" if epoch else "")
 
-    def effect(self, kind: str, payload: Any, fn: Callable[[Any, str], Any] | None = None, *,
-               key: str | None = None, policy: EffectPolicy | None = None,
-               reconcile: Callable[[Any, str], tuple[bool, Any]] | None = None) -> Any:
+    def effect(
+        self,
+        kind: str,
+        payload: Any,
+        fn: Callable[[Any, str], Any] | None = None,
+        *,
+        key: str | None = None,
+        policy: EffectPolicy | None = None,
+        reconcile: Callable[[Any, str], tuple[bool, Any]] | None = None,
+    ) -> Any:
         """Perform a side effect exactly once, and return its result.
 
         The intent (key, payload) is durable before ``fn(payload, key)`` is called and the
@@ -605,10 +679,12 @@ class Run:
             if pol == "fail":  # stop; a human settles it with `approve` (re-send) or `--deny`
                 decision = self._decision(f"effect:{key}")
                 if decision is None:
-                    self._pause(f"effect:{key}",
-                                f"effect {kind!r} is in doubt and its policy is 'fail'",
-                                {"key": key, "kind": kind, "payload": stored_payload},
-                                error=EffectInDoubt(self.run_id, key, kind))
+                    self._pause(
+                        f"effect:{key}",
+                        f"effect {kind!r} is in doubt and its policy is 'fail'",
+                        {"key": key, "kind": kind, "payload": stored_payload},
+                        error=EffectInDoubt(self.run_id, key, kind),
+                    )
                 if decision is not None and not decision.approved:
                     return self._settle(key, kind, None, "human")
             if pol == "reconcile" and reconcile is not None:
@@ -618,26 +694,44 @@ class Run:
             elif pol == "ask":
                 decision = self._decision(f"effect:{key}")
                 if decision is None:
-                    self._pause(f"effect:{key}",
-                                f"effect {kind!r} may or may not have happened (a crash came "
-                                "between sending it and recording its result); approve to "
-                                "send again with the same key, deny to treat it as done",
-                                {"key": key, "kind": kind, "payload": stored_payload})
+                    self._pause(
+                        f"effect:{key}",
+                        f"effect {kind!r} may or may not have happened (a crash came "
+                        "between sending it and recording its result); approve to "
+                        "send again with the same key, deny to treat it as done",
+                        {"key": key, "kind": kind, "payload": stored_payload},
+                    )
                 if decision is not None and not decision.approved:
                     return self._settle(key, kind, None, "human")
         else:
-            self.journal.append({"t": "intent", "key": key, "kind": kind, "policy": policy,
-                                 "step": self._current[1] if self._current else "",
-                                 "payload": stored_payload}, redact=False,
-                                sync=self._sync_flag(True))
+            self.journal.append(
+                {
+                    "t": "intent",
+                    "key": key,
+                    "kind": kind,
+                    "policy": policy,
+                    "step": self._current[1] if self._current else "",
+                    "payload": stored_payload,
+                },
+                redact=False,
+                sync=self._sync_flag(True),
+            )
         result = deliver(payload, key)
         failpoint("effect.after_call", self.journal.folder)
         return self._settle(key, kind, result, "call")
 
     def _settle(self, key: str, kind: str, result: Any, via: str) -> Any:
-        self.journal.append({"t": "effect", "key": key, "kind": kind, "via": via,
-                             "result": self.journal.store.redactor.redact(result)},
-                            redact=False, sync=self._sync_flag(True))
+        self.journal.append(
+            {
+                "t": "effect",
+                "key": key,
+                "kind": kind,
+                "via": via,
+                "result": self.journal.store.redactor.redact(result),
+            },
+            redact=False,
+            sync=self._sync_flag(True),
+        )
         return result
 
     # -- human approval ------------------------------------------------------------------------
@@ -646,18 +740,33 @@ class Run:
         d = self.state["pauses"].get(name, {}).get("decision")
         return Decision(d["approved"], d.get("note", ""), d.get("by", "")) if d else None
 
-    def _pause(self, name: str, reason: str, request: Any,
-               error: BaseException | None = None) -> None:
+    def _pause(
+        self, name: str, reason: str, request: Any, error: BaseException | None = None
+    ) -> None:
         new = name not in self.state["pauses"]
         if new:
             self.flush()
-            self.journal.append({"t": "pause", "name": name, "reason": reason,
-                                 "request": self.journal.store.redactor.redact(request)},
-                                redact=False, sync=self._sync_flag(True))
+            self.journal.append(
+                {
+                    "t": "pause",
+                    "name": name,
+                    "reason": reason,
+                    "request": self.journal.store.redactor.redact(request),
+                },
+                redact=False,
+                sync=self._sync_flag(True),
+            )
         self.journal.set_meta(status="paused", waiting_for=name)
         if new:  # once, when the pause is recorded (not on each start while it waits)
-            notify_event(self.journal.store, "paused", self.run_id, step=name, reason=reason,
-                         request=request, attempt=self.attempt)
+            notify_event(
+                self.journal.store,
+                "paused",
+                self.run_id,
+                step=name,
+                reason=reason,
+                request=request,
+                attempt=self.attempt,
+            )
         raise error if error is not None else RunPaused(self.run_id, name, reason)
 
     def approval(self, name: str, request: Any = None, *, reason: str = "") -> Decision:
@@ -666,13 +775,19 @@ class Run:
         ends as denied (:class:`RunDenied`). Decide with ``crashpoint checkpoints approve``."""
         replayed, result = self._check_position(name)
         if replayed:
-            if type(result) is not dict or type(result.get("approved")) is not bool or \
-                    not all(type(result.get(k, "")) is str for k in ("note", "by")) or \
-                    set(result) - {"approved", "note", "by"}:
-                raise CheckpointCorrupt(self.journal.folder, 0,
-                                        f"the recorded result of approval step {name!r} is not "
-                                        "a decision ({approved, note, by}); was the journal "
-                                        "edited? Roll the run back before this step")
+            if (
+                type(result) is not dict
+                or type(result.get("approved")) is not bool
+                or not all(type(result.get(k, "")) is str for k in ("note", "by"))
+                or set(result) - {"approved", "note", "by"}
+            ):
+                raise CheckpointCorrupt(
+                    self.journal.folder,
+                    0,
+                    f"the recorded result of approval step {name!r} is not "
+                    "a decision ({approved, note, by}); was the journal "
+                    "edited? Roll the run back before this step",
+                )
             self._pos += 1
             if not result["approved"]:
                 raise RunDenied(self.run_id, name, result.get("note", ""))
@@ -720,10 +835,10 @@ class Run:
         self._finish("failed", reason=reason)
 
     def _finish(self, status: str, **fields: Any) -> None:
-        self.journal.append({"t": "finish", "status": status, **fields}, redact=False,
-                            sync=self._sync_flag(True))
-        self.journal.set_meta(status=status, steps_done=len(self.state["order"]),
-                              waiting_for=None)
+        self.journal.append(
+            {"t": "finish", "status": status, **fields}, redact=False, sync=self._sync_flag(True)
+        )
+        self.journal.set_meta(status=status, steps_done=len(self.state["order"]), waiting_for=None)
 
     def close(self) -> None:
         try:
@@ -735,14 +850,21 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: object) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: object
+    ) -> None:
         self.close()
 
 
-def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
-             checkpointing: Checkpointing | None = None, policy: EffectPolicy = "retry",
-             lock_timeout: float | None = None) -> Run:
+def open_run(
+    store: Store,
+    run_id: str,
+    *,
+    steps: Sequence[str] | None = None,
+    checkpointing: Checkpointing | None = None,
+    policy: EffectPolicy = "retry",
+    lock_timeout: float | None = None,
+) -> Run:
     """Start run ``run_id``, or resume it from its last completed step.
 
     ``steps`` declares the step list (checked against the journal on resume: a different list
@@ -751,8 +873,9 @@ def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
     """
     journal = store.open(run_id, reducer=run_reducer, lock_timeout=lock_timeout)
     try:
-        return Run(journal, steps=steps, checkpointing=checkpointing or Checkpointing(),
-                   policy=policy)
+        return Run(
+            journal, steps=steps, checkpointing=checkpointing or Checkpointing(), policy=policy
+        )
     except BaseException:
         journal.close()
         raise
@@ -761,22 +884,32 @@ def open_run(store: Store, run_id: str, *, steps: Sequence[str] | None = None,
 def _waiting(state: dict[str, Any], run_id: str, step: str | None) -> str:
     """The pause a decision is for; :class:`RunStateError` if there is none (or not ``step``)."""
     _init_state(state)
-    waiting = [n for n, p in state["pauses"].items()
-               if isinstance(p, dict) and p.get("decision") is None]
+    waiting = [
+        n for n, p in state["pauses"].items() if isinstance(p, dict) and p.get("decision") is None
+    ]
     if state["status"] != "paused" or not waiting:
         raise RunStateError(
-            f"run {run_id!r} is {state['status']}, not waiting for a decision; "
-            "nothing was recorded")
+            f"run {run_id!r} is {state['status']}, not waiting for a decision; nothing was recorded"
+        )
     name = str(waiting[-1])
     if step is not None and step != name:
         raise RunStateError(
             f"run {run_id!r} waits for a decision on {name!r}, not {step!r}; nothing was "
-            f"recorded (approve {name!r}, or leave --step out)")
+            f"recorded (approve {name!r}, or leave --step out)"
+        )
     return name
 
 
-def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str = "",
-           lock_timeout: float = 0.0, step: str | None = None) -> str:
+def decide(
+    store: Store,
+    run_id: str,
+    *,
+    approved: bool,
+    note: str = "",
+    by: str = "",
+    lock_timeout: float = 0.0,
+    step: str | None = None,
+) -> str:
     """Record a human decision for the run's pending pause; return the pause's name.
 
     Raises :class:`RunStateError` if the run is not waiting for a decision (or, with ``step``,
@@ -784,11 +917,20 @@ def decide(store: Store, run_id: str, *, approved: bool, note: str = "", by: str
     read first, so its lock (and fencing generation) and its files are left as they were.
     """
     _waiting(store.read(run_id, reducer=run_reducer).state, run_id, step)
-    with store.open(run_id, reducer=run_reducer, create=False,
-                    lock_timeout=lock_timeout) as journal:
+    with store.open(
+        run_id, reducer=run_reducer, create=False, lock_timeout=lock_timeout
+    ) as journal:
         name = _waiting(journal.state, run_id, step)  # again under the lock: it may have moved
-        journal.append({"t": "decision", "name": name, "approved": approved,
-                        "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
+        journal.append(
+            {
+                "t": "decision",
+                "name": name,
+                "approved": approved,
+                "note": note,
+                "by": by or os.environ.get("USER", ""),
+            },
+            sync=True,
+        )
         journal.set_meta(status="decided", waiting_for=None, decided=name)
         return name
 
@@ -801,19 +943,25 @@ def _resolve_step(state: dict[str, Any], run_id: str, to: str | int) -> int:
     if isinstance(to, int) or (isinstance(to, str) and re.fullmatch(r"#\d+", to)):
         pos = to if isinstance(to, int) else int(to[1:])
         if not 0 <= pos < len(order):
-            raise RunStateError(f"run {run_id!r} has no completed step #{pos} (completed: "
-                                f"{done}); nothing was changed")
+            raise RunStateError(
+                f"run {run_id!r} has no completed step #{pos} (completed: "
+                f"{done}); nothing was changed"
+            )
         return pos
     hits = [i for i, n in enumerate(order) if n == to]
     if not hits:
         declared = state.get("steps") or []
         why = "has not completed" if to in declared else "is not a step of this run"
-        raise RunStateError(f"step {to!r} {why} in run {run_id!r} (completed: {done}); "
-                            "roll back to a completed step; nothing was changed")
+        raise RunStateError(
+            f"step {to!r} {why} in run {run_id!r} (completed: {done}); "
+            "roll back to a completed step; nothing was changed"
+        )
     if len(hits) > 1:
         at = ", ".join(f"#{i}" for i in hits)
-        raise RunStateError(f"step {to!r} completed at {at} in run {run_id!r}; name the "
-                            f"position (--to '#{hits[-1]}'); nothing was changed")
+        raise RunStateError(
+            f"step {to!r} completed at {at} in run {run_id!r}; name the "
+            f"position (--to '#{hits[-1]}'); nothing was changed"
+        )
     return hits[0]
 
 
@@ -825,33 +973,71 @@ def _rollback_plan(state: dict[str, Any], run_id: str, to: str | int) -> Rollbac
     discarded = tuple(str(n) for n in state["order"][keep:])
     status = str(state["status"])
     if not discarded and not effects and not pauses and status in ("running", "created"):
-        raise RunStateError(f"run {run_id!r} has nothing after #{pos} {state['order'][pos]} "
-                            "to roll back; nothing was changed")
+        raise RunStateError(
+            f"run {run_id!r} has nothing after #{pos} {state['order'][pos]} "
+            "to roll back; nothing was changed"
+        )
     comp = []
     for k in effects:
         e = state["effects"][k]
-        comp.append({"key": k, "kind": e.get("kind"), "step": e.get("step"),
-                     "status": "done" if e.get("status") == "done" else "in-doubt",
-                     "payload": e.get("payload"), "result": e.get("result")})
-    return Rollback(run_id, str(state["order"][pos]), pos, status, discarded, tuple(comp),
-                    tuple(str(n) for n in pauses))
+        comp.append(
+            {
+                "key": k,
+                "kind": e.get("kind"),
+                "step": e.get("step"),
+                "status": "done" if e.get("status") == "done" else "in-doubt",
+                "payload": e.get("payload"),
+                "result": e.get("result"),
+            }
+        )
+    return Rollback(
+        run_id,
+        str(state["order"][pos]),
+        pos,
+        status,
+        discarded,
+        tuple(comp),
+        tuple(str(n) for n in pauses),
+    )
 
 
-def _rollback(journal: RunJournal, run_id: str, to: str | int, *, note: str,
-              by: str) -> Rollback:
+def _rollback(journal: RunJournal, run_id: str, to: str | int, *, note: str, by: str) -> Rollback:
     done = _rollback_plan(journal.state, run_id, to)
-    journal.append({"t": "rollback", "pos": done.position, "name": done.to,
-                    "discarded": list(done.discarded),
-                    "compensate": [e["key"] for e in done.compensate],
-                    "pauses": list(done.pauses), "was": done.status_before,
-                    "note": note, "by": by or os.environ.get("USER", "")}, sync=True)
-    journal.set_meta(status="running", steps_done=done.position + 1, waiting_for=None,
-                     reason=None, resumes=0, last_error="", rolled_back_to=done.to)
+    journal.append(
+        {
+            "t": "rollback",
+            "pos": done.position,
+            "name": done.to,
+            "discarded": list(done.discarded),
+            "compensate": [e["key"] for e in done.compensate],
+            "pauses": list(done.pauses),
+            "was": done.status_before,
+            "note": note,
+            "by": by or os.environ.get("USER", ""),
+        },
+        sync=True,
+    )
+    journal.set_meta(
+        status="running",
+        steps_done=done.position + 1,
+        waiting_for=None,
+        reason=None,
+        resumes=0,
+        last_error="",
+        rolled_back_to=done.to,
+    )
     return done
 
 
-def rollback(store: Store, run_id: str, to: str | int, *, note: str = "", by: str = "",
-             lock_timeout: float = 0.0) -> Rollback:
+def rollback(
+    store: Store,
+    run_id: str,
+    to: str | int,
+    *,
+    note: str = "",
+    by: str = "",
+    lock_timeout: float = 0.0,
+) -> Rollback:
     """Roll run ``run_id`` back to completed step ``to`` (a name, ``"#N"`` or N), under its
     lock; return what was discarded and which effects may need compensation.
 
@@ -863,8 +1049,9 @@ def rollback(store: Store, run_id: str, to: str | int, *, note: str = "", by: st
     Raises :class:`RunLocked` if a live process holds the run.
     """
     _rollback_plan(store.read(run_id, reducer=run_reducer).state, run_id, to)
-    with store.open(run_id, reducer=run_reducer, create=False,
-                    lock_timeout=lock_timeout) as journal:
+    with store.open(
+        run_id, reducer=run_reducer, create=False, lock_timeout=lock_timeout
+    ) as journal:
         return _rollback(journal, run_id, to, note=note, by=by)
 
 
@@ -904,8 +1091,13 @@ def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
         run_reducer(state, rec)
         t = rec.get("t") if isinstance(rec, dict) else None
         if t == "step" and (rec.get("name") == step if want is None else pos == want):
-            found.update(call=calls[0], pos=pos, name=str(rec.get("name")),
-                         state=copy.deepcopy(state), discarded=False)
+            found.update(
+                call=calls[0],
+                pos=pos,
+                name=str(rec.get("name")),
+                state=copy.deepcopy(state),
+                discarded=False,
+            )
         elif t == "rollback" and found and len(state["order"]) <= found["pos"]:
             found["discarded"] = True
 
@@ -915,17 +1107,27 @@ def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
         if calls[0] == 0:
             _init_state(loaded.state)
             first_order.extend(loaded.state["order"])
-        in_snapshot = (want is not None and want < len(first_order)) or \
-            (want is None and step in first_order)
+        in_snapshot = (want is not None and want < len(first_order)) or (
+            want is None and step in first_order
+        )
         if loaded.snapshot_seq and in_snapshot:
             raise RunStateError(
                 f"step {label} of run {run_id!r} completed before the snapshot at record "
                 f"{loaded.snapshot_seq}; the journal before a snapshot is not kept, so its "
-                "state then cannot be shown (states after that record can)")
-        raise RunStateError(f"step {label} never completed in run {run_id!r}; "
-                            "`crashpoint checkpoints plan` lists its steps")
-    return StateAt(run_id, found["name"], found["pos"], loaded.snapshot_seq + found["call"],
-                   found["state"], found["discarded"])
+                "state then cannot be shown (states after that record can)"
+            )
+        raise RunStateError(
+            f"step {label} never completed in run {run_id!r}; "
+            "`crashpoint checkpoints plan` lists its steps"
+        )
+    return StateAt(
+        run_id,
+        found["name"],
+        found["pos"],
+        loaded.snapshot_seq + found["call"],
+        found["state"],
+        found["discarded"],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -944,11 +1146,21 @@ def plan(store: Store, run_id: str) -> list[PlanLine]:
     _init_state(st)
     lines: list[PlanLine] = []
     if st["status"] in ("completed", "denied", "dead"):
-        lines.append(PlanLine("done", f"run is {st['status']}",
-                              "a finished run replays its recorded output; nothing re-runs"))
+        lines.append(
+            PlanLine(
+                "done",
+                f"run is {st['status']}",
+                "a finished run replays its recorded output; nothing re-runs",
+            )
+        )
     for i, name in enumerate(st["order"]):
-        lines.append(PlanLine("replay", f"#{i} {name}", "completed and durable: its recorded "
-                                                        "result is returned, the code not run"))
+        lines.append(
+            PlanLine(
+                "replay",
+                f"#{i} {name}",
+                "completed and durable: its recorded result is returned, the code not run",
+            )
+        )
     for key, eff in st["effects"].items():
         if eff.get("status") != "intent":
             continue
@@ -956,26 +1168,43 @@ def plan(store: Store, run_id: str) -> list[PlanLine]:
         what = {
             "retry": "will be sent again with the same key; the target must deduplicate it",
             "reconcile": "the reconcile function will ask the target whether it happened; "
-                         "sent again with the same key only if it did not",
+            "sent again with the same key only if it did not",
             "ask": "the run will pause for a human to decide (approve: send again with the "
-                   "same key; deny: treat as done)",
+            "same key; deny: treat as done)",
             "fail": "the run will stop with EffectInDoubt (exit 76)",
         }.get(pol, pol)
-        lines.append(PlanLine("in-doubt", f"effect {eff.get('kind')} key={key} "
-                                          f"(step {eff.get('step')})",
-                              f"intent recorded, no result (crash in the in-doubt window); "
-                              f"policy {pol}: {what}"))
+        lines.append(
+            PlanLine(
+                "in-doubt",
+                f"effect {eff.get('kind')} key={key} (step {eff.get('step')})",
+                f"intent recorded, no result (crash in the in-doubt window); policy {pol}: {what}",
+            )
+        )
     for name, p in st["pauses"].items():
         if p.get("decision") is None:
-            lines.append(PlanLine("wait", name, f"paused: {p.get('reason')}; decide with "
-                                               f"`crashpoint checkpoints approve {run_id}`"))
+            lines.append(
+                PlanLine(
+                    "wait",
+                    name,
+                    f"paused: {p.get('reason')}; decide with "
+                    f"`crashpoint checkpoints approve {run_id}`",
+                )
+            )
     declared = st.get("steps")
     if st["status"] not in ("completed", "denied", "dead"):
         if declared:
-            for i, name in enumerate(declared[len(st["order"]):], start=len(st["order"])):
-                lines.append(PlanLine("run", f"#{i} {name}",
-                                      "not completed: runs from the start of the step"))
+            for i, name in enumerate(declared[len(st["order"]) :], start=len(st["order"])):
+                lines.append(
+                    PlanLine(
+                        "run", f"#{i} {name}", "not completed: runs from the start of the step"
+                    )
+                )
         else:
-            lines.append(PlanLine("run", f"#{len(st['order'])} (next step the code asks for)",
-                                  "dynamic step list: whatever the code asks for next runs"))
+            lines.append(
+                PlanLine(
+                    "run",
+                    f"#{len(st['order'])} (next step the code asks for)",
+                    "dynamic step list: whatever the code asks for next runs",
+                )
+            )
     return lines

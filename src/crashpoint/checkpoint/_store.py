@@ -221,8 +221,9 @@ def _dir_size(path: str) -> int:
     return total
 
 
-def pick_for_retention(done: list[RunInfo], retention: Retention, now: float,
-                       need: int = 0) -> list[RunInfo]:
+def pick_for_retention(
+    done: list[RunInfo], retention: Retention, now: float, need: int = 0
+) -> list[RunInfo]:
     """Of the finished runs ``done``, those ``retention`` (or a need for ``need`` more bytes)
     allows removing, oldest first (one rule for every store)."""
     keep = sorted(done, key=lambda r: r.updated)
@@ -233,7 +234,7 @@ def pick_for_retention(done: list[RunInfo], retention: Retention, now: float,
     if retention.max_runs is not None and len(keep) > retention.max_runs:
         extra = keep[: len(keep) - retention.max_runs]
         picked += extra
-        keep = keep[len(extra):]
+        keep = keep[len(extra) :]
     if retention.max_bytes is not None:
         while keep and sum(r.size for r in keep) > retention.max_bytes:
             picked.append(keep.pop(0))
@@ -336,13 +337,20 @@ class Store:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return []
-        return sorted(n for n in names
-                      if not n.startswith(".") and os.path.isdir(os.path.join(self.root, n)))
+        return sorted(
+            n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(self.root, n))
+        )
 
     # -- opening -----------------------------------------------------------------------------
 
-    def open(self, run_id: str, *, reducer: Reducer = records_reducer, create: bool = True,
-             lock_timeout: float | None = None) -> RunJournal:
+    def open(
+        self,
+        run_id: str,
+        *,
+        reducer: Reducer = records_reducer,
+        create: bool = True,
+        lock_timeout: float | None = None,
+    ) -> RunJournal:
         """Open a run for writing: take its lock (and a fencing generation no writer of the run
         had before), repair a torn tail, load its state.
 
@@ -367,8 +375,10 @@ class Store:
                 break
             lock.release()  # removed while we waited for its lock: start again
         else:
-            raise CheckpointError(f"{folder}: the run was removed each time it was opened; "
-                                  "is a prune running in a loop?")
+            raise CheckpointError(
+                f"{folder}: the run was removed each time it was opened; "
+                "is a prune running in a loop?"
+            )
         try:
             return RunJournal(self, run_id, folder, reducer, lock)
         except BaseException:
@@ -392,8 +402,9 @@ class Store:
                 self.fs.close(fd)
             self.fs.fsync_dir(folder)
         except OSError as exc:
-            raise CheckpointWriteError(exc.errno or errno.EIO, folder, "creating the run's "
-                                       "folder") from exc
+            raise CheckpointWriteError(
+                exc.errno or errno.EIO, folder, "creating the run's folder"
+            ) from exc
         finally:
             self._settle(held, written, data=False)
 
@@ -421,12 +432,23 @@ class Store:
             meta = read_meta(folder)
             lock_path = os.path.join(folder, "lock")
             gen, _pid = read_lock(lock_path)  # never a FIFO, a device or through a link
-            out.append(RunInfo(rid, folder, str(meta.get("status", "unknown")), _dir_size(folder),
-                               _newest_mtime(folder), gen, is_locked(lock_path), meta))
+            out.append(
+                RunInfo(
+                    rid,
+                    folder,
+                    str(meta.get("status", "unknown")),
+                    _dir_size(folder),
+                    _newest_mtime(folder),
+                    gen,
+                    is_locked(lock_path),
+                    meta,
+                )
+            )
         return out
 
-    def verify(self, run_id: str | None = None, *, reducer: Reducer = records_reducer
-               ) -> dict[str, tuple[list[Damage], list[TornTail]]]:
+    def verify(
+        self, run_id: str | None = None, *, reducer: Reducer = records_reducer
+    ) -> dict[str, tuple[list[Damage], list[TornTail]]]:
         """Check every checksum of one run or all; ``{run_id: (damage, torn tails)}``.
 
         Damage here means :meth:`read` with the same ``reducer`` finds damage too (pass
@@ -498,19 +520,24 @@ class Store:
             self.fs.makedirs_durable(self.root)
             path = os.path.join(self.root, STORE_LOCK)
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK |
-                             _O_CLOEXEC, 0o600)
+                fd = os.open(
+                    path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o600
+                )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise CheckpointError(
                         f"{path}: the store's lock file is a symbolic link; remove it (the "
-                        "store recreates it) and check who can write to the store") from exc
-                raise CheckpointWriteError(exc.errno or errno.EIO, path,
-                                           "opening the store's lock file") from exc
+                        "store recreates it) and check who can write to the store"
+                    ) from exc
+                raise CheckpointWriteError(
+                    exc.errno or errno.EIO, path, "opening the store's lock file"
+                ) from exc
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
-                raise CheckpointError(f"{path}: the store's lock file is not a regular file; "
-                                      "remove it (the store recreates it)")
+                raise CheckpointError(
+                    f"{path}: the store's lock file is not a regular file; "
+                    "remove it (the store recreates it)"
+                )
             self._slock_fd, self._slock_pid = fd, os.getpid()
         return self._slock_fd
 
@@ -589,8 +616,9 @@ class Store:
                 done.append(replace(r, status=status))
         return pick_for_retention(done, self.retention, now, need)
 
-    def prune(self, *, now: float | None = None, need: int = 0,
-              dry_run: bool = False) -> list[RunInfo]:
+    def prune(
+        self, *, now: float | None = None, need: int = 0, dry_run: bool = False
+    ) -> list[RunInfo]:
         """Remove what :meth:`prunable` picks (``need``: free at least this many bytes); return
         the runs removed. Each is checked again under its lock before it goes."""
         if not dry_run:
@@ -633,8 +661,11 @@ class Store:
                 # power cut is redone)
                 led.usage, led.dirty, self._measured = _dir_size(self.root), True, True
             if led.usage + n > self.budget_bytes:
-                return (f"the store's budget of {self.budget_bytes} bytes (in use by all its "
-                        f"writers: {led.usage})", led.usage + n - self.budget_bytes)
+                return (
+                    f"the store's budget of {self.budget_bytes} bytes (in use by all its "
+                    f"writers: {led.usage})",
+                    led.usage + n - self.budget_bytes,
+                )
         reserve = self.reserve_for()
         if reserve > 0:
             if not fresh and self._since_statvfs + n <= self._statvfs_every:
@@ -645,8 +676,9 @@ class Store:
             if est - n < reserve:
                 led.grant(self._key, 0)
                 self._statvfs_every = 0
-                return f"the free-space reserve of {reserve} bytes (free: {est})", \
-                    reserve - (est - n)
+                return f"the free-space reserve of {reserve} bytes (free: {est})", reserve - (
+                    est - n
+                )
             window = MiB if est - n - MiB > 2 * reserve + 4 * MiB else 0
             led.grant(self._key, window)
             self._statvfs_every = window
@@ -660,8 +692,9 @@ class Store:
         :meth:`_settle` (so the check and the write are one step for every writer). Without a
         budget and while free space is far above the reserve, a writer uses its window (up to
         1 MiB, counted against every other writer's reserve check) without any system call."""
-        if self.budget_bytes is None and (self.reserve_for() == 0 or
-                                          self._since_statvfs + n <= self._statvfs_every):
+        if self.budget_bytes is None and (
+            self.reserve_for() == 0 or self._since_statvfs + n <= self._statvfs_every
+        ):
             self._since_statvfs += n
             return False
         cm = self._store_locked()
@@ -763,7 +796,8 @@ def _open_store_lock(root: str, fd: int) -> _Ledger:
         raise CheckpointError(
             f"{os.path.join(root, STORE_LOCK)}: the store's lock has been held for a "
             "minute; a writer of this store is stopped (SIGSTOP?) or hung: find it "
-            "with `fuser -v` on that file")
+            "with `fuser -v` on that file"
+        )
     led = _Ledger(fd)
     try:
         raw = os.pread(fd, 1 << 16, 0)
@@ -776,8 +810,11 @@ def _open_store_lock(root: str, fd: int) -> _Ledger:
             led.usage = u
         g = info.get("grants")
         if isinstance(g, dict):
-            led.grants = {k: v for k, v in g.items()
-                          if isinstance(k, str) and isinstance(v, int) and 0 < v <= MiB}
+            led.grants = {
+                k: v
+                for k, v in g.items()
+                if isinstance(k, str) and isinstance(v, int) and 0 < v <= MiB
+            }
     return led
 
 
@@ -804,21 +841,23 @@ def check_run_folder(folder: str, *, must_exist: bool = False) -> bool:
         st = os.lstat(folder)
     except FileNotFoundError:
         if must_exist:
-            raise RunNotFound(f"no run {os.path.basename(folder)!r} in "
-                              f"{os.path.dirname(folder)}") from None
+            raise RunNotFound(
+                f"no run {os.path.basename(folder)!r} in {os.path.dirname(folder)}"
+            ) from None
         return False
     if stat.S_ISLNK(st.st_mode):
         raise CheckpointError(
             f"{folder}: the run's folder is a symbolic link; the store never follows links out "
-            "of itself. Remove the link (or move the real folder into the store in its place)")
+            "of itself. Remove the link (or move the real folder into the store in its place)"
+        )
     if not stat.S_ISDIR(st.st_mode):
-        raise CheckpointError(f"{folder}: the run's path is not a folder; move it out of the "
-                              "store")
+        raise CheckpointError(f"{folder}: the run's path is not a folder; move it out of the store")
     if st.st_uid != os.geteuid():
         raise CheckpointError(
             f"{folder}: the run's folder belongs to uid {st.st_uid}, not to this process (uid "
             f"{os.geteuid()}): someone else created it in the store. Remove it, or run as its "
-            "owner; keep the store's folder writable by its owner only (chmod 700)")
+            "owner; keep the store's folder writable by its owner only (chmod 700)"
+        )
     return True
 
 
@@ -827,9 +866,11 @@ def finished_status(folder: str) -> str | None:
 
     Read from the journal (never from meta.json, a cache that can disagree); a run whose
     journal cannot be read whole is not finished."""
+
     def last_word(state: dict[str, Any], rec: Any) -> None:
-        state["__finish__"] = rec.get("status") if isinstance(rec, dict) and \
-            rec.get("t") == "finish" else None
+        state["__finish__"] = (
+            rec.get("status") if isinstance(rec, dict) and rec.get("t") == "finish" else None
+        )
 
     try:
         loaded = load(folder, last_word, stop_on_damage=True)
@@ -845,8 +886,7 @@ def finished_status(folder: str) -> str | None:
     else:
         recs = st.get("records")
         last = recs[-1] if isinstance(recs, list) and recs else None
-        got = last.get("status") if isinstance(last, dict) and last.get("t") == "finish" \
-            else None
+        got = last.get("status") if isinstance(last, dict) and last.get("t") == "finish" else None
     return got if isinstance(got, str) else None
 
 
@@ -856,8 +896,9 @@ class RunJournal:
     Use as a context manager; :meth:`close` releases the lock.
     """
 
-    def __init__(self, store: Store, run_id: str, folder: str, reducer: Reducer,
-                 lock: RunLock) -> None:
+    def __init__(
+        self, store: Store, run_id: str, folder: str, reducer: Reducer, lock: RunLock
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.folder = folder
@@ -914,10 +955,12 @@ class RunJournal:
                 self._new_segment()
         except OSError as exc:
             self._close_fd()
-            raise CheckpointWriteError(exc.errno or errno.EIO, folder, "recovering the run") \
-                from exc
-        self.recovery = Recovery(loaded.torn, tuple(loaded.damage), loaded.lost_from_seq,
-                                 tuple(moved))
+            raise CheckpointWriteError(
+                exc.errno or errno.EIO, folder, "recovering the run"
+            ) from exc
+        self.recovery = Recovery(
+            loaded.torn, tuple(loaded.damage), loaded.lost_from_seq, tuple(moved)
+        )
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -935,8 +978,11 @@ class RunJournal:
         With ``redact=False`` the reducer is given ``data`` itself, not a copy: pass a structure
         you will not mutate afterwards."""
         if self._broken is not None:
-            raise CheckpointWriteError(self._broken.errno or errno.EIO, self._path,
-                                       "the journal stopped at an earlier write error; reopen")
+            raise CheckpointWriteError(
+                self._broken.errno or errno.EIO,
+                self._path,
+                "the journal stopped at an earlier write error; reopen",
+            )
         if self._fd < 0:
             raise CheckpointError(f"run {self.run_id!r} is closed")
         store = self.store
@@ -979,9 +1025,11 @@ class RunJournal:
                 raise
             except OSError as exc:  # the record is durable, but its ack is withheld: stop
                 self._broken = exc
-                raise CheckpointWriteError(exc.errno or errno.EIO, self.folder,
-                                           f"starting a new segment after record {self.seq}") \
-                    from exc
+                raise CheckpointWriteError(
+                    exc.errno or errno.EIO,
+                    self.folder,
+                    f"starting a new segment after record {self.seq}",
+                ) from exc
         return self.seq
 
     def sync(self) -> None:
@@ -1014,8 +1062,9 @@ class RunJournal:
             if required:
                 if isinstance(exc, CheckpointError):
                     raise
-                raise CheckpointWriteError(exc.errno or errno.EIO, self.folder,
-                                           "writing a snapshot") from exc
+                raise CheckpointWriteError(
+                    exc.errno or errno.EIO, self.folder, "writing a snapshot"
+                ) from exc
             self.snapshot_error = exc
 
     def _write_snapshot(self) -> None:

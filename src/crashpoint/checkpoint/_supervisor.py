@@ -49,10 +49,17 @@ class Supervisor:
     completes, pauses, or has used ``max_attempts`` (counted across supervisor restarts).
     """
 
-    def __init__(self, store: Store, *, command: Callable[[str], Sequence[str]] | None = None,
-                 resume: Callable[[str], Any] | None = None, timeout: float = 600.0,
-                 max_attempts: int = 3, auto_resume_hitl: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        command: Callable[[str], Sequence[str]] | None = None,
+        resume: Callable[[str], Any] | None = None,
+        timeout: float = 600.0,
+        max_attempts: int = 3,
+        auto_resume_hitl: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         if (command is None) == (resume is None):
             raise ValueError("give exactly one of command= or resume=")
         if max_attempts < 1:
@@ -66,11 +73,14 @@ class Supervisor:
         self.env = dict(env) if env is not None else None
 
     def resume_all(self) -> list[ResumeOutcome]:
-        return [self.resume_one(rid)
-                for rid in interrupted_runs(self.store, auto_resume_hitl=self.auto_resume_hitl)]
+        return [
+            self.resume_one(rid)
+            for rid in interrupted_runs(self.store, auto_resume_hitl=self.auto_resume_hitl)
+        ]
 
-    def _bookkeep(self, run_id: str, *, error: str | None = None,
-                  count: bool = False) -> tuple[int, str]:
+    def _bookkeep(
+        self, run_id: str, *, error: str | None = None, count: bool = False
+    ) -> tuple[int, str]:
         """Under the run's lock: count an attempt / record an error; dead-letter when spent."""
         with self.store.open(run_id, reducer=run_reducer, create=False) as j:
             meta = j.meta
@@ -81,8 +91,7 @@ class Supervisor:
                 return n, status
             if not count and n >= self.max_attempts:
                 why = f"failed on all {n} attempts; last: {reason or 'no reason recorded'}"
-                j.append({"t": "finish", "status": "dead", "reason": why}, redact=False,
-                         sync=True)
+                j.append({"t": "finish", "status": "dead", "reason": why}, redact=False, sync=True)
                 j.set_meta(status="dead", reason=why, resumes=n, last_error=reason)
                 dead = why
             else:
@@ -119,29 +128,52 @@ class Supervisor:
                 return f"{type(exc).__name__}: {exc}"
             return ""
         assert self.command is not None
-        return run_command(list(self.command(run_id)), data=None, timeout=self.timeout,
-                           env=None if self.env is None else dict(self.env),
-                           ok=(0, EXIT_CODES["paused"], EXIT_CODES["denied"])) or ""
+        return (
+            run_command(
+                list(self.command(run_id)),
+                data=None,
+                timeout=self.timeout,
+                env=None if self.env is None else dict(self.env),
+                ok=(0, EXIT_CODES["paused"], EXIT_CODES["denied"]),
+            )
+            or ""
+        )
 
 
-def stale_runs(store: Store, older_than: float, *, notify: bool = True,
-               runs: Sequence[RunInfo] | None = None) -> list[RunInfo]:
+def stale_runs(
+    store: Store, older_than: float, *, notify: bool = True, runs: Sequence[RunInfo] | None = None
+) -> list[RunInfo]:
     """Unfinished runs (not completed, denied or dead; unknown counts as unfinished) that no
     live process holds and whose files did not change for ``older_than`` seconds. With
     ``notify``, a ``stale`` event goes to the store's hook for each (every call: a monitor run
     from cron notifies on each round until the run is dealt with)."""
-    found = [r for r in (store.runs() if runs is None else runs)
-             if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > older_than]
+    found = [
+        r
+        for r in (store.runs() if runs is None else runs)
+        if r.status not in PRUNABLE_STATUSES and not r.locked and r.age > older_than
+    ]
     if notify:
         for r in found:
-            notify_event(store, "stale", r.run_id, status=r.status,
-                         age_seconds=round(r.age, 3), updated=r.updated,
-                         waiting_for=r.meta.get("waiting_for"))
+            notify_event(
+                store,
+                "stale",
+                r.run_id,
+                status=r.status,
+                age_seconds=round(r.age, 3),
+                updated=r.updated,
+                waiting_for=r.meta.get("waiting_for"),
+            )
     return found
 
 
-def resume_interrupted(store: Store, resume: Callable[[str], Any], *, max_attempts: int = 3,
-                       auto_resume_hitl: bool = False) -> list[ResumeOutcome]:
+def resume_interrupted(
+    store: Store,
+    resume: Callable[[str], Any],
+    *,
+    max_attempts: int = 3,
+    auto_resume_hitl: bool = False,
+) -> list[ResumeOutcome]:
     """Resume every interrupted run in-process with ``resume(run_id)``."""
-    return Supervisor(store, resume=resume, max_attempts=max_attempts,
-                      auto_resume_hitl=auto_resume_hitl).resume_all()
+    return Supervisor(
+        store, resume=resume, max_attempts=max_attempts, auto_resume_hitl=auto_resume_hitl
+    ).resume_all()

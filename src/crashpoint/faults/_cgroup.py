@@ -36,8 +36,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["CONTAINMENT_VAR", "AttemptCgroup", "Containment", "attempt_cgroup", "containment",
-           "reap_stale"]
+__all__ = [
+    "CONTAINMENT_VAR",
+    "AttemptCgroup",
+    "Containment",
+    "attempt_cgroup",
+    "containment",
+    "reap_stale",
+]
 
 #: ``session`` forces the fallback reaper; ``auto`` (or unset) uses a cgroup where possible;
 #: ``cgroup`` insists on one (an attempt fails to start with the reason where it cannot).
@@ -82,8 +88,12 @@ def _cgroup2_mount() -> tuple[str, str]:
 
 def _unescape(field: str) -> str:
     """A mountinfo path: spaces, tabs, newlines and backslashes are octal escapes."""
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n") \
+    return (
+        field.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
         .replace("\\134", "\\")
+    )
 
 
 def _own_cgroup() -> str:
@@ -105,9 +115,11 @@ def _base() -> str:
         raise _Unusable(f"this process's cgroup {own!r} is outside the cgroup v2 mount")
     if mroot != "/":
         if own != mroot and not own.startswith(mroot.rstrip("/") + "/"):
-            raise _Unusable(f"this process's cgroup {own!r} is not under the cgroup v2 mount "
-                            f"{mount} (which shows {mroot})")
-        own = own[len(mroot.rstrip("/")):]
+            raise _Unusable(
+                f"this process's cgroup {own!r} is not under the cgroup v2 mount "
+                f"{mount} (which shows {mroot})"
+            )
+        own = own[len(mroot.rstrip("/")) :]
     base = os.path.normpath(os.path.join(mount, own.lstrip("/")))
     if not os.path.isfile(os.path.join(base, "cgroup.procs")):
         raise _Unusable(f"{base} is not a cgroup folder")
@@ -139,17 +151,24 @@ def _probe(base: str) -> None:
     try:
         os.mkdir(folder)
     except OSError as exc:
-        raise _Unusable(f"cannot create a cgroup under {base}: {exc.strerror} (needs root, or "
-                        "a cgroup delegated to this user)") from None
+        raise _Unusable(
+            f"cannot create a cgroup under {base}: {exc.strerror} (needs root, or "
+            "a cgroup delegated to this user)"
+        ) from None
     try:
         if not os.path.exists(os.path.join(folder, "cgroup.kill")):
             raise _Unusable("this kernel has no cgroup.kill (needs Linux 5.14+)")
         code = "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY); os.write(fd, b'0')"
         try:
-            r = subprocess.run([sys.executable, "-I", "-S", "-c", code,
-                                os.path.join(folder, "cgroup.procs")], env={},
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, timeout=30, check=False)
+            r = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", code, os.path.join(folder, "cgroup.procs")],
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=30,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             raise _Unusable(f"cannot start a probe process: {exc}") from None
         if r.returncode != 0:
@@ -174,8 +193,10 @@ class AttemptCgroup:
         """Live members (a zombie is no member), in sub-cgroups the agent made too."""
         out: list[int] = []
         for dirpath, _dirs, _files in os.walk(self.folder):
-            with contextlib.suppress(OSError), \
-                    open(os.path.join(dirpath, "cgroup.procs"), "rb") as f:
+            with (
+                contextlib.suppress(OSError),
+                open(os.path.join(dirpath, "cgroup.procs"), "rb") as f,
+            ):
                 out.extend(int(x) for x in f.read().split())
         return sorted(set(out))
 
@@ -234,8 +255,10 @@ def _remove(folder: str, timeout: float) -> list[int]:
         return []
     left: list[int] = []
     for dirpath, _dirs, _files in os.walk(folder):
-        with contextlib.suppress(OSError, ValueError), \
-                open(os.path.join(dirpath, "cgroup.procs"), "rb") as f:
+        with (
+            contextlib.suppress(OSError, ValueError),
+            open(os.path.join(dirpath, "cgroup.procs"), "rb") as f,
+        ):
             left.extend(int(x) for x in f.read().split())
     return sorted(set(left))
 
@@ -253,8 +276,13 @@ class _Owner:
         try:
             watcher = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__), "--watch", self.folder],
-                env={}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+                env={},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd="/",
+            )
         except BaseException:
             _remove(self.folder, 1.0)
             raise
@@ -322,11 +350,10 @@ def reap_stale(base: str) -> list[str]:
     for name in os.listdir(base):
         if not name.startswith(_PREFIX):
             continue
-        parts = name[len(_PREFIX):].split("-")
+        parts = name[len(_PREFIX) :].split("-")
         if parts and parts[0] == "probe":
             parts = parts[1:]
-        if len(parts) != 3 or parts[0] != ns or not parts[1].isdigit() or \
-                _pid_alive(int(parts[1])):
+        if len(parts) != 3 or parts[0] != ns or not parts[1].isdigit() or _pid_alive(int(parts[1])):
             continue
         folder = os.path.join(base, name)
         if not _remove(folder, 5.0):

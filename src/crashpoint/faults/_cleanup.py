@@ -43,9 +43,22 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["FOLDER_PREFIXES", "LIVE", "Interrupted", "Reaped", "Registry", "cleanup_all",
-           "exit_status", "install_signal_handlers", "kill_marked", "live_dir", "reap_stale",
-           "received", "shielded", "signal_name"]
+__all__ = [
+    "FOLDER_PREFIXES",
+    "LIVE",
+    "Interrupted",
+    "Reaped",
+    "Registry",
+    "cleanup_all",
+    "exit_status",
+    "install_signal_handlers",
+    "kill_marked",
+    "live_dir",
+    "reap_stale",
+    "received",
+    "shielded",
+    "signal_name",
+]
 
 #: Prefixes of the temporary folders the harness makes with ``tempfile.mkdtemp``.
 FOLDER_PREFIXES = ("cp-ledger-", "cp-side-", "cp-probe-")
@@ -63,8 +76,10 @@ class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM arrived: raised in the main thread so every ``finally`` runs."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(f"{signal_name(signum)} received: stopping cleanly (agents killed, "
-                         "temporary folders removed, partial report written)")
+        super().__init__(
+            f"{signal_name(signum)} received: stopping cleanly (agents killed, "
+            "temporary folders removed, partial report written)"
+        )
         self.signum = signum
 
 
@@ -150,8 +165,9 @@ class shielded:  # a context manager used like a function: ``with shielded():``
         if self._main:
             _SIGNALS.shield += 1
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if not self._main:
             return
         _SIGNALS.shield -= 1
@@ -196,8 +212,7 @@ class Reaped:
         return bool(self.processes or self.folders)
 
     def describe(self) -> str:
-        return (f"{self.processes} process(es) killed, {self.folders} temporary folder(s) "
-                "removed")
+        return f"{self.processes} process(es) killed, {self.folders} temporary folder(s) removed"
 
 
 class Registry:
@@ -304,9 +319,14 @@ class Registry:
             return
         if self._create_time is None:
             self._create_time = _create_time(self.pid)
-        data = {"pid": self.pid, "create_time": self._create_time,
-                "tmpdir": tempfile.gettempdir(), "tokens": sorted(self.tokens),
-                "holders": sorted(self.holders.items()), "folders": sorted(self.folders)}
+        data = {
+            "pid": self.pid,
+            "create_time": self._create_time,
+            "tmpdir": tempfile.gettempdir(),
+            "tokens": sorted(self.tokens),
+            "holders": sorted(self.holders.items()),
+            "folders": sorted(self.folders),
+        }
         tmp = f"{self._file}.{threading.get_ident()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -422,11 +442,20 @@ def reap_stale(tmpdir: str | None = None) -> Reaped:
             os.rename(path, claimed)  # one reaper per entry, even with several runs starting
         except OSError:
             continue
-        tokens = [t for t in data.get("tokens", []) if isinstance(t, str)
-                  and _TOKEN.fullmatch(t) and t != "0" * 32]
-        holders = [(int(h[0]), float(h[1])) for h in data.get("holders", [])
-                   if isinstance(h, list) and len(h) == 2 and isinstance(h[0], int)
-                   and isinstance(h[1], (int, float)) and h[1] > 0]
+        tokens = [
+            t
+            for t in data.get("tokens", [])
+            if isinstance(t, str) and _TOKEN.fullmatch(t) and t != "0" * 32
+        ]
+        holders = [
+            (int(h[0]), float(h[1]))
+            for h in data.get("holders", [])
+            if isinstance(h, list)
+            and len(h) == 2
+            and isinstance(h[0], int)
+            and isinstance(h[1], (int, float))
+            and h[1] > 0
+        ]
         out.harnesses += 1
         out.processes += _kill(tokens, holders)
         for f in data.get("folders", []):

@@ -17,8 +17,16 @@ from typing import NamedTuple
 from crashpoint.faults._cleanup import LIVE, shielded
 from crashpoint.faults._process import kill_tree
 
-__all__ = ["PAGE", "DiskCapability", "TmpfsNamespace", "TmpfsUsage", "UsageSample", "UsageSampler",
-           "capabilities", "tmpfs_bytes_for"]
+__all__ = [
+    "PAGE",
+    "DiskCapability",
+    "TmpfsNamespace",
+    "TmpfsUsage",
+    "UsageSample",
+    "UsageSampler",
+    "capabilities",
+    "tmpfs_bytes_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +49,29 @@ def capabilities() -> DiskCapability:
             LIVE.add_folder(d)
         try:
             r = subprocess.run(
-                ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                 f"mount -t tmpfs -o size=8k tmpfs '{d}' && echo ok"],
-                capture_output=True, timeout=10, check=False)
+                [
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    f"mount -t tmpfs -o size=8k tmpfs '{d}' && echo ok",
+                ],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
             tmpfs = r.returncode == 0 and b"ok" in r.stdout
-            why = "" if tmpfs else ("cannot mount a tmpfs in a private mount namespace "
-                                    f"(needs root: CAP_SYS_ADMIN): "
-                                    f"{r.stderr.decode(errors='replace').strip()[:200]}")
+            why = (
+                ""
+                if tmpfs
+                else (
+                    "cannot mount a tmpfs in a private mount namespace "
+                    f"(needs root: CAP_SYS_ADMIN): "
+                    f"{r.stderr.decode(errors='replace').strip()[:200]}"
+                )
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             why = f"unshare failed: {exc}"
         finally:
@@ -102,7 +126,8 @@ class TmpfsUsage(NamedTuple):
 _CAPACITY_SCRIPT = (
     'set -e; mount --bind "$1" "$2"; '
     'mount -t tmpfs -o size="$3",mode=0700 tmpfs "$1"; '
-    'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000')
+    'cp -a "$2"/. "$1"/; echo ready; exec sleep 100000'
+)
 #: The holder of an exact-free-space namespace: the tmpfs is mounted on a second side folder,
 #: the content copied into its sub-folder ``state``, the tmpfs shrunk to content + one ballast
 #: page + ``free`` and the ballast written (a size of 0 would mean "unlimited"), then
@@ -116,7 +141,8 @@ _FREE_SCRIPT = (
     'mount -o remount,size=$(( used + bs + free )) "$mnt"; '
     'head -c "$bs" /dev/zero > "$mnt/ballast"; '
     'mount --bind "$mnt/state" "$folder"; '
-    'echo "ready $used $bs"; exec sleep 100000')
+    'echo "ready $used $bs"; exec sleep 100000'
+)
 
 
 class TmpfsNamespace:
@@ -140,14 +166,19 @@ class TmpfsNamespace:
     ``/proc/<holder>/root``); :class:`UsageSampler` samples it while an attempt runs.
     """
 
-    def __init__(self, folder: str, capacity: int | None = None, *,
-                 free: int | None = None) -> None:
+    def __init__(
+        self, folder: str, capacity: int | None = None, *, free: int | None = None
+    ) -> None:
         if (capacity is None) == (free is None):
-            raise ValueError("TmpfsNamespace needs exactly one of capacity (the tmpfs size) or "
-                             "free (the free space above the content)")
+            raise ValueError(
+                "TmpfsNamespace needs exactly one of capacity (the tmpfs size) or "
+                "free (the free space above the content)"
+            )
         if (capacity is not None and capacity <= 0) or (free is not None and free < 0):
-            raise ValueError(f"tmpfs capacity must be > 0 and free >= 0 bytes, got "
-                             f"capacity={capacity}, free={free}")
+            raise ValueError(
+                f"tmpfs capacity must be > 0 and free >= 0 bytes, got "
+                f"capacity={capacity}, free={free}"
+            )
         self.folder = os.path.abspath(folder)
         self.capacity = capacity
         self.free = None if free is None else -(-free // PAGE) * PAGE
@@ -167,15 +198,42 @@ class TmpfsNamespace:
                 if self.free is not None:
                     self._mnt = tempfile.mkdtemp(prefix="cp-side-")
                     LIVE.add_folder(self._mnt)
-                    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            _FREE_SCRIPT, "sh", self.folder, self._side, self._mnt,
-                            str(self.size), str(self.free)]
+                    argv = [
+                        "unshare",
+                        "-m",
+                        "--propagation",
+                        "private",
+                        "sh",
+                        "-c",
+                        _FREE_SCRIPT,
+                        "sh",
+                        self.folder,
+                        self._side,
+                        self._mnt,
+                        str(self.size),
+                        str(self.free),
+                    ]
                 else:
-                    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            _CAPACITY_SCRIPT, "sh", self.folder, self._side, str(self.size)]
+                    argv = [
+                        "unshare",
+                        "-m",
+                        "--propagation",
+                        "private",
+                        "sh",
+                        "-c",
+                        _CAPACITY_SCRIPT,
+                        "sh",
+                        self.folder,
+                        self._side,
+                        str(self.size),
+                    ]
                 self._holder = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True)
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
             except BaseException:
                 self._remove_side()
                 raise
@@ -189,8 +247,7 @@ class TmpfsNamespace:
                 self._remove_side()
             raise
         if not line.startswith(b"ready"):
-            err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr \
-                else ""
+            err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr else ""
             self._reap()
             self._remove_side()
             raise OSError(f"could not mount a tmpfs over {self.folder}: {err.strip()}")
@@ -200,17 +257,20 @@ class TmpfsNamespace:
             got = self.usage()
             if got.free != self.free or self.ballast != PAGE:
                 self.close()
-                raise OSError(f"the tmpfs over {self.folder} has {got.free} bytes free (page "
-                              f"{self.ballast} bytes), not the {self.free} planned; this "
-                              "kernel's tmpfs counts space differently (4 KiB pages expected)")
+                raise OSError(
+                    f"the tmpfs over {self.folder} has {got.free} bytes free (page "
+                    f"{self.ballast} bytes), not the {self.free} planned; this "
+                    "kernel's tmpfs counts space differently (4 KiB pages expected)"
+                )
             self.size = got.size
 
     def usage(self) -> TmpfsUsage:
         """The tmpfs's size, used and free bytes now (``OSError`` once it is closed)."""
         st = os.statvfs(f"/proc/{self._holder.pid}/root{self.folder}")
         size = st.f_blocks * st.f_frsize
-        return TmpfsUsage(size, (st.f_blocks - st.f_bfree) * st.f_frsize - self.ballast,
-                          st.f_bavail * st.f_frsize)
+        return TmpfsUsage(
+            size, (st.f_blocks - st.f_bfree) * st.f_frsize - self.ballast, st.f_bavail * st.f_frsize
+        )
 
     def wrap(self, argv: list[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
         """``argv`` run inside the namespace (nsenter execs it: same pid, same session, same
@@ -228,16 +288,29 @@ class TmpfsNamespace:
         if _nsenter_wdns():
             return [*ns, f"--wdns={wd}", "--", *argv]
         # util-linux < 2.38: change folder in a shell that then execs the command (same pid)
-        return [*ns, "--", "sh", "-c", 'cd -- "$1" || exit 127; shift; exec "$@"', "sh", wd,
-                *argv]
+        return [*ns, "--", "sh", "-c", 'cd -- "$1" || exit 127; shift; exec "$@"', "sh", wd, *argv]
 
     def close(self) -> None:
         """Copy the tmpfs content back to the real folder and end the namespace."""
         try:
             subprocess.run(
-                ["nsenter", "-t", str(self._holder.pid), "-m", "--", "sh", "-c",
-                 'find "$2" -mindepth 1 -delete; cp -a "$1"/. "$2"/', "sh",
-                 self.folder, self._side], check=False, capture_output=True, timeout=60)
+                [
+                    "nsenter",
+                    "-t",
+                    str(self._holder.pid),
+                    "-m",
+                    "--",
+                    "sh",
+                    "-c",
+                    'find "$2" -mindepth 1 -delete; cp -a "$1"/. "$2"/',
+                    "sh",
+                    self.folder,
+                    self._side,
+                ],
+                check=False,
+                capture_output=True,
+                timeout=60,
+            )
         finally:
             with shielded():
                 self._reap()
@@ -285,8 +358,9 @@ class UsageSampler:
         first = ns.usage()
         self._peak, self._low, self._n = first.used, first.free, 1
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="crashpoint-tmpfs-usage",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="crashpoint-tmpfs-usage", daemon=True
+        )
         self._thread.start()
 
     def _read(self) -> bool:

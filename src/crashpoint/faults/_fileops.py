@@ -41,24 +41,69 @@ from typing import Any, NamedTuple
 from crashpoint.faults import _strace
 from crashpoint.faults._strace import Syscall
 
-__all__ = ["GOLDEN_SYSCALLS", "INJECT_DIR", "Armed", "FileOp", "Landing", "Watch", "arm",
-           "explain_empty", "landed", "op_of", "record_golden", "recorder"]
+__all__ = [
+    "GOLDEN_SYSCALLS",
+    "INJECT_DIR",
+    "Armed",
+    "FileOp",
+    "Landing",
+    "Watch",
+    "arm",
+    "explain_empty",
+    "landed",
+    "op_of",
+    "record_golden",
+    "recorder",
+]
 
 #: The folder whose sitecustomize.py the audit mechanism puts first on PYTHONPATH.
 INJECT_DIR = os.path.join(os.path.dirname(__file__), "_inject")
 
 #: Calls that change a file (data, names, or durability), traced in the golden run.
-MUTATING = frozenset({
-    "write", "pwrite64", "writev", "pwritev", "pwritev2", "ftruncate", "truncate",
-    "fallocate", "fsync", "fdatasync", "sync_file_range", "rename", "renameat", "renameat2",
-    "link", "linkat", "symlink", "symlinkat", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir",
-    "mknod", "mknodat", "creat"})
+MUTATING = frozenset(
+    {
+        "write",
+        "pwrite64",
+        "writev",
+        "pwritev",
+        "pwritev2",
+        "ftruncate",
+        "truncate",
+        "fallocate",
+        "fsync",
+        "fdatasync",
+        "sync_file_range",
+        "rename",
+        "renameat",
+        "renameat2",
+        "link",
+        "linkat",
+        "symlink",
+        "symlinkat",
+        "unlink",
+        "unlinkat",
+        "mkdir",
+        "mkdirat",
+        "rmdir",
+        "mknod",
+        "mknodat",
+        "creat",
+    }
+)
 _OPENS = frozenset({"open", "openat", "openat2"})
 _WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND")
 #: What the golden run is traced for: the mutating calls, opens, and what tells the parser
 #: each process's folder (chdir, and the forks that inherit it).
 GOLDEN_SYSCALLS: tuple[str, ...] = (
-    *sorted(_OPENS), *sorted(MUTATING), "chdir", "fchdir", "clone", "clone3", "fork", "vfork")
+    *sorted(_OPENS),
+    *sorted(MUTATING),
+    "chdir",
+    "fchdir",
+    "clone",
+    "clone3",
+    "fork",
+    "vfork",
+)
 
 _VIA = ("strace", "audit")
 
@@ -67,8 +112,13 @@ def op_of(call: Syscall) -> str:
     """The operation a traced call is (``openat(w)`` for an open that may write), or "" if it
     changes no file. Success is not checked here."""
     if call.name in _OPENS:
-        flags = call.args[1] if call.name == "open" and len(call.args) > 1 else \
-            call.args[2] if len(call.args) > 2 else ""
+        flags = (
+            call.args[1]
+            if call.name == "open" and len(call.args) > 1
+            else call.args[2]
+            if len(call.args) > 2
+            else ""
+        )
         return f"{call.name}(w)" if any(f in flags for f in _WRITE_FLAGS) else ""
     return call.name if call.name in MUTATING else ""
 
@@ -142,8 +192,10 @@ class FileOp:
         """Read back :meth:`to_json`; a bad entry raises ValueError naming ``where`` and the
         key."""
         if not isinstance(d, Mapping):
-            raise ValueError(f"{where}: a file operation is a mapping with op, path and n, "
-                             f"not {type(d).__name__}")
+            raise ValueError(
+                f"{where}: a file operation is a mapping with op, path and n, "
+                f"not {type(d).__name__}"
+            )
 
         def text(key: str, default: str | None = None) -> str:
             v = d.get(key, default)
@@ -154,8 +206,7 @@ class FileOp:
         def count(key: str, low: int, default: int | None = None) -> int:
             v = d.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{where}: key {key!r} must be a whole number >= {low}, "
-                                 f"got {v!r}")
+                raise ValueError(f"{where}: key {key!r} must be a whole number >= {low}, got {v!r}")
             return v
 
         via = text("via", "strace")
@@ -168,20 +219,30 @@ class FileOp:
             raise ValueError(f"{where}: key 'rel' must be a list of relative paths, got {rel!r}")
         if any(r.startswith("/") for r in rel):
             raise ValueError(f"{where}: key 'rel' holds an absolute path: {rel!r}")
-        return cls(op=text("op"), path=path, n=count("n", 1), path2=text("path2", ""), via=via,
-                   syscall=text("syscall") if via == "strace" else "",
-                   when=count("when", 1) if via == "strace" else 0, rel=tuple(rel),
-                   shared=bool(d.get("shared", False)),
-                   anywhere=count("anywhere", 1) if d.get("anywhere") else 0)
+        return cls(
+            op=text("op"),
+            path=path,
+            n=count("n", 1),
+            path2=text("path2", ""),
+            via=via,
+            syscall=text("syscall") if via == "strace" else "",
+            when=count("when", 1) if via == "strace" else 0,
+            rel=tuple(rel),
+            shared=bool(d.get("shared", False)),
+            anywhere=count("anywhere", 1) if d.get("anywhere") else 0,
+        )
 
 
 # -- placeholders -------------------------------------------------------------------------------
 
+
 def _check_placeholder(path: str, where: str) -> None:
     if not path.startswith("{") or "}" not in path:
-        raise ValueError(f"{where}: {path!r} must start with a placeholder such as "
-                         "{state_dir}/ or {workdir}/")
-    rest = path[path.index("}") + 1:]
+        raise ValueError(
+            f"{where}: {path!r} must start with a placeholder such as "
+            "{state_dir}/ or {workdir}/"
+        )
+    rest = path[path.index("}") + 1 :]
     if rest and not rest.startswith("/"):
         raise ValueError(f"{where}: {path!r}: a '/' must follow the placeholder")
     if ".." in rest.split("/"):
@@ -207,17 +268,19 @@ class _Roots:
             if path == form:
                 return "{" + name + "}"
             if path.startswith(form.rstrip("/") + "/"):
-                return "{" + name + "}" + path[len(form.rstrip("/")):]
+                return "{" + name + "}" + path[len(form.rstrip("/")) :]
         return None
 
     def concrete(self, path: str) -> list[str]:
         """The absolute spellings (as given, and resolved) of a placeholder path."""
         _check_placeholder(path, "file operation")
-        name, rest = path[1:path.index("}")], path[path.index("}") + 1:]
+        name, rest = path[1 : path.index("}")], path[path.index("}") + 1 :]
         if name not in self.roots:
             known = ", ".join("{" + k + "}" for k in sorted(self.roots)) or "none"
-            raise ValueError(f"file operation {path!r}: unknown placeholder {{{name}}} "
-                             f"(this trial's folders: {known})")
+            raise ValueError(
+                f"file operation {path!r}: unknown placeholder {{{name}}} "
+                f"(this trial's folders: {known})"
+            )
         root = self.roots[name]
         out = [os.path.normpath(root + rest)]
         real = os.path.normpath(os.path.realpath(root) + rest)
@@ -227,6 +290,7 @@ class _Roots:
 
 
 # -- arming -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Armed:
@@ -255,8 +319,9 @@ class Armed:
         """The command to start: ``argv`` under strace (strace mode), else ``argv``."""
         if self.via != "strace":
             return list(argv)
-        return _strace.wrap(argv, self.trace, syscalls=self.syscalls, inject=self.inject,
-                            paths=self.paths)
+        return _strace.wrap(
+            argv, self.trace, syscalls=self.syscalls, inject=self.inject, paths=self.paths
+        )
 
     def environ(self, base: Mapping[str, str]) -> dict[str, str]:
         """``base`` plus what the mechanism needs (audit: the hook's variables, and the
@@ -264,8 +329,9 @@ class Armed:
         out = dict(base)
         out.update(self.env)
         if self.via == "audit":
-            out["PYTHONPATH"] = os.pathsep.join([INJECT_DIR,
-                                                 *filter(None, [base.get("PYTHONPATH", "")])])
+            out["PYTHONPATH"] = os.pathsep.join(
+                [INJECT_DIR, *filter(None, [base.get("PYTHONPATH", "")])]
+            )
         return out
 
     @property
@@ -296,16 +362,16 @@ class Watch:
     ``fired``: the landing was seen; ``error``: what ``on_landing`` raised (the group may
     already be gone), kept rather than lost in the thread."""
 
-    def __init__(self, armed: Armed, on_landing: Callable[[], None],
-                 interval: float = 0.005) -> None:
+    def __init__(
+        self, armed: Armed, on_landing: Callable[[], None], interval: float = 0.005
+    ) -> None:
         self.armed, self.on_landing, self.interval = armed, on_landing, interval
         self.fired = False
         self.error: BaseException | None = None
         self._offset = 0
         self._tail = b""
         self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, name="crashpoint-fileop-watch",
-                                   daemon=True)
+        self._t = threading.Thread(target=self._loop, name="crashpoint-fileop-watch", daemon=True)
         self._t.start()
 
     def _seen(self) -> bool:
@@ -352,8 +418,9 @@ def recorder(workfile_prefix: str, *, use_strace: bool, cwd: str = "") -> Armed:
     :data:`GOLDEN_SYSCALLS` to ``<prefix>.strace``; the audit hook logs to
     ``<prefix>.fileops.jsonl``. Read them with :func:`record_golden`."""
     if use_strace:
-        a = Armed(via="strace", cwd=cwd, trace=workfile_prefix + ".strace",
-                  syscalls=GOLDEN_SYSCALLS)
+        a = Armed(
+            via="strace", cwd=cwd, trace=workfile_prefix + ".strace", syscalls=GOLDEN_SYSCALLS
+        )
     else:
         rec = workfile_prefix + ".fileops.jsonl"
         a = Armed(via="audit", cwd=cwd, record=rec, env=(("CRASHPOINT_FILEOP_RECORD", rec),))
@@ -361,44 +428,77 @@ def recorder(workfile_prefix: str, *, use_strace: bool, cwd: str = "") -> Armed:
     return a
 
 
-def arm(fileop: FileOp, roots: Mapping[str, str], workfile_prefix: str, *, use_strace: bool,
-        cwd: str = "") -> Armed:
+def arm(
+    fileop: FileOp,
+    roots: Mapping[str, str],
+    workfile_prefix: str,
+    *,
+    use_strace: bool,
+    cwd: str = "",
+) -> Armed:
     """Arm one attempt to be killed at ``fileop``, whose placeholders name this trial's
     ``roots`` (``{"state_dir": ..., "workdir": ...}``). Work files go to
     ``<workfile_prefix>.strace`` (strace) or ``.fileops.jsonl`` and ``.landing.jsonl``
     (audit). ``use_strace`` must match how the golden run was recorded (``fileop.via``)."""
     via = "strace" if use_strace else "audit"
     if fileop.via != via:
-        raise ValueError(f"{fileop.label()} was recorded via {fileop.via}; arm it with "
-                         f"use_strace={fileop.via == 'strace'} (record the golden run the same "
-                         "way as the trials)")
+        raise ValueError(
+            f"{fileop.label()} was recorded via {fileop.via}; arm it with "
+            f"use_strace={fileop.via == 'strace'} (record the golden run the same "
+            "way as the trials)"
+        )
     r = _Roots(roots)
     paths = r.concrete(fileop.path)
     root_items = tuple(sorted(r.roots.items()))
     if use_strace:
         if not fileop.syscall or fileop.when < 1:
-            raise ValueError(f"{fileop.label()}: no syscall/when to inject at (recorded by "
-                             "an older version? record the golden run again)")
+            raise ValueError(
+                f"{fileop.label()}: no syscall/when to inject at (recorded by "
+                "an older version? record the golden run again)"
+            )
         if fileop.anywhere:  # a per-run name: count every call of the syscall, no -P
-            a = Armed(via="strace", fileop=fileop, roots=root_items, cwd=cwd,
-                      trace=workfile_prefix + ".strace", syscalls=(fileop.syscall,),
-                      inject=(f"{fileop.syscall}:signal=KILL:when={fileop.anywhere}",))
+            a = Armed(
+                via="strace",
+                fileop=fileop,
+                roots=root_items,
+                cwd=cwd,
+                trace=workfile_prefix + ".strace",
+                syscalls=(fileop.syscall,),
+                inject=(f"{fileop.syscall}:signal=KILL:when={fileop.anywhere}",),
+            )
         else:
-            a = Armed(via="strace", fileop=fileop, roots=root_items, cwd=cwd,
-                      trace=workfile_prefix + ".strace", syscalls=(fileop.syscall,),
-                      paths=(*paths, *fileop.rel),
-                      inject=(f"{fileop.syscall}:signal=KILL:when={fileop.when}",))
+            a = Armed(
+                via="strace",
+                fileop=fileop,
+                roots=root_items,
+                cwd=cwd,
+                trace=workfile_prefix + ".strace",
+                syscalls=(fileop.syscall,),
+                paths=(*paths, *fileop.rel),
+                inject=(f"{fileop.syscall}:signal=KILL:when={fileop.when}",),
+            )
     else:
         rec, log = workfile_prefix + ".fileops.jsonl", workfile_prefix + ".landing.jsonl"
         target = json.dumps({"op": fileop.op, "paths": paths, "n": fileop.n})
-        a = Armed(via="audit", fileop=fileop, roots=root_items, cwd=cwd, record=rec, log=log,
-                  env=(("CRASHPOINT_FILEOP_AT", target), ("CRASHPOINT_FILEOP_LOG", log),
-                       ("CRASHPOINT_FILEOP_RECORD", rec)))
+        a = Armed(
+            via="audit",
+            fileop=fileop,
+            roots=root_items,
+            cwd=cwd,
+            record=rec,
+            log=log,
+            env=(
+                ("CRASHPOINT_FILEOP_AT", target),
+                ("CRASHPOINT_FILEOP_LOG", log),
+                ("CRASHPOINT_FILEOP_RECORD", rec),
+            ),
+        )
     _fresh(*a.files)
     return a
 
 
 # -- recording ----------------------------------------------------------------------------------
+
 
 def _audit_lines(path: str) -> list[dict[str, Any]]:
     out = []
@@ -409,8 +509,11 @@ def _audit_lines(path: str) -> list[dict[str, Any]]:
                     continue
                 with contextlib.suppress(ValueError):
                     d = json.loads(line)
-                    if isinstance(d, dict) and isinstance(d.get("op"), str) and \
-                            isinstance(d.get("path"), str):
+                    if (
+                        isinstance(d, dict)
+                        and isinstance(d.get("op"), str)
+                        and isinstance(d.get("path"), str)
+                    ):
                         out.append(d)
     except OSError:
         return []
@@ -452,8 +555,9 @@ def _key(call: Syscall, roots: _Roots) -> tuple[str, str] | None:
     return None
 
 
-def _strace_ops(trace: _strace.Trace, roots: _Roots, exclude: frozenset[str],
-                killed_too: bool = False) -> list[tuple[FileOp, Syscall]]:
+def _strace_ops(
+    trace: _strace.Trace, roots: _Roots, exclude: frozenset[str], killed_too: bool = False
+) -> list[tuple[FileOp, Syscall]]:
     seen: Counter[tuple[str, str]] = Counter()
     per_thread: Counter[tuple[int, str, str]] = Counter()
     threads: defaultdict[tuple[str, str], set[int]] = defaultdict(set)
@@ -484,16 +588,39 @@ def _strace_ops(trace: _strace.Trace, roots: _Roots, exclude: frozenset[str],
         seen[(op, key[0])] += 1
         if "*" in key[0].rpartition("/")[2]:
             anywhere[len(found)] = every[(c.pid, c.name)]
-        found.append((op, key[0], key[1], seen[(op, key[0])],
-                      per_thread[(c.pid, c.name, roots.placeholder(c.path) or key[0])], c))
-    return [(FileOp(op=op, path=p, n=n, path2=p2, via="strace", syscall=c.name,
-                    when=max(1, when), rel=tuple(sorted(rel.get(p, ()))),
-                    shared=len(threads[(c.name, p)]) > 1, anywhere=anywhere.get(k, 0)), c)
-            for k, (op, p, p2, n, when, c) in enumerate(found)]
+        found.append(
+            (
+                op,
+                key[0],
+                key[1],
+                seen[(op, key[0])],
+                per_thread[(c.pid, c.name, roots.placeholder(c.path) or key[0])],
+                c,
+            )
+        )
+    return [
+        (
+            FileOp(
+                op=op,
+                path=p,
+                n=n,
+                path2=p2,
+                via="strace",
+                syscall=c.name,
+                when=max(1, when),
+                rel=tuple(sorted(rel.get(p, ()))),
+                shared=len(threads[(c.name, p)]) > 1,
+                anywhere=anywhere.get(k, 0),
+            ),
+            c,
+        )
+        for k, (op, p, p2, n, when, c) in enumerate(found)
+    ]
 
 
-def _audit_ops(lines: Iterable[dict[str, Any]], roots: _Roots,
-               exclude: frozenset[str]) -> list[FileOp]:
+def _audit_ops(
+    lines: Iterable[dict[str, Any]], roots: _Roots, exclude: frozenset[str]
+) -> list[FileOp]:
     seen: Counter[tuple[str, str]] = Counter()
     out = []
     for d in lines:
@@ -508,8 +635,9 @@ def _audit_ops(lines: Iterable[dict[str, Any]], roots: _Roots,
     return out
 
 
-def record_golden(source: Armed | str, roots: Mapping[str, str], *,
-                  exclude: Iterable[str] = ()) -> list[FileOp]:
+def record_golden(
+    source: Armed | str, roots: Mapping[str, str], *, exclude: Iterable[str] = ()
+) -> list[FileOp]:
     """The mutating file operations under ``roots`` of a recorded run, in order.
 
     ``source``: the :func:`recorder` the run was started with, or the path of its strace
@@ -536,20 +664,28 @@ def explain_empty(recorded: Armed, roots: Mapping[str, str]) -> str:
     where = " or ".join("{" + k + "}" for k in sorted(roots)) or "the trial's folders"
     if recorded.via == "audit":
         if not os.path.exists(recorded.record):
-            return ("the injected sitecustomize never ran in the golden run: the audit hook "
-                    "only sees a Python agent started with {python} (not -S or -I); for any "
-                    f"other agent install strace ({_strace.available()[1] or 'it is here'})")
-        return (f"the golden run opened, renamed or removed no file under {where} from Python "
-                "code; the audit hook cannot see writes, fsyncs, nor files written from C "
-                "(SQLite): install strace to see those "
-                f"({_strace.available()[1] or 'it is here'}), or pass the agent its state "
-                "folder as {state_dir}")
+            return (
+                "the injected sitecustomize never ran in the golden run: the audit hook "
+                "only sees a Python agent started with {python} (not -S or -I); for any "
+                f"other agent install strace ({_strace.available()[1] or 'it is here'})"
+            )
+        return (
+            f"the golden run opened, renamed or removed no file under {where} from Python "
+            "code; the audit hook cannot see writes, fsyncs, nor files written from C "
+            "(SQLite): install strace to see those "
+            f"({_strace.available()[1] or 'it is here'}), or pass the agent its state "
+            "folder as {state_dir}"
+        )
     if not os.path.exists(recorded.trace):
-        return (f"no strace output at {recorded.trace}: the golden run did not start under "
-                "strace (see its stderr)")
-    return (f"the golden run changed no file under {where} (strace saw every write, rename, "
-            "remove and sync): the agent keeps its state elsewhere; pass it {state_dir} "
-            "or {workdir}")
+        return (
+            f"no strace output at {recorded.trace}: the golden run did not start under "
+            "strace (see its stderr)"
+        )
+    return (
+        f"the golden run changed no file under {where} (strace saw every write, rename, "
+        "remove and sync): the agent keeps its state elsewhere; pass it {state_dir} "
+        "or {workdir}"
+    )
 
 
 def _looks_like_audit(path: str) -> bool:
@@ -564,6 +700,7 @@ def _looks_like_audit(path: str) -> bool:
 
 
 # -- did it land --------------------------------------------------------------------------------
+
 
 class Landing(NamedTuple):
     """Whether an armed kill hit its file operation. ``where``: the operation it hit (a
@@ -585,8 +722,12 @@ def landed(armed: Armed, fileop: FileOp | None = None, *, attempt: int = 0) -> L
     if armed.via == "audit":
         return _landed_audit(armed, op, roots, during)
     if not os.path.exists(armed.trace):
-        return Landing(False, "", f"no strace output at {armed.trace}: the agent did not "
-                                  f"start under strace{during} (see its stderr)")
+        return Landing(
+            False,
+            "",
+            f"no strace output at {armed.trace}: the agent did not "
+            f"start under strace{during} (see its stderr)",
+        )
     trace = _strace.read(armed.trace, cwd=armed.cwd)
     pairs = _strace_ops(trace, roots, frozenset(), killed_too=True)
     done = sum(1 for f, c in pairs if (f.op, f.path) == (op.op, op.path) and c.result is not None)
@@ -598,23 +739,40 @@ def landed(armed: Armed, fileop: FileOp | None = None, *, attempt: int = 0) -> L
     for c in trace.calls:  # killed in a call of the same syscall that is no operation
         if c.result is None and c.name == op.syscall and trace.killed(c.pid):
             where = f"{c.name} {roots.placeholder(c.path) or c.path or '?'}"
-            return Landing(False, where, f"the kill landed at {where} (not a file operation "
-                           f"of the golden run), not at {op.label()}: strace counts every "
-                           f"{op.syscall} on the file, per process and thread")
+            return Landing(
+                False,
+                where,
+                f"the kill landed at {where} (not a file operation "
+                f"of the golden run), not at {op.label()}: strace counts every "
+                f"{op.syscall} on the file, per process and thread",
+            )
     if done < op.n:
-        return Landing(False, "", f"the agent never did {op.op} {op.path} a {_ordinal(op.n)} "
-                                  f"time{during}: it did it {_times(done)}")
-    return Landing(False, "", f"the agent did {op.op} {op.path} {_times(done)}{during}, but "
-                              f"not as call #{op.when} of {op.syscall} on it in one process "
-                              "or thread as in the golden run, where strace's kill waited "
-                              "(the agent spreads it over other threads or processes)")
+        return Landing(
+            False,
+            "",
+            f"the agent never did {op.op} {op.path} a {_ordinal(op.n)} "
+            f"time{during}: it did it {_times(done)}",
+        )
+    return Landing(
+        False,
+        "",
+        f"the agent did {op.op} {op.path} {_times(done)}{during}, but "
+        f"not as call #{op.when} of {op.syscall} on it in one process "
+        "or thread as in the golden run, where strace's kill waited "
+        "(the agent spreads it over other threads or processes)",
+    )
 
 
 def _elsewhere(want: FileOp, got: FileOp) -> str:
-    why = "other threads or processes of the agent use it too" if want.shared else \
-        "this attempt did it in another order than the golden run"
-    return (f"the kill landed at {got.label()}, not at {want.label()}: strace counts "
-            f"{want.syscall} on the file per process and thread, and {why}")
+    why = (
+        "other threads or processes of the agent use it too"
+        if want.shared
+        else "this attempt did it in another order than the golden run"
+    )
+    return (
+        f"the kill landed at {got.label()}, not at {want.label()}: strace counts "
+        f"{want.syscall} on the file per process and thread, and {why}"
+    )
 
 
 def _landed_audit(armed: Armed, op: FileOp, roots: _Roots, during: str) -> Landing:
@@ -624,18 +782,36 @@ def _landed_audit(armed: Armed, op: FileOp, roots: _Roots, during: str) -> Landi
             n = d.get("n")
             if n == op.n:
                 return Landing(True, op.label(), "")
-            return Landing(False, f"{op.op} {op.path} #{n}",
-                           f"the kill landed at {op.op} {op.path} #{n}, not #{op.n}")
+            return Landing(
+                False,
+                f"{op.op} {op.path} #{n}",
+                f"the kill landed at {op.op} {op.path} #{n}, not #{op.n}",
+            )
     if not os.path.exists(armed.record):
-        return Landing(False, "", f"the injected sitecustomize did not run{during}: the agent "
-                                  "is not a Python process that keeps PYTHONPATH (python -S "
-                                  "or -I skip it); file-operation kills in other agents need "
-                                  f"strace ({_strace.available()[1] or 'available here'})")
-    done = sum(1 for f in _audit_ops(_audit_lines(armed.record), roots, frozenset())
-               if (f.op, f.path) == (op.op, op.path))
+        return Landing(
+            False,
+            "",
+            f"the injected sitecustomize did not run{during}: the agent "
+            "is not a Python process that keeps PYTHONPATH (python -S "
+            "or -I skip it); file-operation kills in other agents need "
+            f"strace ({_strace.available()[1] or 'available here'})",
+        )
+    done = sum(
+        1
+        for f in _audit_ops(_audit_lines(armed.record), roots, frozenset())
+        if (f.op, f.path) == (op.op, op.path)
+    )
     if done < op.n:
-        return Landing(False, "", f"the agent never did {op.op} {op.path} a {_ordinal(op.n)} "
-                                  f"time{during}: it did it {_times(done)}")
-    return Landing(False, "", f"the agent did {op.op} {op.path} {_times(done)}{during} but the "
-                              "kill did not fire: it did them in different processes (each "
-                              "Python process counts on its own)")
+        return Landing(
+            False,
+            "",
+            f"the agent never did {op.op} {op.path} a {_ordinal(op.n)} "
+            f"time{during}: it did it {_times(done)}",
+        )
+    return Landing(
+        False,
+        "",
+        f"the agent did {op.op} {op.path} {_times(done)}{during} but the "
+        "kill did not fire: it did them in different processes (each "
+        "Python process counts on its own)",
+    )

@@ -27,8 +27,16 @@ from typing import Any, NamedTuple
 
 __all__ = ["CORRUPTIONS", "ConfinementError", "Corruption", "corrupt", "pick_target"]
 
-CORRUPTIONS = ("truncate", "bitflip", "zero", "delete", "stale-copy", "append-garbage",
-               "unreadable", "symlink")
+CORRUPTIONS = (
+    "truncate",
+    "bitflip",
+    "zero",
+    "delete",
+    "stale-copy",
+    "append-garbage",
+    "unreadable",
+    "symlink",
+)
 
 #: Corruptions that change a file's bytes or mode in place (not just its directory entry).
 _IN_PLACE = ("truncate", "bitflip", "zero", "append-garbage", "unreadable", "stale-copy")
@@ -92,8 +100,7 @@ def _match(names: Sequence[str], pats: Sequence[str]) -> bool:
         if j == len(pats):
             r = i == len(names)
         elif pats[j] == "**":
-            r = m(i, j + 1) or (i < len(names) and not names[i].startswith(".")
-                                and m(i + 1, j))
+            r = m(i, j + 1) or (i < len(names) and not names[i].startswith(".") and m(i + 1, j))
         elif i == len(names):
             r = False
         else:
@@ -115,14 +122,14 @@ def _real_roots(pattern: str, root: str | None, roots: Sequence[str] | None) -> 
     pattern is rooted in. Never ``/``."""
     if roots is not None or root:
         given = list(roots) if roots is not None else [str(root)]
-        out = [os.path.realpath(r) for r in given
-               if os.path.isdir(r) and not os.path.islink(r)]
+        out = [os.path.realpath(r) for r in given if os.path.isdir(r) and not os.path.islink(r)]
     else:
         out = [os.path.realpath(_split(pattern)[0])]
     for r in out:
         if r == os.path.dirname(r):
             raise ConfinementError(
-                f"refusing to corrupt files under {r}: give the folder(s) it may touch (roots)")
+                f"refusing to corrupt files under {r}: give the folder(s) it may touch (roots)"
+            )
     # drop roots inside other roots: each file is found once
     return sorted({r for r in out if not any(o != r and _within(r, o) for o in out)})
 
@@ -194,8 +201,9 @@ def _candidates(pattern: str, roots: list[str], how: str, nonempty: bool) -> lis
     return files
 
 
-def pick_target(pattern: str, rng: random.Random, *, nonempty: bool = False,
-                roots: Sequence[str] | None = None) -> str | None:
+def pick_target(
+    pattern: str, rng: random.Random, *, nonempty: bool = False, roots: Sequence[str] | None = None
+) -> str | None:
     """The file a corruption of ``pattern`` would pick (see :func:`corrupt` for ``roots``)."""
     files = _candidates(pattern, _real_roots(pattern, None, roots), "", nonempty)
     return rng.choice(files).path if files else None
@@ -205,8 +213,9 @@ def pick_target(pattern: str, rng: random.Random, *, nonempty: bool = False,
 AIM_AMONG = 3
 
 
-def _aimed(files: list[_Target], aim: Sequence[tuple[str, int, int]], rng: random.Random
-           ) -> tuple[_Target, int, int, int] | None:
+def _aimed(
+    files: list[_Target], aim: Sequence[tuple[str, int, int]], rng: random.Random
+) -> tuple[_Target, int, int, int] | None:
     """(target, offset, length, rank) of a write to damage: drawn among the
     :data:`AIM_AMONG` newest writes of ``aim`` (absolute path, offset, length; newest last)
     whose file is a candidate and still holds those bytes. ``rank`` 0 is the newest."""
@@ -222,9 +231,16 @@ def _aimed(files: list[_Target], aim: Sequence[tuple[str, int, int]], rng: rando
     return rng.choice(valid) if valid else None
 
 
-def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = None,
-            root: str | None = None, roots: Sequence[str] | None = None,
-            aim: Sequence[tuple[str, int, int]] | None = None) -> Corruption | None:
+def corrupt(
+    how: str,
+    pattern: str,
+    rng: random.Random,
+    *,
+    older: str | None = None,
+    root: str | None = None,
+    roots: Sequence[str] | None = None,
+    aim: Sequence[tuple[str, int, int]] | None = None,
+) -> Corruption | None:
     """Apply corruption ``how`` to one file matching ``pattern``; None if nothing to corrupt.
 
     ``roots``: the only folders whose files may be touched (the trial's state and work
@@ -247,8 +263,11 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
     files = _candidates(pattern, real_roots, how, how in ("truncate", "bitflip", "zero"))
     if not files:
         return None
-    aimed = _aimed(files, aim, rng) if aim is not None and how in (
-        "truncate", "bitflip", "zero") else None
+    aimed = (
+        _aimed(files, aim, rng)
+        if aim is not None and how in ("truncate", "bitflip", "zero")
+        else None
+    )
     if aimed is not None:
         return _damage(how, *aimed, rng)
     t = rng.choice(files)
@@ -267,8 +286,13 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
     if how == "unreadable":
         with _open(t, os.O_RDONLY) as fd:
             os.fchmod(fd, 0)
-        return Corruption(how, t.path, 0, 0, "mode 000 (root still reads it: the agent must "
-                                              "run as another user for this to bite)")
+        return Corruption(
+            how,
+            t.path,
+            0,
+            0,
+            "mode 000 (root still reads it: the agent must run as another user for this to bite)",
+        )
     if how == "append-garbage":
         with _open(t, os.O_WRONLY | os.O_APPEND) as fd:
             size = os.fstat(fd).st_size
@@ -280,8 +304,11 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
         if size == 0:  # emptied since the walk
             return None
         off = rng.randrange(0, size)
-        tag = "; not aimed: no write of the recorded trace is still on disk" \
-            if aim is not None else ""
+        tag = (
+            "; not aimed: no write of the recorded trace is still on disk"
+            if aim is not None
+            else ""
+        )
         if how == "truncate":
             os.ftruncate(fd, off)
             return Corruption(how, t.path, off, size - off, "torn write" + tag)
@@ -296,8 +323,9 @@ def corrupt(how: str, pattern: str, rng: random.Random, *, older: str | None = N
         return Corruption(how, t.path, off, n, tag.lstrip("; "))
 
 
-def _damage(how: str, t: _Target, start: int, length: int, rank: int,
-            rng: random.Random) -> Corruption | None:
+def _damage(
+    how: str, t: _Target, start: int, length: int, rank: int, rng: random.Random
+) -> Corruption | None:
     """``how`` inside bytes [start, start + length) of ``t``: one of its newest writes."""
     which = "the last write" if rank == 0 else f"the write {rank} before the last"
     with _open(t, os.O_RDWR) as fd:
@@ -329,7 +357,7 @@ def _damage(how: str, t: _Target, start: int, length: int, rank: int,
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read(base: str, rel: Sequence[str]) -> tuple[bytes, os.stat_result] | None:
@@ -346,8 +374,9 @@ def _read(base: str, rel: Sequence[str]) -> tuple[bytes, os.stat_result] | None:
         return None
 
 
-def _stale_copy(pattern: str, rng: random.Random, older: str | None, root: str | None,
-                roots: list[str]) -> Corruption | None:
+def _stale_copy(
+    pattern: str, rng: random.Random, older: str | None, root: str | None, roots: list[str]
+) -> Corruption | None:
     if older is None or root is None:
         return None
     root_real, older_real = os.path.realpath(root), os.path.realpath(older)
@@ -367,5 +396,6 @@ def _stale_copy(pattern: str, rng: random.Random, older: str | None, root: str |
         write_all(fd, data)
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
         os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return Corruption("stale-copy", t.path, 0, len(data),
-                      "replaced with the copy taken at an earlier crash")
+    return Corruption(
+        "stale-copy", t.path, 0, len(data), "replaced with the copy taken at an earlier crash"
+    )

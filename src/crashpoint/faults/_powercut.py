@@ -68,19 +68,59 @@ MODELS = ("posix", "ext4-ordered")
 MUTATIONS = ("synced_only", "drop", "torn", "zeros", "reorder")
 
 #: The syscalls a power-loss recording traces (names strace does not know here are skipped).
-SYSCALLS = ("open", "openat", "openat2", "creat", "write", "pwrite64", "writev", "pwritev",
-            "pwritev2", "truncate", "ftruncate", "rename", "renameat", "renameat2", "link",
-            "linkat", "symlink", "symlinkat", "unlink", "unlinkat", "mkdir", "mkdirat",
-            "rmdir", "fsync", "fdatasync", "sync_file_range", "sync", "syncfs", "close",
-            "lseek", "dup", "dup2", "dup3", "fcntl", "fallocate", "clone", "clone3", "fork",
-            "vfork", "chdir", "fchdir", "copy_file_range", "sendfile")
+SYSCALLS = (
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "write",
+    "pwrite64",
+    "writev",
+    "pwritev",
+    "pwritev2",
+    "truncate",
+    "ftruncate",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "unlink",
+    "unlinkat",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "fsync",
+    "fdatasync",
+    "sync_file_range",
+    "sync",
+    "syncfs",
+    "close",
+    "lseek",
+    "dup",
+    "dup2",
+    "dup3",
+    "fcntl",
+    "fallocate",
+    "clone",
+    "clone3",
+    "fork",
+    "vfork",
+    "chdir",
+    "fchdir",
+    "copy_file_range",
+    "sendfile",
+)
 
 #: Bytes of each write's data strace prints (longer writes are known by length only).
 STRSIZE = 1 << 20
 
 #: Operations that change what a folder holds (names) or a file's bytes.
-_NAME_KINDS = frozenset({"creat", "rename", "exchange", "link", "symlink", "unlink", "mkdir",
-                         "rmdir"})
+_NAME_KINDS = frozenset(
+    {"creat", "rename", "exchange", "link", "symlink", "unlink", "mkdir", "rmdir"}
+)
 #: Operations the ext4 journal orders (names, and size changes by truncate).
 _META_KINDS = _NAME_KINDS | {"trunc"}
 _CHANGES = _META_KINDS | {"write"}
@@ -127,10 +167,21 @@ class LogOp:
     def to_json(self) -> dict[str, Any]:
         """JSON-able (``data`` as a latin-1 string: one character per byte, so a secret in
         the data is redacted from evidence like any other text)."""
-        return {"seq": self.seq, "kind": self.kind, "path": self.path, "path2": self.path2,
-                "file": self.file, "file2": self.file2, "offset": self.offset,
-                "size": self.size, "data": self.data.decode("latin-1"),
-                "time": self.time, "pid": self.pid, "exact": self.exact, "call": self.call}
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "path": self.path,
+            "path2": self.path2,
+            "file": self.file,
+            "file2": self.file2,
+            "offset": self.offset,
+            "size": self.size,
+            "data": self.data.decode("latin-1"),
+            "time": self.time,
+            "pid": self.pid,
+            "exact": self.exact,
+            "call": self.call,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> LogOp:
@@ -139,13 +190,21 @@ class LogOp:
             kind = str(d["kind"])
             if kind not in _KINDS:
                 raise ValueError(f"unknown kind {kind!r} (one of {', '.join(sorted(_KINDS))})")
-            return cls(seq=int(d["seq"]), kind=kind, path=str(d["path"]),
-                       path2=str(d.get("path2", "")), file=int(d.get("file", 0)),
-                       offset=int(d.get("offset", 0)), size=int(d.get("size", 0)),
-                       data=str(d.get("data", "")).encode("latin-1"),
-                       time=float(d.get("time", 0.0)), pid=int(d.get("pid", 0)),
-                       exact=bool(d.get("exact", True)), call=str(d.get("call", "")),
-                       file2=int(d.get("file2", 0)))
+            return cls(
+                seq=int(d["seq"]),
+                kind=kind,
+                path=str(d["path"]),
+                path2=str(d.get("path2", "")),
+                file=int(d.get("file", 0)),
+                offset=int(d.get("offset", 0)),
+                size=int(d.get("size", 0)),
+                data=str(d.get("data", "")).encode("latin-1"),
+                time=float(d.get("time", 0.0)),
+                pid=int(d.get("pid", 0)),
+                exact=bool(d.get("exact", True)),
+                call=str(d.get("call", "")),
+                file2=int(d.get("file2", 0)),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a power-loss log operation: {e} in {dict(d)!r:.200}") from e
 
@@ -192,29 +251,41 @@ class OpLog:
     ids: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "ops": [op.to_json() for op in self.ops],
-                "initial": {p: None if b is None else b.decode("latin-1")
-                            for p, b in sorted(self.initial.items())},
-                "ids": dict(sorted(self.ids.items())), "notes": list(self.notes)}
+        return {
+            "version": 1,
+            "ops": [op.to_json() for op in self.ops],
+            "initial": {
+                p: None if b is None else b.decode("latin-1")
+                for p, b in sorted(self.initial.items())
+            },
+            "ids": dict(sorted(self.ids.items())),
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> OpLog:
         """The log :meth:`to_json` wrote. Raises ValueError (saying what is wrong) else."""
         if not isinstance(d, Mapping) or not isinstance(d.get("ops"), list):
-            raise ValueError("not a power-loss operation log: expected a mapping with 'ops' "
-                             "(a list), as OpLog.to_json() writes it")
+            raise ValueError(
+                "not a power-loss operation log: expected a mapping with 'ops' "
+                "(a list), as OpLog.to_json() writes it"
+            )
         try:
             ops = tuple(LogOp.from_json(o) for o in d["ops"])
-            initial = {str(p): None if b is None else str(b).encode("latin-1")
-                       for p, b in dict(d.get("initial") or {}).items()}
+            initial = {
+                str(p): None if b is None else str(b).encode("latin-1")
+                for p, b in dict(d.get("initial") or {}).items()
+            }
             ids = {str(p): int(i) for p, i in dict(d.get("ids") or {}).items()}
             notes = tuple(str(n) for n in d.get("notes") or ())
         except (TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"not a power-loss operation log: {e}") from e
         for i, op in enumerate(ops):
             if op.seq != i:
-                raise ValueError(f"power-loss operation log: op {i} has seq {op.seq} "
-                                 "(ops must be numbered 0, 1, ... in order)")
+                raise ValueError(
+                    f"power-loss operation log: op {i} has seq {op.seq} "
+                    "(ops must be numbered 0, 1, ... in order)"
+                )
         return cls(ops=ops, initial=initial, notes=notes, ids=ids)
 
 
@@ -286,8 +357,11 @@ class CrashState:
     def label(self) -> str:
         """Short, for reports: ``after op 7 (write {state_dir}/state.json), torn at 512 B``
         (operations numbered from 1: "after op 7" is a cut once ``ops[6]`` was done)."""
-        head = f"after op {self.upto}" + (f" ({self.last})" if self.last else "") \
-            if self.upto else "before the first op"
+        head = (
+            f"after op {self.upto}" + (f" ({self.last})" if self.last else "")
+            if self.upto
+            else "before the first op"
+        )
         m = self.mutation
         same = m.op == self.upto - 1
         who = "" if same else f" op {m.op + 1} ({self.target})"
@@ -307,6 +381,7 @@ class CrashState:
 
 
 # == recording: strace trace -> operation log ==================================================
+
 
 @dataclass(slots=True)
 class _Ofd:
@@ -391,7 +466,7 @@ class _Recorder:
             if path == folder:
                 return "{" + name + "}"
             if path.startswith(folder.rstrip("/") + "/"):
-                return "{" + name + "}/" + path[len(folder.rstrip("/")) + 1:]
+                return "{" + name + "}/" + path[len(folder.rstrip("/")) + 1 :]
         return None
 
     def is_root(self, rel: str) -> bool:
@@ -419,16 +494,19 @@ class _Recorder:
         self.ids[rel] = f
         self.sizes[f] = 0
         self.name_of[f] = rel
-        self.note(f"`{rel}` was there before the trace but the initial state does not list it:"
-                  " its first content is unknown (taken as empty)")
+        self.note(
+            f"`{rel}` was there before the trace but the initial state does not list it:"
+            " its first content is unknown (taken as empty)"
+        )
         return f
 
     def emit(self, kind: str, path: str, **kw: Any) -> None:
         c = self.call
         assert c is not None
         raw = c.raw if len(c.raw) <= _CALL_MAX else c.raw[:_CALL_MAX] + "..."
-        self.ops.append(LogOp(seq=len(self.ops), kind=kind, path=path, time=c.time, pid=c.pid,
-                              call=raw, **kw))
+        self.ops.append(
+            LogOp(seq=len(self.ops), kind=kind, path=path, time=c.time, pid=c.pid, call=raw, **kw)
+        )
 
     def table(self, pid: int) -> dict[int, _Ofd]:
         t = self.tables.get(pid)
@@ -461,8 +539,10 @@ class _Recorder:
             entry = self.names.get(rel)
             f = entry[1] if entry and entry[0] == "f" else self.unknown_file(rel)
             o = _Ofd("file", file=f, offset=self.sizes.get(f, 0))
-            self.note(f"descriptor {num} of process {pid} on `{rel}` was opened before the "
-                      "trace: its offset is taken as the end of the file")
+            self.note(
+                f"descriptor {num} of process {pid} on `{rel}` was opened before the "
+                "trace: its offset is taken as the end of the file"
+            )
         t[num] = o
         return o
 
@@ -483,7 +563,7 @@ class _Recorder:
         for p in moved:
             del self.names[p]
         for p, e in moved.items():
-            q = dst + p[len(src):]
+            q = dst + p[len(src) :]
             self.names[q] = e
             if e[0] != "d":
                 self.name_of[e[1]] = q
@@ -556,8 +636,9 @@ class _Recorder:
     def _c_creat(self, c: _strace.Syscall, a: Sequence[str]) -> None:
         self._open(c, {"O_CREAT", "O_WRONLY", "O_TRUNC"})
 
-    def _write(self, o: _Ofd, offset: int | None, data: bytes, exact: bool, n: int, *,
-               noted: bool = False) -> None:
+    def _write(
+        self, o: _Ofd, offset: int | None, data: bytes, exact: bool, n: int, *, noted: bool = False
+    ) -> None:
         """A write of ``n`` bytes; ``offset`` None: at the descriptor's offset (advanced)."""
         if o.kind != "file" or n <= 0:
             return
@@ -575,11 +656,12 @@ class _Recorder:
         data = data[:n]
         exact = exact and len(data) == n
         if not exact and not noted:
-            self.note(f"a write of {n} B to `{self.file_name(f)}` is longer than the trace shows"
-                      f" ({len(data)} B): the rest is taken as zeros (states marked inexact)")
+            self.note(
+                f"a write of {n} B to `{self.file_name(f)}` is longer than the trace shows"
+                f" ({len(data)} B): the rest is taken as zeros (states marked inexact)"
+            )
         self.sizes[f] = max(size, at + n)
-        self.emit("write", self.file_name(f), file=f, offset=at, size=n, data=data,
-                  exact=exact)
+        self.emit("write", self.file_name(f), file=f, offset=at, size=n, data=data, exact=exact)
 
     def _c_write(self, c: _strace.Syscall, a: Sequence[str]) -> None:
         assert c.result is not None
@@ -628,16 +710,20 @@ class _Recorder:
         o = self.ofd(c.pid, a[2])
         off = None if a[3].strip() == "NULL" else _int(a[3])
         if o.kind == "file" and c.result > 0:
-            self.note(f"{c.name} into `{self.file_name(o.file)}`: the data copied is not in the "
-                      "trace (taken as zeros; states marked inexact)")
+            self.note(
+                f"{c.name} into `{self.file_name(o.file)}`: the data copied is not in the "
+                "trace (taken as zeros; states marked inexact)"
+            )
         self._write(o, off, b"", False, c.result, noted=True)
 
     def _c_sendfile(self, c: _strace.Syscall, a: Sequence[str]) -> None:
         assert c.result is not None
         o = self.ofd(c.pid, a[0]) if a else _OTHER
         if o.kind == "file" and c.result > 0:
-            self.note(f"sendfile into `{self.file_name(o.file)}`: the data copied is not in the "
-                      "trace (taken as zeros; states marked inexact)")
+            self.note(
+                f"sendfile into `{self.file_name(o.file)}`: the data copied is not in the "
+                "trace (taken as zeros; states marked inexact)"
+            )
         self._write(o, None, b"", False, c.result, noted=True)
 
     def _trunc(self, f: int, size: int) -> None:
@@ -690,8 +776,10 @@ class _Recorder:
             f = self._new_id()
             self.sizes[f] = 0
             self.set_name(dst, ("f", f))
-            self.note(f"`{dst}` was moved in from outside the roots (`{c.path}`): its content "
-                      "is unknown (taken as empty)")
+            self.note(
+                f"`{dst}` was moved in from outside the roots (`{c.path}`): its content "
+                "is unknown (taken as empty)"
+            )
             self.emit("creat", dst, file=f, exact=False)
             return
         if dst is None:
@@ -745,8 +833,10 @@ class _Recorder:
                 f = self._new_id()
                 self.sizes[f] = 0
                 self.set_name(dst, ("f", f))
-                self.note(f"`{dst}` was linked from outside the roots (`{c.path}`): its "
-                          "content is unknown (taken as empty)")
+                self.note(
+                    f"`{dst}` was linked from outside the roots (`{c.path}`): its "
+                    "content is unknown (taken as empty)"
+                )
                 self.emit("creat", dst, file=f, exact=False)
                 return
             e = self._entry(src_rel)
@@ -848,8 +938,10 @@ class _Recorder:
     def _c_sync_file_range(self, c: _strace.Syscall, a: Sequence[str]) -> None:
         o = self.ofd(c.pid, a[0])
         if o.kind == "file":
-            self.note(f"sync_file_range on `{self.file_name(o.file)}` is not a durability "
-                      "barrier (no metadata, no device cache flush): ignored")
+            self.note(
+                f"sync_file_range on `{self.file_name(o.file)}` is not a durability "
+                "barrier (no metadata, no device cache flush): ignored"
+            )
 
     def _c_close(self, c: _strace.Syscall, a: Sequence[str]) -> None:
         num = c.fd if c.fd >= 0 else _int(a[0]) if a else None
@@ -883,8 +975,12 @@ class _Recorder:
             o.offset = c.result
 
 
-def oplog(trace: _strace.Trace, roots: Mapping[str, str], *,
-          initial: Mapping[str, bytes | None] | None = None) -> OpLog:
+def oplog(
+    trace: _strace.Trace,
+    roots: Mapping[str, str],
+    *,
+    initial: Mapping[str, bytes | None] | None = None,
+) -> OpLog:
     """The logical operation log of ``trace`` under ``roots`` (placeholder name -> absolute
     folder, e.g. ``{"state_dir": "/t/golden/state", "workdir": "/t/golden/work"}``).
 
@@ -900,8 +996,12 @@ def oplog(trace: _strace.Trace, roots: Mapping[str, str], *,
         rec.feed(c)
     if trace.truncated:
         rec.note("the trace was cut short: operations after its end are missing")
-    return OpLog(ops=tuple(rec.ops), initial=dict(sorted(rec.initial.items())),
-                 notes=tuple(rec.notes), ids=dict(sorted(rec.ids.items())))
+    return OpLog(
+        ops=tuple(rec.ops),
+        initial=dict(sorted(rec.initial.items())),
+        notes=tuple(rec.notes),
+        ids=dict(sorted(rec.ids.items())),
+    )
 
 
 def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes | None]:
@@ -931,8 +1031,13 @@ def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes
                     walk(e.path, r)
                 elif e.is_file(follow_symlinks=False):
                     try:
-                        fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                                     | getattr(os, "O_CLOEXEC", 0))
+                        fd = os.open(
+                            e.path,
+                            os.O_RDONLY
+                            | os.O_NOFOLLOW
+                            | os.O_NONBLOCK
+                            | getattr(os, "O_CLOEXEC", 0),
+                        )
                     except OSError:
                         continue
                     try:
@@ -948,7 +1053,8 @@ def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes
                             if budget[0] < 0:
                                 raise ValueError(
                                     f"the folders hold more than {limit} bytes: too much to "
-                                    "model a power cut over")
+                                    "model a power cut over"
+                                )
                         out[r] = b"".join(chunks)
                     except OSError:
                         continue
@@ -996,8 +1102,9 @@ class _Tree:
         self.ns: dict[str, tuple[str, int]] = {}
         self.symlinks = symlinks
         ids = dict(log.ids)
-        nxt = max([0, *ids.values(), *(op.file for op in log.ops),
-                   *(op.file2 for op in log.ops)]) + 1
+        nxt = (
+            max([0, *ids.values(), *(op.file for op in log.ops), *(op.file2 for op in log.ops)]) + 1
+        )
         for p in sorted(log.initial):
             b = log.initial[p]
             if b is None:
@@ -1023,12 +1130,12 @@ class _Tree:
         for p in moved:
             del self.ns[p]
         for p, e in moved.items():
-            self.ns[dst + p[len(src):]] = e
+            self.ns[dst + p[len(src) :]] = e
 
     def apply(self, op: LogOp, keep: int | None = None, zeros: bool = False) -> None:
         k = op.kind
         if k == "write":
-            payload = op.data[:op.size].ljust(op.size, b"\0")
+            payload = op.data[: op.size].ljust(op.size, b"\0")
             if zeros:
                 payload = bytes(op.size)
             if keep is not None:
@@ -1039,11 +1146,11 @@ class _Tree:
             b = self.buf(op.file)
             if len(b) < op.offset:
                 b.extend(bytes(op.offset - len(b)))
-            b[op.offset:op.offset + len(payload)] = payload
+            b[op.offset : op.offset + len(payload)] = payload
         elif k == "trunc":
             b = self.buf(op.file)
             if len(b) > op.size:
-                del b[op.size:]
+                del b[op.size :]
             else:
                 b.extend(bytes(op.size - len(b)))
         elif k == "creat":
@@ -1153,8 +1260,9 @@ class _Model:
             elif op.kind in ("write", "trunc"):
                 durable[i] = min(_next(file_b.get(op.file, []), i), _next(syncs, i))
             else:
-                durable[i] = min(_next(syncs, i),
-                                 max(_next(dir_b.get(d, []), i) for d in _folders(op)))
+                durable[i] = min(
+                    _next(syncs, i), max(_next(dir_b.get(d, []), i) for d in _folders(op))
+                )
         if self.ext4:  # data=ordered: a durable metadata op on a file brings its earlier data
             for op in ops:
                 if op.kind == "write":
@@ -1198,8 +1306,11 @@ class _Model:
         op = self.log.ops[i]
         if op.kind not in ("rename", "link", "creat") or not op.file:
             return []
-        return [j for j in range(i) if j in pending and self.log.ops[j].kind == "write"
-                and self.log.ops[j].file == op.file]
+        return [
+            j
+            for j in range(i)
+            if j in pending and self.log.ops[j].kind == "write" and self.log.ops[j].file == op.file
+        ]
 
     def mutations(self, upto: int) -> list[Mutation]:
         pend = self.pending(upto)
@@ -1230,15 +1341,17 @@ class _Model:
         zeroed: set[int] = set()
 
         def bad(why: str) -> ValueError:
-            return ValueError(f"mutation {m.to_json()} does not apply after op {upto} under "
-                              f"{self.model}: {why}")
+            return ValueError(
+                f"mutation {m.to_json()} does not apply after op {upto} under {self.model}: {why}"
+            )
 
         if m.kind == "synced_only":
             keep -= pset
         elif m.kind in ("drop", "torn", "zeros", "reorder"):
             if m.op not in pset:
-                raise bad(f"op {m.op} is not a pending operation at that point "
-                          f"(pending: {pend[:20]})")
+                raise bad(
+                    f"op {m.op} is not a pending operation at that point (pending: {pend[:20]})"
+                )
             op = ops[m.op]
             if m.kind == "drop":
                 keep.discard(m.op)
@@ -1253,8 +1366,10 @@ class _Model:
             else:
                 gone = self.reorder_lost(upto, m.op, pset)
                 if self.ext4 or not gone:
-                    raise bad("reorder applies under posix to a rename, link or create of a "
-                              "file with unsynced data written before it")
+                    raise bad(
+                        "reorder applies under posix to a rename, link or create of a "
+                        "file with unsynced data written before it"
+                    )
                 keep -= set(gone)
             if self.ext4:
                 self.cascade(upto, [m.op], keep)
@@ -1271,18 +1386,29 @@ class _Model:
         files, k9 = crash.files(), kill.files()
         lost = _lost(k9, files)
         affected = sorted((pset - keep) | set(torn) | zeroed)
-        explain = _explain(self, upto, affected, torn, zeroed, keep, kill, crash, lost) \
-            if lost else ""
+        explain = (
+            _explain(self, upto, affected, torn, zeroed, keep, kill, crash, lost) if lost else ""
+        )
         last = ops[upto - 1].describe() if upto else ""
         target = ops[m.op].describe() if 0 <= m.op < len(ops) else ""
         exact = all(ops[i].exact for i in changes)
-        return CrashState(upto=upto, model=self.model, mutation=m, files=files,
-                          pending=tuple(pend), lost=tuple(lost[1]), explain=explain,
-                          exact=exact, last=last, target=target)
+        return CrashState(
+            upto=upto,
+            model=self.model,
+            mutation=m,
+            files=files,
+            pending=tuple(pend),
+            lost=tuple(lost[1]),
+            explain=explain,
+            exact=exact,
+            last=last,
+            target=target,
+        )
 
 
-def _lost(k9: Mapping[str, bytes | None],
-          files: Mapping[str, bytes | None]) -> tuple[set[str], list[str]]:
+def _lost(
+    k9: Mapping[str, bytes | None], files: Mapping[str, bytes | None]
+) -> tuple[set[str], list[str]]:
     """(paths that differ, one line each) between a kill -9 tree and a crash tree."""
     diff: set[str] = set()
     lines: list[str] = []
@@ -1292,32 +1418,49 @@ def _lost(k9: Mapping[str, bytes | None],
             continue
         diff.add(p)
         if p not in files:
-            lines.append(f"{p}: folder missing" if a is None else
-                         f"{p}: missing (kill -9 leaves {len(k9[p] or b'')} bytes)")
+            lines.append(
+                f"{p}: folder missing"
+                if a is None
+                else f"{p}: missing (kill -9 leaves {len(k9[p] or b'')} bytes)"
+            )
         elif p not in k9:
-            lines.append(f"{p}: folder still there (removed before the cut)" if b is None else
-                         f"{p}: still there with {len(files[p] or b'')} bytes (removed before "
-                         "the cut)")
+            lines.append(
+                f"{p}: folder still there (removed before the cut)"
+                if b is None
+                else f"{p}: still there with {len(files[p] or b'')} bytes (removed before the cut)"
+            )
         elif a is None or b is None:
-            lines.append(f"{p}: a {'folder' if b is None else 'file'} instead of a "
-                         f"{'folder' if a is None else 'file'}")
+            lines.append(
+                f"{p}: a {'folder' if b is None else 'file'} instead of a "
+                f"{'folder' if a is None else 'file'}"
+            )
         else:
             assert isinstance(a, bytes)
             assert isinstance(b, bytes)
-            if a[:len(b)] == b:
+            if a[: len(b)] == b:
                 lines.append(f"{p}: {len(b)} of {len(a)} bytes")
             elif len(a) == len(b) and all(y == 0 for x, y in zip(a, b, strict=True) if x != y):
                 z = sum(1 for x, y in zip(a, b, strict=True) if x != y)
                 lines.append(f"{p}: {len(a)} bytes, {z} of them zeros instead of data")
             else:
-                lines.append(f"{p}: {len(b)} bytes of older or mixed content instead of the "
-                             f"{len(a)} bytes kill -9 leaves")
+                lines.append(
+                    f"{p}: {len(b)} bytes of older or mixed content instead of the "
+                    f"{len(a)} bytes kill -9 leaves"
+                )
     return diff, lines
 
 
-def _explain(mdl: _Model, upto: int, affected: Sequence[int], torn: Mapping[int, int],
-             zeroed: set[int], keep: set[int], kill: _Tree, crash: _Tree,
-             lost: tuple[set[str], list[str]]) -> str:
+def _explain(
+    mdl: _Model,
+    upto: int,
+    affected: Sequence[int],
+    torn: Mapping[int, int],
+    zeroed: set[int],
+    keep: set[int],
+    kill: _Tree,
+    crash: _Tree,
+    lost: tuple[set[str], list[str]],
+) -> str:
     ops = mdl.log.ops
     diff = lost[0]
     sizes: dict[int, int] = {}
@@ -1348,8 +1491,11 @@ def _explain(mdl: _Model, upto: int, affected: Sequence[int], torn: Mapping[int,
 
     def folder_fix(op: LogOp) -> str:
         fs = _folders(op)
-        which = (f"its folder `{fs[0]}`" if len(fs) == 1 else
-                 "its folders " + " and ".join(f"`{d}`" for d in fs))
+        which = (
+            f"its folder `{fs[0]}`"
+            if len(fs) == 1
+            else "its folders " + " and ".join(f"`{d}`" for d in fs)
+        )
         if mdl.ext4:
             return f"no fsync of {which} or of any file after it"
         return f"no fsync of {which}"
@@ -1361,58 +1507,118 @@ def _explain(mdl: _Model, upto: int, affected: Sequence[int], torn: Mapping[int,
         touched = {op.path, op.path2} | names
         if op.kind == "write":
             how = "torn" if i in torn else "zero-filled" if i in zeroed else "empty"
-            renames = [r for r in ops[i + 1:upto] if r.kind == "rename" and r.file == op.file
-                       and r.seq in keep]
-            p = (sorted(names)[0] if names else op.path)
+            renames = [
+                r
+                for r in ops[i + 1 : upto]
+                if r.kind == "rename" and r.file == op.file and r.seq in keep
+            ]
+            p = sorted(names)[0] if names else op.path
             if renames:
                 r = renames[-1]
                 touched.add(r.path2)
-                sentences.append((touched, f"`{r.path2}` was replaced by rename before its data "
-                                           f"was fsynced: after power loss it can be {how}"
-                                  if how == "empty" else
-                                  f"`{r.path2}` was replaced by rename before its data was "
-                                  f"fsynced: after power loss it can be empty or {how}"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{r.path2}` was replaced by rename before its data "
+                        f"was fsynced: after power loss it can be {how}"
+                        if how == "empty"
+                        else f"`{r.path2}` was replaced by rename before its data was "
+                        f"fsynced: after power loss it can be empty or {how}",
+                    )
+                )
             elif trunc_before.get(i):
-                sentences.append((touched, f"`{p}` was rewritten in place (open with O_TRUNC, "
-                                           "write) without fsync: after power loss it can be "
-                                           "empty or torn"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` was rewritten in place (open with O_TRUNC, "
+                        "write) without fsync: after power loss it can be "
+                        "empty or torn",
+                    )
+                )
             elif created_before.get(i) and op.offset <= size_before.get(i, 0):
-                sentences.append((touched, f"`{p}` was written without fsync: after power loss "
-                                           "it can be empty or torn"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` was written without fsync: after power loss "
+                        "it can be empty or torn",
+                    )
+                )
             elif op.offset >= size_before.get(i, 0):
-                sentences.append((touched, f"`{p}` append was not fsynced: after power loss it "
-                                           "can be lost or torn"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` append was not fsynced: after power loss it can be lost or torn",
+                    )
+                )
             else:
-                sentences.append((touched, f"`{p}` was overwritten in place without fsync: "
-                                           "after power loss it can be torn or hold old data"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` was overwritten in place without fsync: "
+                        "after power loss it can be torn or hold old data",
+                    )
+                )
         elif op.kind == "trunc":
             p = sorted(names)[0] if names else op.path
             if op.size == 0:
-                sentences.append((touched, f"`{p}` was rewritten in place (open with O_TRUNC, "
-                                           "write) without fsync: after power loss it can be "
-                                           "empty or torn"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` was rewritten in place (open with O_TRUNC, "
+                        "write) without fsync: after power loss it can be "
+                        "empty or torn",
+                    )
+                )
             else:
-                sentences.append((touched, f"`{p}` was resized to {op.size} B without fsync: "
-                                           "after power loss its old size is back"))
+                sentences.append(
+                    (
+                        touched,
+                        f"`{p}` was resized to {op.size} B without fsync: "
+                        "after power loss its old size is back",
+                    )
+                )
         elif op.kind == "rename":
-            back = (f"the old `{op.path2}` is back" if op.path2 in crash.files()
-                    else f"`{op.path2}` is missing")
-            sentences.append((touched, f"the rename of `{op.path}` to `{op.path2}` was not made "
-                                       f"durable ({folder_fix(op)}): after power loss {back}"))
+            back = (
+                f"the old `{op.path2}` is back"
+                if op.path2 in crash.files()
+                else f"`{op.path2}` is missing"
+            )
+            sentences.append(
+                (
+                    touched,
+                    f"the rename of `{op.path}` to `{op.path2}` was not made "
+                    f"durable ({folder_fix(op)}): after power loss {back}",
+                )
+            )
         elif op.kind in _NAME_OPS:
             what, after = _NAME_OPS[op.kind]
-            sentences.append((touched, f"{what.format(path=op.path, path2=op.path2)} was not "
-                                       f"made durable ({folder_fix(op)}): after power loss "
-                                       f"{after}"))
+            sentences.append(
+                (
+                    touched,
+                    f"{what.format(path=op.path, path2=op.path2)} was not "
+                    f"made durable ({folder_fix(op)}): after power loss "
+                    f"{after}",
+                )
+            )
         elif op.kind == "mkdir":
             touched |= {p for p in diff if p.startswith(op.path + "/")}
-            sentences.append((touched, f"the folder `{op.path}` was not made durable "
-                                       f"({folder_fix(op)}): after power loss it is missing "
-                                       "with all it holds"))
+            sentences.append(
+                (
+                    touched,
+                    f"the folder `{op.path}` was not made durable "
+                    f"({folder_fix(op)}): after power loss it is missing "
+                    "with all it holds",
+                )
+            )
         elif op.kind == "rmdir":
-            sentences.append((touched, f"the removal of the folder `{op.path}` was not made "
-                                       f"durable ({folder_fix(op)}): after power loss it is "
-                                       "back"))
+            sentences.append(
+                (
+                    touched,
+                    f"the removal of the folder `{op.path}` was not made "
+                    f"durable ({folder_fix(op)}): after power loss it is "
+                    "back",
+                )
+            )
     relevant = [s for t, s in sentences if t & diff]
     out: list[str] = []
     for s in relevant or [s for _, s in sentences]:
@@ -1423,8 +1629,9 @@ def _explain(mdl: _Model, upto: int, affected: Sequence[int], torn: Mapping[int,
     return "; ".join(out)
 
 
-def crash_states(log: OpLog, model: str, upto: int, *, rng: random.Random | None = None,
-                 limit: int | None = None) -> list[CrashState]:
+def crash_states(
+    log: OpLog, model: str, upto: int, *, rng: random.Random | None = None, limit: int | None = None
+) -> list[CrashState]:
     """The crash states of a power cut after ``upto`` operations of ``log`` under ``model``.
 
     Systematic (``rng`` None): every mutation of every pending operation (bounded: at most
@@ -1450,7 +1657,7 @@ def crash_states(log: OpLog, model: str, upto: int, *, rng: random.Random | None
         out.append(s)
     if rng is not None:
         rng.shuffle(out)
-    return out if limit is None else out[:max(0, limit)]
+    return out if limit is None else out[: max(0, limit)]
 
 
 def rebuild(log: OpLog, model: str, upto: int, mutation: Mutation) -> CrashState:
@@ -1466,7 +1673,7 @@ def write_ranges(log: OpLog, upto: int) -> dict[str, list[tuple[int, int]]]:
     mdl = _Model(log, "posix")
     tree = _Tree(log, mdl.symlinks)
     ranges: dict[int, list[tuple[int, int]]] = {}
-    for op in log.ops[:max(0, upto)]:
+    for op in log.ops[: max(0, upto)]:
         if op.kind in _CHANGES:
             tree.apply(op)
         if op.kind == "write" and op.size > 0:
@@ -1490,7 +1697,7 @@ def recent_writes(log: OpLog, upto: int, limit: int = 16) -> list[tuple[str, int
     mdl = _Model(log, "posix")
     tree = _Tree(log, mdl.symlinks)
     writes: list[tuple[int, int, int]] = []
-    for op in log.ops[:max(0, upto)]:
+    for op in log.ops[: max(0, upto)]:
         if op.kind in _CHANGES:
             tree.apply(op)
         if op.kind == "write" and op.size > 0:
@@ -1520,6 +1727,7 @@ def event_points(log: OpLog, times: Sequence[float]) -> list[int]:
 
 # == materialise ===============================================================================
 
+
 def _split_placeholder(path: str, roots: Mapping[str, str]) -> tuple[str, list[str]] | None:
     """(root folder, path components) of ``{name}/a/b``; None for a placeholder not in
     ``roots``. Raises ValueError for a path that could leave its root."""
@@ -1527,16 +1735,20 @@ def _split_placeholder(path: str, roots: Mapping[str, str]) -> tuple[str, list[s
         raise ValueError(f"refused crash-state path {path!r}: it holds a NUL byte")
     m = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}(/.*)?", path, re.S)
     if not m:
-        raise ValueError(f"refused crash-state path {path!r}: it must start with a root "
-                         "placeholder such as {state_dir}/ (an absolute or bare path could "
-                         "write outside the trial's folders)")
+        raise ValueError(
+            f"refused crash-state path {path!r}: it must start with a root "
+            "placeholder such as {state_dir}/ (an absolute or bare path could "
+            "write outside the trial's folders)"
+        )
     if m.group(1) not in roots:
         return None
     parts = (m.group(2) or "").split("/")[1:]
     for part in parts:
         if part in ("", ".", ".."):
-            raise ValueError(f"refused crash-state path {path!r}: an empty, '.' or '..' "
-                             "component could leave its root")
+            raise ValueError(
+                f"refused crash-state path {path!r}: an empty, '.' or '..' "
+                "component could leave its root"
+            )
     return roots[m.group(1)], parts
 
 
@@ -1592,8 +1804,7 @@ def materialize(state: CrashState, roots: Mapping[str, str]) -> list[str]:
                         os.mkdir(part, 0o755, dir_fd=dfd)
                     except FileExistsError:
                         pass
-                    nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
-                                  dir_fd=dfd)
+                    nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
                     os.close(dfd)
                     dfd = nfd
                 last = parts[-1]
@@ -1605,8 +1816,12 @@ def materialize(state: CrashState, roots: Mapping[str, str]) -> list[str]:
                         if not stat.S_ISDIR(st.st_mode):
                             raise
                 else:
-                    ffd = os.open(last, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                  0o644, dir_fd=dfd)
+                    ffd = os.open(
+                        last,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                        0o644,
+                        dir_fd=dfd,
+                    )
                     try:
                         write_all(ffd, content)
                     finally:
@@ -1618,5 +1833,3 @@ def materialize(state: CrashState, roots: Mapping[str, str]) -> list[str]:
         for fd in fds.values():
             os.close(fd)
     return written
-
-

@@ -49,9 +49,24 @@ import psutil
 from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
 from crashpoint.faults._cgroup import AttemptCgroup, attempt_cgroup
 
-__all__ = ["KEEP_HEAD", "KEEP_TAIL", "PLACEHOLDER_TOKEN", "REAP_VAR", "AgentProcess",
-           "CappedOutput", "Exit", "OutputCapture", "end_attempt", "kill_tree", "leftovers",
-           "marked", "new_reap_token", "session_members", "start_error", "with_reap_token"]
+__all__ = [
+    "KEEP_HEAD",
+    "KEEP_TAIL",
+    "PLACEHOLDER_TOKEN",
+    "REAP_VAR",
+    "AgentProcess",
+    "CappedOutput",
+    "Exit",
+    "OutputCapture",
+    "end_attempt",
+    "kill_tree",
+    "leftovers",
+    "marked",
+    "new_reap_token",
+    "session_members",
+    "start_error",
+    "with_reap_token",
+]
 
 #: The environment variable that marks every process of one attempt (see :func:`marked`).
 REAP_VAR = "CRASHPOINT_REAP_TOKEN"
@@ -118,8 +133,11 @@ def with_reap_token(env: Mapping[str, str]) -> tuple[str, dict[str, str]]:
     """
     out = dict(env)
     token = out.get(REAP_VAR, "")
-    if not _TOKEN.fullmatch(token) or token == PLACEHOLDER_TOKEN \
-            or token == os.environ.get(REAP_VAR):
+    if (
+        not _TOKEN.fullmatch(token)
+        or token == PLACEHOLDER_TOKEN
+        or token == os.environ.get(REAP_VAR)
+    ):
         token = new_reap_token()
     out[REAP_VAR] = token
     return token, out
@@ -203,8 +221,14 @@ def leftovers(sid: int, settle: float = 0.5, *, token: str | None = None) -> tup
     return tuple(p.pid for p in _wait_dead(_members(sid, token), settle))
 
 
-def kill_tree(root: int, *, sid: int | None = None, token: str | None = None,
-              grace: float = 0.0, sig: int = signal.SIGKILL) -> list[int]:
+def kill_tree(
+    root: int,
+    *,
+    sid: int | None = None,
+    token: str | None = None,
+    grace: float = 0.0,
+    sig: int = signal.SIGKILL,
+) -> list[int]:
     """Kill ``root``'s whole tree (its group, its descendants, its session, and with ``token``
     every process marked with it); return survivors.
 
@@ -270,8 +294,9 @@ class CappedOutput:
     ``head + 2 * tail`` bytes whatever the stream's size.
     """
 
-    def __init__(self, path: str | None = None, head: int = KEEP_HEAD,
-                 tail: int = KEEP_TAIL) -> None:
+    def __init__(
+        self, path: str | None = None, head: int = KEEP_HEAD, tail: int = KEEP_TAIL
+    ) -> None:
         if head < 0 or tail < 0:
             raise ValueError(f"output caps must be >= 0 bytes, got head={head}, tail={tail}")
         self.head_max, self.tail_max = head, tail
@@ -283,8 +308,9 @@ class CappedOutput:
         self._view: bytes | None = None
         self._cut = -1  # known once finished
         if path is not None:
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-                               | os.O_NOFOLLOW, 0o600)
+            self._fd = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+            )
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
@@ -298,7 +324,7 @@ class CappedOutput:
         if chunk and self.tail_max:
             self._tail += chunk
             if len(self._tail) > 2 * self.tail_max:
-                del self._tail[:len(self._tail) - self.tail_max]
+                del self._tail[: len(self._tail) - self.tail_max]
 
     @property
     def cut(self) -> int:
@@ -311,11 +337,13 @@ class CappedOutput:
         """The view (the whole stream if nothing was cut); closes the file. Idempotent."""
         if self._view is None:
             if len(self._tail) > self.tail_max:
-                del self._tail[:len(self._tail) - self.tail_max]
+                del self._tail[: len(self._tail) - self.tail_max]
             middle = b""
             if self.cut:
-                middle = (f"\n... {self.cut:,} bytes cut (whole stream {self.total:,} bytes, "
-                          f"sha256 {self._sha.hexdigest()}) ...\n").encode()
+                middle = (
+                    f"\n... {self.cut:,} bytes cut (whole stream {self.total:,} bytes, "
+                    f"sha256 {self._sha.hexdigest()}) ...\n"
+                ).encode()
             self._write(middle + bytes(self._tail))
             self._view = bytes(self._head) + middle + bytes(self._tail)
             self._cut = self.cut
@@ -328,7 +356,7 @@ class CappedOutput:
         view = memoryview(data)
         while self._fd >= 0 and view:
             try:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             except OSError:  # evidence is best effort: a full disk must not stop the attempt
                 self.close()
 
@@ -362,9 +390,13 @@ class OutputCapture:
         self._thread.start()
 
     @classmethod
-    def pipes(cls, stdout_path: str | None = None, stderr_path: str | None = None,
-              head: int = KEEP_HEAD, tail: int = KEEP_TAIL
-              ) -> tuple[tuple[int, int], tuple[int, int], tuple[CappedOutput, CappedOutput]]:
+    def pipes(
+        cls,
+        stdout_path: str | None = None,
+        stderr_path: str | None = None,
+        head: int = KEEP_HEAD,
+        tail: int = KEEP_TAIL,
+    ) -> tuple[tuple[int, int], tuple[int, int], tuple[CappedOutput, CappedOutput]]:
         """Two pipes ``(out_r, out_w), (err_r, err_w)`` and their sinks: give the write ends to
         the child, close them here, then ``OutputCapture(out_r, err_r, sinks)``."""
         sinks: list[CappedOutput] = []
@@ -444,21 +476,29 @@ class OutputCapture:
 # -- starting ----------------------------------------------------------------------------------
 
 
-def start_error(exc: OSError, argv: Sequence[str], cwd: str | None,
-                env: Mapping[str, str]) -> AgentStartError:
+def start_error(
+    exc: OSError, argv: Sequence[str], cwd: str | None, env: Mapping[str, str]
+) -> AgentStartError:
     """One clear line for an agent that could not be started (``exc`` from Popen): what, where
     (the program and the working folder) and how to fix it."""
     argv0 = str(argv[0]) if argv else ""
     where = cwd or os.getcwd()
     start = f"cannot start the agent in {where}"
     if not argv0:
-        return AgentNotFound(errno.ENOENT, f"{start}: its command is empty; give agent.command "
-                             "a program to run", "", where)
+        return AgentNotFound(
+            errno.ENOENT,
+            f"{start}: its command is empty; give agent.command a program to run",
+            "",
+            where,
+        )
     if cwd is not None and (str(exc.filename) == str(cwd) or not os.path.isdir(cwd)):
-        return AgentNotFound(exc.errno or errno.ENOENT,
-                             f"cannot start the agent {argv0!r}: its working folder {cwd} does "
-                             "not exist or is not a folder; create it, or fix agent.cwd",
-                             argv0, where)
+        return AgentNotFound(
+            exc.errno or errno.ENOENT,
+            f"cannot start the agent {argv0!r}: its working folder {cwd} does "
+            "not exist or is not a folder; create it, or fix agent.cwd",
+            argv0,
+            where,
+        )
     path = ""
     if "/" in argv0:
         path = os.path.join(where, argv0)
@@ -475,24 +515,32 @@ def start_error(exc: OSError, argv: Sequence[str], cwd: str | None,
         return AgentNotExecutable(
             exc.errno or errno.EACCES,
             f"{start}: {what} is not executable; make it executable (chmod +x) or start it "
-            f"through its interpreter, e.g. command: [\"{{python}}\", \"{argv0}\"]",
-            argv0, where)
+            f'through its interpreter, e.g. command: ["{{python}}", "{argv0}"]',
+            argv0,
+            where,
+        )
     if isinstance(exc, FileNotFoundError):
         if path and os.path.isfile(path):
             return AgentNotFound(
                 exc.errno or errno.ENOENT,
                 f"{start}: {what} exists but its interpreter (its #! line) was not found; fix "
-                "the #! line or start it through its interpreter", argv0, where)
+                "the #! line or start it through its interpreter",
+                argv0,
+                where,
+            )
         return AgentNotFound(
             exc.errno or errno.ENOENT,
             f"{start}: {what} was not found; give an absolute path, a path relative to the "
-            "working folder, or a program on the agent's PATH (agent.env)", argv0, where)
-    return AgentStartError(exc.errno or 0, f"{start}: {what}: {exc.strerror or exc}", argv0,
-                           where)
+            "working folder, or a program on the agent's PATH (agent.env)",
+            argv0,
+            where,
+        )
+    return AgentStartError(exc.errno or 0, f"{start}: {what}: {exc.strerror or exc}", argv0, where)
 
 
-def end_attempt(pid: int, token: str, cgroup: AttemptCgroup | None,
-                capture: OutputCapture) -> tuple[int, ...]:
+def end_attempt(
+    pid: int, token: str, cgroup: AttemptCgroup | None, capture: OutputCapture
+) -> tuple[int, ...]:
     """An attempt whose leader ``pid`` is reaped: what is left of it (its cgroup's members, or
     its session's and token's), killed; its output capture stopped. Returns the orphans."""
     if cgroup is not None:
@@ -539,7 +587,8 @@ class AgentProcess:
         self._cgroup, why = attempt_cgroup()
         self.containment = "cgroup" if self._cgroup is not None else f"session ({why})"
         (out_r, out_w), (err_r, err_w), sinks = OutputCapture.pipes(
-            self.stdout_path, self.stderr_path, self.keep_head, self.keep_tail)
+            self.stdout_path, self.stderr_path, self.keep_head, self.keep_tail
+        )
         join = -1
         try:
             if self._cgroup is not None:
@@ -547,8 +596,15 @@ class AgentProcess:
             preexec = _preexec(join, self.rlimit_fsize)
             self._t0 = time.monotonic()
             self.proc = subprocess.Popen(
-                list(self.argv), env=env, cwd=self.cwd, start_new_session=True,
-                stdin=subprocess.PIPE, stdout=out_w, stderr=err_w, preexec_fn=preexec)
+                list(self.argv),
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=out_w,
+                stderr=err_w,
+                preexec_fn=preexec,
+            )
         except BaseException as exc:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
@@ -557,8 +613,11 @@ class AgentProcess:
             if self._cgroup is not None:
                 self._cgroup.close()
             if isinstance(exc, subprocess.SubprocessError) and join >= 0:
-                raise AgentStartError(0, f"cannot start the agent: {self.argv[0]!r} could not "
-                                      f"join its cgroup {self._cgroup}: {exc}") from None
+                raise AgentStartError(
+                    0,
+                    f"cannot start the agent: {self.argv[0]!r} could not "
+                    f"join its cgroup {self._cgroup}: {exc}",
+                ) from None
             if isinstance(exc, OSError) and not isinstance(exc, AgentStartError):
                 raise start_error(exc, self.argv, self.cwd, env) from None
             raise
@@ -607,10 +666,18 @@ class AgentProcess:
         orphans = self._end()
         out, err = self._capture.finish()
         rc = self.proc.returncode
-        self._exit = Exit(rc if rc is None or rc >= 0 else None,
-                          -rc if rc is not None and rc < 0 else None, timed_out, duration,
-                          out.finish(), err.finish(), orphans, out.total, err.total,
-                          self.containment)
+        self._exit = Exit(
+            rc if rc is None or rc >= 0 else None,
+            -rc if rc is not None and rc < 0 else None,
+            timed_out,
+            duration,
+            out.finish(),
+            err.finish(),
+            orphans,
+            out.total,
+            err.total,
+            self.containment,
+        )
         return self._exit
 
     def _end(self) -> tuple[int, ...]:

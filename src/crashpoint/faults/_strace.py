@@ -128,9 +128,14 @@ _probe: tuple[bool, str, bool] | None = None  # (ok, why not, --seccomp-bpf work
 def _run_probe(strace: str, *extra: str) -> tuple[int, str]:
     true = shutil.which("true") or "/bin/true"
     try:
-        done = subprocess.run([strace, "-f", "-qq", *extra, "-o", os.devnull, true],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, timeout=30, check=False)
+        done = subprocess.run(
+            [strace, "-f", "-qq", *extra, "-o", os.devnull, true],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError) as e:
         return -1, str(e)
     return done.returncode, done.stderr.decode("utf-8", "replace").strip()
@@ -141,15 +146,18 @@ def _probed() -> tuple[bool, str, bool]:
     if _probe is None:
         strace = shutil.which("strace")
         if strace is None:
-            _probe = (False, "strace is not on PATH (Debian/Ubuntu: apt-get install strace)",
-                      False)
+            _probe = (False, "strace is not on PATH (Debian/Ubuntu: apt-get install strace)", False)
         else:
             rc, err = _run_probe(strace)
             if rc != 0:
                 last = err.splitlines()[-1] if err else f"exit status {rc}"
-                _probe = (False, f"strace cannot trace a child here ({last}): ptrace is not "
-                                 "allowed (a container needs CAP_SYS_PTRACE, e.g. docker run "
-                                 "--cap-add SYS_PTRACE; or kernel.yama.ptrace_scope is 3)", False)
+                _probe = (
+                    False,
+                    f"strace cannot trace a child here ({last}): ptrace is not "
+                    "allowed (a container needs CAP_SYS_PTRACE, e.g. docker run "
+                    "--cap-add SYS_PTRACE; or kernel.yama.ptrace_scope is 3)",
+                    False,
+                )
             else:
                 rc2, err2 = _run_probe(strace, "--seccomp-bpf", "-e", "trace=write")
                 _probe = (True, "", rc2 == 0 and not err2)
@@ -169,9 +177,16 @@ def available() -> tuple[bool, str]:
     return ok, why
 
 
-def wrap(argv: Sequence[str], output: str, *, syscalls: Sequence[str],
-         inject: Sequence[str] = (), paths: Sequence[str] = (), strsize: int = 0,
-         timestamps: bool = False) -> list[str]:
+def wrap(
+    argv: Sequence[str],
+    output: str,
+    *,
+    syscalls: Sequence[str],
+    inject: Sequence[str] = (),
+    paths: Sequence[str] = (),
+    strsize: int = 0,
+    timestamps: bool = False,
+) -> list[str]:
     """``argv`` run under strace, following forks, writing the trace to ``output``.
 
     ``syscalls``: the calls to record (a name strace does not know on this machine, e.g.
@@ -209,40 +224,143 @@ def wrap(argv: Sequence[str], output: str, *, syscalls: Sequence[str],
 _PREFIX = re.compile(r"^(?:\[pid\s+(\d+)\]|(\d+))?\s*(?:\d+:\d+:\d+(?:\.\d+)?\s+|(\d+\.\d+)\s+)?")
 _CALL = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*|\?+)\(")
 _RESUMED = re.compile(r"^<\.\.\. ([A-Za-z_][A-Za-z0-9_]*) resumed>\s?")
-_EXIT = re.compile(r"^\+\+\+ (exited with -?\d+|killed by SIG[A-Z0-9]+(?: \(core dumped\))?|"
-                   r"superseded by execve in pid \d+) \+\+\+$")
+_EXIT = re.compile(
+    r"^\+\+\+ (exited with -?\d+|killed by SIG[A-Z0-9]+(?: \(core dumped\))?|"
+    r"superseded by execve in pid \d+) \+\+\+$"
+)
 _UNFINISHED = " <unfinished ...>"
-_RESULT = re.compile(r"\s*=\s*(\?|-?\d+|0x[0-9a-fA-F]+)(<[^\n]*?>(?:\(deleted\))?)?"
-                     r"(?:\s+([A-Z][A-Z0-9_]+)(?=\s|$))?")
+_RESULT = re.compile(
+    r"\s*=\s*(\?|-?\d+|0x[0-9a-fA-F]+)(<[^\n]*?>(?:\(deleted\))?)?"
+    r"(?:\s+([A-Z][A-Z0-9_]+)(?=\s|$))?"
+)
 _DECORATED = re.compile(r"^(-?\d+|AT_FDCWD)<(.*)>(\(deleted\))?$", re.S)
 _ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
-_SIMPLE_ESC = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b"v": b"\v", b"f": b"\f", b"a": b"\a",
-               b"b": b"\b", b"e": b"\x1b"}
+_SIMPLE_ESC = {
+    b"n": b"\n",
+    b"t": b"\t",
+    b"r": b"\r",
+    b"v": b"\v",
+    b"f": b"\f",
+    b"a": b"\a",
+    b"b": b"\b",
+    b"e": b"\x1b",
+}
 
 #: calls whose first argument is a path
-_PATH0 = frozenset({
-    "open", "creat", "truncate", "truncate64", "unlink", "mkdir", "rmdir", "chdir", "stat",
-    "lstat", "stat64", "lstat64", "access", "chmod", "chown", "lchown", "utime", "utimes",
-    "readlink", "statfs", "statfs64", "mknod", "execve", "chroot", "setxattr", "lsetxattr",
-    "getxattr", "lgetxattr", "listxattr", "llistxattr", "removexattr", "lremovexattr",
-    "acct", "swapon", "swapoff", "uselib", "inotify_add_watch"})
+_PATH0 = frozenset(
+    {
+        "open",
+        "creat",
+        "truncate",
+        "truncate64",
+        "unlink",
+        "mkdir",
+        "rmdir",
+        "chdir",
+        "stat",
+        "lstat",
+        "stat64",
+        "lstat64",
+        "access",
+        "chmod",
+        "chown",
+        "lchown",
+        "utime",
+        "utimes",
+        "readlink",
+        "statfs",
+        "statfs64",
+        "mknod",
+        "execve",
+        "chroot",
+        "setxattr",
+        "lsetxattr",
+        "getxattr",
+        "lgetxattr",
+        "listxattr",
+        "llistxattr",
+        "removexattr",
+        "lremovexattr",
+        "acct",
+        "swapon",
+        "swapoff",
+        "uselib",
+        "inotify_add_watch",
+    }
+)
 #: calls (dirfd, path, ...)
-_AT1 = frozenset({
-    "openat", "openat2", "mkdirat", "unlinkat", "mknodat", "fchownat", "futimesat",
-    "newfstatat", "fstatat64", "faccessat", "faccessat2", "fchmodat", "fchmodat2",
-    "readlinkat", "utimensat", "statx", "name_to_handle_at", "execveat", "open_tree",
-    "mount_setattr"})
+_AT1 = frozenset(
+    {
+        "openat",
+        "openat2",
+        "mkdirat",
+        "unlinkat",
+        "mknodat",
+        "fchownat",
+        "futimesat",
+        "newfstatat",
+        "fstatat64",
+        "faccessat",
+        "faccessat2",
+        "fchmodat",
+        "fchmodat2",
+        "readlinkat",
+        "utimensat",
+        "statx",
+        "name_to_handle_at",
+        "execveat",
+        "open_tree",
+        "mount_setattr",
+    }
+)
 #: calls (oldpath, newpath)
 _TWO = frozenset({"rename", "link"})
 #: calls (olddirfd, oldpath, newdirfd, newpath, ...)
 _TWO_AT = frozenset({"renameat", "renameat2", "linkat"})
 #: calls whose first argument is a descriptor (used when -y did not decorate it)
-_FD0 = frozenset({
-    "write", "pwrite64", "writev", "pwritev", "pwritev2", "read", "pread64", "readv",
-    "preadv", "preadv2", "ftruncate", "ftruncate64", "fsync", "fdatasync", "fallocate",
-    "sync_file_range", "close", "fchdir", "fstat", "fstat64", "lseek", "_llseek", "fcntl",
-    "fcntl64", "flock", "fchmod", "fchown", "fstatfs", "getdents", "getdents64", "ioctl",
-    "syncfs", "fadvise64", "dup", "dup2", "dup3", "copy_file_range", "sendfile", "splice"})
+_FD0 = frozenset(
+    {
+        "write",
+        "pwrite64",
+        "writev",
+        "pwritev",
+        "pwritev2",
+        "read",
+        "pread64",
+        "readv",
+        "preadv",
+        "preadv2",
+        "ftruncate",
+        "ftruncate64",
+        "fsync",
+        "fdatasync",
+        "fallocate",
+        "sync_file_range",
+        "close",
+        "fchdir",
+        "fstat",
+        "fstat64",
+        "lseek",
+        "_llseek",
+        "fcntl",
+        "fcntl64",
+        "flock",
+        "fchmod",
+        "fchown",
+        "fstatfs",
+        "getdents",
+        "getdents64",
+        "ioctl",
+        "syncfs",
+        "fadvise64",
+        "dup",
+        "dup2",
+        "dup3",
+        "copy_file_range",
+        "sendfile",
+        "splice",
+    }
+)
 _FORKS = frozenset({"clone", "clone3", "fork", "vfork"})
 
 
@@ -283,8 +401,13 @@ def _split(text: str, start: int) -> tuple[list[str], int]:
         elif c == "/" and text.startswith("/*", i):
             end = text.find("*/", i + 2)
             i = n if end < 0 else end + 1
-        elif c == "<" and i + 1 < n and text[i + 1] != "<" and i > start and \
-                (text[i - 1].isdigit() or text.endswith("AT_FDCWD", start, i)):
+        elif (
+            c == "<"
+            and i + 1 < n
+            and text[i + 1] != "<"
+            and i > start
+            and (text[i - 1].isdigit() or text.endswith("AT_FDCWD", start, i))
+        ):
             end = text.find(">", i + 1)  # a literal '>' inside a decoration is escaped
             i = n if end < 0 else end
         elif c in "([{":
@@ -344,7 +467,7 @@ class _Parser:
         m = _PREFIX.match(line)
         pid = int(m.group(1) or m.group(2) or 0) if m else 0
         t = float(m.group(3)) if m and m.group(3) else 0.0
-        rest = line[m.end():] if m else line
+        rest = line[m.end() :] if m else line
         if rest.startswith("+++"):
             em = _EXIT.match(rest.strip())
             if em:
@@ -357,22 +480,25 @@ class _Parser:
         if rm:
             slot = self.pending.pop(pid, None)
             entry = self.slots[slot] if slot is not None else None
-            if slot is not None and isinstance(entry, tuple) and \
-                    entry[1].startswith(rm.group(1) + "("):
-                text = entry[1] + rest[rm.end():]
+            if (
+                slot is not None
+                and isinstance(entry, tuple)
+                and entry[1].startswith(rm.group(1) + "(")
+            ):
+                text = entry[1] + rest[rm.end() :]
                 self.slots[slot] = self._call(pid, text, entry[2])
             else:
                 if slot is not None:
                     self._finish_slot(slot)
                 # the start of this call is not in the trace: keep what is there
-                self.slots.append(self._call(pid, rm.group(1) + "(" + rest[rm.end():], t))
+                self.slots.append(self._call(pid, rm.group(1) + "(" + rest[rm.end() :], t))
             return
         if not _CALL.match(rest):
             return
         if rest.endswith(_UNFINISHED):
             self._close_pending(pid)
             self.pending[pid] = len(self.slots)
-            self.slots.append((pid, rest[:-len(_UNFINISHED)], t))
+            self.slots.append((pid, rest[: -len(_UNFINISHED)], t))
             return
         self._close_pending(pid)
         self.slots.append(self._call(pid, rest, t))
@@ -393,8 +519,9 @@ class _Parser:
         calls = [s for s in self.slots if isinstance(s, Syscall)]
         return [_renumber(c, i) for i, c in enumerate(calls)]
 
-    def _call(self, pid: int, text: str, t: float = 0.0, *,
-              unfinished: bool = False) -> Syscall | None:
+    def _call(
+        self, pid: int, text: str, t: float = 0.0, *, unfinished: bool = False
+    ) -> Syscall | None:
         cm = _CALL.match(text)
         if not cm:
             return None
@@ -414,9 +541,18 @@ class _Parser:
                 tok = rm.group(1)
                 result = None if tok == "?" else int(tok, 0)
                 errno = rm.group(3) or ""
-                injected = "(INJECTED)" in text[rm.end():]
-        call = Syscall(seq=0, pid=pid, name=name, args=tuple(args), result=result,
-                       errno=errno, raw=text, injected=injected, time=t)
+                injected = "(INJECTED)" in text[rm.end() :]
+        call = Syscall(
+            seq=0,
+            pid=pid,
+            name=name,
+            args=tuple(args),
+            result=result,
+            errno=errno,
+            raw=text,
+            injected=injected,
+            time=t,
+        )
         return self._resolve(call)
 
     def _cwd(self, pid: int) -> str:
@@ -475,9 +611,23 @@ class _Parser:
             self.cwd[c.pid] = path
         elif name in _FORKS and c.result is not None and c.result > 0:
             self.cwd.setdefault(c.result, self._cwd(c.pid))
-        return Syscall(seq=0, pid=c.pid, name=name, args=a, result=c.result, errno=c.errno,
-                       path=path, path2=path2, fd=fd, raw=c.raw, injected=c.injected,
-                       deleted=deleted, path_arg=given, path2_arg=given2, time=c.time)
+        return Syscall(
+            seq=0,
+            pid=c.pid,
+            name=name,
+            args=a,
+            result=c.result,
+            errno=c.errno,
+            path=path,
+            path2=path2,
+            fd=fd,
+            raw=c.raw,
+            injected=c.injected,
+            deleted=deleted,
+            path_arg=given,
+            path2_arg=given2,
+            time=c.time,
+        )
 
 
 def _renumber(c: Syscall, seq: int) -> Syscall:
@@ -491,8 +641,9 @@ def _feed(p: _Parser, line: str) -> None:
         return
 
 
-def parse_lines(lines: Iterable[str], *, cwd: str = "", max_lines: int = 1_000_000,
-                complete: bool = True) -> Trace:
+def parse_lines(
+    lines: Iterable[str], *, cwd: str = "", max_lines: int = 1_000_000, complete: bool = True
+) -> Trace:
     """Parse trace lines (without or with their newline). ``cwd``: the folder the traced
     command started in (resolves relative paths of calls that take no dirfd before the trace
     shows the process's folder). ``complete=False``: the last line may be cut short (a live
@@ -544,7 +695,7 @@ def output_of(argv: Sequence[str]) -> str | None:
     for k, a in enumerate(argv[:40]):
         if os.path.basename(a) != "strace":
             continue
-        rest = list(argv[k + 1:])
+        rest = list(argv[k + 1 :])
         for j, b in enumerate(rest):
             if b == "--":
                 return None
@@ -620,8 +771,7 @@ class Detacher:
         self.exit_code: int | None = None
         self.left: tuple[int, ...] = ()
         self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, name="crashpoint-strace-detach",
-                                   daemon=True)
+        self._t = threading.Thread(target=self._loop, name="crashpoint-strace-detach", daemon=True)
         self._t.start()
 
     def _main_exited(self, state: dict[str, Any]) -> bool:
@@ -660,8 +810,13 @@ class Detacher:
         return done
 
     def _loop(self) -> None:
-        state: dict[str, Any] = {"offset": 0, "tail": b"", "main": None, "code": None,
-                                 "pids": set()}
+        state: dict[str, Any] = {
+            "offset": 0,
+            "tail": b"",
+            "main": None,
+            "code": None,
+            "pids": set(),
+        }
         try:
             while not self._stop.wait(self.interval):
                 if not self._main_exited(state):
@@ -697,8 +852,9 @@ class Detacher:
         idle = 0
         while _alive(self.pid) and time.monotonic() < deadline and idle < 50:
             self._main_exited(state)  # what it traced since
-            now = {p for p in {*_all_pids(), *state["pids"]}
-                   if p != main and _traced_by(p, self.pid)}
+            now = {
+                p for p in {*_all_pids(), *state["pids"]} if p != main and _traced_by(p, self.pid)
+            }
             for pid in now:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
@@ -719,8 +875,12 @@ class Detacher:
         self.stop()
         if not self.detached or self.exit_code is None:
             return ex
-        return dataclasses.replace(ex, returncode=self.exit_code, signal=None,
-                                   orphans=tuple(sorted({*ex.orphans, *self.left})))
+        return dataclasses.replace(
+            ex,
+            returncode=self.exit_code,
+            signal=None,
+            orphans=tuple(sorted({*ex.orphans, *self.left})),
+        )
 
     def stop(self) -> None:
         self._stop.set()

@@ -58,9 +58,23 @@ from crashpoint.faults._strace import Syscall, decode
 if TYPE_CHECKING:
     from crashpoint.faults._disk import UsageSample
 
-__all__ = ["DISK_ERRNOS", "MECHANISMS", "PAGE", "TRACE_SYSCALLS", "DiskError", "Fired",
-           "WritePoint", "WriteUsage", "confirm", "disk_errors", "folder_sizes", "refused",
-           "rlimit_argv", "write_points", "write_usage"]
+__all__ = [
+    "DISK_ERRNOS",
+    "MECHANISMS",
+    "PAGE",
+    "TRACE_SYSCALLS",
+    "DiskError",
+    "Fired",
+    "WritePoint",
+    "WriteUsage",
+    "confirm",
+    "disk_errors",
+    "folder_sizes",
+    "refused",
+    "rlimit_argv",
+    "write_points",
+    "write_usage",
+]
 
 PAGE = 4096
 MECHANISMS = ("tmpfs", "rlimit")
@@ -70,17 +84,61 @@ DISK_ERRNOS = ("ENOSPC", "EFBIG", "EDQUOT")
 #: A leading ``?`` tells strace not to fail where the call does not exist (aarch64 has no
 #: ``open``, x86_64 no ``_llseek``).
 TRACE_SYSCALLS: tuple[str, ...] = (
-    "?open", "openat", "?openat2", "?creat",
-    "write", "writev", "?pwrite64", "?pwritev", "?pwritev2", "?sendfile", "?sendfile64",
-    "?copy_file_range", "lseek", "?_llseek", "?truncate", "?truncate64", "ftruncate",
-    "?ftruncate64", "?fallocate",
-    "?rename", "?renameat", "?renameat2", "?link", "?linkat", "?unlink", "unlinkat",
-    "close", "?close_range", "dup", "?dup2", "?dup3", "fcntl", "?fcntl64",
-    "?clone", "?clone3", "?fork", "?vfork", "execve", "?execveat", "exit_group",
+    "?open",
+    "openat",
+    "?openat2",
+    "?creat",
+    "write",
+    "writev",
+    "?pwrite64",
+    "?pwritev",
+    "?pwritev2",
+    "?sendfile",
+    "?sendfile64",
+    "?copy_file_range",
+    "lseek",
+    "?_llseek",
+    "?truncate",
+    "?truncate64",
+    "ftruncate",
+    "?ftruncate64",
+    "?fallocate",
+    "?rename",
+    "?renameat",
+    "?renameat2",
+    "?link",
+    "?linkat",
+    "?unlink",
+    "unlinkat",
+    "close",
+    "?close_range",
+    "dup",
+    "?dup2",
+    "?dup3",
+    "fcntl",
+    "?fcntl64",
+    "?clone",
+    "?clone3",
+    "?fork",
+    "?vfork",
+    "execve",
+    "?execveat",
+    "exit_group",
 )
 
-_WRITES = frozenset({"write", "writev", "pwrite64", "pwrite", "pwritev", "pwritev2",
-                     "sendfile", "sendfile64", "copy_file_range"})
+_WRITES = frozenset(
+    {
+        "write",
+        "writev",
+        "pwrite64",
+        "pwrite",
+        "pwritev",
+        "pwritev2",
+        "sendfile",
+        "sendfile64",
+        "copy_file_range",
+    }
+)
 _SIZERS = frozenset({"ftruncate", "ftruncate64", "truncate", "truncate64", "fallocate"})
 #: Calls that count as writes for a write's identity (occurrence, ordinal).
 WRITE_LIKE = _WRITES | _SIZERS
@@ -123,10 +181,15 @@ class WritePoint:
         write; 3rd under {state_dir}) with 8 KiB free``."""
         size = format_size(self.size) if self.size >= 0 else "? B"
         under = f"; {_nth(self.ordinal)} under {{state_dir}}" if self.ordinal else ""
-        room = (f"with {format_size(self.value)} free" if self.mechanism == "tmpfs"
-                else f"with RLIMIT_FSIZE {format_size(self.value)}")
-        return (f"{self.mechanism}#{self.index}: {self.syscall} of {size} to {self.path} "
-                f"(its {_nth(self.occurrence)} write{under}) {room}")
+        room = (
+            f"with {format_size(self.value)} free"
+            if self.mechanism == "tmpfs"
+            else f"with RLIMIT_FSIZE {format_size(self.value)}"
+        )
+        return (
+            f"{self.mechanism}#{self.index}: {self.syscall} of {size} to {self.path} "
+            f"(its {_nth(self.occurrence)} write{under}) {room}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,23 +199,35 @@ class WritePoint:
         """A point from :meth:`to_json`'s output; ``ValueError`` naming the bad key."""
         if not isinstance(obj, Mapping):
             raise ValueError(f"{where}: expected a mapping, got {type(obj).__name__}")
-        want: dict[str, type] = {"index": int, "mechanism": str, "value": int, "syscall": str,
-                                 "path": str, "occurrence": int, "ordinal": int, "size": int}
+        want: dict[str, type] = {
+            "index": int,
+            "mechanism": str,
+            "value": int,
+            "syscall": str,
+            "path": str,
+            "occurrence": int,
+            "ordinal": int,
+            "size": int,
+        }
         missing = sorted(set(want) - set(obj))
         extra = sorted(set(obj) - set(want))
         if missing or extra:
-            raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}; a write "
-                             f"point has exactly {sorted(want)}")
+            raise ValueError(
+                f"{where}: missing keys {missing}, unknown keys {extra}; a write "
+                f"point has exactly {sorted(want)}"
+            )
         for key, typ in want.items():
             v = obj[key]
             if not isinstance(v, typ) or isinstance(v, bool):
                 raise ValueError(f"{where}: key {key!r} must be {typ.__name__}, got {v!r}")
         if obj["mechanism"] not in MECHANISMS:
-            raise ValueError(f"{where}: key 'mechanism' must be one of {MECHANISMS}, got "
-                             f"{obj['mechanism']!r}")
+            raise ValueError(
+                f"{where}: key 'mechanism' must be one of {MECHANISMS}, got {obj['mechanism']!r}"
+            )
         if obj["value"] < 0 or obj["index"] < 1 or obj["occurrence"] < 1 or obj["ordinal"] < 0:
-            raise ValueError(f"{where}: value/ordinal must be >= 0, index/occurrence >= 1: "
-                             f"{dict(obj)}")
+            raise ValueError(
+                f"{where}: value/ordinal must be >= 0, index/occurrence >= 1: {dict(obj)}"
+            )
         return cls(**{k: obj[k] for k in want})
 
     def matches(self, err: DiskError) -> bool:
@@ -163,8 +238,11 @@ class WritePoint:
             return False
         if err.path == self.path and err.occurrence == self.occurrence:
             return True
-        return bool(self.ordinal) and err.ordinal == self.ordinal and \
-            os.path.dirname(err.path) == os.path.dirname(self.path)
+        return (
+            bool(self.ordinal)
+            and err.ordinal == self.ordinal
+            and os.path.dirname(err.path) == os.path.dirname(self.path)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +269,10 @@ class DiskError:
         size = format_size(self.requested) if self.requested >= 0 else "? B"
         what = self.errno or f"short write ({format_size(self.written)} of {size})"
         under = f", {_nth(self.ordinal)} under {{state_dir}}" if self.ordinal else ""
-        return (f"{what} at {self.syscall} of {size} to {self.path} (its "
-                f"{_nth(self.occurrence)} write{under}; pid {self.pid})")
+        return (
+            f"{what} at {self.syscall} of {size} to {self.path} (its "
+            f"{_nth(self.occurrence)} write{under}; pid {self.pid})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,8 +334,9 @@ class _Replay:
     """The files of one trace, under a state folder, as a tmpfs and an RLIMIT_FSIZE see them."""
 
     def __init__(self, state_dir: str, initial: Mapping[str, int] | None) -> None:
-        self.roots = tuple({os.path.normpath(os.path.abspath(state_dir)),
-                            os.path.realpath(state_dir)})
+        self.roots = tuple(
+            {os.path.normpath(os.path.abspath(state_dir)), os.path.realpath(state_dir)}
+        )
         self.names: dict[str, _Inode] = {}
         self.tables: dict[int, dict[int, _Fd]] = {}
         self.pages = 0  # pages of live files inside the folder
@@ -282,7 +363,7 @@ class _Replay:
             if path == r:
                 return "{state_dir}"
             if path.startswith(r.rstrip("/") + "/"):
-                return "{state_dir}/" + path[len(r.rstrip("/")) + 1:]
+                return "{state_dir}/" + path[len(r.rstrip("/")) + 1 :]
         return path
 
     def _new(self, path: str) -> _Inode:
@@ -328,8 +409,7 @@ class _Replay:
         entry = table.get(fd)
         if entry is not None:
             ino = entry.ofd.inode
-            if ino is None or not path or path in ino.names or not ino.names \
-                    or not _regular(path):
+            if ino is None or not path or path in ino.names or not ino.names or not _regular(path):
                 return entry.ofd
             self.close(call.pid, fd)  # stale: the fd now names another file
         ino = self.inode_at(path, create=True) if path else None
@@ -420,8 +500,9 @@ class _Replay:
         elif name in ("dup", "dup2", "dup3"):
             ofd = self.ofd(call, call.fd, call.path) or _Ofd(None)
             if call.result is not None and call.result >= 0 and call.result != call.fd:
-                self.install(call.pid, call.result, ofd,
-                             cloexec="O_CLOEXEC" in " ".join(call.args[2:]))
+                self.install(
+                    call.pid, call.result, ofd, cloexec="O_CLOEXEC" in " ".join(call.args[2:])
+                )
         elif name in ("fcntl", "fcntl64"):
             self._fcntl(call)
         elif name in ("clone", "clone3", "fork", "vfork"):
@@ -532,8 +613,11 @@ class _Replay:
             return
         moves = [(src, dst)] if src in self.names else []
         prefix = src.rstrip("/") + "/"  # a folder renamed: every file under it moves
-        moves += [(n, dst.rstrip("/") + "/" + n[len(prefix):]) for n in list(self.names)
-                  if n.startswith(prefix)]
+        moves += [
+            (n, dst.rstrip("/") + "/" + n[len(prefix) :])
+            for n in list(self.names)
+            if n.startswith(prefix)
+        ]
         for old, new in moves:
             ino = self.names.pop(old)
             if self.names.get(new) is not ino:
@@ -595,9 +679,14 @@ class _Replay:
 # -- the public functions --------------------------------------------------------------------
 
 
-def write_points(calls: Sequence[Syscall], state_dir: str, mechanism: str, *,
-                 initial: Mapping[str, int] | None = None,
-                 within: Sequence[str] = ()) -> list[WritePoint]:
+def write_points(
+    calls: Sequence[Syscall],
+    state_dir: str,
+    mechanism: str,
+    *,
+    initial: Mapping[str, int] | None = None,
+    within: Sequence[str] = (),
+) -> list[WritePoint]:
     """The write points of a golden run's trace ``calls`` (see the module doc), in order.
 
     ``state_dir``: the golden run's state folder (absolute). ``initial``: sizes of the files
@@ -608,8 +697,10 @@ def write_points(calls: Sequence[Syscall], state_dir: str, mechanism: str, *,
     count towards the limit.
     """
     if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown disk_full mechanism {mechanism!r}; write points exist for "
-                         f"{', '.join(MECHANISMS)}")
+        raise ValueError(
+            f"unknown disk_full mechanism {mechanism!r}; write points exist for "
+            f"{', '.join(MECHANISMS)}"
+        )
     replay = _Replay(state_dir, initial)
     roots = [os.path.normpath(os.path.abspath(w)) for w in within]
     points: list[WritePoint] = []
@@ -626,14 +717,33 @@ def write_points(calls: Sequence[Syscall], state_dir: str, mechanism: str, *,
         path, occurrence, ordinal, size = ident
         if mechanism == "tmpfs":
             if replay.pages > high_pages and ino is not None and ino.inside:
-                points.append(WritePoint(len(points) + 1, "tmpfs",
-                                         (high_pages - replay.start_pages) * PAGE, call.name,
-                                         replay.show(path), occurrence, ordinal, size))
+                points.append(
+                    WritePoint(
+                        len(points) + 1,
+                        "tmpfs",
+                        (high_pages - replay.start_pages) * PAGE,
+                        call.name,
+                        replay.show(path),
+                        occurrence,
+                        ordinal,
+                        size,
+                    )
+                )
             high_pages = max(high_pages, replay.pages)
         elif end > high_end:
             if not roots or any(path == r or path.startswith(r + "/") for r in roots):
-                points.append(WritePoint(len(points) + 1, "rlimit", high_end, call.name,
-                                         replay.show(path), occurrence, ordinal, size))
+                points.append(
+                    WritePoint(
+                        len(points) + 1,
+                        "rlimit",
+                        high_end,
+                        call.name,
+                        replay.show(path),
+                        occurrence,
+                        ordinal,
+                        size,
+                    )
+                )
             high_end = end
     return points
 
@@ -652,12 +762,33 @@ def disk_errors(calls: Sequence[Syscall], state_dir: str) -> list[DiskError]:
             path, occurrence, ordinal, size = ident
             shown = replay.show(path)
             if call.errno in DISK_ERRNOS:
-                out.append(DiskError(call.seq, call.pid, call.name, shown, occurrence, ordinal,
-                                     call.errno, size, -1))
-            elif call.name in _WRITES and call.result is not None and \
-                    0 <= call.result < size:
-                out.append(DiskError(call.seq, call.pid, call.name, shown, occurrence, ordinal,
-                                     "", size, call.result))
+                out.append(
+                    DiskError(
+                        call.seq,
+                        call.pid,
+                        call.name,
+                        shown,
+                        occurrence,
+                        ordinal,
+                        call.errno,
+                        size,
+                        -1,
+                    )
+                )
+            elif call.name in _WRITES and call.result is not None and 0 <= call.result < size:
+                out.append(
+                    DiskError(
+                        call.seq,
+                        call.pid,
+                        call.name,
+                        shown,
+                        occurrence,
+                        ordinal,
+                        "",
+                        size,
+                        call.result,
+                    )
+                )
         if call.result is not None and not call.errno and call.result >= 0:
             replay.apply(call)
     return out
@@ -670,8 +801,9 @@ def refused(calls: Sequence[Syscall], state_dir: str, mechanism: str) -> list[Di
     return [e for e in disk_errors(calls, state_dir) if _relevant(e, mechanism)]
 
 
-def write_usage(calls: Sequence[Syscall], state_dir: str, *,
-                initial: Mapping[str, int] | None = None) -> WriteUsage:
+def write_usage(
+    calls: Sequence[Syscall], state_dir: str, *, initial: Mapping[str, int] | None = None
+) -> WriteUsage:
     """How much the writes of ``calls`` took (see :class:`WriteUsage`)."""
     replay = _Replay(state_dir, initial)
     peak_pages, peak_bytes = replay.pages, replay.bytes
@@ -688,10 +820,17 @@ def write_usage(calls: Sequence[Syscall], state_dir: str, *,
     return WriteUsage(peak_pages * PAGE, peak_bytes, largest, where, replay.ordinal)
 
 
-def confirm(mechanism: str, state_dir: str, *, point: WritePoint | None = None,
-            capacity: int | None = None, calls: Sequence[Syscall] | None = None,
-            sample: UsageSample | None = None, initial: Mapping[str, int] | None = None,
-            untraced: str = "") -> Fired:
+def confirm(
+    mechanism: str,
+    state_dir: str,
+    *,
+    point: WritePoint | None = None,
+    capacity: int | None = None,
+    calls: Sequence[Syscall] | None = None,
+    sample: UsageSample | None = None,
+    initial: Mapping[str, int] | None = None,
+    untraced: str = "",
+) -> Fired:
     """Did a disk fault of ``mechanism`` take effect in an attempt?
 
     Give the planned ``point`` (write-point mode) or the fixed ``capacity`` (tmpfs size or
@@ -702,13 +841,18 @@ def confirm(mechanism: str, state_dir: str, *, point: WritePoint | None = None,
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown disk_full mechanism {mechanism!r}; one of {MECHANISMS}")
-    planned = point.label() if point is not None else (
-        f"capacity {format_size(capacity)}" if capacity is not None else "the disk fault")
-    fix = ("lower it or use the write-point mode (disk_full without capacity)"
-           if point is None else
-           "the agent's writes differ from its golden run (sizes or order change between runs: "
-           "make them deterministic), or it stopped before that write (another fault, an "
-           "error: see its stderr)")
+    planned = (
+        point.label()
+        if point is not None
+        else (f"capacity {format_size(capacity)}" if capacity is not None else "the disk fault")
+    )
+    fix = (
+        "lower it or use the write-point mode (disk_full without capacity)"
+        if point is None
+        else "the agent's writes differ from its golden run (sizes or order change between runs: "
+        "make them deterministic), or it stopped before that write (another fault, an "
+        "error: see its stderr)"
+    )
     if calls is not None:
         errs = refused(calls, state_dir, mechanism)
         if errs:
@@ -719,31 +863,49 @@ def confirm(mechanism: str, state_dir: str, *, point: WritePoint | None = None,
             return Fired(True, where, "")
         use = write_usage(calls, state_dir, initial=initial)
         if mechanism == "tmpfs":
-            took = (f"the agent's files under {{state_dir}} took at most "
-                    f"{format_size(use.peak_bytes)} ({format_size(use.peak_pages)} in tmpfs "
-                    f"pages) in {use.writes} write{'' if use.writes == 1 else 's'}")
+            took = (
+                f"the agent's files under {{state_dir}} took at most "
+                f"{format_size(use.peak_bytes)} ({format_size(use.peak_pages)} in tmpfs "
+                f"pages) in {use.writes} write{'' if use.writes == 1 else 's'}"
+            )
         else:
-            took = (f"the agent wrote at most {format_size(use.largest_end)} into one file"
-                    + (f" ({use.largest_path})" if use.largest_path else ""))
+            took = f"the agent wrote at most {format_size(use.largest_end)} into one file" + (
+                f" ({use.largest_path})" if use.largest_path else ""
+            )
         if point is not None:
-            return Fired(False, "", f"no write failed with {_err(mechanism)}: {took}; planned "
-                                    f"{planned}: {fix}")
+            return Fired(
+                False,
+                "",
+                f"no write failed with {_err(mechanism)}: {took}; planned {planned}: {fix}",
+            )
         never = "never filled" if mechanism == "tmpfs" else "never reached"
         return Fired(False, "", f"{took}; {planned} {never}: {fix}")
     if sample is not None and mechanism == "tmpfs":
         peak, low = sample.peak_used, sample.min_free
         if low < PAGE:
-            return Fired(True, f"the tmpfs filled (free space fell to {format_size(low)}, "
-                               f"{format_size(peak)} used at the peak; no trace to name the "
-                               "write" + (f": {untraced}" if untraced else "") + ")", "")
-        return Fired(False, "", f"the tmpfs never filled: {format_size(peak)} used at the "
-                                f"peak, never less than {format_size(low)} free (sampled, so "
-                                f"a brief peak can be missed); {planned}: {fix}")
-    return Fired(False, "", f"cannot tell whether {planned} took effect: no syscall trace"
-                            + (f" ({untraced})" if untraced else "")
-                            + (" and no usage samples" if mechanism == "tmpfs" else "")
-                            + "; install strace (and allow ptrace) so the harness can see the "
-                              "write that failed")
+            return Fired(
+                True,
+                f"the tmpfs filled (free space fell to {format_size(low)}, "
+                f"{format_size(peak)} used at the peak; no trace to name the "
+                "write" + (f": {untraced}" if untraced else "") + ")",
+                "",
+            )
+        return Fired(
+            False,
+            "",
+            f"the tmpfs never filled: {format_size(peak)} used at the "
+            f"peak, never less than {format_size(low)} free (sampled, so "
+            f"a brief peak can be missed); {planned}: {fix}",
+        )
+    return Fired(
+        False,
+        "",
+        f"cannot tell whether {planned} took effect: no syscall trace"
+        + (f" ({untraced})" if untraced else "")
+        + (" and no usage samples" if mechanism == "tmpfs" else "")
+        + "; install strace (and allow ptrace) so the harness can see the "
+        "write that failed",
+    )
 
 
 def folder_sizes(folder: str) -> dict[str, int]:
@@ -777,7 +939,8 @@ _RLIMIT_EXEC = (
     "    os.execvp(sys.argv[2], sys.argv[2:])\n"
     "except OSError as exc:\n"
     "    sys.stderr.write(f'crashpoint: cannot start {sys.argv[2]!r}: {exc}\\n')\n"
-    "    os._exit(127)\n")
+    "    os._exit(127)\n"
+)
 
 
 def rlimit_argv(argv: Sequence[str], limit: int) -> list[str]:
@@ -873,7 +1036,7 @@ def _fd_arg(text: str) -> tuple[int, str]:
 
 def _clean(path: str) -> str:
     if path.endswith(_DELETED):
-        path = path[:-len(_DELETED)]
+        path = path[: -len(_DELETED)]
     return os.path.normpath(path) if path.startswith("/") else path
 
 

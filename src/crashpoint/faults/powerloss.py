@@ -103,8 +103,9 @@ class DiskImage:
             if content is None:
                 os.mkdir(path, DIR_MODE)
                 continue
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
-                         FILE_MODE)
+            fd = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, FILE_MODE
+            )
             try:
                 write_all(fd, content)
             finally:
@@ -122,8 +123,13 @@ class PowerLossRecorder(FsOps):
     under test had acknowledged at that instant, or to raise and stop the run there.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, keep_images: bool = True,
-                 on_op: Callable[[Op], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        keep_images: bool = True,
+        on_op: Callable[[Op], None] | None = None,
+    ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         if not os.path.isdir(self.root):
             raise NotADirectoryError(f"the recorder's root must be an existing folder: {root}")
@@ -165,7 +171,8 @@ class PowerLossRecorder(FsOps):
             return node
         node = self._new_node((st.st_dev, st.st_ino), folder=True)
         self._dirs[node] = MappingProxyType(
-            {name: self._adopt_tree(os.path.join(path, name)) for name in os.listdir(path)})
+            {name: self._adopt_tree(os.path.join(path, name)) for name in os.listdir(path)}
+        )
         return node
 
     def _node_of(self, st: os.stat_result) -> int:

@@ -27,8 +27,9 @@ def kill_at(f: Fault) -> KillAt:
     """The ledger's kill for a ``kill`` fault: by identity when the plan gives one."""
     phase = str(f.arg("phase", "before"))
     if f.arg("op"):
-        return KillAt(f.attempt, -1, phase, str(f.arg("op")), str(f.arg("name", "")),
-                      int(f.arg("nth", 1)))
+        return KillAt(
+            f.attempt, -1, phase, str(f.arg("op")), str(f.arg("name", "")), int(f.arg("nth", 1))
+        )
     return KillAt(f.attempt, int(f.arg("index", 0)), phase)
 
 
@@ -36,16 +37,19 @@ def net_fault(f: Fault) -> NetFault:
     """The stand-in services' failure for a ``network`` fault (placed on the ledger)."""
     fail = f.arg("fail", "timeout")
     if isinstance(fail, int):
-        body = (b'{"error": {"message": "crashpoint network fault: HTTP %d", "type": '
-                b'"server_error"}}' % fail)
+        body = (
+            b'{"error": {"message": "crashpoint network fault: HTTP %d", "type": '
+            b'"server_error"}}' % fail
+        )
         headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
         if fail in (429, 503):
             headers += (("Retry-After", "1"),)
         failure = Failure("status", fail, body, headers)
     else:
         failure = Failure("timeout", applied=True) if fail == "timeout" else Failure("reset")
-    return NetFault(str(f.arg("call", "")), failure, int(f.arg("nth", 1)), f.attempt,
-                    int(f.arg("times", 1)))
+    return NetFault(
+        str(f.arg("call", "")), failure, int(f.arg("nth", 1)), f.attempt, int(f.arg("times", 1))
+    )
 
 
 def _attempt(attempts: list[Attempt], number: int) -> Attempt | None:
@@ -58,8 +62,9 @@ def _never_ran(f: Fault, attempts: list[Attempt]) -> str:
         return f"attempt {f.attempt} never ran: the trial ran no attempt"
     last = attempts[-1]
     if last.returncode == 0:
-        why = f"attempt {last.number} completed (exit 0) first, and a completed run is not " \
-              "restarted"
+        why = (
+            f"attempt {last.number} completed (exit 0) first, and a completed run is not restarted"
+        )
     else:
         why = f"the trial stopped after {last.describe()}"
     return f"attempt {f.attempt} never ran: {why}"
@@ -77,39 +82,77 @@ def _ended(a: Attempt) -> str:
     return f"exited {a.returncode}"
 
 
-def _kill(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-          killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _kill(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     want = kill_at(f)
     hit = next((k for k in killed if k.get("kill") == want), None)
     a = _attempt(attempts, f.attempt)
     if hit is not None:
-        where = f"attempt {hit['attempt']} event #{hit['event']} {hit['op']}:{hit['name']}" \
-                + (f" #{hit['nth']}" if int(hit.get("nth", 1)) > 1 else "") \
-                + f" ({hit['phase']})"
-        if a is not None and a.signal not in (None, signal.SIGKILL) and a.returncode != \
-                -signal.SIGKILL:
-            return Outcome(i, f.kind, False, where,
-                           f"the kill was sent at {where}, but the attempt {_ended(a)} "
-                           "(not by SIGKILL)")
+        where = (
+            f"attempt {hit['attempt']} event #{hit['event']} {hit['op']}:{hit['name']}"
+            + (f" #{hit['nth']}" if int(hit.get("nth", 1)) > 1 else "")
+            + f" ({hit['phase']})"
+        )
+        if (
+            a is not None
+            and a.signal not in (None, signal.SIGKILL)
+            and a.returncode != -signal.SIGKILL
+        ):
+            return Outcome(
+                i,
+                f.kind,
+                False,
+                where,
+                f"the kill was sent at {where}, but the attempt {_ended(a)} (not by SIGKILL)",
+            )
         return Outcome(i, f.kind, True, where)
     if a is None:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
     mine = _events_of(events, f.attempt)
     if want.op:
         same = [e for e in mine if e["op"] == want.op and event_name(e) == want.name]
-        seen = f"it sent {want.op}:{want.name} {len(same)} time(s)" if same else \
-            f"it never sent {want.op}:{want.name}"
-        return Outcome(i, f.kind, False, why_not=(
-            f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); {seen}, the plan "
-            f"kills at occurrence #{want.nth}" + ("" if f.attempt == 1 else
-                                                   " (it resumed past that point)")))
-    return Outcome(i, f.kind, False, why_not=(
-        f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); the plan kills at "
-        f"its event #{want.index}"))
+        seen = (
+            f"it sent {want.op}:{want.name} {len(same)} time(s)"
+            if same
+            else f"it never sent {want.op}:{want.name}"
+        )
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); {seen}, the plan "
+                f"kills at occurrence #{want.nth}"
+                + ("" if f.attempt == 1 else " (it resumed past that point)")
+            ),
+        )
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        why_not=(
+            f"attempt {f.attempt} {_ended(a)} after {len(mine)} event(s); the plan kills at "
+            f"its event #{want.index}"
+        ),
+    )
 
 
-def _timed(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-           killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _timed(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     """kill at time, signal (TERM, STOP) and hang: the first signal reached a running
     process (a SIGKILL: and the attempt died of it)."""
     a = _attempt(attempts, f.attempt)
@@ -119,25 +162,47 @@ def _timed(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
     anchor = notes.get("anchor", "first event")
     at = float(f.arg("seconds", 0.0))
     first = sent[0] if sent else None
-    span = f" (its golden run worked {golden.span:.3f}s after its first event)" \
-        if golden.span else ""
+    span = (
+        f" (its golden run worked {golden.span:.3f}s after its first event)" if golden.span else ""
+    )
     if first is None:
         if anchor != "start" and not _events_of(events, f.attempt):
-            return Outcome(i, f.kind, False, why_not=(
-                f"attempt {f.attempt} {_ended(a)} without sending an event, and the instant "
-                f"is counted from its first event"))
-        return Outcome(i, f.kind, False, why_not=(
-            f"attempt {f.attempt} {_ended(a)} before the instant ({at:.3f}s after its "
-            f"{anchor}): lower `within` to about how long the agent works{span}"))
+            return Outcome(
+                i,
+                f.kind,
+                False,
+                why_not=(
+                    f"attempt {f.attempt} {_ended(a)} without sending an event, and the instant "
+                    f"is counted from its first event"
+                ),
+            )
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"attempt {f.attempt} {_ended(a)} before the instant ({at:.3f}s after its "
+                f"{anchor}): lower `within` to about how long the agent works{span}"
+            ),
+        )
     if not first["alive"]:
-        return Outcome(i, f.kind, False, why_not=(
-            f"{first['what']} at {first['at']:.3f}s after the {anchor} found attempt "
-            f"{f.attempt} already ended ({_ended(a)}): lower `within` to about how long the "
-            f"agent works{span}"))
-    where = f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt " \
-            f"{f.attempt}, after its event #{first['events'] - 1}" if first["events"] else \
-            f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt {f.attempt}, " \
-            "before its first event"
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"{first['what']} at {first['at']:.3f}s after the {anchor} found attempt "
+                f"{f.attempt} already ended ({_ended(a)}): lower `within` to about how long the "
+                f"agent works{span}"
+            ),
+        )
+    where = (
+        f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt "
+        f"{f.attempt}, after its event #{first['events'] - 1}"
+        if first["events"]
+        else f"{first['what']} {first['at']:.3f}s after the {anchor} of attempt {f.attempt}, "
+        "before its first event"
+    )
     if first["what"] == "SIGKILL" and a.signal != signal.SIGKILL:
         return Outcome(i, f.kind, False, where, f"{where}, but the attempt {_ended(a)}")
     return Outcome(i, f.kind, True, where)
@@ -153,8 +218,15 @@ def _hits(path: str | None) -> list[list[str]]:
         return []
 
 
-def _failpoint(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-               killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _failpoint(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     a = _attempt(attempts, f.attempt)
     if a is None:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
@@ -167,54 +239,99 @@ def _failpoint(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence]
     hits = [h for h in _hits(notes.get("failpoint_log")) if h and h[0] == name]
     if hits:
         h = hits[0]
-        return Outcome(i, f.kind, True, f"failpoint {name} hit #{h[2]} in attempt "
-                                        f"{f.attempt} ({h[1]}" +
-                       (f" on {h[4]})" if len(h) > 4 else ")"))
-    return Outcome(i, f.kind, False, why_not=(
-        f"attempt {f.attempt} {_ended(a)} without reaching failpoint {name} a {_nth(nth)} "
-        "time: failpoints exist only inside the reference library (crashpoint.checkpoint); "
-        "an agent not built on it never hits them (use kill at every-boundary, fileop or "
-        "disk_full with a tmpfs instead)"))
+        return Outcome(
+            i,
+            f.kind,
+            True,
+            f"failpoint {name} hit #{h[2]} in attempt "
+            f"{f.attempt} ({h[1]}" + (f" on {h[4]})" if len(h) > 4 else ")"),
+        )
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        why_not=(
+            f"attempt {f.attempt} {_ended(a)} without reaching failpoint {name} a {_nth(nth)} "
+            "time: failpoints exist only inside the reference library (crashpoint.checkpoint); "
+            "an agent not built on it never hits them (use kill at every-boundary, fileop or "
+            "disk_full with a tmpfs instead)"
+        ),
+    )
 
 
 def _nth(n: int) -> str:
     return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
-def _corrupt(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-             killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _corrupt(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     if "corruption" not in notes:
-        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts).replace(
-            "never ran", "never ran, so nothing was corrupted before it"))
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=_never_ran(f, attempts).replace(
+                "never ran", "never ran, so nothing was corrupted before it"
+            ),
+        )
     c = notes["corruption"]
     if not c:
-        return Outcome(i, f.kind, False, why_not=(
-            f"nothing to corrupt: {notes.get('pattern')} matched no file before attempt "
-            f"{f.attempt} (the agent had written none there yet): point `path` at the "
-            "agent's state files"))
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"nothing to corrupt: {notes.get('pattern')} matched no file before attempt "
+                f"{f.attempt} (the agent had written none there yet): point `path` at the "
+                "agent's state files"
+            ),
+        )
     where = f"{c['how']} {os.path.basename(str(c['path']))}"
     if c["how"] in ("truncate", "bitflip", "zero"):
         where += f" at byte {c['offset']}"
     return Outcome(i, f.kind, True, where + f" before attempt {f.attempt}")
 
 
-def _resumers(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-              killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _resumers(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     spans = notes.get("spans") or []
     if len(spans) < 2:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
     (s1, e1), (s2, e2) = spans[:2]
     overlap = min(e1, e2) - max(s1, s2)
     if overlap <= 0:
-        return Outcome(i, f.kind, False, why_not=(
-            f"attempt {f.attempt} ended before attempt {f.attempt + 1} started: they never "
-            "ran at the same time"))
-    return Outcome(i, f.kind, True, f"attempts {f.attempt} and {f.attempt + 1} ran at the "
-                                    f"same time for {overlap:.3f}s")
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"attempt {f.attempt} ended before attempt {f.attempt + 1} started: they never "
+                "ran at the same time"
+            ),
+        )
+    return Outcome(
+        i,
+        f.kind,
+        True,
+        f"attempts {f.attempt} and {f.attempt + 1} ran at the same time for {overlap:.3f}s",
+    )
 
 
-def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence,
-           key: str) -> Outcome | None:
+def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence, key: str) -> Outcome | None:
     """The outcome when ``f``'s attempt never ran, or when a fault module noted its verdict
     ``(fired, where, why_not)`` under ``key``; None otherwise."""
     if _attempt(attempts, f.attempt) is None:
@@ -223,56 +340,109 @@ def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence,
     return None if got is None else Outcome(i, f.kind, bool(got[0]), str(got[1]), str(got[2]))
 
 
-def _fileop(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-            killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _fileop(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     noted = _noted(i, f, attempts, notes, "landed")  # from crashpoint.faults._fileops
     if noted is not None:
         return noted
     a = _attempt(attempts, f.attempt)
     assert a is not None
     if not f.arg("fileop") and f.arg("n") is None:
-        return Outcome(i, f.kind, False, why_not=(
-            "no file operation was recorded in the golden run to kill at: " +
-            (golden.recorded_by or "the agent wrote no file under {state_dir} or "
-                                   "{workdir}")))
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                "no file operation was recorded in the golden run to kill at: "
+                + (golden.recorded_by or "the agent wrote no file under {state_dir} or {workdir}")
+            ),
+        )
     if a.signal == signal.SIGKILL:  # a hand-written plan (by number): the best evidence
-        return Outcome(i, f.kind, True, f"attempt {f.attempt} killed by SIGKILL before a "
-                                        f"file operation")
-    return Outcome(i, f.kind, False, why_not=(
-        f"attempt {f.attempt} {_ended(a)}: it never reached the planned file operation"))
+        return Outcome(
+            i, f.kind, True, f"attempt {f.attempt} killed by SIGKILL before a file operation"
+        )
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        why_not=(f"attempt {f.attempt} {_ended(a)}: it never reached the planned file operation"),
+    )
 
 
-def _disk(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-          killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _disk(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     if f.arg("mechanism") == "failpoint":
         return _failpoint(i, f, attempts, events, killed, notes, golden)
     noted = _noted(i, f, attempts, notes, "disk")  # from crashpoint.faults._writes
     if noted is not None:
         return noted
-    return Outcome(i, f.kind, False, why_not=(
-        "no evidence that the agent got ENOSPC/EFBIG (no trace of its writes and no reading "
-        "of the disk's use)"))
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        why_not=(
+            "no evidence that the agent got ENOSPC/EFBIG (no trace of its writes and no reading "
+            "of the disk's use)"
+        ),
+    )
 
 
-def _power_loss(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-                killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _power_loss(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     """A power cut fired when its crash state was materialised (it differs from what a kill
     -9 leaves by construction: states that lose nothing are never planned)."""
     got = notes.get("cut")
     if got is None:
-        return Outcome(i, f.kind, False, why_not=(
-            f"the power cut of attempt {f.attempt} was never applied"))
+        return Outcome(
+            i, f.kind, False, why_not=(f"the power cut of attempt {f.attempt} was never applied")
+        )
     if not got[0]:
-        return Outcome(i, f.kind, False, why_not=(
-            f"no power cut to apply: {got[2]}" + ("" if "strace" not in got[2] and
-                                                  "trace" not in got[2] else
-                                                  " (power loss needs strace to record the "
-                                                  "agent's file operations)")))
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"no power cut to apply: {got[2]}"
+                + (
+                    ""
+                    if "strace" not in got[2] and "trace" not in got[2]
+                    else " (power loss needs strace to record the agent's file operations)"
+                )
+            ),
+        )
     return Outcome(i, f.kind, True, str(got[1]))
 
 
-def _net(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
-             killed: list[Evidence], notes: Evidence, golden: Golden) -> Outcome:
+def _net(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
     """A network fault fired when the stand-in failed at least one request with it (the
     services count it in :attr:`NetFault.fired`); else: which requests the attempt made."""
     a = _attempt(attempts, f.attempt)
@@ -280,10 +450,16 @@ def _net(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
     call = str(f.arg("call", ""))
     if not call:
-        return Outcome(i, f.kind, False, why_not=(
-            "no network call to fail: the golden run made no request to a stand-in service "
-            "(HTTP under {http}/$CRASHPOINT_HTTP, the LLM at $OPENAI_BASE_URL, SMTP); point "
-            "the agent's endpoints at them"))
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                "no network call to fail: the golden run made no request to a stand-in service "
+                "(HTTP under {http}/$CRASHPOINT_HTTP, the LLM at $OPENAI_BASE_URL, SMTP); point "
+                "the agent's endpoints at them"
+            ),
+        )
     fired = int(notes.get("net_fired", 0))
     times, nth = int(f.arg("times", 1)), int(f.arg("nth", 1))
     if fired:
@@ -301,14 +477,22 @@ def _net(i: int, f: Fault, attempts: list[Attempt], events: list[Evidence],
         seen = f"it made {len(mine)} {call} request(s), the plan fails #{nth}"
     else:
         seen = f"it never made a {call} request" + (
-            f" (the golden run's network calls: {', '.join(made)})" if made else
-            " (the golden run made no network call)")
-    return Outcome(i, f.kind, False, why_not=f"attempt {f.attempt} {_ended(a)}; {seen}" +
-                   ("" if f.attempt == 1 else " (it may have resumed past that call)"))
+            f" (the golden run's network calls: {', '.join(made)})"
+            if made
+            else " (the golden run made no network call)"
+        )
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        why_not=f"attempt {f.attempt} {_ended(a)}; {seen}"
+        + ("" if f.attempt == 1 else " (it may have resumed past that call)"),
+    )
 
 
-Accountant = Callable[[int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence,
-                       Golden], Outcome]
+Accountant = Callable[
+    [int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence, Golden], Outcome
+]
 
 #: One function per fault kind.
 ACCOUNTANTS: dict[str, Accountant] = {
@@ -325,8 +509,14 @@ ACCOUNTANTS: dict[str, Accountant] = {
 }
 
 
-def account(plan: Plan, attempts: list[Attempt], events: list[Evidence],
-            killed: list[Evidence], notes: dict[int, Evidence], golden: Golden) -> list[Outcome]:
+def account(
+    plan: Plan,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: dict[int, Evidence],
+    golden: Golden,
+) -> list[Outcome]:
     """One :class:`Outcome` per fault of ``plan``, in plan order."""
     out = []
     for i, f in enumerate(plan.faults):

@@ -99,8 +99,10 @@ class HarnessResult:
     def report(self, limit: int = 5) -> str:
         """What failed, where, and the command that replays each failure."""
         s = self.summary()
-        lines = [f"crashpoint: {s['failed']} of {s['ran']} trials failed, "
-                 f"{s['exercised']} exercised (seed {s['seed']}, {s['skipped']} skipped)"]
+        lines = [
+            f"crashpoint: {s['failed']} of {s['ran']} trials failed, "
+            f"{s['exercised']} exercised (seed {s['seed']}, {s['skipped']} skipped)"
+        ]
         if self.campaign.incomplete:
             lines.append(f"STOPPED: {self.campaign.incomplete}")
         lines += [f"NOT EXERCISED: {m}" for m in self.campaign.unexercised()]
@@ -123,8 +125,10 @@ class HarnessResult:
             for c in t.warnings:
                 lines.append(f"- warning, trial {t.plan.index} [{t.plan.family}]: {c}")
         if len(self.campaign.failures) > limit:
-            lines.append(f"... and {len(self.campaign.failures) - limit} more failing trials "
-                         f"(see {self.campaign.report_dir})")
+            lines.append(
+                f"... and {len(self.campaign.failures) - limit} more failing trials "
+                f"(see {self.campaign.report_dir})"
+            )
         return "\n".join(lines)
 
     def assert_ok(self) -> None:
@@ -156,11 +160,20 @@ class CrashHarness:
     def __post_init__(self) -> None:
         self.folder = os.path.abspath(self.folder)
 
-    def campaign(self, agent: AgentLike, *, faults: FaultsLike = None,
-                 trials: int | None = None, restarts: int | None = None,
-                 expect: Expect | None = None, seed: int | None = None, name: str = "",
-                 mode: str | None = None, budget: float | None = None,
-                 **expect_kw: Any) -> Campaign:
+    def campaign(
+        self,
+        agent: AgentLike,
+        *,
+        faults: FaultsLike = None,
+        trials: int | None = None,
+        restarts: int | None = None,
+        expect: Expect | None = None,
+        seed: int | None = None,
+        name: str = "",
+        mode: str | None = None,
+        budget: float | None = None,
+        **expect_kw: Any,
+    ) -> Campaign:
         """A campaign; ``budget`` (seconds, ``math.inf`` for none) applies unless the harness
         has its own (the ``--crashpoint-budget`` option); default :data:`DEFAULT_BUDGET`."""
         self._runs += 1
@@ -169,20 +182,36 @@ class CrashHarness:
             expect = Expect(**expect_kw)
         elif expect_kw:
             raise TypeError("give expect= or expectation keywords, not both")
-        n = self.trials if self.trials is not None else \
-            trials if trials is not None else self.default_trials
+        n = (
+            self.trials
+            if self.trials is not None
+            else trials
+            if trials is not None
+            else self.default_trials
+        )
         if faults is None:
             faults = self.default_faults
-        return Campaign(as_agent(agent), as_families(faults),
-                        os.path.join(self.folder, name), name=name,
-                        trials=n if n is not None else 20,
-                        seed=self.seed if seed is None else seed,
-                        restarts=self.restarts if restarts is None else restarts,
-                        mode=mode or self.mode, expect=expect, shard=self.shard,
-                        keep_passing=self.keep_passing, extra_checks=dict(self.extra_checks),
-                        launcher=self.launcher, plan_hook=self.plan_hook,
-                        budget=self.budget if self.budget is not None else
-                        budget if budget is not None else DEFAULT_BUDGET)
+        return Campaign(
+            as_agent(agent),
+            as_families(faults),
+            os.path.join(self.folder, name),
+            name=name,
+            trials=n if n is not None else 20,
+            seed=self.seed if seed is None else seed,
+            restarts=self.restarts if restarts is None else restarts,
+            mode=mode or self.mode,
+            expect=expect,
+            shard=self.shard,
+            keep_passing=self.keep_passing,
+            extra_checks=dict(self.extra_checks),
+            launcher=self.launcher,
+            plan_hook=self.plan_hook,
+            budget=self.budget
+            if self.budget is not None
+            else budget
+            if budget is not None
+            else DEFAULT_BUDGET,
+        )
 
     def run(self, agent: AgentLike, **kw: Any) -> HarnessResult:
         """Run a campaign of ``agent`` under ``faults``; see :meth:`campaign` for the options."""

@@ -66,9 +66,11 @@ __all__ = [
 
 #: A campaign's time budget (seconds) unless the scenario, an option or the caller says.
 DEFAULT_BUDGET = 600.0
-BUDGET_HOW = ("raise it with `budget:` in the scenario file, --crashpoint-budget (crashpoint "
-              "run --budget), CRASHPOINT_BUDGET or the crashpoint_budget ini key; `none` "
-              "turns the limit off")
+BUDGET_HOW = (
+    "raise it with `budget:` in the scenario file, --crashpoint-budget (crashpoint "
+    "run --budget), CRASHPOINT_BUDGET or the crashpoint_budget ini key; `none` "
+    "turns the limit off"
+)
 
 
 def parse_budget(raw: str | float, *, what: str = "budget") -> float:
@@ -85,8 +87,17 @@ def parse_budget(raw: str | float, *, what: str = "budget") -> float:
         raise UnitError(f"{where}a budget must be more than 0")
     return v
 
-FAMILY_KINDS = ("kill", "signal", "corrupt", "disk_full", "resumers", "hang", "power_loss",
-                "network")
+
+FAMILY_KINDS = (
+    "kill",
+    "signal",
+    "corrupt",
+    "disk_full",
+    "resumers",
+    "hang",
+    "power_loss",
+    "network",
+)
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "kill": ("at", "count", "names", "max", "within"),
@@ -102,8 +113,14 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
 POWER_MODELS = ("posix", "ext4-ordered")
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
-_KILL_FAILPOINTS = ("journal.after_write", "journal.after_sync", "atomic.after_temp",
-                    "atomic.after_rename", "effect.after_call", "step.after_complete")
+_KILL_FAILPOINTS = (
+    "journal.after_write",
+    "journal.after_sync",
+    "atomic.after_temp",
+    "atomic.after_rename",
+    "effect.after_call",
+    "step.after_complete",
+)
 #: The placeholders a ``corrupt`` path may start with: the trial's own folders.
 CORRUPT_ROOTS = ("state_dir", "workdir")
 #: Bounds of the options (a value outside is refused, naming the bound).
@@ -129,20 +146,25 @@ class FaultSpecError(ValueError):
     within a chain, None for a single fault), ``kind`` and ``option`` (empty when the item as a
     whole is wrong)."""
 
-    def __init__(self, message: str, *, item: int | None = None, kind: str = "",
-                 option: str = "") -> None:
+    def __init__(
+        self, message: str, *, item: int | None = None, kind: str = "", option: str = ""
+    ) -> None:
         super().__init__(message)
         self.item, self.kind, self.option = item, kind, option
 
 
-def _whole(v: Any, lo: int, hi: int, what: str, *, cap: str = "",
-           err: Callable[[str], FaultSpecError]) -> int:
+def _whole(
+    v: Any, lo: int, hi: int, what: str, *, cap: str = "", err: Callable[[str], FaultSpecError]
+) -> int:
     """``v`` as a whole number in ``[lo, hi]``, or a FaultSpecError saying which bound."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise err(f"{what} must be a whole number from {lo} to {hi}, got {v!r}")
     if v < lo:
-        why = " (0 runs no trial of this family: give 1 or more, or remove the family)" \
-            if what.endswith(".count") and v == 0 else ""
+        why = (
+            " (0 runs no trial of this family: give 1 or more, or remove the family)"
+            if what.endswith(".count") and v == 0
+            else ""
+        )
         raise err(f"{what} must be at least {lo}, got {v}{why}")
     if v > hi:
         raise err(f"{what} is {v}, above the cap of {hi}{cap}")
@@ -152,8 +174,10 @@ def _whole(v: Any, lo: int, hi: int, what: str, *, cap: str = "",
 def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
     """A ``corrupt`` path that can only reach the trial's own folders: it starts with
     ``{state_dir}`` or ``{workdir}``, then ``/`` and a glob without ``..``."""
-    how_to = ('; a corruption touches only the trial\'s own folders: write e.g. '
-              '"{state_dir}/**" or "{workdir}/cache/*.json"')
+    how_to = (
+        "; a corruption touches only the trial's own folders: write e.g. "
+        '"{state_dir}/**" or "{workdir}/cache/*.json"'
+    )
     if not isinstance(path, str) or not path:
         raise err(f"corrupt.path must be a glob string, got {path!r}{how_to}")
     if "\0" in path:
@@ -164,12 +188,16 @@ def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
         raise err(f"corrupt.path: {exc}") from None
     first = next(iter(string.Formatter().parse(path)))
     if first[0] != "" or first[1] not in CORRUPT_ROOTS or len(names) != 1:
-        raise err(f"corrupt.path must start with {{state_dir}} or {{workdir}} and name no "
-                  f"other placeholder, got {path!r}{how_to}")
+        raise err(
+            f"corrupt.path must start with {{state_dir}} or {{workdir}} and name no "
+            f"other placeholder, got {path!r}{how_to}"
+        )
     rest = fill(path, dict.fromkeys(CORRUPT_ROOTS, ""))
     if rest and not rest.startswith("/"):
-        raise err(f"corrupt.path: {path!r} names a sibling of {{{first[1]}}}, not a path "
-                  f"inside it (a '/' must follow the placeholder){how_to}")
+        raise err(
+            f"corrupt.path: {path!r} names a sibling of {{{first[1]}}}, not a path "
+            f"inside it (a '/' must follow the placeholder){how_to}"
+        )
     if os.pardir in rest.split("/"):
         raise err(f"corrupt.path: {path!r} climbs out with '..'{how_to}")
     return path
@@ -185,9 +213,11 @@ def _within(v: Any, what: str, err: Callable[[str], FaultSpecError]) -> float:
     return secs
 
 
-def _check_options(kind: str, opts: dict[str, Any], last: bool,
-                   err: Callable[[str, str], FaultSpecError]) -> None:
+def _check_options(
+    kind: str, opts: dict[str, Any], last: bool, err: Callable[[str, str], FaultSpecError]
+) -> None:
     """Validate (and normalise, in place) the options of one fault of kind ``kind``."""
+
     def at(option: str) -> Callable[[str], FaultSpecError]:
         return lambda message: err(message, option)
 
@@ -199,35 +229,54 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
 
     if "count" in opts:
         if not last:
-            raise err(f"{kind}.count: put count on the last fault of a chain (it is the "
-                      "number of trials of the whole chain)", "count")
-        _whole(opts["count"], 1, MAX_COUNT, f"{kind}.count", err=at("count"),
-               cap=" trials per family; split the family or raise the cap in crashpoint")
+            raise err(
+                f"{kind}.count: put count on the last fault of a chain (it is the "
+                "number of trials of the whole chain)",
+                "count",
+            )
+        _whole(
+            opts["count"],
+            1,
+            MAX_COUNT,
+            f"{kind}.count",
+            err=at("count"),
+            cap=" trials per family; split the family or raise the cap in crashpoint",
+        )
     if kind == "kill":
         mode = text("at", KILL_AT, "random")
         if "names" in opts:
             if mode != "failpoint":
-                raise err("kill.names goes with at: failpoint (it narrows the failpoints)",
-                          "names")
+                raise err("kill.names goes with at: failpoint (it narrows the failpoints)", "names")
             names = opts["names"]
             names = [names] if isinstance(names, str) else names
             if not isinstance(names, list) or not names:
-                raise err(f"kill.names must be a non-empty list of failpoint names, got "
-                          f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}", "names")
+                raise err(
+                    f"kill.names must be a non-empty list of failpoint names, got "
+                    f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
             bad = [n for n in names if not isinstance(n, str) or n not in FAILPOINTS]
             if bad:
-                raise err(f"kill.names: unknown failpoint(s) {', '.join(map(repr, bad))}; "
-                          f"known: {', '.join(FAILPOINTS)}", "names")
+                raise err(
+                    f"kill.names: unknown failpoint(s) {', '.join(map(repr, bad))}; "
+                    f"known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
             opts["names"] = tuple(names)
         if "within" in opts:
             if mode != "time":
-                raise err("kill.within goes with at: time (the window after the first event "
-                          "in which the instant is drawn)", "within")
+                raise err(
+                    "kill.within goes with at: time (the window after the first event "
+                    "in which the instant is drawn)",
+                    "within",
+                )
             opts["within"] = _within(opts["within"], "kill.within", at("within"))
         if "max" in opts:
             if mode != "fileop":
-                raise err("kill.max goes with at: fileop (the highest file operation to "
-                          "kill before)", "max")
+                raise err(
+                    "kill.max goes with at: fileop (the highest file operation to kill before)",
+                    "max",
+                )
             _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
     elif kind == "signal":
         if "within" in opts:
@@ -246,15 +295,19 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
             except UnitError as exc:
                 raise err(str(exc), option) from None
             if secs > MAX_SIGNAL_WAIT:
-                raise err(f"signal.{option} is {secs:g}s, above the cap of "
-                          f"{MAX_SIGNAL_WAIT:g}s", option)
+                raise err(
+                    f"signal.{option} is {secs:g}s, above the cap of {MAX_SIGNAL_WAIT:g}s", option
+                )
             opts[option] = secs
     elif kind == "corrupt":
         hows = opts.get("how", list(CORRUPTIONS))
         hows = [hows] if isinstance(hows, str) else hows
         if not isinstance(hows, list) or not hows:
-            raise err(f"corrupt.how must be a corruption or a non-empty list of them, got "
-                      f"{opts.get('how')!r}; use {', '.join(CORRUPTIONS)}", "how")
+            raise err(
+                f"corrupt.how must be a corruption or a non-empty list of them, got "
+                f"{opts.get('how')!r}; use {', '.join(CORRUPTIONS)}",
+                "how",
+            )
         bad = [h for h in hows if not isinstance(h, str) or h not in CORRUPTIONS]
         if bad:
             raise err(f"corrupt: unknown how {bad}; use {', '.join(CORRUPTIONS)}", "how")
@@ -271,8 +324,11 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
             except UnitError as exc:
                 raise err(str(exc), "capacity") from None
             if not 0 < cap <= MAX_CAPACITY:
-                raise err(f"disk_full.capacity must be more than 0 and at most 1 GiB (the "
-                          f"cap), got {opts['capacity']!r}", "capacity")
+                raise err(
+                    f"disk_full.capacity must be more than 0 and at most 1 GiB (the "
+                    f"cap), got {opts['capacity']!r}",
+                    "capacity",
+                )
             opts["capacity"] = cap
         if "nth" in opts:
             _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
@@ -282,40 +338,52 @@ def _check_options(kind: str, opts: dict[str, Any], last: bool,
         _check_network(opts, at)
 
 
-def _check_network(opts: dict[str, Any], at: Callable[[str], Callable[[str],
-                                                                          FaultSpecError]]) -> None:
+def _check_network(
+    opts: dict[str, Any], at: Callable[[str], Callable[[str], FaultSpecError]]
+) -> None:
     """``network`` options: ``call`` (``METHOD /path``, ``llm``, ``mail`` or ``any``),
     ``fail`` (one of :data:`NET_FAILS` or a list), ``nth``, ``times``."""
     call = opts.get("call", "any")
     if not isinstance(call, str) or not (call == "any" or _NET_CALL.match(call)):
         raise at("call")(
             f"network.call must be a request as the ledger names it: 'METHOD /path' (e.g. "
-            f"\"POST /hook\", the path under {{http}}), llm, mail, or any (one drawn from the "
-            f"golden run's network calls), got {call!r}")
+            f'"POST /hook", the path under {{http}}), llm, mail, or any (one drawn from the '
+            f"golden run's network calls), got {call!r}"
+        )
     opts["call"] = call
     fails = opts.get("fail", "timeout")
     fails = [fails] if isinstance(fails, (str, int)) and not isinstance(fails, bool) else fails
     allowed = ", ".join(map(str, NET_FAILS))
     if not isinstance(fails, list) or not fails:
-        raise at("fail")(f"network.fail must be one of {allowed} or a non-empty list of them, "
-                         f"got {opts.get('fail')!r}")
+        raise at("fail")(
+            f"network.fail must be one of {allowed} or a non-empty list of them, "
+            f"got {opts.get('fail')!r}"
+        )
     norm: list[str | int] = []
     for v in fails:
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
         if isinstance(v, bool) or v not in NET_FAILS:
-            raise at("fail")(f"network.fail: unknown failure {v!r}; use {allowed} (reset: "
-                             f"the connection is closed unanswered; timeout: the request is "
-                             f"applied and no reply comes; a status: answered before "
-                             f"applying)")
+            raise at("fail")(
+                f"network.fail: unknown failure {v!r}; use {allowed} (reset: "
+                f"the connection is closed unanswered; timeout: the request is "
+                f"applied and no reply comes; a status: answered before "
+                f"applying)"
+            )
         if v not in norm:
             norm.append(v)
     opts["fail"] = tuple(norm)
     if "nth" in opts:
         _whole(opts["nth"], 1, MAX_NET_NTH, "network.nth", err=at("nth"))
     if "times" in opts:
-        _whole(opts["times"], 1, MAX_NET_TIMES, "network.times", err=at("times"),
-               cap=" consecutive failures")
+        _whole(
+            opts["times"],
+            1,
+            MAX_NET_TIMES,
+            "network.times",
+            err=at("times"),
+            cap=" consecutive failures",
+        )
 
 
 @dataclass(frozen=True)
@@ -330,8 +398,14 @@ class FaultFamily:
         parts = []
         for kind, opts in self.chain:
             o = dict(opts)
-            tag = o.get("at") or o.get("how") or o.get("sig") or o.get("mechanism") or \
-                o.get("model") or ""
+            tag = (
+                o.get("at")
+                or o.get("how")
+                or o.get("sig")
+                or o.get("mechanism")
+                or o.get("model")
+                or ""
+            )
             if kind == "network":
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if isinstance(tag, (list, tuple)):
@@ -354,15 +428,19 @@ class FaultFamily:
             return at == "every-boundary" or (at == "fileop" and "count" not in o)
         if kind in ("power_loss", "network"):
             return "count" not in o
-        return kind == "disk_full" and "capacity" not in o and "count" not in o and \
-            o.get("mechanism", "auto") != "failpoint"
+        return (
+            kind == "disk_full"
+            and "capacity" not in o
+            and "count" not in o
+            and o.get("mechanism", "auto") != "failpoint"
+        )
 
     def points(self, golden: Golden) -> int:
         """How many trials a systematic sweep of this family has over ``golden``."""
         kind, opts = self.chain[0]
         o = dict(opts)
         if kind == "kill" and o.get("at") == "fileop":
-            return max(1, len(golden.fileops[:int(o.get("max", MAX_FILEOP))]))
+            return max(1, len(golden.fileops[: int(o.get("max", MAX_FILEOP))]))
         if kind == "power_loss":
             from crashpoint.harness import _power
 
@@ -388,8 +466,11 @@ class FaultFamily:
             o = dict(opts)
             if kind == "kill" and o.get("at") == "fileop":
                 out.add("fileops")
-            if kind == "disk_full" and "capacity" not in o and \
-                    o.get("mechanism", "auto") != "failpoint":
+            if (
+                kind == "disk_full"
+                and "capacity" not in o
+                and o.get("mechanism", "auto") != "failpoint"
+            ):
                 out.add("writes")
             if kind == "power_loss" or (kind == "corrupt" and o.get("aim") == "written"):
                 out.add("plog")
@@ -414,25 +495,32 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
     chained = not isinstance(raw, Mapping)
     if chained and (isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence)):
         hint = f" (write '{raw}:' with a colon)" if raw in FAMILY_KINDS else ""
-        raise FaultSpecError(f"a fault is a mapping with one key (the fault kind), or a list "
-                             f"of them (a chain), got {raw!r}{hint}")
+        raise FaultSpecError(
+            f"a fault is a mapping with one key (the fault kind), or a list "
+            f"of them (a chain), got {raw!r}{hint}"
+        )
     items = list(raw) if chained else [raw]
     if not items:
-        raise FaultSpecError("an empty chain: a chain lists one or more faults, e.g. "
-                             "[disk_full: {capacity: 8KiB}, kill: {at: random}]")
+        raise FaultSpecError(
+            "an empty chain: a chain lists one or more faults, e.g. "
+            "[disk_full: {capacity: 8KiB}, kill: {at: random}]"
+        )
     chain = []
     for j, item in enumerate(items):
         where = j if chained else None
         if not isinstance(item, Mapping) or len(item) != 1:
-            raise FaultSpecError(f"a fault is a mapping with one key (the fault kind), got "
-                                 f"{item!r}", item=where)
-        (kind, opts), = item.items()
+            raise FaultSpecError(
+                f"a fault is a mapping with one key (the fault kind), got {item!r}", item=where
+            )
+        ((kind, opts),) = item.items()
         if kind not in FAMILY_KINDS:
-            raise FaultSpecError(f"unknown fault kind {kind!r}; use one of "
-                                 f"{', '.join(FAMILY_KINDS)}", item=where)
+            raise FaultSpecError(
+                f"unknown fault kind {kind!r}; use one of {', '.join(FAMILY_KINDS)}", item=where
+            )
 
-        def err(message: str, option: str = "", _kind: str = str(kind),
-                _where: int | None = where) -> FaultSpecError:
+        def err(
+            message: str, option: str = "", _kind: str = str(kind), _where: int | None = where
+        ) -> FaultSpecError:
             return FaultSpecError(message, item=_where, kind=_kind, option=option)
 
         if opts is not None and not isinstance(opts, Mapping):
@@ -440,11 +528,18 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
         opts = dict(opts or {})
         unknown = sorted(map(str, set(opts) - set(FAMILY_OPTIONS[kind])))
         if unknown:
-            raise err(f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
-                      f"{', '.join(FAMILY_OPTIONS[kind])}", unknown[0])
+            raise err(
+                f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(FAMILY_OPTIONS[kind])}",
+                unknown[0],
+            )
         _check_options(kind, opts, j == len(items) - 1, err)
-        chain.append((kind, tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                         for k, v in opts.items()))))
+        chain.append(
+            (
+                kind,
+                tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items())),
+            )
+        )
     return FaultFamily(tuple(chain))
 
 
@@ -459,7 +554,8 @@ ADD_PROBE_CALLS = (
     "probe.step_started(name) / probe.step_completed(name) around each step and "
     "probe.effect(kind, payload, key=...) for each side effect (the reference library "
     "crashpoint.checkpoint calls them for you; other languages speak the wire protocol, or "
-    "POST to $CRASHPOINT_LEDGER_HTTP: see docs/reference/wire-protocol.md)")
+    "POST to $CRASHPOINT_LEDGER_HTTP: see docs/reference/wire-protocol.md)"
+)
 
 
 def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 0) -> Fault:
@@ -467,10 +563,18 @@ def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 
     occurrence counted from golden event ``start`` (where the attempt is expected to begin)."""
     ev = golden.events[index]
     name = event_name(ev)
-    nth = sum(1 for e in golden.events[start:index + 1]
-              if e["op"] == ev["op"] and event_name(e) == name)
-    return Fault.make("kill", attempt, op=str(ev["op"]), name=name, nth=max(1, nth),
-                      phase=phase, label=f"{ev['op']}:{name}")
+    nth = sum(
+        1 for e in golden.events[start : index + 1] if e["op"] == ev["op"] and event_name(e) == name
+    )
+    return Fault.make(
+        "kill",
+        attempt,
+        op=str(ev["op"]),
+        name=name,
+        nth=max(1, nth),
+        phase=phase,
+        label=f"{ev['op']}:{name}",
+    )
 
 
 def _resume_point(golden: Golden, index: int) -> int:
@@ -482,8 +586,9 @@ def _resume_point(golden: Golden, index: int) -> int:
     return 0
 
 
-def _later_kill(attempt: int, golden: Golden, first: int, rng: random.Random,
-                label: str, *, after: bool = False) -> Fault:
+def _later_kill(
+    attempt: int, golden: Golden, first: int, rng: random.Random, label: str, *, after: bool = False
+) -> Fault:
     """A kill of the attempt that follows a kill at golden event ``first``: at an event drawn
     from ``first`` on (``after``: from the next one, if there is one), counted from where that
     attempt is expected to resume."""
@@ -529,16 +634,27 @@ def _last_kill_index(golden: Golden, prior: Sequence[Fault]) -> int:
     return 0
 
 
-def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
-          boundary: int | None, mode: str | None, prior: Sequence[Fault] = ()) -> list[Fault]:
+def _draw(
+    kind: str,
+    opts: dict[str, Any],
+    attempt: int,
+    golden: Golden,
+    rng: random.Random,
+    boundary: int | None,
+    mode: str | None,
+    prior: Sequence[Fault] = (),
+) -> list[Fault]:
     """The faults for one chain item (``boundary``: the index of the systematic point)."""
     bs = golden.boundaries()
-    if not bs and (kind == "corrupt" or (kind == "kill" and opts.get("at", "random") in
-                                          ("every-boundary", "random", "recovery"))):
+    if not bs and (
+        kind == "corrupt"
+        or (kind == "kill" and opts.get("at", "random") in ("every-boundary", "random", "recovery"))
+    ):
         raise NoBoundaries(
             f"{kind} faults at event boundaries need an agent that reports events through the "
             f"probe; its golden run reported none. {ADD_PROBE_CALLS}. Or use kill at time, "
-            "failpoint or fileop for a silent agent.")
+            "failpoint or fileop for a silent agent."
+        )
     if kind == "kill":
         at = opts.get("at", "random")
         if mode == "random" and at == "every-boundary":
@@ -553,23 +669,36 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
             return [Fault.make("kill_at_time", attempt, **_instant(opts, golden, rng))]
         if at == "failpoint":
             names = list(opts.get("names", _KILL_FAILPOINTS))
-            return [Fault.make("failpoint", attempt,
-                               spec=f"{rng.choice(names)}=kill@{rng.randint(1, 3)}")]
+            return [
+                Fault.make(
+                    "failpoint", attempt, spec=f"{rng.choice(names)}=kill@{rng.randint(1, 3)}"
+                )
+            ]
         if at == "fileop":
-            ops = golden.fileops[:int(opts.get("max", MAX_FILEOP))]
+            ops = golden.fileops[: int(opts.get("max", MAX_FILEOP))]
             if not ops:  # nothing recorded (yet): the trial says so, never passes
-                return [Fault.make("fileop", attempt, fileop={}, label="no file operation "
-                                   "recorded in the golden run")]
+                return [
+                    Fault.make(
+                        "fileop",
+                        attempt,
+                        fileop={},
+                        label="no file operation recorded in the golden run",
+                    )
+                ]
             op = ops[boundary] if boundary is not None else rng.choice(ops)
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
         when = _instant(opts, golden, rng)
         if sig == "TERM":
-            return [Fault.make("signal", attempt, sig="TERM", **when,
-                               grace=float(opts.get("grace", 2.0)))]
-        return [Fault.make("signal", attempt, sig="STOP", **when,
-                           pause=float(opts.get("pause", 0.3)))]
+            return [
+                Fault.make(
+                    "signal", attempt, sig="TERM", **when, grace=float(opts.get("grace", 2.0))
+                )
+            ]
+        return [
+            Fault.make("signal", attempt, sig="STOP", **when, pause=float(opts.get("pause", 0.3)))
+        ]
     if kind == "corrupt":
         hows = opts.get("how", CORRUPTIONS)
         how = rng.choice(list(hows))
@@ -583,8 +712,9 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         aimed: dict[str, Any] = {}
         if opts.get("aim") == "written":  # the newest writes before the (last) kill
             aimed["aim"] = _aim(golden, out[-1])
-        out.append(Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30),
-                              **aimed))
+        out.append(
+            Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30), **aimed)
+        )
         return out
     if kind == "disk_full":
         from crashpoint.faults._disk import capabilities
@@ -596,13 +726,27 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         if "capacity" not in opts and mech in ("tmpfs", "rlimit"):  # the write-point mode
             points = golden.writes.get(mech, [])
             if not points:
-                return [Fault.make("disk_full", attempt, mechanism=mech, point={},
-                                   label="no write point recorded in the golden run")]
+                return [
+                    Fault.make(
+                        "disk_full",
+                        attempt,
+                        mechanism=mech,
+                        point={},
+                        label="no write point recorded in the golden run",
+                    )
+                ]
             pt = points[boundary] if boundary is not None else rng.choice(points)
             from crashpoint.faults._writes import WritePoint
 
-            return [Fault.make("disk_full", attempt, mechanism=mech, point=pt,
-                               label=WritePoint.from_json(pt).label())]
+            return [
+                Fault.make(
+                    "disk_full",
+                    attempt,
+                    mechanism=mech,
+                    point=pt,
+                    label=WritePoint.from_json(pt).label(),
+                )
+            ]
         cap = int(opts.get("capacity", 65536))
         if mech == "failpoint":
             nth = int(opts.get("nth", rng.randint(2, 6)))
@@ -620,14 +764,29 @@ def _draw(kind: str, opts: dict[str, Any], attempt: int, golden: Golden, rng: ra
         # past the previous kill, in the state its own trace says it may leave
         first = _last_kill_index(golden, prior)
         k = _later_kill(attempt, golden, first, rng, "power cut", after=True)
-        return [Fault.make("power_loss", attempt, model=model, seed=rng.randrange(1 << 30),
-                           **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
-                           label=f"power cut at {k.arg('op')}:{k.arg('name')}")]
+        return [
+            Fault.make(
+                "power_loss",
+                attempt,
+                model=model,
+                seed=rng.randrange(1 << 30),
+                **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
+                label=f"power cut at {k.arg('op')}:{k.arg('name')}",
+            )
+        ]
     if kind == "network":
         return [_net_draw(opts, attempt, golden, rng, boundary)]
     if kind == "hang":
-        return [Fault.make("signal", attempt, sig="STOP", seconds=0.0, pause=1e6,
-                           **({"anchor": "start"} if not golden.events else {}))]
+        return [
+            Fault.make(
+                "signal",
+                attempt,
+                sig="STOP",
+                seconds=0.0,
+                pause=1e6,
+                **({"anchor": "start"} if not golden.events else {}),
+            )
+        ]
     raise ValueError(f"cannot draw faults of kind {kind!r}")
 
 
@@ -657,8 +816,9 @@ def _net_points(o: Mapping[str, Any], golden: Golden) -> tuple[list[str], list[s
     return calls, list(o.get("fail", ("timeout",)))
 
 
-def _net_draw(opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random,
-              boundary: int | None) -> Fault:
+def _net_draw(
+    opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random, boundary: int | None
+) -> Fault:
     """One ``network`` fault: a sweep's point (``boundary``: call x failure), or drawn. A
     drawn ``any`` without ``nth`` picks one request of the golden run (its occurrence too)."""
     calls, fails = _net_points(opts, golden)
@@ -674,8 +834,15 @@ def _net_draw(opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Ra
             call = rng.choice(calls)
     times = int(opts.get("times", 1))
     if not call:
-        return Fault.make("network", attempt, call="", fail=fail, nth=nth, times=times,
-                          label="no network call in the golden run")
+        return Fault.make(
+            "network",
+            attempt,
+            call="",
+            fail=fail,
+            nth=nth,
+            times=times,
+            label="no network call in the golden run",
+        )
     return Fault.make("network", attempt, call=call, fail=fail, nth=nth, times=times)
 
 
@@ -685,12 +852,20 @@ def _fileop_label(op: dict[str, Any]) -> str:
     try:
         return FileOp.from_json(op).label()
     except (ValueError, TypeError, KeyError):  # a hand-written one: its own words
-        return str(op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} "
-                   f"#{op.get('n', 1)}")
+        return str(
+            op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} #{op.get('n', 1)}"
+        )
 
 
-def plan_for(family: FaultFamily, golden: Golden, seed: int, index: int, *,
-             boundary: int | None = None, mode: str | None = None) -> Plan:
+def plan_for(
+    family: FaultFamily,
+    golden: Golden,
+    seed: int,
+    index: int,
+    *,
+    boundary: int | None = None,
+    mode: str | None = None,
+) -> Plan:
     """The plan of trial ``index``: a pure function of the family, the golden run's events
     and recorded operations (never its timings), the seed and the index."""
     rng = random.Random(f"crashpoint:{seed}:{family.name}:{index}")
@@ -730,8 +905,7 @@ class CampaignResult:
     def ok(self) -> bool:
         """Complete, no failing trial, and every family that ran has an exercised trial (a
         family whose faults never fired proved nothing: it fails, see :meth:`unexercised`)."""
-        return not self.incomplete and all(t.ok for t in self.trials) and \
-            not self.unexercised()
+        return not self.incomplete and all(t.ok for t in self.trials) and not self.unexercised()
 
     @property
     def failures(self) -> list[TrialResult]:
@@ -743,23 +917,41 @@ class CampaignResult:
         out: dict[str, dict[str, Any]] = {}
         examples: dict[str, str] = {}
         for p in [*(t.plan for t in self.trials), *self.not_run]:
-            out.setdefault(p.family, {"planned": 0, "ran": 0, "exercised": 0, "passed": 0,
-                                      "failed": 0, "not_exercised": 0, "skipped": 0,
-                                      "not_fired": Counter()})["planned"] += 1
+            out.setdefault(
+                p.family,
+                {
+                    "planned": 0,
+                    "ran": 0,
+                    "exercised": 0,
+                    "passed": 0,
+                    "failed": 0,
+                    "not_exercised": 0,
+                    "skipped": 0,
+                    "not_fired": Counter(),
+                },
+            )["planned"] += 1
         for t in self.trials:
             d = out[t.plan.family]
             status = t.status
             d["skipped" if status == "skipped" else "ran"] += 1
             d["exercised"] += t.exercised
-            d[{"passed": "passed", "failed": "failed", "not exercised": "not_exercised",
-               "skipped": "skipped"}[status]] += 0 if status == "skipped" else 1
+            d[
+                {
+                    "passed": "passed",
+                    "failed": "failed",
+                    "not exercised": "not_exercised",
+                    "skipped": "skipped",
+                }[status]
+            ] += 0 if status == "skipped" else 1
             for o in t.not_fired:  # like reasons grouped; the first one's text shown
                 key = _reason(o.why_not)
                 d["not_fired"][key] += 1
                 examples.setdefault(key, o.why_not)
         for d in out.values():
-            d["not_fired"] = [f"{examples[key]} ({n} trial{'s' if n > 1 else ''})"
-                              for key, n in d["not_fired"].most_common(3)]
+            d["not_fired"] = [
+                f"{examples[key]} ({n} trial{'s' if n > 1 else ''})"
+                for key, n in d["not_fired"].most_common(3)
+            ]
         return out
 
     def unexercised(self) -> list[str]:
@@ -769,8 +961,10 @@ class CampaignResult:
         for name, d in self.families().items():
             if d["ran"] and not d["exercised"] and not d["failed"]:
                 why = "; ".join(d["not_fired"]) or "no fault was planned"
-                msgs.append(f"family {name}: none of its {d['ran']} trial(s) was exercised "
-                            f"(a fault that does not fire proves nothing): {why}")
+                msgs.append(
+                    f"family {name}: none of its {d['ran']} trial(s) was exercised "
+                    f"(a fault that does not fire proves nothing): {why}"
+                )
         return msgs
 
     def summary(self) -> dict[str, Any]:
@@ -786,12 +980,21 @@ class CampaignResult:
                 d["skipped" if c.skipped else "passed" if c.ok else "failed"] += 1
                 if c.ok and c.warning:  # passed, with something to report
                     d["warned"] = d.get("warned", 0) + 1
-        refused = {t.plan.index for t in ran for c in t.checks
-                   if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")}
-        lost = sum(max(0, n - t.applied.get(k, 0)) for t in ran if t.plan.index not in refused
-                   for k, n in self.golden.effects.items())  # a clear refusal loses nothing
-        dup = sum(max(0, t.applied.get(k, 0) - n) for t in ran
-                  for k, n in self.golden.effects.items())
+        refused = {
+            t.plan.index
+            for t in ran
+            for c in t.checks
+            if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")
+        }
+        lost = sum(
+            max(0, n - t.applied.get(k, 0))
+            for t in ran
+            if t.plan.index not in refused
+            for k, n in self.golden.effects.items()
+        )  # a clear refusal loses nothing
+        dup = sum(
+            max(0, t.applied.get(k, 0) - n) for t in ran for k, n in self.golden.effects.items()
+        )
         resumes = [r for t in ran for r in t.resume_times]
         fams = self.families()
         return {
@@ -799,44 +1002,74 @@ class CampaignResult:
             "exercised": sum(d["exercised"] for d in fams.values()),
             "not_exercised": sum(d["not_exercised"] for d in fams.values()),
             "unexercised": self.unexercised(),
-            "name": self.name, "seed": self.seed, "ok": self.ok,
-            "incomplete": bool(self.incomplete), "stopped": self.incomplete,
-            "interrupted_by": self.interrupted_by or None, "not_run": len(self.not_run),
-            "trials": len(self.trials) + len(self.not_run), "ran": len(ran),
-            "passed": sum(t.status == "passed" for t in ran), "failed": len(self.failures),
+            "name": self.name,
+            "seed": self.seed,
+            "ok": self.ok,
+            "incomplete": bool(self.incomplete),
+            "stopped": self.incomplete,
+            "interrupted_by": self.interrupted_by or None,
+            "not_run": len(self.not_run),
+            "trials": len(self.trials) + len(self.not_run),
+            "ran": len(ran),
+            "passed": sum(t.status == "passed" for t in ran),
+            "failed": len(self.failures),
             "skipped": len(self.trials) - len(ran),
             "skip_reasons": sorted({t.skipped for t in self.trials if t.skipped}),
             "faults_by_kind": dict(sorted(by_kind.items())),
-            "checks": checks, "duplicate_effects": dup, "lost_effects": lost,
+            "checks": checks,
+            "duplicate_effects": dup,
+            "lost_effects": lost,
             "dedup_hits": sum(t.duplicates for t in ran),
             "median_resume_ms": round(statistics.median(resumes) * 1000, 1) if resumes else None,
-            "golden": {"steps": self.golden.steps, "events": len(self.golden.events),
-                       "duration_s": round(self.golden.duration, 3)},
+            "golden": {
+                "steps": self.golden.steps,
+                "events": len(self.golden.events),
+                "duration_s": round(self.golden.duration, 3),
+            },
             "duration_s": round(self.duration, 3),
             "outside_writes": {
                 "tmp_bytes": sum(t.tmp_bytes for t in ran),
                 "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
                 # one line a path (each trial's entry says its size then)
-                "system_tmp": sorted({o.rsplit(" (", 1)[0] for t in ran
-                                      for o in t.outside_writes})[:20],
-                "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes)},
+                "system_tmp": sorted({o.rsplit(" (", 1)[0] for t in ran for o in t.outside_writes})[
+                    :20
+                ],
+                "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes),
+            },
             "evidence": {
                 "bytes": sum(t.evidence_bytes for t in self.trials),
                 "trials_cut": sum(1 for t in self.trials if t.evidence_omitted),
-                "omitted": [f"trial {t.plan.index}: {m}" for t in self.trials
-                            for m in t.evidence_omitted][:10]},
-            "ledger_refused": dict(sorted(sum((Counter(t.ledger_refused) for t in ran),
-                                              Counter()).items())),
-            "failures": [{"index": t.plan.index, "plan": t.plan.describe(),
-                          "landed": t.landed(),
-                          "root_cause": str(t.root_cause) if t.root_cause else "",
-                          "checks": [str(c) for c in t.failed], "folder": t.folder,
-                          "replay": f"crashpoint replay {t.folder}"} for t in self.failures],
+                "omitted": [
+                    f"trial {t.plan.index}: {m}" for t in self.trials for m in t.evidence_omitted
+                ][:10],
+            },
+            "ledger_refused": dict(
+                sorted(sum((Counter(t.ledger_refused) for t in ran), Counter()).items())
+            ),
+            "failures": [
+                {
+                    "index": t.plan.index,
+                    "plan": t.plan.describe(),
+                    "landed": t.landed(),
+                    "root_cause": str(t.root_cause) if t.root_cause else "",
+                    "checks": [str(c) for c in t.failed],
+                    "folder": t.folder,
+                    "replay": f"crashpoint replay {t.folder}",
+                }
+                for t in self.failures
+            ],
             # trials that passed with a warning (e.g. LLM calls re-billed): shown, not failed
             "warned": sum(1 for t in ran if t.ok and t.warnings),
-            "warnings": [{"index": t.plan.index, "plan": t.plan.describe(),
-                          "checks": [str(c) for c in t.warnings], "folder": t.folder}
-                         for t in ran if t.ok and t.warnings][:20],
+            "warnings": [
+                {
+                    "index": t.plan.index,
+                    "plan": t.plan.describe(),
+                    "checks": [str(c) for c in t.warnings],
+                    "folder": t.folder,
+                }
+                for t in ran
+                if t.ok and t.warnings
+            ][:20],
         }
 
     def write_reports(self) -> dict[str, str]:
@@ -845,59 +1078,92 @@ class CampaignResult:
         The folder is created 0700 without following a link, and refused if another user owns
         it or can write in it; each file is written whole (temp + rename), 0600."""
         secure_dir(self.report_dir)
-        paths = {"json": os.path.join(self.report_dir, "summary.json"),
-                 "verdicts": os.path.join(self.report_dir, "verdicts.json"),
-                 "junit": os.path.join(self.report_dir, "junit.xml")}
-        write_file(paths["json"], dumps({**self.summary(), "trial_results": [
-            t.to_json() for t in self.trials]}))
+        paths = {
+            "json": os.path.join(self.report_dir, "summary.json"),
+            "verdicts": os.path.join(self.report_dir, "verdicts.json"),
+            "junit": os.path.join(self.report_dir, "junit.xml"),
+        }
+        write_file(
+            paths["json"],
+            dumps({**self.summary(), "trial_results": [t.to_json() for t in self.trials]}),
+        )
         write_file(paths["verdicts"], dumps([t.verdict() for t in self.trials]))
-        write_file(paths["junit"], ET.tostring(self.junit(), encoding="utf-8",
-                                               xml_declaration=True))
+        write_file(
+            paths["junit"], ET.tostring(self.junit(), encoding="utf-8", xml_declaration=True)
+        )
         return paths
 
     def junit(self) -> ET.Element:
         unexercised = self.unexercised()
-        suite = ET.Element("testsuite", name=f"crashpoint.{self.name}",
-                           tests=str(len(self.trials) + len(self.not_run) + len(unexercised)),
-                           failures=str(len(self.failures) + len(unexercised)),
-                           skipped=str(sum(1 for t in self.trials if t.status in (
-                               "skipped", "not exercised")) + len(self.not_run)),
-                           time=f"{self.duration:.3f}")
+        suite = ET.Element(
+            "testsuite",
+            name=f"crashpoint.{self.name}",
+            tests=str(len(self.trials) + len(self.not_run) + len(unexercised)),
+            failures=str(len(self.failures) + len(unexercised)),
+            skipped=str(
+                sum(1 for t in self.trials if t.status in ("skipped", "not exercised"))
+                + len(self.not_run)
+            ),
+            time=f"{self.duration:.3f}",
+        )
         props = ET.SubElement(suite, "properties")
         for name, d in self.families().items():
-            ET.SubElement(props, "property", name=f"exercised[{name}]",
-                          value=f"{d['exercised']}/{d['planned']}")
+            ET.SubElement(
+                props,
+                "property",
+                name=f"exercised[{name}]",
+                value=f"{d['exercised']}/{d['planned']}",
+            )
         for msg in unexercised:  # the family's verdict: a failure of its own
-            case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
-                                 name=f"family {msg.split(':', 1)[0].removeprefix('family ')}"
-                                      " exercised", time="0.000")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"family {msg.split(':', 1)[0].removeprefix('family ')} exercised",
+                time="0.000",
+            )
             ET.SubElement(case, "failure", message="no trial was exercised").text = msg
         for t in self.trials:
-            case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
-                                 name=f"trial-{t.plan.index:04d} {t.plan.describe()}",
-                                 time=f"{t.duration:.3f}")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"trial-{t.plan.index:04d} {t.plan.describe()}",
+                time=f"{t.duration:.3f}",
+            )
             if t.skipped:
                 ET.SubElement(case, "skipped", message=t.skipped)
             elif not t.ok:
                 root = t.root_cause
-                fail = ET.SubElement(case, "failure", message=root.name if root else
-                                     "; ".join(c.name for c in t.failed))
-                fail.text = f"landed: {t.landed()}\n" + \
-                    "\n".join(str(c) for c in t.failed) + \
-                    f"\nreplay: crashpoint replay {t.folder}"
+                fail = ET.SubElement(
+                    case,
+                    "failure",
+                    message=root.name if root else "; ".join(c.name for c in t.failed),
+                )
+                fail.text = (
+                    f"landed: {t.landed()}\n"
+                    + "\n".join(str(c) for c in t.failed)
+                    + f"\nreplay: crashpoint replay {t.folder}"
+                )
             elif not t.exercised:
                 ET.SubElement(case, "skipped", message=f"not exercised: {t.landed()}")
         for p in self.not_run:
-            case = ET.SubElement(suite, "testcase", classname=f"crashpoint.{self.name}",
-                                 name=f"trial-{p.index:04d} {p.describe()}", time="0.000")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"trial-{p.index:04d} {p.describe()}",
+                time="0.000",
+            )
             ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
         return suite
 
 
 def _reason(why: str) -> str:
     """A not-fired reason without the attempt's own numbers, so like reasons group."""
-    return re.sub(r"\d+\.\d+s", "Ns", re.sub(r"after \d+ event\(s\)", "after N event(s)",
-                                              why))[:300]
+    return re.sub(r"\d+\.\d+s", "Ns", re.sub(r"after \d+ event\(s\)", "after N event(s)", why))[
+        :300
+    ]
 
 
 ProgressFn = Callable[[int, int, int, TrialResult], None]
@@ -940,12 +1206,18 @@ class Campaign:
         return self.record.union(*(f.needs for f in self.families))
 
     def runner(self) -> TrialRunner:
-        return TrialRunner(self.agent, os.path.join(self.report_dir, "trials"),
-                           restarts=self.restarts, expect=self.expect,
-                           keep_passing=self.keep_passing, extra_checks=self.extra_checks,
-                           launcher=self.launcher, evidence_per_trial=self.evidence_per_trial,
-                           evidence_per_campaign=self.evidence_per_campaign,
-                           source=self.source)
+        return TrialRunner(
+            self.agent,
+            os.path.join(self.report_dir, "trials"),
+            restarts=self.restarts,
+            expect=self.expect,
+            keep_passing=self.keep_passing,
+            extra_checks=self.extra_checks,
+            launcher=self.launcher,
+            evidence_per_trial=self.evidence_per_trial,
+            evidence_per_campaign=self.evidence_per_campaign,
+            source=self.source,
+        )
 
     def plans(self, golden: Golden) -> list[Plan]:
         """Every plan of the campaign, in index order (before sharding).
@@ -956,13 +1228,28 @@ class Campaign:
             raise NoBoundaries(
                 f"campaign {self.name!r}: the agent's golden run reported no event (no step, "
                 f"no effect) and no file operation was recorded, so there is no boundary to "
-                f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}.")
+                f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}."
+            )
         plans: list[Plan] = []
-        systematic = [f for f in self.families if self.mode != "random" and (
-            f.systematic or (self.mode == "systematic" and len(f.chain) == 1 and (
-                f.chain[0][0] in ("power_loss", "network") or (
-                    f.chain[0][0] == "kill"
-                    and dict(f.chain[0][1]).get("at", "random") == "random"))))]
+        systematic = [
+            f
+            for f in self.families
+            if self.mode != "random"
+            and (
+                f.systematic
+                or (
+                    self.mode == "systematic"
+                    and len(f.chain) == 1
+                    and (
+                        f.chain[0][0] in ("power_loss", "network")
+                        or (
+                            f.chain[0][0] == "kill"
+                            and dict(f.chain[0][1]).get("at", "random") == "random"
+                        )
+                    )
+                )
+            )
+        ]
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
             sweep = fam.systematic or fam.chain[0][0] in ("power_loss", "network")
@@ -973,14 +1260,18 @@ class Campaign:
             shared = [f for f in randoms if f.count is None]
             left = max(0, self.trials - explicit)
             for j, fam in enumerate(randoms):
-                n = fam.count if fam.count is not None else \
-                    left // len(shared) + (1 if j < left % len(shared) else 0)
+                n = (
+                    fam.count
+                    if fam.count is not None
+                    else left // len(shared) + (1 if j < left % len(shared) else 0)
+                )
                 for _ in range(n):
                     plans.append(self._plan(fam, golden, len(plans)))
         return plans
 
-    def _plan(self, fam: FaultFamily, golden: Golden, index: int,
-              boundary: int | None = None) -> Plan:
+    def _plan(
+        self, fam: FaultFamily, golden: Golden, index: int, boundary: int | None = None
+    ) -> Plan:
         if self.plan_hook is not None:
             custom = self.plan_hook(fam, golden, self.seed, index)
             if custom is not None:
@@ -993,8 +1284,12 @@ class Campaign:
         i, n = self.shard
         return [p for p in plans if p.index % n == i - 1]
 
-    def run(self, progress: ProgressFn | None = None, only: Sequence[int] | None = None,
-            golden: Golden | None = None) -> CampaignResult:
+    def run(
+        self,
+        progress: ProgressFn | None = None,
+        only: Sequence[int] | None = None,
+        golden: Golden | None = None,
+    ) -> CampaignResult:
         """Run the golden run (unless given) and every selected trial, in index order.
 
         Within :attr:`budget` (else the campaign stops and fails, see :meth:`_over_budget`).
@@ -1031,10 +1326,14 @@ class Campaign:
                 with shielded():
                     sig = received()
                     by = signal_name(sig) if sig is not None else "SIGINT"
-                    where = f"after {len(results)} of {len(plans)} trials" if plans else \
-                        "during the golden run"
-                    partial = self._result(golden, results, plans, t0,
-                                           f"interrupted by {by} {where}", by)
+                    where = (
+                        f"after {len(results)} of {len(plans)} trials"
+                        if plans
+                        else "during the golden run"
+                    )
+                    partial = self._result(
+                        golden, results, plans, t0, f"interrupted by {by} {where}", by
+                    )
                     with contextlib.suppress(Exception):
                         partial.write_reports()
                 raise CampaignInterrupted(partial) from exc
@@ -1043,19 +1342,36 @@ class Campaign:
                 runner.close()
         return self._result(golden, results, plans, t0, stopped, "")
 
-    def _result(self, golden: Golden | None, results: list[TrialResult], plans: list[Plan],
-                t0: float, incomplete: str, interrupted_by: str) -> CampaignResult:
-        return CampaignResult(self.name, golden or Golden([], [], Counter(), b"", 0.0), results,
-                              time.monotonic() - t0, self.seed, self.report_dir, incomplete,
-                              interrupted_by, plans[len(results):] if incomplete else [])
+    def _result(
+        self,
+        golden: Golden | None,
+        results: list[TrialResult],
+        plans: list[Plan],
+        t0: float,
+        incomplete: str,
+        interrupted_by: str,
+    ) -> CampaignResult:
+        return CampaignResult(
+            self.name,
+            golden or Golden([], [], Counter(), b"", 0.0),
+            results,
+            time.monotonic() - t0,
+            self.seed,
+            self.report_dir,
+            incomplete,
+            interrupted_by,
+            plans[len(results) :] if incomplete else [],
+        )
 
     def _over_budget(self, detail: str, ran: int, planned: int) -> str:
         what = f"{ran} of {planned} trials ran" if planned else "no trial ran"
         left = planned - ran
-        return (f"the campaign's time budget of {format_duration(self.budget)} ran out: {what}"
-                f"{f' ({detail})' if detail else ''}"
-                f"{f', {left} not run' if left else ''}. A campaign stopped by its budget "
-                f"fails: {BUDGET_HOW}")
+        return (
+            f"the campaign's time budget of {format_duration(self.budget)} ran out: {what}"
+            f"{f' ({detail})' if detail else ''}"
+            f"{f', {left} not run' if left else ''}. A campaign stopped by its budget "
+            f"fails: {BUDGET_HOW}"
+        )
 
 
 def replay(folder: str) -> TrialResult:
@@ -1064,11 +1380,17 @@ def replay(folder: str) -> TrialResult:
         if not os.path.isfile(os.path.join(folder, name)):
             raise FileNotFoundError(
                 f"{folder} is not a crashpoint trial folder: {name} is missing (a failing "
-                "trial's folder holds plan.json, runner.json, golden.json and REPLAY)")
+                "trial's folder holds plan.json, runner.json, golden.json and REPLAY)"
+            )
     plan = Plan.from_json(load_json(os.path.join(folder, "plan.json")))
     agent, golden, runner_cfg = replay_inputs(folder)  # agent.env values are redacted there
     out = os.path.join(folder, "replays", time.strftime("%Y%m%dT%H%M%S"))
-    with TrialRunner(agent, out, restarts=int(runner_cfg["restarts"]),
-                     expect=Expect.from_json(runner_cfg["expect"]), keep_passing=True,
-                     source=str(runner_cfg.get("scenario") or "")) as runner:
+    with TrialRunner(
+        agent,
+        out,
+        restarts=int(runner_cfg["restarts"]),
+        expect=Expect.from_json(runner_cfg["expect"]),
+        keep_passing=True,
+        source=str(runner_cfg.get("scenario") or ""),
+    ) as runner:
         return runner.run(plan, golden)

@@ -45,8 +45,11 @@ class TrialFacts:
         """The last attempt refused damaged state clearly (after a corruption): see
         :meth:`Expect.refusal` (a refuse code, or a refuse pattern on its stderr)."""
         f = self.final
-        return f is not None and self.plan.corrupts and \
-            bool(self.expect.refusal(f.returncode, f.stderr))
+        return (
+            f is not None
+            and self.plan.corrupts
+            and bool(self.expect.refusal(f.returncode, f.stderr))
+        )
 
 
 def _where(ev: dict[str, Any]) -> str:
@@ -61,15 +64,20 @@ def check_completes(f: TrialFacts) -> CheckResult:
     if fin.returncode == 0:
         return CheckResult("completes", True)
     if fin.returncode in f.expect.fail_stop_codes:
-        return CheckResult("completes", True, f"fail-stopped with documented exit "
-                                              f"{fin.returncode}")
+        return CheckResult("completes", True, f"fail-stopped with documented exit {fin.returncode}")
     if f.refused:
-        return CheckResult("completes", True, f"refused corrupt state "
-                                              f"({f.expect.refusal(fin.returncode, fin.stderr)})")
+        return CheckResult(
+            "completes",
+            True,
+            f"refused corrupt state ({f.expect.refusal(fin.returncode, fin.stderr)})",
+        )
     tail = fin.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-    return CheckResult("completes", False,
-                       f"did not finish within {len(f.attempts)} attempts; last "
-                       f"{fin.describe()}; stderr: {tail[0][:200]!r}")
+    return CheckResult(
+        "completes",
+        False,
+        f"did not finish within {len(f.attempts)} attempts; last "
+        f"{fin.describe()}; stderr: {tail[0][:200]!r}",
+    )
 
 
 def check_same_output(f: TrialFacts) -> CheckResult:
@@ -80,16 +88,26 @@ def check_same_output(f: TrialFacts) -> CheckResult:
     out = f.attempts[-1].stdout
     if out == f.golden.output:
         return CheckResult("same_output", True)
-    return CheckResult("same_output", False, f"final output differs from the golden run: got "
-                                             f"{out[:160]!r}, expected {f.golden.output[:160]!r}")
+    return CheckResult(
+        "same_output",
+        False,
+        f"final output differs from the golden run: got "
+        f"{out[:160]!r}, expected {f.golden.output[:160]!r}",
+    )
 
 
 def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
     """The effect events of this content (kind + canonical payload) the world applied."""
     from crashpoint.harness._ledger import canonical
 
-    return [e for e in f.events if e["op"] == "effect" and e.get("applied")
-            and str(e.get("kind")) == kind and canonical(e.get("payload")) == payload]
+    return [
+        e
+        for e in f.events
+        if e["op"] == "effect"
+        and e.get("applied")
+        and str(e.get("kind")) == kind
+        and canonical(e.get("payload")) == payload
+    ]
 
 
 def _dup_text(f: TrialFacts, kind: str, payload: str, got: int, n: int) -> str:
@@ -100,8 +118,9 @@ def _dup_text(f: TrialFacts, kind: str, payload: str, got: int, n: int) -> str:
         return f"{what}: {len(sends)} sends of the same payload, no key"
     keys = sorted({str(e.get("key")) for e in sends if not e.get("keyless")})
     if len(keys) > 1:
-        return f"{what}: under {len(keys)} different keys " + \
-            ", ".join(f"{k[:40]!r}" for k in keys[:3])
+        return f"{what}: under {len(keys)} different keys " + ", ".join(
+            f"{k[:40]!r}" for k in keys[:3]
+        )
     return what
 
 
@@ -116,8 +135,11 @@ def check_exactly_once(f: TrialFacts) -> CheckResult:
     for (kind, payload), n in f.applied.items():
         if (kind, payload) not in f.golden.effects and n:
             extra.append(f"{kind} {payload[:80]} applied {n}x, not in the golden run")
-    problems = [f"DUPLICATED {d}" for d in dup] + [f"LOST {x}" for x in lost] + \
-        [f"UNEXPECTED {e}" for e in extra]
+    problems = (
+        [f"DUPLICATED {d}" for d in dup]
+        + [f"LOST {x}" for x in lost]
+        + [f"UNEXPECTED {e}" for e in extra]
+    )
     if problems:
         effects = [e for e in f.events if e["op"] == "effect"]
         hist = ", ".join(f"{_where(e)} applied={e.get('applied')}" for e in effects[:12])
@@ -131,8 +153,12 @@ def check_resumes(f: TrialFacts) -> CheckResult:
     crash took the report). A reported-completed step never starts again."""
     name = "resumes_from_last_completed"
     if f.plan.corrupts:
-        return CheckResult(name, True, "skipped after a corruption (re-running steps is a "
-                                       "legitimate rollback there)", skipped=True)
+        return CheckResult(
+            name,
+            True,
+            "skipped after a corruption (re-running steps is a legitimate rollback there)",
+            skipped=True,
+        )
     if not f.golden.steps:  # an agent that names no step: judged from the calls it repeats
         return _resumes_by_calls(f)
     golden_steps = f.golden.steps
@@ -148,13 +174,20 @@ def check_resumes(f: TrialFacts) -> CheckResult:
                 seen_first_of.add(a)
                 expected = golden_steps[completed] if completed < len(golden_steps) else "<none>"
                 if pos < completed or pos > started:
-                    kind = "re-ran a completed step" if pos < completed else \
-                        "skipped a step no attempt had started"
-                    return CheckResult(name, False, f"{kind}: after the restart the first step "
-                                                    f"started was {got!r} at {_where(ev)}, but "
-                                                    f"{completed} step(s) were reported "
-                                                    f"completed ({_names(golden_steps, completed)}"
-                                                    f"), so it should be {expected!r}")
+                    kind = (
+                        "re-ran a completed step"
+                        if pos < completed
+                        else "skipped a step no attempt had started"
+                    )
+                    return CheckResult(
+                        name,
+                        False,
+                        f"{kind}: after the restart the first step "
+                        f"started was {got!r} at {_where(ev)}, but "
+                        f"{completed} step(s) were reported "
+                        f"completed ({_names(golden_steps, completed)}"
+                        f"), so it should be {expected!r}",
+                    )
             started = max(started, pos + 1)
         elif ev["op"] == "step_completed":
             completed = max(completed, _position(golden_steps, ev.get("step"), completed))
@@ -212,8 +245,12 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
     name = "resumes_from_last_completed"
     seq = [call_identity(e) for e in f.golden.events if e["op"] in CALL_OPS]
     if not seq:
-        return CheckResult(name, True, "the golden run reported no step and made no call: "
-                                       "nothing to judge a resume by", skipped=True)
+        return CheckResult(
+            name,
+            True,
+            "the golden run reported no step and made no call: nothing to judge a resume by",
+            skipped=True,
+        )
     completed = 0  # golden call positions completed so far (by any attempt)
     by: dict[int, dict[str, Any]] = {}  # golden position -> the event that completed it
     cursor: dict[int, int] = {}  # attempt -> one past its last call's golden position
@@ -235,20 +272,24 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
                 if p < completed:
                     first = by.get(p, {})
                     was = f" at {_where(first)}" if first else ""
-                    return CheckResult(name, False, (
-                        f"re-made a completed call: after the restart the first call of "
-                        f"attempt {a} was {_call_text(ev)} at {_where(ev)}, but it had been "
-                        f"completed{was} (acknowledged, and the attempt went on), so the run "
-                        f"should resume after it ({completed} of the golden run's {len(seq)} "
-                        "calls were completed)"))
+                    return CheckResult(
+                        name,
+                        False,
+                        (
+                            f"re-made a completed call: after the restart the first call of "
+                            f"attempt {a} was {_call_text(ev)} at {_where(ev)}, but it had been "
+                            f"completed{was} (acknowledged, and the attempt went on), so the run "
+                            f"should resume after it ({completed} of the golden run's {len(seq)} "
+                            "calls were completed)"
+                        ),
+                    )
         p = _call_position(seq, ident, cursor.get(a, 0))
         if p is None:
             continue
         cursor[a] = p + 1
         if not ev.get("killed"):
             pending[a] = (p, ev)
-    return CheckResult(name, True, f"judged from calls (no step names): {len(seq)} golden "
-                                   f"call(s)")
+    return CheckResult(name, True, f"judged from calls (no step names): {len(seq)} golden call(s)")
 
 
 def _call_text(ev: dict[str, Any]) -> str:
@@ -275,12 +316,16 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
     (``expect.no_repeated_llm_calls``): warn (default), fail, or a token budget."""
     name = "no_repeated_llm_calls"
     policy = f.expect.no_repeated_llm_calls
-    golden = Counter(str(e.get("fingerprint")) for e in f.golden.events
-                     if e["op"] == "llm_call")
+    golden = Counter(str(e.get("fingerprint")) for e in f.golden.events if e["op"] == "llm_call")
     if not golden:
-        return CheckResult(name, True, "the golden run made no LLM call: nothing to judge (an "
-                                       "agent's model calls are seen when it reaches the "
-                                       "stand-in: OPENAI_BASE_URL)", skipped=True)
+        return CheckResult(
+            name,
+            True,
+            "the golden run made no LLM call: nothing to judge (an "
+            "agent's model calls are seen when it reaches the "
+            "stand-in: OPENAI_BASE_URL)",
+            skipped=True,
+        )
     billed: dict[str, list[dict[str, Any]]] = {}
     lost: Counter[str] = Counter()
     for e in f.events:
@@ -307,18 +352,24 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
         again = evs[-extra:]
         tokens += sum(_tokens(e) for e in again)
         where = ", ".join(_where(e) for e in evs[:4]) + (", ..." if len(evs) > 4 else "")
-        parts.append(f"{_call_text(evs[0])} made {golden[fp]}x in the golden run, "
-                     f"{len(evs)}x here ({where})")
+        parts.append(
+            f"{_call_text(evs[0])} made {golden[fp]}x in the golden run, {len(evs)}x here ({where})"
+        )
     calls = sum(len(evs) - golden[fp] - lost[fp] for fp, evs in repeats)
-    msg = f"{calls} LLM call(s) re-billed, {tokens} tokens: " + "; ".join(parts[:5]) + \
-        (f"; and {len(parts) - 5} more" if len(parts) > 5 else "") + note
+    msg = (
+        f"{calls} LLM call(s) re-billed, {tokens} tokens: "
+        + "; ".join(parts[:5])
+        + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
+        + note
+    )
     if policy == "fail":
         return CheckResult(name, False, msg)
     if isinstance(policy, int):
         if tokens > policy:
             return CheckResult(name, False, f"{msg} (over the budget of {policy} tokens)")
-        return CheckResult(name, True, f"{msg} (within the budget of {policy} tokens)",
-                           warning=True)
+        return CheckResult(
+            name, True, f"{msg} (within the budget of {policy} tokens)", warning=True
+        )
     return CheckResult(name, True, msg, warning=True)
 
 
@@ -341,21 +392,27 @@ def check_single_writer(f: TrialFacts) -> CheckResult:
             others = [b for b in inside if b != a]
             if others:
                 b = others[0]
-                return CheckResult(name, False,
-                                   f"attempts {b} and {a} executed steps at the same time: attempt "
-                                   f"{a} started {ev.get('step')!r} at {_where(ev)} while attempt "
-                                   f"{b} was still inside {inside[b].get('step')!r} (started at "
-                                   f"{_where(inside[b])}); two live writers of one run")
+                return CheckResult(
+                    name,
+                    False,
+                    f"attempts {b} and {a} executed steps at the same time: attempt "
+                    f"{a} started {ev.get('step')!r} at {_where(ev)} while attempt "
+                    f"{b} was still inside {inside[b].get('step')!r} (started at "
+                    f"{_where(inside[b])}); two live writers of one run",
+                )
             inside[a] = ev
         elif ev["op"] == "step_completed":
             inside.pop(a, None)
         if order and order[-1] == a:
             continue
         if a in order:
-            return CheckResult(name, False,
-                               f"attempts {order[-1]} and {a} executed steps at the same time: "
-                               f"attempt {a} went on at {_where(ev)} after attempt {order[-1]} "
-                               "had started working (two live writers of one run)")
+            return CheckResult(
+                name,
+                False,
+                f"attempts {order[-1]} and {a} executed steps at the same time: "
+                f"attempt {a} went on at {_where(ev)} after attempt {order[-1]} "
+                "had started working (two live writers of one run)",
+            )
         order.append(a)
     return CheckResult(name, True)
 
@@ -381,9 +438,12 @@ def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
 def check_no_secret_leak(f: TrialFacts) -> CheckResult:
     hits = scan_for_bytes(f.state_dirs, f.canary.encode())
     if hits:
-        return CheckResult("no_secret_leak", False,
-                           f"the canary secret from the agent's environment was written to "
-                           f"{len(hits)} file(s): {', '.join(hits[:5])}")
+        return CheckResult(
+            "no_secret_leak",
+            False,
+            f"the canary secret from the agent's environment was written to "
+            f"{len(hits)} file(s): {', '.join(hits[:5])}",
+        )
     return CheckResult("no_secret_leak", True)
 
 
@@ -392,9 +452,11 @@ def check_within_disk_budget(f: TrialFacts) -> CheckResult:
     if budget is None:
         return CheckResult("within_disk_budget", True, "no budget set", skipped=True)
     if f.max_state_bytes > budget:
-        return CheckResult("within_disk_budget", False,
-                           f"the state folder reached {f.max_state_bytes} bytes; the budget is "
-                           f"{budget}")
+        return CheckResult(
+            "within_disk_budget",
+            False,
+            f"the state folder reached {f.max_state_bytes} bytes; the budget is {budget}",
+        )
     return CheckResult("within_disk_budget", True)
 
 
@@ -402,8 +464,11 @@ def check_no_orphans(f: TrialFacts) -> CheckResult:
     bad = [(a.number, a.orphans) for a in f.attempts if a.orphans]
     if bad:
         desc = "; ".join(f"attempt {n}: pids {', '.join(map(str, p))}" for n, p in bad)
-        return CheckResult("no_orphans", False, f"processes of the agent's tree outlived it "
-                                                f"(killed by the harness): {desc}")
+        return CheckResult(
+            "no_orphans",
+            False,
+            f"processes of the agent's tree outlived it (killed by the harness): {desc}",
+        )
     return CheckResult("no_orphans", True)
 
 
@@ -417,16 +482,24 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
         if good_output and good_effects:
             return CheckResult(name, True, "repaired to the correct result")
         what = "output" if not good_output else "effects"
-        return CheckResult(name, False, f"completed with wrong {what} after the corruption "
-                                        "(it accepted damaged state silently)")
+        return CheckResult(
+            name,
+            False,
+            f"completed with wrong {what} after the corruption "
+            "(it accepted damaged state silently)",
+        )
     fin = f.final
     if f.refused and fin is not None:
         return CheckResult(name, True, f"refused: {f.expect.refusal(fin.returncode, fin.stderr)}")
     how = fin.describe() if fin else "no attempt"
-    return CheckResult(name, False, f"neither repaired nor refused clearly: {how} (a clear "
-                                    f"refusal exits non-zero and says on stderr that the state "
-                                    f"is corrupt or damaged, or exits with one of "
-                                    f"{list(f.expect.refuse_codes)})")
+    return CheckResult(
+        name,
+        False,
+        f"neither repaired nor refused clearly: {how} (a clear "
+        f"refusal exits non-zero and says on stderr that the state "
+        f"is corrupt or damaged, or exits with one of "
+        f"{list(f.expect.refuse_codes)})",
+    )
 
 
 # -- no_retry_storm (issue 12: the network family) ---------------------------------------------
@@ -462,13 +535,18 @@ def check_no_retry_storm(f: TrialFacts) -> CheckResult:
     for (attempt, call), n in sorted(_net_counts(f.events).items()):
         extra = n - golden[call]
         if extra > limit:
-            ts = [float(e["t"]) for e in f.events if int(e["attempt"]) == attempt
-                  and e.get("t") is not None and call_of(e) == call]
+            ts = [
+                float(e["t"])
+                for e in f.events
+                if int(e["attempt"]) == attempt and e.get("t") is not None and call_of(e) == call
+            ]
             gaps = sorted(b - a for a, b in pairwise(ts))
             pace = f"; median gap between them {gaps[len(gaps) // 2]:.3f}s" if gaps else ""
-            storms.append(f"attempt {attempt} sent {call} {n} times (golden run: "
-                          f"{golden[call]}), {extra} more, above expect.max_retries = "
-                          f"{limit}{pace}")
+            storms.append(
+                f"attempt {attempt} sent {call} {n} times (golden run: "
+                f"{golden[call]}), {extra} more, above expect.max_retries = "
+                f"{limit}{pace}"
+            )
     if storms:
         return CheckResult(name, False, "retry storm: " + "; ".join(storms))
     return CheckResult(name, True)
@@ -489,18 +567,25 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
 }
 
 
-def run_checks(facts: TrialFacts,
-               extra: dict[str, Callable[[TrialFacts], CheckResult]] | None = None
-               ) -> list[CheckResult]:
+def run_checks(
+    facts: TrialFacts, extra: dict[str, Callable[[TrialFacts], CheckResult]] | None = None
+) -> list[CheckResult]:
     """Run every enabled check (built-in, then ``extra``) and return their results."""
     e = facts.expect
-    off = {n for n, on in (("exactly_once", e.exactly_once),
-                           ("resumes_from_last_completed", e.resumes_from_last_completed),
-                           ("same_output", e.same_output), ("single_writer", e.single_writer),
-                           ("no_secret_leak", e.no_secret_leak),
-                           ("no_orphans", e.no_orphans),
-                           ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"),
-                           ("no_retry_storm", e.no_retry_storm)) if not on}
+    off = {
+        n
+        for n, on in (
+            ("exactly_once", e.exactly_once),
+            ("resumes_from_last_completed", e.resumes_from_last_completed),
+            ("same_output", e.same_output),
+            ("single_writer", e.single_writer),
+            ("no_secret_leak", e.no_secret_leak),
+            ("no_orphans", e.no_orphans),
+            ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"),
+            ("no_retry_storm", e.no_retry_storm),
+        )
+        if not on
+    }
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))

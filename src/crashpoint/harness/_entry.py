@@ -44,28 +44,37 @@ def resolve(entry: str) -> EntryFunction:
     fine); raise :class:`EntryError` saying what is wrong and how to fix it."""
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
-        raise EntryError(f"agent entry {entry!r} is not 'module:function' (for example "
-                         "'crashpoint.agents.demo:main')")
+        raise EntryError(
+            f"agent entry {entry!r} is not 'module:function' (for example "
+            "'crashpoint.agents.demo:main')"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        where = "PYTHONPATH" + (f"={os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH")
-                                else " (unset)")
-        raise EntryError(f"agent entry {entry!r}: cannot import module {module_name!r}: "
-                         f"{exc}. Install it, or put its folder on PYTHONPATH or in the "
-                         f"agent's cwd; {where}") from exc
+        where = "PYTHONPATH" + (
+            f"={os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else " (unset)"
+        )
+        raise EntryError(
+            f"agent entry {entry!r}: cannot import module {module_name!r}: "
+            f"{exc}. Install it, or put its folder on PYTHONPATH or in the "
+            f"agent's cwd; {where}"
+        ) from exc
     except Exception as exc:  # the module's own code failed while it was imported
-        raise EntryError(f"agent entry {entry!r}: importing module {module_name!r} raised "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise EntryError(
+            f"agent entry {entry!r}: importing module {module_name!r} raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise EntryError(f"agent entry {entry!r}: module {module_name!r} has no "
-                             f"attribute {attr!r}") from None
+            raise EntryError(
+                f"agent entry {entry!r}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
     if not callable(obj):
-        raise EntryError(f"agent entry {entry!r}: {attr!r} is a {type(obj).__name__}, not "
-                         "a function")
+        raise EntryError(
+            f"agent entry {entry!r}: {attr!r} is a {type(obj).__name__}, not a function"
+        )
     fn: EntryFunction = obj
     return fn
 
@@ -148,8 +157,10 @@ def run_main(kind: str, target: str, args: Sequence[str], path0: str) -> int:
 def _print_exception(target: str) -> None:
     """The traceback the interpreter prints, without the frames of runpy and of this module."""
     kind, value, tb = sys.exc_info()
-    here = {os.path.abspath(__file__), os.path.abspath(getattr(sys.modules.get("runpy"),
-                                                              "__file__", "") or "")}
+    here = {
+        os.path.abspath(__file__),
+        os.path.abspath(getattr(sys.modules.get("runpy"), "__file__", "") or ""),
+    }
     here.add(os.path.abspath("<frozen runpy>"))  # 3.11+: runpy is frozen
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in here:
         tb = tb.tb_next

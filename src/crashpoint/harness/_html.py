@@ -27,9 +27,18 @@ MAX_TIMELINES = 10
 #: At most this many columns (events and attempt ends) are drawn per timeline.
 MAX_COLUMNS = 400
 
-_CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
-           "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-           "corruption_detected", "no_repeated_llm_calls")
+_CHECKS = (
+    "completes",
+    "same_output",
+    "exactly_once",
+    "resumes_from_last_completed",
+    "single_writer",
+    "no_secret_leak",
+    "within_disk_budget",
+    "no_orphans",
+    "corruption_detected",
+    "no_repeated_llm_calls",
+)
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d232a}
@@ -99,8 +108,9 @@ def _outcome(description: str) -> _Outcome:
         return _Outcome("hung: killed", "end-sig", description)
     code = re.match(r"exit (-?\d+)", rest)
     if code:
-        return _Outcome(f"exit {code.group(1)}", "end-ok" if code.group(1) == "0" else
-                        "end-exit", description)
+        return _Outcome(
+            f"exit {code.group(1)}", "end-ok" if code.group(1) == "0" else "end-exit", description
+        )
     return _Outcome(rest[:24] or "?", "end-exit", description)
 
 
@@ -124,21 +134,30 @@ def _event_title(ev: Mapping[str, Any]) -> str:
     if op == "effect":
         parts.append(f"{ev.get('kind')} key={ev.get('key')}")
         applied = ev.get("applied")
-        parts.append(f"failed by the service ({ev.get('failed')}): not applied"
-                     if ev.get("failed") else
-                     "applied by the outside world" if applied is True else
-                     "deduplicated (same key seen before)" if applied is False else
-                     "not applied")
+        parts.append(
+            f"failed by the service ({ev.get('failed')}): not applied"
+            if ev.get("failed")
+            else "applied by the outside world"
+            if applied is True
+            else "deduplicated (same key seen before)"
+            if applied is False
+            else "not applied"
+        )
         if ev.get("payload") is not None:
-            parts.append("payload " + json.dumps(ev.get("payload"), sort_keys=True,
-                                                 default=str)[:200])
+            parts.append(
+                "payload " + json.dumps(ev.get("payload"), sort_keys=True, default=str)[:200]
+            )
     if ev.get("killed"):
         parts.append(f"KILLED here ({ev.get('killed')})")
     return "; ".join(parts)
 
 
-def timeline_svg(events: Sequence[Mapping[str, Any]], attempts: Sequence[str],
-                 corruptions: Sequence[Mapping[str, Any]] = (), plan: str = "") -> str:
+def timeline_svg(
+    events: Sequence[Mapping[str, Any]],
+    attempts: Sequence[str],
+    corruptions: Sequence[Mapping[str, Any]] = (),
+    plan: str = "",
+) -> str:
     """An inline SVG of one trial: a lane per attempt, its events in history order as ticks
     (step started: bar; step completed: dot; effect: diamond, filled if the outside world
     applied it, hollow if it deduplicated the key, dashed if it was never applied), the kill
@@ -147,12 +166,15 @@ def timeline_svg(events: Sequence[Mapping[str, Any]], attempts: Sequence[str],
     ``Attempt.describe()`` strings; ``plan`` is ``Plan.describe()`` (it says which attempt each
     corruption hit)."""
     descs = _attempt_map(attempts)
-    evs = sorted((e for e in events if isinstance(e, Mapping)),
-                 key=lambda e: (int(e.get("i", 0)), int(e.get("attempt", 0))))
+    evs = sorted(
+        (e for e in events if isinstance(e, Mapping)),
+        key=lambda e: (int(e.get("i", 0)), int(e.get("attempt", 0))),
+    )
     numbers = sorted({*descs, *(int(e.get("attempt", 1)) for e in evs)})
     # place every event and every attempt end on one left-to-right order
     keys: list[tuple[float, str, int, Mapping[str, Any] | None]] = [
-        (float(e.get("i", k)), "ev", int(e.get("attempt", 1)), e) for k, e in enumerate(evs)]
+        (float(e.get("i", k)), "ev", int(e.get("attempt", 1)), e) for k, e in enumerate(evs)
+    ]
     last_key = -1.0
     for n in numbers:
         mine = [float(e.get("i", 0)) for e in evs if int(e.get("attempt", 1)) == n]
@@ -178,41 +200,47 @@ def timeline_svg(events: Sequence[Mapping[str, Any]], attempts: Sequence[str],
         first_col.setdefault(n, col)
         if what == "end":
             end_col[n] = col
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline-svg" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="{_e("timeline of the trial: " + plan)}">',
-           f"<title>{_e('timeline: ' + plan)}</title>",
-           f'<text x="{_LEFT}" y="14" class="small">history order, left to right '
-           f'(each column is one probe event or the end of an attempt)'
-           f'{" - truncated" if truncated else ""}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline-svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{_e("timeline of the trial: " + plan)}">',
+        f"<title>{_e('timeline: ' + plan)}</title>",
+        f'<text x="{_LEFT}" y="14" class="small">history order, left to right '
+        f"(each column is one probe event or the end of an attempt)"
+        f"{' - truncated' if truncated else ''}</text>",
+    ]
     for n in numbers:
         y0 = _TOP + lane[n] * _LANE
         y = cy(n)
         desc = descs.get(n, f"attempt {n}: (no record)")
         oc = _outcome(desc)
-        out.append(f'<g class="attempt" data-attempt="{n}"><title>{_e(desc)}</title>'
-                   f'<rect class="lane" x="2" y="{y0 + 2}" width="{width - 4}" '
-                   f'height="{_LANE - 4}" rx="4"/>'
-                   f'<text x="8" y="{y - 4:.1f}">attempt {n}</text>'
-                   f'<text x="8" y="{y + 10:.1f}" class="small">{_e(oc.short)}</text></g>')
+        out.append(
+            f'<g class="attempt" data-attempt="{n}"><title>{_e(desc)}</title>'
+            f'<rect class="lane" x="2" y="{y0 + 2}" width="{width - 4}" '
+            f'height="{_LANE - 4}" rx="4"/>'
+            f'<text x="8" y="{y - 4:.1f}">attempt {n}</text>'
+            f'<text x="8" y="{y + 10:.1f}" class="small">{_e(oc.short)}</text></g>'
+        )
         x1 = cx(first_col.get(n, 0)) - _COL / 2
         x2 = cx(end_col[n]) if n in end_col else x1
-        out.append(f'<line class="axis" x1="{x1:.1f}" y1="{y:.1f}" x2="{x2:.1f}" '
-                   f'y2="{y:.1f}"/>')
+        out.append(f'<line class="axis" x1="{x1:.1f}" y1="{y:.1f}" x2="{x2:.1f}" y2="{y:.1f}"/>')
     for col, (_key, what, n, ev) in enumerate(keys):
         x, y = cx(col), cy(n)
         if what == "end" or ev is None:
             oc = _outcome(descs.get(n, f"attempt {n}: (no record)"))
-            out.append(f'<g class="end {oc.css}" data-attempt="{n}"><title>{_e(oc.full)}'
-                       f'</title><rect class="{oc.css}" x="{x - 3:.1f}" y="{y - 14:.1f}" '
-                       f'width="6" height="28"/><text x="{x + 7:.1f}" y="{y + 4:.1f}">'
-                       f'{_e(oc.short)}</text></g>')
+            out.append(
+                f'<g class="end {oc.css}" data-attempt="{n}"><title>{_e(oc.full)}'
+                f'</title><rect class="{oc.css}" x="{x - 3:.1f}" y="{y - 14:.1f}" '
+                f'width="6" height="28"/><text x="{x + 7:.1f}" y="{y + 4:.1f}">'
+                f"{_e(oc.short)}</text></g>"
+            )
             continue
         op = str(ev.get("op", ""))
         title = f"<title>{_e(_event_title(ev))}</title>"
         if op == "step_started":
-            shape = (f'<line class="ss" x1="{x:.1f}" y1="{y - 9:.1f}" x2="{x:.1f}" '
-                     f'y2="{y + 9:.1f}"/>')
+            shape = (
+                f'<line class="ss" x1="{x:.1f}" y1="{y - 9:.1f}" x2="{x:.1f}" y2="{y + 9:.1f}"/>'
+            )
             kind = "step_started"
         elif op == "step_completed":
             shape = f'<circle class="sc" cx="{x:.1f}" cy="{y:.1f}" r="5"/>'
@@ -220,30 +248,37 @@ def timeline_svg(events: Sequence[Mapping[str, Any]], attempts: Sequence[str],
         elif op == "effect":
             applied = ev.get("applied")
             css = "ea" if applied is True else "ed" if applied is False else "en"
-            kind = {"ea": "effect-applied", "ed": "effect-dedup", "en": "effect-not-applied"}[
-                css]
-            shape = (f'<path class="{css}" d="M{x:.1f},{y - 7:.1f} L{x + 7:.1f},{y:.1f} '
-                     f'L{x:.1f},{y + 7:.1f} L{x - 7:.1f},{y:.1f} Z"/>')
+            kind = {"ea": "effect-applied", "ed": "effect-dedup", "en": "effect-not-applied"}[css]
+            shape = (
+                f'<path class="{css}" d="M{x:.1f},{y - 7:.1f} L{x + 7:.1f},{y:.1f} '
+                f'L{x:.1f},{y + 7:.1f} L{x - 7:.1f},{y:.1f} Z"/>'
+            )
         else:
             shape = f'<rect class="ev" x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8"/>'
             kind = "event"
         label = _event_label(ev)
         label = label if len(label) <= 12 else label[:11] + "\u2026"
-        text = "" if not label or op == "step_completed" else (
-            f'<text class="small" transform="translate({x + 2:.1f},{y - 11:.1f}) '
-            f'rotate(-45)">{_e(label)}</text>')
-        out.append(f'<g class="{kind}" data-i="{_e(ev.get("i", ""))}">{title}{shape}{text}'
-                   "</g>")
+        text = (
+            ""
+            if not label or op == "step_completed"
+            else (
+                f'<text class="small" transform="translate({x + 2:.1f},{y - 11:.1f}) '
+                f'rotate(-45)">{_e(label)}</text>'
+            )
+        )
+        out.append(f'<g class="{kind}" data-i="{_e(ev.get("i", ""))}">{title}{shape}{text}</g>')
         if ev.get("killed"):
             phase = str(ev.get("killed"))
-            out.append(f'<g class="kill-point" data-phase="{_e(phase)}"><title>'
-                       f'{_e("SIGKILL at this event (" + phase + ")")}</title>'
-                       f'<line class="kill" x1="{x - 7:.1f}" y1="{y - 7 + 16:.1f}" '
-                       f'x2="{x + 7:.1f}" y2="{y + 7 + 16:.1f}"/>'
-                       f'<line class="kill" x1="{x + 7:.1f}" y1="{y - 7 + 16:.1f}" '
-                       f'x2="{x - 7:.1f}" y2="{y + 7 + 16:.1f}"/>'
-                       f'<text class="killtext" x="{x + 9:.1f}" y="{y + 20:.1f}">'
-                       f'kill ({_e(phase)})</text></g>')
+            out.append(
+                f'<g class="kill-point" data-phase="{_e(phase)}"><title>'
+                f"{_e('SIGKILL at this event (' + phase + ')')}</title>"
+                f'<line class="kill" x1="{x - 7:.1f}" y1="{y - 7 + 16:.1f}" '
+                f'x2="{x + 7:.1f}" y2="{y + 7 + 16:.1f}"/>'
+                f'<line class="kill" x1="{x + 7:.1f}" y1="{y - 7 + 16:.1f}" '
+                f'x2="{x - 7:.1f}" y2="{y + 7 + 16:.1f}"/>'
+                f'<text class="killtext" x="{x + 9:.1f}" y="{y + 20:.1f}">'
+                f"kill ({_e(phase)})</text></g>"
+            )
     hit = [int(m) for m in _CORRUPT_AT.findall(plan)]
     for k, c in enumerate(corruptions):
         n = hit[k] if k < len(hit) else (numbers[-1] if numbers else 1)
@@ -254,11 +289,13 @@ def timeline_svg(events: Sequence[Mapping[str, Any]], attempts: Sequence[str],
         what = f"corruption before attempt {n}: {c.get('how')} {c.get('path')}"
         if c.get("detail"):
             what += f" ({c.get('detail')})"
-        out.append(f'<g class="corruption"><title>{_e(what)}</title>'
-                   f'<path class="corrupt" d="M{x:.1f},{y - 22:.1f} L{x + 10:.1f},'
-                   f'{y - 22:.1f} L{x + 5:.1f},{y - 13:.1f} Z"/>'
-                   f'<text class="corrupttext" x="{x + 12:.1f}" y="{y - 14:.1f}">'
-                   f"{_e(c.get('how'))}</text></g>")
+        out.append(
+            f'<g class="corruption"><title>{_e(what)}</title>'
+            f'<path class="corrupt" d="M{x:.1f},{y - 22:.1f} L{x + 10:.1f},'
+            f'{y - 22:.1f} L{x + 5:.1f},{y - 13:.1f} Z"/>'
+            f'<text class="corrupttext" x="{x + 12:.1f}" y="{y - 14:.1f}">'
+            f"{_e(c.get('how'))}</text></g>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -271,14 +308,15 @@ _LEGEND = (
     '<path class="ea" d="M214,6 L221,13 L214,20 L207,13 Z"/>'
     '<text x="226" y="17">effect applied</text>'
     '<path class="ed" d="M324,6 L331,13 L324,20 L317,13 Z"/>'
-    "<text x=\"336\" y=\"17\">effect dedup'd</text>"
+    '<text x="336" y="17">effect dedup\'d</text>'
     '<path class="en" d="M434,6 L441,13 L434,20 L427,13 Z"/>'
     '<text x="446" y="17">not applied</text>'
     '<line class="kill" x1="526" y1="7" x2="538" y2="19"/>'
     '<line class="kill" x1="538" y1="7" x2="526" y2="19"/><text x="544" y="17">kill</text>'
     '<path class="corrupt" d="M582,8 L592,8 L587,17 Z"/><text x="598" y="17">corruption</text>'
     '<rect class="end-sig" x="680" y="3" width="6" height="20"/>'
-    '<text x="692" y="17">attempt ends (exit or signal)</text></svg>')
+    '<text x="692" y="17">attempt ends (exit or signal)</text></svg>'
+)
 
 
 # -- the page -----------------------------------------------------------------------------------
@@ -309,11 +347,13 @@ def _verdict(s: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _campaign_rows(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
-    yield ("<table class=\"campaigns\"><thead><tr><th>campaign</th><th>seed</th><th>trials</th>"
-           "<th>exercised</th><th>faults by kind</th><th>checks passed</th><th>failed</th>"
-           "<th>skipped</th>"
-           "<th>duplicated effects</th><th>lost effects</th><th>dedup'd retries</th>"
-           "<th>median resume</th><th>verdict</th></tr></thead><tbody>")
+    yield (
+        '<table class="campaigns"><thead><tr><th>campaign</th><th>seed</th><th>trials</th>'
+        "<th>exercised</th><th>faults by kind</th><th>checks passed</th><th>failed</th>"
+        "<th>skipped</th>"
+        "<th>duplicated effects</th><th>lost effects</th><th>dedup'd retries</th>"
+        "<th>median resume</th><th>verdict</th></tr></thead><tbody>"
+    )
     for k, s in enumerate(summaries):
         p, f, sk = _check_totals(s)
         faults = ", ".join(f"{kind}: {n}" for kind, n in (s.get("faults_by_kind") or {}).items())
@@ -326,16 +366,18 @@ def _campaign_rows(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
         planned = sum(int(d.get("planned", 0)) for d in (s.get("families") or {}).values())
         exercised = f"{s.get('exercised', 0)}/{planned}" if "exercised" in s else "-"
         anchor = f' <a href="#c{k}">failures</a>' if s.get("failures") else ""
-        yield (f'<tr class="{css}"><td>{_e(_campaign_name(s))}{anchor}</td>'
-               f'<td class="num">{_e(s.get("seed", ""))}</td><td class="num">{_e(trials)}</td>'
-               f'<td class="num">{_e(exercised)}</td>'
-               f"<td>{_e(faults or '-')}</td><td class=\"num\">{p}</td>"
-               f'<td class="num">{f}</td><td class="num">{sk}</td>'
-               f'<td class="num">{_e(s.get("duplicate_effects", 0))}</td>'
-               f'<td class="num">{_e(s.get("lost_effects", 0))}</td>'
-               f'<td class="num">{_e(s.get("dedup_hits", 0))}</td>'
-               f'<td class="num">{_e(resume_text)}</td>'
-               f'<td class="verdict-{css}"><b>{_e(verdict)}</b></td></tr>')
+        yield (
+            f'<tr class="{css}"><td>{_e(_campaign_name(s))}{anchor}</td>'
+            f'<td class="num">{_e(s.get("seed", ""))}</td><td class="num">{_e(trials)}</td>'
+            f'<td class="num">{_e(exercised)}</td>'
+            f'<td>{_e(faults or "-")}</td><td class="num">{p}</td>'
+            f'<td class="num">{f}</td><td class="num">{sk}</td>'
+            f'<td class="num">{_e(s.get("duplicate_effects", 0))}</td>'
+            f'<td class="num">{_e(s.get("lost_effects", 0))}</td>'
+            f'<td class="num">{_e(s.get("dedup_hits", 0))}</td>'
+            f'<td class="num">{_e(resume_text)}</td>'
+            f'<td class="verdict-{css}"><b>{_e(verdict)}</b></td></tr>'
+        )
     yield "</tbody></table>"
 
 
@@ -345,8 +387,11 @@ def _check_matrix(summaries: Sequence[Mapping[str, Any]]) -> Iterable[str]:
         for n in s.get("checks") or {}:
             if n not in names:
                 names.append(str(n))
-    yield ('<table class="checks"><thead><tr><th>campaign</th>' +
-           "".join(f"<th>{_e(n)}</th>" for n in names) + "</tr></thead><tbody>")
+    yield (
+        '<table class="checks"><thead><tr><th>campaign</th>'
+        + "".join(f"<th>{_e(n)}</th>" for n in names)
+        + "</tr></thead><tbody>"
+    )
     for s in summaries:
         cells = []
         checks = s.get("checks") or {}
@@ -408,38 +453,57 @@ def _failing_trials(s: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _trial_section(s: Mapping[str, Any], t: Mapping[str, Any], anchor: str, draw: bool) -> str:
     idx = t.get("index", "?")
-    parts = [f'<div class="trial" id="{_e(anchor)}">'
-             f"<h4>trial {_e(idx)}: {_e(t.get('family') or s.get('family') or '')}</h4>"
-             f"<div><b>plan</b>: {_e(t.get('plan', ''))}</div>"]
+    parts = [
+        f'<div class="trial" id="{_e(anchor)}">'
+        f"<h4>trial {_e(idx)}: {_e(t.get('family') or s.get('family') or '')}</h4>"
+        f"<div><b>plan</b>: {_e(t.get('plan', ''))}</div>"
+    ]
     attempts = [str(a) for a in t.get("attempts") or []]
     if attempts:
-        parts.append("<div><b>attempts</b><ul>" +
-                     "".join(f"<li>{_e(a)}</li>" for a in attempts) + "</ul></div>")
+        parts.append(
+            "<div><b>attempts</b><ul>"
+            + "".join(f"<li>{_e(a)}</li>" for a in attempts)
+            + "</ul></div>"
+        )
     corruptions = [c for c in t.get("corruptions") or [] if isinstance(c, Mapping)]
     if draw:
         events = _history(t)
         if events is None:
-            parts.append('<p class="muted">no history.jsonl next to this trial (its folder '
-                         "was moved or not kept): no timeline</p>")
+            parts.append(
+                '<p class="muted">no history.jsonl next to this trial (its folder '
+                "was moved or not kept): no timeline</p>"
+            )
         else:
-            parts.append('<div class="timeline">' +
-                         timeline_svg(events, attempts, corruptions, str(t.get("plan", ""))) +
-                         "</div>")
+            parts.append(
+                '<div class="timeline">'
+                + timeline_svg(events, attempts, corruptions, str(t.get("plan", "")))
+                + "</div>"
+            )
     if corruptions:
-        parts.append("<div><b>corruptions</b><ul>" + "".join(
-            f"<li>{_e(c.get('how'))} {_e(c.get('path'))}"
-            f"{_e(' at byte ' + str(c.get('offset'))) if c.get('offset') else ''}"
-            f"{_e(' (' + str(c.get('detail')) + ')') if c.get('detail') else ''}</li>"
-            for c in corruptions) + "</ul></div>")
+        parts.append(
+            "<div><b>corruptions</b><ul>"
+            + "".join(
+                f"<li>{_e(c.get('how'))} {_e(c.get('path'))}"
+                f"{_e(' at byte ' + str(c.get('offset'))) if c.get('offset') else ''}"
+                f"{_e(' (' + str(c.get('detail')) + ')') if c.get('detail') else ''}</li>"
+                for c in corruptions
+            )
+            + "</ul></div>"
+        )
     if t.get("rerun_steps"):
-        parts.append(f"<div><b>steps re-run</b>: {_e(', '.join(map(str, t['rerun_steps'])))}"
-                     "</div>")
+        parts.append(f"<div><b>steps re-run</b>: {_e(', '.join(map(str, t['rerun_steps'])))}</div>")
     checks = t.get("checks")
-    messages = [str(c) for c in checks] if isinstance(checks, list) else \
-        [str(c) for c in t.get("failures") or []]
+    messages = (
+        [str(c) for c in checks]
+        if isinstance(checks, list)
+        else [str(c) for c in t.get("failures") or []]
+    )
     if messages:
-        parts.append("<div><b>failing checks</b>" +
-                     "".join(f"<pre>{_e(m)}</pre>" for m in messages) + "</div>")
+        parts.append(
+            "<div><b>failing checks</b>"
+            + "".join(f"<pre>{_e(m)}</pre>" for m in messages)
+            + "</div>"
+        )
     folder = t.get("folder")
     replay = t.get("replay") or (f"crashpoint replay {folder}" if folder else "")
     if replay:
@@ -460,14 +524,18 @@ def render_html(summaries: list[dict[str, Any]]) -> str:
     verdict, css = ("PASS", "pass") if ok else ("FAIL", "fail")
     if not summaries:
         verdict, css = "NO CAMPAIGNS", "skip"
-    body = [f'<h1>crashpoint gate: <span class="verdict-{css}">{verdict}</span></h1>',
-            f'<p class="muted">{len(summaries)} campaign(s), {ran} trial(s) run, {failed} '
-            f"failing, {skipped} skipped; seed(s) {_e(', '.join(seeds) or '-')}</p>",
-            "<h2>Campaigns</h2>", *_campaign_rows(summaries)]
+    body = [
+        f'<h1>crashpoint gate: <span class="verdict-{css}">{verdict}</span></h1>',
+        f'<p class="muted">{len(summaries)} campaign(s), {ran} trial(s) run, {failed} '
+        f"failing, {skipped} skipped; seed(s) {_e(', '.join(seeds) or '-')}</p>",
+        "<h2>Campaigns</h2>",
+        *_campaign_rows(summaries),
+    ]
     reasons = sorted({str(r) for s in summaries for r in s.get("skip_reasons") or []})
     if reasons:
-        body.append("<p><b>skipped</b>:</p><ul>" +
-                    "".join(f"<li>{_e(r)}</li>" for r in reasons) + "</ul>")
+        body.append(
+            "<p><b>skipped</b>:</p><ul>" + "".join(f"<li>{_e(r)}</li>" for r in reasons) + "</ul>"
+        )
     body += ["<h2>Checks by campaign</h2>", *_check_matrix(summaries)]
     failing = [(k, s) for k, s in enumerate(summaries) if _failing_trials(s)]
     if failing:
@@ -475,19 +543,21 @@ def render_html(summaries: list[dict[str, Any]]) -> str:
         body.append(f"<div>{_LEGEND}</div>")
     for k, s in failing:
         trials = _failing_trials(s)
-        body.append(f'<h3 id="c{k}">{_e(_campaign_name(s))}: {len(trials)} failing '
-                    f"trial(s)</h3>")
+        body.append(f'<h3 id="c{k}">{_e(_campaign_name(s))}: {len(trials)} failing trial(s)</h3>')
         if s.get("file"):
             body.append(f'<div class="muted">scenario file <code>{_e(s["file"])}</code></div>')
         for j, t in enumerate(trials):
-            body.append(_trial_section(s, t, f"c{k}-t{t.get('index', j)}",
-                                       draw=j < MAX_TIMELINES))
+            body.append(_trial_section(s, t, f"c{k}-t{t.get('index', j)}", draw=j < MAX_TIMELINES))
         if len(trials) > MAX_TIMELINES:
-            body.append(f'<p class="muted">timelines drawn for the first {MAX_TIMELINES}; '
-                        "the others are listed without one (every history is in its trial "
-                        "folder)</p>")
+            body.append(
+                f'<p class="muted">timelines drawn for the first {MAX_TIMELINES}; '
+                "the others are listed without one (every history is in its trial "
+                "folder)</p>"
+            )
     title = f"crashpoint gate: {verdict}"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><meta name=\"viewport\" "
-            f"content=\"width=device-width, initial-scale=1\"><style>{_CSS}</style></head>"
-            f"<body>{''.join(body)}</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<title>{_e(title)}</title><meta name="viewport" '
+        f'content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'
+        f"<body>{''.join(body)}</body></html>\n"
+    )

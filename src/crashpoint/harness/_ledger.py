@@ -49,8 +49,16 @@ if TYPE_CHECKING:
     from crashpoint.harness._network import NetFault
     from crashpoint.harness._smtp import SmtpSink
 
-__all__ = ["ENV_HTTP", "ENV_LEDGER", "HTTP_EVENT_OPS", "IN_DOUBT_OPS", "OPS", "KillAt", "Ledger",
-           "canonical"]
+__all__ = [
+    "ENV_HTTP",
+    "ENV_LEDGER",
+    "HTTP_EVENT_OPS",
+    "IN_DOUBT_OPS",
+    "OPS",
+    "KillAt",
+    "Ledger",
+    "canonical",
+]
 
 ENV_LEDGER = "CRASHPOINT_LEDGER"
 ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
@@ -211,9 +219,11 @@ class Ledger:
         if self.max_connections is None:
             self.max_connections = default_max_connections()
         if self.max_connections < 1 or self.max_request_bytes < 1 or self.idle_timeout <= 0:
-            raise ValueError("ledger limits must be positive: max_connections "
-                             f"{self.max_connections}, max_request_bytes "
-                             f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}")
+            raise ValueError(
+                "ledger limits must be positive: max_connections "
+                f"{self.max_connections}, max_request_bytes "
+                f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}"
+            )
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._closing = threading.Event()
         self._log_bytes = 0
@@ -241,8 +251,9 @@ class Ledger:
 
         self._server = Server(self.address, Handler)
         self._server.ledger = self
-        t = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="ledger",
-                             daemon=True)
+        t = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="ledger", daemon=True
+        )
         t.start()
         self._threads.append(t)
         if self.http:
@@ -296,10 +307,14 @@ class Ledger:
             env[ENV_HTTP] = self.http_url
             env.update({SERVICE_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
         if self.smtp is not None:
-            env.update({"CRASHPOINT_SMTP_HOST": self.smtp.host,
-                        "CRASHPOINT_SMTP_PORT": str(self.smtp.port),
-                        "CRASHPOINT_SMTP_USER": SMTP_USER,
-                        "CRASHPOINT_SMTP_PASSWORD": self.token})
+            env.update(
+                {
+                    "CRASHPOINT_SMTP_HOST": self.smtp.host,
+                    "CRASHPOINT_SMTP_PORT": str(self.smtp.port),
+                    "CRASHPOINT_SMTP_USER": SMTP_USER,
+                    "CRASHPOINT_SMTP_PASSWORD": self.token,
+                }
+            )
         return env
 
     def urls(self) -> dict[str, str]:
@@ -308,8 +323,11 @@ class Ledger:
         (host:port, "" without the sink)."""
         if not self.http_url:
             return {"http": "", "llm": "", "smtp": ""}
-        return {"http": self.http_url + "/http", "llm": self.http_url + "/v1",
-                "smtp": f"{self.smtp.host}:{self.smtp.port}" if self.smtp is not None else ""}
+        return {
+            "http": self.http_url + "/http",
+            "llm": self.http_url + "/v1",
+            "smtp": f"{self.smtp.host}:{self.smtp.port}" if self.smtp is not None else "",
+        }
 
     def start_smtp(self) -> SmtpSink:
         """Start the SMTP sink (once; it follows the token across resets)."""
@@ -334,8 +352,12 @@ class Ledger:
         reply = self._safe_handle({**msg, "failed": how, **lost})
         if reply is None or failure.how != "status":
             return None
-        return {**reply, "ok": False, "status": failure.status,
-                "error": f"the mail service failed this message ({how})"}
+        return {
+            **reply,
+            "ok": False,
+            "status": failure.status,
+            "error": f"the mail service failed this message ({how})",
+        }
 
     def _mail_refused(self, description: str) -> None:
         self.refused["token"] += 1
@@ -359,8 +381,13 @@ class Ledger:
         """A request refused for want of the trial's token: counted, kept (the first
         MAX_FORBIDDEN), and logged in the history file as a ``forbidden`` line. Never an
         event: the checks and the boundaries do not see it."""
-        entry = {"op": "forbidden", **what, "attempt": self.attempt, "wall": time.time(),
-                 "note": "refused: no trial token (not the agent's request; not judged)"}
+        entry = {
+            "op": "forbidden",
+            **what,
+            "attempt": self.attempt,
+            "wall": time.time(),
+            "note": "refused: no trial token (not the agent's request; not judged)",
+        }
         with self._lock:
             if len(self.forbidden) < MAX_FORBIDDEN:
                 self.forbidden.append(entry)
@@ -435,8 +462,15 @@ class Ledger:
 
     def _open_log(self, path: str) -> IO[str]:
         """The history file: appended to, 0600, never through a symlink."""
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = os.open(
+            path,
+            os.O_WRONLY
+            | os.O_APPEND
+            | os.O_CREAT
+            | getattr(os, "O_NOFOLLOW", 0)
+            | getattr(os, "O_CLOEXEC", 0),
+            0o600,
+        )
         self._log_bytes = os.fstat(fd).st_size
         self._log_full = False
         return open(fd, "a", encoding="utf-8")
@@ -451,10 +485,18 @@ class Ledger:
         if self._log_bytes + len(line) > self.max_history_bytes:
             self._log_full = True
             self.refused["history"] += 1
-            line = json.dumps({"op": "history_truncated", "i": ev.get("i"),
-                               "note": f"history.jsonl stops here: it reached its limit of "
-                                       f"{_size_text(self.max_history_bytes)}; later events "
-                                       "were not written"}) + "\n"
+            line = (
+                json.dumps(
+                    {
+                        "op": "history_truncated",
+                        "i": ev.get("i"),
+                        "note": f"history.jsonl stops here: it reached its limit of "
+                        f"{_size_text(self.max_history_bytes)}; later events "
+                        "were not written",
+                    }
+                )
+                + "\n"
+            )
         self._log.write(line)
         self._log.flush()
         self._log_bytes += len(line)
@@ -467,9 +509,19 @@ class Ledger:
 
     def _kill(self, ev: dict[str, Any], phase: str, k: KillAt | str | None = None) -> None:
         pgid = self.pgids.get(int(ev["attempt"]))
-        self.killed.append({"event": ev["i"], "attempt": ev["attempt"], "phase": phase,
-                            "op": ev["op"], "name": _name(ev), "nth": ev.get("nth", 1),
-                            "ai": ev.get("ai"), "kill": k, "pgid": pgid})
+        self.killed.append(
+            {
+                "event": ev["i"],
+                "attempt": ev["attempt"],
+                "phase": phase,
+                "op": ev["op"],
+                "name": _name(ev),
+                "nth": ev.get("nth", 1),
+                "ai": ev.get("ai"),
+                "kill": k,
+                "pgid": pgid,
+            }
+        )
         if self.on_kill is not None:
             self.on_kill(ev)
         if pgid is not None:
@@ -485,20 +537,20 @@ class Ledger:
         if op == "hello":
             return {"ok": True}
         if op not in OPS:
-            return {"ok": False, "error": f"unknown op {op!r}; use one of hello, "
-                                          f"{', '.join(OPS)}"}
+            return {"ok": False, "error": f"unknown op {op!r}; use one of hello, {', '.join(OPS)}"}
         try:
             attempt = int(msg.get("attempt") or self.attempt)
         except (TypeError, ValueError):
-            return {"ok": False, "error": f"attempt must be an integer, got "
-                                          f"{msg.get('attempt')!r}"}
+            return {"ok": False, "error": f"attempt must be an integer, got {msg.get('attempt')!r}"}
         if op == "effect":
             key = msg.get("key")
             if key in ("", None):  # Contract 1: the key is optional (judged by content)
                 msg = {k: v for k, v in msg.items() if k != "key"}
             elif not isinstance(key, str):
-                return {"ok": False, "error": f"an effect's key must be a string, got "
-                                              f"{type(key).__name__}"}
+                return {
+                    "ok": False,
+                    "error": f"an effect's key must be a string, got {type(key).__name__}",
+                }
         first = False
         with self._lock:
             ev = {k: v for k, v in msg.items() if k != "payload"}
@@ -569,11 +621,12 @@ class Ledger:
         try:
             return self.handle(msg)
         except Exception as exc:  # the reply carries it to the agent
-            return {"ok": False, "error": f"the ledger failed on this request: "
-                                          f"{type(exc).__name__}: {exc}"}
+            return {
+                "ok": False,
+                "error": f"the ledger failed on this request: {type(exc).__name__}: {exc}",
+            }
 
-    def end_attempt(self, attempt: int, when: float | None = None, *,
-                    reaped: bool = False) -> None:
+    def end_attempt(self, attempt: int, when: float | None = None, *, reaped: bool = False) -> None:
         """Attempt ``attempt`` went away at ``when``. A closed probe connection says so
         precisely (the latest close of the attempt counts); ``reaped`` (the runner waited for
         it) only fills in for an attempt that had no connection, e.g. an HTTP-only agent."""
@@ -603,17 +656,31 @@ class Ledger:
                 nl = buf.find(b"\n", scanned)
                 if nl > limit or (nl < 0 and len(buf) > limit):
                     self.refused["request_size"] += 1
-                    self._send_line(sock, {"ok": False, "error": (
-                        f"request line over {_size_text(limit)}: the ledger reads at most "
-                        f"{_size_text(limit)} per request; the connection is closed")})
+                    self._send_line(
+                        sock,
+                        {
+                            "ok": False,
+                            "error": (
+                                f"request line over {_size_text(limit)}: the ledger reads at most "
+                                f"{_size_text(limit)} per request; the connection is closed"
+                            ),
+                        },
+                    )
                     return
                 if nl < 0:
                     scanned = len(buf)
                     if buf and time.monotonic() - started > self.idle_timeout:
                         self.refused["idle"] += 1
-                        self._send_line(sock, {"ok": False, "error": (
-                            f"request not completed within {self.idle_timeout:g} s of its "
-                            "first byte (no newline): the connection is closed")})
+                        self._send_line(
+                            sock,
+                            {
+                                "ok": False,
+                                "error": (
+                                    f"request not completed within {self.idle_timeout:g} s of its "
+                                    "first byte (no newline): the connection is closed"
+                                ),
+                            },
+                        )
                         return
                     try:
                         chunk = sock.recv(65536)
@@ -632,7 +699,7 @@ class Ledger:
                     buf += chunk
                     continue
                 line = bytes(buf[:nl])
-                del buf[:nl + 1]
+                del buf[: nl + 1]
                 scanned = 0
                 started = time.monotonic()
                 reply, conn_attempt = self._answer(line, conn_attempt)
@@ -672,14 +739,25 @@ class Ledger:
     def _refuse_connection(self, sock: socket.socket, http: bool) -> None:
         """Answer a connection over the limit without a thread, then close it."""
         self.refused["connections"] += 1
-        body = json.dumps({"ok": False, "error": (
-            f"the ledger already serves {self.max_connections} connections (its limit); close "
-            "one before opening another (one connection per process is enough)")}).encode()
+        body = json.dumps(
+            {
+                "ok": False,
+                "error": (
+                    f"the ledger already serves {self.max_connections} connections (its limit); "
+                    "close "
+                    "one before opening another (one connection per process is enough)"
+                ),
+            }
+        ).encode()
         data = body + b"\n"
         if http:
-            data = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                    b"Connection: close\r\nContent-Length: " + str(len(body)).encode() +
-                    b"\r\n\r\n" + body)
+            data = (
+                b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
         with contextlib.suppress(OSError):
             sock.setblocking(False)  # never wait on an agent that does not read
             sock.send(data)
@@ -696,8 +774,9 @@ class Ledger:
         self._http.ledger = self
         self._http_root = f"http://127.0.0.1:{self._http.server_address[1]}"
         self.http_url = f"{self._http_root}/{self.token}"
-        t = threading.Thread(target=self._http.serve_forever, args=(0.02,), name="ledger-http",
-                             daemon=True)
+        t = threading.Thread(
+            target=self._http.serve_forever, args=(0.02,), name="ledger-http", daemon=True
+        )
         t.start()
         self._threads.append(t)
 

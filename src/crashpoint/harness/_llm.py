@@ -83,13 +83,13 @@ class LLMScriptError(ValueError):
 
 @dataclass(frozen=True)
 class LLMResult:
-    status: int                 # 200, or 400/404/405/500 with an OpenAI-style error body
-    content_type: str           # application/json, or text/event-stream
-    chunks: tuple[bytes, ...]   # the body: one chunk, or SSE events in order
+    status: int  # 200, or 400/404/405/500 with an OpenAI-style error body
+    content_type: str  # application/json, or text/event-stream
+    chunks: tuple[bytes, ...]  # the body: one chunk, or SSE events in order
     model: str
     prompt_tokens: int
     completion_tokens: int
-    fingerprint: str            # sha256 of the request, canonical, without stream options:
+    fingerprint: str  # sha256 of the request, canonical, without stream options:
     #                             the same question asked twice has the same fingerprint;
     #                             "" when the request was not a model call (error, /models)
 
@@ -123,11 +123,23 @@ class _Rule:
 
 
 class _BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, *, status: int = 400,
-                 code: str | None = None, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        *,
+        status: int = 400,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
-        self.message, self.param, self.status, self.code, self.kind = \
-            message, param, status, code, kind
+        self.message, self.param, self.status, self.code, self.kind = (
+            message,
+            param,
+            status,
+            code,
+            kind,
+        )
 
 
 def count_tokens(text: str) -> int:
@@ -145,9 +157,12 @@ def _parse_reply(v: Any, key: str) -> _Reply:
     if isinstance(v, dict):
         extra = sorted(set(v) - {"content", "tool_calls"})
         if extra or not v:
-            raise LLMScriptError(key, f"a reply is a string, {{content: <text>}} or "
-                                      f"{{tool_calls: [{{name, arguments}}]}}; unknown key(s) "
-                                      f"{', '.join(map(repr, extra)) or 'none given'}")
+            raise LLMScriptError(
+                key,
+                f"a reply is a string, {{content: <text>}} or "
+                f"{{tool_calls: [{{name, arguments}}]}}; unknown key(s) "
+                f"{', '.join(map(repr, extra)) or 'none given'}",
+            )
         content = v.get("content")
         if content is not None and not isinstance(content, str):
             raise LLMScriptError(f"{key}.content", f"must be a string, got {content!r}")
@@ -155,67 +170,84 @@ def _parse_reply(v: Any, key: str) -> _Reply:
         if calls is None:
             return _Reply(content)
         if not isinstance(calls, list) or not calls:
-            raise LLMScriptError(f"{key}.tool_calls", "must be a non-empty list of {name, "
-                                                      f"arguments}}, got {calls!r}")
+            raise LLMScriptError(
+                f"{key}.tool_calls",
+                f"must be a non-empty list of {{name, arguments}}, got {calls!r}",
+            )
         out = []
         for i, c in enumerate(calls):
             ck = f"{key}.tool_calls[{i}]"
-            if not isinstance(c, dict) or set(c) - {"name", "arguments"} or \
-                    not isinstance(c.get("name"), str) or not c.get("name"):
-                raise LLMScriptError(ck, f"a tool call is {{name: <function name>, arguments: "
-                                         f"<mapping or JSON text>}}, got {c!r}")
+            if (
+                not isinstance(c, dict)
+                or set(c) - {"name", "arguments"}
+                or not isinstance(c.get("name"), str)
+                or not c.get("name")
+            ):
+                raise LLMScriptError(
+                    ck,
+                    f"a tool call is {{name: <function name>, arguments: "
+                    f"<mapping or JSON text>}}, got {c!r}",
+                )
             args = c.get("arguments", {})
             if isinstance(args, str):
                 try:
                     json.loads(args)
                 except ValueError:
-                    raise LLMScriptError(f"{ck}.arguments", f"is not JSON: {args[:80]!r}") \
-                        from None
+                    raise LLMScriptError(f"{ck}.arguments", f"is not JSON: {args[:80]!r}") from None
                 text = args
             elif isinstance(args, dict):
                 text = _canonical(args)
             else:
-                raise LLMScriptError(f"{ck}.arguments", f"must be a mapping or JSON text, got "
-                                                        f"{args!r}")
+                raise LLMScriptError(
+                    f"{ck}.arguments", f"must be a mapping or JSON text, got {args!r}"
+                )
             out.append((c["name"], text))
         return _Reply(content, tuple(out))
-    raise LLMScriptError(key, f"a reply is a string, {{content: <text>}} or {{tool_calls: "
-                              f"[...]}}, got {v!r}")
+    raise LLMScriptError(
+        key, f"a reply is a string, {{content: <text>}} or {{tool_calls: [...]}}, got {v!r}"
+    )
 
 
 def _parse_rules(v: Any) -> tuple[_Rule, ...]:
     if not isinstance(v, list):
-        raise LLMScriptError("replies", f"must be a list of {{match|regex, reply}} rules, got "
-                                        f"{v!r}")
+        raise LLMScriptError(
+            "replies", f"must be a list of {{match|regex, reply}} rules, got {v!r}"
+        )
     rules = []
     for i, r in enumerate(v):
         key = f"replies[{i}]"
         if not isinstance(r, dict):
-            raise LLMScriptError(key, f"a rule is a mapping {{match: <text>, reply: ...}}, got "
-                                      f"{r!r}")
+            raise LLMScriptError(
+                key, f"a rule is a mapping {{match: <text>, reply: ...}}, got {r!r}"
+            )
         for k in r:
             if k not in RULE_KEYS:
                 close = difflib.get_close_matches(str(k), RULE_KEYS, n=1)
                 hint = f"did you mean '{close[0]}'? " if close else ""
-                raise LLMScriptError(f"{key}.{k}", f"unknown key; {hint}allowed: "
-                                                   f"{', '.join(RULE_KEYS)}")
+                raise LLMScriptError(
+                    f"{key}.{k}", f"unknown key; {hint}allowed: {', '.join(RULE_KEYS)}"
+                )
         if "reply" not in r:
             raise LLMScriptError(key, "a rule needs a reply")
         match = r.get("match")
         if match is not None and not isinstance(match, str):
-            raise LLMScriptError(f"{key}.match", f"must be a string (a substring of the last "
-                                                 f"user message), got {match!r}")
+            raise LLMScriptError(
+                f"{key}.match",
+                f"must be a string (a substring of the last user message), got {match!r}",
+            )
         pattern = r.get("regex")
         rx = None
         if pattern is not None:
             if not isinstance(pattern, str):
-                raise LLMScriptError(f"{key}.regex", f"must be a regular expression, got "
-                                                     f"{pattern!r}")
+                raise LLMScriptError(
+                    f"{key}.regex", f"must be a regular expression, got {pattern!r}"
+                )
             try:
                 rx = re.compile(pattern)
             except re.error as exc:
-                raise LLMScriptError(f"{key}.regex", f"{pattern!r} is not a valid regular "
-                                                     f"expression: {exc}") from None
+                raise LLMScriptError(
+                    f"{key}.regex", f"{pattern!r} is not a valid regular expression: {exc}"
+                ) from None
         rules.append(_Rule(match, rx, _parse_reply(r["reply"], f"{key}.reply")))
     return tuple(rules)
 
@@ -229,8 +261,11 @@ def _load_function(spec: Any) -> Callable[[dict[str, Any]], Any]:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except Exception as exc:  # an import error of any kind is the script's problem
-        raise LLMScriptError("function", f"cannot load {spec!r}: {type(exc).__name__}: {exc} "
-                                         "(is its folder on the harness's sys.path?)") from None
+        raise LLMScriptError(
+            "function",
+            f"cannot load {spec!r}: {type(exc).__name__}: {exc} "
+            "(is its folder on the harness's sys.path?)",
+        ) from None
     if not callable(obj):
         raise LLMScriptError("function", f"{spec!r} is not callable")
     return obj  # type: ignore[no-any-return]
@@ -274,11 +309,21 @@ def request_view(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
                 if kind == "function_call_output":
                     msgs.append({"role": "tool", "content": _text_of(item.get("output"))})
                 elif kind == "function_call":
-                    msgs.append({"role": "assistant", "content": _canonical(
-                        {"name": item.get("name"), "arguments": item.get("arguments")})})
+                    msgs.append(
+                        {
+                            "role": "assistant",
+                            "content": _canonical(
+                                {"name": item.get("name"), "arguments": item.get("arguments")}
+                            ),
+                        }
+                    )
                 elif kind == "message" or "role" in item:
-                    msgs.append({"role": str(item.get("role", "user")),
-                                 "content": _text_of(item.get("content"))})
+                    msgs.append(
+                        {
+                            "role": str(item.get("role", "user")),
+                            "content": _text_of(item.get("content")),
+                        }
+                    )
     else:
         for m in body.get("messages") or []:
             if not isinstance(m, dict):
@@ -293,14 +338,25 @@ def request_view(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(t, dict):
             fn: dict[str, Any] = t["function"] if isinstance(t.get("function"), dict) else t
             tools.append(str(fn.get("name", "")))
-    return {"endpoint": endpoint, "model": str(body.get("model", "")), "messages": msgs,
-            "last_user": msgs[last]["content"] if last >= 0 else "",
-            "tool_results": [m["content"] for m in msgs[last + 1:] if m["role"] == "tool"],
-            "tools": tools, "body": body}
+    return {
+        "endpoint": endpoint,
+        "model": str(body.get("model", "")),
+        "messages": msgs,
+        "last_user": msgs[last]["content"] if last >= 0 else "",
+        "tool_results": [m["content"] for m in msgs[last + 1 :] if m["role"] == "tool"],
+        "tools": tools,
+        "body": body,
+    }
 
 
-def _error(status: int, message: str, param: str | None = None, code: str | None = None,
-           kind: str = "invalid_request_error", model: str = "") -> LLMResult:
+def _error(
+    status: int,
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+    model: str = "",
+) -> LLMResult:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return LLMResult(status, "application/json", (json.dumps(body).encode(),), model, 0, 0, "")
 
@@ -329,14 +385,16 @@ class LLMStandIn:
         if script is None:
             return
         if not isinstance(script, dict):
-            raise LLMScriptError("", f"services.llm must be a mapping ({', '.join(SCRIPT_KEYS)})"
-                                     f", got {script!r}")
+            raise LLMScriptError(
+                "", f"services.llm must be a mapping ({', '.join(SCRIPT_KEYS)}), got {script!r}"
+            )
         for k in script:
             if k not in SCRIPT_KEYS:
                 close = difflib.get_close_matches(str(k), SCRIPT_KEYS, n=1)
                 hint = f"did you mean '{close[0]}'? " if close else ""
-                raise LLMScriptError(str(k), f"unknown key; {hint}allowed: "
-                                             f"{', '.join(SCRIPT_KEYS)}")
+                raise LLMScriptError(
+                    str(k), f"unknown key; {hint}allowed: {', '.join(SCRIPT_KEYS)}"
+                )
         if "replies" in script:
             self.rules = _parse_rules(script["replies"])
         if "function" in script:
@@ -344,8 +402,9 @@ class LLMStandIn:
         if "models" in script:
             m = script["models"]
             if not isinstance(m, list) or not m or not all(isinstance(x, str) and x for x in m):
-                raise LLMScriptError("models", f"must be a non-empty list of model names, got "
-                                               f"{m!r}")
+                raise LLMScriptError(
+                    "models", f"must be a non-empty list of model names, got {m!r}"
+                )
             self.models = tuple(m)
 
     # -- routing -------------------------------------------------------------------------------
@@ -358,20 +417,29 @@ class LLMStandIn:
         endpoints = {"/chat/completions": "chat.completions", "/responses": "responses"}
         if route in endpoints:
             if method != "POST":
-                return _error(405, f"Method {method} not allowed for /v1{route}: use POST",
-                              code="method_not_allowed")
+                return _error(
+                    405,
+                    f"Method {method} not allowed for /v1{route}: use POST",
+                    code="method_not_allowed",
+                )
             try:
                 return self._call(endpoints[route], body)
             except _BadRequest as exc:
                 return _error(exc.status, exc.message, exc.param, exc.code, exc.kind)
         if route == "/models" or route.startswith("/models/"):
             if method != "GET":
-                return _error(405, f"Method {method} not allowed for /v1{route}: use GET",
-                              code="method_not_allowed")
-            return self._models(route[len("/models/"):] if route != "/models" else "")
-        return _error(404, f"Unknown request URL: {method} /v1{route}. The stand-in serves "
-                           "POST /v1/chat/completions, POST /v1/responses and GET /v1/models",
-                      code="unknown_url")
+                return _error(
+                    405,
+                    f"Method {method} not allowed for /v1{route}: use GET",
+                    code="method_not_allowed",
+                )
+            return self._models(route[len("/models/") :] if route != "/models" else "")
+        return _error(
+            404,
+            f"Unknown request URL: {method} /v1{route}. The stand-in serves "
+            "POST /v1/chat/completions, POST /v1/responses and GET /v1/models",
+            code="unknown_url",
+        )
 
     def _models(self, wanted: str) -> LLMResult:
         def card(m: str) -> dict[str, Any]:
@@ -379,8 +447,13 @@ class LLMStandIn:
 
         if wanted:
             if wanted not in self.models:
-                return _error(404, f"The model {wanted!r} does not exist (the stand-in lists "
-                                   f"{', '.join(self.models)})", "model", "model_not_found")
+                return _error(
+                    404,
+                    f"The model {wanted!r} does not exist (the stand-in lists "
+                    f"{', '.join(self.models)})",
+                    "model",
+                    "model_not_found",
+                )
             out: Any = card(wanted)
         else:
             out = {"object": "list", "data": [card(m) for m in self.models]}
@@ -392,32 +465,43 @@ class LLMStandIn:
         try:
             body = json.loads(raw or b"")
         except (ValueError, UnicodeDecodeError):
-            raise _BadRequest("We could not parse the JSON body of your request. (The "
-                              "stand-in expects a JSON object.)") from None
+            raise _BadRequest(
+                "We could not parse the JSON body of your request. (The "
+                "stand-in expects a JSON object.)"
+            ) from None
         if not isinstance(body, dict):
             raise _BadRequest("The request body must be a JSON object.")
         model = body.get("model")
         if not isinstance(model, str) or not model:
-            raise _BadRequest("you must provide a model parameter", "model",
-                              code="missing_required_parameter" if model is None else
-                              "invalid_type")
+            raise _BadRequest(
+                "you must provide a model parameter",
+                "model",
+                code="missing_required_parameter" if model is None else "invalid_type",
+            )
         if endpoint == "chat.completions":
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not msgs:
-                raise _BadRequest("'messages' must be a non-empty array of messages",
-                                  "messages", code="invalid_type" if msgs is not None else
-                                  "missing_required_parameter")
+                raise _BadRequest(
+                    "'messages' must be a non-empty array of messages",
+                    "messages",
+                    code="invalid_type" if msgs is not None else "missing_required_parameter",
+                )
             for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                    raise _BadRequest(f"Invalid value for 'messages[{i}]': each message is an "
-                                      "object with a 'role'", f"messages[{i}]",
-                                      code="invalid_value")
+                    raise _BadRequest(
+                        f"Invalid value for 'messages[{i}]': each message is an "
+                        "object with a 'role'",
+                        f"messages[{i}]",
+                        code="invalid_value",
+                    )
         else:
             inp = body.get("input")
             if not isinstance(inp, (str, list)) or not inp:
-                raise _BadRequest("'input' must be a non-empty string or array of input items",
-                                  "input", code="invalid_type" if inp is not None else
-                                  "missing_required_parameter")
+                raise _BadRequest(
+                    "'input' must be a non-empty string or array of input items",
+                    "input",
+                    code="invalid_type" if inp is not None else "missing_required_parameter",
+                )
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise _BadRequest("'tools' must be an array", "tools", code="invalid_type")
@@ -426,17 +510,20 @@ class LLMStandIn:
             raise _BadRequest("'stream' must be a boolean", "stream", code="invalid_type")
         view = request_view(endpoint, body)
         reply = self._reply(view)
-        fp = hashlib.sha256(_canonical(
-            {"route": endpoint, **{k: v for k, v in body.items()
-                                   if k not in UNFINGERPRINTED}}).encode()).hexdigest()
+        fp = hashlib.sha256(
+            _canonical(
+                {"route": endpoint, **{k: v for k, v in body.items() if k not in UNFINGERPRINTED}}
+            ).encode()
+        ).hexdigest()
         prompt = "".join(m["content"] for m in view["messages"])
         if tools:
             prompt += _canonical(tools)
         ptok = count_tokens(prompt)
         ctok = count_tokens((reply.text or "") + "".join(n + a for n, a in reply.tool_calls))
         if endpoint == "chat.completions":
-            include = isinstance(body.get("stream_options"), dict) and \
-                bool(body["stream_options"].get("include_usage"))
+            include = isinstance(body.get("stream_options"), dict) and bool(
+                body["stream_options"].get("include_usage")
+            )
             chunks = _chat(model, fp, reply, ptok, ctok, stream, include)
         else:
             chunks = _responses(model, fp, reply, ptok, ctok, stream, body)
@@ -448,16 +535,22 @@ class LLMStandIn:
             try:
                 got = self.function(view)
             except Exception as exc:  # the agent gets a 500 body, the harness no traceback
-                raise _BadRequest(f"the scenario's reply function "
-                                  f"{self.script.get('function') if self.script else ''} "
-                                  f"raised {type(exc).__name__}: {exc}", status=500,
-                                  kind="server_error") from None
+                raise _BadRequest(
+                    f"the scenario's reply function "
+                    f"{self.script.get('function') if self.script else ''} "
+                    f"raised {type(exc).__name__}: {exc}",
+                    status=500,
+                    kind="server_error",
+                ) from None
             if got is not None:
                 try:
                     return _parse_reply(got, "function's reply")
                 except LLMScriptError as exc:
-                    raise _BadRequest(f"the scenario's reply function returned a bad reply: "
-                                      f"{exc}", status=500, kind="server_error") from None
+                    raise _BadRequest(
+                        f"the scenario's reply function returned a bad reply: {exc}",
+                        status=500,
+                        kind="server_error",
+                    ) from None
         in_tool_turn = bool(view["tool_results"])
         for rule in self.rules:
             if rule.reply.tool_calls and in_tool_turn:
@@ -474,98 +567,192 @@ def _call_id(fp: str, i: int) -> str:
     return "call_" + hashlib.sha256(f"{fp}:{i}".encode()).hexdigest()[:24]
 
 
-def _chat(model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool,
-          include_usage: bool) -> tuple[bytes, ...]:
+def _chat(
+    model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool, include_usage: bool
+) -> tuple[bytes, ...]:
     cid = "chatcmpl-" + fp[:24]
     usage = {"prompt_tokens": ptok, "completion_tokens": ctok, "total_tokens": ptok + ctok}
     finish = "tool_calls" if reply.tool_calls else "stop"
-    calls: list[dict[str, Any]] = [{"id": _call_id(fp, i), "type": "function",
-              "function": {"name": n, "arguments": a}}
-             for i, (n, a) in enumerate(reply.tool_calls)]
-    head = {"id": cid, "created": CREATED, "model": model,
-            "system_fingerprint": "crashpoint-stand-in"}
+    calls: list[dict[str, Any]] = [
+        {"id": _call_id(fp, i), "type": "function", "function": {"name": n, "arguments": a}}
+        for i, (n, a) in enumerate(reply.tool_calls)
+    ]
+    head = {
+        "id": cid,
+        "created": CREATED,
+        "model": model,
+        "system_fingerprint": "crashpoint-stand-in",
+    }
     if not stream:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
         if calls:
             message["tool_calls"] = calls
-        return (json.dumps({**head, "object": "chat.completion", "choices": [
-            {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": usage}).encode(),)
+        return (
+            json.dumps(
+                {
+                    **head,
+                    "object": "chat.completion",
+                    "choices": [
+                        {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                    ],
+                    "usage": usage,
+                }
+            ).encode(),
+        )
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return _sse({**head, "object": "chat.completion.chunk", "choices": [
-            {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]})
+        return _sse(
+            {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+                ],
+            }
+        )
 
     out = [chunk({"role": "assistant", "content": "" if reply.text is not None else None})]
     out += [chunk({"content": p}) for p in _pieces(reply.text or "")]
     for i, c in enumerate(calls):
-        out.append(chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                          "function": {"name": c["function"]["name"],
-                                                       "arguments": ""}}]}))
-        out.append(chunk({"tool_calls": [{"index": i, "function": {
-            "arguments": c["function"]["arguments"]}}]}))
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "function": {"arguments": c["function"]["arguments"]}}
+                    ]
+                }
+            )
+        )
     out.append(chunk({}, finish))
     if include_usage:
-        out.append(_sse({**head, "object": "chat.completion.chunk", "choices": [],
-                         "usage": usage}))
+        out.append(_sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
     out.append(b"data: [DONE]\n\n")
     return tuple(out)
 
 
-def _responses(model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool,
-               body: dict[str, Any]) -> tuple[bytes, ...]:
+def _responses(
+    model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool, body: dict[str, Any]
+) -> tuple[bytes, ...]:
     rid = "resp_" + fp[:24]
     items: list[dict[str, Any]] = []
     if reply.text is not None:
-        items.append({"type": "message", "id": "msg_" + fp[:24], "status": "completed",
-                      "role": "assistant", "content": [
-                          {"type": "output_text", "text": reply.text, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": "msg_" + fp[:24],
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
     for i, (n, a) in enumerate(reply.tool_calls):
-        items.append({"type": "function_call", "id": "fc_" + _call_id(fp, i)[5:],
-                      "call_id": _call_id(fp, i), "name": n, "arguments": a,
-                      "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": "fc_" + _call_id(fp, i)[5:],
+                "call_id": _call_id(fp, i),
+                "name": n,
+                "arguments": a,
+                "status": "completed",
+            }
+        )
 
     def response(status: str, output: list[dict[str, Any]], usage: bool) -> dict[str, Any]:
-        return {"id": rid, "object": "response", "created_at": CREATED, "status": status,
-                "model": model, "output": output, "parallel_tool_calls": True,
-                "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
-                "error": None, "incomplete_details": None,
-                "instructions": body.get("instructions"), "metadata": {},
-                "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
-                "text": {"format": {"type": "text"}}, "truncation": "disabled",
-                "usage": {"input_tokens": ptok, "output_tokens": ctok,
-                          "total_tokens": ptok + ctok,
-                          "input_tokens_details": {"cached_tokens": 0},
-                          "output_tokens_details": {"reasoning_tokens": 0}} if usage else None}
+        return {
+            "id": rid,
+            "object": "response",
+            "created_at": CREATED,
+            "status": status,
+            "model": model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions"),
+            "metadata": {},
+            "temperature": body.get("temperature", 1.0),
+            "top_p": body.get("top_p", 1.0),
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "usage": {
+                "input_tokens": ptok,
+                "output_tokens": ctok,
+                "total_tokens": ptok + ctok,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            }
+            if usage
+            else None,
+        }
 
     if not stream:
         return (json.dumps(response("completed", items, True)).encode(),)
     events: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"response": response("in_progress", [], False)}),
-        ("response.in_progress", {"response": response("in_progress", [], False)})]
+        ("response.in_progress", {"response": response("in_progress", [], False)}),
+    ]
     for k, item in enumerate(items):
         if item["type"] == "message":
             text = item["content"][0]["text"]
             base = {"item_id": item["id"], "output_index": k, "content_index": 0}
-            events.append(("response.output_item.added", {"output_index": k, "item": {
-                **item, "status": "in_progress", "content": []}}))
-            events.append(("response.content_part.added", {**base, "part": {
-                "type": "output_text", "text": "", "annotations": []}}))
-            events += [("response.output_text.delta", {**base, "delta": p, "logprobs": []})
-                       for p in _pieces(text)]
-            events.append(("response.output_text.done", {**base, "text": text,
-                                                         "logprobs": []}))
-            events.append(("response.content_part.done", {**base,
-                                                          "part": item["content"][0]}))
+            events.append(
+                (
+                    "response.output_item.added",
+                    {"output_index": k, "item": {**item, "status": "in_progress", "content": []}},
+                )
+            )
+            events.append(
+                (
+                    "response.content_part.added",
+                    {**base, "part": {"type": "output_text", "text": "", "annotations": []}},
+                )
+            )
+            events += [
+                ("response.output_text.delta", {**base, "delta": p, "logprobs": []})
+                for p in _pieces(text)
+            ]
+            events.append(("response.output_text.done", {**base, "text": text, "logprobs": []}))
+            events.append(("response.content_part.done", {**base, "part": item["content"][0]}))
         else:
-            events.append(("response.output_item.added", {"output_index": k, "item": {
-                **item, "status": "in_progress", "arguments": ""}}))
-            events.append(("response.function_call_arguments.delta", {
-                "item_id": item["id"], "output_index": k, "delta": item["arguments"]}))
-            events.append(("response.function_call_arguments.done", {
-                "item_id": item["id"], "output_index": k, "name": item["name"],
-                "arguments": item["arguments"]}))
+            events.append(
+                (
+                    "response.output_item.added",
+                    {"output_index": k, "item": {**item, "status": "in_progress", "arguments": ""}},
+                )
+            )
+            events.append(
+                (
+                    "response.function_call_arguments.delta",
+                    {"item_id": item["id"], "output_index": k, "delta": item["arguments"]},
+                )
+            )
+            events.append(
+                (
+                    "response.function_call_arguments.done",
+                    {
+                        "item_id": item["id"],
+                        "output_index": k,
+                        "name": item["name"],
+                        "arguments": item["arguments"],
+                    },
+                )
+            )
         events.append(("response.output_item.done", {"output_index": k, "item": item}))
     events.append(("response.completed", {"response": response("completed", items, True)}))
-    return tuple(_sse({"type": t, "sequence_number": n, **d}, t)
-                 for n, (t, d) in enumerate(events))
+    return tuple(_sse({"type": t, "sequence_number": n, **d}, t) for n, (t, d) in enumerate(events))

@@ -30,26 +30,65 @@ __all__ = [
 ]
 
 #: The checks of Contract 2, in report order.
-CHECKS = ("completes", "same_output", "exactly_once", "resumes_from_last_completed",
-          "single_writer", "no_secret_leak", "within_disk_budget", "no_orphans",
-          "corruption_detected", "no_repeated_llm_calls", "no_retry_storm")
+CHECKS = (
+    "completes",
+    "same_output",
+    "exactly_once",
+    "resumes_from_last_completed",
+    "single_writer",
+    "no_secret_leak",
+    "within_disk_budget",
+    "no_orphans",
+    "corruption_detected",
+    "no_repeated_llm_calls",
+    "no_retry_storm",
+)
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
 #: the earliest in a crash's story first (two writers, a wrong resume point, an effect
 #: repeated or dropped, damage accepted, no completion, a wrong output), then the independent
 #: ones; a check not listed (a custom one) comes last.
-ROOT_ORDER = ("single_writer", "resumes_from_last_completed", "exactly_once",
-              "no_repeated_llm_calls", "corruption_detected", "completes", "same_output",
-              "no_secret_leak", "within_disk_budget", "no_orphans", "no_retry_storm")
+ROOT_ORDER = (
+    "single_writer",
+    "resumes_from_last_completed",
+    "exactly_once",
+    "no_repeated_llm_calls",
+    "corruption_detected",
+    "completes",
+    "same_output",
+    "no_secret_leak",
+    "within_disk_budget",
+    "no_orphans",
+    "no_retry_storm",
+)
 
 #: Fault kinds a plan can hold (one trial applies its faults in order).
-FAULT_KINDS = ("kill", "kill_at_time", "failpoint", "fileop", "signal", "corrupt", "disk_full",
-               "resumers", "power_loss", "network")
+FAULT_KINDS = (
+    "kill",
+    "kill_at_time",
+    "failpoint",
+    "fileop",
+    "signal",
+    "corrupt",
+    "disk_full",
+    "resumers",
+    "power_loss",
+    "network",
+)
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
 #: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
-AGENT_PLACEHOLDERS = ("python", "state_dir", "workdir", "run_id", "trial_id", "scenario_dir",
-                      "http", "llm", "smtp")
+AGENT_PLACEHOLDERS = (
+    "python",
+    "state_dir",
+    "workdir",
+    "run_id",
+    "trial_id",
+    "scenario_dir",
+    "http",
+    "llm",
+    "smtp",
+)
 #: The placeholders that name a stand-in service.
 SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
@@ -95,37 +134,65 @@ class AgentSpec:
         if bool(self.command) == bool(self.entry):
             raise ValueError("an agent needs exactly one of command or entry")
         if self.args and not self.entry:
-            raise ValueError("args are what an entry agent's function is called with; a "
-                             "command agent takes its arguments in command")
+            raise ValueError(
+                "args are what an entry agent's function is called with; a "
+                "command agent takes its arguments in command"
+            )
         for part in (*self.command, *self.args):
             used = fields(part, AGENT_PLACEHOLDERS)  # PlaceholderError is a ValueError
             if "scenario_dir" in used and not self.scenario_dir:
-                raise ValueError(f"{part!r} uses {{scenario_dir}}, but this agent has no "
-                                 "scenario_dir (set AgentSpec.scenario_dir to a folder)")
+                raise ValueError(
+                    f"{part!r} uses {{scenario_dir}}, but this agent has no "
+                    "scenario_dir (set AgentSpec.scenario_dir to a folder)"
+                )
 
-    def _fill(self, parts: tuple[str, ...], state_dir: str, workdir: str,
-              run_id: str, urls: Mapping[str, str] | None, trial_id: str = "") -> list[str]:
-        subst = {"python": sys.executable, "state_dir": state_dir, "workdir": workdir,
-                 "run_id": run_id, "trial_id": trial_id or run_id,
-                 "scenario_dir": self.scenario_dir}
+    def _fill(
+        self,
+        parts: tuple[str, ...],
+        state_dir: str,
+        workdir: str,
+        run_id: str,
+        urls: Mapping[str, str] | None,
+        trial_id: str = "",
+    ) -> list[str]:
+        subst = {
+            "python": sys.executable,
+            "state_dir": state_dir,
+            "workdir": workdir,
+            "run_id": run_id,
+            "trial_id": trial_id or run_id,
+            "scenario_dir": self.scenario_dir,
+        }
         for name in SERVICE_PLACEHOLDERS:
             subst[name] = (urls or {}).get(name, "")
         out = [fill(part, subst) for part in parts]
         for part in parts:
             for name in fields(part):
                 if name in SERVICE_PLACEHOLDERS and not subst[name]:
-                    raise ValueError(f"{part!r} uses {{{name}}}, but the stand-in services "
-                                     "are not running (the harness starts them for a trial)")
+                    raise ValueError(
+                        f"{part!r} uses {{{name}}}, but the stand-in services "
+                        "are not running (the harness starts them for a trial)"
+                    )
         return out
 
-    def argv(self, *, state_dir: str, workdir: str, run_id: str,
-             urls: Mapping[str, str] | None = None, trial_id: str = "") -> list[str]:
+    def argv(
+        self,
+        *,
+        state_dir: str,
+        workdir: str,
+        run_id: str,
+        urls: Mapping[str, str] | None = None,
+        trial_id: str = "",
+    ) -> list[str]:
         """The argv with the placeholders filled; ``urls``: the stand-ins' addresses
         (:meth:`crashpoint.harness.Ledger.urls`), needed when the agent uses them;
         ``trial_id``: ``{trial_id}``, fresh for each trial (``run_id`` if not given)."""
         if self.entry:
-            return [*ENTRY_ARGV, self.entry,
-                    *self._fill(self.args, state_dir, workdir, run_id, urls, trial_id)]
+            return [
+                *ENTRY_ARGV,
+                self.entry,
+                *self._fill(self.args, state_dir, workdir, run_id, urls, trial_id),
+            ]
         return self._fill(self.command, state_dir, workdir, run_id, urls, trial_id)
 
     def uses(self, placeholder: str) -> bool:
@@ -133,18 +200,31 @@ class AgentSpec:
         return any(placeholder in fields(p) for p in (*self.command, *self.args))
 
     def to_json(self) -> dict[str, Any]:
-        return {"command": list(self.command), "entry": self.entry, "timeout": self.timeout,
-                "env": dict(self.env), "cwd": self.cwd, "args": list(self.args),
-                "scenario_dir": self.scenario_dir, "services": self.services,
-                "warm": list(self.warm) if self.warm is not None else None}
+        return {
+            "command": list(self.command),
+            "entry": self.entry,
+            "timeout": self.timeout,
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "args": list(self.args),
+            "scenario_dir": self.scenario_dir,
+            "services": self.services,
+            "warm": list(self.warm) if self.warm is not None else None,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AgentSpec:
-        return cls(tuple(d.get("command") or ()), d.get("entry", ""),
-                   float(d.get("timeout", 30.0)), tuple(sorted((d.get("env") or {}).items())),
-                   d.get("cwd", ""), tuple(str(a) for a in d.get("args") or ()),
-                   str(d.get("scenario_dir") or ""), d.get("services"),
-                   tuple(str(w) for w in d["warm"]) if d.get("warm") is not None else None)
+        return cls(
+            tuple(d.get("command") or ()),
+            d.get("entry", ""),
+            float(d.get("timeout", 30.0)),
+            tuple(sorted((d.get("env") or {}).items())),
+            d.get("cwd", ""),
+            tuple(str(a) for a in d.get("args") or ()),
+            str(d.get("scenario_dir") or ""),
+            d.get("services"),
+            tuple(str(w) for w in d["warm"]) if d.get("warm") is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -201,10 +281,14 @@ class Fault:
         if self.kind == "kill":
             if a.get("op"):
                 nth = f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else ""
-                return f"kill attempt {self.attempt} at {a['op']}:{a.get('name', '')}{nth} " \
-                       f"({a.get('phase', 'before')})"
-            return f"kill attempt {self.attempt} at event #{a.get('index')} " \
-                   f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+                return (
+                    f"kill attempt {self.attempt} at {a['op']}:{a.get('name', '')}{nth} "
+                    f"({a.get('phase', 'before')})"
+                )
+            return (
+                f"kill attempt {self.attempt} at event #{a.get('index')} "
+                f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+            )
         if self.kind == "fileop" and a.get("fileop") is not None:
             return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"
         if self.kind == "disk_full" and a.get("point") is not None:
@@ -219,12 +303,14 @@ class Fault:
             fail = a.get("fail")
             what = f"HTTP {fail}" if isinstance(fail, int) else str(fail)
             times = int(a.get("times", 1))
-            return f"{what} for {a['call']} #{a.get('nth', 1)} in attempt {self.attempt}" + \
-                (f" ({times} times)" if times != 1 else "")
+            return f"{what} for {a['call']} #{a.get('nth', 1)} in attempt {self.attempt}" + (
+                f" ({times} times)" if times != 1 else ""
+            )
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
-            return f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after " \
-                   f"its {origin}"
+            return (
+                f"kill attempt {self.attempt} {float(a.get('seconds', 0)):.3f}s after its {origin}"
+            )
         body = ", ".join(f"{k}={v}" for k, v in a.items())
         return f"{self.kind}(attempt {self.attempt}{', ' if body else ''}{body})"
 
@@ -239,13 +325,21 @@ class Plan:
     index: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"family": self.family, "seed": self.seed, "index": self.index,
-                "faults": [f.to_json() for f in self.faults]}
+        return {
+            "family": self.family,
+            "seed": self.seed,
+            "index": self.index,
+            "faults": [f.to_json() for f in self.faults],
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Plan:
-        return cls(tuple(Fault.from_json(f) for f in d.get("faults", [])), d.get("family", ""),
-                   int(d.get("seed", 0)), int(d.get("index", 0)))
+        return cls(
+            tuple(Fault.from_json(f) for f in d.get("faults", [])),
+            d.get("family", ""),
+            int(d.get("seed", 0)),
+            int(d.get("index", 0)),
+        )
 
     def describe(self) -> str:
         return "; ".join(str(f) for f in self.faults) or "no fault"
@@ -296,8 +390,9 @@ class Golden:
         occurrence among the events of that op and name up to it (from 1)."""
         ev = self.events[index]
         name = event_name(ev)
-        nth = sum(1 for e in self.events[:index + 1]
-                  if e["op"] == ev["op"] and event_name(e) == name)
+        nth = sum(
+            1 for e in self.events[: index + 1] if e["op"] == ev["op"] and event_name(e) == name
+        )
         return str(ev["op"]), name, nth
 
     def boundaries(self) -> list[Boundary]:
@@ -311,12 +406,19 @@ class Golden:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "events": self.events,
-                "effects": [[k, p, n] for (k, p), n in sorted(self.effects.items())],
-                "output": self.output.decode("utf-8", "replace"), "duration": self.duration,
-                "fileops": self.fileops, "writes": self.writes,
-                "recorded_by": self.recorded_by, "span": self.span, "plog": self.plog,
-                "plog_events": self.plog_events}
+        return {
+            "steps": self.steps,
+            "events": self.events,
+            "effects": [[k, p, n] for (k, p), n in sorted(self.effects.items())],
+            "output": self.output.decode("utf-8", "replace"),
+            "duration": self.duration,
+            "fileops": self.fileops,
+            "writes": self.writes,
+            "recorded_by": self.recorded_by,
+            "span": self.span,
+            "plog": self.plog,
+            "plog_events": self.plog_events,
+        }
 
 
 def event_name(ev: dict[str, Any]) -> str:
@@ -327,8 +429,16 @@ def event_name(ev: dict[str, Any]) -> str:
 #: What a clear refusal of damaged state says on stderr (Expect.refuse_patterns' default):
 #: the reference library's CheckpointCorrupt, SQLite's "database disk image is malformed" and
 #: "file is not a database", and the words such messages use.
-REFUSE_PATTERNS = (r"CheckpointCorrupt", r"\bcorrupt", r"malformed", r"not a database",
-                   r"checksum", r"integrity", r"\bdamaged\b", r"bad magic")
+REFUSE_PATTERNS = (
+    r"CheckpointCorrupt",
+    r"\bcorrupt",
+    r"malformed",
+    r"not a database",
+    r"checksum",
+    r"integrity",
+    r"\bdamaged\b",
+    r"bad magic",
+)
 
 
 #: The policies of Expect.no_repeated_llm_calls besides a token budget.
@@ -363,8 +473,10 @@ class Expect:
     def __post_init__(self) -> None:
         p = self.no_repeated_llm_calls
         if isinstance(p, bool) or not (p in LLM_POLICIES or (isinstance(p, int) and p >= 0)):
-            raise ValueError(f"no_repeated_llm_calls is one of {', '.join(LLM_POLICIES)} or a "
-                             f"token budget (a whole number >= 0), not {p!r}")
+            raise ValueError(
+                f"no_repeated_llm_calls is one of {', '.join(LLM_POLICIES)} or a "
+                f"token budget (a whole number >= 0), not {p!r}"
+            )
 
     def refusal(self, returncode: int | None, stderr: bytes) -> str:
         """Why an exit is a clear refusal of damaged state ("" if it is not): a refuse code
@@ -425,8 +537,7 @@ class Attempt:
             how = f"killed by signal {self.signal}"
         else:
             how = f"exit {self.returncode}"
-        return f"attempt {self.number}: {how}" + (f" ({self.killed_by})" if self.killed_by
-                                                   else "")
+        return f"attempt {self.number}: {how}" + (f" ({self.killed_by})" if self.killed_by else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,8 +557,11 @@ class CheckResult:
     warning: bool = False
 
     def __str__(self) -> str:
-        mark = "skip" if self.skipped else ("WARN" if self.ok and self.warning else
-                                            "ok" if self.ok else "FAIL")
+        mark = (
+            "skip"
+            if self.skipped
+            else ("WARN" if self.ok and self.warning else "ok" if self.ok else "FAIL")
+        )
         text = f"{self.name}: {mark}" + (f": {self.message}" if self.message else "")
         if self.cause:
             text += f" [a consequence of {self.cause}]"
@@ -475,8 +589,13 @@ class Outcome:
         return f"fired: {self.where}" if self.fired else f"did not fire: {self.why_not}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault, "kind": self.kind, "fired": self.fired,
-                "where": self.where, "why_not": self.why_not}
+        return {
+            "fault": self.fault,
+            "kind": self.kind,
+            "fired": self.fired,
+            "where": self.where,
+            "why_not": self.why_not,
+        }
 
 
 @dataclass
@@ -551,9 +670,13 @@ class TrialResult:
 
     def verdict(self) -> dict[str, Any]:
         """The comparable outcome of the trial (same across fork/spawn, shards, workers)."""
-        return {"index": self.plan.index, "family": self.plan.family,
-                "plan": self.plan.describe(), "skipped": self.skipped,
-                "checks": {c.name: ("skip" if c.skipped else c.ok) for c in self.checks}}
+        return {
+            "index": self.plan.index,
+            "family": self.plan.family,
+            "plan": self.plan.describe(),
+            "skipped": self.skipped,
+            "checks": {c.name: ("skip" if c.skipped else c.ok) for c in self.checks},
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -76,8 +76,9 @@ class NetFault:
         f = self.failure
         what = f"HTTP {f.status}" if f.how == "status" else f.how
         at = "every attempt" if self.attempt is None else f"attempt {self.attempt}"
-        return f"{what} for {self.call} #{self.nth} in {at}" + \
-            (f" ({self.times} times)" if self.times != 1 else "")
+        return f"{what} for {self.call} #{self.nth} in {at}" + (
+            f" ({self.times} times)" if self.times != 1 else ""
+        )
 
 
 _lock = threading.Lock()

@@ -71,8 +71,9 @@ class TcpProxy:
         self._finished: list[threading.Event] = []
         self.connections = 0  # accepted so far (forwarded or not)
         self.dropped = 0  # connections reset by partitions or refused while partitioned
-        self._thread = threading.Thread(target=self._serve, name=f"crashpoint-pgproxy-{self.port}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, name=f"crashpoint-pgproxy-{self.port}", daemon=True
+        )
         self._sel.register(self._listener, selectors.EVENT_READ, "accept")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread.start()
@@ -116,8 +117,9 @@ class TcpProxy:
     def __enter__(self) -> TcpProxy:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def _command(self, what: str) -> None:
@@ -238,8 +240,9 @@ class TcpProxy:
 
     def _watch(self, pair: _Pair, sock: socket.socket, *, write: bool) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
-            self._sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0),
-                             pair)
+            self._sel.modify(
+                sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0), pair
+            )
 
     def _freeze(self, pair: _Pair) -> None:
         pair.frozen = True

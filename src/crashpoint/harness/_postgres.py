@@ -49,8 +49,9 @@ def find_binaries() -> str | None:
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
-                                 timeout=10, check=False).stdout.strip()
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
             if out:
                 candidates.append(out)
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
@@ -69,22 +70,30 @@ def _run_as(user: str | None) -> pwd.struct_passwd | None:
 def unavailable(user: str | None = None) -> str | None:
     """Why a server cannot be started on this machine, or None if it can."""
     if find_binaries() is None:
-        return ("PostgreSQL server binaries (initdb, postgres) not found on PATH, in "
-                "pg_config --bindir or /usr/lib/postgresql/*/bin; install the server package "
-                "or set CRASHPOINT_PG_BIN")
+        return (
+            "PostgreSQL server binaries (initdb, postgres) not found on PATH, in "
+            "pg_config --bindir or /usr/lib/postgresql/*/bin; install the server package "
+            "or set CRASHPOINT_PG_BIN"
+        )
     if os.geteuid() == 0:
         try:
             _run_as(user)
         except KeyError:
-            return (f"running as root and there is no unprivileged account "
-                    f"{user or 'postgres'!r} to run PostgreSQL as (it refuses to run as root); "
-                    "create one (useradd postgres) or run as a normal user")
+            return (
+                f"running as root and there is no unprivileged account "
+                f"{user or 'postgres'!r} to run PostgreSQL as (it refuses to run as root); "
+                "create one (useradd postgres) or run as a normal user"
+            )
     return None
 
 
 def _plain_name(name: str) -> str:
-    if not name or not name.replace("_", "").isalnum() or not name[0].isalpha() or \
-            not name.isascii():
+    if (
+        not name
+        or not name.replace("_", "").isalnum()
+        or not name[0].isalpha()
+        or not name.isascii()
+    ):
         raise ValueError(f"database name {name!r}: use ASCII letters, digits and _")
     return name
 
@@ -124,9 +133,15 @@ class PostgresServer:
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, *, user: str | None = None, base: str | None = None, fsync: bool = True,
-              settings: dict[str, str] | None = None, timeout: float = 60.0
-              ) -> Iterator[PostgresServer]:
+    def start(
+        cls,
+        *,
+        user: str | None = None,
+        base: str | None = None,
+        fsync: bool = True,
+        settings: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Iterator[PostgresServer]:
         """Initialise a data folder, start the server, yield it, stop it and delete the folder.
 
         ``fsync=False`` trades durability of the *server* for speed (tests that kill clients,
@@ -152,7 +167,8 @@ class PostgresServer:
                 if not mode & 0o001:
                     raise RuntimeError(
                         f"{parent} is not searchable by {account.pw_name!r}; pass base= a "
-                        "folder it can reach (e.g. /tmp)")
+                        "folder it can reach (e.g. /tmp)"
+                    )
             server._initdb(fsync=fsync, settings=settings or {})
             server._launch(timeout)
             yield server
@@ -176,12 +192,22 @@ class PostgresServer:
         return kw
 
     def _initdb(self, *, fsync: bool, settings: dict[str, str]) -> None:
-        argv = [os.path.join(self.bindir, "initdb"), "-D", self.data_dir, "-U", SUPERUSER,
-                "--auth=trust", "-E", "UTF8", "--locale=C"]
+        argv = [
+            os.path.join(self.bindir, "initdb"),
+            "-D",
+            self.data_dir,
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]
         if not fsync:
             argv.append("--no-sync")
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300,
-                              **self._popen_kw())  # type: ignore[call-overload]
+        done = subprocess.run(
+            argv, capture_output=True, text=True, check=False, timeout=300, **self._popen_kw()
+        )  # type: ignore[call-overload]
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         conf = {
@@ -206,25 +232,39 @@ class PostgresServer:
             log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
             try:
                 self.process = subprocess.Popen(
-                    [os.path.join(self.bindir, "postgres"), "-D", self.data_dir,
-                     "-p", str(self.port)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                    **self._popen_kw())  # type: ignore[call-overload]
+                    [
+                        os.path.join(self.bindir, "postgres"),
+                        "-D",
+                        self.data_dir,
+                        "-p",
+                        str(self.port),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    **self._popen_kw(),
+                )  # type: ignore[call-overload]
             finally:
                 log.close()
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     break
-                if os.path.exists(os.path.join(self.socket_dir, f".s.PGSQL.{self.port}")) and \
-                        self._accepts():
+                if (
+                    os.path.exists(os.path.join(self.socket_dir, f".s.PGSQL.{self.port}"))
+                    and self._accepts()
+                ):
                     return
                 time.sleep(0.05)
             else:
-                raise RuntimeError(f"PostgreSQL did not accept connections within {timeout}s; "
-                                   f"see {self.log_path}: {self._log_tail()}")
+                raise RuntimeError(
+                    f"PostgreSQL did not accept connections within {timeout}s; "
+                    f"see {self.log_path}: {self._log_tail()}"
+                )
             if "could not bind" not in self._log_tail():
-                raise RuntimeError(f"PostgreSQL exited with {self.process.returncode}: "
-                                   f"{self._log_tail()}")
+                raise RuntimeError(
+                    f"PostgreSQL exited with {self.process.returncode}: {self._log_tail()}"
+                )
         raise RuntimeError(f"PostgreSQL could not bind a port: {self._log_tail()}")
 
     def _tool(self, name: str) -> str | None:
@@ -241,8 +281,12 @@ class PostgresServer:
         isready = self._tool("pg_isready")
         if isready is None:
             return True
-        done = subprocess.run([isready, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER],
-                              capture_output=True, check=False, timeout=10)
+        done = subprocess.run(
+            [isready, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
         return done.returncode == 0
 
     def _log_tail(self) -> str:
@@ -257,10 +301,31 @@ class PostgresServer:
         psql = self._tool("psql")
         if psql is None:
             raise RuntimeError("psql not found beside the server binaries or on PATH")
-        done = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h",
-                               "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", dbname,
-                               "-c", sql], capture_output=True, text=True, check=False,
-                              timeout=120, env=self._env())
+        done = subprocess.run(
+            [
+                psql,
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-At",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                SUPERUSER,
+                "-d",
+                dbname,
+                "-c",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            env=self._env(),
+        )
         if done.returncode != 0:
             raise RuntimeError(f"psql failed: {done.stderr.strip()}")
         return done.stdout
@@ -278,8 +343,10 @@ class PostgresServer:
 
     def backend_pids(self, dbname: str | None = None) -> list[int]:
         """Client-serving backend pids (to kill a client's connection from the server side)."""
-        sql = ("SELECT pid FROM pg_stat_activity "
-               "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")
+        sql = (
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
         if dbname:
             _plain_name(dbname)
             sql += f" AND datname = '{dbname}'"
@@ -304,6 +371,7 @@ class PostgresServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (none normally)
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

@@ -63,27 +63,38 @@ def states(golden: Golden, model: str) -> list[dict[str, Any]]:
             if ident in seen:
                 continue
             seen.add(ident)
-            out.append({"upto": upto, "events": events, "mutation": st.mutation.to_json(),
-                        "label": st.label()})
+            out.append(
+                {
+                    "upto": upto,
+                    "events": events,
+                    "mutation": st.mutation.to_json(),
+                    "label": st.label(),
+                }
+            )
     if len(_CACHE) > 8:
         _CACHE.clear()
     _CACHE[key] = (golden, out)
     return [dict(x) for x in out]
 
 
-def draw(golden: Golden, model: str, rng: random.Random, boundary: int | None,
-         attempt: int) -> Fault:
+def draw(
+    golden: Golden, model: str, rng: random.Random, boundary: int | None, attempt: int
+) -> Fault:
     """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn by
     ``rng``; without a trace (or nothing to lose), a fault that says why (never a pass)."""
     all_states = states(golden, model)
     if not all_states:
         why = golden.recorded_by or "the golden run was not traced"
         if golden.plog and not golden.plog.get("ops"):
-            why = "the golden run made no file operation under {state_dir} or {workdir}: a " \
-                  "power cut there loses nothing more than a kill -9 would"
+            why = (
+                "the golden run made no file operation under {state_dir} or {workdir}: a "
+                "power cut there loses nothing more than a kill -9 would"
+            )
         elif golden.plog:
-            why = "no crash state differs from what a kill -9 leaves: every file operation " \
-                  "of the golden run was made durable before the next one"
+            why = (
+                "no crash state differs from what a kill -9 leaves: every file operation "
+                "of the golden run was made durable before the next one"
+            )
         return Fault.make("power_loss", attempt, model=model, label=why)
     s = all_states[boundary] if boundary is not None else rng.choice(all_states)
     return Fault.make("power_loss", attempt, model=model, **s)
@@ -122,8 +133,10 @@ def unsupported(f: Fault, golden: Golden) -> str:
 
         ok, why = _strace.available()
         if not golden.plog and not ok:  # the machine cannot trace: skipped, with the reason
-            return f"power_loss skipped: it needs strace to record the agent's file " \
-                   f"operations, and strace cannot run here ({why})"
+            return (
+                f"power_loss skipped: it needs strace to record the agent's file "
+                f"operations, and strace cannot run here ({why})"
+            )
         return ""  # the accounting says why (never a pass)
     if not golden.plog:
         return "power_loss needs the golden run's syscall trace, and there is none"
@@ -134,10 +147,14 @@ def cut(f: Fault, golden: Golden, roots: Mapping[str, str]) -> Cut:
     """Materialise ``f``'s crash state into ``roots`` and return it with the golden events
     that happened before the cut (to load into the ledger as attempt 1)."""
     log = _log(golden)
-    st = _powercut.rebuild(log, str(f.arg("model")), int(f.arg("upto")),
-                           _powercut.Mutation.from_json(f.arg("mutation") or {}))
+    st = _powercut.rebuild(
+        log,
+        str(f.arg("model")),
+        int(f.arg("upto")),
+        _powercut.Mutation.from_json(f.arg("mutation") or {}),
+    )
     written = _powercut.materialize(st, roots)
-    events = [dict(e) for e in golden.events[:int(f.arg("events", 0))]]
+    events = [dict(e) for e in golden.events[: int(f.arg("events", 0))]]
     return Cut(st, events, written)
 
 
@@ -153,40 +170,66 @@ def replay_events(ledger: Any, events: list[dict[str, Any]], attempt: int = 1) -
 
 def synthetic_attempt(c: Cut, argv: list[str]) -> Attempt:
     """Attempt 1 of a power-loss trial: the golden run cut at the instant (not re-run)."""
-    return Attempt(1, list(argv), None, None, False, 0.0, b"", b"",
-                   killed_by=f"power loss ({c.state.model}) {c.state.label()}")
+    return Attempt(
+        1,
+        list(argv),
+        None,
+        None,
+        False,
+        0.0,
+        b"",
+        b"",
+        killed_by=f"power loss ({c.state.model}) {c.state.label()}",
+    )
 
 
-def excerpt(log: _powercut.OpLog, st: _powercut.CrashState, events: list[dict[str, Any]],
-            points: list[int], *, what: str, around: int = 8) -> str:
+def excerpt(
+    log: _powercut.OpLog,
+    st: _powercut.CrashState,
+    events: list[dict[str, Any]],
+    points: list[int],
+    *,
+    what: str,
+    around: int = 8,
+) -> str:
     """The operations around the cut, for the evidence folder: what was done, what was
     pending (not durable) and lost, and the events among them."""
     upto = st.upto
     pending = set(st.pending)
     before = sum(1 for k in points if k <= upto)
-    lines = [f"power cut under model {st.model} after {upto} of {len(log.ops)} file "
-             f"operations of {what}; {before} of its {len(events)} events had happened",
-             f"crash state: {st.label()}", ""]
+    lines = [
+        f"power cut under model {st.model} after {upto} of {len(log.ops)} file "
+        f"operations of {what}; {before} of its {len(events)} events had happened",
+        f"crash state: {st.label()}",
+        "",
+    ]
     lo = max(0, min([upto - around, *pending]))
     for k in range(lo, min(len(log.ops), upto + 3)):
         for j, at in enumerate(points):
             if at == k and j < len(events):
                 ev = events[j]
-                lines.append(f"      event #{j} {ev.get('op')} "
-                             f"{ev.get('step') or ev.get('kind') or ''}".rstrip())
+                lines.append(
+                    f"      event #{j} {ev.get('op')} "
+                    f"{ev.get('step') or ev.get('kind') or ''}".rstrip()
+                )
         op = log.ops[k]
         if k == upto:
-            lines.append(f"CUT> ---- the power went here: op {upto + 1} and later never ran "
-                         "----")
+            lines.append(f"CUT> ---- the power went here: op {upto + 1} and later never ran ----")
         mark = "  ~ " if op.seq in pending else "    "
         lines.append(f"{mark} op {op.seq + 1}: {op.describe()}")
     if upto >= len(log.ops):
         lines.append("CUT> ---- the power went here: after the last operation ----")
-    lines += ["", "~ : done but not durable at the cut (no fsync / folder fsync since): the "
-                  "model may lose, tear or reorder it"]
+    lines += [
+        "",
+        "~ : done but not durable at the cut (no fsync / folder fsync since): the "
+        "model may lose, tear or reorder it",
+    ]
     if st.lost:
-        lines += ["", "what the power cut took (compared with a kill -9 at the same point):",
-                  *(f"  {x}" for x in st.lost)]
+        lines += [
+            "",
+            "what the power cut took (compared with a kill -9 at the same point):",
+            *(f"  {x}" for x in st.lost),
+        ]
     if st.explain:
         lines += ["", "missing barrier: " + st.explain]
     if log.notes:
@@ -199,8 +242,12 @@ def trace_excerpt(golden: Golden, f: Fault) -> str:
     if not golden.plog or f.arg("upto") is None:
         return ""
     log = _log(golden)
-    st = _powercut.rebuild(log, str(f.arg("model")), int(f.arg("upto")),
-                           _powercut.Mutation.from_json(f.arg("mutation") or {}))
+    st = _powercut.rebuild(
+        log,
+        str(f.arg("model")),
+        int(f.arg("upto")),
+        _powercut.Mutation.from_json(f.arg("mutation") or {}),
+    )
     return excerpt(log, st, golden.events, golden.plog_events, what="the golden run")
 
 
@@ -226,32 +273,56 @@ class Recovery:
     def wrap(self, argv: list[str]) -> list[str]:
         from crashpoint.faults import _strace
 
-        return _strace.wrap(argv, self.trace, syscalls=_powercut.SYSCALLS,
-                            strsize=_powercut.STRSIZE, timestamps=True)
+        return _strace.wrap(
+            argv,
+            self.trace,
+            syscalls=_powercut.SYSCALLS,
+            strsize=_powercut.STRSIZE,
+            timestamps=True,
+        )
 
-    def apply(self, roots: Mapping[str, str], killed: bool, where: str, cwd: str,
-              events: list[dict[str, Any]], rng: random.Random
-              ) -> tuple[tuple[bool, str, str], _powercut.CrashState | None, str]:
+    def apply(
+        self,
+        roots: Mapping[str, str],
+        killed: bool,
+        where: str,
+        cwd: str,
+        events: list[dict[str, Any]],
+        rng: random.Random,
+    ) -> tuple[tuple[bool, str, str], _powercut.CrashState | None, str]:
         """After the attempt: (the accounting note, the state applied or None, excerpt)."""
         from crashpoint.faults import _strace
 
         model = str(self.fault.arg("model", "posix"))
         if not killed:
-            return (False, "", f"attempt {self.fault.attempt} was never cut: {where}"), \
-                None, ""
+            return (False, "", f"attempt {self.fault.attempt} was never cut: {where}"), None, ""
         log = _powercut.oplog(_strace.read(self.trace, cwd=cwd), roots, initial=self.initial)
         found = _powercut.crash_states(log, model, len(log.ops))
         if not found:
-            return (False, "", f"nothing was pending when the power went ({where}): every "
-                               "file operation of the attempt was already durable, so the cut "
-                               "left what a kill -9 leaves"), None, ""
+            return (
+                (
+                    False,
+                    "",
+                    f"nothing was pending when the power went ({where}): every "
+                    "file operation of the attempt was already durable, so the cut "
+                    "left what a kill -9 leaves",
+                ),
+                None,
+                "",
+            )
         st = found[rng.randrange(len(found))]
         _powercut.materialize(st, roots)
-        text = excerpt(log, st, events, _powercut.event_points(
-            log, [float(e.get("wall", 0.0)) for e in events]),
-            what=f"attempt {self.fault.attempt}")
-        note = f"power cut ({model}) during attempt {self.fault.attempt} at {where}: " \
-               f"{st.label()}" + (f"; lost: {'; '.join(st.lost[:4])}" if st.lost else "")
+        text = excerpt(
+            log,
+            st,
+            events,
+            _powercut.event_points(log, [float(e.get("wall", 0.0)) for e in events]),
+            what=f"attempt {self.fault.attempt}",
+        )
+        note = (
+            f"power cut ({model}) during attempt {self.fault.attempt} at {where}: "
+            f"{st.label()}" + (f"; lost: {'; '.join(st.lost[:4])}" if st.lost else "")
+        )
         return (True, note, ""), st, text
 
 
@@ -260,7 +331,7 @@ def write_state_copy(st: _powercut.CrashState, folder: str) -> None:
     roots = {}
     for rel in st.files:
         if rel.startswith("{") and "}" in rel:
-            name = rel[1:rel.index("}")]
+            name = rel[1 : rel.index("}")]
             roots[name] = os.path.join(folder, name)
     for r in roots.values():
         os.makedirs(r, mode=0o700, exist_ok=True)

@@ -82,7 +82,8 @@ def _who(uid: int) -> str:
 def _refuse(path: str, why: str, fix: str) -> UnsafeReportFolder:
     return UnsafeReportFolder(
         f"refusing to write crashpoint reports in {path}: {why}. Another user could have "
-        f"planted links there to make the harness overwrite other files. {fix}")
+        f"planted links there to make the harness overwrite other files. {fix}"
+    )
 
 
 def _trusted_owner(uid: int) -> bool:
@@ -92,17 +93,25 @@ def _trusted_owner(uid: int) -> bool:
 def _check_own(path: str, st: os.stat_result) -> None:
     """The rules for a folder crashpoint writes in (the report folder and everything below)."""
     if stat.S_ISLNK(st.st_mode):
-        raise _refuse(path, f"it is a symbolic link (to {os.readlink(path)!r})",
-                      "Remove the link, or give the real folder's path.")
+        raise _refuse(
+            path,
+            f"it is a symbolic link (to {os.readlink(path)!r})",
+            "Remove the link, or give the real folder's path.",
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(path, "it exists and is not a folder", "Remove it or choose another path.")
     if not _trusted_owner(st.st_uid):
-        raise _refuse(path, f"it is owned by {_who(st.st_uid)}, not by you "
-                            f"({_who(os.geteuid())}) or root",
-                      f"Remove it (rm -r {path}) or choose a folder of your own.")
+        raise _refuse(
+            path,
+            f"it is owned by {_who(st.st_uid)}, not by you ({_who(os.geteuid())}) or root",
+            f"Remove it (rm -r {path}) or choose a folder of your own.",
+        )
     if st.st_mode & 0o022:
-        raise _refuse(path, f"other users can write in it (mode {stat.S_IMODE(st.st_mode):04o})",
-                      f"Run `chmod go-w {path}` or choose another folder.")
+        raise _refuse(
+            path,
+            f"other users can write in it (mode {stat.S_IMODE(st.st_mode):04o})",
+            f"Run `chmod go-w {path}` or choose another folder.",
+        )
 
 
 def _walk_ancestors(path: str) -> tuple[str, list[str]]:
@@ -129,8 +138,11 @@ def _walk_ancestors(path: str) -> tuple[str, list[str]]:
             return real, [name, *parts]
         if stat.S_ISLNK(st.st_mode):
             if not _trusted_owner(st.st_uid):
-                raise _refuse(cur, f"it is a symbolic link owned by {_who(st.st_uid)}",
-                              "Remove the link, or give the real folder's path.")
+                raise _refuse(
+                    cur,
+                    f"it is a symbolic link owned by {_who(st.st_uid)}",
+                    "Remove the link, or give the real folder's path.",
+                )
             hops += 1
             if hops > 40:
                 raise _refuse(cur, "too many levels of symbolic links", "Give the real path.")
@@ -142,14 +154,19 @@ def _walk_ancestors(path: str) -> tuple[str, list[str]]:
         if not stat.S_ISDIR(st.st_mode):
             raise _refuse(cur, "it exists and is not a folder", "Choose another path.")
         if shared and not _trusted_owner(st.st_uid):
-            raise _refuse(cur, f"it is owned by {_who(st.st_uid)} inside a folder anyone can "
-                               "write in", f"Remove it (rm -r {cur}) or choose a folder of your "
-                                           "own.")
+            raise _refuse(
+                cur,
+                f"it is owned by {_who(st.st_uid)} inside a folder anyone can write in",
+                f"Remove it (rm -r {cur}) or choose a folder of your own.",
+            )
         if st.st_mode & 0o002:
             if not st.st_mode & stat.S_ISVTX:
-                raise _refuse(cur, f"anyone can write in it and it has no sticky bit (mode "
-                                   f"{stat.S_IMODE(st.st_mode):04o})",
-                              "Choose a report folder under a folder only you can write in.")
+                raise _refuse(
+                    cur,
+                    f"anyone can write in it and it has no sticky bit (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o})",
+                    "Choose a report folder under a folder only you can write in.",
+                )
             shared = True
         real = cur
     return real, []
@@ -230,9 +247,11 @@ def atomic_writer(path: str, *, durable: bool = True) -> Iterator[IO[bytes]]:
                 raise UnsafeReportFolder(
                     f"refusing to write {os.path.join(folder, name)}: it is {what}, and "
                     "crashpoint never writes through one (another user may have planted it). "
-                    "Remove it and run again.")
-        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
-                     FILE_MODE, **kw)
+                    "Remove it and run again."
+                )
+        fd = os.open(
+            tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, FILE_MODE, **kw
+        )
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f
@@ -276,8 +295,12 @@ def is_plain_path(name: str, value: str) -> bool:
     where redacting it would hide where the agent ran and no secret is a path on disk."""
     from crashpoint.checkpoint._redact import Redactor
 
-    return (os.path.isabs(value) and "\0" not in value and os.path.exists(value)
-            and not Redactor().is_secret_name(name))
+    return (
+        os.path.isabs(value)
+        and "\0" not in value
+        and os.path.exists(value)
+        and not Redactor().is_secret_name(name)
+    )
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -288,8 +311,12 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     from crashpoint.checkpoint._redact import Redactor
 
     r = Redactor()
-    return {k: marker(k) if (len(v) >= MIN_SCRUB_LEN and not is_plain_path(k, v))
-            or r.is_secret_name(k) else v for k, v in env.items()}
+    return {
+        k: marker(k)
+        if (len(v) >= MIN_SCRUB_LEN and not is_plain_path(k, v)) or r.is_secret_name(k)
+        else v
+        for k, v in env.items()
+    }
 
 
 def _scrubbable(secrets: Mapping[str, str]) -> dict[str, str]:
@@ -360,7 +387,7 @@ class Scrubber:
         for m in self._re.finditer(buf):
             if m.start() >= limit:
                 break
-            out += [buf[pos:m.start()], self._repl[m.group()]]
+            out += [buf[pos : m.start()], self._repl[m.group()]]
             pos = m.end()
             self.hits += 1
         cut = max(pos, limit)
@@ -520,12 +547,15 @@ class EvidenceBudget:
         o[1] += 1
 
     def messages(self) -> list[str]:
-        return [f"{entry}: {files} file(s), {human_size(size)} left out ({self.why})"
-                for entry, (size, files) in sorted(self.omitted.items())]
+        return [
+            f"{entry}: {files} file(s), {human_size(size)} left out ({self.why})"
+            for entry, (size, files) in sorted(self.omitted.items())
+        ]
 
 
-def copy_tree_bounded(src: str, dst: str, allowance: int, budget: EvidenceBudget,
-                      entry: str) -> int:
+def copy_tree_bounded(
+    src: str, dst: str, allowance: int, budget: EvidenceBudget, entry: str
+) -> int:
     """Copy ``src`` to ``dst`` (folders 0700, files 0600, links as links, other special files
     skipped) while the copied bytes stay within ``allowance``; a file that does not fit is
     left out and recorded in ``budget`` under ``entry``. Returns the bytes copied."""
@@ -565,8 +595,9 @@ def copy_tree_bounded(src: str, dst: str, allowance: int, budget: EvidenceBudget
 def _copy_file(src: str, dst: str) -> None:
     fd_in = os.open(src, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
     try:
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
-                         FILE_MODE)
+        fd_out = os.open(
+            dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, FILE_MODE
+        )
         try:
             with open(fd_in, "rb", closefd=False) as fi, open(fd_out, "wb", closefd=False) as fo:
                 shutil.copyfileobj(fi, fo, _CHUNK)

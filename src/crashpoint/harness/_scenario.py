@@ -37,13 +37,36 @@ from crashpoint.harness._services import ServiceSpecError, parse_services
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
 SUFFIX = ".scenario.yaml"
-TOP_KEYS = ("name", "agent", "faults", "restarts", "trials", "seed", "expect", "marks", "mode",
-            "description", "budget", "services")
+TOP_KEYS = (
+    "name",
+    "agent",
+    "faults",
+    "restarts",
+    "trials",
+    "seed",
+    "expect",
+    "marks",
+    "mode",
+    "description",
+    "budget",
+    "services",
+)
 AGENT_KEYS = ("command", "entry", "args", "timeout", "env", "cwd", "warm")
-EXPECT_KEYS = ("exactly_once", "resumes_from_last_completed", "same_output", "single_writer",
-               "no_secret_leak", "no_orphans", "max_state_bytes", "fail_stop_codes",
-               "refuse_codes", "refuse_patterns", "no_repeated_llm_calls", "no_retry_storm",
-               "max_retries")
+EXPECT_KEYS = (
+    "exactly_once",
+    "resumes_from_last_completed",
+    "same_output",
+    "single_writer",
+    "no_secret_leak",
+    "no_orphans",
+    "max_state_bytes",
+    "fail_stop_codes",
+    "refuse_codes",
+    "refuse_patterns",
+    "no_repeated_llm_calls",
+    "no_retry_storm",
+    "max_retries",
+)
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
@@ -112,14 +135,19 @@ class _Doc:
     def __init__(self, path: str, node: yaml.Node, where: str) -> None:
         self.path, self.node, self.where = path, node, where
         if not isinstance(node, yaml.MappingNode):
-            raise ScenarioError(path, node.start_mark.line + 1, where,
-                                f"{where or 'the document'} must be a mapping (key: value)")
+            raise ScenarioError(
+                path,
+                node.start_mark.line + 1,
+                where,
+                f"{where or 'the document'} must be a mapping (key: value)",
+            )
         self.items: dict[str, tuple[yaml.Node, int]] = {}
         for knode, vnode in node.value:
             key = knode.value if isinstance(knode, yaml.ScalarNode) else str(knode)
             if key in self.items:
-                raise ScenarioError(path, knode.start_mark.line + 1, self._k(key),
-                                    "the key appears twice")
+                raise ScenarioError(
+                    path, knode.start_mark.line + 1, self._k(key), "the key appears twice"
+                )
             self.items[key] = (vnode, knode.start_mark.line + 1)
 
     def _k(self, key: str) -> str:
@@ -130,8 +158,12 @@ class _Doc:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"did you mean '{close[0]}'? " if close else ""
-                raise ScenarioError(self.path, line, self._k(key),
-                                    f"unknown key; {hint}allowed: {', '.join(allowed)}")
+                raise ScenarioError(
+                    self.path,
+                    line,
+                    self._k(key),
+                    f"unknown key; {hint}allowed: {', '.join(allowed)}",
+                )
 
     def line(self, key: str) -> int:
         return self.items[key][1] if key in self.items else self.node.start_mark.line + 1
@@ -170,8 +202,13 @@ def _read(p: str) -> str:
     except OSError as exc:
         raise ScenarioError(p, None, "", f"cannot read the file: {exc.strerror}") from exc
     if len(data) > MAX_FILE_BYTES:
-        raise ScenarioError(p, None, "", f"the file is larger than {format_size(MAX_FILE_BYTES)}"
-                                         ", the limit for a scenario file; split it")
+        raise ScenarioError(
+            p,
+            None,
+            "",
+            f"the file is larger than {format_size(MAX_FILE_BYTES)}"
+            ", the limit for a scenario file; split it",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -191,17 +228,24 @@ def _check_shape(p: str, text: str) -> None:
             if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise ScenarioError(p, _line(ev), "",
-                                        f"nested more than {MAX_DEPTH} levels deep (the limit; "
-                                        "a scenario needs about 6)")
+                    raise ScenarioError(
+                        p,
+                        _line(ev),
+                        "",
+                        f"nested more than {MAX_DEPTH} levels deep (the limit; "
+                        "a scenario needs about 6)",
+                    )
             elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 depth -= 1
             if isinstance(ev, yaml.NodeEvent):
                 nodes += 1
                 if nodes > MAX_NODES:
-                    raise ScenarioError(p, _line(ev), "",
-                                        f"more than {MAX_NODES} values (the limit for a "
-                                        "scenario file)")
+                    raise ScenarioError(
+                        p,
+                        _line(ev),
+                        "",
+                        f"more than {MAX_NODES} values (the limit for a scenario file)",
+                    )
     except yaml.YAMLError as exc:
         raise _yaml_error(p, exc) from exc
 
@@ -216,8 +260,9 @@ def _expanded(p: str, node: yaml.Node) -> None:
         if id(n) in sizes:
             return sizes[id(n)]
         if id(n) in busy:
-            raise ScenarioError(p, n.start_mark.line + 1, "",
-                                "a YAML alias refers to the value that contains it")
+            raise ScenarioError(
+                p, n.start_mark.line + 1, "", "a YAML alias refers to the value that contains it"
+            )
         busy.add(id(n))
         total = 1
         if isinstance(n, yaml.SequenceNode):
@@ -226,9 +271,13 @@ def _expanded(p: str, node: yaml.Node) -> None:
             total += sum(size(k) + size(v) for k, v in n.value)
         busy.discard(id(n))
         if total > MAX_NODES:
-            raise ScenarioError(p, n.start_mark.line + 1, "",
-                                f"YAML aliases expand to more than {MAX_NODES} values (the "
-                                "limit for a scenario file)")
+            raise ScenarioError(
+                p,
+                n.start_mark.line + 1,
+                "",
+                f"YAML aliases expand to more than {MAX_NODES} values (the "
+                "limit for a scenario file)",
+            )
         sizes[id(n)] = total
         return total
 
@@ -239,8 +288,9 @@ def _yaml_error(path: str, exc: yaml.YAMLError) -> ScenarioError:
     """A parser's complaint as a ScenarioError at its line (where the parser knows it)."""
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
-        return ScenarioError(path, mark.line + 1 if mark else None, "",
-                             f"not valid YAML: {exc.problem or exc}")
+        return ScenarioError(
+            path, mark.line + 1 if mark else None, "", f"not valid YAML: {exc.problem or exc}"
+        )
     return ScenarioError(path, None, "", f"not valid YAML: {exc}")
 
 
@@ -264,8 +314,12 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         _plain(node)  # rejects tags and constructs nothing unsafe
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ScenarioError(p, mark.line + 1 if mark else None, "",
-                            f"unsupported YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise ScenarioError(
+            p,
+            mark.line + 1 if mark else None,
+            "",
+            f"unsupported YAML: {getattr(exc, 'problem', exc)}",
+        ) from exc
     doc = _Doc(p, node, "")
     doc.check_keys(TOP_KEYS)
     for required in ("name", "agent", "faults"):
@@ -280,19 +334,22 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     if "services" in doc.items:
         agent = dataclasses.replace(agent, services=_services(doc))
     families = tuple(_families(doc))
-    expect = _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items \
-        else Expect()
+    expect = (
+        _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items else Expect()
+    )
     marks = doc.value("marks", [])
-    if not isinstance(marks, list) or not all(isinstance(m, str) and m.isidentifier()
-                                              for m in marks):
+    if not isinstance(marks, list) or not all(
+        isinstance(m, str) and m.isidentifier() for m in marks
+    ):
         raise doc.err("marks", "must be a list of marker names, e.g. [slow]")
     mode = doc.value("mode")
     if mode not in (None, "systematic", "random"):
         raise doc.err("mode", f"must be systematic or random, got {mode!r}")
     seed = _int(doc, "seed", 0, 0, MAX_SEED)
     restarts = _int(doc, "restarts", 3, 0, MAX_RESTARTS)
-    trials = _int(doc, "trials", 50, 1, MAX_TRIALS,
-                  " (the trials shared by the families without a count)")
+    trials = _int(
+        doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
+    )
     budget = None
     if "budget" in doc.items:
         try:
@@ -300,8 +357,21 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         except UnitError as exc:
             raise doc.err("budget", f"{exc}; or none for no limit") from exc
     _first_contact(agent_doc, agent)
-    return Scenario(p, name.strip(), agent, families, restarts, trials, seed, expect,
-                    tuple(marks), mode, 1, budget=budget, agent_line=doc.line("agent"))
+    return Scenario(
+        p,
+        name.strip(),
+        agent,
+        families,
+        restarts,
+        trials,
+        seed,
+        expect,
+        tuple(marks),
+        mode,
+        1,
+        budget=budget,
+        agent_line=doc.line("agent"),
+    )
 
 
 def _text(doc: _Doc, key: str, v: Any, what: str) -> str:
@@ -311,8 +381,11 @@ def _text(doc: _Doc, key: str, v: Any, what: str) -> str:
         raise doc.err(key, f"{what} must be a string, got {v!r}{hint}")
     text = str(v)
     if "\0" in text:
-        raise doc.err(key, f"{what} contains a NUL byte: {text!r} (a process argument or "
-                           "environment variable cannot hold one)")
+        raise doc.err(
+            key,
+            f"{what} contains a NUL byte: {text!r} (a process argument or "
+            "environment variable cannot hold one)",
+        )
     return text
 
 
@@ -328,13 +401,18 @@ def _agent(doc: _Doc, scenario_dir: str) -> AgentSpec:
     command = doc.value("command")
     entry = doc.value("entry", "")
     if (command is None) == (not entry):
-        raise doc.err("command", "give exactly one of 'command' (a list of arguments) or "
-                                 "'entry' (module:function)")
+        raise doc.err(
+            "command",
+            "give exactly one of 'command' (a list of arguments) or 'entry' (module:function)",
+        )
     if isinstance(command, str):
         command = shlex.split(command)
     if command is not None and (not isinstance(command, list) or not command):
-        raise doc.err("command", "must be a non-empty list of strings, e.g. "
-                                 '["{python}", "-m", "mypkg.agent", "--state", "{state_dir}"]')
+        raise doc.err(
+            "command",
+            "must be a non-empty list of strings, e.g. "
+            '["{python}", "-m", "mypkg.agent", "--state", "{state_dir}"]',
+        )
     parts = [_text(doc, "command", c, "each part of the command") for c in command or []]
     if parts and not parts[0]:
         raise doc.err("command", "the program (the first part) is empty")
@@ -345,45 +423,62 @@ def _agent(doc: _Doc, scenario_dir: str) -> AgentSpec:
             raise doc.err("entry", f"must be 'module:function', got {entry!r}")
         module, _, func = entry.partition(":")
         if not all(x.isidentifier() for x in (*module.split("."), *func.split("."))):
-            raise doc.err("entry", f"must be 'module:function' with dotted Python names, "
-                                   f"got {entry!r}")
+            raise doc.err(
+                "entry", f"must be 'module:function' with dotted Python names, got {entry!r}"
+            )
     try:
         timeout = parse_duration(doc.value("timeout", "30s"), what="agent.timeout")
     except UnitError as exc:
         raise doc.err("timeout", str(exc)) from exc
     if not 0 < timeout <= MAX_TIMEOUT:
-        raise doc.err("timeout", f"agent.timeout must be more than 0 and at most 24h (the cap),"
-                                 f" got {doc.value('timeout')!r}")
+        raise doc.err(
+            "timeout",
+            f"agent.timeout must be more than 0 and at most 24h (the cap),"
+            f" got {doc.value('timeout')!r}",
+        )
     env_raw = doc.value("env", {})
     if not isinstance(env_raw, dict):
         raise doc.err("env", "must be a mapping of variable names to values")
     env: dict[str, str] = {}
     for k, v in env_raw.items():
         if not isinstance(k, str) or not _ENV_NAME.match(k):
-            raise doc.err("env", f"{k!r} is not a variable name (letters, digits and _, not "
-                                 "starting with a digit)")
+            raise doc.err(
+                "env",
+                f"{k!r} is not a variable name (letters, digits and _, not starting with a digit)",
+            )
         # only the exact text {scenario_dir} is filled: other braces are the value's own
-        env[k] = _text(doc, "env", v, f"the value of {k}").replace("{scenario_dir}",
-                                                                   scenario_dir)
+        env[k] = _text(doc, "env", v, f"the value of {k}").replace("{scenario_dir}", scenario_dir)
     args_raw = doc.value("args", [])
     if not isinstance(args_raw, list):
         raise doc.err("args", "must be a list of strings")
     if args_raw and command is not None:
-        raise doc.err("args", "goes with 'entry' (the function's arguments); with 'command' put "
-                              "the arguments in the command list")
+        raise doc.err(
+            "args",
+            "goes with 'entry' (the function's arguments); with 'command' put "
+            "the arguments in the command list",
+        )
     args = [_text(doc, "args", a, "each argument") for a in args_raw]
     for a in args:
         _template(doc, "args", a, AGENT_PLACEHOLDERS)
     cwd = _cwd(doc, scenario_dir)
-    agent = AgentSpec(tuple(parts), str(entry or ""), timeout, tuple(sorted(env.items())), cwd,
-                      tuple(args), scenario_dir)
+    agent = AgentSpec(
+        tuple(parts),
+        str(entry or ""),
+        timeout,
+        tuple(sorted(env.items())),
+        cwd,
+        tuple(args),
+        scenario_dir,
+    )
     warm = _warm(doc, agent)
     return agent if warm is None else dataclasses.replace(agent, warm=warm)
 
 
-_WARM_USAGE = ("use true (fork each attempt from a warm interpreter that did the script's "
-               "top-level imports), false (spawn: the default), or a list of modules to import "
-               "once, e.g. [langgraph.graph, langgraph.checkpoint.sqlite]")
+_WARM_USAGE = (
+    "use true (fork each attempt from a warm interpreter that did the script's "
+    "top-level imports), false (spawn: the default), or a list of modules to import "
+    "once, e.g. [langgraph.graph, langgraph.checkpoint.sqlite]"
+)
 
 
 def _warm(doc: _Doc, agent: AgentSpec) -> tuple[str, ...] | None:
@@ -400,19 +495,27 @@ def _warm(doc: _Doc, agent: AgentSpec) -> tuple[str, ...] | None:
     own = _own_module(agent)
     out: list[str] = []
     for m in raw:
-        if not isinstance(m, str) or not m or \
-                not all(p.isidentifier() for p in m.split(".")):
-            raise doc.err("warm", f"{m!r} is not a module name (dotted Python names, e.g. "
-                                  f"langgraph.graph): {_WARM_USAGE}")
+        if not isinstance(m, str) or not m or not all(p.isidentifier() for p in m.split(".")):
+            raise doc.err(
+                "warm",
+                f"{m!r} is not a module name (dotted Python names, e.g. "
+                f"langgraph.graph): {_WARM_USAGE}",
+            )
         if m in out:
             raise doc.err("warm", f"module {m!r} is listed twice")
         if m == own:
-            raise doc.err("warm", f"{m!r} is the agent's own module: its top-level code would "
-                                  "run once in the warm interpreter instead of in every "
-                                  "attempt. List only what it imports (e.g. the framework)")
+            raise doc.err(
+                "warm",
+                f"{m!r} is the agent's own module: its top-level code would "
+                "run once in the warm interpreter instead of in every "
+                "attempt. List only what it imports (e.g. the framework)",
+            )
         if not _module_found(m, agent, dict(agent.env)):
-            raise doc.err("warm", f"module {m!r} not found: it must be importable by the "
-                                  f"agent's interpreter ({_where_python(agent)})")
+            raise doc.err(
+                "warm",
+                f"module {m!r} not found: it must be importable by the "
+                f"agent's interpreter ({_where_python(agent)})",
+            )
         out.append(m)
     return tuple(out)
 
@@ -439,8 +542,11 @@ def _cwd(doc: _Doc, scenario_dir: str) -> str:
     _template(doc, "cwd", cwd, ("scenario_dir",))
     cwd = os.path.normpath(os.path.join(scenario_dir, fill(cwd, {"scenario_dir": scenario_dir})))
     if not os.path.isdir(cwd):
-        raise doc.err("cwd", f"the folder {cwd} does not exist (a relative cwd is taken from "
-                             "the scenario file's folder)")
+        raise doc.err(
+            "cwd",
+            f"the folder {cwd} does not exist (a relative cwd is taken from "
+            "the scenario file's folder)",
+        )
     return cwd
 
 
@@ -452,15 +558,24 @@ def _services(doc: _Doc) -> dict[str, Any]:
     except ServiceSpecError as exc:
         node, line = doc.items["services"]
         for part in exc.parts[1:]:  # walk down to the line of the bad key
-            if isinstance(node, yaml.SequenceNode) and part.isdigit() \
-                    and int(part) < len(node.value):
+            if (
+                isinstance(node, yaml.SequenceNode)
+                and part.isdigit()
+                and int(part) < len(node.value)
+            ):
                 node = node.value[int(part)]
                 line = node.start_mark.line + 1
                 continue
             if not isinstance(node, yaml.MappingNode):
                 break
-            found = next(((k, v) for k, v in node.value
-                          if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            found = next(
+                (
+                    (k, v)
+                    for k, v in node.value
+                    if isinstance(k, yaml.ScalarNode) and k.value == part
+                ),
+                None,
+            )
             if found is None:
                 break
             line, node = found[0].start_mark.line + 1, found[1]
@@ -472,8 +587,7 @@ def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str
     """The line and key of what a FaultSpecError is about, within ``faults[i]``."""
     line, key = item.start_mark.line + 1, f"faults[{i}]"
     node: yaml.Node | None = item
-    if exc.item is not None and isinstance(item, yaml.SequenceNode) \
-            and exc.item < len(item.value):
+    if exc.item is not None and isinstance(item, yaml.SequenceNode) and exc.item < len(item.value):
         node = item.value[exc.item]
         line, key = node.start_mark.line + 1, f"{key}[{exc.item}]"
     for part in (exc.kind, exc.option):
@@ -482,8 +596,14 @@ def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str
         key = f"{key}.{part}"
         found = None
         if isinstance(node, yaml.MappingNode):
-            found = next(((k, v) for k, v in node.value
-                          if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            found = next(
+                (
+                    (k, v)
+                    for k, v in node.value
+                    if isinstance(k, yaml.ScalarNode) and k.value == part
+                ),
+                None,
+            )
         if found is None:
             break
         line, node = found[0].start_mark.line + 1, found[1]
@@ -493,8 +613,12 @@ def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str
 def _families(doc: _Doc) -> Iterator[Family]:
     node, line = doc.items["faults"]
     if not isinstance(node, yaml.SequenceNode) or not node.value:
-        raise ScenarioError(doc.path, line, "faults", "must be a non-empty list of fault "
-                                                      f"families ({', '.join(FAMILY_KINDS)})")
+        raise ScenarioError(
+            doc.path,
+            line,
+            "faults",
+            f"must be a non-empty list of fault families ({', '.join(FAMILY_KINDS)})",
+        )
     for i, item in enumerate(node.value):
         iline = item.start_mark.line + 1
         try:
@@ -522,28 +646,37 @@ def _expect(doc: _Doc) -> Expect:
             except UnitError as exc:
                 raise doc.err(key, str(exc)) from exc
             if not 0 < kw[key] <= MAX_STATE_BYTES:
-                raise doc.err(key, f"expect.max_state_bytes must be more than 0 and at most "
-                                   f"{format_size(MAX_STATE_BYTES)} (the cap), got {v!r}")
+                raise doc.err(
+                    key,
+                    f"expect.max_state_bytes must be more than 0 and at most "
+                    f"{format_size(MAX_STATE_BYTES)} (the cap), got {v!r}",
+                )
         elif key == "refuse_patterns":
             if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-                raise doc.err(key, f"must be a list of regular expressions matched against "
-                                   f"the agent's stderr, got {v!r}")
+                raise doc.err(
+                    key,
+                    f"must be a list of regular expressions matched against "
+                    f"the agent's stderr, got {v!r}",
+                )
             for x in v:
                 try:
                     re.compile(x)
                 except re.error as exc:
-                    raise doc.err(key, f"{x!r} is not a valid regular expression: {exc}") \
-                        from None
+                    raise doc.err(key, f"{x!r} is not a valid regular expression: {exc}") from None
             kw[key] = tuple(v)
         elif key == "max_retries":
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_RETRIES:
-                raise doc.err(key, f"expect.max_retries must be a whole number from 0 to "
-                                   f"{MAX_RETRIES} (requests of one network call an attempt "
-                                   f"may send beyond the golden run's), got {v!r}")
+                raise doc.err(
+                    key,
+                    f"expect.max_retries must be a whole number from 0 to "
+                    f"{MAX_RETRIES} (requests of one network call an attempt "
+                    f"may send beyond the golden run's), got {v!r}",
+                )
             kw[key] = v
         elif key in ("fail_stop_codes", "refuse_codes"):
             if not isinstance(v, list) or not all(
-                    isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v):
+                isinstance(c, int) and not isinstance(c, bool) and 0 < c < 256 for c in v
+            ):
                 raise doc.err(key, f"must be a list of exit codes 1-255, got {v!r}")
             kw[key] = tuple(v)
         else:
@@ -557,8 +690,10 @@ def _llm_policy(doc: _Doc) -> str | int:
     """``expect.no_repeated_llm_calls``: fail, warn, false (off) or {max_tokens: N}."""
     key = "no_repeated_llm_calls"
     node = doc.items[key][0]
-    usage = ("use fail, warn (the default: reported, not a failure), false (off), or "
-             "{max_tokens: N} (fail only past N re-billed tokens)")
+    usage = (
+        "use fail, warn (the default: reported, not a failure), false (off), or "
+        "{max_tokens: N} (fail only past N re-billed tokens)"
+    )
     if isinstance(node, yaml.MappingNode):
         sub = _Doc(doc.path, node, doc._k(key))
         sub.check_keys(("max_tokens",))
@@ -584,8 +719,11 @@ def _first_contact(doc: _Doc, agent: AgentSpec) -> None:
     if agent.entry:
         module = agent.entry.partition(":")[0]
         if not _module_found(module, agent, env):
-            raise doc.err("entry", f"module {module!r} not found: it must be importable by "
-                                   f"the agent's interpreter ({_where_python(agent)})")
+            raise doc.err(
+                "entry",
+                f"module {module!r} not found: it must be importable by "
+                f"the agent's interpreter ({_where_python(agent)})",
+            )
         return
     filled = _known(agent, agent.command[0])
     if agent.command[0] == "{python}":
@@ -622,10 +760,15 @@ def _relative_hint(what: str, rel: str, agent: AgentSpec) -> str:
     if agent.cwd:
         return f"{what} {rel!r} not found in the agent's working folder {agent.cwd}"
     beside = os.path.join(agent.scenario_dir, rel)
-    hint = f"; it is beside the scenario: write '{{scenario_dir}}/{rel}'" \
-        if os.path.exists(beside) else "; give its path, e.g. '{scenario_dir}/...'"
-    return (f"{what} {rel!r} is relative, and the agent starts in the trial's empty "
-            f"{{workdir}} (no agent.cwd){hint}")
+    hint = (
+        f"; it is beside the scenario: write '{{scenario_dir}}/{rel}'"
+        if os.path.exists(beside)
+        else "; give its path, e.g. '{scenario_dir}/...'"
+    )
+    return (
+        f"{what} {rel!r} is relative, and the agent starts in the trial's empty "
+        f"{{workdir}} (no agent.cwd){hint}"
+    )
 
 
 def _missing(what: str, given: str, full: str, agent: AgentSpec) -> str:
@@ -643,8 +786,11 @@ def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
         if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
             module = argv[i + 1] if a == "-m" and i + 1 < len(argv) else a[2:]
             if module and "{" not in module and not _module_found(module, agent, env):
-                raise doc.err("command", f"module {module!r} (after -m) not found: it must be "
-                                         f"importable by {{python}} ({_where_python(agent)})")
+                raise doc.err(
+                    "command",
+                    f"module {module!r} (after -m) not found: it must be "
+                    f"importable by {{python}} ({_where_python(agent)})",
+                )
             return
         if a == "-c" or a.startswith("-c") or a == "-":
             return
@@ -664,8 +810,7 @@ def _python_target(doc: _Doc, agent: AgentSpec, env: dict[str, str]) -> None:
 def _existing_file(doc: _Doc, agent: AgentSpec, what: str, path: str) -> str:
     """``path`` (absolute, or relative to the agent's cwd) as an existing file, else the
     ``agent.command`` error that says what is missing and where it was looked for."""
-    full = path if os.path.isabs(path) else os.path.join(agent.cwd, path) \
-        if agent.cwd else None
+    full = path if os.path.isabs(path) else os.path.join(agent.cwd, path) if agent.cwd else None
     if full is None:
         raise doc.err("command", _relative_hint(what, path, agent))
     if not os.path.isfile(full):
@@ -678,10 +823,16 @@ def _program(doc: _Doc, agent: AgentSpec, env: dict[str, str], program: str) -> 
     if "/" not in program:
         search = env.get("PATH", os.environ.get("PATH", os.defpath))
         if shutil.which(program, path=search) is None:
-            raise doc.err("command", f"{program!r} not found on PATH; fix the name, install "
-                                     "it, or give its path (e.g. '{scenario_dir}/my-agent')")
+            raise doc.err(
+                "command",
+                f"{program!r} not found on PATH; fix the name, install "
+                "it, or give its path (e.g. '{scenario_dir}/my-agent')",
+            )
         return
     full = _existing_file(doc, agent, "the program", program)
     if not os.access(full, os.X_OK):
-        raise doc.err("command", f"the program {full} is not executable (chmod +x it, or run "
-                                 "it through its interpreter, e.g. [sh, ...])")
+        raise doc.err(
+            "command",
+            f"the program {full} is not executable (chmod +x it, or run "
+            "it through its interpreter, e.g. [sh, ...])",
+        )

@@ -45,8 +45,16 @@ from crashpoint.harness._network import HOWS, Failure, pick
 if TYPE_CHECKING:
     from crashpoint.harness._ledger import Ledger
 
-__all__ = ["ENV_HTTP", "ENV_LLM", "EVENT_METHODS", "METHODS", "Route", "ServiceSpecError",
-           "ServicesSpec", "parse_services"]
+__all__ = [
+    "ENV_HTTP",
+    "ENV_LLM",
+    "EVENT_METHODS",
+    "METHODS",
+    "Route",
+    "ServiceSpecError",
+    "ServicesSpec",
+    "parse_services",
+]
 
 ENV_HTTP = "CRASHPOINT_HTTP"
 ENV_LLM = "OPENAI_BASE_URL"
@@ -67,9 +75,16 @@ class ServiceSpecError(ValueError):
 
     def __init__(self, parts: tuple[str, ...], message: str) -> None:
         self.parts, self.message = parts, message
-        self.key = "".join(p if i == 0 else f"[{p}]" if p.isdigit() else
-                           f"[{p!r}]" if not p.isidentifier() else f".{p}"
-                           for i, p in enumerate(parts))
+        self.key = "".join(
+            p
+            if i == 0
+            else f"[{p}]"
+            if p.isdigit()
+            else f"[{p!r}]"
+            if not p.isidentifier()
+            else f".{p}"
+            for i, p in enumerate(parts)
+        )
         super().__init__(f"{self.key}: {message}")
 
 
@@ -122,10 +137,18 @@ def _headers(v: Any, key: _Key, ctype: str) -> tuple[tuple[str, str], ...]:
     if v is None:
         v = {}
     if not isinstance(v, dict) or not all(
-            isinstance(k, str) and k and "\n" not in k and ":" not in k
-            and isinstance(x, (str, int)) and "\n" not in str(x) for k, x in v.items()):
-        raise ServiceSpecError(key, f"must be a mapping of header names to values, e.g. "
-                                    f"{{Retry-After: '1'}}, got {v!r}")
+        isinstance(k, str)
+        and k
+        and "\n" not in k
+        and ":" not in k
+        and isinstance(x, (str, int))
+        and "\n" not in str(x)
+        for k, x in v.items()
+    ):
+        raise ServiceSpecError(
+            key,
+            f"must be a mapping of header names to values, e.g. {{Retry-After: '1'}}, got {v!r}",
+        )
     out = tuple((k, str(x)) for k, x in v.items())
     if ctype and not any(h.lower() == "content-type" for h, _ in out):
         out = (("Content-Type", ctype), *out)
@@ -141,8 +164,7 @@ def _latency(v: Any, key: _Key) -> float:
 def _keys(d: dict[str, Any], allowed: tuple[str, ...], where: _Key) -> None:
     for k in d:
         if k not in allowed:
-            raise ServiceSpecError((*where, str(k)),
-                                   f"unknown key; allowed: {', '.join(allowed)}")
+            raise ServiceSpecError((*where, str(k)), f"unknown key; allowed: {', '.join(allowed)}")
 
 
 def _failure(v: Any, key: _Key) -> Failure:
@@ -151,8 +173,11 @@ def _failure(v: Any, key: _Key) -> Failure:
     if isinstance(v, int) and not isinstance(v, bool):
         v = {"how": "status", "status": v}
     if not isinstance(v, dict):
-        raise ServiceSpecError(key, "must be reset, timeout, a status (e.g. 503) or a mapping "
-                                    f"{{how: status, status: 429, headers: ...}}, got {v!r}")
+        raise ServiceSpecError(
+            key,
+            "must be reset, timeout, a status (e.g. 503) or a mapping "
+            f"{{how: status, status: 429, headers: ...}}, got {v!r}",
+        )
     _keys(v, FAIL_KEYS, key)
     how = v.get("how", "status" if "status" in v else "")
     body, ctype = _body(v.get("body"), (*key, "body"))
@@ -163,8 +188,13 @@ def _failure(v: Any, key: _Key) -> Failure:
     if how not in HOWS:
         raise ServiceSpecError((*key, "how"), f"must be one of {', '.join(HOWS)}, got {how!r}")
     try:
-        return Failure(cast(Literal["reset", "timeout", "status"], how), status, body, headers,
-                       _latency(v.get("latency", 0), (*key, "latency")))
+        return Failure(
+            cast(Literal["reset", "timeout", "status"], how),
+            status,
+            body,
+            headers,
+            _latency(v.get("latency", 0), (*key, "latency")),
+        )
     except ValueError as exc:
         raise ServiceSpecError(key, str(exc)) from None
 
@@ -175,12 +205,14 @@ def _route_name(name: Any, key: _Key) -> str:
     method, _, path = name.partition(" ") if " " in name.strip() else ("", "", name)
     where = (*key, name)
     if method and method not in METHODS:
-        raise ServiceSpecError(where, f"unknown method {method!r}; use one of "
-                                      f"{', '.join(METHODS)}")
+        raise ServiceSpecError(where, f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     path = path.strip()
     if not path.startswith("/") or "?" in path or " " in path:
-        raise ServiceSpecError(where, "a route is 'METHOD /path' or '/path' (the path starts "
-                                      f"with /, no query), e.g. 'POST /hook', got {name!r}")
+        raise ServiceSpecError(
+            where,
+            "a route is 'METHOD /path' or '/path' (the path starts "
+            f"with /, no query), e.g. 'POST /hook', got {name!r}",
+        )
     return f"{method} {path}" if method else path
 
 
@@ -200,26 +232,33 @@ def parse_services(raw: Any) -> ServicesSpec:
     table = http.get("routes") or {}
     tkey = (*top, "http", "routes")
     if not isinstance(table, dict):
-        raise ServiceSpecError(tkey, "must map 'METHOD /path' to a reply, e.g. "
-                                     "{'POST /hook': {status: 202}}")
+        raise ServiceSpecError(
+            tkey, "must map 'METHOD /path' to a reply, e.g. {'POST /hook': {status: 202}}"
+        )
     for name, r in table.items():
         rname = _route_name(name, tkey)
         key = (*tkey, str(name))
         r = {} if r is None else r
         if not isinstance(r, dict):
-            raise ServiceSpecError(key, "must be a mapping {status, body, headers, latency, "
-                                        f"fail}}, got {r!r}")
+            raise ServiceSpecError(
+                key, f"must be a mapping {{status, body, headers, latency, fail}}, got {r!r}"
+            )
         _keys(r, ROUTE_KEYS, key)
         status = r.get("status", 200)
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise ServiceSpecError((*key, "status"), f"must be an HTTP status 100-599, got "
-                                                     f"{status!r}")
-        body, ctype = _body(r.get("body"), (*key, "body")) if "body" in r else \
-            (DEFAULT_ROUTE.body, "application/json")
+            raise ServiceSpecError(
+                (*key, "status"), f"must be an HTTP status 100-599, got {status!r}"
+            )
+        body, ctype = (
+            _body(r.get("body"), (*key, "body"))
+            if "body" in r
+            else (DEFAULT_ROUTE.body, "application/json")
+        )
         headers = _headers(r.get("headers"), (*key, "headers"), ctype)
         fail = _failure(r["fail"], (*key, "fail")) if r.get("fail") is not None else None
-        routes[rname] = Route(status, body, headers, _latency(r.get("latency", 0),
-                                                              (*key, "latency")), fail)
+        routes[rname] = Route(
+            status, body, headers, _latency(r.get("latency", 0), (*key, "latency")), fail
+        )
     llm = raw.get("llm")
     if llm is not None and not isinstance(llm, dict):
         raise ServiceSpecError((*top, "llm"), f"must be a mapping (the LLM script), got {llm!r}")
@@ -283,8 +322,7 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             split = urlsplit(self.path)
             raw_parts = split.path.split("/")
             token = unquote(raw_parts[1]) if len(raw_parts) > 1 else ""
-            if not ledger.token or not hmac.compare_digest(token.encode(),
-                                                           ledger.token.encode()):
+            if not ledger.token or not hmac.compare_digest(token.encode(), ledger.token.encode()):
                 self._forbidden()
                 return
             rest = "/" + "/".join(raw_parts[2:])
@@ -296,24 +334,48 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             elif head == "v1":
                 self._llm("/" + tail)
             else:
-                self._send_json(404, {"ok": False, "error": (
-                    f"no route {self.command} {rest}; under the token: effects/<kind>, "
-                    "events/<op>, http/<path> (the HTTP stand-in), v1/... (the LLM stand-in)")})
+                self._send_json(
+                    404,
+                    {
+                        "ok": False,
+                        "error": (
+                            f"no route {self.command} {rest}; under the token: effects/<kind>, "
+                            "events/<op>, http/<path> (the HTTP stand-in), v1/... "
+                            "(the LLM stand-in)"
+                        ),
+                    },
+                )
 
         def _forbidden(self) -> None:
             ledger.refused["token"] += 1
-            ledger.log_forbidden({"via": "http", "method": self.command,
-                                  "path": self.path[:200], "peer": self.client_address[0]})
+            ledger.log_forbidden(
+                {
+                    "via": "http",
+                    "method": self.command,
+                    "path": self.path[:200],
+                    "peer": self.client_address[0],
+                }
+            )
             self.close_connection = True
-            self._send_json(403, {"ok": False, "error": (
-                "forbidden: every path starts with the trial's token; use the base URL the "
-                "harness gave the agent (CRASHPOINT_HTTP, CRASHPOINT_LEDGER_HTTP, "
-                "OPENAI_BASE_URL)")})
+            self._send_json(
+                403,
+                {
+                    "ok": False,
+                    "error": (
+                        "forbidden: every path starts with the trial's token; use the base URL the "
+                        "harness gave the agent (CRASHPOINT_HTTP, CRASHPOINT_LEDGER_HTTP, "
+                        "OPENAI_BASE_URL)"
+                    ),
+                },
+            )
 
         def _who(self) -> dict[str, Any]:
             pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
-            return {"via": "http", "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
-                    "pid": int(pid_h) if pid_h.isdigit() else None}
+            return {
+                "via": "http",
+                "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
+                "pid": int(pid_h) if pid_h.isdigit() else None,
+            }
 
         def _attempt(self) -> int:
             try:
@@ -328,10 +390,17 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                 self._send_json(405, {"ok": False, "error": f"{route}/ takes POST only"})
                 return
             if not name or "/" in name or (route == "events" and name not in HTTP_EVENT_OPS):
-                self._send_json(404, {"ok": False, "error": (
-                    f"no route POST {route}/{name}; use POST <base>/effects/<kind> "
-                    "(Idempotency-Key header) or POST <base>/events/"
-                    f"<{'|'.join(HTTP_EVENT_OPS)}>")})
+                self._send_json(
+                    404,
+                    {
+                        "ok": False,
+                        "error": (
+                            f"no route POST {route}/{name}; use POST <base>/effects/<kind> "
+                            "(Idempotency-Key header) or POST <base>/events/"
+                            f"<{'|'.join(HTTP_EVENT_OPS)}>"
+                        ),
+                    },
+                )
                 return
             raw = self._read_body()
             if raw is None:
@@ -352,16 +421,22 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                 if body is None:
                     body = {}
                 if not isinstance(body, dict):
-                    self._send_json(400, {"ok": False, "error": (
-                        "an event body is a JSON object such as {\"step\": \"fetch\"}")})
+                    self._send_json(
+                        400,
+                        {
+                            "ok": False,
+                            "error": ('an event body is a JSON object such as {"step": "fetch"}'),
+                        },
+                    )
                     return
                 msg = {**self._who(), **body, "op": name}  # the body's attempt/pid win
             reply = ledger._safe_handle(agent_message(msg))
             if reply is None:
                 self._drop()
                 return
-            self._send_json(200 if reply.get("ok") else 400, reply,
-                            replayed=reply.get("applied") is False)
+            self._send_json(
+                200 if reply.get("ok") else 400, reply, replayed=reply.get("applied") is False
+            )
 
         # -- the HTTP stand-in -----------------------------------------------------------------
 
@@ -374,11 +449,17 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             call = f"{method} {path}"
             attempt = self._attempt()
             route = ledger.services.route(method, path)
-            failure = pick(ledger.net_faults, call, ledger.count_call(attempt, call),
-                           attempt) or route.failure
+            failure = (
+                pick(ledger.net_faults, call, ledger.count_call(attempt, call), attempt)
+                or route.failure
+            )
             payload = _payload(raw)
-            msg: dict[str, Any] = {**self._who(), "attempt": self._attempt(),
-                                   "method": method, "path": path}
+            msg: dict[str, Any] = {
+                **self._who(),
+                "attempt": self._attempt(),
+                "method": method,
+                "path": path,
+            }
             if query:
                 msg["query"] = query
                 payload = {"body": payload, "query": query}
@@ -405,8 +486,9 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                 return
             if route.latency and not self._hold(route.latency):
                 return
-            self._send(route.status, route.body, route.headers,
-                       replayed=reply.get("applied") is False)
+            self._send(
+                route.status, route.body, route.headers, replayed=reply.get("applied") is False
+            )
 
         # -- the LLM stand-in ------------------------------------------------------------------
 
@@ -420,18 +502,32 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             try:
                 result = ledger.llm().handle(self.command, path, raw)
             except Exception as exc:  # a bug of the stand-in: the agent hears it
-                self._send_json(500, {"error": {"message": (
-                    f"the LLM stand-in failed: {type(exc).__name__}: {exc}"),
-                    "type": "server_error"}})
+                self._send_json(
+                    500,
+                    {
+                        "error": {
+                            "message": (f"the LLM stand-in failed: {type(exc).__name__}: {exc}"),
+                            "type": "server_error",
+                        }
+                    },
+                )
                 return
             billed = self.command == "POST" and result.status == 200
             if billed or failure is not None:
-                msg = {**self._who(), "attempt": attempt, "op": "llm_call",
-                       "name": result.model, "path": path, "fingerprint": result.fingerprint,
-                       "prompt_tokens": result.prompt_tokens if failure is None or
-                       failure.applied else 0,
-                       "completion_tokens": result.completion_tokens if failure is None or
-                       failure.applied else 0}
+                msg = {
+                    **self._who(),
+                    "attempt": attempt,
+                    "op": "llm_call",
+                    "name": result.model,
+                    "path": path,
+                    "fingerprint": result.fingerprint,
+                    "prompt_tokens": result.prompt_tokens
+                    if failure is None or failure.applied
+                    else 0,
+                    "completion_tokens": result.completion_tokens
+                    if failure is None or failure.applied
+                    else 0,
+                }
                 if failure is not None:
                     msg["failed"] = _describe(failure)
                     if failure.applied:  # billed, then the reply is lost (_network)
@@ -441,8 +537,15 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                     self._drop()
                     return
                 if not reply.get("ok"):
-                    self._send_json(400, {"error": {"message": str(reply.get("error")),
-                                                    "type": "invalid_request_error"}})
+                    self._send_json(
+                        400,
+                        {
+                            "error": {
+                                "message": str(reply.get("error")),
+                                "type": "invalid_request_error",
+                            }
+                        },
+                    )
                     return
             if failure is not None:
                 self._fail(failure)
@@ -470,9 +573,16 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             if n > ledger.max_request_bytes:  # refused before reading a byte of it
                 ledger.refused["body_size"] += 1
                 self.close_connection = True
-                self._send_json(413, {"ok": False, "error": (
-                    f"body of {n} bytes is over the ledger's limit of "
-                    f"{_size_text(ledger.max_request_bytes)} per request")})
+                self._send_json(
+                    413,
+                    {
+                        "ok": False,
+                        "error": (
+                            f"body of {n} bytes is over the ledger's limit of "
+                            f"{_size_text(ledger.max_request_bytes)} per request"
+                        ),
+                    },
+                )
                 return None
             return self._read_exact(n)
 
@@ -482,21 +592,39 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             got = 0
             while got < n:
                 try:
-                    chunk = self.rfile.read1(min(65536, n - got)) \
-                        if time.monotonic() < deadline else None
+                    chunk = (
+                        self.rfile.read1(min(65536, n - got))
+                        if time.monotonic() < deadline
+                        else None
+                    )
                 except (TimeoutError, OSError):
                     chunk = None
                 if chunk is None:
                     ledger.refused["idle"] += 1
                     self.close_connection = True
-                    self._send_json(408, {"ok": False, "error": (
-                        f"the body announced {n} bytes and sent {got} within "
-                        f"{ledger.idle_timeout:g} s; the connection is closed")})
+                    self._send_json(
+                        408,
+                        {
+                            "ok": False,
+                            "error": (
+                                f"the body announced {n} bytes and sent {got} within "
+                                f"{ledger.idle_timeout:g} s; the connection is closed"
+                            ),
+                        },
+                    )
                     return None
                 if not chunk:
                     self.close_connection = True
-                    self._send_json(400, {"ok": False, "error": (
-                        f"the body announced {n} bytes and the connection closed after {got}")})
+                    self._send_json(
+                        400,
+                        {
+                            "ok": False,
+                            "error": (
+                                f"the body announced {n} bytes and the connection closed "
+                                f"after {got}"
+                            ),
+                        },
+                    )
                     return None
                 parts.append(chunk)
                 got += len(chunk)
@@ -516,9 +644,16 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                     if len(out) + size > ledger.max_request_bytes:
                         ledger.refused["body_size"] += 1
                         self.close_connection = True
-                        self._send_json(413, {"ok": False, "error": (
-                            "chunked body over the ledger's limit of "
-                            f"{_size_text(ledger.max_request_bytes)} per request")})
+                        self._send_json(
+                            413,
+                            {
+                                "ok": False,
+                                "error": (
+                                    "chunked body over the ledger's limit of "
+                                    f"{_size_text(ledger.max_request_bytes)} per request"
+                                ),
+                            },
+                        )
                         return None
                     chunk = self._read_exact(size)
                     if chunk is None:
@@ -530,8 +665,14 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                 self._send_json(400, {"ok": False, "error": "bad chunked body"})
                 return None
 
-        def _send(self, code: int, body: bytes, headers: tuple[tuple[str, str], ...] = (),
-                  *, replayed: bool = False) -> None:
+        def _send(
+            self,
+            code: int,
+            body: bytes,
+            headers: tuple[tuple[str, str], ...] = (),
+            *,
+            replayed: bool = False,
+        ) -> None:
             self.send_response(code)
             for k, v in headers:
                 self.send_header(k, v)
@@ -544,11 +685,16 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(body)
 
         def _send_json(self, code: int, body: dict[str, Any], *, replayed: bool = False) -> None:
-            self._send(code, json.dumps(body).encode(),
-                       (("Content-Type", "application/json"),), replayed=replayed)
+            self._send(
+                code,
+                json.dumps(body).encode(),
+                (("Content-Type", "application/json"),),
+                replayed=replayed,
+            )
 
-        def _stream(self, code: int, chunks: tuple[bytes, ...],
-                    headers: tuple[tuple[str, str], ...]) -> None:
+        def _stream(
+            self, code: int, chunks: tuple[bytes, ...], headers: tuple[tuple[str, str], ...]
+        ) -> None:
             """Server-sent events, chunk by chunk; the body ends when the connection closes
             (HTTP/1.0)."""
             self.send_response(code)
@@ -583,8 +729,9 @@ def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
             """Close the connection with an RST (SO_LINGER 0): the client sees a reset."""
             self.close_connection = True
             with contextlib.suppress(OSError):
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
                 self.connection.close()
 
         def _hold(self, seconds: float) -> bool:

@@ -70,9 +70,9 @@ class _QuietKnownNoise(logging.Filter):
 logging.getLogger("mail.log").addFilter(_QuietKnownNoise())
 
 
-
-def mail_payload(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict[str, Any],
-                                                                              str | None]:
+def mail_payload(
+    data: bytes, mail_from: str, rcpt_tos: list[str]
+) -> tuple[dict[str, Any], str | None]:
     """The effect payload of one message (``data`` as received after DATA) and its Message-ID
     (None if it has none). The payload leaves out what a client makes up afresh on each send
     (Message-ID, Date, the MIME boundary), so the same mail sent twice has the same payload."""
@@ -83,21 +83,27 @@ def mail_payload(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict
         return {"from": mail_from, "to": sorted(rcpt_tos), "subject": "", "body": text}, None
 
 
-def _parsed(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict[str, Any],
-                                                                        str | None]:
+def _parsed(data: bytes, mail_from: str, rcpt_tos: list[str]) -> tuple[dict[str, Any], str | None]:
     msg = email.message_from_bytes(data, policy=email.policy.default)
     assert isinstance(msg, EmailMessage)  # what policy.default builds
     mid = str(msg.get("Message-ID") or "").strip() or None
-    payload: dict[str, Any] = {"from": mail_from, "to": sorted(rcpt_tos),
-                               "subject": str(msg.get("Subject") or ""),
-                               "body": _text(msg.get_body(preferencelist=("plain", "html")))}
+    payload: dict[str, Any] = {
+        "from": mail_from,
+        "to": sorted(rcpt_tos),
+        "subject": str(msg.get("Subject") or ""),
+        "body": _text(msg.get_body(preferencelist=("plain", "html"))),
+    }
     attachments = []
     for part in msg.iter_attachments():
         raw = part.get_payload(decode=True)
         blob = raw if isinstance(raw, bytes) else b""
-        attachments.append({"filename": part.get_filename() or "",
-                            "content_type": part.get_content_type(),
-                            "sha256": hashlib.sha256(blob).hexdigest()})
+        attachments.append(
+            {
+                "filename": part.get_filename() or "",
+                "content_type": part.get_content_type(),
+                "sha256": hashlib.sha256(blob).hexdigest(),
+            }
+        )
     if attachments:
         payload["attachments"] = attachments
     return payload, mid
@@ -128,18 +134,25 @@ class SmtpSink:
     from a thread of its own; :meth:`close` closes every session, stops the thread and frees
     the port. Usable as a context manager."""
 
-    def __init__(self, handle: Callable[[dict[str, Any]], dict[str, Any] | None], token: str,
-                 on_refused: Callable[[str], None] | None = None, *,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 max_recipients: int = MAX_RECIPIENTS,
-                 max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        handle: Callable[[dict[str, Any]], dict[str, Any] | None],
+        token: str,
+        on_refused: Callable[[str], None] | None = None,
+        *,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_recipients: int = MAX_RECIPIENTS,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         if not token:
             raise ValueError("the SMTP sink needs the trial's secret token (the AUTH password)")
         if min(max_message_bytes, max_recipients, max_connections) < 1 or idle_timeout <= 0:
-            raise ValueError("SMTP sink limits must be positive: max_message_bytes "
-                             f"{max_message_bytes}, max_recipients {max_recipients}, "
-                             f"max_connections {max_connections}, idle_timeout {idle_timeout}")
+            raise ValueError(
+                "SMTP sink limits must be positive: max_message_bytes "
+                f"{max_message_bytes}, max_recipients {max_recipients}, "
+                f"max_connections {max_connections}, idle_timeout {idle_timeout}"
+            )
         self.handle, self.token, self.on_refused = handle, token, on_refused
         self.host, self.port = "127.0.0.1", 0
         self.max_message_bytes, self.max_recipients = max_message_bytes, max_recipients
@@ -169,11 +182,13 @@ class SmtpSink:
         loop = asyncio.new_event_loop()
         # ledger calls run off the event loop: a kill (and what the trial does on it) never
         # stalls the other sessions' timers
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
-                                                           thread_name_prefix="smtp-sink-handle")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="smtp-sink-handle"
+        )
         try:
             self._server = loop.run_until_complete(
-                loop.create_server(lambda: _Session(self), sock=sock))
+                loop.create_server(lambda: _Session(self), sock=sock)
+            )
         except BaseException:
             sock.close()
             loop.close()
@@ -229,23 +244,40 @@ class SmtpSink:
             with contextlib.suppress(Exception):  # a logging bug never takes the sink down
                 self.on_refused(description)
 
-    def _authenticate(self, server: SMTP, session: Session, envelope: Envelope,
-                      mechanism: str, auth_data: Any) -> AuthResult:
-        ok = isinstance(auth_data, LoginPassword) and \
-            hmac.compare_digest(auth_data.password, self.token.encode())
+    def _authenticate(
+        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
+        ok = isinstance(auth_data, LoginPassword) and hmac.compare_digest(
+            auth_data.password, self.token.encode()
+        )
         if ok:
             return AuthResult(success=True)
-        login = auth_data.login.decode("utf-8", "replace") \
-            if isinstance(auth_data, LoginPassword) else "?"
-        self._refuse("auth", f"SMTP from {_peer(session)}: AUTH {mechanism} as {login!r} "
-                             "refused (535): the password is not the trial's token")
+        login = (
+            auth_data.login.decode("utf-8", "replace")
+            if isinstance(auth_data, LoginPassword)
+            else "?"
+        )
+        self._refuse(
+            "auth",
+            f"SMTP from {_peer(session)}: AUTH {mechanism} as {login!r} "
+            "refused (535): the password is not the trial's token",
+        )
         return AuthResult(success=False, handled=False)
 
-    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope,
-                          address: str, rcpt_options: list[str]) -> str:
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
         if len(envelope.rcpt_tos) >= self.max_recipients:
-            self._refuse("recipients", f"SMTP from {_peer(session)}: recipient {address!r} "
-                                       f"refused (452): over {self.max_recipients} recipients")
+            self._refuse(
+                "recipients",
+                f"SMTP from {_peer(session)}: recipient {address!r} "
+                f"refused (452): over {self.max_recipients} recipients",
+            )
             return f"452 4.5.3 Too many recipients (at most {self.max_recipients})"
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(rcpt_options)
@@ -253,8 +285,9 @@ class SmtpSink:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         data = envelope.original_content or b""
-        payload, mid = mail_payload(data, str(envelope.mail_from or ""),
-                                    [str(r) for r in envelope.rcpt_tos])
+        payload, mid = mail_payload(
+            data, str(envelope.mail_from or ""), [str(r) for r in envelope.rcpt_tos]
+        )
         msg: dict[str, Any] = {"op": "effect", "kind": "mail", "via": "smtp", "payload": payload}
         if mid is not None:
             msg["key"] = msg["message_id"] = mid
@@ -262,8 +295,11 @@ class SmtpSink:
         try:
             reply = await loop.run_in_executor(self._pool, self.handle, msg)
         except Exception as exc:
-            self._refuse("harness", f"SMTP from {_peer(session)}: the harness failed on a "
-                                    f"message: {type(exc).__name__}: {exc}")
+            self._refuse(
+                "harness",
+                f"SMTP from {_peer(session)}: the harness failed on a "
+                f"message: {type(exc).__name__}: {exc}",
+            )
             return f"451 4.3.0 the harness failed on this message: {type(exc).__name__}"
         if reply is None:  # the agent was killed at this message: it never hears back
             assert isinstance(server, _Session)
@@ -286,10 +322,18 @@ class _Session(SMTP):
     and a way to drop the connection without a reply."""
 
     def __init__(self, sink: SmtpSink) -> None:
-        super().__init__(sink, hostname="crashpoint-smtp-sink", ident="crashpoint SMTP sink",
-                         data_size_limit=sink.max_message_bytes, timeout=sink.idle_timeout,
-                         enable_SMTPUTF8=True, auth_required=False, auth_require_tls=False,
-                         authenticator=sink._authenticate, loop=asyncio.get_running_loop())
+        super().__init__(
+            sink,
+            hostname="crashpoint-smtp-sink",
+            ident="crashpoint SMTP sink",
+            data_size_limit=sink.max_message_bytes,
+            timeout=sink.idle_timeout,
+            enable_SMTPUTF8=True,
+            auth_required=False,
+            auth_require_tls=False,
+            authenticator=sink._authenticate,
+            loop=asyncio.get_running_loop(),
+        )
         # AUTH is required, in plain text (loopback only); set after __init__, which warns
         # (UserWarning) about that combination on every session
         self._auth_required = True
@@ -301,8 +345,11 @@ class _Session(SMTP):
         super().connection_made(transport)
         self.sink._sessions.add(self)
         if len(self.sink._sessions) > self.sink.max_connections:
-            self.sink._refuse("connections", f"SMTP from {_peer(self.session)}: refused (421): "
-                                              f"over {self.sink.max_connections} sessions")
+            self.sink._refuse(
+                "connections",
+                f"SMTP from {_peer(self.session)}: refused (421): "
+                f"over {self.sink.max_connections} sessions",
+            )
             self._dropped = True  # nothing else is said on it
             assert isinstance(transport, asyncio.WriteTransport)
             transport.write(b"421 4.7.0 Too many connections, try again later\r\n")
@@ -322,8 +369,11 @@ class _Session(SMTP):
         if self._dropped:
             return
         if isinstance(status, str) and status.startswith("552"):
-            self.sink._refuse("size", f"SMTP from {_peer(self.session)}: message refused "
-                                      f"(552): over {self.sink.max_message_bytes} bytes")
+            self.sink._refuse(
+                "size",
+                f"SMTP from {_peer(self.session)}: message refused "
+                f"(552): over {self.sink.max_message_bytes} bytes",
+            )
         await super().push(status)
 
     async def check_auth_needed(self, caller_method: str) -> bool:
@@ -333,9 +383,12 @@ class _Session(SMTP):
             return False
         if not self._refused_unauth:
             self._refused_unauth = True  # once per session
-            self.sink._refuse("auth", f"SMTP from {_peer(self.session)}: {caller_method} "
-                                      "without AUTH refused (530): the sink takes mail only "
-                                      "from a session that authenticated with the trial's "
-                                      "token")
+            self.sink._refuse(
+                "auth",
+                f"SMTP from {_peer(self.session)}: {caller_method} "
+                "without AUTH refused (530): the sink takes mail only "
+                "from a session that authenticated with the trial's "
+                "token",
+            )
         await self.push("530 5.7.0 Authentication required")
         return True

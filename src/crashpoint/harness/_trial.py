@@ -80,8 +80,14 @@ from crashpoint.harness._reportfs import (
 )
 from crashpoint.harness._services import parse_services
 
-__all__ = ["CANARY_VAR", "BudgetExceeded", "GoldenRunFailed", "ReplayError", "TrialRunner",
-           "replay_inputs"]
+__all__ = [
+    "CANARY_VAR",
+    "BudgetExceeded",
+    "GoldenRunFailed",
+    "ReplayError",
+    "TrialRunner",
+    "replay_inputs",
+]
 
 CANARY_VAR = "OPENAI_API_KEY"
 RUN_ID = "run-1"
@@ -93,19 +99,30 @@ def new_trial_id() -> str:
     so it can name a database, a schema or a key prefix for state kept outside the trial's
     folders."""
     return "t" + secrets.token_hex(6)
+
+
 _INJECT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults", "_inject")
-_PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
-             "SYSTEMROOT", "TZ")
+_PASS_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SYSTEMROOT",
+    "TZ",
+)
 #: Variables only a fresh interpreter acts on (the injected sitecustomize reads them at
 #: start-up): an attempt that has one is spawned, never forked from the warm zygote.
-_FRESH_INTERPRETER = frozenset({"CRASHPOINT_FILEOP_KILL", "CRASHPOINT_FILEOP_AT",
-                                "CRASHPOINT_FILEOP_RECORD"})
+_FRESH_INTERPRETER = frozenset(
+    {"CRASHPOINT_FILEOP_KILL", "CRASHPOINT_FILEOP_AT", "CRASHPOINT_FILEOP_RECORD"}
+)
 #: Default evidence limits (bytes): per trial folder, and per campaign (one runner).
 EVIDENCE_PER_TRIAL = 64 << 20
 EVIDENCE_PER_CAMPAIGN = 512 << 20
 #: The files of a trial folder that are always kept (small; the history is capped).
-_ESSENTIAL = ("result.json", "golden.json", "runner.json", "REPLAY", "plan.json",
-              "history.jsonl")
+_ESSENTIAL = ("result.json", "golden.json", "runner.json", "REPLAY", "plan.json", "history.jsonl")
 
 
 class GoldenRunFailed(CrashpointError, RuntimeError):
@@ -198,8 +215,7 @@ class _Scope:
         used = 0
         with contextlib.suppress(OSError):
             for name in os.listdir(self.folder):
-                if name not in ("state", "work", "tmp") and \
-                        os.path.join(self.folder, name) != dst:
+                if name not in ("state", "work", "tmp") and os.path.join(self.folder, name) != dst:
                     used += tree_size(os.path.join(self.folder, name))
         return max(0, self.budget.limit - used)
 
@@ -288,15 +304,21 @@ class TrialRunner:
     def _new_scope(self, folder: str, canary: str, plan: Plan | None = None) -> _Scope:
         left = self.evidence_per_campaign - self.evidence_used
         if left < self.evidence_per_trial:
-            why = f"the campaign's evidence limit of {human_size(self.evidence_per_campaign)}" \
-                  f", {human_size(self.evidence_used)} already used by earlier trials"
+            why = (
+                f"the campaign's evidence limit of {human_size(self.evidence_per_campaign)}"
+                f", {human_size(self.evidence_used)} already used by earlier trials"
+            )
         else:
             why = f"the per-trial evidence limit of {human_size(self.evidence_per_trial)}"
-        stale = plan is not None and any(f.kind == "corrupt" and f.arg("how") == "stale-copy"
-                                         for f in plan.faults)
-        self._scope = _Scope(folder, self.secrets(canary),
-                             EvidenceBudget(max(0, min(self.evidence_per_trial, left)), why),
-                             whole_copies=stale)
+        stale = plan is not None and any(
+            f.kind == "corrupt" and f.arg("how") == "stale-copy" for f in plan.faults
+        )
+        self._scope = _Scope(
+            folder,
+            self.secrets(canary),
+            EvidenceBudget(max(0, min(self.evidence_per_trial, left)), why),
+            whole_copies=stale,
+        )
         return self._scope
 
     def _end_scope(self, result: TrialResult | None, ledger: Ledger) -> None:
@@ -314,22 +336,34 @@ class TrialRunner:
         result.tmp_bytes = sum(sizes.values())
         result.outside_writes = [redact_text(o, scope.secrets) for o in outside]
         result.ledger_refused = {k: n for k, n in sorted(ledger.refused.items()) if n}
-        result.checks = [dataclasses.replace(c, message=redact_text(c.message, scope.secrets),
-                                             hint=redact_text(c.hint, scope.secrets))
-                         for c in result.checks]
+        result.checks = [
+            dataclasses.replace(
+                c,
+                message=redact_text(c.message, scope.secrets),
+                hint=redact_text(c.hint, scope.secrets),
+            )
+            for c in result.checks
+        ]
         result.corruptions = redact_json(result.corruptions, scope.secrets)
 
     # -- environment ----------------------------------------------------------------------------
 
-    def _env(self, ledger: Ledger, attempt: int, canary: str, trial: str,
-             extra: dict[str, str]) -> dict[str, str]:
+    def _env(
+        self, ledger: Ledger, attempt: int, canary: str, trial: str, extra: dict[str, str]
+    ) -> dict[str, str]:
         env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
         env.update(dict(self.agent.env))
         env.update(ledger.env())
-        env.update({"CRASHPOINT_ATTEMPT": str(attempt), "CRASHPOINT_TRIAL": trial,
-                    "CRASHPOINT_RUN_ID": RUN_ID, "CRASHPOINT_TRIAL_ID": self._trial_id,
-                    CANARY_VAR: canary,
-                    "PYTHONDONTWRITEBYTECODE": "1"})
+        env.update(
+            {
+                "CRASHPOINT_ATTEMPT": str(attempt),
+                "CRASHPOINT_TRIAL": trial,
+                "CRASHPOINT_RUN_ID": RUN_ID,
+                "CRASHPOINT_TRIAL_ID": self._trial_id,
+                CANARY_VAR: canary,
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         if self._scope is not None:  # a private temp folder, measured and removed after it
             tmp = self._scope.tmp.for_attempt(attempt)
             env.update({"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp})
@@ -338,8 +372,15 @@ class TrialRunner:
         env[REAP_VAR] = new_reap_token()
         return env
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str, rlimit: int | None,
-               on_start: Callable[[int], None], output: str | None = None) -> AgentProcess:
+    def _spawn(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        rlimit: int | None,
+        on_start: Callable[[int], None],
+        output: str | None = None,
+    ) -> AgentProcess:
         """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
         ``output``: stream its stdout and stderr to ``output + ".stdout"`` / ``".stderr"``.
 
@@ -351,20 +392,40 @@ class TrialRunner:
         """
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         prefix = [*ENTRY_ARGV, self.agent.entry]
-        forkable = self.launcher is not None and rlimit is None \
-            and not _FRESH_INTERPRETER & set(env)
-        main = self.launcher.main_of(argv) if forkable and self.agent.command \
-            and getattr(self.launcher, "main", None) else None
-        if forkable and (main is not None or (self.agent.entry and argv[:len(prefix)] == prefix)):
+        forkable = (
+            self.launcher is not None and rlimit is None and not _FRESH_INTERPRETER & set(env)
+        )
+        main = (
+            self.launcher.main_of(argv)
+            if forkable and self.agent.command and getattr(self.launcher, "main", None)
+            else None
+        )
+        if forkable and (main is not None or (self.agent.entry and argv[: len(prefix)] == prefix)):
             proc: AgentProcess = self.launcher.spawn(
-                self.agent.entry, env=env, cwd=cwd, timeout=self.agent.timeout,
-                args=main[2] if main is not None else argv[len(prefix):], on_start=on_start,
-                keep_head=self.keep_head, keep_tail=self.keep_tail, stdout_path=out,
-                stderr_path=err, **({"main": main[:2]} if main is not None else {}))
+                self.agent.entry,
+                env=env,
+                cwd=cwd,
+                timeout=self.agent.timeout,
+                args=main[2] if main is not None else argv[len(prefix) :],
+                on_start=on_start,
+                keep_head=self.keep_head,
+                keep_tail=self.keep_tail,
+                stdout_path=out,
+                stderr_path=err,
+                **({"main": main[:2]} if main is not None else {}),
+            )
             return proc
-        proc = AgentProcess(argv, env, cwd=cwd, timeout=self.agent.timeout, rlimit_fsize=rlimit,
-                            stdout_path=out, stderr_path=err, keep_head=self.keep_head,
-                            keep_tail=self.keep_tail).start()
+        proc = AgentProcess(
+            argv,
+            env,
+            cwd=cwd,
+            timeout=self.agent.timeout,
+            rlimit_fsize=rlimit,
+            stdout_path=out,
+            stderr_path=err,
+            keep_head=self.keep_head,
+            keep_tail=self.keep_tail,
+        ).start()
         on_start(proc.pid)
         return proc
 
@@ -376,8 +437,12 @@ class TrialRunner:
 
     def _budget_cut(self, ex: Exit | None, t_spawn: float) -> bool:
         """True if the budget, not the agent's own timeout, ended this attempt."""
-        return ex is not None and ex.timed_out and self.deadline is not None and \
-            self.deadline - t_spawn < self.agent.timeout
+        return (
+            ex is not None
+            and ex.timed_out
+            and self.deadline is not None
+            and self.deadline - t_spawn < self.agent.timeout
+        )
 
     # -- golden ---------------------------------------------------------------------------------
 
@@ -399,12 +464,18 @@ class TrialRunner:
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
         self._trial_id = new_trial_id()
-        argv = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls(),
-                               trial_id=self._trial_id)
+        argv = self.agent.argv(
+            state_dir=state,
+            workdir=work,
+            run_id=RUN_ID,
+            urls=ledger.urls(),
+            trial_id=self._trial_id,
+        )
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self._env(ledger, 1, canary_for(0, -1), "golden", {})
-        rec = _Recording(needs, os.path.join(folder, "record"), self.agent.cwd or work,
-                         self._python_agent())
+        rec = _Recording(
+            needs, os.path.join(folder, "record"), self.agent.cwd or work, self._python_agent()
+        )
         argv, env = rec.wrap(argv), rec.environ(env)
         t0 = time.monotonic()
         token = env[REAP_VAR]
@@ -415,11 +486,19 @@ class TrialRunner:
         try:
             with shielded():  # started and recorded as one step
                 try:
-                    procs.append(self._spawn(argv, env, self.agent.cwd or work, None,
-                                             functools.partial(ledger.begin_attempt, 1)))
+                    procs.append(
+                        self._spawn(
+                            argv,
+                            env,
+                            self.agent.cwd or work,
+                            None,
+                            functools.partial(ledger.begin_attempt, 1),
+                        )
+                    )
                 except AgentStartError as exc:  # one line, not a traceback
                     raise GoldenRunFailed(
-                        f"the golden run (no faults) could not start: {exc}") from None
+                        f"the golden run (no faults) could not start: {exc}"
+                    ) from None
                 out = _strace.output_of(argv)
                 if out:  # the run ends with the agent, not with a helper it left
                     detacher = _strace.Detacher(procs[0].pid, out)
@@ -438,31 +517,47 @@ class TrialRunner:
             raise BudgetExceeded("the golden run was stopped")
         duration = time.monotonic() - t0
         self._end_scope(None, ledger)
-        learned = rec.learn(state, work, [float(e.get("wall", 0.0)) for e in ledger.events]) \
-            if ex.returncode == 0 else {}
+        learned = (
+            rec.learn(state, work, [float(e.get("wall", 0.0)) for e in ledger.events])
+            if ex.returncode == 0
+            else {}
+        )
         self._bound_folder(folder, scope)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         if ex.returncode != 0:
-            raise GoldenRunFailed(redact_text(
-                f"the golden run (no faults) did not complete: {ex.describe()}. Command: "
-                f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}",
-                scope.secrets))
+            raise GoldenRunFailed(
+                redact_text(
+                    f"the golden run (no faults) did not complete: {ex.describe()}. Command: "
+                    f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}",
+                    scope.secrets,
+                )
+            )
         steps = [str(e.get("step")) for e in events if e["op"] == "step_started"]
         span = events[-1]["t"] - events[0]["t"] if events else 0.0
         for e in events:
             e.pop("t", None)
             e.pop("pid", None)
             e.pop("wall", None)
-        return Golden(steps, events, applied, ex.stdout, duration, span=round(span, 4),
-                      fileops=learned.get("fileops", []), writes=learned.get("writes", {}),
-                      recorded_by=rec.how, plog=learned.get("plog", {}),
-                      plog_events=learned.get("plog_events", []))
+        return Golden(
+            steps,
+            events,
+            applied,
+            ex.stdout,
+            duration,
+            span=round(span, 4),
+            fileops=learned.get("fileops", []),
+            writes=learned.get("writes", {}),
+            recorded_by=rec.how,
+            plog=learned.get("plog", {}),
+            plog_events=learned.get("plog_events", []),
+        )
 
     def _python_agent(self) -> bool:
         """Started by this interpreter (an entry, or a command run with {python})."""
-        return bool(self.agent.entry) or (bool(self.agent.command)
-                                          and self.agent.command[0] == "{python}")
+        return bool(self.agent.entry) or (
+            bool(self.agent.command) and self.agent.command[0] == "{python}"
+        )
 
     # -- trial ------------------------------------------------------------------------------------
 
@@ -484,14 +579,29 @@ class TrialRunner:
         max_bytes = [0]
         resume_times: list[float] = []
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
-        ledger.kills = [kill_at(f) for f in plan.faults if f.kind == "kill" or (
-            f.kind == "power_loss" and f.arg("op"))]
+        ledger.kills = [
+            kill_at(f)
+            for f in plan.faults
+            if f.kind == "kill" or (f.kind == "power_loss" and f.arg("op"))
+        ]
         nets = {i: net_fault(f) for i, f in enumerate(plan.faults) if f.kind == "network"}
         ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
         notes: dict[int, dict[str, Any]] = {}
         if not skipped:
-            self._attempts(plan, ledger, state, work, tdir, canary, attempts, corruptions,
-                           max_bytes, resume_times, notes, golden)
+            self._attempts(
+                plan,
+                ledger,
+                state,
+                work,
+                tdir,
+                canary,
+                attempts,
+                corruptions,
+                max_bytes,
+                resume_times,
+                notes,
+                golden,
+            )
         for i, nf in nets.items():  # how many requests each failed: fault accounting
             notes.setdefault(i, {})["net_fired"] = nf.fired
         events = [dict(e) for e in ledger.events]
@@ -500,19 +610,39 @@ class TrialRunner:
         max_bytes[0] = max(max_bytes[0], _dir_size(state))
         copies = [a.state_copy for a in attempts if a.state_copy]
         power = next((nt["power"] for nt in notes.values() if "power" in nt), None)
-        facts = TrialFacts(golden, plan, self.expect, attempts, events, applied, canary,
-                           [state, *copies], max_bytes[0], {"ended": dict(ledger.ended),
-                                                            "power": power})
+        facts = TrialFacts(
+            golden,
+            plan,
+            self.expect,
+            attempts,
+            events,
+            applied,
+            canary,
+            [state, *copies],
+            max_bytes[0],
+            {"ended": dict(ledger.ended), "power": power},
+        )
         if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
             checks: list[CheckResult] = []  # evidence to judge; the accounting says why
         else:
             checks = run_checks(facts, self.extra_checks)
-        result = TrialResult(plan, attempts, events, dict(applied), duplicates, checks,
-                             time.monotonic() - t0, tdir, max_bytes[0], corruptions,
-                             _reruns(events), skipped, resume_times)
+        result = TrialResult(
+            plan,
+            attempts,
+            events,
+            dict(applied),
+            duplicates,
+            checks,
+            time.monotonic() - t0,
+            tdir,
+            max_bytes[0],
+            corruptions,
+            _reruns(events),
+            skipped,
+            resume_times,
+        )
         if not skipped:
-            result.outcomes = account(plan, attempts, events, list(ledger.killed), notes,
-                                      golden)
+            result.outcomes = account(plan, attempts, events, list(ledger.killed), notes, golden)
         self._end_scope(result, ledger)
         if result.ok and not self.keep_passing:  # evidence is for failures (and replays)
             shutil.rmtree(tdir, ignore_errors=True)
@@ -534,20 +664,40 @@ class TrialRunner:
                 why = _power.unsupported(f, golden)
                 if why:
                     return why
-            if f.kind == "fileop" and f.arg("n") is not None and self.agent.command and \
-                    "{python}" not in " ".join(self.agent.command):
+            if (
+                f.kind == "fileop"
+                and f.arg("n") is not None
+                and self.agent.command
+                and "{python}" not in " ".join(self.agent.command)
+            ):
                 return "fileop faults by number need a Python agent started with {python}"
         return ""
 
-    def _attempts(self, plan: Plan, ledger: Ledger, state: str, work: str, tdir: str,
-                  canary: str, attempts: list[Attempt], corruptions: list[dict[str, Any]],
-                  max_bytes: list[int], resume_times: list[float],
-                  notes: dict[int, dict[str, Any]], golden: Golden) -> None:
+    def _attempts(
+        self,
+        plan: Plan,
+        ledger: Ledger,
+        state: str,
+        work: str,
+        tdir: str,
+        canary: str,
+        attempts: list[Attempt],
+        corruptions: list[dict[str, Any]],
+        max_bytes: list[int],
+        resume_times: list[float],
+        notes: dict[int, dict[str, Any]],
+        golden: Golden,
+    ) -> None:
         """Run the trial's attempts; ``notes`` collects, per planned fault (its index in the
         plan), the evidence of whether it took effect (see :mod:`._accounting`)."""
         self._trial_id = new_trial_id()
-        argv0 = self.agent.argv(state_dir=state, workdir=work, run_id=RUN_ID, urls=ledger.urls(),
-                                trial_id=self._trial_id)
+        argv0 = self.agent.argv(
+            state_dir=state,
+            workdir=work,
+            run_id=RUN_ID,
+            urls=ledger.urls(),
+            trial_id=self._trial_id,
+        )
         golden_note = golden.recorded_by
         n = 0
         one_resume = False
@@ -564,12 +714,20 @@ class TrialRunner:
                 att = _power.synthetic_attempt(cut, argv0)
                 att.state_copy = os.path.join(tdir, "crash-1")
                 _copy_state(state, att.state_copy, self._scope)
-                write_file(os.path.join(tdir, "powerloss.txt"),
-                           _power.trace_excerpt(golden, f), durable=False)
+                write_file(
+                    os.path.join(tdir, "powerloss.txt"),
+                    _power.trace_excerpt(golden, f),
+                    durable=False,
+                )
                 attempts.append(att)
-                notes[i] = {"cut": cut.note(), "power": {"explain": cut.state.explain,
-                                                         "lost": list(cut.state.lost),
-                                                         "label": cut.state.label()}}
+                notes[i] = {
+                    "cut": cut.note(),
+                    "power": {
+                        "explain": cut.state.explain,
+                        "lost": list(cut.state.lost),
+                        "label": cut.state.label(),
+                    },
+                }
                 n = 1
                 one_resume = not any(g.attempt > 1 for g in plan.faults)
         while n < 1 + self.restarts and not (one_resume and n >= 2):
@@ -580,18 +738,37 @@ class TrialRunner:
                 if f.kind == "corrupt":
                     rng = random.Random(f"{plan.seed}:{plan.index}:{f.arg('seed', 0)}")
                     older = next((a.state_copy for a in attempts if a.state_copy), None)
-                    pattern = fill(str(f.arg("path", "{state_dir}/**")),
-                                   {"state_dir": state, "workdir": work})
+                    pattern = fill(
+                        str(f.arg("path", "{state_dir}/**")), {"state_dir": state, "workdir": work}
+                    )
                     aim = f.arg("aim")
-                    c = corrupt(str(f.arg("how")), pattern, rng, older=older, root=state,
-                                roots=(state, work), aim=None if aim is None else [
-                                    (fill(str(p), {"state_dir": state, "workdir": work}),
-                                     int(off), int(size)) for p, off, size in aim])
-                    notes[i] = {"corruption": c.to_json() if c else None,
-                                "pattern": f.arg("path", "{state_dir}/**")}
-                    corruptions.append(c.to_json() if c else {"how": f.arg("how"),
-                                                               "path": pattern,
-                                                               "detail": "nothing to corrupt"})
+                    c = corrupt(
+                        str(f.arg("how")),
+                        pattern,
+                        rng,
+                        older=older,
+                        root=state,
+                        roots=(state, work),
+                        aim=None
+                        if aim is None
+                        else [
+                            (
+                                fill(str(p), {"state_dir": state, "workdir": work}),
+                                int(off),
+                                int(size),
+                            )
+                            for p, off, size in aim
+                        ],
+                    )
+                    notes[i] = {
+                        "corruption": c.to_json() if c else None,
+                        "pattern": f.arg("path", "{state_dir}/**"),
+                    }
+                    corruptions.append(
+                        c.to_json()
+                        if c
+                        else {"how": f.arg("how"), "path": pattern, "detail": "nothing to corrupt"}
+                    )
             extra: dict[str, str] = {}
             fps = [str(f.arg("spec")) for f in faults if f.kind == "failpoint"]
             fp_log = os.path.join(tdir, f"attempt-{n}.failpoints")
@@ -604,13 +781,17 @@ class TrialRunner:
                 if f.arg("n") is not None:  # a hand-written plan: the n-th operation (audit)
                     extra["CRASHPOINT_FILEOP_KILL"] = str(int(f.arg("n", 1)))
                     extra["PYTHONPATH"] = os.pathsep.join(
-                        [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])])
+                        [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])]
+                    )
                 elif f.arg("fileop"):
                     op = _fileops.FileOp.from_json(f.arg("fileop"))
-                    armed = _fileops.arm(op, {"state_dir": state, "workdir": work},
-                                         os.path.join(tdir, f"attempt-{n}"),
-                                         use_strace=op.via == "strace",
-                                         cwd=self.agent.cwd or work)
+                    armed = _fileops.arm(
+                        op,
+                        {"state_dir": state, "workdir": work},
+                        os.path.join(tdir, f"attempt-{n}"),
+                        use_strace=op.via == "strace",
+                        cwd=self.agent.cwd or work,
+                    )
                     notes.setdefault(i, {})["armed"] = armed
             rlimit = None
             ns: TmpfsNamespace | None = None
@@ -623,14 +804,24 @@ class TrialRunner:
                 mech = f.arg("mechanism", "tmpfs")
                 if mech == "failpoint":
                     extra["CRASHPOINT_FAILPOINTS"] = ";".join(
-                        filter(None, [extra.get("CRASHPOINT_FAILPOINTS"),
-                                      f"journal.write=enospc@{int(f.arg('nth', 3))}"]))
+                        filter(
+                            None,
+                            [
+                                extra.get("CRASHPOINT_FAILPOINTS"),
+                                f"journal.write=enospc@{int(f.arg('nth', 3))}",
+                            ],
+                        )
+                    )
                     continue
                 note = notes.setdefault(i, {})
                 point = f.arg("point")
                 if point is not None and not point:  # the golden run recorded no write point
-                    note["disk"] = (False, "", "no write point to fill the disk at: "
-                                    + (golden_note or "the golden run wrote no file"))
+                    note["disk"] = (
+                        False,
+                        "",
+                        "no write point to fill the disk at: "
+                        + (golden_note or "the golden run wrote no file"),
+                    )
                     continue
                 wp = WritePoint.from_json(point) if point else None
                 value = wp.value if wp is not None else int(f.arg("capacity", 65536))
@@ -640,14 +831,16 @@ class TrialRunner:
                 #                      same attempt, which no family does, is not armed)
                 armed = None
                 if mech == "tmpfs":
-                    ns = TmpfsNamespace(state, free=value) if wp is not None else \
-                        TmpfsNamespace(state, value)
+                    ns = (
+                        TmpfsNamespace(state, free=value)
+                        if wp is not None
+                        else TmpfsNamespace(state, value)
+                    )
                     if trace:
                         inner = _strace.wrap(inner, trace, syscalls=_DISK_SYSCALLS)
                     argv = ns.wrap(inner, cwd=self.agent.cwd or work)
                 elif trace:  # the limit set inside the trace: strace's own file is not cut
-                    argv = _strace.wrap(rlimit_argv(inner, value), trace,
-                                        syscalls=_DISK_SYSCALLS)
+                    argv = _strace.wrap(rlimit_argv(inner, value), trace, syscalls=_DISK_SYSCALLS)
                 else:
                     rlimit = value
                 disk = _DiskWatch(i, mech, state, wp, value, trace, why, n)
@@ -665,11 +858,11 @@ class TrialRunner:
                     try:
                         initial = _power.snapshot({"state_dir": state, "workdir": work})
                     except ValueError as exc:  # too much to model: the cut does not fire
-                        notes[i] = {"cut": (False, "", f"{exc} (what attempt {n} starts "
-                                                       "from)")}
+                        notes[i] = {"cut": (False, "", f"{exc} (what attempt {n} starts from)")}
                         continue
-                    rec = _power.Recovery(f, i, os.path.join(tdir, f"attempt-{n}.power.strace"),
-                                          initial)
+                    rec = _power.Recovery(
+                        f, i, os.path.join(tdir, f"attempt-{n}.power.strace"), initial
+                    )
                     argv = rec.wrap(argv)
                     recovery = (i, rec)
             together = any(f.kind == "resumers" for f in faults)
@@ -693,24 +886,34 @@ class TrialRunner:
                     LIVE.add_token(tokens[-1])  # before it starts (see golden)
                     t_spawn = time.monotonic()
                     with shielded():  # started and recorded as one step
-                        p = self._spawn(argv, env, self.agent.cwd or work, rlimit,
-                                        functools.partial(ledger.begin_attempt, num),
-                                        os.path.join(tdir, f"attempt-{num}"))
+                        p = self._spawn(
+                            argv,
+                            env,
+                            self.agent.cwd or work,
+                            rlimit,
+                            functools.partial(ledger.begin_attempt, num),
+                            os.path.join(tdir, f"attempt-{num}"),
+                        )
                         procs.append((num, p, t_spawn))
                         out = _strace.output_of(argv)
                         if out:  # the attempt ends with the agent, not its last helper
                             detachers.append(_strace.Detacher(p.pid, out))
                 with shielded():
-                    timers = self._timers(mine, procs[0][1], procs[0][0], procs[0][2], ledger,
-                                          notes)
+                    timers = self._timers(
+                        mine, procs[0][1], procs[0][0], procs[0][2], ledger, notes
+                    )
                     if disk is not None:
                         if ns is not None and disk.trace is None:
                             usage = UsageSampler(ns)
                         ledger.kill_when = disk.full_before
                     lead = procs[0][1]
-                    watches = [_fileops.Watch(note["armed"], functools.partial(
-                        lead.signal, signal.SIGKILL)) for note in notes.values()
-                        if note.get("armed") is not None and "landed" not in note]
+                    watches = [
+                        _fileops.Watch(
+                            note["armed"], functools.partial(lead.signal, signal.SIGKILL)
+                        )
+                        for note in notes.values()
+                        if note.get("armed") is not None and "landed" not in note
+                    ]
                 sampler = _Sampler(state, max_bytes) if self.expect.max_state_bytes else None
                 for j, (num, p, t_spawn) in enumerate(procs):
                     end = p.wait(timeout=self._limit(t_spawn))
@@ -730,27 +933,33 @@ class TrialRunner:
                         sampler.stop()
                     if usage is not None and disk is not None:
                         disk.sample = usage.stop()
-                    _abort([p for _num, p, _t in procs[len(exits):]])
+                    _abort([p for _num, p, _t in procs[len(exits) :]])
                     for token in tokens:
                         LIVE.drop_token(token)
                     if ns is not None:
                         ns.close()
             if disk is not None:
                 notes[disk.index]["disk"] = disk.outcome(
-                    ledger, exits[0][1].returncode if exits else None)
+                    ledger, exits[0][1].returncode if exits else None
+                )
             for i, f in mine:
                 note = notes.get(i, {})
                 if f.kind == "fileop" and note.get("armed") is not None:
                     note["landed"] = tuple(_fileops.landed(note.pop("armed"), attempt=n))
-            if any(self._budget_cut(ex, t) for (_n, ex), (_m, _p, t) in zip(exits, procs,
-                                                                          strict=True)):
+            if any(
+                self._budget_cut(ex, t) for (_n, ex), (_m, _p, t) in zip(exits, procs, strict=True)
+            ):
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
             if together:
                 n += 1
                 for i, f in mine:
                     if f.kind == "resumers":
-                        notes[i] = {"spans": [(t, t + ex.duration) for (_n, ex), (_m, _p, t)
-                                              in zip(exits, procs, strict=True)]}
+                        notes[i] = {
+                            "spans": [
+                                (t, t + ex.duration)
+                                for (_n, ex), (_m, _p, t) in zip(exits, procs, strict=True)
+                            ]
+                        }
             for num, _ex in exits:
                 ledger.end_attempt(num, reaped=True)
             for (num, ex), (_m, _p, t_spawn) in zip(exits, procs, strict=True):
@@ -762,9 +971,19 @@ class TrialRunner:
                 elif ex.signal is not None:
                     why = next((str(f) for f in faults if f.kind != "corrupt"), "")
                 # its stdout/stderr are in attempt-N.stdout/.stderr already (streamed, capped)
-                att = Attempt(num, argv, ex.returncode, ex.signal, ex.timed_out, ex.duration,
-                              ex.stdout, ex.stderr, ex.orphans, why,
-                              containment=ex.containment)
+                att = Attempt(
+                    num,
+                    argv,
+                    ex.returncode,
+                    ex.signal,
+                    ex.timed_out,
+                    ex.duration,
+                    ex.stdout,
+                    ex.stderr,
+                    ex.orphans,
+                    why,
+                    containment=ex.containment,
+                )
                 max_bytes[0] = max(max_bytes[0], _dir_size(state))
                 if ex.returncode != 0:
                     att.state_copy = os.path.join(tdir, f"crash-{num}")
@@ -777,18 +996,30 @@ class TrialRunner:
                 i, rec = recovery
                 want = kill_at(rec.fault)
                 hit = next((k for k in ledger.killed if k.get("kill") == want), None)
-                where = f"event #{hit['event']} {hit['op']}:{hit['name']}" if hit else (
-                    f"it ended ({attempts[-1].describe().split(': ', 1)[-1]}) without "
-                    f"sending {want.op}:{want.name} #{want.nth}, where the cut was planned")
+                where = (
+                    f"event #{hit['event']} {hit['op']}:{hit['name']}"
+                    if hit
+                    else (
+                        f"it ended ({attempts[-1].describe().split(': ', 1)[-1]}) without "
+                        f"sending {want.op}:{want.name} #{want.nth}, where the cut was planned"
+                    )
+                )
                 mine_events = [e for e in ledger.events if e["attempt"] == n]
                 cut_note, st, text = rec.apply(
-                    {"state_dir": state, "workdir": work}, hit is not None, where,
-                    self.agent.cwd or work, mine_events,
-                    random.Random(f"{plan.seed}:{plan.index}:{rec.fault.arg('seed', 0)}"))
+                    {"state_dir": state, "workdir": work},
+                    hit is not None,
+                    where,
+                    self.agent.cwd or work,
+                    mine_events,
+                    random.Random(f"{plan.seed}:{plan.index}:{rec.fault.arg('seed', 0)}"),
+                )
                 notes[i] = {"cut": cut_note}
                 if st is not None:
-                    notes[i]["power"] = {"explain": st.explain, "lost": list(st.lost),
-                                         "label": st.label()}
+                    notes[i]["power"] = {
+                        "explain": st.explain,
+                        "lost": list(st.lost),
+                        "label": st.label(),
+                    }
                     write_file(os.path.join(tdir, f"powerloss-{n}.txt"), text, durable=False)
                 with contextlib.suppress(OSError):
                     os.unlink(rec.trace)
@@ -799,13 +1030,20 @@ class TrialRunner:
             final = attempts[-1]
             pending = any(f.attempt > n for f in plan.faults)
             documented = final.returncode in self.expect.fail_stop_codes or (
-                plan.corrupts and bool(self.expect.refusal(final.returncode, final.stderr)))
+                plan.corrupts and bool(self.expect.refusal(final.returncode, final.stderr))
+            )
             if final.returncode == 0 or (documented and not pending):
                 break
 
-    def _timers(self, mine: list[tuple[int, Fault]], proc: AgentProcess, num: int,
-                t_spawn: float, ledger: Ledger,
-                notes: dict[int, dict[str, Any]]) -> list[threading.Timer]:
+    def _timers(
+        self,
+        mine: list[tuple[int, Fault]],
+        proc: AgentProcess,
+        num: int,
+        t_spawn: float,
+        ledger: Ledger,
+        notes: dict[int, dict[str, Any]],
+    ) -> list[threading.Timer]:
         """Timers for the attempt's faults at an instant: started at its first event (or at
         its start, for a fault anchored there); each delivery is noted for the accounting:
         when, and whether the process was still running."""
@@ -818,8 +1056,14 @@ class TrialRunner:
                 proc.signal(sig)
             sent = notes.setdefault(i, {}).setdefault("sent", [])
             origin = ledger.first_event.get(num, t_spawn)
-            sent.append({"what": what, "alive": alive, "at": time.monotonic() - origin,
-                         "events": sum(1 for e in list(ledger.events) if e["attempt"] == num)})
+            sent.append(
+                {
+                    "what": what,
+                    "alive": alive,
+                    "at": time.monotonic() - origin,
+                    "events": sum(1 for e in list(ledger.events) if e["attempt"] == num),
+                }
+            )
 
         for i, f in mine:
             if f.kind not in ("kill_at_time", "signal"):
@@ -829,11 +1073,15 @@ class TrialRunner:
             if f.kind == "kill_at_time":
                 pairs.append((at, signal.SIGKILL, "SIGKILL"))
             elif str(f.arg("sig", "TERM")).upper() == "TERM":
-                pairs += [(at, signal.SIGTERM, "SIGTERM"),
-                          (at + float(f.arg("grace", 2.0)), signal.SIGKILL, "SIGKILL")]
+                pairs += [
+                    (at, signal.SIGTERM, "SIGTERM"),
+                    (at + float(f.arg("grace", 2.0)), signal.SIGKILL, "SIGKILL"),
+                ]
             else:
-                pairs += [(at, signal.SIGSTOP, "SIGSTOP"),
-                          (at + float(f.arg("pause", 0.5)), signal.SIGCONT, "SIGCONT")]
+                pairs += [
+                    (at, signal.SIGSTOP, "SIGSTOP"),
+                    (at + float(f.arg("pause", 0.5)), signal.SIGCONT, "SIGCONT"),
+                ]
             notes.setdefault(i, {})["anchor"] = f.arg("anchor", "first event")
             for secs, sig, what in pairs:
                 t = threading.Timer(secs, deliver, (i, sig, what))
@@ -862,19 +1110,33 @@ class TrialRunner:
         runner.json and REPLAY written safely (0600, temp + rename, no link followed); every
         secret redacted from every file; everything within the evidence limit, what was left
         out listed in result.json."""
-        scope = self._scope if self._scope is not None and self._scope.folder == tdir else \
-            _Scope(tdir, self.secrets(canary_for(result.plan.seed, result.plan.index)),
-                   EvidenceBudget(self.evidence_per_trial))
+        scope = (
+            self._scope
+            if self._scope is not None and self._scope.folder == tdir
+            else _Scope(
+                tdir,
+                self.secrets(canary_for(result.plan.seed, result.plan.index)),
+                EvidenceBudget(self.evidence_per_trial),
+            )
+        )
         golden_secrets = self.secrets(canary_for(0, -1))
-        write_file(os.path.join(tdir, "golden.json"),
-                   dumps(redact_json(golden.to_json(), golden_secrets)))
+        write_file(
+            os.path.join(tdir, "golden.json"), dumps(redact_json(golden.to_json(), golden_secrets))
+        )
         agent = self.agent.to_json()
         agent["env"] = redact_env(agent.get("env", {}))  # replay: see replay_inputs()
-        write_file(os.path.join(tdir, "runner.json"),
-                   dumps({"agent": agent, "restarts": self.restarts,
-                          "expect": self.expect.to_json(), "scenario": self.source,
-                          "redacted_env": sorted(k for k, v in agent["env"].items()
-                                                 if v == marker(k))}))
+        write_file(
+            os.path.join(tdir, "runner.json"),
+            dumps(
+                {
+                    "agent": agent,
+                    "restarts": self.restarts,
+                    "expect": self.expect.to_json(),
+                    "scenario": self.source,
+                    "redacted_env": sorted(k for k, v in agent["env"].items() if v == marker(k)),
+                }
+            ),
+        )
         replay = f"{sys.executable} -m crashpoint replay {tdir}"
         write_file(os.path.join(tdir, "REPLAY"), replay + "\n")
         self._bound_folder(tdir, scope)
@@ -928,8 +1190,9 @@ class _Recording:
     write points when strace works here, else the audit hook of a Python agent for its file
     operations (and no write points). :attr:`how` says which, or why nothing."""
 
-    def __init__(self, needs: frozenset[str] | set[str], prefix: str, cwd: str,
-                 python: bool) -> None:
+    def __init__(
+        self, needs: frozenset[str] | set[str], prefix: str, cwd: str, python: bool
+    ) -> None:
         self.needs, self.prefix, self.cwd = frozenset(needs), prefix, cwd
         self.trace = ""
         self.armed: _fileops.Armed | None = None
@@ -946,16 +1209,30 @@ class _Recording:
         else:
             self.how = f"not recorded: strace is unavailable ({why})" + (
                 "; the audit hook only sees a Python agent started with {python}"
-                if "fileops" in self.needs else "")
+                if "fileops" in self.needs
+                else ""
+            )
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.trace:
             plog = "plog" in self.needs
-            calls = sorted({c.lstrip("?") for c in (
-                *TRACE_SYSCALLS, *_fileops.GOLDEN_SYSCALLS,
-                *(_powercut.SYSCALLS if plog else ()))})
-            return _strace.wrap(argv, self.trace, syscalls=calls,
-                                strsize=_powercut.STRSIZE if plog else 0, timestamps=plog)
+            calls = sorted(
+                {
+                    c.lstrip("?")
+                    for c in (
+                        *TRACE_SYSCALLS,
+                        *_fileops.GOLDEN_SYSCALLS,
+                        *(_powercut.SYSCALLS if plog else ()),
+                    )
+                }
+            )
+            return _strace.wrap(
+                argv,
+                self.trace,
+                syscalls=calls,
+                strsize=_powercut.STRSIZE if plog else 0,
+                timestamps=plog,
+            )
         return argv
 
     def environ(self, env: dict[str, str]) -> dict[str, str]:
@@ -973,28 +1250,35 @@ class _Recording:
                 out["plog"] = log.to_json()
                 out["plog_events"] = _powercut.event_points(log, walls)
                 if not log.ops:
-                    self.how += "; the golden run made no file operation under {state_dir} " \
-                                "or {workdir}: a power cut there loses nothing"
+                    self.how += (
+                        "; the golden run made no file operation under {state_dir} "
+                        "or {workdir}: a power cut there loses nothing"
+                    )
             elif "plog" in self.needs:
                 self.how += "; no syscall trace, so no power-loss crash state"
             if "fileops" in self.needs and (self.trace or self.armed is not None):
-                source: _fileops.Armed | str = self.armed if self.armed is not None \
-                    else self.trace
+                source: _fileops.Armed | str = self.armed if self.armed is not None else self.trace
                 ops = _fileops.record_golden(source, roots)
                 out["fileops"] = [op.to_json() for op in ops]
                 if not ops:
                     self.how += "; " + _fileops.explain_empty(
-                        self.armed or _fileops.Armed(via="strace", trace=self.trace,
-                                                     cwd=self.cwd), roots)
+                        self.armed or _fileops.Armed(via="strace", trace=self.trace, cwd=self.cwd),
+                        roots,
+                    )
             if "writes" in self.needs and self.trace:
                 calls = _strace.parse(self.trace, cwd=self.cwd)
                 out["writes"] = {
                     "tmpfs": [w.to_json() for w in write_points(calls, state, "tmpfs")],
-                    "rlimit": [w.to_json() for w in write_points(calls, state, "rlimit",
-                                                                 within=(state, work))]}
+                    "rlimit": [
+                        w.to_json()
+                        for w in write_points(calls, state, "rlimit", within=(state, work))
+                    ],
+                }
                 if not any(out["writes"].values()):
-                    self.how += "; the golden run wrote no file under {state_dir}: nothing " \
-                                "for a full disk to refuse"
+                    self.how += (
+                        "; the golden run wrote no file under {state_dir}: nothing "
+                        "for a full disk to refuse"
+                    )
         finally:
             for f in (self.trace, *(self.armed.files if self.armed else ())):
                 with contextlib.suppress(OSError):
@@ -1045,12 +1329,17 @@ class _DiskWatch:
         if exit_code is None or exit_code <= 0:
             return ""
         for c in calls:
-            if c.name.rstrip("64") in ("statfs", "fstatfs") and not c.errno and \
-                    (c.path == self.state or c.path.startswith(self.state + "/")):
+            if (
+                c.name.rstrip("64") in ("statfs", "fstatfs")
+                and not c.errno
+                and (c.path == self.state or c.path.startswith(self.state + "/"))
+            ):
                 m = re.search(r"f_bsize=(\d+).*?f_bavail=(\d+)", ", ".join(c.args))
                 free = f"{int(m.group(1)) * int(m.group(2))} bytes" if m else "little"
-                return (f"the agent read the free space under {{state_dir}} ({c.name}: "
-                        f"{free} free) and stopped before writing (exit {exit_code})")
+                return (
+                    f"the agent read the free space under {{state_dir}} ({c.name}: "
+                    f"{free} free) and stopped before writing (exit {exit_code})"
+                )
         return ""
 
     def outcome(self, ledger: Ledger, exit_code: int | None) -> tuple[bool, str, str]:
@@ -1060,16 +1349,25 @@ class _DiskWatch:
                 calls = _strace.parse(self.trace)
             except OSError:
                 calls = None
-        fired = confirm(self.mechanism, self.state, point=self.point,
-                        capacity=None if self.point is not None else self.value, calls=calls,
-                        sample=self.sample, untraced=self.untraced)
+        fired = confirm(
+            self.mechanism,
+            self.state,
+            point=self.point,
+            capacity=None if self.point is not None else self.value,
+            calls=calls,
+            sample=self.sample,
+            untraced=self.untraced,
+        )
         if not fired.fired and calls is not None and self.mechanism == "tmpfs":
             looked = self._looked(calls, exit_code)
             if looked:
                 return True, looked, ""
         where = fired.where
-        then = [k for k in ledger.killed if k.get("kill") == "disk_full"
-                and k["attempt"] == self.attempt]
+        then = [
+            k
+            for k in ledger.killed
+            if k.get("kill") == "disk_full" and k["attempt"] == self.attempt
+        ]
         if fired.fired and then:
             k = then[0]
             where += f"; then killed at its next event #{k['event']} {k['op']}:{k['name']}"
@@ -1125,8 +1423,9 @@ def _redact_history(path: str, secrets: dict[str, str]) -> None:
     out = []
     for line in lines:
         try:
-            out.append(json.dumps(redact_json(json.loads(line), secrets), sort_keys=True,
-                                  default=str))
+            out.append(
+                json.dumps(redact_json(json.loads(line), secrets), sort_keys=True, default=str)
+            )
         except ValueError:
             out.append(redact_text(line, secrets))
     write_file(path, "".join(x + "\n" for x in out))
@@ -1163,19 +1462,24 @@ def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:
         try:
             from_file = dict(load_scenario(source).agent.env)
         except ScenarioError as exc:
-            raise ReplayError(f"cannot take the redacted agent.env values from {source}: "
-                              f"{exc}") from None
+            raise ReplayError(
+                f"cannot take the redacted agent.env values from {source}: {exc}"
+            ) from None
         known.update({k: from_file[k] for k in redacted if k in from_file})
     known.update({k: os.environ[k] for k in redacted if k not in known and k in os.environ})
     missing = [k for k in redacted if k not in known]
     if missing:
-        where = f"the scenario file {source} does not set them" if source else \
-            "runner.json names no scenario file to take them from"
+        where = (
+            f"the scenario file {source} does not set them"
+            if source
+            else "runner.json names no scenario file to take them from"
+        )
         raise ReplayError(
             f"{os.path.join(folder, 'runner.json')}: the agent.env value(s) of "
             f"{', '.join(missing)} are redacted (evidence never holds them) and {where}. Set "
             f"them in the environment and replay again, e.g. {missing[0]}=... crashpoint "
-            f"replay {folder}")
+            f"replay {folder}"
+        )
     env.update(known)
     agent["env"] = env
     golden = load_json(os.path.join(folder, "golden.json"))
@@ -1185,16 +1489,27 @@ def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:
 
 def golden_from_json(d: dict[str, Any]) -> Golden:
     eff: Counter[tuple[str, str]] = Counter({(k, p): n for k, p, n in d["effects"]})
-    return Golden(d["steps"], d["events"], eff, d["output"].encode("utf-8"), d["duration"],
-                  fileops=list(d.get("fileops") or []), writes=dict(d.get("writes") or {}),
-                  recorded_by=str(d.get("recorded_by") or ""),
-                  span=float(d.get("span") or 0.0), plog=dict(d.get("plog") or {}),
-                  plog_events=[int(x) for x in d.get("plog_events") or []])
+    return Golden(
+        d["steps"],
+        d["events"],
+        eff,
+        d["output"].encode("utf-8"),
+        d["duration"],
+        fileops=list(d.get("fileops") or []),
+        writes=dict(d.get("writes") or {}),
+        recorded_by=str(d.get("recorded_by") or ""),
+        span=float(d.get("span") or 0.0),
+        plog=dict(d.get("plog") or {}),
+        plog_events=[int(x) for x in d.get("plog_events") or []],
+    )
 
 
 def canonical_effects(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
-    return Counter((str(e.get("kind")), canonical(e.get("payload"))) for e in events
-                   if e["op"] == "effect" and e.get("applied"))
+    return Counter(
+        (str(e.get("kind")), canonical(e.get("payload")))
+        for e in events
+        if e["op"] == "effect" and e.get("applied")
+    )
 
 
 def load_json(path: str) -> Any:

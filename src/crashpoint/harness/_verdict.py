@@ -22,38 +22,43 @@ if TYPE_CHECKING:
 
 __all__ = ["ROOT_ORDER", "disk_trouble", "explain"]
 
-_DISK = re.compile(r"No space left on device|ENOSPC|File too large|EFBIG|Disk quota exceeded"
-                   r"|EDQUOT", re.IGNORECASE)
+_DISK = re.compile(
+    r"No space left on device|ENOSPC|File too large|EFBIG|Disk quota exceeded"
+    r"|EDQUOT",
+    re.IGNORECASE,
+)
 
 _HINTS = {
     "single_writer": "take an exclusive OS lock (flock) on the run's state before doing any "
-                     "work and hold it until exit; a second resumer must wait or refuse",
+    "work and hold it until exit; a second resumer must wait or refuse",
     "no_secret_leak": "a secret from the agent's environment reached its state folder: never "
-                      "persist os.environ or a config object holding secrets "
-                      "(crashpoint.checkpoint keeps Secret values off disk)",
+    "persist os.environ or a config object holding secrets "
+    "(crashpoint.checkpoint keeps Secret values off disk)",
     "within_disk_budget": "the state kept growing: snapshot and delete the segments a "
-                          "snapshot covers, and prune old runs",
+    "snapshot covers, and prune old runs",
     "no_orphans": "a process the agent started outlived it: wait for child processes before "
-                  "exiting and do not detach them (setsid, double fork)",
+    "exiting and do not detach them (setsid, double fork)",
     "corruption_detected": "check the state when loading it (checksums) and either roll back "
-                           "to the last good checkpoint or refuse with a clear error (a "
-                           "message saying the state is corrupt, or exit 65)",
+    "to the last good checkpoint or refuse with a clear error (a "
+    "message saying the state is corrupt, or exit 65)",
     "no_retry_storm": "cap the retries of a failing request (e.g. 3 tries) and back off "
-                      "between them (exponential, with jitter; honour Retry-After), then "
-                      "give up with an error: a restart resumes the run",
+    "between them (exponential, with jitter; honour Retry-After), then "
+    "give up with an error: a restart resumes the run",
     "resumes_from_last_completed": "on restart, load the last checkpoint first and start at "
-                                   "the first step not completed; report step_completed only "
-                                   "once the step's result is durable (written and fsynced)",
+    "the first step not completed; report step_completed only "
+    "once the step's result is durable (written and fsynced)",
     "no_repeated_llm_calls": "the model was asked again after a restart and billed again: "
-                             "save each model reply in the checkpoint before the next call and "
-                             "reuse it on resume; if re-asking is by design, set "
-                             "expect.no_repeated_llm_calls to warn or a token budget",
+    "save each model reply in the checkpoint before the next call and "
+    "reuse it on resume; if re-asking is by design, set "
+    "expect.no_repeated_llm_calls to warn or a token budget",
 }
 
 #: The hint when resume was judged from calls (the agent names no step).
-_RESUME_BY_CALLS_HINT = ("on restart, load the last checkpoint and go on after the last call "
-                         "whose result it holds: save each call's result (a model reply, an "
-                         "effect's acknowledgement) before making the next call")
+_RESUME_BY_CALLS_HINT = (
+    "on restart, load the last checkpoint and go on after the last call "
+    "whose result it holds: save each call's result (a model reply, an "
+    "effect's acknowledgement) before making the next call"
+)
 
 
 def disk_trouble(facts: TrialFacts) -> str:
@@ -75,22 +80,33 @@ def _problems(c: CheckResult, tag: str) -> bool:
 def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
     from crashpoint.harness._ledger import canonical
 
-    return [e for e in facts.events if e["op"] == "effect" and
-            f"{e.get('kind')} {canonical(e.get('payload'))[:80]}" == payload_text]
+    return [
+        e
+        for e in facts.events
+        if e["op"] == "effect"
+        and f"{e.get('kind')} {canonical(e.get('payload'))[:80]}" == payload_text
+    ]
 
 
 def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
     msg = c.message
     if "no key" in msg:
-        http = " (an HTTP call: send it as the Idempotency-Key header)" if re.search(
-            r"DUPLICATED (POST|PUT|PATCH|DELETE) /", msg) else ""
-        return ("the effect has no key, so its retry after the crash was applied again: pass "
-                "a key derived from the run id ($CRASHPOINT_RUN_ID) and the step, e.g. "
-                f"f\"{{run_id}}:{{step}}:send_email\"{http}")
+        http = (
+            " (an HTTP call: send it as the Idempotency-Key header)"
+            if re.search(r"DUPLICATED (POST|PUT|PATCH|DELETE) /", msg)
+            else ""
+        )
+        return (
+            "the effect has no key, so its retry after the crash was applied again: pass "
+            "a key derived from the run id ($CRASHPOINT_RUN_ID) and the step, e.g. "
+            f'f"{{run_id}}:{{step}}:send_email"{http}'
+        )
     m = re.search(r"under \d+ different keys (.*?)(?:;|\. Effects seen)", msg)
     if m:
-        return (f"the key changes between attempts ({m.group(1)}): derive it from the run id "
-                "and the step, never from the time, a counter in memory or a random value")
+        return (
+            f"the key changes between attempts ({m.group(1)}): derive it from the run id "
+            "and the step, never from the time, a counter in memory or a random value"
+        )
     if "DUPLICATED" in msg:
         return "the effect was applied again after a restart: give it a stable key"
     if "LOST" in msg:
@@ -99,17 +115,23 @@ def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
         killed = [e for e in sends if e.get("killed") == "before"]
         if killed:
             e = killed[-1]
-            return (f"attempt {e['attempt']} was killed just before this effect was applied and "
-                    "no later attempt sent it again: on restart, retry an effect whose result "
-                    "was not recorded (with the same key)")
+            return (
+                f"attempt {e['attempt']} was killed just before this effect was applied and "
+                "no later attempt sent it again: on restart, retry an effect whose result "
+                "was not recorded (with the same key)"
+            )
         if facts.completed:
-            return ("the run completed without sending it: the step was recorded as done "
-                    "before its effect was applied (record the intent, apply the effect, then "
-                    "complete the step)")
+            return (
+                "the run completed without sending it: the step was recorded as done "
+                "before its effect was applied (record the intent, apply the effect, then "
+                "complete the step)"
+            )
         return "the run ended before it sent the effect"
     if "UNEXPECTED" in msg:
-        return ("an effect whose payload the golden run never had: keep payloads "
-                "deterministic (no timestamps, random ids or attempt numbers in them)")
+        return (
+            "an effect whose payload the golden run never had: keep payloads "
+            "deterministic (no timestamps, random ids or attempt numbers in them)"
+        )
     return ""
 
 
@@ -118,14 +140,20 @@ def _completes_hint(facts: TrialFacts, disk: str) -> str:
     if fin is None:
         return ""
     if disk:
-        return f"{disk}: on ENOSPC/EFBIG stop with a documented exit code " \
-               "(expect.fail_stop_codes) and resume once space is freed"
+        return (
+            f"{disk}: on ENOSPC/EFBIG stop with a documented exit code "
+            "(expect.fail_stop_codes) and resume once space is freed"
+        )
     if fin.timed_out:
-        return (f"attempt {fin.number} hung until its timeout: a lock never released, or a "
-                "wait on something the crash took away?")
+        return (
+            f"attempt {fin.number} hung until its timeout: a lock never released, or a "
+            "wait on something the crash took away?"
+        )
     if facts.plan.corrupts:
-        return ("after a corruption, exit non-zero with a message saying the state is "
-                "corrupt (a clear refusal: expect.refuse_patterns) or repair and finish")
+        return (
+            "after a corruption, exit non-zero with a message saying the state is "
+            "corrupt (a clear refusal: expect.refuse_patterns) or repair and finish"
+        )
     return "its last attempt failed: see its stderr (attempt-N.stderr in the trial folder)"
 
 
@@ -136,8 +164,10 @@ def _same_output_hint(facts: TrialFacts) -> str:
     want = facts.golden.output.decode("utf-8", "replace").splitlines()
     for k, (g, w) in enumerate(zip(got, want, strict=False)):
         if g != w:
-            return (f"line {k + 1} differs ({g[:60]!r}, golden {w[:60]!r}): is it built from "
-                    "state lost in the crash, or from the time or randomness?")
+            return (
+                f"line {k + 1} differs ({g[:60]!r}, golden {w[:60]!r}): is it built from "
+                "state lost in the crash, or from the time or randomness?"
+            )
     return f"{len(got)} lines, golden {len(want)}: part of the output was lost or repeated"
 
 
@@ -147,13 +177,20 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
     failed = {n for n, c in by.items() if not c.ok}
     cause: dict[str, str] = {}
     eo = by.get("exactly_once")
-    only_lost = eo is not None and not eo.ok and _problems(eo, "LOST") and not (
-        _problems(eo, "DUPLICATED") or _problems(eo, "UNEXPECTED"))
+    only_lost = (
+        eo is not None
+        and not eo.ok
+        and _problems(eo, "LOST")
+        and not (_problems(eo, "DUPLICATED") or _problems(eo, "UNEXPECTED"))
+    )
     dups = eo is not None and not eo.ok and _problems(eo, "DUPLICATED")
     # a crash after a corruption: no clear refusal is the root, not finishing follows
     top = "completes"
-    if "completes" in failed and "corruption_detected" in failed and \
-            "neither repaired nor refused" in by["corruption_detected"].message:
+    if (
+        "completes" in failed
+        and "corruption_detected" in failed
+        and "neither repaired nor refused" in by["corruption_detected"].message
+    ):
         cause["completes"] = top = "corruption_detected"
     if "completes" in failed:
         if "same_output" in failed and "did not complete" in by["same_output"].message:
@@ -161,13 +198,17 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
         if only_lost:
             cause["exactly_once"] = top
     # a duplicate needs a key that changed (or none): that, not the corruption, is the bug
-    if dups and "corruption_detected" in failed and \
-            "wrong effects" in by["corruption_detected"].message:
+    if (
+        dups
+        and "corruption_detected" in failed
+        and "wrong effects" in by["corruption_detected"].message
+    ):
         cause["corruption_detected"] = "exactly_once"
     # a step reported completed ran again: its effects ran again with it
     rerun = "resumes_from_last_completed" in failed and any(
         w in by["resumes_from_last_completed"].message
-        for w in ("re-ran a completed step", "re-made a completed call"))
+        for w in ("re-ran a completed step", "re-made a completed call")
+    )
     if dups and rerun:
         cause["exactly_once"] = "resumes_from_last_completed"
     # an upstream step re-run re-asks the model: the resume point is the bug
@@ -185,19 +226,18 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _completes_hint(facts, disk)
         elif c.name == "same_output":
             hint = _same_output_hint(facts)
-        elif c.name == "resumes_from_last_completed" and "re-made a completed call" in \
-                c.message:
+        elif c.name == "resumes_from_last_completed" and "re-made a completed call" in c.message:
             hint = _RESUME_BY_CALLS_HINT
         else:
             hint = _HINTS.get(c.name, "")
         power = facts.extra.get("power")
         if power and not cause.get(c.name):
-            if c.name == "resumes_from_last_completed" and "re-ran a completed step" in \
-                    c.message:
+            if c.name == "resumes_from_last_completed" and "re-ran a completed step" in c.message:
                 c = dataclasses.replace(c, message="acknowledged but not durable: " + c.message)
             why = power.get("explain") or "the power cut lost data that was not fsynced"
-            hint = f"after the power cut ({power.get('label')}): {why}" + \
-                (f"; then: {hint}" if hint else "")
+            hint = f"after the power cut ({power.get('label')}): {why}" + (
+                f"; then: {hint}" if hint else ""
+            )
         if disk and c.name != "completes" and disk not in hint:
             hint = f"{hint}; note: {disk}" if hint else f"note: {disk}"
         out.append(dataclasses.replace(c, cause=cause.get(c.name, ""), hint=hint))

@@ -109,8 +109,15 @@ if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _
     #                spawned entry agents run with -m (runpy warns on stderr if it is loaded)
     from crashpoint.harness._entry import EntryFunction
 
-__all__ = ["WARM_IMPORTS", "ForkPlan", "ForkedProcess", "Zygote", "ZygoteError", "fork_plan",
-           "script_imports"]
+__all__ = [
+    "WARM_IMPORTS",
+    "ForkPlan",
+    "ForkedProcess",
+    "Zygote",
+    "ZygoteError",
+    "fork_plan",
+    "script_imports",
+]
 
 #: Largest control message (a spawn carries the attempt's whole environment).
 MAX_MESSAGE = 1 << 20
@@ -118,8 +125,9 @@ _CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is 
 _POLL_S = 0.01  # reaping interval when pidfds are not available
 _IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
 #: How the zygote starts (``-c``, not ``-m``: this module must not run twice as __main__).
-_BOOT = ("import sys; from crashpoint.harness._zygote import _zygote_main; "
-         "_zygote_main(sys.argv[1:])")
+_BOOT = (
+    "import sys; from crashpoint.harness._zygote import _zygote_main; _zygote_main(sys.argv[1:])"
+)
 
 
 class ZygoteError(CrashpointError, RuntimeError):
@@ -159,9 +167,11 @@ def _python_main(argv: Sequence[str]) -> tuple[str, str] | str:
             return "-m names no module"
         return ("module", argv[1])
     if first.startswith("-"):
-        return (f"the interpreter option {first!r} is read at start-up, and a forked attempt "
-                "starts in an interpreter that already runs (drop the option, or set "
-                "warm: false)")
+        return (
+            f"the interpreter option {first!r} is read at start-up, and a forked attempt "
+            "starts in an interpreter that already runs (drop the option, or set "
+            "warm: false)"
+        )
     return ("path", first)
 
 
@@ -195,7 +205,7 @@ def _locate(module: str, paths: list[str]) -> str | None:
     search: list[str] | None = paths or None
     origin: str | None = None
     for i in range(len(parts)):
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), search)
         if spec is None:
             return None
         search = list(spec.submodule_search_locations or []) or None
@@ -228,8 +238,10 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
     if agent.warm is None:
         return "agent.warm is not set (fork mode for a command agent is opt-in)"
     if agent.command[0] != "{python}":
-        return (f"the command starts with {agent.command[0]!r}, not {{python}}: only a Python "
-                "agent run by this interpreter can be forked from it")
+        return (
+            f"the command starts with {agent.command[0]!r}, not {{python}}: only a Python "
+            "agent run by this interpreter can be forked from it"
+        )
     main = _python_main(agent.command[1:])
     if isinstance(main, str):
         return main
@@ -237,17 +249,26 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
     from crashpoint._placeholders import fields, fill
 
     if set(fields(target)) & set(_PER_TRIAL):
-        return (f"the {'script' if kind == 'path' else 'module'} {target!r} changes per trial "
-                "(a per-trial placeholder): the zygote cannot prepare it beforehand")
+        return (
+            f"the {'script' if kind == 'path' else 'module'} {target!r} changes per trial "
+            "(a per-trial placeholder): the zygote cannot prepare it beforehand"
+        )
     target = fill(target, {"scenario_dir": agent.scenario_dir, "python": sys.executable})
     env = dict(agent.env)
     pypath = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
     if kind == "path":
-        full = target if os.path.isabs(target) else \
-            os.path.join(agent.cwd, target) if agent.cwd else ""
+        full = (
+            target
+            if os.path.isabs(target)
+            else os.path.join(agent.cwd, target)
+            if agent.cwd
+            else ""
+        )
         if not full:
-            return (f"the script {target!r} is relative and the agent has no cwd (it starts in "
-                    "the trial's {workdir})")
+            return (
+                f"the script {target!r} is relative and the agent has no cwd (it starts in "
+                "the trial's {workdir})"
+            )
         folder = os.path.dirname(os.path.realpath(full))
         own = os.path.splitext(os.path.basename(full))[0]
     else:
@@ -264,8 +285,11 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
             if kind == "module" and not full:
                 found = []  # no source to read (an extension, a zip): nothing to warm
             else:
-                why = exc.msg if isinstance(exc, SyntaxError) else \
-                    getattr(exc, "strerror", None) or str(exc)
+                why = (
+                    exc.msg
+                    if isinstance(exc, SyntaxError)
+                    else getattr(exc, "strerror", None) or str(exc)
+                )
                 return f"the script {full or target} is not a Python source file ({why})"
         if WARM_IMPORTS in warm:
             imports = [m for m in found if not _local(m, folder)]
@@ -273,11 +297,14 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
     items: list[str] = []
     for m in listed:
         if m == own:
-            return (f"warm module {m!r} is the agent itself: its top-level code must run in "
-                    "every attempt, not once in the zygote")
+            return (
+                f"warm module {m!r} is the agent itself: its top-level code must run in "
+                "every attempt, not once in the zygote"
+            )
         items.append(m)
-    items += [f"?{m}" for m in imports if m not in listed and m != own
-              and not m.startswith(own + ".")]
+    items += [
+        f"?{m}" for m in imports if m not in listed and m != own and not m.startswith(own + ".")
+    ]
     return ForkPlan(tuple(items), folder, (kind, target))
 
 
@@ -331,15 +358,18 @@ class _Server:
             if not strict:
                 self.skipped.append(module)
                 return
-            raise ZygoteError(f"warm module {module!r} could not be imported in the fork-mode "
-                              f"zygote: {type(exc).__name__}: {exc}. Install it, fix its "
-                              "name, or remove it from agent.warm") from exc
+            raise ZygoteError(
+                f"warm module {module!r} could not be imported in the fork-mode "
+                f"zygote: {type(exc).__name__}: {exc}. Install it, fix its "
+                "name, or remove it from agent.warm"
+            ) from exc
         n = _thread_count()
         if n > 1:
             self.threaded = (
                 f"importing warm module {module!r} started {n - 1} thread(s) in the fork-mode "
                 "zygote; forking a threaded interpreter is unsafe. Remove it from agent.warm "
-                "(or set warm: false): attempts then import it themselves")
+                "(or set warm: false): attempts then import it themselves"
+            )
             raise ZygoteError(self.threaded)
 
     def load(self, entry: str) -> EntryFunction:
@@ -356,7 +386,8 @@ class _Server:
             self.threaded = (
                 f"importing {entry!r} started {n - 1} thread(s) in the fork-mode zygote; forking "
                 "a threaded interpreter is unsafe. Run this agent with `command:` (spawn mode), "
-                "or start the threads inside the function rather than at import")
+                "or start the threads inside the function rather than at import"
+            )
             raise ZygoteError(self.threaded)
         self.entries[entry] = fn
         return fn
@@ -415,8 +446,10 @@ class _Server:
                 raise ZygoteError(f"a spawn needs 3 file descriptors, got {len(fds)}")
             pid = self._fork(msg, fds)
         except Exception as exc:  # a refusal, never the end of the zygote
-            _send(self.sock, {"op": "refused", "id": rid, "error": str(exc),
-                              "type": type(exc).__name__})
+            _send(
+                self.sock,
+                {"op": "refused", "id": rid, "error": str(exc), "type": type(exc).__name__},
+            )
         else:
             _send(self.sock, {"op": "started", "id": rid, "pid": pid})
         finally:
@@ -448,8 +481,15 @@ class _Server:
         if pid == 0:
             os.close(sync_r)
             self.sock.close()
-            _child(entry, fn, msg, fds, sync_w, [fd for fd in self.children.values() if fd >= 0],
-                   self.path0)
+            _child(
+                entry,
+                fn,
+                msg,
+                fds,
+                sync_w,
+                [fd for fd in self.children.values() if fd >= 0],
+                self.path0,
+            )
         os.close(sync_w)
         try:
             os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
@@ -467,8 +507,15 @@ class _Server:
         self._reap(block=True)
 
 
-def _child(entry: str, fn: EntryFunction | None, msg: dict[str, Any], fds: list[int],
-           sync_w: int, pidfds: list[int], path0: bool = False) -> NoReturn:
+def _child(
+    entry: str,
+    fn: EntryFunction | None,
+    msg: dict[str, Any],
+    fds: list[int],
+    sync_w: int,
+    pidfds: list[int],
+    path0: bool = False,
+) -> NoReturn:
     """The forked child: set up like a fresh agent process, run, exit. Never returns."""
     code = _CHILD_FAILED
     try:
@@ -591,9 +638,17 @@ def _zygote_main(argv: list[str]) -> None:
 class ForkedProcess:
     """One attempt forked by a :class:`Zygote`; the interface of ``AgentProcess``."""
 
-    def __init__(self, zygote: Zygote, pid: int, timeout: float, capture: OutputCapture,
-                 t0: float, reap_token: str = "", cgroup: AttemptCgroup | None = None,
-                 containment: str = "") -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        pid: int,
+        timeout: float,
+        capture: OutputCapture,
+        t0: float,
+        reap_token: str = "",
+        cgroup: AttemptCgroup | None = None,
+        containment: str = "",
+    ) -> None:
         self.zygote, self.pid, self.timeout = zygote, pid, timeout
         self.reap_token = reap_token  # the attempt's REAP_VAR: finds what it detached
         self.containment = containment
@@ -631,8 +686,9 @@ class ForkedProcess:
                 self._kill_all()
                 status = self.zygote._wait_exit(self.pid, time.monotonic() + 30.0)
                 if status is None:
-                    raise ZygoteError(f"the zygote did not report the end of pid {self.pid} "
-                                      "within 30s of SIGKILL")
+                    raise ZygoteError(
+                        f"the zygote did not report the end of pid {self.pid} within 30s of SIGKILL"
+                    )
         except BaseException:
             self._kill_all()
             self._end()
@@ -641,9 +697,18 @@ class ForkedProcess:
         orphans = self._end()  # as AgentProcess.wait judges
         out, err = self._capture.finish()
         rc = os.waitstatus_to_exitcode(status)
-        self._exit = Exit(rc if rc >= 0 else None, -rc if rc < 0 else None, timed_out, duration,
-                          out.finish(), err.finish(), orphans, out.total, err.total,
-                          self.containment)
+        self._exit = Exit(
+            rc if rc >= 0 else None,
+            -rc if rc < 0 else None,
+            timed_out,
+            duration,
+            out.finish(),
+            err.finish(),
+            orphans,
+            out.total,
+            err.total,
+            self.containment,
+        )
         return self._exit
 
     def _end(self) -> tuple[int, ...]:
@@ -679,9 +744,15 @@ class Zygote:
     ``cwd`` (default: only ``PYTHONPATH`` and installed packages).
     """
 
-    def __init__(self, preload: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
-                 cwd: str = "", start_timeout: float = 60.0,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        preload: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "",
+        start_timeout: float = 60.0,
+        python: str = sys.executable,
+    ) -> None:
         self.preload = tuple(preload)
         self.env = dict(env) if env is not None else _clean_env()
         self.cwd = cwd
@@ -753,9 +824,13 @@ class Zygote:
             self._proc = subprocess.Popen(
                 [self.python, "-c", _BOOT, str(theirs.fileno()), self.cwd, *self.preload],
                 env={**self.env, REAP_VAR: PLACEHOLDER_TOKEN},  # see _stamp_environ
-                cwd=self.cwd or tempfile.gettempdir(), start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                pass_fds=(theirs.fileno(),))
+                cwd=self.cwd or tempfile.gettempdir(),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                pass_fds=(theirs.fileno(),),
+            )
         except BaseException:
             ours.close()
             self._log.close()
@@ -764,18 +839,23 @@ class Zygote:
             theirs.close()
         self._sock = ours
         self._finalizer = weakref.finalize(self, _shutdown, self._proc, ours)
-        self._reader = threading.Thread(target=self._read_loop, name="crashpoint-zygote",
-                                        daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_loop, name="crashpoint-zygote", daemon=True
+        )
         self._reader.start()
         with self._cond:
-            self._cond.wait_for(lambda: self._ready is not None or bool(self._dead),
-                                timeout=self.start_timeout)
+            self._cond.wait_for(
+                lambda: self._ready is not None or bool(self._dead), timeout=self.start_timeout
+            )
         ready = self._ready_message()
         if ready is not None:
             self.skipped = [str(m) for m in ready.get("skipped") or ()]
         if ready is None or ready.get("op") != "ready":
-            why = (ready or {}).get("error") or self._dead or \
-                f"no answer within {self.start_timeout}s"
+            why = (
+                (ready or {}).get("error")
+                or self._dead
+                or f"no answer within {self.start_timeout}s"
+            )
             kind = (ready or {}).get("type", "")
             self.close()
             if kind in _IMPORT_ERRORS:
@@ -815,11 +895,21 @@ class Zygote:
 
     # -- spawning ------------------------------------------------------------------------------
 
-    def spawn(self, entry: str, *, env: Mapping[str, str], cwd: str, timeout: float,
-              args: Sequence[str] = (), on_start: Callable[[int], None] | None = None,
-              stdout_path: str | None = None, stderr_path: str | None = None,
-              keep_head: int = KEEP_HEAD, keep_tail: int = KEEP_TAIL,
-              main: Sequence[str] = ()) -> ForkedProcess:
+    def spawn(
+        self,
+        entry: str,
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        timeout: float,
+        args: Sequence[str] = (),
+        on_start: Callable[[int], None] | None = None,
+        stdout_path: str | None = None,
+        stderr_path: str | None = None,
+        keep_head: int = KEEP_HEAD,
+        keep_tail: int = KEEP_TAIL,
+        main: Sequence[str] = (),
+    ) -> ForkedProcess:
         """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code.
         Output is captured as :class:`~crashpoint.faults._process.AgentProcess` captures it.
         ``main``: ``("path", SCRIPT)`` or ``("module", NAME)`` (``entry`` empty): the child
@@ -831,20 +921,31 @@ class Zygote:
         token, env = with_reap_token(env)
         cgroup, why = attempt_cgroup()
         containment = "cgroup" if cgroup is not None else f"session ({why})"
-        msg = json.dumps({"op": "spawn", "entry": entry, "args": list(args), "env": env,
-                          "main": [*main, ""] if main else None,
-                          "cwd": cwd, "id": self._new_id(),
-                          "cgroup": cgroup.procs if cgroup is not None else ""})
+        msg = json.dumps(
+            {
+                "op": "spawn",
+                "entry": entry,
+                "args": list(args),
+                "env": env,
+                "main": [*main, ""] if main else None,
+                "cwd": cwd,
+                "id": self._new_id(),
+                "cgroup": cgroup.procs if cgroup is not None else "",
+            }
+        )
         rid = json.loads(msg)["id"]
         data = msg.encode()
         if len(data) > MAX_MESSAGE:
             if cgroup is not None:
                 cgroup.close()
-            raise ZygoteError(f"the attempt's environment and arguments take {len(data)} bytes; "
-                              f"fork mode passes at most {MAX_MESSAGE}")
+            raise ZygoteError(
+                f"the attempt's environment and arguments take {len(data)} bytes; "
+                f"fork mode passes at most {MAX_MESSAGE}"
+            )
         try:
             (out_r, out_w), (err_r, err_w), sinks = OutputCapture.pipes(
-                stdout_path, stderr_path, keep_head, keep_tail)
+                stdout_path, stderr_path, keep_head, keep_tail
+            )
         except BaseException:
             if cgroup is not None:
                 cgroup.close()
@@ -866,7 +967,8 @@ class Zygote:
                             raise
                         raise ZygoteError(
                             f"the attempt's environment and arguments ({len(data)} bytes) do "
-                            "not fit one control message here; pass fewer variables") from exc
+                            "not fit one control message here; pass fewer variables"
+                        ) from exc
             finally:
                 for fd in (go_r, out_w, err_w):
                     os.close(fd)
@@ -874,12 +976,14 @@ class Zygote:
             if reply.get("op") != "started":
                 if reply.get("type") in _IMPORT_ERRORS:
                     raise _entry_error(str(reply.get("error")))
-                raise ZygoteError(f"the fork-mode zygote refused {entry or list(main)!r}: "
-                                  f"{reply.get('error')}")
+                raise ZygoteError(
+                    f"the fork-mode zygote refused {entry or list(main)!r}: {reply.get('error')}"
+                )
             capture = OutputCapture(out_r, err_r, sinks)
             reads = []
-            proc = ForkedProcess(self, int(reply["pid"]), timeout, capture, t0, token, cgroup,
-                                 containment)
+            proc = ForkedProcess(
+                self, int(reply["pid"]), timeout, capture, t0, token, cgroup, containment
+            )
             if on_start is not None:
                 on_start(proc.pid)
         except BaseException:
@@ -950,20 +1054,25 @@ class Zygote:
             self._cond.wait_for(lambda: rid in self._replies or bool(self._dead))
             if rid in self._replies:
                 return self._replies.pop(rid)
-        raise ZygoteError(f"the fork-mode zygote died while forking: {self._dead}"
-                          f"{self._log_tail()}")
+        raise ZygoteError(
+            f"the fork-mode zygote died while forking: {self._dead}{self._log_tail()}"
+        )
 
     def _wait_exit(self, pid: int, deadline: float) -> int | None:
         """The wait status of ``pid`` once the zygote reaped it; None at ``deadline``."""
         with self._cond:
-            done = self._cond.wait_for(lambda: pid in self._exits or bool(self._dead),
-                                       timeout=max(0.0, deadline - time.monotonic()))
+            done = self._cond.wait_for(
+                lambda: pid in self._exits or bool(self._dead),
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
             if pid in self._exits:
                 return self._exits[pid]
             if not done:
                 return None
-        raise ZygoteError(f"the fork-mode zygote died before attempt pid {pid} ended: "
-                          f"{self._dead}{self._log_tail()}")
+        raise ZygoteError(
+            f"the fork-mode zygote died before attempt pid {pid} ended: "
+            f"{self._dead}{self._log_tail()}"
+        )
 
     def _has_exited(self, pid: int) -> bool:
         with self._cond:
@@ -995,4 +1104,3 @@ def _clean_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
-

@@ -27,30 +27,37 @@ if TYPE_CHECKING:
 
 SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
 TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
-MODE_DESC = ("systematic: kill at every boundary, every power-loss state; random: draw "
-             "boundaries at random")
+MODE_DESC = (
+    "systematic: kill at every boundary, every power-loss state; random: draw boundaries at random"
+)
 REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
 SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
 PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
-BUDGET_DESC = "time budget of each campaign, e.g. 10m (none: no limit); past it the running " \
-              "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
+BUDGET_DESC = (
+    "time budget of each campaign, e.g. 10m (none: no limit); past it the running "
+    "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
+)
 
 #: name -> (CLI flag, environment variable, ini key, help, default)
 OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
     "seed": ("--crashpoint-seed", "CRASHPOINT_SEED", "crashpoint_seed", SEED_DESC, None),
-    "trials": ("--crashpoint-trials", "CRASHPOINT_TRIALS", "crashpoint_trials", TRIALS_DESC,
-               None),
+    "trials": ("--crashpoint-trials", "CRASHPOINT_TRIALS", "crashpoint_trials", TRIALS_DESC, None),
     "mode": ("--crashpoint-mode", "CRASHPOINT_MODE", "crashpoint_mode", MODE_DESC, None),
-    "report": ("--crashpoint-report", "CRASHPOINT_REPORT", "crashpoint_report", REPORT_DESC,
-               None),
+    "report": ("--crashpoint-report", "CRASHPOINT_REPORT", "crashpoint_report", REPORT_DESC, None),
     "shard": ("--crashpoint-shard", "CRASHPOINT_SHARD", "crashpoint_shard", SHARD_DESC, None),
-    "progress": ("--crashpoint-progress", "CRASHPOINT_PROGRESS", "crashpoint_progress",
-                 PROGRESS_DESC, None),
-    "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC,
-               None),
+    "progress": (
+        "--crashpoint-progress",
+        "CRASHPOINT_PROGRESS",
+        "crashpoint_progress",
+        PROGRESS_DESC,
+        None,
+    ),
+    "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC, None),
 }
-MARKER = "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings " \
-         "for the crash_harness fixture of this test"
+MARKER = (
+    "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings "
+    "for the crash_harness fixture of this test"
+)
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
 
@@ -86,14 +93,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("crashpoint", "crash-recovery testing (crashpoint)")
     for name, (flag, env, ini, help_, _default) in OPTIONS.items():
         if name == "progress":
-            group.addoption(flag, action="store_true", default=None, dest=f"crashpoint_{name}",
-                            help=f"{help_} [env {env}, ini {ini}]")
+            group.addoption(
+                flag,
+                action="store_true",
+                default=None,
+                dest=f"crashpoint_{name}",
+                help=f"{help_} [env {env}, ini {ini}]",
+            )
             # a string, parsed by _parse: pytest's type="bool" turns a bad value into an
             # INTERNALERROR instead of a usage error naming the ini file
             parser.addini(ini, f"{help_} (true/false)", default="")
             continue
-        group.addoption(flag, action="store", default=None, dest=f"crashpoint_{name}",
-                        metavar=name.upper(), help=f"{help_} [env {env}, ini {ini}]")
+        group.addoption(
+            flag,
+            action="store",
+            default=None,
+            dest=f"crashpoint_{name}",
+            metavar=name.upper(),
+            help=f"{help_} [env {env}, ini {ini}]",
+        )
         parser.addini(ini, help_, default="")
 
 
@@ -168,8 +186,16 @@ def resolve_settings(config: pytest.Config) -> Settings:
             else:
                 values[name] = default if name != "progress" else False
                 where[name] = "default"
-    return Settings(values["seed"], values["trials"], values["mode"], values["report"],
-                    values["shard"], bool(values["progress"]), where, values["budget"])
+    return Settings(
+        values["seed"],
+        values["trials"],
+        values["mode"],
+        values["report"],
+        values["shard"],
+        bool(values["progress"]),
+        where,
+        values["budget"],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -199,8 +225,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     reaped = reap_stale()
     if reaped.harnesses:
-        _say(config, f"crashpoint: reaped what {reaped.harnesses} killed harness(es) left: "
-                     f"{reaped.describe()}")
+        _say(
+            config,
+            f"crashpoint: reaped what {reaped.harnesses} killed harness(es) left: "
+            f"{reaped.describe()}",
+        )
     report = config.stash[SETTINGS].report
     if report:
         from crashpoint.pytest_plugin._summary import write_gate_running
@@ -219,14 +248,15 @@ def _say(config: pytest.Config, line: str) -> None:
 
 
 def _interrupted_by(config: pytest.Config) -> str:
-    """"SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
+    """ "SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
     from crashpoint.faults._cleanup import received, signal_name
 
     sig = received()
     if sig is not None:
         return signal_name(sig)
-    return next((str(s["interrupted_by"]) for s in config.stash[SUMMARIES]
-                 if s.get("interrupted_by")), "")
+    return next(
+        (str(s["interrupted_by"]) for s in config.stash[SUMMARIES] if s.get("interrupted_by")), ""
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -245,8 +275,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         summaries = config.stash[SUMMARIES]
         if summaries or by:
-            config.stash[_REPORT_PATHS] = write_session_reports(report, summaries,
-                                                                interrupted_by=by)
+            config.stash[_REPORT_PATHS] = write_session_reports(
+                report, summaries, interrupted_by=by
+            )
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
     # 143 SIGTERM (pytest would die of it: the shell says 143 too); 130 SIGINT where crashpoint
@@ -279,8 +310,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if reaped.harnesses:
             import sys
 
-            print(f"crashpoint: reaped what {reaped.harnesses} stopped worker(s) left: "
-                  f"{reaped.describe()}", file=sys.stderr)
+            print(
+                f"crashpoint: reaped what {reaped.harnesses} stopped worker(s) left: "
+                f"{reaped.describe()}",
+                file=sys.stderr,
+            )
     restore = config.stash.get(_RESTORE_SIGNALS, None)
     if restore is not None:
         restore()
@@ -289,17 +323,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     s = config.stash[SETTINGS]
     shard = f"{s.shard[0]}/{s.shard[1]}" if s.shard else "all"
-    return (f"crashpoint: seed={s.seed if s.seed is not None else 'per test (default 0)'} "
-            f"trials={s.trials if s.trials is not None else 'per test'} "
-            f"mode={s.mode or 'as declared'} shard={shard} "
-            f"report={s.report or 'tmp_path (fixtures), ./crashpoint-report (scenarios)'}")
+    return (
+        f"crashpoint: seed={s.seed if s.seed is not None else 'per test (default 0)'} "
+        f"trials={s.trials if s.trials is not None else 'per test'} "
+        f"mode={s.mode or 'as declared'} shard={shard} "
+        f"report={s.report or 'tmp_path (fixtures), ./crashpoint-report (scenarios)'}"
+    )
 
 
 # -- marker -----------------------------------------------------------------------------------
 
 
-def _marker_signature(*, trials: int | None = None, faults: Any = None, seed: int | None = None,
-                      restarts: int | None = None) -> dict[str, Any]:
+def _marker_signature(
+    *,
+    trials: int | None = None,
+    faults: Any = None,
+    seed: int | None = None,
+    restarts: int | None = None,
+) -> dict[str, Any]:
     return {"trials": trials, "faults": faults, "seed": seed, "restarts": restarts}
 
 
@@ -314,12 +355,15 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
         why = str(exc).replace("_marker_signature()", "crashpoint()")
         raise pytest.UsageError(
             f"{item.nodeid}: bad @pytest.mark.crashpoint arguments (from marker): {why}; "
-            "allowed: trials=, faults=, seed=, restarts=") from None
+            "allowed: trials=, faults=, seed=, restarts="
+        ) from None
     for key in ("trials", "seed", "restarts"):
         v = opts[key]
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.crashpoint({key}={v!r}) "
-                                    "(from marker): expected a whole number >= 0")
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.crashpoint({key}={v!r}) "
+                "(from marker): expected a whole number >= 0"
+            )
     if opts["faults"] is not None:
         from crashpoint.harness import as_families
 
@@ -328,7 +372,8 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
         except (TypeError, ValueError, AttributeError) as exc:
             raise pytest.UsageError(
                 f"{item.nodeid}: @pytest.mark.crashpoint(faults={opts['faults']!r}) (from "
-                f"marker): {exc}") from None
+                f"marker): {exc}"
+            ) from None
     return opts
 
 
@@ -355,9 +400,16 @@ def _folder_for(config: pytest.Config, nodeid: str, fallback: Path) -> str:
     return os.path.join(s.report, safe)
 
 
-def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
-                 trials: int | None = None, faults: Any = None,
-                 restarts: int | None = None, item: str = "") -> CrashHarness:
+def make_harness(
+    config: pytest.Config,
+    folder: str,
+    *,
+    seed: int | None = None,
+    trials: int | None = None,
+    faults: Any = None,
+    restarts: int | None = None,
+    item: str = "",
+) -> CrashHarness:
     """A CrashHarness configured from the options (CLI > env > ini > marker > default)."""
     from crashpoint.harness import CrashHarness
 
@@ -368,19 +420,30 @@ def make_harness(config: pytest.Config, folder: str, *, seed: int | None = None,
             checks.update(part)
 
     def plan_hook(family: Any, golden: Any, seed_: int, index: int) -> Any:
-        return config.hook.pytest_crashpoint_plan(config=config, family=family, golden=golden,
-                                                  seed=seed_, index=index)
+        return config.hook.pytest_crashpoint_plan(
+            config=config, family=family, golden=golden, seed=seed_, index=index
+        )
 
-    return CrashHarness(folder, seed=s.seed if s.seed is not None else (seed or 0),
-                        trials=s.trials, mode=s.mode, shard=s.shard,
-                        restarts=3 if restarts is None else restarts, extra_checks=checks,
-                        plan_hook=plan_hook, progress=_progress(config, item),
-                        default_faults=faults, default_trials=trials, budget=s.budget)
+    return CrashHarness(
+        folder,
+        seed=s.seed if s.seed is not None else (seed or 0),
+        trials=s.trials,
+        mode=s.mode,
+        shard=s.shard,
+        restarts=3 if restarts is None else restarts,
+        extra_checks=checks,
+        plan_hook=plan_hook,
+        progress=_progress(config, item),
+        default_faults=faults,
+        default_trials=trials,
+        budget=s.budget,
+    )
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_crashpoint_plan(config: pytest.Config, family: Any, golden: Any, seed: int,
-                           index: int) -> Any:
+def pytest_crashpoint_plan(
+    config: pytest.Config, family: Any, golden: Any, seed: int, index: int
+) -> Any:
     return None  # the built-in plan (crashpoint.harness.plan_for) is used
 
 
@@ -393,9 +456,15 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
     """
     opts = marker_options(request.node)
     folder = _folder_for(request.config, request.node.nodeid, tmp_path / "crashpoint")
-    harness = make_harness(request.config, folder, seed=opts["seed"], trials=opts["trials"],
-                           faults=opts["faults"], restarts=opts["restarts"],
-                           item=request.node.nodeid)
+    harness = make_harness(
+        request.config,
+        folder,
+        seed=opts["seed"],
+        trials=opts["trials"],
+        faults=opts["faults"],
+        restarts=opts["restarts"],
+        item=request.node.nodeid,
+    )
     run = harness.run
     item = request.node
     from crashpoint.harness import CampaignInterrupted
@@ -404,11 +473,23 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
         try:
             result = run(agent, **kw)
         except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
-            record_interrupted(item, exc.result, scenario=item.nodeid, file=str(item.path),
-                               family=exc.result.name, reports=exc.result.report_dir)
+            record_interrupted(
+                item,
+                exc.result,
+                scenario=item.nodeid,
+                file=str(item.path),
+                family=exc.result.name,
+                reports=exc.result.report_dir,
+            )
             raise
-        record_campaign(item, result.campaign, scenario=item.nodeid, file=str(item.path),
-                        family=result.campaign.name, reports=result.campaign.report_dir)
+        record_campaign(
+            item,
+            result.campaign,
+            scenario=item.nodeid,
+            file=str(item.path),
+            family=result.campaign.name,
+            reports=result.campaign.report_dir,
+        )
         return result
 
     harness.run = run_and_record  # type: ignore[method-assign]
@@ -419,8 +500,9 @@ def record_campaign(item: pytest.Item, result: Any, **extra: Any) -> None:
     """Report a finished campaign: call ``pytest_crashpoint_campaign_finished`` and attach its
     summary to the item's test report (the end table and gate.json are built from those
     reports, so this works under pytest-xdist too)."""
-    item.config.hook.pytest_crashpoint_campaign_finished(config=item.config, name=result.name,
-                                                         result=result)
+    item.config.hook.pytest_crashpoint_campaign_finished(
+        config=item.config, name=result.name, result=result
+    )
     summary = result.summary()
     summary.update(extra)
     summary["trial_results"] = [t.to_json() for t in result.trials]
@@ -456,10 +538,16 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
 
     started: list[AgentProcess] = []
 
-    def start(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 30.0,
-              cwd: str | None = None) -> AgentProcess:
-        p = AgentProcess(argv, dict(os.environ if env is None else env), cwd=cwd,
-                         timeout=timeout).start()
+    def start(
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 30.0,
+        cwd: str | None = None,
+    ) -> AgentProcess:
+        p = AgentProcess(
+            argv, dict(os.environ if env is None else env), cwd=cwd, timeout=timeout
+        ).start()
         started.append(p)
         return p
 
@@ -468,8 +556,11 @@ def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     for p in started:
         if p.proc is None:
             continue
-        survivors += kill_tree(p.pid, sid=p.pid,  # the agent, what is left of its session,
-                               token=p.reap_token)  # what it detached
+        survivors += kill_tree(
+            p.pid,
+            sid=p.pid,  # the agent, what is left of its session,
+            token=p.reap_token,
+        )  # what it detached
         # reap it and join its output readers before closing the pipes (closing a pipe under a
         # reader thread makes that thread raise)
         p.wait()
@@ -528,11 +619,17 @@ def corrupt_file() -> Callable[..., Corruption | None]:
 
     from crashpoint.faults._files import corrupt
 
-    def do(pattern: str | os.PathLike[str], how: str = "bitflip", seed: int = 0,
-           older: str | None = None, root: str | None = None,
-           roots: list[str] | None = None) -> Corruption | None:
-        return corrupt(how, os.fspath(pattern), random.Random(seed), older=older, root=root,
-                       roots=roots)
+    def do(
+        pattern: str | os.PathLike[str],
+        how: str = "bitflip",
+        seed: int = 0,
+        older: str | None = None,
+        root: str | None = None,
+        roots: list[str] | None = None,
+    ) -> Corruption | None:
+        return corrupt(
+            how, os.fspath(pattern), random.Random(seed), older=older, root=root, roots=roots
+        )
 
     return do
 
@@ -593,16 +690,18 @@ def _progress(config: pytest.Config, item: str = "") -> Callable[[int, int, int,
             worker_file.write(board)
             return
         every = max(10, total // 10)
-        due = done == total or done % every == 0 or not result.ok or \
-            time.monotonic() - last[0] > 5.0
+        due = (
+            done == total or done % every == 0 or not result.ok or time.monotonic() - last[0] > 5.0
+        )
         if tr is None or not due:
             return
         last[0] = time.monotonic()
         msg = f"{item}: trials {done}/{total}, failures so far: {failures}"
         if not result.ok:
             msg += f" (trial {result.plan.index}: {', '.join(c.name for c in result.failed)})"
-        ctx = capman.global_and_fixture_disabled() if capman is not None else \
-            contextlib.nullcontext()
+        ctx = (
+            capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+        )
         with ctx:
             tr.write_line(board.line(msg))
 
@@ -657,8 +756,9 @@ def _start_progress(config: pytest.Config) -> None:
     config.stash[BOARD] = Board()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get(PROGRESS_DIR):
-        config.stash[WORKER_FILE] = WorkerFile(workerinput[PROGRESS_DIR],
-                                               str(workerinput.get("workerid", "gw")))
+        config.stash[WORKER_FILE] = WorkerFile(
+            workerinput[PROGRESS_DIR], str(workerinput.get("workerid", "gw"))
+        )
     config.pluginmanager.register(_ProgressItems(config), "crashpoint-progress")
 
 
@@ -676,8 +776,7 @@ class _SummaryCollector:
                 self.config.stash[SUMMARIES].append(json.loads(str(value)))
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     summaries = config.stash[SUMMARIES]
     by = _interrupted_by(config)
     if not summaries and not (by and config.stash[SETTINGS].report):

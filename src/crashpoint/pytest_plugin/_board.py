@@ -68,24 +68,46 @@ class Board:
         self.item, self.item_done, self.item_total = "", 0, 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"items_total": self.items_total, "items_done": self.items_done,
-                "trials_done": self.trials_done, "trials_failed": self.trials_failed,
-                "item": self.item, "item_done": self.item_done, "item_total": self.item_total,
-                "elapsed": time.monotonic() - self.t0}
+        return {
+            "items_total": self.items_total,
+            "items_done": self.items_done,
+            "trials_done": self.trials_done,
+            "trials_failed": self.trials_failed,
+            "item": self.item,
+            "item_done": self.item_done,
+            "item_total": self.item_total,
+            "elapsed": time.monotonic() - self.t0,
+        }
 
     def line(self, detail: str = "") -> str:
         """``[crashpoint 3/23 items, 41 trials, 0 failed, 0:12 elapsed, ETA 0:40] detail``."""
         elapsed = time.monotonic() - self.t0
-        return _line(self.items_done, self.items_total, self.trials_done, self.trials_failed,
-                     elapsed, eta_seconds(elapsed, self.units_done(), self.items_total), detail)
+        return _line(
+            self.items_done,
+            self.items_total,
+            self.trials_done,
+            self.trials_failed,
+            elapsed,
+            eta_seconds(elapsed, self.units_done(), self.items_total),
+            detail,
+        )
 
 
-def _line(items_done: int, items_total: int, trials: int, failed: int, elapsed: float,
-          eta: float | None, detail: str) -> str:
+def _line(
+    items_done: int,
+    items_total: int,
+    trials: int,
+    failed: int,
+    elapsed: float,
+    eta: float | None,
+    detail: str,
+) -> str:
     total = f"/{items_total}" if items_total else ""
     eta_s = f", ETA {format_clock(eta)}" if eta is not None else ""
-    head = (f"[crashpoint {items_done}{total} items, {trials} trials, {failed} failed, "
-            f"{format_clock(elapsed)} elapsed{eta_s}]")
+    head = (
+        f"[crashpoint {items_done}{total} items, {trials} trials, {failed} failed, "
+        f"{format_clock(elapsed)} elapsed{eta_s}]"
+    )
     return f"{head} {detail}".rstrip()
 
 
@@ -109,8 +131,14 @@ class Watcher:
     that prints a combined line when something changed (at most every ``every`` seconds, and a
     heartbeat every ``heartbeat`` seconds while items run)."""
 
-    def __init__(self, write: Callable[[str], None], *, every: float = 2.0,
-                 heartbeat: float = 15.0, poll: bool = True) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        *,
+        every: float = 2.0,
+        heartbeat: float = 15.0,
+        poll: bool = True,
+    ) -> None:
         self.folder = tempfile.mkdtemp(prefix="cp-progress-")
         self._write = write
         self._every, self._heartbeat = every, heartbeat
@@ -118,8 +146,7 @@ class Watcher:
         self._t0 = time.monotonic()
         self._last: tuple[Any, ...] = ()
         self._last_t = 0.0
-        self._thread = threading.Thread(target=self._loop, name="crashpoint-progress",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="crashpoint-progress", daemon=True)
         if poll:
             self._thread.start()
 
@@ -159,8 +186,15 @@ class Watcher:
         if now - self._last_t < self._every and key[:3] == self._last[:3]:
             return None
         self._last, self._last_t = key, now
-        return _line(items_done, items_total, trials, failed, elapsed,
-                     eta_seconds(elapsed, units, items_total), " | ".join(running))
+        return _line(
+            items_done,
+            items_total,
+            trials,
+            failed,
+            elapsed,
+            eta_seconds(elapsed, units, items_total),
+            " | ".join(running),
+        )
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):

@@ -39,28 +39,31 @@ class ScenarioFile(pytest.File):
         except ScenarioError as exc:
             raise self.CollectError(f"crashpoint scenario error: {exc}") from None
         override = self.config.stash[SETTINGS].trials
-        counts = [c if (override is None or f.family.systematic) else override
-                  for f, c in zip(scenario.families, _split_trials(scenario), strict=True)]
+        counts = [
+            c if (override is None or f.family.systematic) else override
+            for f, c in zip(scenario.families, _split_trials(scenario), strict=True)
+        ]
         names: dict[str, int] = {}
         for fam, count in zip(scenario.families, counts, strict=True):
             base = fam.family.name
             names[base] = names.get(base, 0) + 1
             name = base if names[base] == 1 else f"{base}#{names[base]}"
-            item = ScenarioItem.from_parent(self, name=name, scenario=scenario, family=fam,
-                                            count=count)
+            item = ScenarioItem.from_parent(
+                self, name=name, scenario=scenario, family=fam, count=count
+            )
             for mark in scenario.marks:
                 try:
                     item.add_marker(getattr(pytest.mark, mark))
                 except pytest.fail.Exception as exc:  # --strict-markers and not registered
-                    raise self.CollectError(f"crashpoint scenario error: {self.path} (key "
-                                            f"'marks'): {exc.msg}") from None
+                    raise self.CollectError(
+                        f"crashpoint scenario error: {self.path} (key 'marks'): {exc.msg}"
+                    ) from None
             yield item
 
 
 def _split_trials(scenario: Scenario) -> list[int | None]:
     """Random families without their own ``count`` share the scenario's ``trials``."""
-    shared = [f for f in scenario.families
-              if not f.family.systematic and f.family.count is None]
+    shared = [f for f in scenario.families if not f.family.systematic and f.family.count is None]
     explicit = sum(f.family.count or 0 for f in scenario.families if not f.family.systematic)
     left = max(0, scenario.trials - explicit)
     out: list[int | None] = []
@@ -75,8 +78,7 @@ def _split_trials(scenario: Scenario) -> list[int | None]:
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, scenario: Scenario, family: Family, count: int | None,
-                 **kw: Any) -> None:
+    def __init__(self, *, scenario: Scenario, family: Family, count: int | None, **kw: Any) -> None:
         super().__init__(**kw)
         self.scenario = scenario
         self.family = family
@@ -86,11 +88,13 @@ class ScenarioItem(pytest.Item):
         sc = self.scenario
         settings = self.config.stash[SETTINGS]
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{sc.slug}-{self.name}").strip("_")
-        base = settings.report or os.path.join(self.config.invocation_params.dir,
-                                               "crashpoint-report")
+        base = settings.report or os.path.join(
+            self.config.invocation_params.dir, "crashpoint-report"
+        )
         folder = os.path.join(base, "scenarios")
-        harness = make_harness(self.config, folder, seed=sc.seed, restarts=sc.restarts,
-                               item=f"{sc.slug} [{self.name}]")
+        harness = make_harness(
+            self.config, folder, seed=sc.seed, restarts=sc.restarts, item=f"{sc.slug} [{self.name}]"
+        )
         harness.launcher = self._launcher()
         forks = getattr(harness.launcher, "forks", 0)
         fam = self.family.family
@@ -98,9 +102,15 @@ class ScenarioItem(pytest.Item):
             last_kind, last_opts = fam.chain[-1]
             opts = {**dict(last_opts), "count": self.count}
             fam = FaultFamily((*fam.chain[:-1], (last_kind, tuple(sorted(opts.items())))))
-        campaign = harness.campaign(sc.agent, faults=fam, trials=self.count or 0,
-                                    expect=sc.expect, name=safe, mode=sc.mode,
-                                    budget=sc.budget)
+        campaign = harness.campaign(
+            sc.agent,
+            faults=fam,
+            trials=self.count or 0,
+            expect=sc.expect,
+            name=safe,
+            mode=sc.mode,
+            budget=sc.budget,
+        )
         if settings.mode is not None:
             campaign.mode = settings.mode
         campaign.source = sc.path  # replay takes the redacted agent.env values from it
@@ -111,9 +121,12 @@ class ScenarioItem(pytest.Item):
         golden = parent.stash.get(GOLDEN, None)
         first = parent.stash.get(GOLDEN_FAILED, None)
         if first is not None:
-            raise ScenarioError(sc.path, sc.agent_line, "agent",
-                                f"not run: the golden run of this file failed (shown once, "
-                                f"under [{first}])")
+            raise ScenarioError(
+                sc.path,
+                sc.agent_line,
+                "agent",
+                f"not run: the golden run of this file failed (shown once, under [{first}])",
+            )
         try:
             result = campaign.run(progress=harness.progress, golden=golden)
         except GoldenRunFailed as exc:
@@ -122,21 +135,38 @@ class ScenarioItem(pytest.Item):
         except NoBoundaries as exc:  # the agent reports nothing: the campaign tests nothing
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
         except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
-            record_interrupted(self, exc.result, scenario=sc.name, file=sc.path,
-                               family=self.name, reports=exc.result.report_dir)
+            record_interrupted(
+                self,
+                exc.result,
+                scenario=sc.name,
+                file=sc.path,
+                family=self.name,
+                reports=exc.result.report_dir,
+            )
             raise
         if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
-            parent.stash[GOLDEN] = result.golden                     # short is not kept
+            parent.stash[GOLDEN] = result.golden  # short is not kept
         paths = result.write_reports()
         if harness.launcher is not None:  # say how many attempts fork mode served
             attempts = sum(len(t.attempts) for t in result.trials) + (golden is None)
-            self.user_properties.append((
-                "crashpoint_launch", f"fork mode: {harness.launcher.forks - forks} of "
-                f"{attempts} attempts forked from a warm interpreter (others need a fresh one: "
-                "fileop kills, rlimit disk-full, tmpfs, a recorded golden run)"))
+            self.user_properties.append(
+                (
+                    "crashpoint_launch",
+                    f"fork mode: {harness.launcher.forks - forks} of "
+                    f"{attempts} attempts forked from a warm interpreter (others need a fresh one: "
+                    "fileop kills, rlimit disk-full, tmpfs, a recorded golden run)",
+                )
+            )
         launch = "; ".join(str(v) for k, v in self.user_properties if k == "crashpoint_launch")
-        record_campaign(self, result, scenario=sc.name, file=sc.path, family=self.name,
-                        reports=paths, **({"launch": launch} if launch else {}))
+        record_campaign(
+            self,
+            result,
+            scenario=sc.name,
+            file=sc.path,
+            family=self.name,
+            reports=paths,
+            **({"launch": launch} if launch else {}),
+        )
         if not result.ok:
             raise ScenarioFailed(result)
 
@@ -181,15 +211,17 @@ class ScenarioItem(pytest.Item):
         if zygote.skipped:
             parent.stash[LAUNCH_NOTE] = (
                 "fork mode: not pre-imported (they fail to import in the warm interpreter; "
-                f"each attempt imports them itself): {', '.join(zygote.skipped)}")
+                f"each attempt imports them itself): {', '.join(zygote.skipped)}"
+            )
         return zygote
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
-            return f"scenario {self.scenario.name!r} [{self.name}] " \
-                   f"({self.scenario.path}:{self.family.line})\n" + \
-                HarnessResult(excinfo.value.result).report()
+            return (
+                f"scenario {self.scenario.name!r} [{self.name}] "
+                f"({self.scenario.path}:{self.family.line})\n"
+                + HarnessResult(excinfo.value.result).report()
+            )
         if isinstance(excinfo.value, ScenarioError):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))

@@ -7,14 +7,22 @@ import json
 import os
 from typing import Any
 
-__all__ = ["remove_gate_running", "summary_table", "write_gate_running",
-           "write_session_reports"]
+__all__ = ["remove_gate_running", "summary_table", "write_gate_running", "write_session_reports"]
 
 #: gate.json while a session runs: a killed gate never leaves an old "ok": true behind
 GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
 
-_COLS = ("scenario [family]", "trials", "exercised", "faults", "checks ok", "dup", "lost",
-         "resume p50", "verdict")
+_COLS = (
+    "scenario [family]",
+    "trials",
+    "exercised",
+    "faults",
+    "checks ok",
+    "dup",
+    "lost",
+    "resume p50",
+    "verdict",
+)
 
 
 def _row(s: dict[str, Any]) -> tuple[str, ...]:
@@ -37,9 +45,17 @@ def _row(s: dict[str, Any]) -> tuple[str, ...]:
         verdict = "INTERRUPTED" if s.get("interrupted_by") else "FAIL (budget)"
     if s.get("not_run"):
         trials += f" (+{s['not_run']} not run)"
-    return (f"{s.get('scenario', s['name'])} [{s.get('family', '')}]", trials, exercised, faults,
-            f"{passed}/{judged}", str(s.get("duplicate_effects", 0)),
-            str(s.get("lost_effects", 0)), resume, verdict)
+    return (
+        f"{s.get('scenario', s['name'])} [{s.get('family', '')}]",
+        trials,
+        exercised,
+        faults,
+        f"{passed}/{judged}",
+        str(s.get("duplicate_effects", 0)),
+        str(s.get("lost_effects", 0)),
+        resume,
+        verdict,
+    )
 
 
 def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") -> list[str]:
@@ -49,9 +65,11 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
     seeds = sorted({str(s.get("seed")) for s in summaries})
     out = [f"crashpoint gate: {len(summaries)} campaigns, seed {', '.join(seeds)}"]
     if interrupted_by:
-        out[0] = f"crashpoint gate: INTERRUPTED by {interrupted_by} (report incomplete): " + \
-            (f"{len(summaries)} campaigns, seed {', '.join(seeds)}" if summaries else
-             "no campaign finished")
+        out[0] = f"crashpoint gate: INTERRUPTED by {interrupted_by} (report incomplete): " + (
+            f"{len(summaries)} campaigns, seed {', '.join(seeds)}"
+            if summaries
+            else "no campaign finished"
+        )
     if not summaries:
         return out
     for k, r in enumerate(rows):
@@ -69,8 +87,10 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
             out.append(f"NOT EXERCISED {s.get('scenario')}: {msg}")
     for s in summaries:
         for f in s.get("failures", [])[:3]:
-            out.append(f"FAILED {s.get('scenario')} [{s.get('family')}] trial {f['index']}: "
-                       f"{f.get('root_cause') or '; '.join(f['checks'])}")
+            out.append(
+                f"FAILED {s.get('scenario')} [{s.get('family')}] trial {f['index']}: "
+                f"{f.get('root_cause') or '; '.join(f['checks'])}"
+            )
             if f.get("landed"):
                 out.append(f"  landed: {f['landed']}")
             out.append(f"  replay: {f['replay']}")
@@ -86,28 +106,37 @@ def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
         name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
         ow = s.get("outside_writes") or {}
         if ow.get("tmp_bytes") or ow.get("system_tmp"):
-            line = f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in " \
-                   "private TMPDIRs (removed)"
+            line = (
+                f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in "
+                "private TMPDIRs (removed)"
+            )
             if ow.get("system_tmp"):
-                line += f"; appeared in the system temp folders during " \
-                        f"{ow['trials_writing_system_tmp']} trial(s) (the agent's or another " \
-                        f"process's; not removed): {', '.join(ow['system_tmp'][:5])}"
+                line += (
+                    f"; appeared in the system temp folders during "
+                    f"{ow['trials_writing_system_tmp']} trial(s) (the agent's or another "
+                    f"process's; not removed): {', '.join(ow['system_tmp'][:5])}"
+                )
             out.append(line)
         ev = s.get("evidence") or {}
         if ev.get("trials_cut"):
-            out.append(f"evidence cut: {name}: {ev['trials_cut']} trial folder(s) over the "
-                       f"evidence limit (see evidence_omitted in result.json)")
+            out.append(
+                f"evidence cut: {name}: {ev['trials_cut']} trial folder(s) over the "
+                f"evidence limit (see evidence_omitted in result.json)"
+            )
         if s.get("launch"):  # fork mode asked for (agent.warm) and not used, or partly
             out.append(f"launch: {name}: {s['launch']}")
         refused = s.get("ledger_refused") or {}
         if refused:
-            out.append(f"ledger limits: {name}: refused " +
-                       ", ".join(f"{k} x{v}" for k, v in refused.items()))
+            out.append(
+                f"ledger limits: {name}: refused "
+                + ", ".join(f"{k} x{v}" for k, v in refused.items())
+            )
     return out
 
 
-def write_session_reports(folder: str, summaries: list[dict[str, Any]], *,
-                          interrupted_by: str = "") -> list[str]:
+def write_session_reports(
+    folder: str, summaries: list[dict[str, Any]], *, interrupted_by: str = ""
+) -> list[str]:
     """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
 
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
@@ -120,10 +149,16 @@ def write_session_reports(folder: str, summaries: list[dict[str, Any]], *,
     path = os.path.join(folder, "gate.json")
     incomplete = bool(interrupted_by) or any(s.get("incomplete") for s in summaries)
     ok = all(s["ok"] for s in summaries) and not interrupted_by
-    _write_json(path, {"ok": ok, "incomplete": incomplete,
-                       "interrupted_by": interrupted_by or None,
-                       "status": "interrupted" if interrupted_by else "finished",
-                       "campaigns": summaries})
+    _write_json(
+        path,
+        {
+            "ok": ok,
+            "incomplete": incomplete,
+            "interrupted_by": interrupted_by or None,
+            "status": "interrupted" if interrupted_by else "finished",
+            "campaigns": summaries,
+        },
+    )
     paths = [path]
     try:
         from crashpoint.harness._html import render_html

@@ -16,8 +16,9 @@ def pytest_crashpoint_checks(config: pytest.Config) -> dict[str, Any] | None:
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_crashpoint_plan(config: pytest.Config, family: Any, golden: Any, seed: int,
-                           index: int) -> Any:
+def pytest_crashpoint_plan(
+    config: pytest.Config, family: Any, golden: Any, seed: int, index: int
+) -> Any:
     """Return the :class:`crashpoint.harness.Plan` of trial ``index`` of ``family``, or None to
     leave it to the next implementation (the built-in one runs last). Use it for custom faults:
     any ``Fault`` kinds the trial runner knows, in your own combinations."""

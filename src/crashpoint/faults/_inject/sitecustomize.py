@@ -25,8 +25,15 @@ _RECORD = os.environ.get("CRASHPOINT_FILEOP_RECORD", "")
 _AT = os.environ.get("CRASHPOINT_FILEOP_AT", "")
 _LOG = os.environ.get("CRASHPOINT_FILEOP_LOG", "")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_OPS = {"os.rename": "rename", "os.remove": "unlink", "os.truncate": "truncate",
-        "os.mkdir": "mkdir", "os.rmdir": "rmdir", "os.link": "link", "os.symlink": "symlink"}
+_OPS = {
+    "os.rename": "rename",
+    "os.remove": "unlink",
+    "os.truncate": "truncate",
+    "os.mkdir": "mkdir",
+    "os.rmdir": "rmdir",
+    "os.link": "link",
+    "os.symlink": "symlink",
+}
 _count = 0
 _seen: "dict[tuple[str, str], int]" = {}
 _target_op = ""
@@ -61,8 +68,10 @@ def _abs(p: object, dir_fd: object = None) -> str:
 
 def _paths(event: str, args: "tuple[object, ...]") -> "tuple[str, str]":
     """(the file the operation is about, the second path of a rename/link/symlink)."""
+
     def at(i: int) -> object:
         return args[i] if len(args) > i else None
+
     if event in ("os.rename", "os.link"):
         return _abs(at(0), at(2)), _abs(at(1), at(3))
     if event == "os.symlink":  # (target, link, dir_fd): the file created is the link
@@ -97,13 +106,16 @@ def _hook(event: str, args: "tuple[object, ...]") -> None:
             return
         if _RECORD:
             import json
-            _append(_RECORD, json.dumps({"op": op, "path": path, "path2": path2,
-                                         "pid": os.getpid()}))
+
+            _append(
+                _RECORD, json.dumps({"op": op, "path": path, "path2": path2, "pid": os.getpid()})
+            )
         if op == _target_op and path in _target_paths:
             key = (op, path)
             _seen[key] = k = _seen.get(key, 0) + 1
             if k == _target_n:
                 import json
+
                 _append(_LOG, json.dumps({"op": op, "path": path, "n": k, "pid": os.getpid()}))
                 _die()
     if _N > 0:
@@ -114,12 +126,14 @@ def _hook(event: str, args: "tuple[object, ...]") -> None:
 
 def _die() -> None:
     import signal
+
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _arm() -> None:
     global _target_op, _target_paths, _target_n
     import json
+
     try:
         at = json.loads(_AT)
         _target_op = str(at["op"])
@@ -142,8 +156,10 @@ _here = os.path.dirname(os.path.abspath(__file__))
 for _p in sys.path:
     if _p and os.path.abspath(_p) != _here and os.path.isfile(os.path.join(_p, "sitecustomize.py")):
         import importlib.util as _u
-        _spec = _u.spec_from_file_location("_crashpoint_chained_sitecustomize",
-                                           os.path.join(_p, "sitecustomize.py"))
+
+        _spec = _u.spec_from_file_location(
+            "_crashpoint_chained_sitecustomize", os.path.join(_p, "sitecustomize.py")
+        )
         if _spec and _spec.loader:
             _spec.loader.exec_module(_u.module_from_spec(_spec))
         break
