@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
-from crashpoint.harness._zygote import WARM_IMPORTS, Zygote
+from crashpoint.harness._engine._zygote import WARM_IMPORTS, Zygote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = os.path.join(os.path.dirname(HERE), "tests", "agents", "lg_agent.py")

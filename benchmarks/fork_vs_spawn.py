@@ -7,7 +7,7 @@ Prints the median of ``--runs`` runs for each mode:
 
 - campaign: the demo agent (``crashpoint.agents.demo:main``), kill at every boundary plus random
   kills, seed 1; spawned as a command (``python -m crashpoint.agents.demo``), spawned as an entry
-  (``python -m crashpoint.harness._entry``), and forked from a zygote.
+  (``python -m crashpoint._entry``), and forked from a zygote.
 - attempt: start-to-exit of one attempt of an agent whose function returns at once.
 """
 
@@ -20,10 +20,10 @@ import sys
 import tempfile
 import time
 
-from crashpoint.faults._process import AgentProcess
+from crashpoint._proc._process import AgentProcess
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
-from crashpoint.harness._model import ENTRY_ARGV
-from crashpoint.harness._zygote import Zygote
+from crashpoint.harness._engine._zygote import Zygote
+from crashpoint.harness._spec._model import ENTRY_ARGV
 
 ENTRY = AgentSpec(entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"), timeout=60)
 COMMAND = AgentSpec(

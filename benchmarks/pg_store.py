@@ -92,7 +92,7 @@ def unavailable() -> str | None:
     except ImportError:
         return "psycopg is not installed: pip install 'crashpoint[postgres]'"
     try:
-        from crashpoint.harness._postgres import unavailable as server_unavailable
+        from crashpoint.harness._standins._postgres import unavailable as server_unavailable
     except ImportError as e:
         return f"crashpoint is not importable ({e}): pip install -e ."
     return server_unavailable()
@@ -326,7 +326,7 @@ def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[
 
 @contextlib.contextmanager
 def server() -> Iterator[Any]:
-    from crashpoint.harness._postgres import PostgresServer
+    from crashpoint.harness._standins._postgres import PostgresServer
 
     with PostgresServer.start(fsync=True) as pg:
         yield pg

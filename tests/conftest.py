@@ -365,8 +365,8 @@ def _no_leftover_children() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A running :class:`crashpoint.harness._postgres.PostgresServer` (fsync on)."""
-    from crashpoint.harness._postgres import PostgresServer, unavailable
+    """A running :class:`crashpoint.harness._standins._postgres.PostgresServer` (fsync on)."""
+    from crashpoint.harness._standins._postgres import PostgresServer, unavailable
 
     reason = unavailable()
     if reason:

@@ -57,7 +57,7 @@ __all__ = [
 
 ENV = "CRASHPOINT_FAILPOINTS"
 LOG_ENV = "CRASHPOINT_FAILPOINTS_LOG"
-#: The harness's per-attempt token (``crashpoint.faults._process.REAP_VAR``; the library does
+#: The harness's per-attempt token (``crashpoint._proc._process.REAP_VAR``; the library does
 #: not import the harness): failpoints in the environment are armed only where it is set.
 TOKEN_ENV = "CRASHPOINT_REAP_TOKEN"  # noqa: S105 (a variable name, not a secret)
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")

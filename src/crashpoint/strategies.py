@@ -54,8 +54,16 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from crashpoint._failpoints import FAILPOINTS
 from crashpoint.faults._files import CORRUPTIONS
-from crashpoint.harness._model import AgentSpec, Boundary, Expect, Fault, Golden, Plan, TrialResult
-from crashpoint.harness._trial import TrialRunner
+from crashpoint.harness._engine._trial import TrialRunner
+from crashpoint.harness._spec._model import (
+    AgentSpec,
+    Boundary,
+    Expect,
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+)
 
 __all__ = [
     "CI_PROFILE",

@@ -27,8 +27,8 @@ from typing import Any
 
 from _writer import record_data
 
+from crashpoint._fsio import FsOps
 from crashpoint.checkpoint import Store
-from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.checkpoint._record import encode_json, scan
 from crashpoint.errors import CheckpointWriteError
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 from crashpoint.checkpoint import open_run, run_main
-from crashpoint.checkpoint._pg import PostgresStore
+from crashpoint.checkpoint.postgres._store import PostgresStore
 
 STEPS = ["fetch", "write", "publish"]
 

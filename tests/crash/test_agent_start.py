@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from crashpoint._proc import _cgroup
+from crashpoint._proc._process import AgentProcess
 from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
-from crashpoint.faults import _cgroup
-from crashpoint.faults._process import AgentProcess
 from crashpoint.harness import AgentSpec, GoldenRunFailed, TrialRunner
 
 ENV = {"PATH": "/usr/bin:/bin"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.faults._process import AgentProcess
+from crashpoint._proc._process import AgentProcess
 from crashpoint.harness import (
     AgentSpec,
     Campaign,

@@ -25,11 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint.faults import _cgroup
-from crashpoint.faults._cgroup import AttemptCgroup, containment, reap_stale
-from crashpoint.faults._process import AgentProcess, Exit
+from crashpoint._proc import _cgroup
+from crashpoint._proc._cgroup import AttemptCgroup, containment, reap_stale
+from crashpoint._proc._process import AgentProcess, Exit
 from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialRunner
-from crashpoint.harness._zygote import Zygote
+from crashpoint.harness._engine._zygote import Zygote
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -300,7 +300,7 @@ def _wait_for_line(p: AgentProcess) -> None:
 
 HARNESS = textwrap.dedent("""
     import json, sys
-    from crashpoint.faults._process import AgentProcess
+    from crashpoint._proc._process import AgentProcess
     agent, helper, marker, mode = sys.argv[1:]
     env = {"PATH": "/usr/bin:/bin"}
     if mode == "spawn":
@@ -308,7 +308,7 @@ HARNESS = textwrap.dedent("""
                          timeout=120).start()
     else:
         import os
-        from crashpoint.harness._zygote import Zygote
+        from crashpoint.harness._engine._zygote import Zygote
         env["PYTHONPATH"] = os.path.dirname(agent)
         z = Zygote(["cp_contain_agent:detach"], env=env).start()
         p = z.spawn("cp_contain_agent:detach", env=env, cwd=os.path.dirname(agent),

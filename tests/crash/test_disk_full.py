@@ -23,8 +23,8 @@ from _disk_fill import MORE_AFTER_REOPEN
 from _writer import record_data
 
 from crashpoint import _failpoints
+from crashpoint._fsio import FsOps
 from crashpoint.checkpoint import RunJournal, Store
-from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.checkpoint._record import encode_json
 from crashpoint.errors import CheckpointError, CheckpointWriteError, DiskBudgetExceeded
 

@@ -24,8 +24,8 @@ pytest.importorskip(
 )
 
 from crashpoint.checkpoint import run_reducer
-from crashpoint.checkpoint._fleet import submit
-from crashpoint.checkpoint._pg import PostgresStore
+from crashpoint.checkpoint.postgres._fleet import submit
+from crashpoint.checkpoint.postgres._store import PostgresStore
 
 if TYPE_CHECKING:
     from conftest import Child, Children
@@ -224,7 +224,7 @@ def test_killed_client_connection_mid_run(children: Children, pg_server: Any, pg
 def test_partition_between_a_worker_and_the_database(
     children: Children, pg_server: Any, pg_dsn: str
 ) -> None:
-    from crashpoint.harness._pgproxy import TcpProxy
+    from crashpoint.faults._partition import TcpProxy
 
     store = PostgresStore(pg_dsn, worker="test")
     submit(store, "r1")

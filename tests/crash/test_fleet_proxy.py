@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness._pgproxy import TcpProxy
+from crashpoint.faults._partition import TcpProxy
 
 psycopg = pytest.importorskip(
     "psycopg",

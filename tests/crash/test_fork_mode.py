@@ -20,8 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from crashpoint._entry import EntryError
+from crashpoint._proc._process import AgentProcess, Exit
 from crashpoint.faults._disk import capabilities
-from crashpoint.faults._process import AgentProcess, Exit
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -31,9 +32,8 @@ from crashpoint.harness import (
     TrialRunner,
     family_from_spec,
 )
-from crashpoint.harness._entry import EntryError
-from crashpoint.harness._model import ENTRY_ARGV
-from crashpoint.harness._zygote import Zygote, ZygoteError
+from crashpoint.harness._engine._zygote import Zygote, ZygoteError
+from crashpoint.harness._spec._model import ENTRY_ARGV
 
 #: The fake model thinks 300 ms: the signal family's instants (drawn in [0, 200 ms)) land in
 #: the agent's work however fast the machine is.
@@ -470,7 +470,7 @@ def test_agent_spec_args_round_trip_and_fill_placeholders() -> None:
     assert spec.argv(state_dir="/s", workdir="/w", run_id="r") == [
         sys.executable,
         "-m",
-        "crashpoint.harness._entry",
+        "crashpoint._entry",
         "m:f",
         "--state",
         "/s",

@@ -21,10 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint.faults._process import AgentProcess, Exit
+from crashpoint._proc._process import AgentProcess, Exit
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
-from crashpoint.harness._scenario import ScenarioError, load_scenario
-from crashpoint.harness._zygote import (
+from crashpoint.harness._engine._zygote import (
     WARM_IMPORTS,
     ForkPlan,
     Zygote,
@@ -32,6 +31,7 @@ from crashpoint.harness._zygote import (
     fork_plan,
     script_imports,
 )
+from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 FAMILIES = [{"kill": {"at": "every-boundary"}}, {"kill": {"at": "random", "count": 3}}]

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
-from crashpoint.faults import _cgroup, _cleanup
+from crashpoint._proc import _cgroup, _cleanup
+from crashpoint._proc._process import REAP_VAR
 from crashpoint.faults._disk import capabilities
-from crashpoint.faults._process import REAP_VAR
 
 if TYPE_CHECKING:
     from conftest import Child, Children
@@ -453,7 +453,7 @@ def test_live_folder_planted_by_someone_else_is_not_used(tmp_path: Path) -> None
 def test_a_signal_inside_a_shield_is_raised_when_it_ends(children: Children) -> None:
     code = textwrap.dedent("""\
         import os, signal
-        from crashpoint.faults._cleanup import (Interrupted, install_signal_handlers,
+        from crashpoint._proc._cleanup import (Interrupted, install_signal_handlers,
                                                 received, shielded)
         install_signal_handlers()
         steps = []
@@ -544,7 +544,7 @@ def test_budget_stops_a_hanging_family_and_fails_it(
 def test_bad_budget_in_a_scenario_names_file_line_and_key(
     tmp_path: Path, value: str, message: str
 ) -> None:
-    from crashpoint.harness._scenario import ScenarioError, load_scenario
+    from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
 
     path = scenario(tmp_path, "bad", HANGS, "hang: {count: 1}", extra=f"budget: {value}")
     with pytest.raises(ScenarioError) as exc:
@@ -554,7 +554,7 @@ def test_bad_budget_in_a_scenario_names_file_line_and_key(
 
 
 def test_budget_none_means_no_limit(tmp_path: Path) -> None:
-    from crashpoint.harness._scenario import load_scenario
+    from crashpoint.harness._spec._scenario import load_scenario
 
     path = scenario(tmp_path, "ok", HANGS, "hang: {count: 1}", extra="budget: none")
     assert load_scenario(path).budget == float("inf")

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from crashpoint._proc._process import AgentProcess
 from crashpoint.faults import _strace
-from crashpoint.faults._process import AgentProcess
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -32,7 +32,7 @@ from crashpoint.harness import (
     Ledger,
     family_from_spec,
 )
-from crashpoint.harness._scenario import load_scenario
+from crashpoint.harness._spec._scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "examples" / "shell-lifecycle" / "agent.sh"

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint.faults import _process
-from crashpoint.faults._process import AgentProcess
+from crashpoint._proc import _process
+from crashpoint._proc._process import AgentProcess
 from crashpoint.harness import AgentSpec, Plan, TrialRunner
 
 GIB = 1 << 30
@@ -33,7 +33,7 @@ HARNESS = textwrap.dedent("""
     import json, os, resource, sys
     from collections import Counter
     from crashpoint.harness import AgentSpec, Golden, Plan, TrialRunner
-    from crashpoint.harness._zygote import Zygote
+    from crashpoint.harness._engine._zygote import Zygote
 
     folder, mode = sys.argv[1:]
     def peak():

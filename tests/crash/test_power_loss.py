@@ -19,7 +19,7 @@ import pytest
 
 from crashpoint.faults import _strace
 from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
-from crashpoint.harness._campaign import FaultSpecError
+from crashpoint.harness._engine._campaign import FaultSpecError
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 
@@ -276,7 +276,7 @@ def test_an_aimed_corruption_hits_the_demo_journal_s_newest_writes(tmp_path: Pat
 def test_a_recovery_cut_over_too_much_state_does_not_fire_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from crashpoint.harness import _power
+    from crashpoint.harness._engine import _power
 
     def too_big(roots: Any) -> dict[str, bytes | None]:
         raise ValueError(

@@ -23,7 +23,7 @@ from crashpoint.harness import (
     TrialRunner,
     family_from_spec,
 )
-from crashpoint.harness._campaign import NoBoundaries
+from crashpoint.harness._engine._campaign import NoBoundaries
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 

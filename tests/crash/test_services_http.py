@@ -145,7 +145,7 @@ def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(
     tmp_path: Path, how: str
 ) -> None:
     spec = agent("--timeout", "1", services={"http": {"routes": {"POST /hook": {"fail": how}}}})
-    from crashpoint.harness._trial import GoldenRunFailed
+    from crashpoint.harness._engine._trial import GoldenRunFailed
 
     with (
         TrialRunner(spec, str(tmp_path / "trials")) as runner,
@@ -177,7 +177,9 @@ def test_the_smtp_placeholder_starts_the_sink_with_the_token(tmp_path: Path) -> 
         try:
             golden = runner.golden()
         except NotImplementedError:
-            pytest.skip("the SMTP sink (crashpoint.harness._smtp) is not implemented here yet")
+            pytest.skip(
+                "the SMTP sink (crashpoint.harness._standins._smtp) is not implemented here yet"
+            )
         ledger = runner._ledger
         assert ledger is not None
         assert ledger.smtp is not None

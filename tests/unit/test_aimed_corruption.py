@@ -14,7 +14,7 @@ import pytest
 from crashpoint.faults import _powercut, _strace
 from crashpoint.faults._files import corrupt
 from crashpoint.harness import family_from_spec
-from crashpoint.harness._campaign import FaultSpecError
+from crashpoint.harness._engine._campaign import FaultSpecError
 
 
 def _files(root: Path) -> dict[str, bytes]:

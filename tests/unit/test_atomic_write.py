@@ -9,8 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+from crashpoint._fsio import REAL, is_temp_of
 from crashpoint.checkpoint import Store
-from crashpoint.checkpoint._fsio import REAL, is_temp_of
 
 VERSION_BYTES = 4096
 
@@ -64,7 +64,7 @@ def test_many_threads_replacing_one_path_never_fail_and_the_file_is_always_whole
 
 WRITER = """
 import sys
-from crashpoint.checkpoint._fsio import REAL
+from crashpoint._fsio import REAL
 path, w = sys.argv[1], int(sys.argv[2])
 for i in range(40):
     tag = f"{w:03d}:{i:05d}|".encode()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from crashpoint.harness import Expect, Golden, Plan
-from crashpoint.harness._checks import TrialFacts, check_single_writer
+from crashpoint.harness._checker._checks import TrialFacts, check_single_writer
 
 
 def facts(events: list[tuple[int, str, str, float]], ended: dict[int, float]) -> TrialFacts:

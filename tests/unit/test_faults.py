@@ -26,11 +26,9 @@ import psutil
 import pytest
 
 from crashpoint._failpoints import FAILPOINTS, FailpointSpecError, parse
-from crashpoint.faults import _process
-from crashpoint.faults._cgroup import containment
-from crashpoint.faults._disk import TmpfsNamespace, capabilities
-from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt
-from crashpoint.faults._process import (
+from crashpoint._proc import _process
+from crashpoint._proc._cgroup import containment
+from crashpoint._proc._process import (
     REAP_VAR,
     AgentProcess,
     kill_tree,
@@ -38,6 +36,8 @@ from crashpoint.faults._process import (
     marked,
     with_reap_token,
 )
+from crashpoint.faults._disk import TmpfsNamespace, capabilities
+from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt
 from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialResult, TrialRunner
 
 INJECT = Path(__file__).resolve().parents[2] / "src" / "crashpoint" / "faults" / "_inject"

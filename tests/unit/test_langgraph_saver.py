@@ -181,7 +181,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {src!r})
     from crashpoint.checkpoint import Store
-    from crashpoint.checkpoint._fsio import FsOps
+    from crashpoint._fsio import FsOps
     from crashpoint.adapters.langgraph_saver import CrashpointSaver
     from langgraph.checkpoint.base import empty_checkpoint
 

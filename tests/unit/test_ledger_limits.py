@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from crashpoint.harness import Ledger
-from crashpoint.harness._ledger import default_max_connections
+from crashpoint.harness._standins._ledger import default_max_connections
 
 
 def connect(address: str, timeout: float = 10.0) -> socket.socket:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness._llm import LLMScriptError, LLMStandIn, count_tokens
+from crashpoint.harness._standins._llm import LLMScriptError, LLMStandIn, count_tokens
 
 
 def _post(s: LLMStandIn, path: str, body: Any) -> tuple[int, Any]:

@@ -20,8 +20,8 @@ from crashpoint.checkpoint import (
     plan,
     smtp_effect,
 )
-from crashpoint.harness._ledger import KillAt, Ledger
-from crashpoint.harness._smtp import SmtpSink
+from crashpoint.harness._standins._ledger import KillAt, Ledger
+from crashpoint.harness._standins._smtp import SmtpSink
 
 if TYPE_CHECKING:
     from conftest import StoreFactory

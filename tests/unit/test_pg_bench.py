@@ -20,7 +20,7 @@ def test_pg_bench_runs_end_to_end(tmp_path: Path) -> None:
         "psycopg",
         reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
     )
-    from crashpoint.harness._postgres import unavailable
+    from crashpoint.harness._standins._postgres import unavailable
 
     reason = unavailable()
     if reason:

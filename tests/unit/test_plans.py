@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from crashpoint.harness import Campaign, Fault, Golden, family_from_spec
-from crashpoint.harness._campaign import NoBoundaries, plan_for
-from crashpoint.harness._model import AgentSpec
+from crashpoint.harness._engine._campaign import NoBoundaries, plan_for
+from crashpoint.harness._spec._model import AgentSpec
 
 EVENTS = [
     {"op": "step_started", "step": "fetch"},

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from crashpoint._fsio import FsOps
 from crashpoint.checkpoint import SnapshotPolicy, Store
-from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.checkpoint._record import encode_json
 from crashpoint.errors import CheckpointError
 from crashpoint.faults.powerloss import DiskImage, Op, PowerLossRecorder

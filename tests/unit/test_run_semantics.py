@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from crashpoint import probe
+from crashpoint._fsio import FsOps
 from crashpoint.checkpoint import (
     Checkpointing,
     Run,
@@ -27,7 +28,6 @@ from crashpoint.checkpoint import (
     plan,
     run_reducer,
 )
-from crashpoint.checkpoint._fsio import FsOps
 from crashpoint.errors import EffectInDoubt, ResumeMismatch, RunPaused
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from crashpoint.harness import AgentSpec
-from crashpoint.harness._campaign import FaultSpecError, family_from_spec
-from crashpoint.harness._scenario import (
+from crashpoint.harness._engine._campaign import FaultSpecError, family_from_spec
+from crashpoint.harness._spec._scenario import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     ScenarioError,

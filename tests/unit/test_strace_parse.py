@@ -428,7 +428,7 @@ def test_the_detacher_ends_a_trace_its_command_left_running_and_signals_only_tra
     none is signalled, none is counted as left."""
     import subprocess
 
-    from crashpoint.faults._process import Exit
+    from crashpoint._proc._process import Exit
     from crashpoint.faults._strace import Detacher
 
     procs = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(5)]
@@ -470,8 +470,8 @@ def test_the_detacher_finds_a_re_forking_helper_the_trace_never_shows(tmp_path: 
     import textwrap
     import time
 
+    from crashpoint._proc._process import Exit
     from crashpoint.faults import _strace
-    from crashpoint.faults._process import Exit
     from crashpoint.faults._strace import Detacher
 
     if not _strace.available()[0]:
@@ -539,7 +539,7 @@ def test_the_detacher_leaves_a_trace_that_ends_by_itself_alone(tmp_path: Path) -
     import subprocess
     import time
 
-    from crashpoint.faults._process import Exit
+    from crashpoint._proc._process import Exit
     from crashpoint.faults._strace import Detacher
 
     out = tmp_path / "trace"

@@ -7,8 +7,7 @@ import os as _os
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from crashpoint.checkpoint._fleet import FleetOutcome, FleetWorker, submit
-from crashpoint.checkpoint._fsio import REAL as _REAL
+from crashpoint._fsio import REAL as _REAL
 from crashpoint.checkpoint._http import HttpEffectError, http_effect
 from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
 from crashpoint.checkpoint._mail import MailEffectError, message_id_for, smtp_effect
@@ -52,9 +51,10 @@ from crashpoint.checkpoint._supervisor import (
     resume_interrupted,
     stale_runs,
 )
+from crashpoint.checkpoint.postgres._fleet import FleetOutcome, FleetWorker, submit
 
 if _TYPE_CHECKING:
-    from crashpoint.checkpoint._pg import Lease, PostgresStore
+    from crashpoint.checkpoint.postgres._store import Lease, PostgresStore
 
 _LAZY = {"PostgresStore", "Lease"}  # need psycopg: imported on first use, never at import
 
@@ -62,7 +62,7 @@ _LAZY = {"PostgresStore", "Lease"}  # need psycopg: imported on first use, never
 def __getattr__(name: str) -> _Any:
     if name in _LAZY:
         try:
-            from crashpoint.checkpoint import _pg
+            from crashpoint.checkpoint.postgres import _store as _pg
         except ImportError as exc:
             raise ImportError(
                 f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "

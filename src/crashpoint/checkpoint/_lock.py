@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from crashpoint.checkpoint._fsio import FsOps, is_regular_file
+from crashpoint._fsio import FsOps, is_regular_file
 from crashpoint.checkpoint._journal import parse_lock
 from crashpoint.errors import CheckpointCorrupt, RunLocked
 

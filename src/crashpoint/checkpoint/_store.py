@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from crashpoint._failpoints import failpoint
-from crashpoint.checkpoint._fsio import REAL, FsOps, is_temp_of
+from crashpoint._fsio import REAL, FsOps, is_temp_of
 from crashpoint.checkpoint._journal import (
     META,
     SNAP_RE,

@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crashpoint.faults._cleanup import LIVE, shielded
-from crashpoint.faults._process import kill_tree
+from crashpoint._proc._cleanup import LIVE, shielded
+from crashpoint._proc._process import kill_tree
 
 __all__ = [
     "PAGE",

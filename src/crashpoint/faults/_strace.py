@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from crashpoint.errors import CrashpointError
 
 if TYPE_CHECKING:
-    from crashpoint.faults._process import Exit
+    from crashpoint._proc._process import Exit
 
 __all__ = [
     "Detacher",

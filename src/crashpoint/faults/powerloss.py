@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from crashpoint.checkpoint._fsio import DIR_MODE, FILE_MODE, FsOps
+from crashpoint._fsio import DIR_MODE, FILE_MODE, FsOps
 from crashpoint.faults._files import write_all
 
 __all__ = ["DiskImage", "Op", "PowerLossRecorder"]

@@ -3,8 +3,9 @@
 Imports no pytest. The pytest plugin and ``crashpoint run`` are thin doors onto this.
 """
 
-from crashpoint.harness._api import CrashHarness, HarnessResult, as_agent, as_families
-from crashpoint.harness._campaign import (
+from crashpoint.harness._checker._checks import BUILTIN_CHECKS, TrialFacts, run_checks
+from crashpoint.harness._engine._api import CrashHarness, HarnessResult, as_agent, as_families
+from crashpoint.harness._engine._campaign import (
     FAMILY_KINDS,
     Campaign,
     CampaignInterrupted,
@@ -14,9 +15,13 @@ from crashpoint.harness._campaign import (
     plan_for,
     replay,
 )
-from crashpoint.harness._checks import BUILTIN_CHECKS, TrialFacts, run_checks
-from crashpoint.harness._ledger import KillAt, Ledger, canonical
-from crashpoint.harness._model import (
+from crashpoint.harness._engine._trial import (
+    CANARY_VAR,
+    BudgetExceeded,
+    GoldenRunFailed,
+    TrialRunner,
+)
+from crashpoint.harness._spec._model import (
     CHECKS,
     FAULT_KINDS,
     AgentSpec,
@@ -29,7 +34,7 @@ from crashpoint.harness._model import (
     Plan,
     TrialResult,
 )
-from crashpoint.harness._trial import CANARY_VAR, BudgetExceeded, GoldenRunFailed, TrialRunner
+from crashpoint.harness._standins._ledger import KillAt, Ledger, canonical
 
 __all__ = [
     "BUILTIN_CHECKS",

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from crashpoint._proc._process import AgentProcess
     from crashpoint.checkpoint import Store
     from crashpoint.faults._disk import TmpfsNamespace
     from crashpoint.faults._files import Corruption
-    from crashpoint.faults._process import AgentProcess
     from crashpoint.harness import CrashHarness, Ledger
 
 SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
@@ -139,7 +139,7 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         return (int(m.group(1)), int(m.group(2)))
     if name == "budget":
         from crashpoint._units import UnitError
-        from crashpoint.harness._campaign import parse_budget
+        from crashpoint.harness._engine._campaign import parse_budget
 
         try:
             return parse_budget(str(raw), what="")
@@ -158,7 +158,7 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         raise bad("expected a folder path")
     if os.path.exists(raw) and not os.path.isdir(raw):
         raise bad("it is an existing file; expected a folder path")
-    from crashpoint.harness._reportfs import UnsafeReportFolder, check_report_folder
+    from crashpoint.harness._report._safe import UnsafeReportFolder, check_report_folder
 
     try:  # another user's folder, or one others can write in: refused before anything runs
         check_report_folder(str(raw))
@@ -204,7 +204,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SUMMARIES] = []
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
     _start_progress(config)
-    from crashpoint.faults._cleanup import install_signal_handlers
+    from crashpoint._proc._cleanup import install_signal_handlers
 
     # SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
     # mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish)
@@ -221,7 +221,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _is_worker(config):
         return
-    from crashpoint.faults._cleanup import reap_stale
+    from crashpoint._proc._cleanup import reap_stale
 
     reaped = reap_stale()
     if reaped.harnesses:
@@ -249,7 +249,7 @@ def _say(config: pytest.Config, line: str) -> None:
 
 def _interrupted_by(config: pytest.Config) -> str:
     """ "SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
-    from crashpoint.faults._cleanup import received, signal_name
+    from crashpoint._proc._cleanup import received, signal_name
 
     sig = received()
     if sig is not None:
@@ -263,7 +263,7 @@ def _interrupted_by(config: pytest.Config) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write gate.json (marked incomplete if interrupted); exit 128 + the signal if one came."""
     config = session.config
-    from crashpoint.faults._cleanup import received
+    from crashpoint._proc._cleanup import received
 
     sig = received()
     if sig is not None and config.pluginmanager.hasplugin("dsession"):
@@ -297,7 +297,7 @@ def _forward_to_workers(sig: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from crashpoint.faults._cleanup import cleanup_all, reap_stale, received
+    from crashpoint._proc._cleanup import cleanup_all, reap_stale, received
 
     watcher = config.stash.get(WATCHER, None)
     if watcher is not None:
@@ -534,7 +534,7 @@ def effect_ledger() -> Iterator[Ledger]:
 def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     """Start agent processes in their own session; every tree is killed and reaped after the
     test (a survivor fails the test)."""
-    from crashpoint.faults._process import AgentProcess, kill_tree
+    from crashpoint._proc._process import AgentProcess, kill_tree
 
     started: list[AgentProcess] = []
 

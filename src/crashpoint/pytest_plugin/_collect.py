@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from crashpoint.harness import CampaignInterrupted, CampaignResult, Golden, GoldenRunFailed
-from crashpoint.harness._api import HarnessResult
-from crashpoint.harness._campaign import FaultFamily, NoBoundaries
-from crashpoint.harness._scenario import Family, Scenario, ScenarioError, load_scenario
+from crashpoint.harness._engine._api import HarnessResult
+from crashpoint.harness._engine._campaign import FaultFamily, NoBoundaries
+from crashpoint.harness._spec._scenario import Family, Scenario, ScenarioError, load_scenario
 from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, record_interrupted
 
 GOLDEN = pytest.StashKey[Golden]()
@@ -180,7 +180,7 @@ class ScenarioItem(pytest.Item):
         parent = self.parent
         assert parent is not None
         if LAUNCHER not in parent.stash:
-            from crashpoint.harness._zygote import Zygote, fork_plan
+            from crashpoint.harness._engine._zygote import Zygote, fork_plan
 
             plan = fork_plan(sc.agent)
             if isinstance(plan, str):
@@ -198,7 +198,7 @@ class ScenarioItem(pytest.Item):
 
     def _start_zygote(self, zygote: Any) -> Any:
         """``zygote`` started (closed with the file), or the ScenarioError it failed with."""
-        from crashpoint.harness._zygote import ZygoteError
+        from crashpoint.harness._engine._zygote import ZygoteError
 
         sc = self.scenario
         parent = self.parent

@@ -24,15 +24,15 @@ import yaml
 from crashpoint._placeholders import PlaceholderError, fields, fill
 from crashpoint._units import UnitError, format_size, parse_duration, parse_size
 from crashpoint.errors import CrashpointError
-from crashpoint.harness._campaign import (
+from crashpoint.harness._engine._campaign import (
     FAMILY_KINDS,
     FaultFamily,
     FaultSpecError,
     family_from_spec,
     parse_budget,
 )
-from crashpoint.harness._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
-from crashpoint.harness._services import ServiceSpecError, parse_services
+from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
+from crashpoint.harness._standins._http import ServiceSpecError, parse_services
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
 
@@ -482,8 +482,8 @@ _WARM_USAGE = (
 
 
 def _warm(doc: _Doc, agent: AgentSpec) -> tuple[str, ...] | None:
-    """``agent.warm``: fork mode (see :func:`crashpoint.harness._zygote.fork_plan`)."""
-    from crashpoint.harness._zygote import WARM_IMPORTS
+    """``agent.warm``: fork mode (see :func:`crashpoint.harness._engine._zygote.fork_plan`)."""
+    from crashpoint.harness._engine._zygote import WARM_IMPORTS
 
     raw = doc.value("warm")
     if raw is None or raw is False:

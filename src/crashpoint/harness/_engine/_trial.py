@@ -25,12 +25,8 @@ from typing import Any
 
 from crashpoint._failpoints import LOG_ENV as FAILPOINT_LOG
 from crashpoint._placeholders import fill
-from crashpoint.errors import AgentStartError, CrashpointError
-from crashpoint.faults import _fileops, _powercut, _strace
-from crashpoint.faults._cleanup import LIVE, kill_marked, shielded
-from crashpoint.faults._disk import TmpfsNamespace, UsageSample, UsageSampler, capabilities
-from crashpoint.faults._files import corrupt
-from crashpoint.faults._process import (
+from crashpoint._proc._cleanup import LIVE, kill_marked, shielded
+from crashpoint._proc._process import (
     KEEP_HEAD,
     KEEP_TAIL,
     REAP_VAR,
@@ -39,6 +35,10 @@ from crashpoint.faults._process import (
     kill_tree,
     new_reap_token,
 )
+from crashpoint.errors import AgentStartError, CrashpointError
+from crashpoint.faults import _fileops, _powercut, _strace
+from crashpoint.faults._disk import TmpfsNamespace, UsageSample, UsageSampler, capabilities
+from crashpoint.faults._files import corrupt
 from crashpoint.faults._writes import (
     TRACE_SYSCALLS,
     WritePoint,
@@ -46,24 +46,11 @@ from crashpoint.faults._writes import (
     rlimit_argv,
     write_points,
 )
-from crashpoint.harness import _power
-from crashpoint.harness._accounting import account, kill_at, net_fault
-from crashpoint.harness._checks import TrialFacts, run_checks
-from crashpoint.harness._ledger import Ledger, canonical
-from crashpoint.harness._model import (
-    ENTRY_ARGV,
-    AgentSpec,
-    Attempt,
-    CheckResult,
-    Expect,
-    Fault,
-    Golden,
-    Plan,
-    TrialResult,
-    dumps,
-)
-from crashpoint.harness._outside import PrivateTmp, Snapshot, new_temp_entries, temp_entries
-from crashpoint.harness._reportfs import (
+from crashpoint.harness._checker._checks import TrialFacts, run_checks
+from crashpoint.harness._engine import _power
+from crashpoint.harness._engine._accounting import account, kill_at, net_fault
+from crashpoint.harness._engine._outside import PrivateTmp, Snapshot, new_temp_entries, temp_entries
+from crashpoint.harness._report._safe import (
     EvidenceBudget,
     copy_tree_bounded,
     human_size,
@@ -78,7 +65,20 @@ from crashpoint.harness._reportfs import (
     unredact_json,
     write_file,
 )
-from crashpoint.harness._services import parse_services
+from crashpoint.harness._spec._model import (
+    ENTRY_ARGV,
+    AgentSpec,
+    Attempt,
+    CheckResult,
+    Expect,
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+    dumps,
+)
+from crashpoint.harness._standins._http import parse_services
+from crashpoint.harness._standins._ledger import Ledger, canonical
 
 __all__ = [
     "CANARY_VAR",
@@ -101,7 +101,6 @@ def new_trial_id() -> str:
     return "t" + secrets.token_hex(6)
 
 
-_INJECT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "faults", "_inject")
 _PASS_ENV = (
     "PATH",
     "HOME",
@@ -235,7 +234,7 @@ class TrialRunner:
     expect: Expect = field(default_factory=Expect)
     keep_passing: bool = False
     extra_checks: dict[str, Callable[[TrialFacts], CheckResult]] = field(default_factory=dict)
-    launcher: Any = None  # a fork-mode zygote (crashpoint.harness._zygote.Zygote) or None
+    launcher: Any = None  # a fork-mode zygote (crashpoint.harness._engine._zygote.Zygote) or None
     #: time.monotonic() by which every attempt must have ended (the campaign's budget); an
     #: attempt still running then is stopped and BudgetExceeded raised
     deadline: float | None = None
@@ -781,7 +780,7 @@ class TrialRunner:
                 if f.arg("n") is not None:  # a hand-written plan: the n-th operation (audit)
                     extra["CRASHPOINT_FILEOP_KILL"] = str(int(f.arg("n", 1)))
                     extra["PYTHONPATH"] = os.pathsep.join(
-                        [_INJECT, *filter(None, [os.environ.get("PYTHONPATH", "")])]
+                        [_fileops.INJECT_DIR, *filter(None, [os.environ.get("PYTHONPATH", "")])]
                     )
                 elif f.arg("fileop"):
                     op = _fileops.FileOp.from_json(f.arg("fileop"))
@@ -1457,7 +1456,7 @@ def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:
     source = str(cfg.get("scenario") or "")
     known: dict[str, str] = {}
     if redacted and source and os.path.isfile(source):
-        from crashpoint.harness._scenario import ScenarioError, load_scenario
+        from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
 
         try:
             from_file = dict(load_scenario(source).agent.env)

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.harness._campaign import (
+from crashpoint.harness._checker._checks import TrialFacts
+from crashpoint.harness._engine._campaign import (
     DEFAULT_BUDGET,
     Campaign,
     CampaignResult,
@@ -19,8 +20,7 @@ from crashpoint.harness._campaign import (
     ProgressFn,
     family_from_spec,
 )
-from crashpoint.harness._checks import TrialFacts
-from crashpoint.harness._model import AgentSpec, CheckResult, Expect, Golden, Plan
+from crashpoint.harness._spec._model import AgentSpec, CheckResult, Expect, Golden, Plan
 
 __all__ = ["AgentLike", "CrashHarness", "FaultsLike", "HarnessResult", "as_agent", "as_families"]
 

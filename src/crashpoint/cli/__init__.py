@@ -1053,9 +1053,9 @@ def _plan(ctx: Context) -> int:
 
 
 # the lifecycle commands for agents in any language: start, step, effect, status, complete
-from crashpoint import (  # noqa: E402  (registers the commands; after `plan`)
-    _fleet_cli,  # noqa: F401  (crashpoint fleet work|submit|dead)
-    _lifecycle_cli,  # noqa: F401  (registers them; after `plan`)
+from crashpoint.cli import (  # noqa: E402  (registers the commands; after `plan`)
+    _fleet,  # noqa: F401  (crashpoint fleet work|submit|dead)
+    _lifecycle,  # noqa: F401  (registers them; after `plan`)
 )
 
 # -- crashpoint run / replay (the harness) ---------------------------------------------------
@@ -1155,7 +1155,7 @@ def _run(ctx: Context) -> int:
         argv.append("-x")
     if not a.quiet:
         argv.append("--crashpoint-progress")
-    from crashpoint.faults._cleanup import (
+    from crashpoint._proc._cleanup import (
         cleanup_all,
         install_signal_handlers,
         reap_stale,
@@ -1208,7 +1208,7 @@ def _safe_report_folder(report: str) -> None:
     link planted at ``junit.xml``, so anything there but a regular file is refused too."""
     import stat
 
-    from crashpoint.harness._reportfs import UnsafeReportFolder, secure_dir
+    from crashpoint.harness._report._safe import UnsafeReportFolder, secure_dir
 
     try:
         secure_dir(report)
@@ -1229,7 +1229,7 @@ def _gate_running(report: str, *, on: bool) -> None:
     session replaced it (pytest stopped before running anything, e.g. a bad option value).
     Either way an earlier run's ``"ok": true`` is never left behind. The folder is safe by
     then (:func:`_safe_report_folder`); a link planted at gate.json is refused, not followed."""
-    from crashpoint.harness._reportfs import write_file
+    from crashpoint.harness._report._safe import write_file
 
     path = os.path.join(report, "gate.json")
     with contextlib.suppress(OSError, ValueError):
@@ -1299,7 +1299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version end here
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         handler: Handler = args._handler
-        from crashpoint.faults._cleanup import install_signal_handlers
+        from crashpoint._proc._cleanup import install_signal_handlers
 
         restore = install_signal_handlers()  # SIGTERM, too, ends in the finally blocks
         try:
@@ -1316,7 +1316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        from crashpoint.faults._cleanup import exit_status
+        from crashpoint._proc._cleanup import exit_status
 
         print(f"{PROG}: interrupted", file=sys.stderr)
         return exit_status(EXIT_INTERRUPTED)  # 130 SIGINT, 143 SIGTERM

@@ -55,7 +55,7 @@ def _store(ctx: Context, *, create: bool = False) -> Any:
     if not os.path.isdir(root):
         if os.path.lexists(root):
             raise UsageError(f"{root} (the store) is not a folder")
-        from crashpoint.checkpoint._fsio import REAL
+        from crashpoint._fsio import REAL
 
         try:  # durable: each new folder fsynced into its parent (a power cut keeps the store)
             REAL.makedirs_durable(root)

@@ -93,7 +93,7 @@ AGENT_PLACEHOLDERS = (
 SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
 #: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
-ENTRY_ARGV = (sys.executable, "-m", "crashpoint.harness._entry")
+ENTRY_ARGV = (sys.executable, "-m", "crashpoint._entry")
 
 
 @dataclass(frozen=True)
@@ -104,17 +104,17 @@ class AgentSpec:
     {scenario_dir}, and the stand-in services' {http} (base URL of the HTTP stand-in), {llm}
     (the OpenAI base URL, ending in /v1) and {smtp} (host:port of the mail sink, started only
     when used); only bare names: no format spec, conversion or index.
-    ``entry`` (``module:function``): spawned as ``python -m crashpoint.harness._entry ENTRY
+    ``entry`` (``module:function``): spawned as ``python -m crashpoint._entry ENTRY
     ARGS...``, or forked from a warm zygote (fork mode); either way the function is called with
     one argument, the list ``args`` with the same placeholders filled in (see
-    :mod:`crashpoint.harness._entry` for the exit-code convention).
+    :mod:`crashpoint._entry` for the exit-code convention).
     ``scenario_dir``: the absolute folder of the scenario file the agent came from (what
     ``{scenario_dir}`` becomes); empty for an agent built in Python.
     ``services``: the scenario's ``services:`` mapping (scripted replies of the stand-ins;
-    see :func:`crashpoint.harness._services.parse_services`), or None.
+    see :func:`crashpoint.harness._standins._http.parse_services`), or None.
     ``warm``: fork mode (scenario key ``agent.warm``): None spawns every attempt; a tuple of
     module names has a warm zygote import them once and fork each attempt (``"*"``: the
-    script's own top-level imports); see :func:`crashpoint.harness._zygote.fork_plan`.
+    script's own top-level imports); see :func:`crashpoint.harness._engine._zygote.fork_plan`.
     """
 
     command: tuple[str, ...] = ()
@@ -128,7 +128,7 @@ class AgentSpec:
     warm: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        from crashpoint.harness._services import parse_services
+        from crashpoint.harness._standins._http import parse_services
 
         parse_services(self.services)  # a ServiceSpecError is a ValueError
         if bool(self.command) == bool(self.entry):

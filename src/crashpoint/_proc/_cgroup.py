@@ -16,7 +16,7 @@ the folders of harnesses that are gone (:func:`reap_stale`).
 
 Where no cgroup v2 can be used (no cgroup2 mount, not root and no delegation, a read-only
 cgroupfs, a kernel without ``cgroup.kill``) or ``CRASHPOINT_CONTAINMENT=session``, attempts fall
-back to the session + reap-token reaper (:mod:`crashpoint.faults._process`);
+back to the session + reap-token reaper (:mod:`crashpoint._proc._process`);
 :func:`containment` says which and why.
 
 This module is stdlib-only: it also runs as the watcher, ``python -I -S _cgroup.py --watch

@@ -3,7 +3,7 @@
 Three parts, all process-wide:
 
 - **The registry** (:data:`LIVE`): every resource the harness holds outside its report folder
-  while it runs: each running attempt's reap token (:data:`~crashpoint.faults._process.REAP_VAR`,
+  while it runs: each running attempt's reap token (:data:`~crashpoint._proc._process.REAP_VAR`,
   which every process of the attempt inherits), each tmpfs namespace's holder process (pid and
   start time), and each temporary folder (``cp-ledger-*``, ``cp-side-*``, ``cp-probe-*``).
   :func:`cleanup_all` kills and removes all of it. The registry is mirrored in a small file,
@@ -375,7 +375,7 @@ def _kill(tokens: Iterable[str], holders: Iterable[tuple[int, float]]) -> int:
     (same start time); wait for them; return how many were killed."""
     import psutil
 
-    from crashpoint.faults._process import _wait_dead, marked
+    from crashpoint._proc._process import _wait_dead, marked
 
     procs: dict[int, psutil.Process] = {}
     for token in tokens:

@@ -1,6 +1,6 @@
 """Agent processes: start in their own session, capture output, time out, kill the whole tree.
 
-Containment. Where the machine allows (:func:`crashpoint.faults._cgroup.containment`: a cgroup
+Containment. Where the machine allows (:func:`crashpoint._proc._cgroup.containment`: a cgroup
 v2 we may create, Linux 5.14+), each attempt runs in a cgroup of its own, which every process it
 starts inherits whatever it does to its session, group or environment; at the end its live
 members are the attempt's orphans and ``cgroup.kill`` ends them all at once. Elsewhere (the
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from crashpoint._proc._cgroup import AttemptCgroup, attempt_cgroup
 from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
-from crashpoint.faults._cgroup import AttemptCgroup, attempt_cgroup
 
 __all__ = [
     "KEEP_HEAD",
@@ -71,7 +71,7 @@ __all__ = [
 #: The environment variable that marks every process of one attempt (see :func:`marked`).
 REAP_VAR = "CRASHPOINT_REAP_TOKEN"
 #: A token's shape: fixed length, so a fork-mode child can write its own in place of the
-#: zygote's placeholder (crashpoint.harness._zygote).
+#: zygote's placeholder (crashpoint.harness._engine._zygote).
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 #: The fork-mode zygote's placeholder token; never a real attempt's.
 PLACEHOLDER_TOKEN = "0" * 32

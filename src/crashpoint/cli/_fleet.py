@@ -1,7 +1,7 @@
 """``crashpoint fleet work|submit|dead``: a fleet of workers over a PostgreSQL store.
 
 ``work`` claims unfinished, unleased runs and resumes each with ``CMD ... {run_id}`` (see
-:mod:`crashpoint.checkpoint._fleet`); ``submit`` puts new runs in for workers to pick up;
+:mod:`crashpoint.checkpoint.postgres._fleet`); ``submit`` puts new runs in for workers to pick up;
 ``dead`` lists dead-lettered runs. Registered by one import in :mod:`crashpoint.cli`.
 """
 
@@ -40,7 +40,7 @@ def _store(ctx: Context, worker: str | None = None) -> Any:
             f"--store {url or '(none)'}: a fleet needs a PostgreSQL store URL "
             "(postgresql://user@host/db); set --store or $CRASHPOINT_STORE"
         )
-    from crashpoint.checkpoint._pg import PostgresStore
+    from crashpoint.checkpoint.postgres._store import PostgresStore
 
     return PostgresStore(
         url, schema=ctx.args.schema, worker=worker, lease_seconds=ctx.args.lease_seconds
@@ -74,7 +74,7 @@ def _store(ctx: Context, worker: str | None = None) -> Any:
     ],
 )
 def _work(ctx: Context) -> int:
-    from crashpoint.checkpoint._fleet import FleetWorker, summary
+    from crashpoint.checkpoint.postgres._fleet import FleetWorker, summary
 
     argv = (
         [a for a in ctx.args.argv if a != "--"]
@@ -111,7 +111,7 @@ def _work(ctx: Context) -> int:
     args=[arg("runs", nargs="+", metavar="RUN", help="run ids")],
 )
 def _submit(ctx: Context) -> int:
-    from crashpoint.checkpoint._fleet import submit
+    from crashpoint.checkpoint.postgres._fleet import submit
 
     store = _store(ctx)
     try:

@@ -15,10 +15,10 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from crashpoint.harness._model import ROOT_ORDER, CheckResult
+from crashpoint.harness._spec._model import ROOT_ORDER, CheckResult
 
 if TYPE_CHECKING:
-    from crashpoint.harness._checks import TrialFacts
+    from crashpoint.harness._checker._checks import TrialFacts
 
 __all__ = ["ROOT_ORDER", "disk_trouble", "explain"]
 
@@ -78,7 +78,7 @@ def _problems(c: CheckResult, tag: str) -> bool:
 
 
 def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
-    from crashpoint.harness._ledger import canonical
+    from crashpoint.harness._standins._ledger import canonical
 
     return [
         e

@@ -8,8 +8,9 @@ trial's secret token.
 - ``http/<path>``: the HTTP stand-in. Any method; a POST/PUT/PATCH/DELETE is an effect of kind
   ``"METHOD /path"`` (the body its payload; ``Idempotency-Key`` honoured, else keyless and
   judged by content), a GET/HEAD/OPTIONS is an ``event`` of that name (no effect);
-- ``v1/<path>``: the LLM stand-in (:class:`crashpoint.harness._llm.LLMStandIn`), each billed
-  call an ``llm_call`` event.
+- ``v1/<path>``: the LLM stand-in
+  (:class:`crashpoint.harness._standins._llm.LLMStandIn`), each billed call an ``llm_call``
+  event.
 
 Every request is recorded through :meth:`Ledger.handle`, so it is a boundary like a probe
 event: killed before it is handled, or (an effect, an LLM call) after it was applied and
@@ -18,7 +19,7 @@ token gets 403, is counted (``refused["token"]``) and logged in the history as a
 line, never as an event: another local process cannot act as the agent.
 
 Scripted replies (``services.http.routes`` of a scenario) and planned network faults
-(``Ledger.net_faults``, asked through :func:`crashpoint.harness._network.pick`; a planned
+(``Ledger.net_faults``, asked through :func:`crashpoint.harness._standins._network.pick`; a planned
 failure wins) answer with a status, a body, a latency, or a failure: ``reset`` (the socket is
 closed with an RST, no reply), ``timeout`` (no reply until the client gives up, at most the
 ledger's ``idle_timeout``), ``status`` (4xx/5xx). A failed request reached the service, so it
@@ -40,10 +41,10 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
-from crashpoint.harness._network import HOWS, Failure, pick
+from crashpoint.harness._standins._network import HOWS, Failure, pick
 
 if TYPE_CHECKING:
-    from crashpoint.harness._ledger import Ledger
+    from crashpoint.harness._standins._ledger import Ledger
 
 __all__ = [
     "ENV_HTTP",
@@ -263,7 +264,7 @@ def parse_services(raw: Any) -> ServicesSpec:
     if llm is not None and not isinstance(llm, dict):
         raise ServiceSpecError((*top, "llm"), f"must be a mapping (the LLM script), got {llm!r}")
     if llm is not None:  # the script is checked now, not at the agent's first call
-        from crashpoint.harness._llm import LLMScriptError, LLMStandIn
+        from crashpoint.harness._standins._llm import LLMScriptError, LLMStandIn
 
         try:
             LLMStandIn(llm)
@@ -302,7 +303,7 @@ def agent_message(msg: dict[str, Any]) -> dict[str, Any]:
 
 def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
     """The request handler of ``ledger``'s HTTP front (see the module's docstring)."""
-    from crashpoint.harness._ledger import HTTP_EVENT_OPS, _size_text
+    from crashpoint.harness._standins._ledger import HTTP_EVENT_OPS, _size_text
 
     class Front(BaseHTTPRequestHandler):
         timeout = ledger.idle_timeout  # every read of a request waits at most this long

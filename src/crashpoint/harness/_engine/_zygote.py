@@ -3,7 +3,7 @@
 interpreter's tens to hundreds). It serves ``{python}`` command agents too (a fork server): the
 zygote imports the agent's *warm* modules (``AgentSpec.warm``: listed, or the script's top-level
 imports, read with ``ast``; never the agent's own code) and each child runs the script or
-``-m`` module as ``__main__`` (:func:`crashpoint.harness._entry.run_main`, runpy), with
+``-m`` module as ``__main__`` (:func:`crashpoint._entry.run_main`, runpy), with
 ``sys.argv`` and ``sys.path[0]`` as the interpreter would set them; see :func:`fork_plan`.
 
 Use it as a context manager and hand it to the harness as its launcher::
@@ -12,7 +12,7 @@ Use it as a context manager and hand it to the harness as its launcher::
         result = Campaign(agent, families, report_dir, launcher=zygote).run()
 
 :meth:`Zygote.spawn` returns a :class:`ForkedProcess`, which has the interface of
-:class:`~crashpoint.faults._process.AgentProcess` (``pid``, ``wait() -> Exit``, ``signal``,
+:class:`~crashpoint._proc._process.AgentProcess` (``pid``, ``wait() -> Exit``, ``signal``,
 ``kill``), so the trial runner treats a forked attempt exactly as a spawned one: the child leads
 its own session (``killpg`` and ``kill_tree`` reach it and everything it starts), its exit is
 the real wait status (exit code or killing signal), a timeout kills its tree, its stdout and
@@ -26,13 +26,13 @@ How a child is made (in the zygote, which has no thread, so fork is safe)::
     /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
     reap token stamped into the process's initial environment, chdir -> wait for "go" ->
     re-seed random, probe.reset(), _failpoints.reload() -> call the function
-    (crashpoint.harness._entry.call, the spawn path's own code), or run the script/module as
-    __main__ (crashpoint.harness._entry.run_main) -> join threads, atexit, flush
+    (crashpoint._entry.call, the spawn path's own code), or run the script/module as
+    __main__ (crashpoint._entry.run_main) -> join threads, atexit, flush
     -> os._exit(code)
 
 ``os.environ`` changes what the child's execs inherit, not ``/proc/PID/environ`` (the block the
 zygote was started with), which the reaper reads to find an attempt's detached processes
-(:func:`~crashpoint.faults._process.marked`). So the zygote starts with a placeholder
+(:func:`~crashpoint._proc._process.marked`). So the zygote starts with a placeholder
 ``CRASHPOINT_REAP_TOKEN=000…`` and each child overwrites, in its own copy of that block, the
 placeholder with its attempt's token (same length): a plain ``os.fork`` of the agent that
 detaches is marked too. Where ``/proc/self/mem`` cannot be written, only what the child execs
@@ -57,7 +57,7 @@ The zygote watches each child through a pidfd (Linux >= 5.3; otherwise it polls 
 every 10 ms), reaps it and reports its status. When the harness's end closes (``close()``, or
 the harness died), the zygote SIGKILLs the process groups of the children left, reaps them and
 exits. Output goes to pipes the harness reads (one thread per attempt, capped: see
-:class:`~crashpoint.faults._process.OutputCapture`); the capture ends once the attempt's
+:class:`~crashpoint._proc._process.OutputCapture`); the capture ends once the attempt's
 processes are gone, not on end-of-file, so a straggler that keeps a pipe open holds nothing.
 
 What differs from a fresh interpreter, by construction: the module is imported once, in the
@@ -90,9 +90,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from crashpoint.errors import CrashpointError
-from crashpoint.faults._cgroup import AttemptCgroup, attempt_cgroup
-from crashpoint.faults._process import (
+from crashpoint._proc._cgroup import AttemptCgroup, attempt_cgroup
+from crashpoint._proc._process import (
     KEEP_HEAD,
     KEEP_TAIL,
     PLACEHOLDER_TOKEN,
@@ -103,11 +102,12 @@ from crashpoint.faults._process import (
     kill_tree,
     with_reap_token,
 )
-from crashpoint.harness._model import AgentSpec
+from crashpoint.errors import CrashpointError
+from crashpoint.harness._spec._model import AgentSpec
 
 if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _entry, which
     #                spawned entry agents run with -m (runpy warns on stderr if it is loaded)
-    from crashpoint.harness._entry import EntryFunction
+    from crashpoint._entry import EntryFunction
 
 __all__ = [
     "WARM_IMPORTS",
@@ -126,7 +126,8 @@ _POLL_S = 0.01  # reaping interval when pidfds are not available
 _IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
 #: How the zygote starts (``-c``, not ``-m``: this module must not run twice as __main__).
 _BOOT = (
-    "import sys; from crashpoint.harness._zygote import _zygote_main; _zygote_main(sys.argv[1:])"
+    "import sys; from crashpoint.harness._engine._zygote import _zygote_main; "
+    "_zygote_main(sys.argv[1:])"
 )
 
 
@@ -378,7 +379,7 @@ class _Server:
             return fn
         if self.threaded:
             raise ZygoteError(self.threaded)
-        from crashpoint.harness._entry import resolve
+        from crashpoint._entry import resolve
 
         fn = resolve(entry)
         n = _thread_count()
@@ -546,7 +547,7 @@ def _child(
         code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
         random.seed()
         from crashpoint import _failpoints, probe
-        from crashpoint.harness._entry import call, run_main
+        from crashpoint._entry import call, run_main
 
         probe.reset()
         _failpoints.reload()
@@ -611,7 +612,7 @@ def _zygote_main(argv: list[str]) -> None:
     # an ignored SIGCHLD survives exec and would have the kernel reap our children unseen
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # sys.path[0] is where we were started; an entry resolves against the agent's cwd instead,
-    # as ``python -m crashpoint.harness._entry`` run there would
+    # as ``python -m crashpoint._entry`` run there would
     if sys.path and sys.path[0] in ("", ".", os.getcwd()):
         sys.path.pop(0)
     sock = socket.socket(fileno=fd)
@@ -911,7 +912,7 @@ class Zygote:
         main: Sequence[str] = (),
     ) -> ForkedProcess:
         """Fork an attempt of ``entry``; ``on_start(pid)`` runs before it may run any code.
-        Output is captured as :class:`~crashpoint.faults._process.AgentProcess` captures it.
+        Output is captured as :class:`~crashpoint._proc._process.AgentProcess` captures it.
         ``main``: ``("path", SCRIPT)`` or ``("module", NAME)`` (``entry`` empty): the child
         runs it as ``__main__`` with ``sys.argv = [target, *args]``, as ``{python}`` would."""
         if self._proc is None:
@@ -1093,13 +1094,13 @@ class Zygote:
 
 
 def _entry_error(message: str) -> Exception:
-    from crashpoint.harness._entry import EntryError
+    from crashpoint._entry import EntryError
 
     return EntryError(message)
 
 
 def _clean_env() -> dict[str, str]:
-    from crashpoint.harness._trial import _PASS_ENV
+    from crashpoint.harness._engine._trial import _PASS_ENV
 
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashpoint.faults import _powercut
-from crashpoint.harness._model import Attempt, Fault, Golden
+from crashpoint.harness._spec._model import Attempt, Fault, Golden
 
 __all__ = ["MODELS", "Cut", "Recovery", "cut", "excerpt", "snapshot", "states", "trace_excerpt"]
 

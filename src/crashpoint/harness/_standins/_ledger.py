@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
-from crashpoint.faults._cleanup import LIVE, shielded
-from crashpoint.harness._services import ServicesSpec, agent_message
+from crashpoint._proc._cleanup import LIVE, shielded
+from crashpoint.harness._standins._http import ServicesSpec, agent_message
 
 if TYPE_CHECKING:
-    from crashpoint.harness._llm import LLMStandIn
-    from crashpoint.harness._network import NetFault
-    from crashpoint.harness._smtp import SmtpSink
+    from crashpoint.harness._standins._llm import LLMStandIn
+    from crashpoint.harness._standins._network import NetFault
+    from crashpoint.harness._standins._smtp import SmtpSink
 
 __all__ = [
     "ENV_HTTP",
@@ -173,7 +173,7 @@ class Ledger:
     idle_timeout: float = IDLE_TIMEOUT
     max_history_bytes: int = MAX_HISTORY_BYTES
     #: the network faults of the trial under way (the ``network`` family fills it; the
-    #: stand-in services ask :func:`crashpoint.harness._network.pick`)
+    #: stand-in services ask :func:`crashpoint.harness._standins._network.pick`)
     net_faults: list[NetFault] = field(default_factory=list)
     #: the scripted replies of the stand-in services
     services: ServicesSpec = field(default_factory=ServicesSpec)
@@ -299,8 +299,8 @@ class Ledger:
     def env(self) -> dict[str, str]:
         """Environment variables that point an agent's probe at this ledger, and (with the
         HTTP front) its SDKs at the stand-in services."""
-        from crashpoint.harness._services import ENV_HTTP as SERVICE_HTTP
-        from crashpoint.harness._services import ENV_LLM, SMTP_USER
+        from crashpoint.harness._standins._http import ENV_HTTP as SERVICE_HTTP
+        from crashpoint.harness._standins._http import ENV_LLM, SMTP_USER
 
         env = {ENV_LEDGER: self.address}
         if self.http_url:
@@ -332,7 +332,7 @@ class Ledger:
     def start_smtp(self) -> SmtpSink:
         """Start the SMTP sink (once; it follows the token across resets)."""
         if self.smtp is None:
-            from crashpoint.harness._smtp import SmtpSink
+            from crashpoint.harness._standins._smtp import SmtpSink
 
             self.smtp = SmtpSink(self._handle_mail, self.token, self._mail_refused).start()
         return self.smtp
@@ -341,7 +341,7 @@ class Ledger:
         """The SMTP sink's :meth:`handle`: a planned network fault of call ``mail`` fails the
         message (recorded with ``failed``, not applied): None for reset/timeout (the sink
         drops the connection), an error reply for a status."""
-        from crashpoint.harness._network import pick
+        from crashpoint.harness._standins._network import pick
 
         attempt = int(msg.get("attempt") or self.attempt)
         failure = pick(self.net_faults, "mail", self.count_call(attempt, "mail"), attempt)
@@ -366,7 +366,7 @@ class Ledger:
     def llm(self) -> LLMStandIn:
         """The LLM stand-in of the trial under way (its script from :attr:`services`)."""
         if self._llm is None:
-            from crashpoint.harness._llm import LLMStandIn
+            from crashpoint.harness._standins._llm import LLMStandIn
 
             self._llm = LLMStandIn(self.services.llm)
         return self._llm
@@ -576,7 +576,7 @@ class Ledger:
             return None
         reply: dict[str, Any] = {"ok": True}
         # it reached the service, which failed it: nothing applied; unless the reply is what
-        # was lost (a network fault's timeout: crashpoint.harness._network)
+        # was lost (a network fault's timeout: crashpoint.harness._standins._network)
         if msg.get("failed") and not msg.get("reply_lost"):
             if op == "effect":
                 ev["applied"] = reply["applied"] = False
@@ -765,7 +765,7 @@ class Ledger:
     # -- HTTP front ----------------------------------------------------------------------------
 
     def _start_http(self) -> None:
-        from crashpoint.harness._services import make_handler
+        from crashpoint.harness._standins._http import make_handler
 
         class Server(_Bounded, ThreadingHTTPServer):
             http = True

@@ -23,12 +23,21 @@ from typing import Any
 
 from crashpoint._failpoints import FAILPOINTS
 from crashpoint._placeholders import PlaceholderError, fields, fill
+from crashpoint._proc._cleanup import received, shielded, signal_name
 from crashpoint._units import UnitError, format_duration, parse_duration, parse_size
 from crashpoint.errors import CrashpointError
-from crashpoint.faults._cleanup import received, shielded, signal_name
 from crashpoint.faults._files import CORRUPTIONS
-from crashpoint.harness._checks import TrialFacts
-from crashpoint.harness._model import (
+from crashpoint.harness._checker._checks import TrialFacts
+from crashpoint.harness._engine._trial import (
+    EVIDENCE_PER_CAMPAIGN,
+    EVIDENCE_PER_TRIAL,
+    BudgetExceeded,
+    TrialRunner,
+    load_json,
+    replay_inputs,
+)
+from crashpoint.harness._report._safe import secure_dir, write_file
+from crashpoint.harness._spec._model import (
     AgentSpec,
     CheckResult,
     Expect,
@@ -38,15 +47,6 @@ from crashpoint.harness._model import (
     TrialResult,
     dumps,
     event_name,
-)
-from crashpoint.harness._reportfs import secure_dir, write_file
-from crashpoint.harness._trial import (
-    EVIDENCE_PER_CAMPAIGN,
-    EVIDENCE_PER_TRIAL,
-    BudgetExceeded,
-    TrialRunner,
-    load_json,
-    replay_inputs,
 )
 
 __all__ = [
@@ -442,7 +442,7 @@ class FaultFamily:
         if kind == "kill" and o.get("at") == "fileop":
             return max(1, len(golden.fileops[: int(o.get("max", MAX_FILEOP))]))
         if kind == "power_loss":
-            from crashpoint.harness import _power
+            from crashpoint.harness._engine import _power
 
             return _power.points(golden, str(o.get("model", "posix")))
         if kind == "network":
@@ -755,7 +755,7 @@ def _draw(
     if kind == "resumers":
         return [Fault.make("resumers", attempt)]
     if kind == "power_loss":
-        from crashpoint.harness import _power
+        from crashpoint.harness._engine import _power
 
         model = str(opts.get("model", "posix"))
         if attempt == 1:
@@ -793,7 +793,7 @@ def _draw(
 def net_requests(golden: Golden) -> list[tuple[str, int]]:
     """The golden run's requests to the stand-in services, in order: (call, nth), the call as
     the ledger names it (``POST /hook``, ``llm``, ``mail``) and its occurrence from 1."""
-    from crashpoint.harness._network import call_of
+    from crashpoint.harness._standins._network import call_of
 
     seen: Counter[str] = Counter()
     out = []

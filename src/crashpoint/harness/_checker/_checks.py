@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.harness._model import Attempt, CheckResult, Expect, Golden, Plan
+from crashpoint.harness._spec._model import Attempt, CheckResult, Expect, Golden, Plan
 
 __all__ = ["BUILTIN_CHECKS", "TrialFacts", "run_checks", "scan_for_bytes"]
 
@@ -98,7 +98,7 @@ def check_same_output(f: TrialFacts) -> CheckResult:
 
 def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
     """The effect events of this content (kind + canonical payload) the world applied."""
-    from crashpoint.harness._ledger import canonical
+    from crashpoint.harness._standins._ledger import canonical
 
     return [
         e
@@ -215,7 +215,7 @@ CALL_OPS = ("effect", "llm_call")
 def call_identity(ev: dict[str, Any]) -> str:
     """What makes two calls the same call: an effect's kind and canonical payload (its
     content, whatever its key), an LLM call's fingerprint."""
-    from crashpoint.harness._ledger import canonical
+    from crashpoint.harness._standins._ledger import canonical
 
     if ev["op"] == "llm_call":
         return f"llm {ev.get('name', '')} {ev.get('fingerprint', '')}"
@@ -295,7 +295,7 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
 def _call_text(ev: dict[str, Any]) -> str:
     if ev["op"] == "llm_call":
         return f"LLM call {ev.get('name', '')} {str(ev.get('fingerprint', ''))[:12]}".rstrip()
-    from crashpoint.harness._ledger import canonical
+    from crashpoint.harness._standins._ledger import canonical
 
     return f"{ev.get('kind')} {canonical(ev.get('payload'))[:60]}"
 
@@ -508,7 +508,7 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
 def _net_counts(events: list[dict[str, Any]]) -> Counter[tuple[int, str]]:
     """(attempt, call) -> how many requests of that call the attempt sent to the stand-ins
     (failed ones included: each reached the service)."""
-    from crashpoint.harness._network import call_of
+    from crashpoint.harness._standins._network import call_of
 
     out: Counter[tuple[int, str]] = Counter()
     for e in events:
@@ -524,7 +524,7 @@ def check_no_retry_storm(f: TrialFacts) -> CheckResult:
     service."""
     from itertools import pairwise
 
-    from crashpoint.harness._network import call_of
+    from crashpoint.harness._standins._network import call_of
 
     name = "no_retry_storm"
     limit = f.expect.max_retries
@@ -589,6 +589,6 @@ def run_checks(
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))
-    from crashpoint.harness._verdict import explain
+    from crashpoint.harness._checker._verdict import explain
 
     return explain(facts, out)

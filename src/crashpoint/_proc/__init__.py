@@ -1,0 +1,1 @@
+"""Process control: spawn an agent in its own session, kill its whole tree, reap it."""

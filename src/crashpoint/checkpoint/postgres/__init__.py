@@ -1,0 +1,1 @@
+"""The checkpoint store in PostgreSQL, its leases, and the fleet of workers."""

@@ -1,0 +1,1 @@
+"""The checks of Contract 2, their verdicts and hints."""

@@ -1,0 +1,1 @@
+"""The engine: trials, campaigns, the fork server, fault accounting."""

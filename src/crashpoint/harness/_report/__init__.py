@@ -1,0 +1,1 @@
+"""Reports: JSON, JUnit, HTML, replay folders, safe report folders."""

@@ -1,0 +1,1 @@
+"""The stand-in services: the ledger and its HTTP front, SMTP, the LLM, PostgreSQL."""
