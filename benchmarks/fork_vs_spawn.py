@@ -20,10 +20,8 @@ import sys
 import tempfile
 import time
 
-from crashpoint._proc._process import AgentProcess
-from crashpoint.harness import AgentSpec, Campaign, family_from_spec
-from crashpoint.harness._engine._zygote import Zygote
-from crashpoint.harness._spec._model import ENTRY_ARGV
+from crashpoint.harness import AgentProcess, AgentSpec, Campaign, Zygote, family_from_spec
+from crashpoint.harness._spec import ENTRY_ARGV
 
 ENTRY = AgentSpec(entry="crashpoint.agents.demo:main", args=("--state", "{state_dir}"), timeout=60)
 COMMAND = AgentSpec(

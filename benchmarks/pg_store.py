@@ -326,7 +326,7 @@ def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[
 
 @contextlib.contextmanager
 def server() -> Iterator[Any]:
-    from crashpoint.harness._standins._postgres import PostgresServer
+    from crashpoint.harness import PostgresServer
 
     with PostgresServer.start(fsync=True) as pg:
         yield pg

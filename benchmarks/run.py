@@ -330,7 +330,7 @@ def harness(work: str, trials: int) -> dict[str, Any]:
         out["spawn_trials_per_s"] = round(len(res.trials) / (time.perf_counter() - t), 1)
         out["spawn_ok"] = res.ok
     try:
-        from crashpoint.harness._engine._zygote import Zygote
+        from crashpoint.harness import Zygote
     except ImportError:
         out["fork_trials_per_s"] = None
         out["fork_note"] = "fork mode (crashpoint.harness._engine._zygote) not available"
@@ -431,7 +431,7 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
         t = time.perf_counter()
         launcher = None
         if fork:
-            from crashpoint.harness._engine._zygote import Zygote
+            from crashpoint.harness import Zygote
 
             launcher = stack.enter_context(Zygote.for_agent(spec))
         res = Campaign(spec, [fam], d, name="powerloss", seed=1, launcher=launcher).run()

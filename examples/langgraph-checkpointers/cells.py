@@ -58,9 +58,8 @@ def run_cells(
 ) -> list[dict[str, Any]]:
     """One row per (checkpointer, cell, family); ``count`` caps each drawn family's trials,
     ``only`` runs only these trial indices of a sweep (every-boundary)."""
-    from crashpoint.harness._engine._campaign import Campaign, FaultFamily, NoBoundaries
-    from crashpoint.harness._engine._trial import GoldenRunFailed
-    from crashpoint.harness._spec._scenario import load_scenario
+    from crashpoint.errors import GoldenRunFailed
+    from crashpoint.harness import Campaign, FaultFamily, NoBoundaries, load_scenario
 
     rows: list[dict[str, Any]] = []
     for spec in savers:

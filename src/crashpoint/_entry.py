@@ -28,15 +28,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from crashpoint.errors import CheckpointError, CrashpointError, RunDeadLettered, RunPaused
+from crashpoint.errors import (
+    CheckpointError,
+    EntryError,
+    RunDeadLettered,
+    RunPaused,
+)
 
 __all__ = ["EntryError", "call", "exit_status", "main", "resolve", "run_main"]
 
 EntryFunction = Callable[[list[str]], Any]
-
-
-class EntryError(CrashpointError, ImportError):
-    """``module:function`` does not name an importable module and a callable in it."""
 
 
 def resolve(entry: str) -> EntryFunction:

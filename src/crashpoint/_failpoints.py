@@ -43,6 +43,8 @@ import os
 import re
 import signal
 
+from crashpoint.errors import FailpointSpecError
+
 __all__ = [
     "ENV",
     "FAILPOINTS",
@@ -74,10 +76,6 @@ FAILPOINTS = (
 
 _ACTION = re.compile(r"^(kill|abort|enospc|eio|efbig|exit(?:\((\d{1,3})\))?)$")
 _ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO, "efbig": errno.EFBIG}
-
-
-class FailpointSpecError(ValueError):
-    """``CRASHPOINT_FAILPOINTS`` does not parse."""
 
 
 _armed: dict[str, tuple[str, int]] | None = None  # None: the environment not read yet

@@ -15,11 +15,9 @@ from __future__ import annotations
 import string
 from collections.abc import Collection, Mapping
 
+from crashpoint.errors import PlaceholderError
+
 __all__ = ["PlaceholderError", "fields", "fill"]
-
-
-class PlaceholderError(ValueError):
-    """A template with a malformed or unsupported placeholder."""
 
 
 def _parse(text: str) -> list[tuple[str, str | None]]:

@@ -15,6 +15,8 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
+from crashpoint.errors import UnitError
+
 __all__ = [
     "DURATION_FORMS",
     "SIZE_FORMS",
@@ -62,10 +64,6 @@ _DURATION_PART = re.compile(_NUMBER + r"\s*([a-z]+)")
 _DURATION_WHOLE = re.compile(r"^(?:" + _NUMBER + r"\s*[a-z]+\s*)+$")
 _SIZE = re.compile(r"^" + _NUMBER + r"\s*([a-z]*)$")
 _NUMBER_ONLY = re.compile(r"^" + _NUMBER + r"$")
-
-
-class UnitError(ValueError):
-    """A duration or size that could not be read. The message says what and the accepted forms."""
 
 
 def _p(what: str) -> str:

@@ -1,66 +1,123 @@
-"""Every exception crashpoint raises.
+"""Every exception crashpoint raises, in one module of the base layer (standard library only).
 
 One base, :class:`CrashpointError`; each subclass also inherits the built-in category a caller
 would already catch (``OSError`` for disk trouble, ``ValueError`` for bad input, ``TimeoutError``
-for a lock that stays taken), so ``except OSError`` around a checkpoint write still works.
+for a lock that stays taken, ``ImportError`` for an agent entry that does not import), so
+``except OSError`` around a checkpoint write still works, and ``except CrashpointError`` catches
+anything crashpoint raised on purpose.
+
+Two exceptions are *not* a :class:`CrashpointError`, on purpose: :class:`Interrupted` and
+:class:`CampaignInterrupted` are ``KeyboardInterrupt`` s (SIGINT or SIGTERM reached the
+harness). They must travel like Ctrl-C through every ``except Exception`` on their way up, so
+that every ``finally`` runs and nothing swallows the request to stop.
+
+Grouped by who raises them: the base (probe, units, placeholders, failpoints, the agent entry),
+the reference library (``crashpoint.checkpoint``), process control, the faults, the harness,
+and the command line. Every error pickles (``__reduce__`` where the constructor differs from
+``args``), so it crosses a process boundary (pytest-xdist) whole.
 """
 
 from __future__ import annotations
 
 import errno as _errno
 import os
+import signal as _signal
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "AgentNotExecutable",
     "AgentNotFound",
     "AgentStartError",
+    "BudgetExceeded",
+    "CampaignInterrupted",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointWriteError",
+    "ConfinementError",
     "CrashpointError",
     "DiskBudgetExceeded",
     "EffectInDoubt",
+    "EntryError",
+    "FailpointSpecError",
+    "FaultSpecError",
+    "GoldenRunFailed",
+    "HttpEffectError",
+    "Interrupted",
     "InvalidRunId",
+    "LLMScriptError",
     "LeaseLost",
+    "MailEffectError",
+    "NoBoundaries",
+    "PayloadError",
+    "PlaceholderError",
+    "ProbeError",
+    "ReplayError",
     "ResumeMismatch",
     "RunDeadLettered",
+    "RunDenied",
     "RunLocked",
     "RunNotFound",
+    "RunOwned",
     "RunPaused",
     "RunStateError",
+    "ScenarioError",
+    "ServiceSpecError",
+    "StepOutOfOrder",
+    "UnitError",
+    "UnsafeReportFolder",
+    "UsageError",
+    "ZygoteError",
 ]
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _redact_url(url: str) -> str:
+    """``url`` without a password in its user part (error messages never carry one)."""
+    from urllib.parse import urlsplit  # only when a message is made: the probe imports this
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 class CrashpointError(Exception):
     """Base of every crashpoint error."""
 
 
-class AgentStartError(CrashpointError, OSError):
-    """The harness could not start the agent's process; nothing of the agent ran.
-
-    ``argv0`` is the program it tried, ``cwd`` the agent's working folder; the message says
-    which was wrong and how to fix it, in one line.
-    """
-
-    def __init__(self, err: int, message: str, argv0: str = "", cwd: str = "") -> None:
-        super().__init__(err, message, argv0 or None)
-        self.message = message
-        self.argv0 = argv0
-        self.cwd = cwd
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __reduce__(self) -> tuple[type[AgentStartError], tuple[int, str, str, str]]:
-        return (type(self), (self.errno or 0, self.message, self.argv0, self.cwd))
+# -- the base layer: the probe, units, placeholders, failpoints, the agent entry ---------------
 
 
-class AgentNotFound(AgentStartError, FileNotFoundError):
-    """The agent's program (or its ``#!`` interpreter, or its working folder) does not exist."""
+class ProbeError(CrashpointError, RuntimeError):
+    """The ledger answered with an error, or the connection to it broke."""
 
 
-class AgentNotExecutable(AgentStartError, PermissionError):
-    """The agent's program exists but may not be executed (no execute permission)."""
+class UnitError(CrashpointError, ValueError):
+    """A duration or size that could not be read. The message says what and the accepted forms."""
+
+
+class PlaceholderError(CrashpointError, ValueError):
+    """A template with a malformed or unsupported placeholder."""
+
+
+class FailpointSpecError(CrashpointError, ValueError):
+    """``CRASHPOINT_FAILPOINTS`` does not parse."""
+
+
+class EntryError(CrashpointError, ImportError):
+    """``module:function`` does not name an importable module and a callable in it."""
+
+
+# -- the reference library (crashpoint.checkpoint) ---------------------------------------------
 
 
 class CheckpointError(CrashpointError):
@@ -141,6 +198,10 @@ class DiskBudgetExceeded(CheckpointError, OSError):
         return (type(self), (self.filename or "", self.needed, self.limit))
 
 
+class PayloadError(CheckpointError, ValueError):
+    """Stored bytes whose checksum holds but whose content the store never writes."""
+
+
 class RunLocked(CheckpointError, TimeoutError):
     """Another live process holds the run's lock."""
 
@@ -199,6 +260,16 @@ class LeaseLost(RunLocked):
         )
 
 
+class RunOwned(RunLocked):
+    """Another live agent called ``start`` on the run and still runs (exit 73, as locked)."""
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} is owned by another live agent ({self.holder}); only one "
+            "agent may run it at a time: wait for that one to exit, then start again"
+        )
+
+
 class InvalidRunId(CheckpointError, ValueError):
     """A run id that could escape the store folder or cannot be a file name."""
 
@@ -246,6 +317,39 @@ class ResumeMismatch(CheckpointError, RuntimeError):
 
     def __reduce__(self) -> tuple[type[ResumeMismatch], tuple[str, int, str, str]]:
         return (type(self), (self.run_id, self.position, self.recorded, self.requested))
+
+
+class StepOutOfOrder(ResumeMismatch):
+    """``step NAME`` for a step that is not the run's next one (exit 70, as a mismatch)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        position: int,
+        expected: str,
+        requested: str,
+        completed: Sequence[str] = (),
+    ) -> None:
+        super().__init__(run_id, position, expected, requested)
+        self.completed = list(completed)
+
+    def __str__(self) -> str:
+        done = ", ".join(self.completed) or "none"
+        if self.requested in self.completed:
+            why = f"{self.requested!r} is already recorded as completed"
+        else:
+            why = "it is not the run's next step"
+        return (
+            f"run {self.run_id!r}: cannot record step {self.requested!r}: {why}; the next "
+            f"step is {self.recorded!r} (#{self.position}; completed: {done}). Ask "
+            f"`crashpoint checkpoints status {self.run_id} --next` what to run"
+        )
+
+    def __reduce__(self) -> Any:
+        return (
+            type(self),
+            (self.run_id, self.position, self.recorded, self.requested, self.completed),
+        )
 
 
 class EffectInDoubt(CheckpointError, RuntimeError):
@@ -305,3 +409,219 @@ class RunDeadLettered(CrashpointError):
 
     def __reduce__(self) -> tuple[type[RunDeadLettered], tuple[str, int, str]]:
         return (type(self), (self.run_id, self.attempts, self.reason))
+
+
+class RunDenied(CheckpointError):
+    """A human denied an approval; the run ended as denied."""
+
+    def __init__(self, run_id: str, step: str, note: str = "") -> None:
+        self.run_id, self.step, self.note = run_id, step, note
+        super().__init__(run_id, step, note)
+
+    def __str__(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"run {self.run_id!r} was denied at {self.step!r}{note}; it ended as denied"
+
+    def __reduce__(self) -> tuple[type[RunDenied], tuple[str, str, str]]:
+        return (type(self), (self.run_id, self.step, self.note))
+
+
+class HttpEffectError(CrashpointError):
+    """An HTTP effect failed: a non-2xx reply (``status``, ``body``) or no reply at all
+    (``status`` None: refused, reset, timed out). The effect is not recorded as done: its intent
+    stays, so a resumed run sends it again with the same key (``key``)."""
+
+    def __init__(
+        self, method: str, url: str, key: str, status: int | None, body: str = "", reason: str = ""
+    ) -> None:
+        self.method, self.url, self.key = method, url, key
+        self.status, self.body, self.reason = status, body, reason
+        super().__init__(method, url, key, status, body, reason)
+
+    def __str__(self) -> str:
+        what = f"{self.method} {_redact_url(self.url)} (Idempotency-Key {self.key!r})"
+        if self.status is None:
+            return (
+                f"{what} got no reply: {self.reason}. The effect is not recorded as done; "
+                "a resumed run sends it again with the same key"
+            )
+        body = self.body.strip().replace("\n", " ")
+        return (
+            f"{what} was answered {self.status}"
+            f"{' ' + self.reason if self.reason else ''}: {body[:300]!r}. The effect is "
+            "not recorded as done; a resumed run sends it again with the same key"
+        )
+
+    def __reduce__(self) -> tuple[type[HttpEffectError], tuple[Any, ...]]:
+        return (type(self), (self.method, self.url, self.key, self.status, self.body, self.reason))
+
+
+class MailEffectError(CrashpointError):
+    """A mail effect failed: the server refused it or did not answer. The effect is not
+    recorded as done: its intent stays, so a resumed run sends it again with the same
+    Message-ID (``message_id``)."""
+
+    def __init__(self, host: str, port: int, message_id: str, reason: str) -> None:
+        self.host, self.port, self.message_id, self.reason = host, port, message_id, reason
+        super().__init__(host, port, message_id, reason)
+
+    def __str__(self) -> str:
+        return (
+            f"mail {self.message_id} to SMTP {self.host}:{self.port} failed: {self.reason}. "
+            "The effect is not recorded as done; a resumed run sends it again with the "
+            "same Message-ID"
+        )
+
+    def __reduce__(self) -> tuple[type[MailEffectError], tuple[str, int, str, str]]:
+        return (type(self), (self.host, self.port, self.message_id, self.reason))
+
+
+# -- process control: starting an agent, stopping cleanly --------------------------------------
+
+
+class AgentStartError(CrashpointError, OSError):
+    """The harness could not start the agent's process; nothing of the agent ran.
+
+    ``argv0`` is the program it tried, ``cwd`` the agent's working folder; the message says
+    which was wrong and how to fix it, in one line.
+    """
+
+    def __init__(self, err: int, message: str, argv0: str = "", cwd: str = "") -> None:
+        super().__init__(err, message, argv0 or None)
+        self.message = message
+        self.argv0 = argv0
+        self.cwd = cwd
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[type[AgentStartError], tuple[int, str, str, str]]:
+        return (type(self), (self.errno or 0, self.message, self.argv0, self.cwd))
+
+
+class AgentNotFound(AgentStartError, FileNotFoundError):
+    """The agent's program (or its ``#!`` interpreter, or its working folder) does not exist."""
+
+
+class AgentNotExecutable(AgentStartError, PermissionError):
+    """The agent's program exists but may not be executed (no execute permission)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: raised in the main thread so every ``finally`` runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(
+            f"{_signal_name(signum)} received: stopping cleanly (agents killed, "
+            "temporary folders removed, partial report written)"
+        )
+        self.signum = signum
+
+
+# -- the faults (crashpoint.faults) ------------------------------------------------------------
+
+
+class ConfinementError(CrashpointError, ValueError):
+    """The folders a corruption may touch are unusable (e.g. the filesystem root)."""
+
+
+# -- the harness (crashpoint.harness): scenarios, campaigns, trials, reports -------------------
+
+
+class ScenarioError(CrashpointError, ValueError):
+    """A scenario file that cannot be run: where (file, line, key), what, and how to fix it."""
+
+    def __init__(self, path: str, line: int | None, key: str, message: str) -> None:
+        self.path, self.line, self.key, self.message = path, line, key, message
+        super().__init__(path, line, key, message)
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        k = f" (key '{self.key}')" if self.key else ""
+        return f"{where}{k}: {self.message}"
+
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, int | None, str, str]]:
+        return (type(self), (self.path, self.line, self.key, self.message))
+
+
+class FaultSpecError(CrashpointError, ValueError):
+    """A bad fault family: what, and where within the ``faults:`` item: ``item`` (the index
+    within a chain, None for a single fault), ``kind`` and ``option`` (empty when the item as a
+    whole is wrong)."""
+
+    def __init__(
+        self, message: str, *, item: int | None = None, kind: str = "", option: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.item, self.kind, self.option = item, kind, option
+
+
+class ServiceSpecError(CrashpointError, ValueError):
+    """A bad ``services:`` section: ``parts`` is the path of what is wrong (``("services",
+    "http", "routes", "POST /hook", "status")``), ``key`` its text."""
+
+    def __init__(self, parts: tuple[str, ...], message: str) -> None:
+        self.parts, self.message = parts, message
+        self.key = "".join(
+            p
+            if i == 0
+            else f"[{p}]"
+            if p.isdigit()
+            else f"[{p!r}]"
+            if not p.isidentifier()
+            else f".{p}"
+            for i, p in enumerate(parts)
+        )
+        super().__init__(f"{self.key}: {message}")
+
+
+class LLMScriptError(CrashpointError, ValueError):
+    """A bad ``services.llm`` script: ``key`` (e.g. ``replies[2].regex``, relative to
+    ``services.llm``) and what is wrong with it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key, self.message = key, message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+class NoBoundaries(CrashpointError, ValueError):
+    """The golden run reported no event and no file operation: nothing to place a fault at,
+    nothing to judge a trial by."""
+
+
+class GoldenRunFailed(CrashpointError, RuntimeError):
+    """The agent does not complete even without faults: nothing to judge trials against."""
+
+
+class BudgetExceeded(CrashpointError, TimeoutError):
+    """The campaign's time budget ran out (:attr:`TrialRunner.deadline`); what was running was
+    stopped and cleaned up."""
+
+
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM (or Ctrl-C) stopped a campaign. Its processes and temporary folders are
+    gone; ``result`` holds the trials that ran, marked incomplete (its reports are written)."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__(f"campaign {result.name!r}: {result.incomplete}")
+        #: the :class:`crashpoint.harness.CampaignResult` of the trials that ran
+        self.result = result
+
+
+class ReplayError(CrashpointError, ValueError):
+    """A trial folder cannot be replayed as it is (e.g. a redacted agent.env value is unknown)."""
+
+
+class ZygoteError(CrashpointError, RuntimeError):
+    """The fork-mode zygote could not start, refused a spawn, or died."""
+
+
+class UnsafeReportFolder(CrashpointError, PermissionError):
+    """A report folder (or a file in it) that crashpoint will not write through."""
+
+
+# -- the command line (crashpoint.cli) ---------------------------------------------------------
+
+
+class UsageError(CrashpointError, ValueError):
+    """Bad usage or input: printed as ``crashpoint: error: MESSAGE``, exit 2."""

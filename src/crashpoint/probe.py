@@ -25,6 +25,8 @@ import socket
 import threading
 from typing import Any
 
+from crashpoint.errors import ProbeError
+
 __all__ = [
     "ENV_LEDGER",
     "ProbeError",
@@ -37,10 +39,6 @@ __all__ = [
 ]
 
 ENV_LEDGER = "CRASHPOINT_LEDGER"
-
-
-class ProbeError(RuntimeError):
-    """The ledger answered with an error, or the connection to it broke."""
 
 
 class _Client:

@@ -52,10 +52,8 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from crashpoint._failpoints import FAILPOINTS
-from crashpoint.faults._files import CORRUPTIONS
-from crashpoint.harness._engine._trial import TrialRunner
-from crashpoint.harness._spec._model import (
+from crashpoint.faults import CORRUPTIONS, FAILPOINTS
+from crashpoint.harness import (
     AgentSpec,
     Boundary,
     Expect,
@@ -63,6 +61,7 @@ from crashpoint.harness._spec._model import (
     Golden,
     Plan,
     TrialResult,
+    TrialRunner,
 )
 
 __all__ = [
@@ -262,9 +261,9 @@ def _corruptions(draw: st.DrawFn, hows: tuple[str, ...], path: str, attempt: int
 
 
 def _disk_mechanism() -> str:
-    from crashpoint.faults._disk import capabilities
+    from crashpoint.faults import disk_capabilities
 
-    caps = capabilities()
+    caps = disk_capabilities()
     return "tmpfs" if caps.tmpfs else "rlimit" if caps.rlimit else "failpoint"
 
 

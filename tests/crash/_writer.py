@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from crashpoint import _failpoints
-from crashpoint.checkpoint import SnapshotPolicy, Store
-from crashpoint.checkpoint._journal import list_files
+from crashpoint.checkpoint import SnapshotPolicy, Store, list_files
 from crashpoint.checkpoint._record import decode_payload, encode_json, scan
 from crashpoint.errors import CheckpointWriteError, RunLocked
 

@@ -11,8 +11,7 @@ import os
 import sys
 import time
 
-from crashpoint.checkpoint import open_run, run_main
-from crashpoint.checkpoint.postgres._store import PostgresStore
+from crashpoint.checkpoint import PostgresStore, open_run, run_main
 
 STEPS = ["fetch", "write", "publish"]
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from crashpoint._proc import _cgroup
-from crashpoint._proc._process import AgentProcess
 from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
-from crashpoint.harness import AgentSpec, GoldenRunFailed, TrialRunner
+from crashpoint.harness import AgentProcess, AgentSpec, GoldenRunFailed, TrialRunner
 
 ENV = {"PATH": "/usr/bin:/bin"}
 

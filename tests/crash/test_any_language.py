@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint._proc._process import AgentProcess
 from crashpoint.harness import (
+    AgentProcess,
     AgentSpec,
     Campaign,
     CampaignResult,

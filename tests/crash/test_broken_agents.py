@@ -27,8 +27,8 @@ import psutil
 import pytest
 
 from crashpoint.checkpoint import EXIT_CODES
+from crashpoint.faults import CORRUPTIONS
 from crashpoint.faults._disk import capabilities
-from crashpoint.faults._files import CORRUPTIONS
 from crashpoint.harness import (
     AgentSpec,
     Campaign,

@@ -25,11 +25,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint._proc import _cgroup
+from crashpoint._proc import AgentProcess, Exit, _cgroup
 from crashpoint._proc._cgroup import AttemptCgroup, containment, reap_stale
-from crashpoint._proc._process import AgentProcess, Exit
-from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialRunner
-from crashpoint.harness._engine._zygote import Zygote
+from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialRunner, Zygote
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
 

@@ -26,9 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner
-from crashpoint.harness._engine._campaign import Campaign
-from crashpoint.harness._spec._scenario import load_scenario
+from crashpoint.harness import (
+    Campaign,
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+    TrialRunner,
+    load_scenario,
+)
 
 pytest.importorskip(
     "dbos",

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint._proc._process import AgentProcess, Exit
+from crashpoint._proc import AgentProcess, Exit
 from crashpoint.faults import _strace
 from crashpoint.faults._disk import TmpfsNamespace, UsageSampler, capabilities
 from crashpoint.faults._writes import (

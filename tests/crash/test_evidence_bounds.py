@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from crashpoint.errors import ReplayError
 from crashpoint.harness import AgentSpec, Campaign, Expect, family_from_spec, replay
-from crashpoint.harness._engine._trial import ReplayError
-from crashpoint.harness._report._safe import tree_size
+from crashpoint.harness._report import tree_size
 from crashpoint.pytest_plugin._summary import summary_table
 
 AGENT = str(Path(__file__).with_name("leaky_agent.py"))

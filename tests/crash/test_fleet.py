@@ -23,9 +23,7 @@ pytest.importorskip(
     reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
 )
 
-from crashpoint.checkpoint import run_reducer
-from crashpoint.checkpoint.postgres._fleet import submit
-from crashpoint.checkpoint.postgres._store import PostgresStore
+from crashpoint.checkpoint import PostgresStore, run_reducer, submit
 
 if TYPE_CHECKING:
     from conftest import Child, Children
@@ -224,7 +222,7 @@ def test_killed_client_connection_mid_run(children: Children, pg_server: Any, pg
 def test_partition_between_a_worker_and_the_database(
     children: Children, pg_server: Any, pg_dsn: str
 ) -> None:
-    from crashpoint.faults._partition import TcpProxy
+    from crashpoint.faults import TcpProxy
 
     store = PostgresStore(pg_dsn, worker="test")
     submit(store, "r1")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint.faults._partition import TcpProxy
+from crashpoint.faults import TcpProxy
 
 psycopg = pytest.importorskip(
     "psycopg",

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint._entry import EntryError
-from crashpoint._proc._process import AgentProcess, Exit
+from crashpoint._proc import AgentProcess, Exit
+from crashpoint.errors import EntryError
 from crashpoint.faults._disk import capabilities
 from crashpoint.harness import (
     AgentSpec,
@@ -30,10 +30,11 @@ from crashpoint.harness import (
     GoldenRunFailed,
     Plan,
     TrialRunner,
+    Zygote,
+    ZygoteError,
     family_from_spec,
 )
-from crashpoint.harness._engine._zygote import Zygote, ZygoteError
-from crashpoint.harness._spec._model import ENTRY_ARGV
+from crashpoint.harness._spec import ENTRY_ARGV
 
 #: The fake model thinks 300 ms: the signal family's instants (drawn in [0, 200 ms)) land in
 #: the agent's work however fast the machine is.

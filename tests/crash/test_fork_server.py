@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crashpoint._proc._process import AgentProcess, Exit
-from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+from crashpoint._proc import AgentProcess, Exit
+from crashpoint.harness import AgentSpec, Campaign, ScenarioError, family_from_spec, load_scenario
 from crashpoint.harness._engine._zygote import (
     WARM_IMPORTS,
     ForkPlan,
@@ -31,7 +31,6 @@ from crashpoint.harness._engine._zygote import (
     fork_plan,
     script_imports,
 )
-from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 FAMILIES = [{"kill": {"at": "every-boundary"}}, {"kill": {"at": "random", "count": 3}}]

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
-from crashpoint._proc import _cgroup, _cleanup
-from crashpoint._proc._process import REAP_VAR
+from crashpoint._proc import REAP_VAR, _cgroup, _cleanup
 from crashpoint.faults._disk import capabilities
 
 if TYPE_CHECKING:
@@ -544,7 +543,7 @@ def test_budget_stops_a_hanging_family_and_fails_it(
 def test_bad_budget_in_a_scenario_names_file_line_and_key(
     tmp_path: Path, value: str, message: str
 ) -> None:
-    from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
+    from crashpoint.harness import ScenarioError, load_scenario
 
     path = scenario(tmp_path, "bad", HANGS, "hang: {count: 1}", extra=f"budget: {value}")
     with pytest.raises(ScenarioError) as exc:
@@ -554,7 +553,7 @@ def test_bad_budget_in_a_scenario_names_file_line_and_key(
 
 
 def test_budget_none_means_no_limit(tmp_path: Path) -> None:
-    from crashpoint.harness._spec._scenario import load_scenario
+    from crashpoint.harness import load_scenario
 
     path = scenario(tmp_path, "ok", HANGS, "hang: {count: 1}", extra="budget: none")
     assert load_scenario(path).budget == float("inf")

@@ -81,7 +81,7 @@ def test_a_saver_that_keeps_nothing_fails_the_kill_cell(tmp_path: Path) -> None:
 
 
 def test_every_cell_loads_and_names_its_saver() -> None:
-    from crashpoint.harness._spec._scenario import load_scenario
+    from crashpoint.harness import load_scenario
 
     cells = sorted(CELLS.glob("*.scenario.yaml"))
     assert [p.name.split(".")[0] for p in cells] == [

@@ -21,9 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import Campaign, Fault, Golden, Plan, TrialResult, TrialRunner
-from crashpoint.harness._engine._campaign import family_from_spec
-from crashpoint.harness._spec._scenario import load_scenario
+from crashpoint.harness import (
+    Campaign,
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+    TrialRunner,
+    family_from_spec,
+    load_scenario,
+)
 
 pytest.importorskip(
     "langgraph",

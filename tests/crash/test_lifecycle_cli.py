@@ -22,17 +22,17 @@ from typing import Any
 
 import pytest
 
-from crashpoint._proc._process import AgentProcess
 from crashpoint.faults import _strace
 from crashpoint.harness import (
+    AgentProcess,
     AgentSpec,
     Campaign,
     CampaignResult,
     FaultFamily,
     Ledger,
     family_from_spec,
+    load_scenario,
 )
-from crashpoint.harness._spec._scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "examples" / "shell-lifecycle" / "agent.sh"

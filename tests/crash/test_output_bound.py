@@ -20,8 +20,7 @@ import psutil
 import pytest
 
 from crashpoint._proc import _process
-from crashpoint._proc._process import AgentProcess
-from crashpoint.harness import AgentSpec, Plan, TrialRunner
+from crashpoint.harness import AgentProcess, AgentSpec, Plan, TrialRunner
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -61,7 +61,7 @@ def test_a_run_id_shared_by_every_trial_is_caught(pg_dsn: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("placeholder", ["{trial_id}", "db_{trial_id}"])
 def test_trial_id_is_fresh_per_trial_and_safe_as_a_name(placeholder: str) -> None:
-    from crashpoint.harness._engine._trial import new_trial_id
+    from crashpoint.harness._engine import new_trial_id
 
     ids = {new_trial_id() for _ in range(50)}
     assert len(ids) == 50

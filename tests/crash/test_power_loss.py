@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from crashpoint.errors import FaultSpecError
 from crashpoint.faults import _strace
 from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
-from crashpoint.harness._engine._campaign import FaultSpecError
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 

@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from crashpoint._proc._process import AgentProcess
 from crashpoint.faults import _strace
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
+from crashpoint.harness import AgentProcess, AgentSpec, Campaign, CampaignResult, family_from_spec
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 SH = shutil.which("sh") or "/bin/sh"

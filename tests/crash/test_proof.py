@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from crashpoint.errors import NoBoundaries
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -23,7 +24,6 @@ from crashpoint.harness import (
     TrialRunner,
     family_from_spec,
 )
-from crashpoint.harness._engine._campaign import NoBoundaries
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 

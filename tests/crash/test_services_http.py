@@ -145,7 +145,7 @@ def test_a_reset_or_timeout_without_retries_fails_the_agent_cleanly(
     tmp_path: Path, how: str
 ) -> None:
     spec = agent("--timeout", "1", services={"http": {"routes": {"POST /hook": {"fail": how}}}})
-    from crashpoint.harness._engine._trial import GoldenRunFailed
+    from crashpoint.errors import GoldenRunFailed
 
     with (
         TrialRunner(spec, str(tmp_path / "trials")) as runner,

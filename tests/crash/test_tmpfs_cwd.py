@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from crashpoint._proc._process import REAP_VAR, AgentProcess
+from crashpoint._proc import REAP_VAR, AgentProcess
 from crashpoint.faults import _disk
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
-from crashpoint.harness import Campaign
-from crashpoint.harness._spec._scenario import load_scenario
+from crashpoint.harness import Campaign, load_scenario
 
 CAPACITY = 16 * 1024
 

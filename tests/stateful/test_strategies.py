@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from crashpoint._failpoints import FAILPOINTS, parse
-from crashpoint.faults._files import CORRUPTIONS
+from crashpoint.faults import CORRUPTIONS
 from crashpoint.harness import (
     AgentSpec,
     Fault,

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.faults import _powercut, _strace
-from crashpoint.faults._files import corrupt
+from crashpoint.errors import FaultSpecError
+from crashpoint.faults import _powercut, _strace, corrupt
 from crashpoint.harness import family_from_spec
-from crashpoint.harness._engine._campaign import FaultSpecError
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from crashpoint import __version__
-from crashpoint._units import format_size
 from crashpoint.checkpoint import RunJournal, Secret, Store
 from crashpoint.cli import STORE_ENV, main
+from crashpoint.harness import format_size
 
 CANARY = "sk-canary-5f1e0c"
 

@@ -141,7 +141,7 @@ def test_reload_with_a_spec_arms_this_process_and_without_reads_lazily(
 
 
 def test_the_library_reads_the_token_the_harness_sets() -> None:
-    from crashpoint._proc._process import REAP_VAR, with_reap_token
+    from crashpoint._proc import REAP_VAR, with_reap_token
 
     assert _failpoints.TOKEN_ENV == REAP_VAR
     _, env = with_reap_token({})

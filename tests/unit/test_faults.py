@@ -26,18 +26,18 @@ import psutil
 import pytest
 
 from crashpoint._failpoints import FAILPOINTS, FailpointSpecError, parse
-from crashpoint._proc import _process
-from crashpoint._proc._cgroup import containment
-from crashpoint._proc._process import (
+from crashpoint._proc import (
     REAP_VAR,
     AgentProcess,
+    _process,
+    containment,
     kill_tree,
     leftovers,
     marked,
     with_reap_token,
 )
+from crashpoint.faults import CORRUPTIONS, Corruption, corrupt
 from crashpoint.faults._disk import TmpfsNamespace, capabilities
-from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt
 from crashpoint.harness import AgentSpec, Fault, Golden, Plan, TrialResult, TrialRunner
 
 INJECT = Path(__file__).resolve().parents[2] / "src" / "crashpoint" / "faults" / "_inject"

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from crashpoint.harness._report._html import render_html, timeline_svg
+from crashpoint.harness._report import render_html, timeline_svg
 
 XSS = "<script>alert('x')</script>"
 SVG_NS = "{http://www.w3.org/2000/svg}"

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import Expect, Golden, Plan
+from crashpoint.harness import Expect, Golden, Plan, ScenarioError, load_scenario
 from crashpoint.harness._checker._checks import (
     TrialFacts,
     check_no_repeated_llm_calls,
     check_resumes,
     run_checks,
 )
-from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
 
 
 def llm(
@@ -314,8 +313,8 @@ def test_scenario_bad_policy_names_file_line_key(
 
 
 def test_a_warning_is_reported_and_passes() -> None:
+    from crashpoint.harness import CheckResult, Outcome, TrialResult
     from crashpoint.harness._report._html import _check_matrix
-    from crashpoint.harness._spec._model import CheckResult, Outcome, TrialResult
     from crashpoint.pytest_plugin._summary import _row
 
     warn = CheckResult("no_repeated_llm_calls", True, "1 LLM call(s) re-billed", warning=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness._standins._llm import LLMResult, LLMStandIn
+from crashpoint.harness._standins import LLMResult, LLMStandIn
 
 openai = pytest.importorskip(
     "openai", reason="the openai SDK is a test dependency (pip install -e '.[dev]')"

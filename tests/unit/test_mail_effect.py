@@ -20,7 +20,7 @@ from crashpoint.checkpoint import (
     plan,
     smtp_effect,
 )
-from crashpoint.harness._standins._ledger import KillAt, Ledger
+from crashpoint.harness import KillAt, Ledger
 from crashpoint.harness._standins._smtp import SmtpSink
 
 if TYPE_CHECKING:

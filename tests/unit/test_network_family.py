@@ -11,13 +11,22 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import Campaign, Fault, Golden, family_from_spec
+from crashpoint.errors import FaultSpecError
+from crashpoint.harness import (
+    AgentSpec,
+    Attempt,
+    Campaign,
+    Expect,
+    Fault,
+    Golden,
+    Plan,
+    ScenarioError,
+    family_from_spec,
+    load_scenario,
+)
 from crashpoint.harness._checker._checks import TrialFacts, check_no_retry_storm
-from crashpoint.harness._engine._accounting import account, net_fault
-from crashpoint.harness._engine._campaign import FaultSpecError, net_requests, plan_for
-from crashpoint.harness._spec._model import AgentSpec, Attempt, Expect, Plan
-from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
-from crashpoint.harness._standins._network import Failure, call_of, pick
+from crashpoint.harness._engine import account, net_fault
+from crashpoint.harness._spec import Failure, call_of, net_requests, pick, plan_for
 
 #: a golden run that calls the model, posts a webhook twice (two payloads), reads a status
 #: page and sends a mail; probe steps around them (not network calls)
@@ -258,7 +267,7 @@ def test_good_network_options_load(tmp_path: Path) -> None:
 
 
 def test_a_timeout_whose_reply_was_lost_is_applied_and_a_reset_is_not() -> None:
-    from crashpoint.harness._standins._ledger import Ledger
+    from crashpoint.harness import Ledger
 
     led = Ledger()
     try:

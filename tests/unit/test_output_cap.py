@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crashpoint._proc._process import CappedOutput
+from crashpoint._proc import CappedOutput
 
 
 def _feed(

@@ -9,9 +9,15 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import Campaign, Fault, Golden, family_from_spec
-from crashpoint.harness._engine._campaign import NoBoundaries, plan_for
-from crashpoint.harness._spec._model import AgentSpec
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    Fault,
+    Golden,
+    NoBoundaries,
+    family_from_spec,
+    plan_for,
+)
 
 EVENTS = [
     {"op": "step_started", "step": "fetch"},

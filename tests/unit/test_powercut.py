@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from crashpoint.faults import CrashState, Mutation, OpLog
 from crashpoint.faults import _powercut as pc
-from crashpoint.faults._powercut import CrashState, Mutation, OpLog
 from crashpoint.faults._strace import parse_lines
 
 ROOT = "/t/st"

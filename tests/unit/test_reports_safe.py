@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crashpoint.harness import CampaignResult, Golden
-from crashpoint.harness._report._safe import (
+from crashpoint.harness._report import (
     Scrubber,
     UnsafeReportFolder,
     check_report_folder,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import AgentSpec
-from crashpoint.harness._engine._campaign import FaultSpecError, family_from_spec
+from crashpoint.errors import FaultSpecError
+from crashpoint.harness import AgentSpec, family_from_spec
 from crashpoint.harness._spec._scenario import (
     MAX_DEPTH,
     MAX_FILE_BYTES,

@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import KillAt, Ledger
-from crashpoint.harness._spec._model import Golden
-from crashpoint.harness._standins._http import ServiceSpecError, parse_services
-from crashpoint.harness._standins._llm import LLMResult, LLMStandIn
-from crashpoint.harness._standins._network import Failure, NetFault
+from crashpoint.errors import ServiceSpecError
+from crashpoint.harness import Golden, KillAt, Ledger
+from crashpoint.harness._spec import Failure, NetFault, parse_services
+from crashpoint.harness._standins import LLMResult, LLMStandIn
 
 
 @pytest.fixture
@@ -454,7 +453,7 @@ def test_a_services_section_parses() -> None:
 def test_a_bad_llm_script_is_a_scenario_error_at_its_line(tmp_path: Path) -> None:
     """The LLM script is checked when the scenario loads: file, line and key of the bad rule
     (inside a list), not a 500 at the agent's first model call."""
-    from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
+    from crashpoint.harness import ScenarioError, load_scenario
 
     f = tmp_path / "bad.scenario.yaml"
     f.write_text(
@@ -486,7 +485,7 @@ services:
 
 
 def test_a_scenarios_services_section_reaches_the_agent(tmp_path: Path) -> None:
-    from crashpoint.harness._spec._scenario import load_scenario
+    from crashpoint.harness import load_scenario
 
     path = tmp_path / "s.scenario.yaml"
     path.write_text(SCENARIO.replace("STATUS", "202"))
@@ -503,7 +502,7 @@ def test_a_scenarios_services_section_reaches_the_agent(tmp_path: Path) -> None:
 
 
 def test_a_bad_services_value_names_file_line_and_key(tmp_path: Path) -> None:
-    from crashpoint.harness._spec._scenario import ScenarioError, load_scenario
+    from crashpoint.harness import ScenarioError, load_scenario
 
     path = tmp_path / "s.scenario.yaml"
     path.write_text(SCENARIO.replace("STATUS", "999"))

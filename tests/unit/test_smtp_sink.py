@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import Expect, Golden, Plan
+from crashpoint.harness import Expect, Golden, KillAt, Ledger, Plan
 from crashpoint.harness._checker._checks import TrialFacts, check_exactly_once
-from crashpoint.harness._standins._ledger import KillAt, Ledger
 from crashpoint.harness._standins._smtp import SmtpSink
 
 TOKEN = "s3cret-trial-token"  # noqa: S105 (a test token)

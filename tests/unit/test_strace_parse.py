@@ -428,8 +428,8 @@ def test_the_detacher_ends_a_trace_its_command_left_running_and_signals_only_tra
     none is signalled, none is counted as left."""
     import subprocess
 
-    from crashpoint._proc._process import Exit
-    from crashpoint.faults._strace import Detacher
+    from crashpoint._proc import Exit
+    from crashpoint.faults import Detacher
 
     procs = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(5)]
     try:
@@ -470,9 +470,8 @@ def test_the_detacher_finds_a_re_forking_helper_the_trace_never_shows(tmp_path: 
     import textwrap
     import time
 
-    from crashpoint._proc._process import Exit
-    from crashpoint.faults import _strace
-    from crashpoint.faults._strace import Detacher
+    from crashpoint._proc import Exit
+    from crashpoint.faults import Detacher, _strace
 
     if not _strace.available()[0]:
         pytest.skip(f"strace unavailable: {_strace.available()[1]}")
@@ -539,8 +538,8 @@ def test_the_detacher_leaves_a_trace_that_ends_by_itself_alone(tmp_path: Path) -
     import subprocess
     import time
 
-    from crashpoint._proc._process import Exit
-    from crashpoint.faults._strace import Detacher
+    from crashpoint._proc import Exit
+    from crashpoint.faults import Detacher
 
     out = tmp_path / "trace"
     out.write_text(

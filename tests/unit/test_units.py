@@ -8,13 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crashpoint._units import (
-    UnitError,
-    format_duration,
-    format_size,
-    parse_duration,
-    parse_size,
-)
+from crashpoint.harness import UnitError, format_duration, format_size, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crashpoint.faults._disk import UsageSample
-from crashpoint.faults._strace import Syscall
+from crashpoint.faults import Syscall, UsageSample
 from crashpoint.faults._writes import (
     PAGE,
     DiskError,

@@ -1,1 +1,122 @@
-"""Process control: spawn an agent in its own session, kill its whole tree, reap it."""
+"""Process control: start an agent in its own session, contain it, kill its whole tree, reap it.
+
+Layer 3 (above the library, below the faults and the harness). It may import the base
+(:mod:`crashpoint.errors`) and the standard library, and psutil, which lives here and nowhere
+else. Three modules: ``_process`` (spawning, output capture, killing a tree, the reap token),
+``_cgroup`` (a cgroup v2 per attempt where the machine allows; also run as its own watcher
+process, so standard library only) and ``_cleanup`` (the registry of what runs, SIGINT/SIGTERM
+turned into a clean stop, and the reaper of what a killed harness left).
+
+The face is lazy (:mod:`crashpoint._lazy`): the pytest plugin installs the signal handlers of
+``_cleanup`` at start-up, and that must not import psutil.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from crashpoint._lazy import attach
+
+if TYPE_CHECKING:
+    from crashpoint._proc._cgroup import AttemptCgroup, Containment, attempt_cgroup, containment
+    from crashpoint._proc._cleanup import (
+        LIVE,
+        Reaped,
+        cleanup_all,
+        exit_status,
+        install_signal_handlers,
+        kill_marked,
+        reap_stale,
+        received,
+        shielded,
+        signal_name,
+    )
+    from crashpoint._proc._process import (
+        KEEP_HEAD,
+        KEEP_TAIL,
+        PLACEHOLDER_TOKEN,
+        REAP_VAR,
+        AgentProcess,
+        CappedOutput,
+        Exit,
+        OutputCapture,
+        end_attempt,
+        kill_tree,
+        leftovers,
+        marked,
+        new_reap_token,
+        running,
+        signal_children,
+        with_reap_token,
+    )
+
+_CGROUP = "crashpoint._proc._cgroup"
+_CLEANUP = "crashpoint._proc._cleanup"
+_PROCESS = "crashpoint._proc._process"
+_WHERE = {
+    "AgentProcess": _PROCESS,
+    "AttemptCgroup": _CGROUP,
+    "CappedOutput": _PROCESS,
+    "Containment": _CGROUP,
+    "Exit": _PROCESS,
+    "KEEP_HEAD": _PROCESS,
+    "KEEP_TAIL": _PROCESS,
+    "LIVE": _CLEANUP,
+    "OutputCapture": _PROCESS,
+    "PLACEHOLDER_TOKEN": _PROCESS,
+    "REAP_VAR": _PROCESS,
+    "Reaped": _CLEANUP,
+    "attempt_cgroup": _CGROUP,
+    "cleanup_all": _CLEANUP,
+    "containment": _CGROUP,
+    "end_attempt": _PROCESS,
+    "exit_status": _CLEANUP,
+    "install_signal_handlers": _CLEANUP,
+    "kill_marked": _CLEANUP,
+    "kill_tree": _PROCESS,
+    "leftovers": _PROCESS,
+    "marked": _PROCESS,
+    "new_reap_token": _PROCESS,
+    "reap_stale": _CLEANUP,
+    "received": _CLEANUP,
+    "running": _PROCESS,
+    "shielded": _CLEANUP,
+    "signal_children": _PROCESS,
+    "signal_name": _CLEANUP,
+    "with_reap_token": _PROCESS,
+}
+
+__all__ = [
+    "KEEP_HEAD",
+    "KEEP_TAIL",
+    "LIVE",
+    "PLACEHOLDER_TOKEN",
+    "REAP_VAR",
+    "AgentProcess",
+    "AttemptCgroup",
+    "CappedOutput",
+    "Containment",
+    "Exit",
+    "OutputCapture",
+    "Reaped",
+    "attempt_cgroup",
+    "cleanup_all",
+    "containment",
+    "end_attempt",
+    "exit_status",
+    "install_signal_handlers",
+    "kill_marked",
+    "kill_tree",
+    "leftovers",
+    "marked",
+    "new_reap_token",
+    "reap_stale",
+    "received",
+    "running",
+    "shielded",
+    "signal_children",
+    "signal_name",
+    "with_reap_token",
+]
+
+__getattr__, __dir__ = attach(__name__, _WHERE)

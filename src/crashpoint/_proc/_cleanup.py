@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
+from crashpoint.errors import Interrupted
+
 __all__ = [
     "FOLDER_PREFIXES",
     "LIVE",
@@ -70,17 +72,6 @@ _MAX_ENTRY = 1 << 20  # a registry file is a few hundred bytes; refuse to read a
 
 
 # -- signals ------------------------------------------------------------------------------------
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived: raised in the main thread so every ``finally`` runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(
-            f"{signal_name(signum)} received: stopping cleanly (agents killed, "
-            "temporary folders removed, partial report written)"
-        )
-        self.signum = signum
 
 
 def signal_name(signum: int) -> str:

@@ -63,7 +63,9 @@ __all__ = [
     "leftovers",
     "marked",
     "new_reap_token",
+    "running",
     "session_members",
+    "signal_children",
     "start_error",
     "with_reap_token",
 ]
@@ -273,6 +275,22 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def running(pid: int) -> bool:
+    """True while process ``pid`` runs (exists and is not a zombie waiting to be reaped)."""
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
+def signal_children(sig: int) -> None:
+    """Send ``sig`` to this process's direct children (pytest-xdist's workers, when a signal
+    reached only the controller); one that is gone already is skipped."""
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(sig)
 
 
 def _signal_all(root: int, procs: Mapping[int, psutil.Process], sig: int) -> None:

@@ -1,6 +1,13 @@
 """The reference checkpoint / auto-resume library.
 
-Imports neither pytest nor the harness: an agent imports this and nothing else.
+Layer 2: imports the base (:mod:`crashpoint.errors`, :mod:`crashpoint.probe`, the low-level file
+I/O and failpoints) and the standard library, never the harness, the faults or pytest: an agent
+imports this and nothing else. Its rooms: the store and its journal (``_store``, ``_journal``,
+``_record``, ``_lock``), runs and effects (``_run``, ``_http``, ``_mail``, ``_redact``,
+``_notify``), the lifecycle the command line drives for agents in any language
+(``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with its fleet
+(:mod:`crashpoint.checkpoint.postgres`, whose names are imported here on first use: psycopg is
+loaded only by an agent that uses them).
 """
 
 import os as _os
@@ -8,10 +15,28 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from crashpoint._fsio import REAL as _REAL
-from crashpoint.checkpoint._http import HttpEffectError, http_effect
-from crashpoint.checkpoint._journal import Damage, Loaded, PayloadError, TornTail, records_reducer
-from crashpoint.checkpoint._mail import MailEffectError, message_id_for, smtp_effect
+from crashpoint.checkpoint._http import http_effect
+from crashpoint.checkpoint._journal import (
+    Damage,
+    Loaded,
+    TornTail,
+    list_files,
+    records_reducer,
+)
+from crashpoint.checkpoint._lifecycle import (
+    EXIT_SKIP,
+    EffectAnswer,
+    LifecycleStatus,
+    complete_run,
+    exists_or_raise,
+    record_effect,
+    record_step,
+    run_status,
+    start_run,
+)
+from crashpoint.checkpoint._mail import message_id_for, smtp_effect
 from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
+from crashpoint.checkpoint._record import decode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
 from crashpoint.checkpoint._run import (
     EXIT_CODES,
@@ -21,7 +46,6 @@ from crashpoint.checkpoint._run import (
     PlanLine,
     Rollback,
     Run,
-    RunDenied,
     StateAt,
     decide,
     exit_code,
@@ -51,24 +75,37 @@ from crashpoint.checkpoint._supervisor import (
     resume_interrupted,
     stale_runs,
 )
-from crashpoint.checkpoint.postgres._fleet import FleetOutcome, FleetWorker, submit
+from crashpoint.errors import (
+    HttpEffectError,
+    MailEffectError,
+    PayloadError,
+    RunDenied,
+)
 
 if _TYPE_CHECKING:
-    from crashpoint.checkpoint.postgres._store import Lease, PostgresStore
+    from crashpoint.checkpoint.postgres import (
+        FleetOutcome,
+        FleetWorker,
+        Lease,
+        PostgresStore,
+        submit,
+    )
 
-_LAZY = {"PostgresStore", "Lease"}  # need psycopg: imported on first use, never at import
+#: the PostgreSQL room's names: imported on first use (PostgresStore needs psycopg)
+_LAZY = ("FleetOutcome", "FleetWorker", "Lease", "PostgresStore", "submit")
 
 
 def __getattr__(name: str) -> _Any:
     if name in _LAZY:
         try:
-            from crashpoint.checkpoint.postgres import _store as _pg
+            from crashpoint.checkpoint import postgres
+
+            return getattr(postgres, name)
         except ImportError as exc:
             raise ImportError(
                 f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "
                 f"psycopg 3 ({exc}): pip install 'crashpoint[postgres]'"
             ) from None
-        return getattr(_pg, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -92,10 +129,17 @@ def atomic_write(path: str | _os.PathLike[str], data: bytes) -> None:
     _REAL.write_atomic(_os.fspath(path), data)
 
 
+def makedirs_durable(path: str | _os.PathLike[str]) -> None:
+    """Create the folder ``path`` and its missing parents so that a power cut keeps them
+    (each new folder fsynced into its parent), 0700."""
+    _REAL.makedirs_durable(_os.fspath(path))
+
+
 __all__ = [
     "ACTIVE_STATUSES",
     "DEFAULT_SECRET_NAMES",
     "EXIT_CODES",
+    "EXIT_SKIP",
     "NOTIFY_ENV",
     "PRUNABLE_STATUSES",
     "REDACTED",
@@ -103,11 +147,13 @@ __all__ = [
     "Damage",
     "Decision",
     "Durability",
+    "EffectAnswer",
     "EffectPolicy",
     "FleetOutcome",
     "FleetWorker",
     "HttpEffectError",
     "Lease",
+    "LifecycleStatus",
     "Loaded",
     "MailEffectError",
     "PayloadError",
@@ -129,23 +175,32 @@ __all__ = [
     "Supervisor",
     "TornTail",
     "atomic_write",
+    "complete_run",
     "decide",
+    "decode_json",
+    "exists_or_raise",
     "exit_code",
     "http_effect",
     "interrupted_runs",
     "is_store_url",
+    "list_files",
+    "makedirs_durable",
     "message_id_for",
     "notify_event",
     "open_run",
     "open_store",
     "plan",
+    "record_effect",
+    "record_step",
     "records_reducer",
     "resume_interrupted",
     "rollback",
     "run_main",
     "run_reducer",
+    "run_status",
     "smtp_effect",
     "stale_runs",
+    "start_run",
     "state_at",
     "submit",
     "validate_run_id",

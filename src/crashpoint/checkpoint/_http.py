@@ -22,7 +22,7 @@ from email.message import Message
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from crashpoint.errors import CrashpointError
+from crashpoint.errors import HttpEffectError
 
 __all__ = ["HttpEffectError", "http_effect"]
 
@@ -31,36 +31,6 @@ MAX_REPLY_BYTES = 1 << 20
 #: Replies worth another try with the same key (with ``retries``), besides no reply at all.
 RETRY_STATUSES = (408, 425, 429, 500, 502, 503, 504)
 _MAX_BACKOFF = 30.0
-
-
-class HttpEffectError(CrashpointError):
-    """An HTTP effect failed: a non-2xx reply (``status``, ``body``) or no reply at all
-    (``status`` None: refused, reset, timed out). The effect is not recorded as done: its intent
-    stays, so a resumed run sends it again with the same key (``key``)."""
-
-    def __init__(
-        self, method: str, url: str, key: str, status: int | None, body: str = "", reason: str = ""
-    ) -> None:
-        self.method, self.url, self.key = method, url, key
-        self.status, self.body, self.reason = status, body, reason
-        super().__init__(method, url, key, status, body, reason)
-
-    def __str__(self) -> str:
-        what = f"{self.method} {_redact_url(self.url)} (Idempotency-Key {self.key!r})"
-        if self.status is None:
-            return (
-                f"{what} got no reply: {self.reason}. The effect is not recorded as done; "
-                "a resumed run sends it again with the same key"
-            )
-        body = self.body.strip().replace("\n", " ")
-        return (
-            f"{what} was answered {self.status}"
-            f"{' ' + self.reason if self.reason else ''}: {body[:300]!r}. The effect is "
-            "not recorded as done; a resumed run sends it again with the same key"
-        )
-
-    def __reduce__(self) -> tuple[type[HttpEffectError], tuple[Any, ...]]:
-        return (type(self), (self.method, self.url, self.key, self.status, self.body, self.reason))
 
 
 def _redact_url(url: str) -> str:

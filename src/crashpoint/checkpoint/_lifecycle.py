@@ -32,9 +32,10 @@ from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     ResumeMismatch,
     RunDeadLettered,
-    RunLocked,
     RunNotFound,
+    RunOwned,
     RunStateError,
+    StepOutOfOrder,
 )
 
 __all__ = [
@@ -58,39 +59,6 @@ EXIT_SKIP = 3
 #: Seconds a command waits for the run's lock (another command of the same run is brief).
 LOCK_WAIT = 10.0
 _FINISHED = ("completed", "denied", "dead")
-
-
-class StepOutOfOrder(ResumeMismatch):
-    """``step NAME`` for a step that is not the run's next one (exit 70, as a mismatch)."""
-
-    def __init__(
-        self,
-        run_id: str,
-        position: int,
-        expected: str,
-        requested: str,
-        completed: Sequence[str] = (),
-    ) -> None:
-        super().__init__(run_id, position, expected, requested)
-        self.completed = list(completed)
-
-    def __str__(self) -> str:
-        done = ", ".join(self.completed) or "none"
-        if self.requested in self.completed:
-            why = f"{self.requested!r} is already recorded as completed"
-        else:
-            why = "it is not the run's next step"
-        return (
-            f"run {self.run_id!r}: cannot record step {self.requested!r}: {why}; the next "
-            f"step is {self.recorded!r} (#{self.position}; completed: {done}). Ask "
-            f"`crashpoint checkpoints status {self.run_id} --next` what to run"
-        )
-
-    def __reduce__(self) -> Any:
-        return (
-            type(self),
-            (self.run_id, self.position, self.recorded, self.requested, self.completed),
-        )
 
 
 def lifecycle_reducer(state: dict[str, Any], rec: Any) -> None:
@@ -139,16 +107,6 @@ def _alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class RunOwned(RunLocked):
-    """Another live agent called ``start`` on the run and still runs (exit 73, as locked)."""
-
-    def __str__(self) -> str:
-        return (
-            f"run {self.run_id!r} is owned by another live agent ({self.holder}); only one "
-            "agent may run it at a time: wait for that one to exit, then start again"
-        )
 
 
 def _check_owner(journal: RunJournal, me: str) -> None:

@@ -17,31 +17,11 @@ from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from typing import Any
 
-from crashpoint.errors import CrashpointError
+from crashpoint.errors import MailEffectError
 
 __all__ = ["MailEffectError", "message_id_for", "smtp_effect"]
 
 _NOT_ATEXT = re.compile(r"[^A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+")
-
-
-class MailEffectError(CrashpointError):
-    """A mail effect failed: the server refused it or did not answer. The effect is not
-    recorded as done: its intent stays, so a resumed run sends it again with the same
-    Message-ID (``message_id``)."""
-
-    def __init__(self, host: str, port: int, message_id: str, reason: str) -> None:
-        self.host, self.port, self.message_id, self.reason = host, port, message_id, reason
-        super().__init__(host, port, message_id, reason)
-
-    def __str__(self) -> str:
-        return (
-            f"mail {self.message_id} to SMTP {self.host}:{self.port} failed: {self.reason}. "
-            "The effect is not recorded as done; a resumed run sends it again with the "
-            "same Message-ID"
-        )
-
-    def __reduce__(self) -> tuple[type[MailEffectError], tuple[str, int, str, str]]:
-        return (type(self), (self.host, self.port, self.message_id, self.reason))
 
 
 def message_id_for(key: str, domain: str = "crashpoint.invalid") -> str:

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from crashpoint.errors import PayloadError
+
 __all__ = [
     "HEADER",
     "KIND_RECORD",
@@ -73,10 +75,6 @@ MAX_DEPTH = 256
 #: data in a few more levels and must still read back under :data:`MAX_DEPTH`.
 MAX_WRITE_DEPTH = 192
 _MAX_DIGITS = 4300  # Python's default int_max_str_digits, enforced even where it is disabled
-
-
-class PayloadError(ValueError):
-    """Stored bytes whose checksum holds but whose content the store never writes."""
 
 
 _ENCODER = json.JSONEncoder(

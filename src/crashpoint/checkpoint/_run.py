@@ -38,6 +38,7 @@ from crashpoint.errors import (
     EffectInDoubt,
     ResumeMismatch,
     RunDeadLettered,
+    RunDenied,
     RunLocked,
     RunPaused,
     RunStateError,
@@ -77,21 +78,6 @@ EXIT_CODES = {
     "mismatch": 70,  # EX_SOFTWARE: the code's steps differ from the journal's
     "dead": 69,  # EX_UNAVAILABLE: dead-lettered after too many attempts
 }
-
-
-class RunDenied(CheckpointError):
-    """A human denied an approval; the run ended as denied."""
-
-    def __init__(self, run_id: str, step: str, note: str = "") -> None:
-        self.run_id, self.step, self.note = run_id, step, note
-        super().__init__(run_id, step, note)
-
-    def __str__(self) -> str:
-        note = f" ({self.note})" if self.note else ""
-        return f"run {self.run_id!r} was denied at {self.step!r}{note}; it ended as denied"
-
-    def __reduce__(self) -> tuple[type[RunDenied], tuple[str, str, str]]:
-        return (type(self), (self.run_id, self.step, self.note))
 
 
 def exit_code(exc: BaseException) -> int:

@@ -49,7 +49,7 @@ from crashpoint.checkpoint import (
     validate_run_id,
 )
 from crashpoint.checkpoint._journal import list_files
-from crashpoint.errors import CheckpointCorrupt, CrashpointError, InvalidRunId
+from crashpoint.errors import CheckpointCorrupt, CrashpointError, InvalidRunId, UsageError
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -78,10 +78,6 @@ EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
 STORE_ENV = "CRASHPOINT_STORE"
 PROG = "crashpoint"
 T = TypeVar("T")
-
-
-class UsageError(Exception):
-    """Bad usage or input: printed as ``crashpoint: error: MESSAGE``, exit 2."""
 
 
 # -- the command table ------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def _store(ctx: Context, worker: str | None = None) -> Any:
     ],
 )
 def _work(ctx: Context) -> int:
-    from crashpoint.checkpoint.postgres._fleet import FleetWorker, summary
+    from crashpoint.checkpoint.postgres._fleet import FleetWorker, fleet_summary
 
     argv = (
         [a for a in ctx.args.argv if a != "--"]
@@ -100,7 +100,7 @@ def _work(ctx: Context) -> int:
         out = worker.run_once() if ctx.args.once else worker.run(until_idle=ctx.args.until_idle)
     finally:
         store.close()
-    ctx.print(summary(out))
+    ctx.print(fleet_summary(out))
     return EXIT_FOUND if any(o.status == "dead" for o in out) else EXIT_OK
 
 

@@ -29,6 +29,7 @@ occurrence among the golden run's (op, path) pairs. Only successful operations a
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import json
 import os
 import re
@@ -57,7 +58,10 @@ __all__ = [
 ]
 
 #: The folder whose sitecustomize.py the audit mechanism puts first on PYTHONPATH.
-INJECT_DIR = os.path.join(os.path.dirname(__file__), "_inject")
+#: The folder put first on a Python agent's PYTHONPATH for the audit hook
+#: (``_inject/sitecustomize.py``): found through the package (its resources), so it moves
+#: with the package, wherever it is installed.
+INJECT_DIR = str(importlib.resources.files("crashpoint.faults") / "_inject")
 
 #: Calls that change a file (data, names, or durability), traced in the golden run.
 MUTATING = frozenset(

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
+from crashpoint.errors import ConfinementError
+
 __all__ = ["CORRUPTIONS", "ConfinementError", "Corruption", "corrupt", "pick_target"]
 
 CORRUPTIONS = (
@@ -44,10 +46,6 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-class ConfinementError(ValueError):
-    """The folders a corruption may touch are unusable (e.g. the filesystem root)."""
 
 
 @dataclass(frozen=True, slots=True)

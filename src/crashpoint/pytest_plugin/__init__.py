@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from crashpoint._proc._process import AgentProcess
     from crashpoint.checkpoint import Store
-    from crashpoint.faults._disk import TmpfsNamespace
-    from crashpoint.faults._files import Corruption
-    from crashpoint.harness import CrashHarness, Ledger
+    from crashpoint.faults import Corruption, TmpfsNamespace
+    from crashpoint.harness import AgentProcess, CrashHarness, Ledger
 
 SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
 TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
@@ -138,8 +136,7 @@ def _parse(name: str, raw: Any, where: str) -> Any:
             raise bad("expected I/N with 1 <= I <= N, e.g. 1/4")
         return (int(m.group(1)), int(m.group(2)))
     if name == "budget":
-        from crashpoint._units import UnitError
-        from crashpoint.harness._engine._campaign import parse_budget
+        from crashpoint.harness import UnitError, parse_budget
 
         try:
             return parse_budget(str(raw), what="")
@@ -158,7 +155,7 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         raise bad("expected a folder path")
     if os.path.exists(raw) and not os.path.isdir(raw):
         raise bad("it is an existing file; expected a folder path")
-    from crashpoint.harness._report._safe import UnsafeReportFolder, check_report_folder
+    from crashpoint.harness import UnsafeReportFolder, check_report_folder
 
     try:  # another user's folder, or one others can write in: refused before anything runs
         check_report_folder(str(raw))
@@ -204,7 +201,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SUMMARIES] = []
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
     _start_progress(config)
-    from crashpoint._proc._cleanup import install_signal_handlers
+    from crashpoint.harness import install_signal_handlers
 
     # SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
     # mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish)
@@ -221,7 +218,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _is_worker(config):
         return
-    from crashpoint._proc._cleanup import reap_stale
+    from crashpoint.harness import reap_stale
 
     reaped = reap_stale()
     if reaped.harnesses:
@@ -249,7 +246,7 @@ def _say(config: pytest.Config, line: str) -> None:
 
 def _interrupted_by(config: pytest.Config) -> str:
     """ "SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
-    from crashpoint._proc._cleanup import received, signal_name
+    from crashpoint.harness import received, signal_name
 
     sig = received()
     if sig is not None:
@@ -263,7 +260,7 @@ def _interrupted_by(config: pytest.Config) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write gate.json (marked incomplete if interrupted); exit 128 + the signal if one came."""
     config = session.config
-    from crashpoint._proc._cleanup import received
+    from crashpoint.harness import received
 
     sig = received()
     if sig is not None and config.pluginmanager.hasplugin("dsession"):
@@ -289,15 +286,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _forward_to_workers(sig: int) -> None:
     """Send ``sig`` to this process's children (the xdist workers: they clean up too)."""
-    import psutil
+    from crashpoint.harness import signal_children
 
-    for child in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            child.send_signal(sig)
+    signal_children(sig)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from crashpoint._proc._cleanup import cleanup_all, reap_stale, received
+    from crashpoint.harness import cleanup_all, reap_stale, received
 
     watcher = config.stash.get(WATCHER, None)
     if watcher is not None:
@@ -534,7 +529,7 @@ def effect_ledger() -> Iterator[Ledger]:
 def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     """Start agent processes in their own session; every tree is killed and reaped after the
     test (a survivor fails the test)."""
-    from crashpoint._proc._process import AgentProcess, kill_tree
+    from crashpoint.harness import AgentProcess, kill_tree
 
     started: list[AgentProcess] = []
 
@@ -575,10 +570,10 @@ def disk_fault() -> Iterator[Callable[..., TmpfsNamespace]]:
     """``disk_fault(folder, capacity="16KiB")``: ``folder`` becomes a tmpfs of that size in a
     private mount namespace; run commands in it with ``ns.wrap(argv)``. Skips with the reason
     where the machine cannot mount one."""
-    from crashpoint._units import parse_size
-    from crashpoint.faults._disk import TmpfsNamespace, capabilities
+    from crashpoint.faults import TmpfsNamespace, disk_capabilities
+    from crashpoint.harness import parse_size
 
-    caps = capabilities()
+    caps = disk_capabilities()
     if not caps.tmpfs:
         pytest.skip(f"disk_fault: {caps.tmpfs_reason}")
     opened: list[TmpfsNamespace] = []
@@ -617,7 +612,7 @@ def corrupt_file() -> Callable[..., Corruption | None]:
     wildcard), never through a symbolic link."""
     import random
 
-    from crashpoint.faults._files import corrupt
+    from crashpoint.faults import corrupt
 
     def do(
         pattern: str | os.PathLike[str],

@@ -9,10 +9,22 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import CampaignInterrupted, CampaignResult, Golden, GoldenRunFailed
-from crashpoint.harness._engine._api import HarnessResult
-from crashpoint.harness._engine._campaign import FaultFamily, NoBoundaries
-from crashpoint.harness._spec._scenario import Family, Scenario, ScenarioError, load_scenario
+from crashpoint.harness import (
+    CampaignInterrupted,
+    CampaignResult,
+    FaultFamily,
+    Golden,
+    GoldenRunFailed,
+    HarnessResult,
+    NoBoundaries,
+    Scenario,
+    ScenarioError,
+    ScenarioFamily,
+    Zygote,
+    ZygoteError,
+    fork_plan,
+    load_scenario,
+)
 from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, record_interrupted
 
 GOLDEN = pytest.StashKey[Golden]()
@@ -78,7 +90,9 @@ def _split_trials(scenario: Scenario) -> list[int | None]:
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, scenario: Scenario, family: Family, count: int | None, **kw: Any) -> None:
+    def __init__(
+        self, *, scenario: Scenario, family: ScenarioFamily, count: int | None, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         self.scenario = scenario
         self.family = family
@@ -180,8 +194,6 @@ class ScenarioItem(pytest.Item):
         parent = self.parent
         assert parent is not None
         if LAUNCHER not in parent.stash:
-            from crashpoint.harness._engine._zygote import Zygote, fork_plan
-
             plan = fork_plan(sc.agent)
             if isinstance(plan, str):
                 parent.stash[LAUNCHER] = None
@@ -198,8 +210,6 @@ class ScenarioItem(pytest.Item):
 
     def _start_zygote(self, zygote: Any) -> Any:
         """``zygote`` started (closed with the file), or the ScenarioError it failed with."""
-        from crashpoint.harness._engine._zygote import ZygoteError
-
         sc = self.scenario
         parent = self.parent
         assert parent is not None

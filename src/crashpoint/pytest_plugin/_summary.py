@@ -99,7 +99,7 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
 
 def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
     """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
-    from crashpoint.harness._report._safe import human_size
+    from crashpoint.harness import human_size
 
     out = []
     for s in summaries:
@@ -144,7 +144,7 @@ def write_session_reports(
     and refused if another user owns it or can write in it
     (crashpoint.harness._report._safe.UnsafeReportFolder); each file is written whole (temp + fsync
     + rename), 0600, never through a planted link."""
-    from crashpoint.harness._report._safe import write_file
+    from crashpoint.harness import write_file
 
     path = os.path.join(folder, "gate.json")
     incomplete = bool(interrupted_by) or any(s.get("incomplete") for s in summaries)
@@ -161,7 +161,7 @@ def write_session_reports(
     )
     paths = [path]
     try:
-        from crashpoint.harness._report._html import render_html
+        from crashpoint.harness import render_html
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
@@ -195,7 +195,7 @@ def _write_json(path: str, data: Any) -> None:
     """Write by temp file + fsync + rename into a safe folder (created 0700, never through a
     link): a reader sees the old or the new file, never half; a link planted at ``path`` is
     refused, not followed."""
-    from crashpoint.harness._report._safe import secure_dir, write_file
+    from crashpoint.harness import secure_dir, write_file
 
     secure_dir(os.path.dirname(path))
     write_file(path, json.dumps(data, indent=2, sort_keys=True, default=str))

@@ -35,7 +35,7 @@ from typing import Any
 from crashpoint.checkpoint._run import EXIT_CODES, run_reducer
 from crashpoint.errors import CheckpointError, LeaseLost, RunPaused
 
-__all__ = ["FleetOutcome", "FleetWorker", "submit", "summary"]
+__all__ = ["FleetOutcome", "FleetWorker", "fleet_summary", "submit"]
 
 _DONE = frozenset({"completed", "denied", "dead", "paused"})
 
@@ -60,7 +60,7 @@ class FleetOutcome:
         )
 
 
-def summary(outcomes: Sequence[FleetOutcome]) -> str:
+def fleet_summary(outcomes: Sequence[FleetOutcome]) -> str:
     """One line per run (its last outcome), then the totals."""
     last: dict[str, FleetOutcome] = {}
     for o in outcomes:

@@ -9,47 +9,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
-from crashpoint.harness._spec._model import Attempt, CheckResult, Expect, Golden, Plan
+from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._checker._verdict import explain
+from crashpoint.harness._spec import CheckResult, call_of, canonical
 
-__all__ = ["BUILTIN_CHECKS", "TrialFacts", "run_checks", "scan_for_bytes"]
-
-
-@dataclass
-class TrialFacts:
-    """Everything a check may look at."""
-
-    golden: Golden
-    plan: Plan
-    expect: Expect
-    attempts: list[Attempt]
-    events: list[dict[str, Any]]
-    applied: Counter[tuple[str, str]]
-    canary: str
-    state_dirs: list[str]  # the live state folder and every copy taken at a crash
-    max_state_bytes: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def final(self) -> Attempt | None:
-        return self.attempts[-1] if self.attempts else None
-
-    @property
-    def completed(self) -> bool:
-        return bool(self.attempts) and self.attempts[-1].returncode == 0
-
-    @property
-    def refused(self) -> bool:
-        """The last attempt refused damaged state clearly (after a corruption): see
-        :meth:`Expect.refusal` (a refuse code, or a refuse pattern on its stderr)."""
-        f = self.final
-        return (
-            f is not None
-            and self.plan.corrupts
-            and bool(self.expect.refusal(f.returncode, f.stderr))
-        )
+__all__ = ["BUILTIN_CHECKS", "run_checks", "scan_for_bytes"]
 
 
 def _where(ev: dict[str, Any]) -> str:
@@ -98,8 +65,6 @@ def check_same_output(f: TrialFacts) -> CheckResult:
 
 def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
     """The effect events of this content (kind + canonical payload) the world applied."""
-    from crashpoint.harness._standins._ledger import canonical
-
     return [
         e
         for e in f.events
@@ -215,8 +180,6 @@ CALL_OPS = ("effect", "llm_call")
 def call_identity(ev: dict[str, Any]) -> str:
     """What makes two calls the same call: an effect's kind and canonical payload (its
     content, whatever its key), an LLM call's fingerprint."""
-    from crashpoint.harness._standins._ledger import canonical
-
     if ev["op"] == "llm_call":
         return f"llm {ev.get('name', '')} {ev.get('fingerprint', '')}"
     return f"{ev.get('kind')} {canonical(ev.get('payload'))}"
@@ -295,8 +258,6 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
 def _call_text(ev: dict[str, Any]) -> str:
     if ev["op"] == "llm_call":
         return f"LLM call {ev.get('name', '')} {str(ev.get('fingerprint', ''))[:12]}".rstrip()
-    from crashpoint.harness._standins._ledger import canonical
-
     return f"{ev.get('kind')} {canonical(ev.get('payload'))[:60]}"
 
 
@@ -508,8 +469,6 @@ def check_corruption_detected(f: TrialFacts) -> CheckResult:
 def _net_counts(events: list[dict[str, Any]]) -> Counter[tuple[int, str]]:
     """(attempt, call) -> how many requests of that call the attempt sent to the stand-ins
     (failed ones included: each reached the service)."""
-    from crashpoint.harness._standins._network import call_of
-
     out: Counter[tuple[int, str]] = Counter()
     for e in events:
         call = call_of(e)
@@ -522,10 +481,6 @@ def check_no_retry_storm(f: TrialFacts) -> CheckResult:
     """No attempt sends one network call more than ``expect.max_retries`` times beyond what
     the golden run sent in all: a retry loop without a cap (or backoff) hammers a failing
     service."""
-    from itertools import pairwise
-
-    from crashpoint.harness._standins._network import call_of
-
     name = "no_retry_storm"
     limit = f.expect.max_retries
     golden: Counter[str] = Counter()
@@ -589,6 +544,4 @@ def run_checks(
     out = [fn(facts) for n, fn in BUILTIN_CHECKS.items() if n not in off]
     for fn in (extra or {}).values():
         out.append(fn(facts))
-    from crashpoint.harness._checker._verdict import explain
-
     return explain(facts, out)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from crashpoint.harness._spec._model import ROOT_ORDER, CheckResult
+from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._spec import CheckResult, canonical
 
-if TYPE_CHECKING:
-    from crashpoint.harness._checker._checks import TrialFacts
-
-__all__ = ["ROOT_ORDER", "disk_trouble", "explain"]
+__all__ = ["disk_trouble", "explain"]
 
 _DISK = re.compile(
     r"No space left on device|ENOSPC|File too large|EFBIG|Disk quota exceeded"
@@ -78,8 +76,6 @@ def _problems(c: CheckResult, tag: str) -> bool:
 
 
 def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
-    from crashpoint.harness._standins._ledger import canonical
-
     return [
         e
         for e in facts.events

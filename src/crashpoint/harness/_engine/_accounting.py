@@ -14,9 +14,18 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from crashpoint.harness._spec._model import Attempt, Fault, Golden, Outcome, Plan, event_name
-from crashpoint.harness._standins._ledger import KillAt
-from crashpoint.harness._standins._network import Failure, NetFault, call_of
+from crashpoint.harness._spec import (
+    Attempt,
+    Failure,
+    Fault,
+    Golden,
+    KillAt,
+    NetFault,
+    Outcome,
+    Plan,
+    call_of,
+    event_name,
+)
 
 __all__ = ["ACCOUNTANTS", "account", "kill_at", "net_fault"]
 

@@ -11,16 +11,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.harness._checker._checks import TrialFacts
-from crashpoint.harness._engine._campaign import (
+from crashpoint.harness._checker import TrialFacts
+from crashpoint.harness._engine._campaign import Campaign, ProgressFn
+from crashpoint.harness._report import CampaignResult
+from crashpoint.harness._spec import (
     DEFAULT_BUDGET,
-    Campaign,
-    CampaignResult,
+    AgentSpec,
+    CheckResult,
+    Expect,
     FaultFamily,
-    ProgressFn,
+    Golden,
+    Plan,
     family_from_spec,
 )
-from crashpoint.harness._spec._model import AgentSpec, CheckResult, Expect, Golden, Plan
 
 __all__ = ["AgentLike", "CrashHarness", "FaultsLike", "HarnessResult", "as_agent", "as_families"]
 

@@ -19,7 +19,7 @@ import shutil
 import stat
 import tempfile
 
-from crashpoint.harness._report._safe import DIR_MODE, human_size, secure_dir
+from crashpoint.harness._report import DIR_MODE, human_size, secure_dir
 
 __all__ = ["PrivateTmp", "Snapshot", "new_temp_entries", "sized", "temp_entries"]
 

@@ -1,12 +1,7 @@
-"""The power_loss family in the harness: crash states of the golden run's trace as trials.
+"""The power_loss family in the harness: running the crash states as trials.
 
-Planning (:func:`states`): the golden run is recorded under strace (:mod:`crashpoint.faults.
-_powercut`); its logical operation log and the wall-clock times of its events give the
-*crash instants*: just before each file operation (every event that came earlier already
-happened: its effect was applied outside, its step reported completed), and after the last.
-At each instant the model's crash states (what a power cut may leave) are listed; states that
-leave the same folders with the same events behind are judged once. A systematic family runs
-every state; ``count: N`` draws N by the seed.
+Planning (which crash states, one per trial) is the specification's
+(:mod:`crashpoint.harness._spec._power`).
 
 Running (:func:`cut`): the trial does not re-run the prefix. Attempt 1 *is* the golden run up
 to the instant: its crash state is materialised into the trial's fresh folders, the ledger is
@@ -24,91 +19,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from crashpoint.faults import _powercut
-from crashpoint.harness._spec._model import Attempt, Fault, Golden
+from crashpoint.faults import (
+    POWER_STRSIZE,
+    POWER_SYSCALLS,
+    CrashState,
+    Mutation,
+    OpLog,
+    build_oplog,
+    crash_states,
+    event_points,
+    materialize,
+    read_trace,
+    rebuild_crash_state,
+    snapshot_roots,
+    strace_available,
+    strace_wrap,
+)
+from crashpoint.harness._spec import Attempt, Fault, Golden, oplog_of
 
-__all__ = ["MODELS", "Cut", "Recovery", "cut", "excerpt", "snapshot", "states", "trace_excerpt"]
-
-MODELS = _powercut.MODELS
-
-#: Crash states kept per (golden run, model) in this process: planning asks for one at a time.
-_CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]]]] = {}
-
-
-def _log(golden: Golden) -> _powercut.OpLog:
-    return _powercut.OpLog.from_json(golden.plog)
-
-
-def _events_before(golden: Golden, upto: int) -> int:
-    """How many golden events happened before operation ``upto + 1`` started."""
-    return sum(1 for k in golden.plog_events if k <= upto)
-
-
-def states(golden: Golden, model: str) -> list[dict[str, Any]]:
-    """Every crash state of ``golden`` under ``model``, in log order, as fault arguments
-    (``upto``, ``events``, ``mutation``, ``label``); [] without a trace."""
-    if not golden.plog:
-        return []
-    key = (id(golden), model)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is golden:
-        return [dict(x) for x in hit[1]]
-    log = _log(golden)
-    seen: set[tuple[str, int]] = set()
-    out: list[dict[str, Any]] = []
-    for upto in range(len(log.ops) + 1):
-        events = _events_before(golden, upto)
-        for st in _powercut.crash_states(log, model, upto):
-            ident = (st.digest, events)
-            if ident in seen:
-                continue
-            seen.add(ident)
-            out.append(
-                {
-                    "upto": upto,
-                    "events": events,
-                    "mutation": st.mutation.to_json(),
-                    "label": st.label(),
-                }
-            )
-    if len(_CACHE) > 8:
-        _CACHE.clear()
-    _CACHE[key] = (golden, out)
-    return [dict(x) for x in out]
-
-
-def draw(
-    golden: Golden, model: str, rng: random.Random, boundary: int | None, attempt: int
-) -> Fault:
-    """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn by
-    ``rng``; without a trace (or nothing to lose), a fault that says why (never a pass)."""
-    all_states = states(golden, model)
-    if not all_states:
-        why = golden.recorded_by or "the golden run was not traced"
-        if golden.plog and not golden.plog.get("ops"):
-            why = (
-                "the golden run made no file operation under {state_dir} or {workdir}: a "
-                "power cut there loses nothing more than a kill -9 would"
-            )
-        elif golden.plog:
-            why = (
-                "no crash state differs from what a kill -9 leaves: every file operation "
-                "of the golden run was made durable before the next one"
-            )
-        return Fault.make("power_loss", attempt, model=model, label=why)
-    s = all_states[boundary] if boundary is not None else rng.choice(all_states)
-    return Fault.make("power_loss", attempt, model=model, **s)
-
-
-def points(golden: Golden, model: str) -> int:
-    return max(1, len(states(golden, model)))
+__all__ = [
+    "Cut",
+    "Recovery",
+    "cut",
+    "excerpt",
+    "replay_events",
+    "snapshot",
+    "state_note",
+    "synthetic_attempt",
+    "trace_excerpt",
+    "unsupported",
+]
 
 
 @dataclass
 class Cut:
     """A power cut applied to a trial: the state it left and what it says."""
 
-    state: _powercut.CrashState
+    state: CrashState
     events: list[dict[str, Any]]
     written: list[str]
 
@@ -124,14 +71,10 @@ class Cut:
 def unsupported(f: Fault, golden: Golden) -> str:
     """Why a power_loss fault cannot run here ("" if it can)."""
     if f.arg("op"):  # a cut during recovery: traced live
-        from crashpoint.faults import _strace
-
-        ok, why = _strace.available()
+        ok, why = strace_available()
         return "" if ok else f"power_loss needs strace: {why}"
     if f.arg("upto") is None:
-        from crashpoint.faults import _strace
-
-        ok, why = _strace.available()
+        ok, why = strace_available()
         if not golden.plog and not ok:  # the machine cannot trace: skipped, with the reason
             return (
                 f"power_loss skipped: it needs strace to record the agent's file "
@@ -146,16 +89,21 @@ def unsupported(f: Fault, golden: Golden) -> str:
 def cut(f: Fault, golden: Golden, roots: Mapping[str, str]) -> Cut:
     """Materialise ``f``'s crash state into ``roots`` and return it with the golden events
     that happened before the cut (to load into the ledger as attempt 1)."""
-    log = _log(golden)
-    st = _powercut.rebuild(
+    log = oplog_of(golden)
+    st = rebuild_crash_state(
         log,
         str(f.arg("model")),
         int(f.arg("upto")),
-        _powercut.Mutation.from_json(f.arg("mutation") or {}),
+        Mutation.from_json(f.arg("mutation") or {}),
     )
-    written = _powercut.materialize(st, roots)
+    written = materialize(st, roots)
     events = [dict(e) for e in golden.events[: int(f.arg("events", 0))]]
     return Cut(st, events, written)
+
+
+def state_note(st: CrashState) -> dict[str, Any]:
+    """What the checks and the hints read of a crash state (``TrialFacts.extra["power"]``)."""
+    return {"explain": st.explain, "lost": list(st.lost), "label": st.label()}
 
 
 def replay_events(ledger: Any, events: list[dict[str, Any]], attempt: int = 1) -> None:
@@ -184,8 +132,8 @@ def synthetic_attempt(c: Cut, argv: list[str]) -> Attempt:
 
 
 def excerpt(
-    log: _powercut.OpLog,
-    st: _powercut.CrashState,
+    log: OpLog,
+    st: CrashState,
     events: list[dict[str, Any]],
     points: list[int],
     *,
@@ -241,12 +189,12 @@ def trace_excerpt(golden: Golden, f: Fault) -> str:
     """:func:`excerpt` of a cut planned from the golden run."""
     if not golden.plog or f.arg("upto") is None:
         return ""
-    log = _log(golden)
-    st = _powercut.rebuild(
+    log = oplog_of(golden)
+    st = rebuild_crash_state(
         log,
         str(f.arg("model")),
         int(f.arg("upto")),
-        _powercut.Mutation.from_json(f.arg("mutation") or {}),
+        Mutation.from_json(f.arg("mutation") or {}),
     )
     return excerpt(log, st, golden.events, golden.plog_events, what="the golden run")
 
@@ -255,8 +203,8 @@ def trace_excerpt(golden: Golden, f: Fault) -> str:
 
 
 def snapshot(roots: Mapping[str, str]) -> dict[str, bytes | None]:
-    """What ``roots`` hold now (:func:`crashpoint.faults._powercut.snapshot`)."""
-    return _powercut.snapshot(roots)
+    """What ``roots`` hold now (:func:`crashpoint.faults.snapshot_roots`)."""
+    return snapshot_roots(roots)
 
 
 @dataclass
@@ -271,13 +219,11 @@ class Recovery:
     initial: dict[str, bytes | None]
 
     def wrap(self, argv: list[str]) -> list[str]:
-        from crashpoint.faults import _strace
-
-        return _strace.wrap(
+        return strace_wrap(
             argv,
             self.trace,
-            syscalls=_powercut.SYSCALLS,
-            strsize=_powercut.STRSIZE,
+            syscalls=POWER_SYSCALLS,
+            strsize=POWER_STRSIZE,
             timestamps=True,
         )
 
@@ -289,15 +235,13 @@ class Recovery:
         cwd: str,
         events: list[dict[str, Any]],
         rng: random.Random,
-    ) -> tuple[tuple[bool, str, str], _powercut.CrashState | None, str]:
+    ) -> tuple[tuple[bool, str, str], CrashState | None, str]:
         """After the attempt: (the accounting note, the state applied or None, excerpt)."""
-        from crashpoint.faults import _strace
-
         model = str(self.fault.arg("model", "posix"))
         if not killed:
             return (False, "", f"attempt {self.fault.attempt} was never cut: {where}"), None, ""
-        log = _powercut.oplog(_strace.read(self.trace, cwd=cwd), roots, initial=self.initial)
-        found = _powercut.crash_states(log, model, len(log.ops))
+        log = build_oplog(read_trace(self.trace, cwd=cwd), roots, initial=self.initial)
+        found = crash_states(log, model, len(log.ops))
         if not found:
             return (
                 (
@@ -311,12 +255,12 @@ class Recovery:
                 "",
             )
         st = found[rng.randrange(len(found))]
-        _powercut.materialize(st, roots)
+        materialize(st, roots)
         text = excerpt(
             log,
             st,
             events,
-            _powercut.event_points(log, [float(e.get("wall", 0.0)) for e in events]),
+            event_points(log, [float(e.get("wall", 0.0)) for e in events]),
             what=f"attempt {self.fault.attempt}",
         )
         note = (
@@ -326,7 +270,7 @@ class Recovery:
         return (True, note, ""), st, text
 
 
-def write_state_copy(st: _powercut.CrashState, folder: str) -> None:
+def write_state_copy(st: CrashState, folder: str) -> None:
     """The crash state as files under ``folder`` (evidence: what the resume started from)."""
     roots = {}
     for rel in st.files:
@@ -335,4 +279,4 @@ def write_state_copy(st: _powercut.CrashState, folder: str) -> None:
             roots[name] = os.path.join(folder, name)
     for r in roots.values():
         os.makedirs(r, mode=0o700, exist_ok=True)
-    _powercut.materialize(st, roots)
+    materialize(st, roots)

@@ -88,33 +88,31 @@ import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, Any, NoReturn
 
-from crashpoint._proc._cgroup import AttemptCgroup, attempt_cgroup
-from crashpoint._proc._process import (
+from crashpoint import _failpoints, probe
+from crashpoint._entry import EntryFunction, call, resolve, run_main
+from crashpoint._placeholders import fields, fill
+from crashpoint._proc import (
     KEEP_HEAD,
     KEEP_TAIL,
     PLACEHOLDER_TOKEN,
     REAP_VAR,
+    AttemptCgroup,
     Exit,
     OutputCapture,
+    attempt_cgroup,
     end_attempt,
     kill_tree,
     with_reap_token,
 )
-from crashpoint.errors import CrashpointError
-from crashpoint.harness._spec._model import AgentSpec
-
-if TYPE_CHECKING:  # imported where used: crashpoint.harness must never import _entry, which
-    #                spawned entry agents run with -m (runpy warns on stderr if it is loaded)
-    from crashpoint._entry import EntryFunction
+from crashpoint.errors import EntryError, ZygoteError
+from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
 
 __all__ = [
-    "WARM_IMPORTS",
     "ForkPlan",
     "ForkedProcess",
     "Zygote",
-    "ZygoteError",
     "fork_plan",
     "script_imports",
 ]
@@ -131,14 +129,8 @@ _BOOT = (
 )
 
 
-class ZygoteError(CrashpointError, RuntimeError):
-    """The fork-mode zygote could not start, refused a spawn, or died."""
-
-
 # -- what a zygote warms: the fork plan of an agent -------------------------------------------
 
-#: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
-WARM_IMPORTS = "*"
 #: Placeholders that differ per trial: a script path using one cannot be read beforehand.
 _PER_TRIAL = ("state_dir", "workdir", "run_id", "trial_id", "http", "llm", "smtp")
 
@@ -247,8 +239,6 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
     if isinstance(main, str):
         return main
     kind, target = main
-    from crashpoint._placeholders import fields, fill
-
     if set(fields(target)) & set(_PER_TRIAL):
         return (
             f"the {'script' if kind == 'path' else 'module'} {target!r} changes per trial "
@@ -379,8 +369,6 @@ class _Server:
             return fn
         if self.threaded:
             raise ZygoteError(self.threaded)
-        from crashpoint._entry import resolve
-
         fn = resolve(entry)
         n = _thread_count()
         if n > 1:
@@ -546,9 +534,6 @@ def _child(
         os.close(go)
         code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
         random.seed()
-        from crashpoint import _failpoints, probe
-        from crashpoint._entry import call, run_main
-
         probe.reset()
         _failpoints.reload()
         args = [str(a) for a in msg.get("args", ())]
@@ -860,7 +845,7 @@ class Zygote:
             kind = (ready or {}).get("type", "")
             self.close()
             if kind in _IMPORT_ERRORS:
-                raise _entry_error(why)
+                raise EntryError(why)
             raise ZygoteError(f"the fork-mode zygote did not start: {why}{self._log_tail()}")
         return self
 
@@ -976,7 +961,7 @@ class Zygote:
             reply = self._wait_reply(rid)
             if reply.get("op") != "started":
                 if reply.get("type") in _IMPORT_ERRORS:
-                    raise _entry_error(str(reply.get("error")))
+                    raise EntryError(str(reply.get("error")))
                 raise ZygoteError(
                     f"the fork-mode zygote refused {entry or list(main)!r}: {reply.get('error')}"
                 )
@@ -1093,15 +1078,7 @@ class Zygote:
         return f"<Zygote pid={self.pid} preload={list(self.preload)} live={sorted(self._live)}>"
 
 
-def _entry_error(message: str) -> Exception:
-    from crashpoint._entry import EntryError
-
-    return EntryError(message)
-
-
 def _clean_env() -> dict[str, str]:
-    from crashpoint.harness._engine._trial import _PASS_ENV
-
-    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env

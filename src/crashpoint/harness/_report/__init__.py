@@ -1,1 +1,80 @@
-"""Reports: JSON, JUnit, HTML, replay folders, safe report folders."""
+"""Reports: what a person, a CI system or ``crashpoint replay`` reads after a campaign.
+
+Layer 5, a room of the harness: it may import the specification (:mod:`.._spec`), the library
+(its redaction rule) and the base. ``_safe`` writes reports and evidence safely (folders
+nobody else controls, no symlink followed, files 0600 written whole) and redacts secrets;
+``_evidence`` is a failing trial's folder (with its one-line replay command); ``_results`` a
+campaign's result and its JSON and JUnit reports; ``_html`` the gate's self-contained HTML page.
+"""
+
+from crashpoint.harness._report._evidence import (
+    ESSENTIAL,
+    bound_folder,
+    redact_history,
+    replay_command,
+    write_trial_folder,
+)
+from crashpoint.harness._report._html import (
+    render_html,
+    timeline_svg,
+)
+from crashpoint.harness._report._results import (
+    CampaignResult,
+)
+from crashpoint.harness._report._safe import (
+    DIR_MODE,
+    FILE_MODE,
+    MIN_SCRUB_LEN,
+    EvidenceBudget,
+    Scrubber,
+    UnsafeReportFolder,
+    atomic_writer,
+    check_report_folder,
+    copy_tree_bounded,
+    human_size,
+    is_plain_path,
+    marker,
+    redact_bytes,
+    redact_env,
+    redact_json,
+    redact_text,
+    scrub_file,
+    scrub_tree,
+    secure_dir,
+    tree_size,
+    unredact_json,
+    write_file,
+)
+
+__all__ = [
+    "DIR_MODE",
+    "ESSENTIAL",
+    "FILE_MODE",
+    "MIN_SCRUB_LEN",
+    "CampaignResult",
+    "EvidenceBudget",
+    "Scrubber",
+    "UnsafeReportFolder",
+    "atomic_writer",
+    "bound_folder",
+    "check_report_folder",
+    "copy_tree_bounded",
+    "human_size",
+    "is_plain_path",
+    "marker",
+    "redact_bytes",
+    "redact_env",
+    "redact_history",
+    "redact_json",
+    "redact_text",
+    "render_html",
+    "replay_command",
+    "scrub_file",
+    "scrub_tree",
+    "secure_dir",
+    "timeline_svg",
+    "tree_size",
+    "unredact_json",
+    "write_file",
+    "write_trial_folder",
+]

@@ -26,7 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from crashpoint.errors import CrashpointError
+from crashpoint.checkpoint import Redactor
+from crashpoint.errors import UnsafeReportFolder
 
 __all__ = [
     "DIR_MODE",
@@ -64,10 +65,6 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd
 _CHUNK = 1 << 20
-
-
-class UnsafeReportFolder(CrashpointError, PermissionError):
-    """A report folder (or a file in it) that crashpoint will not write through."""
 
 
 def _who(uid: int) -> str:
@@ -293,8 +290,6 @@ def is_plain_path(name: str, value: str) -> bool:
     """An ``agent.env`` value that is an absolute path to something that exists (a folder such
     as ``{scenario_dir}``, a config file) and whose name does not say secret: kept in evidence,
     where redacting it would hide where the agent ran and no secret is a path on disk."""
-    from crashpoint.checkpoint._redact import Redactor
-
     return (
         os.path.isabs(value)
         and "\0" not in value
@@ -308,8 +303,6 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     enough to be searched for (:data:`MIN_SCRUB_LEN`) or its name says secret (``API_KEY``,
     ``DB_PASSWORD``, ``token``: the checkpoint library's rule). Short values of other names
     (``1``, ``0.3``, ``debug``) are kept, so replay needs no help for them."""
-    from crashpoint.checkpoint._redact import Redactor
-
     r = Redactor()
     return {
         k: marker(k)

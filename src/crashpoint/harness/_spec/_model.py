@@ -10,13 +10,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crashpoint._placeholders import fields, fill
+from crashpoint.harness._spec._events import event_name
+from crashpoint.harness._spec._services import parse_services
 
 __all__ = [
     "AGENT_PLACEHOLDERS",
     "CHECKS",
     "ENTRY_ARGV",
     "FAULT_KINDS",
+    "LLM_POLICIES",
+    "PASS_ENV",
+    "REFUSE_PATTERNS",
     "ROOT_ORDER",
+    "SERVICE_PLACEHOLDERS",
+    "WARM_IMPORTS",
     "AgentSpec",
     "Attempt",
     "Boundary",
@@ -27,6 +34,7 @@ __all__ = [
     "Outcome",
     "Plan",
     "TrialResult",
+    "dumps",
 ]
 
 #: The checks of Contract 2, in report order.
@@ -92,6 +100,21 @@ AGENT_PLACEHOLDERS = (
 #: The placeholders that name a stand-in service.
 SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
+#: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
+WARM_IMPORTS = "*"
+#: The harness's own environment variables an agent inherits (the rest of its environment is
+#: the scenario's ``agent.env`` and the ledger's variables).
+PASS_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SYSTEMROOT",
+    "TZ",
+)
 #: How an entry agent is spawned: ``[*ENTRY_ARGV, "module:function", *args]``.
 ENTRY_ARGV = (sys.executable, "-m", "crashpoint._entry")
 
@@ -128,8 +151,6 @@ class AgentSpec:
     warm: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        from crashpoint.harness._standins._http import parse_services
-
         parse_services(self.services)  # a ServiceSpecError is a ValueError
         if bool(self.command) == bool(self.entry):
             raise ValueError("an agent needs exactly one of command or entry")
@@ -419,11 +440,6 @@ class Golden:
             "plog": self.plog,
             "plog_events": self.plog_events,
         }
-
-
-def event_name(ev: dict[str, Any]) -> str:
-    """What an event is about: its step, or its effect's kind (or its name, for ``event``)."""
-    return str(ev.get("step") or ev.get("kind") or ev.get("name") or "")
 
 
 #: What a clear refusal of damaged state says on stderr (Expect.refuse_patterns' default):

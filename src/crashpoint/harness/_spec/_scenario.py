@@ -21,20 +21,25 @@ from typing import Any
 
 import yaml
 
-from crashpoint._placeholders import PlaceholderError, fields, fill
-from crashpoint._units import UnitError, format_size, parse_duration, parse_size
-from crashpoint.errors import CrashpointError
-from crashpoint.harness._engine._campaign import (
+from crashpoint._placeholders import fields, fill
+from crashpoint._units import format_size, parse_duration, parse_size
+from crashpoint.errors import (
+    FaultSpecError,
+    PlaceholderError,
+    ScenarioError,
+    ServiceSpecError,
+    UnitError,
+)
+from crashpoint.harness._spec._families import (
     FAMILY_KINDS,
     FaultFamily,
-    FaultSpecError,
     family_from_spec,
     parse_budget,
 )
-from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, AgentSpec, Expect
-from crashpoint.harness._standins._http import ServiceSpecError, parse_services
+from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, WARM_IMPORTS, AgentSpec, Expect
+from crashpoint.harness._spec._services import parse_services
 
-__all__ = ["SUFFIX", "Scenario", "ScenarioError", "load_scenario"]
+__all__ = ["SUFFIX", "Scenario", "ScenarioFamily", "load_scenario"]
 
 SUFFIX = ".scenario.yaml"
 TOP_KEYS = (
@@ -83,24 +88,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PY_OPTS_WITH_ARG = ("-W", "-X", "--check-hash-based-pycs")
 
 
-class ScenarioError(CrashpointError, ValueError):
-    """A scenario file that cannot be run: where (file, line, key), what, and how to fix it."""
-
-    def __init__(self, path: str, line: int | None, key: str, message: str) -> None:
-        self.path, self.line, self.key, self.message = path, line, key, message
-        super().__init__(path, line, key, message)
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
-        k = f" (key '{self.key}')" if self.key else ""
-        return f"{where}{k}: {self.message}"
-
-    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, int | None, str, str]]:
-        return (type(self), (self.path, self.line, self.key, self.message))
-
-
 @dataclass(frozen=True)
-class Family:
+class ScenarioFamily:
     """One ``faults:`` item with the line it is on."""
 
     family: FaultFamily
@@ -112,7 +101,7 @@ class Scenario:
     path: str
     name: str
     agent: AgentSpec
-    families: tuple[Family, ...]
+    families: tuple[ScenarioFamily, ...]
     restarts: int = 3
     trials: int = 50
     seed: int = 0
@@ -483,8 +472,6 @@ _WARM_USAGE = (
 
 def _warm(doc: _Doc, agent: AgentSpec) -> tuple[str, ...] | None:
     """``agent.warm``: fork mode (see :func:`crashpoint.harness._engine._zygote.fork_plan`)."""
-    from crashpoint.harness._engine._zygote import WARM_IMPORTS
-
     raw = doc.value("warm")
     if raw is None or raw is False:
         return None
@@ -610,7 +597,7 @@ def _fault_where(item: yaml.Node, i: int, exc: FaultSpecError) -> tuple[int, str
     return line, key
 
 
-def _families(doc: _Doc) -> Iterator[Family]:
+def _families(doc: _Doc) -> Iterator[ScenarioFamily]:
     node, line = doc.items["faults"]
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         raise ScenarioError(
@@ -628,7 +615,7 @@ def _families(doc: _Doc) -> Iterator[Family]:
             raise ScenarioError(doc.path, eline, key, str(exc)) from None
         except (ValueError, TypeError) as exc:
             raise ScenarioError(doc.path, iline, f"faults[{i}]", str(exc)) from exc
-        yield Family(fam, iline)
+        yield ScenarioFamily(fam, iline)
 
 
 def _expect(doc: _Doc) -> Expect:

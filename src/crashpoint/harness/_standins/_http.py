@@ -35,249 +35,23 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from crashpoint.harness._standins._network import HOWS, Failure, pick
+from crashpoint.harness._spec import (
+    EVENT_METHODS,
+    HTTP_EVENT_OPS,
+    Failure,
+    agent_message,
+    pick,
+    size_text,
+)
 
 if TYPE_CHECKING:
     from crashpoint.harness._standins._ledger import Ledger
 
-__all__ = [
-    "ENV_HTTP",
-    "ENV_LLM",
-    "EVENT_METHODS",
-    "METHODS",
-    "Route",
-    "ServiceSpecError",
-    "ServicesSpec",
-    "parse_services",
-]
-
-ENV_HTTP = "CRASHPOINT_HTTP"
-ENV_LLM = "OPENAI_BASE_URL"
-SMTP_USER = "crashpoint"
-#: The methods of the HTTP stand-in; the effects are the ones that change something.
-METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
-#: Methods recorded as an ``event`` (a boundary, not an effect): reading changes nothing.
-EVENT_METHODS = ("GET", "HEAD", "OPTIONS")
-MAX_LATENCY = 600.0
-SERVICE_KEYS = ("http", "llm", "smtp")
-ROUTE_KEYS = ("status", "body", "headers", "latency", "fail")
-FAIL_KEYS = ("how", "status", "body", "headers", "latency")
-
-
-class ServiceSpecError(ValueError):
-    """A bad ``services:`` section: ``parts`` is the path of what is wrong (``("services",
-    "http", "routes", "POST /hook", "status")``), ``key`` its text."""
-
-    def __init__(self, parts: tuple[str, ...], message: str) -> None:
-        self.parts, self.message = parts, message
-        self.key = "".join(
-            p
-            if i == 0
-            else f"[{p}]"
-            if p.isdigit()
-            else f"[{p!r}]"
-            if not p.isidentifier()
-            else f".{p}"
-            for i, p in enumerate(parts)
-        )
-        super().__init__(f"{self.key}: {message}")
-
-
-@dataclass(frozen=True)
-class Route:
-    """A scripted reply of the HTTP stand-in: ``status``, ``body`` (bytes), ``headers``,
-    ``latency`` seconds before it; or ``failure`` instead of a reply."""
-
-    status: int = 200
-    body: bytes = b'{"ok": true}'
-    headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
-    latency: float = 0.0
-    failure: Failure | None = None
-
-
-DEFAULT_ROUTE = Route()
-
-
-@dataclass(frozen=True)
-class ServicesSpec:
-    """The validated ``services:`` section: HTTP routes by ``"METHOD /path"`` (or ``"/path"``
-    for any method), the LLM script (passed to ``LLMStandIn`` as is), and whether to start
-    the SMTP sink."""
-
-    routes: Mapping[str, Route] = field(default_factory=dict)
-    llm: dict[str, Any] | None = None
-    smtp: bool = False
-
-    def route(self, method: str, path: str) -> Route:
-        return self.routes.get(f"{method} {path}") or self.routes.get(path) or DEFAULT_ROUTE
-
-
-_Key = tuple[str, ...]
-
-
-def _body(v: Any, key: _Key) -> tuple[bytes, str]:
-    """A scripted body as bytes and its content type: a string as text, else JSON."""
-    if v is None:
-        return b"", ""
-    if isinstance(v, str):
-        return v.encode(), "text/plain; charset=utf-8"
-    try:
-        return json.dumps(v, sort_keys=True).encode(), "application/json"
-    except (TypeError, ValueError) as exc:
-        raise ServiceSpecError(key, f"the body must be a string or JSON data: {exc}") from None
-
-
-def _headers(v: Any, key: _Key, ctype: str) -> tuple[tuple[str, str], ...]:
-    """Scripted headers (a mapping), with the body's Content-Type unless they set one."""
-    if v is None:
-        v = {}
-    if not isinstance(v, dict) or not all(
-        isinstance(k, str)
-        and k
-        and "\n" not in k
-        and ":" not in k
-        and isinstance(x, (str, int))
-        and "\n" not in str(x)
-        for k, x in v.items()
-    ):
-        raise ServiceSpecError(
-            key,
-            f"must be a mapping of header names to values, e.g. {{Retry-After: '1'}}, got {v!r}",
-        )
-    out = tuple((k, str(x)) for k, x in v.items())
-    if ctype and not any(h.lower() == "content-type" for h, _ in out):
-        out = (("Content-Type", ctype), *out)
-    return out
-
-
-def _latency(v: Any, key: _Key) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_LATENCY:
-        raise ServiceSpecError(key, f"must be seconds from 0 to {MAX_LATENCY:g}, got {v!r}")
-    return float(v)
-
-
-def _keys(d: dict[str, Any], allowed: tuple[str, ...], where: _Key) -> None:
-    for k in d:
-        if k not in allowed:
-            raise ServiceSpecError((*where, str(k)), f"unknown key; allowed: {', '.join(allowed)}")
-
-
-def _failure(v: Any, key: _Key) -> Failure:
-    if isinstance(v, str):
-        v = {"how": v}
-    if isinstance(v, int) and not isinstance(v, bool):
-        v = {"how": "status", "status": v}
-    if not isinstance(v, dict):
-        raise ServiceSpecError(
-            key,
-            "must be reset, timeout, a status (e.g. 503) or a mapping "
-            f"{{how: status, status: 429, headers: ...}}, got {v!r}",
-        )
-    _keys(v, FAIL_KEYS, key)
-    how = v.get("how", "status" if "status" in v else "")
-    body, ctype = _body(v.get("body"), (*key, "body"))
-    headers = _headers(v.get("headers"), (*key, "headers"), ctype)
-    status = v.get("status", 0)
-    if isinstance(status, bool) or not isinstance(status, int):
-        raise ServiceSpecError((*key, "status"), f"must be a whole number, got {status!r}")
-    if how not in HOWS:
-        raise ServiceSpecError((*key, "how"), f"must be one of {', '.join(HOWS)}, got {how!r}")
-    try:
-        return Failure(
-            cast(Literal["reset", "timeout", "status"], how),
-            status,
-            body,
-            headers,
-            _latency(v.get("latency", 0), (*key, "latency")),
-        )
-    except ValueError as exc:
-        raise ServiceSpecError(key, str(exc)) from None
-
-
-def _route_name(name: Any, key: _Key) -> str:
-    if not isinstance(name, str):
-        raise ServiceSpecError(key, f"a route is 'METHOD /path' or '/path', got {name!r}")
-    method, _, path = name.partition(" ") if " " in name.strip() else ("", "", name)
-    where = (*key, name)
-    if method and method not in METHODS:
-        raise ServiceSpecError(where, f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    path = path.strip()
-    if not path.startswith("/") or "?" in path or " " in path:
-        raise ServiceSpecError(
-            where,
-            "a route is 'METHOD /path' or '/path' (the path starts "
-            f"with /, no query), e.g. 'POST /hook', got {name!r}",
-        )
-    return f"{method} {path}" if method else path
-
-
-def parse_services(raw: Any) -> ServicesSpec:
-    """Validate a ``services:`` mapping; :class:`ServiceSpecError` names the key."""
-    if raw is None:
-        return ServicesSpec()
-    top = ("services",)
-    if not isinstance(raw, dict):
-        raise ServiceSpecError(top, "must be a mapping with http, llm and/or smtp")
-    _keys(raw, SERVICE_KEYS, top)
-    routes: dict[str, Route] = {}
-    http = raw.get("http") or {}
-    if not isinstance(http, dict):
-        raise ServiceSpecError((*top, "http"), "must be a mapping, e.g. {routes: {...}}")
-    _keys(http, ("routes",), (*top, "http"))
-    table = http.get("routes") or {}
-    tkey = (*top, "http", "routes")
-    if not isinstance(table, dict):
-        raise ServiceSpecError(
-            tkey, "must map 'METHOD /path' to a reply, e.g. {'POST /hook': {status: 202}}"
-        )
-    for name, r in table.items():
-        rname = _route_name(name, tkey)
-        key = (*tkey, str(name))
-        r = {} if r is None else r
-        if not isinstance(r, dict):
-            raise ServiceSpecError(
-                key, f"must be a mapping {{status, body, headers, latency, fail}}, got {r!r}"
-            )
-        _keys(r, ROUTE_KEYS, key)
-        status = r.get("status", 200)
-        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise ServiceSpecError(
-                (*key, "status"), f"must be an HTTP status 100-599, got {status!r}"
-            )
-        body, ctype = (
-            _body(r.get("body"), (*key, "body"))
-            if "body" in r
-            else (DEFAULT_ROUTE.body, "application/json")
-        )
-        headers = _headers(r.get("headers"), (*key, "headers"), ctype)
-        fail = _failure(r["fail"], (*key, "fail")) if r.get("fail") is not None else None
-        routes[rname] = Route(
-            status, body, headers, _latency(r.get("latency", 0), (*key, "latency")), fail
-        )
-    llm = raw.get("llm")
-    if llm is not None and not isinstance(llm, dict):
-        raise ServiceSpecError((*top, "llm"), f"must be a mapping (the LLM script), got {llm!r}")
-    if llm is not None:  # the script is checked now, not at the agent's first call
-        from crashpoint.harness._standins._llm import LLMScriptError, LLMStandIn
-
-        try:
-            LLMStandIn(llm)
-        except LLMScriptError as exc:
-            parts = tuple(p for p in exc.key.replace("]", "").replace("[", ".").split(".") if p)
-            raise ServiceSpecError((*top, "llm", *parts), exc.message) from None
-    smtp = raw.get("smtp")
-    if smtp not in (None, True, False) and not isinstance(smtp, dict):
-        raise ServiceSpecError((*top, "smtp"), f"must be true or a mapping, got {smtp!r}")
-    return ServicesSpec(routes, llm, smtp is not None and smtp is not False)
-
-
-# -- the front -----------------------------------------------------------------------------------
+__all__ = ["ServiceHandler"]
 
 
 def _payload(raw: bytes) -> Any:
@@ -290,475 +64,459 @@ def _payload(raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-#: Fields only the stand-in services set (a request they failed; one whose reply they lost):
-#: from the agent (the probe socket, the ledger's HTTP front) they are dropped, or an agent
-#: could mark its own duplicate "failed" and have it never count as applied.
-SERVICE_ONLY = ("failed", "reply_lost")
+class ServiceHandler(BaseHTTPRequestHandler):
+    """The request handler of a ledger's HTTP front (see the module's docstring): one instance
+    per connection, made by the ledger's HTTP server, whose ``ledger`` it serves."""
 
+    ledger: Ledger
 
-def agent_message(msg: dict[str, Any]) -> dict[str, Any]:
-    """``msg`` as the agent may send it: without the fields only a service sets."""
-    return {k: v for k, v in msg.items() if k not in SERVICE_ONLY}
+    def setup(self) -> None:
+        self.ledger = self.server.ledger  # type: ignore[attr-defined]
+        super().setup()
+        self.connection.settimeout(self.ledger.idle_timeout)  # every read of a request waits
 
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
-def make_handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
-    """The request handler of ``ledger``'s HTTP front (see the module's docstring)."""
-    from crashpoint.harness._standins._ledger import HTTP_EVENT_OPS, _size_text
+    def do_GET(self) -> None:  # http.server's naming
+        self._dispatch()
 
-    class Front(BaseHTTPRequestHandler):
-        timeout = ledger.idle_timeout  # every read of a request waits at most this long
+    do_HEAD = do_OPTIONS = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    # -- routing ---------------------------------------------------------------------------
 
-        def do_GET(self) -> None:  # http.server's naming
-            self._dispatch()
-
-        do_HEAD = do_OPTIONS = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
-
-        # -- routing ---------------------------------------------------------------------------
-
-        def _dispatch(self) -> None:
-            self.generation = ledger.generation
-            split = urlsplit(self.path)
-            raw_parts = split.path.split("/")
-            token = unquote(raw_parts[1]) if len(raw_parts) > 1 else ""
-            if not ledger.token or not hmac.compare_digest(token.encode(), ledger.token.encode()):
-                self._forbidden()
-                return
-            rest = "/" + "/".join(raw_parts[2:])
-            head, _, tail = rest[1:].partition("/")
-            if head in ("effects", "events"):
-                self._ledger_front(head, tail)
-            elif head == "http":
-                self._http("/" + tail, split.query)
-            elif head == "v1":
-                self._llm("/" + tail)
-            else:
-                self._send_json(
-                    404,
-                    {
-                        "ok": False,
-                        "error": (
-                            f"no route {self.command} {rest}; under the token: effects/<kind>, "
-                            "events/<op>, http/<path> (the HTTP stand-in), v1/... "
-                            "(the LLM stand-in)"
-                        ),
-                    },
-                )
-
-        def _forbidden(self) -> None:
-            ledger.refused["token"] += 1
-            ledger.log_forbidden(
-                {
-                    "via": "http",
-                    "method": self.command,
-                    "path": self.path[:200],
-                    "peer": self.client_address[0],
-                }
-            )
-            self.close_connection = True
+    def _dispatch(self) -> None:
+        self.generation = self.ledger.generation
+        split = urlsplit(self.path)
+        raw_parts = split.path.split("/")
+        token = unquote(raw_parts[1]) if len(raw_parts) > 1 else ""
+        if not self.ledger.token or not hmac.compare_digest(
+            token.encode(), self.ledger.token.encode()
+        ):
+            self._forbidden()
+            return
+        rest = "/" + "/".join(raw_parts[2:])
+        head, _, tail = rest[1:].partition("/")
+        if head in ("effects", "events"):
+            self._ledger_front(head, tail)
+        elif head == "http":
+            self._http("/" + tail, split.query)
+        elif head == "v1":
+            self._llm("/" + tail)
+        else:
             self._send_json(
-                403,
+                404,
                 {
                     "ok": False,
                     "error": (
-                        "forbidden: every path starts with the trial's token; use the base URL the "
-                        "harness gave the agent (CRASHPOINT_HTTP, CRASHPOINT_LEDGER_HTTP, "
-                        "OPENAI_BASE_URL)"
+                        f"no route {self.command} {rest}; under the token: effects/<kind>, "
+                        "events/<op>, http/<path> (the HTTP stand-in), v1/... "
+                        "(the LLM stand-in)"
                     ),
                 },
             )
 
-        def _who(self) -> dict[str, Any]:
-            pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
-            return {
+    def _forbidden(self) -> None:
+        self.ledger.refused["token"] += 1
+        self.ledger.log_forbidden(
+            {
                 "via": "http",
-                "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
-                "pid": int(pid_h) if pid_h.isdigit() else None,
+                "method": self.command,
+                "path": self.path[:200],
+                "peer": self.client_address[0],
             }
+        )
+        self.close_connection = True
+        self._send_json(
+            403,
+            {
+                "ok": False,
+                "error": (
+                    "forbidden: every path starts with the trial's token; use the base URL the "
+                    "harness gave the agent (CRASHPOINT_HTTP, CRASHPOINT_LEDGER_HTTP, "
+                    "OPENAI_BASE_URL)"
+                ),
+            },
+        )
 
-        def _attempt(self) -> int:
-            try:
-                return int(self.headers.get("X-Crashpoint-Attempt") or 0) or ledger.attempt
-            except ValueError:
-                return ledger.attempt
+    def _who(self) -> dict[str, Any]:
+        pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
+        return {
+            "via": "http",
+            "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
+            "pid": int(pid_h) if pid_h.isdigit() else None,
+        }
 
-        # -- the ledger's front ----------------------------------------------------------------
+    def _attempt(self) -> int:
+        try:
+            return int(self.headers.get("X-Crashpoint-Attempt") or 0) or self.ledger.attempt
+        except ValueError:
+            return self.ledger.attempt
 
-        def _ledger_front(self, route: str, name: str) -> None:
-            if self.command != "POST":
-                self._send_json(405, {"ok": False, "error": f"{route}/ takes POST only"})
-                return
-            if not name or "/" in name or (route == "events" and name not in HTTP_EVENT_OPS):
+    # -- the ledger's front ----------------------------------------------------------------
+
+    def _ledger_front(self, route: str, name: str) -> None:
+        if self.command != "POST":
+            self._send_json(405, {"ok": False, "error": f"{route}/ takes POST only"})
+            return
+        if not name or "/" in name or (route == "events" and name not in HTTP_EVENT_OPS):
+            self._send_json(
+                404,
+                {
+                    "ok": False,
+                    "error": (
+                        f"no route POST {route}/{name}; use POST <base>/effects/<kind> "
+                        "(Idempotency-Key header) or POST <base>/events/"
+                        f"<{'|'.join(HTTP_EVENT_OPS)}>"
+                    ),
+                },
+            )
+            return
+        raw = self._read_body()
+        if raw is None:
+            return
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            self._send_json(400, {"ok": False, "error": "body is not JSON"})
+            return
+        name = unquote(name)
+        if route == "effects":
+            # no Idempotency-Key: a keyless effect (applied each time, judged by content)
+            key = self.headers.get("Idempotency-Key", "")
+            msg = {**self._who(), "op": "effect", "kind": name, "payload": body}
+            if key:
+                msg["key"] = key
+        else:
+            if body is None:
+                body = {}
+            if not isinstance(body, dict):
                 self._send_json(
-                    404,
+                    400,
                     {
                         "ok": False,
-                        "error": (
-                            f"no route POST {route}/{name}; use POST <base>/effects/<kind> "
-                            "(Idempotency-Key header) or POST <base>/events/"
-                            f"<{'|'.join(HTTP_EVENT_OPS)}>"
-                        ),
+                        "error": ('an event body is a JSON object such as {"step": "fetch"}'),
                     },
                 )
                 return
-            raw = self._read_body()
-            if raw is None:
-                return
-            try:
-                body = json.loads(raw or b"null")
-            except ValueError:
-                self._send_json(400, {"ok": False, "error": "body is not JSON"})
-                return
-            name = unquote(name)
-            if route == "effects":
-                # no Idempotency-Key: a keyless effect (applied each time, judged by content)
-                key = self.headers.get("Idempotency-Key", "")
-                msg = {**self._who(), "op": "effect", "kind": name, "payload": body}
-                if key:
-                    msg["key"] = key
-            else:
-                if body is None:
-                    body = {}
-                if not isinstance(body, dict):
-                    self._send_json(
-                        400,
-                        {
-                            "ok": False,
-                            "error": ('an event body is a JSON object such as {"step": "fetch"}'),
-                        },
-                    )
-                    return
-                msg = {**self._who(), **body, "op": name}  # the body's attempt/pid win
-            reply = ledger._safe_handle(agent_message(msg))
-            if reply is None:
-                self._drop()
-                return
+            msg = {**self._who(), **body, "op": name}  # the body's attempt/pid win
+        reply = self.ledger._safe_handle(agent_message(msg))
+        if reply is None:
+            self._drop()
+            return
+        self._send_json(
+            200 if reply.get("ok") else 400, reply, replayed=reply.get("applied") is False
+        )
+
+    # -- the HTTP stand-in -----------------------------------------------------------------
+
+    def _http(self, path: str, query: str) -> None:
+        raw = self._read_body()
+        if raw is None:
+            return
+        method = self.command
+        path = unquote(path)
+        call = f"{method} {path}"
+        attempt = self._attempt()
+        route = self.ledger.services.route(method, path)
+        failure = (
+            pick(self.ledger.net_faults, call, self.ledger.count_call(attempt, call), attempt)
+            or route.failure
+        )
+        payload = _payload(raw)
+        msg: dict[str, Any] = {
+            **self._who(),
+            "attempt": self._attempt(),
+            "method": method,
+            "path": path,
+        }
+        if query:
+            msg["query"] = query
+            payload = {"body": payload, "query": query}
+        if method in EVENT_METHODS:
+            msg.update(op="event", name=call)
+        else:
+            msg.update(op="effect", kind=call, payload=payload)
+            key = self.headers.get("Idempotency-Key", "")
+            if key:
+                msg["key"] = key
+        if failure is not None:
+            msg["failed"] = _describe(failure)
+            if failure.applied:  # applied, then the reply is lost (_network)
+                msg["reply_lost"] = True
+        reply = self.ledger._safe_handle(msg)
+        if reply is None:
+            self._drop()
+            return
+        if not reply.get("ok"):
+            self._send_json(400, reply)
+            return
+        if failure is not None:
+            self._fail(failure)
+            return
+        if route.latency and not self._hold(route.latency):
+            return
+        self._send(route.status, route.body, route.headers, replayed=reply.get("applied") is False)
+
+    # -- the LLM stand-in ------------------------------------------------------------------
+
+    def _llm(self, path: str) -> None:
+        raw = self._read_body()
+        if raw is None:
+            return
+        attempt = self._attempt()
+        nth = self.ledger.count_call(attempt, "llm") if self.command == "POST" else 0
+        failure = pick(self.ledger.net_faults, "llm", nth, attempt) if nth else None
+        try:
+            result = self.ledger.llm().handle(self.command, path, raw)
+        except Exception as exc:  # a bug of the stand-in: the agent hears it
             self._send_json(
-                200 if reply.get("ok") else 400, reply, replayed=reply.get("applied") is False
+                500,
+                {
+                    "error": {
+                        "message": (f"the LLM stand-in failed: {type(exc).__name__}: {exc}"),
+                        "type": "server_error",
+                    }
+                },
             )
-
-        # -- the HTTP stand-in -----------------------------------------------------------------
-
-        def _http(self, path: str, query: str) -> None:
-            raw = self._read_body()
-            if raw is None:
-                return
-            method = self.command
-            path = unquote(path)
-            call = f"{method} {path}"
-            attempt = self._attempt()
-            route = ledger.services.route(method, path)
-            failure = (
-                pick(ledger.net_faults, call, ledger.count_call(attempt, call), attempt)
-                or route.failure
-            )
-            payload = _payload(raw)
-            msg: dict[str, Any] = {
+            return
+        billed = self.command == "POST" and result.status == 200
+        if billed or failure is not None:
+            msg = {
                 **self._who(),
-                "attempt": self._attempt(),
-                "method": method,
+                "attempt": attempt,
+                "op": "llm_call",
+                "name": result.model,
                 "path": path,
+                "fingerprint": result.fingerprint,
+                "prompt_tokens": result.prompt_tokens if failure is None or failure.applied else 0,
+                "completion_tokens": result.completion_tokens
+                if failure is None or failure.applied
+                else 0,
             }
-            if query:
-                msg["query"] = query
-                payload = {"body": payload, "query": query}
-            if method in EVENT_METHODS:
-                msg.update(op="event", name=call)
-            else:
-                msg.update(op="effect", kind=call, payload=payload)
-                key = self.headers.get("Idempotency-Key", "")
-                if key:
-                    msg["key"] = key
             if failure is not None:
                 msg["failed"] = _describe(failure)
-                if failure.applied:  # applied, then the reply is lost (_network)
+                if failure.applied:  # billed, then the reply is lost (_network)
                     msg["reply_lost"] = True
-            reply = ledger._safe_handle(msg)
+            reply = self.ledger._safe_handle(msg)
             if reply is None:
                 self._drop()
                 return
             if not reply.get("ok"):
-                self._send_json(400, reply)
-                return
-            if failure is not None:
-                self._fail(failure)
-                return
-            if route.latency and not self._hold(route.latency):
-                return
-            self._send(
-                route.status, route.body, route.headers, replayed=reply.get("applied") is False
-            )
-
-        # -- the LLM stand-in ------------------------------------------------------------------
-
-        def _llm(self, path: str) -> None:
-            raw = self._read_body()
-            if raw is None:
-                return
-            attempt = self._attempt()
-            nth = ledger.count_call(attempt, "llm") if self.command == "POST" else 0
-            failure = pick(ledger.net_faults, "llm", nth, attempt) if nth else None
-            try:
-                result = ledger.llm().handle(self.command, path, raw)
-            except Exception as exc:  # a bug of the stand-in: the agent hears it
                 self._send_json(
-                    500,
+                    400,
                     {
                         "error": {
-                            "message": (f"the LLM stand-in failed: {type(exc).__name__}: {exc}"),
-                            "type": "server_error",
+                            "message": str(reply.get("error")),
+                            "type": "invalid_request_error",
                         }
                     },
                 )
                 return
-            billed = self.command == "POST" and result.status == 200
-            if billed or failure is not None:
-                msg = {
-                    **self._who(),
-                    "attempt": attempt,
-                    "op": "llm_call",
-                    "name": result.model,
-                    "path": path,
-                    "fingerprint": result.fingerprint,
-                    "prompt_tokens": result.prompt_tokens
-                    if failure is None or failure.applied
-                    else 0,
-                    "completion_tokens": result.completion_tokens
-                    if failure is None or failure.applied
-                    else 0,
-                }
-                if failure is not None:
-                    msg["failed"] = _describe(failure)
-                    if failure.applied:  # billed, then the reply is lost (_network)
-                        msg["reply_lost"] = True
-                reply = ledger._safe_handle(msg)
-                if reply is None:
-                    self._drop()
-                    return
-                if not reply.get("ok"):
-                    self._send_json(
-                        400,
-                        {
-                            "error": {
-                                "message": str(reply.get("error")),
-                                "type": "invalid_request_error",
-                            }
-                        },
-                    )
-                    return
-            if failure is not None:
-                self._fail(failure)
-                return
-            headers = (("Content-Type", result.content_type),)
-            if result.content_type.startswith("text/event-stream"):
-                self._stream(result.status, result.chunks, headers)
-            else:
-                self._send(result.status, b"".join(result.chunks), headers)
+        if failure is not None:
+            self._fail(failure)
+            return
+        headers = (("Content-Type", result.content_type),)
+        if result.content_type.startswith("text/event-stream"):
+            self._stream(result.status, result.chunks, headers)
+        else:
+            self._send(result.status, b"".join(result.chunks), headers)
 
-        # -- replies ---------------------------------------------------------------------------
+    # -- replies ---------------------------------------------------------------------------
 
-        def _read_body(self) -> bytes | None:
-            """The body the request announces (Content-Length), within the ledger's limits;
-            None (after an error reply) if it is too big or does not come."""
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                return self._read_chunked()
+    def _read_body(self) -> bytes | None:
+        """The body the request announces (Content-Length), within the ledger's limits;
+        None (after an error reply) if it is too big or does not come."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            return self._read_chunked()
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+            if n < 0:
+                raise ValueError("negative")
+        except ValueError:
+            self._send_json(400, {"ok": False, "error": "bad Content-Length header"})
+            return None
+        if n > self.ledger.max_request_bytes:  # refused before reading a byte of it
+            self.ledger.refused["body_size"] += 1
+            self.close_connection = True
+            self._send_json(
+                413,
+                {
+                    "ok": False,
+                    "error": (
+                        f"body of {n} bytes is over the ledger's limit of "
+                        f"{size_text(self.ledger.max_request_bytes)} per request"
+                    ),
+                },
+            )
+            return None
+        return self._read_exact(n)
+
+    def _read_exact(self, n: int) -> bytes | None:
+        deadline = time.monotonic() + self.ledger.idle_timeout
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
             try:
-                n = int(self.headers.get("Content-Length") or 0)
-                if n < 0:
-                    raise ValueError("negative")
-            except ValueError:
-                self._send_json(400, {"ok": False, "error": "bad Content-Length header"})
-                return None
-            if n > ledger.max_request_bytes:  # refused before reading a byte of it
-                ledger.refused["body_size"] += 1
+                chunk = (
+                    self.rfile.read1(min(65536, n - got)) if time.monotonic() < deadline else None
+                )
+            except (TimeoutError, OSError):
+                chunk = None
+            if chunk is None:
+                self.ledger.refused["idle"] += 1
                 self.close_connection = True
                 self._send_json(
-                    413,
+                    408,
                     {
                         "ok": False,
                         "error": (
-                            f"body of {n} bytes is over the ledger's limit of "
-                            f"{_size_text(ledger.max_request_bytes)} per request"
+                            f"the body announced {n} bytes and sent {got} within "
+                            f"{self.ledger.idle_timeout:g} s; the connection is closed"
                         ),
                     },
                 )
                 return None
-            return self._read_exact(n)
-
-        def _read_exact(self, n: int) -> bytes | None:
-            deadline = time.monotonic() + ledger.idle_timeout
-            parts: list[bytes] = []
-            got = 0
-            while got < n:
-                try:
-                    chunk = (
-                        self.rfile.read1(min(65536, n - got))
-                        if time.monotonic() < deadline
-                        else None
-                    )
-                except (TimeoutError, OSError):
-                    chunk = None
-                if chunk is None:
-                    ledger.refused["idle"] += 1
-                    self.close_connection = True
-                    self._send_json(
-                        408,
-                        {
-                            "ok": False,
-                            "error": (
-                                f"the body announced {n} bytes and sent {got} within "
-                                f"{ledger.idle_timeout:g} s; the connection is closed"
-                            ),
-                        },
-                    )
-                    return None
-                if not chunk:
-                    self.close_connection = True
-                    self._send_json(
-                        400,
-                        {
-                            "ok": False,
-                            "error": (
-                                f"the body announced {n} bytes and the connection closed "
-                                f"after {got}"
-                            ),
-                        },
-                    )
-                    return None
-                parts.append(chunk)
-                got += len(chunk)
-            return b"".join(parts)
-
-        def _read_chunked(self) -> bytes | None:
-            """A chunked body (what some clients send for a stream), within the limits."""
-            out = bytearray()
-            try:
-                while True:
-                    line = self.rfile.readline(1024)
-                    size = int(line.split(b";")[0].strip() or b"x", 16)
-                    if size == 0:
-                        while self.rfile.readline(1024).strip():
-                            pass
-                        return bytes(out)
-                    if len(out) + size > ledger.max_request_bytes:
-                        ledger.refused["body_size"] += 1
-                        self.close_connection = True
-                        self._send_json(
-                            413,
-                            {
-                                "ok": False,
-                                "error": (
-                                    "chunked body over the ledger's limit of "
-                                    f"{_size_text(ledger.max_request_bytes)} per request"
-                                ),
-                            },
-                        )
-                        return None
-                    chunk = self._read_exact(size)
-                    if chunk is None:
-                        return None
-                    out += chunk
-                    self.rfile.readline(8)
-            except (ValueError, OSError):
+            if not chunk:
                 self.close_connection = True
-                self._send_json(400, {"ok": False, "error": "bad chunked body"})
-                return None
-
-        def _send(
-            self,
-            code: int,
-            body: bytes,
-            headers: tuple[tuple[str, str], ...] = (),
-            *,
-            replayed: bool = False,
-        ) -> None:
-            self.send_response(code)
-            for k, v in headers:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            if replayed:
-                self.send_header("Idempotent-Replayed", "true")
-            self.end_headers()
-            if self.command != "HEAD":
-                with contextlib.suppress(OSError):
-                    self.wfile.write(body)
-
-        def _send_json(self, code: int, body: dict[str, Any], *, replayed: bool = False) -> None:
-            self._send(
-                code,
-                json.dumps(body).encode(),
-                (("Content-Type", "application/json"),),
-                replayed=replayed,
-            )
-
-        def _stream(
-            self, code: int, chunks: tuple[bytes, ...], headers: tuple[tuple[str, str], ...]
-        ) -> None:
-            """Server-sent events, chunk by chunk; the body ends when the connection closes
-            (HTTP/1.0)."""
-            self.send_response(code)
-            for k, v in headers:
-                self.send_header(k, v)
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                for c in chunks:
-                    self.wfile.write(c)
-                    self.wfile.flush()
-
-        def _drop(self) -> None:
-            """The agent was killed at this request: close without a reply."""
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-
-        def _fail(self, failure: Failure) -> None:
-            if failure.latency and not self._hold(failure.latency):
-                return
-            if failure.how == "status":
-                self._send(failure.status, failure.body, failure.headers)
-                return
-            if failure.how == "timeout":
-                self._hold(ledger.idle_timeout)
-            self._reset()
-
-        def _reset(self) -> None:
-            """Close the connection with an RST (SO_LINGER 0): the client sees a reset."""
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                self._send_json(
+                    400,
+                    {
+                        "ok": False,
+                        "error": (
+                            f"the body announced {n} bytes and the connection closed after {got}"
+                        ),
+                    },
                 )
-                self.connection.close()
+                return None
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
 
-        def _hold(self, seconds: float) -> bool:
-            """Wait ``seconds`` before answering; False (the connection is to be left) if the
-            client went away, the ledger closed, or the trial ended meanwhile."""
-            end = time.monotonic() + seconds
-            sock = self.connection
+    def _read_chunked(self) -> bytes | None:
+        """A chunked body (what some clients send for a stream), within the limits."""
+        out = bytearray()
+        try:
             while True:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return True
-                if ledger.closing or ledger.generation != self.generation:
-                    self._reset()
-                    return False
-                try:
-                    ready, _w, _x = select.select([sock], [], [], min(left, 0.1))
-                    if ready:
-                        if not sock.recv(1, socket.MSG_PEEK):
-                            self.close_connection = True
-                            return False  # the client closed its side (gave up, or died)
-                        time.sleep(min(left, 0.1))  # it sent more: not an answer to wait on
-                except (OSError, ValueError):
+                line = self.rfile.readline(1024)
+                size = int(line.split(b";")[0].strip() or b"x", 16)
+                if size == 0:
+                    while self.rfile.readline(1024).strip():
+                        pass
+                    return bytes(out)
+                if len(out) + size > self.ledger.max_request_bytes:
+                    self.ledger.refused["body_size"] += 1
                     self.close_connection = True
-                    return False
+                    self._send_json(
+                        413,
+                        {
+                            "ok": False,
+                            "error": (
+                                "chunked body over the ledger's limit of "
+                                f"{size_text(self.ledger.max_request_bytes)} per request"
+                            ),
+                        },
+                    )
+                    return None
+                chunk = self._read_exact(size)
+                if chunk is None:
+                    return None
+                out += chunk
+                self.rfile.readline(8)
+        except (ValueError, OSError):
+            self.close_connection = True
+            self._send_json(400, {"ok": False, "error": "bad chunked body"})
+            return None
 
-    return Front
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        headers: tuple[tuple[str, str], ...] = (),
+        *,
+        replayed: bool = False,
+    ) -> None:
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        if replayed:
+            self.send_header("Idempotent-Replayed", "true")
+        self.end_headers()
+        if self.command != "HEAD":
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+    def _send_json(self, code: int, body: dict[str, Any], *, replayed: bool = False) -> None:
+        self._send(
+            code,
+            json.dumps(body).encode(),
+            (("Content-Type", "application/json"),),
+            replayed=replayed,
+        )
+
+    def _stream(
+        self, code: int, chunks: tuple[bytes, ...], headers: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Server-sent events, chunk by chunk; the body ends when the connection closes
+        (HTTP/1.0)."""
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            for c in chunks:
+                self.wfile.write(c)
+                self.wfile.flush()
+
+    def _drop(self) -> None:
+        """The agent was killed at this request: close without a reply."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _fail(self, failure: Failure) -> None:
+        if failure.latency and not self._hold(failure.latency):
+            return
+        if failure.how == "status":
+            self._send(failure.status, failure.body, failure.headers)
+            return
+        if failure.how == "timeout":
+            self._hold(self.ledger.idle_timeout)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Close the connection with an RST (SO_LINGER 0): the client sees a reset."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
+    def _hold(self, seconds: float) -> bool:
+        """Wait ``seconds`` before answering; False (the connection is to be left) if the
+        client went away, the ledger closed, or the trial ended meanwhile."""
+        end = time.monotonic() + seconds
+        sock = self.connection
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            if self.ledger.closing or self.ledger.generation != self.generation:
+                self._reset()
+                return False
+            try:
+                ready, _w, _x = select.select([sock], [], [], min(left, 0.1))
+                if ready:
+                    if not sock.recv(1, socket.MSG_PEEK):
+                        self.close_connection = True
+                        return False  # the client closed its side (gave up, or died)
+                    time.sleep(min(left, 0.1))  # it sent more: not an answer to wait on
+            except (OSError, ValueError):
+                self.close_connection = True
+                return False
 
 
 def _describe(f: Failure) -> str:

@@ -4,7 +4,7 @@ One ledger per trial. It listens on a Unix socket (the probe's wire protocol) an
 on a loopback HTTP port whose every path starts with the trial's secret token
 (``http://127.0.0.1:PORT/<token>/...``): effects as ``POST <base>/effects/<kind>`` with an
 ``Idempotency-Key`` header, step events as ``POST <base>/events/<op>``, and the stand-in
-services (``<base>/http/...``, the LLM's ``<base>/v1/...``; see :mod:`._services`). Every front
+services (``<base>/http/...``, the LLM's ``<base>/v1/...``; see :mod:`._http`). Every front
 goes through :meth:`Ledger.handle`, so attribution, history and kills are the same; a request
 without the token gets 403 and is logged, never recorded as an event. See
 ``docs/reference/wire-protocol.md``.
@@ -41,36 +41,33 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
-from crashpoint._proc._cleanup import LIVE, shielded
-from crashpoint.harness._standins._http import ServicesSpec, agent_message
+from crashpoint._proc import LIVE, shielded
+from crashpoint.harness._spec import (
+    ENV_HTTP,
+    ENV_LEDGER_HTTP,
+    ENV_LLM,
+    OPS,
+    SMTP_USER,
+    KillAt,
+    NetFault,
+    ServicesSpec,
+    agent_message,
+    canonical,
+    event_name,
+    pick,
+    size_text,
+)
+from crashpoint.harness._standins._http import ServiceHandler
+from crashpoint.harness._standins._llm import LLMStandIn
+from crashpoint.probe import ENV_LEDGER
 
 if TYPE_CHECKING:
-    from crashpoint.harness._standins._llm import LLMStandIn
-    from crashpoint.harness._standins._network import NetFault
     from crashpoint.harness._standins._smtp import SmtpSink
 
-__all__ = [
-    "ENV_HTTP",
-    "ENV_LEDGER",
-    "HTTP_EVENT_OPS",
-    "IN_DOUBT_OPS",
-    "OPS",
-    "KillAt",
-    "Ledger",
-    "canonical",
-]
+__all__ = ["Ledger"]
 
-ENV_LEDGER = "CRASHPOINT_LEDGER"
-ENV_HTTP = "CRASHPOINT_LEDGER_HTTP"
-#: The ops that are recorded in the history (``hello`` only opens a connection).
-#: ``llm_call``: a call the LLM stand-in answered (see :mod:`._services`).
-OPS = ("step_started", "step_completed", "effect", "event", "llm_call")
-#: The ops with an in-doubt window (applied or billed, then the reply): killed there too.
-IN_DOUBT_OPS = ("effect", "llm_call")
 #: At most this many refused (forbidden) requests are kept in :attr:`Ledger.forbidden`.
 MAX_FORBIDDEN = 100
-#: The ops the HTTP front takes as ``POST /events/<op>`` (effects go to ``/effects/<kind>``).
-HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
 #: Defaults of the limits (see :class:`Ledger`).
 MAX_CONNECTIONS = 256
 MAX_REQUEST_BYTES = 1 << 20
@@ -93,53 +90,6 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return MAX_CONNECTIONS
     return max(8, min(MAX_CONNECTIONS, (soft - 64) // 4))
-
-
-def _size_text(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
-
-
-def canonical(payload: Any) -> str:
-    """The canonical form of an effect payload (how effects are compared with the golden run)."""
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass(frozen=True, slots=True)
-class KillAt:
-    """Kill the agent at one event of attempt ``attempt``: by identity, the ``nth`` event
-    (from 1) of that attempt whose op is ``op`` and whose step or effect kind is ``name`` —
-    what a plan drawn from the golden run uses, so a framework's background thread that sends
-    an extra event does not move the kill — or, when ``op`` is empty, by position, the
-    ``index``-th event (0-based) of the attempt.
-
-    ``phase``: ``"before"`` — the event is recorded, the agent is killed before it is acted on
-    (an effect is not applied); ``"in_doubt"`` — only for effects and LLM calls: applied (or
-    billed), then killed before the agent learns it.
-    """
-
-    attempt: int
-    index: int = -1
-    phase: str = "before"
-    op: str = ""
-    name: str = ""
-    nth: int = 1
-
-    def matches(self, ev: dict[str, Any], nth: int) -> bool:
-        """Is ``ev`` (the ``nth`` of its op and name in its attempt) this kill's event?"""
-        if self.attempt != ev["attempt"]:
-            return False
-        if self.op:
-            return self.op == ev["op"] and self.name == _name(ev) and self.nth == nth
-        return bool(self.index == ev["ai"])
-
-    def describe(self) -> str:
-        if self.op:
-            return f"{self.op}:{self.name}" + (f" #{self.nth}" if self.nth > 1 else "")
-        return f"event #{self.index}"
-
-
-def _name(ev: dict[str, Any]) -> str:
-    return str(ev.get("step") or ev.get("kind") or ev.get("name") or "")
 
 
 @dataclass(slots=True)
@@ -235,21 +185,11 @@ class Ledger:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> Ledger:
-        ledger = self
         self._closing.clear()
         if self.history_path:
             self._log = self._open_log(self.history_path)
 
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                # an agent killed with a reply unread resets the connection: nothing to serve
-                with contextlib.suppress(ConnectionError):
-                    ledger._serve_socket(self.request)
-
-        class Server(_Bounded, socketserver.ThreadingUnixStreamServer):
-            pass
-
-        self._server = Server(self.address, Handler)
+        self._server = _SocketServer(self.address, _SocketHandler)
         self._server.ledger = self
         t = threading.Thread(
             target=self._server.serve_forever, args=(0.02,), name="ledger", daemon=True
@@ -299,13 +239,10 @@ class Ledger:
     def env(self) -> dict[str, str]:
         """Environment variables that point an agent's probe at this ledger, and (with the
         HTTP front) its SDKs at the stand-in services."""
-        from crashpoint.harness._standins._http import ENV_HTTP as SERVICE_HTTP
-        from crashpoint.harness._standins._http import ENV_LLM, SMTP_USER
-
         env = {ENV_LEDGER: self.address}
         if self.http_url:
-            env[ENV_HTTP] = self.http_url
-            env.update({SERVICE_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
+            env[ENV_LEDGER_HTTP] = self.http_url
+            env.update({ENV_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
         if self.smtp is not None:
             env.update(
                 {
@@ -341,8 +278,6 @@ class Ledger:
         """The SMTP sink's :meth:`handle`: a planned network fault of call ``mail`` fails the
         message (recorded with ``failed``, not applied): None for reset/timeout (the sink
         drops the connection), an error reply for a status."""
-        from crashpoint.harness._standins._network import pick
-
         attempt = int(msg.get("attempt") or self.attempt)
         failure = pick(self.net_faults, "mail", self.count_call(attempt, "mail"), attempt)
         if failure is None:
@@ -366,8 +301,6 @@ class Ledger:
     def llm(self) -> LLMStandIn:
         """The LLM stand-in of the trial under way (its script from :attr:`services`)."""
         if self._llm is None:
-            from crashpoint.harness._standins._llm import LLMStandIn
-
             self._llm = LLMStandIn(self.services.llm)
         return self._llm
 
@@ -451,7 +384,7 @@ class Ledger:
         ev["i"] = len(self.events)
         ev["ai"] = self._attempt_index.get(attempt, 0)  # index within the attempt
         self._attempt_index[attempt] = ev["ai"] + 1
-        ident = (attempt, str(ev.get("op")), _name(ev))
+        ident = (attempt, str(ev.get("op")), event_name(ev))
         self._seen[ident] += 1
         ev["nth"] = self._seen[ident]  # its occurrence among the attempt's (op, name) events
         ev["t"] = time.monotonic()
@@ -491,7 +424,7 @@ class Ledger:
                         "op": "history_truncated",
                         "i": ev.get("i"),
                         "note": f"history.jsonl stops here: it reached its limit of "
-                        f"{_size_text(self.max_history_bytes)}; later events "
+                        f"{size_text(self.max_history_bytes)}; later events "
                         "were not written",
                     }
                 )
@@ -515,7 +448,7 @@ class Ledger:
                 "attempt": ev["attempt"],
                 "phase": phase,
                 "op": ev["op"],
-                "name": _name(ev),
+                "name": event_name(ev),
                 "nth": ev.get("nth", 1),
                 "ai": ev.get("ai"),
                 "kill": k,
@@ -661,8 +594,8 @@ class Ledger:
                         {
                             "ok": False,
                             "error": (
-                                f"request line over {_size_text(limit)}: the ledger reads at most "
-                                f"{_size_text(limit)} per request; the connection is closed"
+                                f"request line over {size_text(limit)}: the ledger reads at most "
+                                f"{size_text(limit)} per request; the connection is closed"
                             ),
                         },
                     )
@@ -765,12 +698,7 @@ class Ledger:
     # -- HTTP front ----------------------------------------------------------------------------
 
     def _start_http(self) -> None:
-        from crashpoint.harness._standins._http import make_handler
-
-        class Server(_Bounded, ThreadingHTTPServer):
-            http = True
-
-        self._http = Server(("127.0.0.1", 0), make_handler(self))
+        self._http = _HttpServer(("127.0.0.1", 0), ServiceHandler)
         self._http.ledger = self
         self._http_root = f"http://127.0.0.1:{self._http.server_address[1]}"
         self.http_url = f"{self._http_root}/{self.token}"
@@ -825,3 +753,24 @@ class _Bounded(socketserver.ThreadingMixIn):
         errors = self.ledger.server_errors
         errors.append(f"{type(exc).__name__}: {exc}")
         del errors[:-20]
+
+
+class _HttpServer(_Bounded, ThreadingHTTPServer):
+    """The ledger's loopback HTTP front: :class:`ServiceHandler` per connection."""
+
+    http = True
+
+
+class _SocketHandler(socketserver.BaseRequestHandler):
+    """One connection of the probe's Unix socket (newline-delimited JSON)."""
+
+    server: _SocketServer
+
+    def handle(self) -> None:
+        # an agent killed with a reply unread resets the connection: nothing to serve
+        with contextlib.suppress(ConnectionError):
+            self.server.ledger._serve_socket(self.request)
+
+
+class _SocketServer(_Bounded, socketserver.ThreadingUnixStreamServer):
+    """The ledger's probe socket: :class:`_SocketHandler` per connection."""

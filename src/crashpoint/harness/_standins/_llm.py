@@ -41,44 +41,29 @@ the same fingerprint however it is streamed.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import importlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from crashpoint.errors import LLMScriptError
+from crashpoint.harness._spec import Reply, Rule, canonical, parse_llm_script, parse_reply
+
 __all__ = [
-    "SCRIPT_KEYS",
     "LLMResult",
-    "LLMScriptError",
     "LLMStandIn",
     "count_tokens",
     "request_view",
 ]
 
-#: The keys of a scenario's ``services.llm`` mapping.
-SCRIPT_KEYS = ("replies", "function", "models")
-RULE_KEYS = ("match", "regex", "reply")
-#: Models ``GET /models`` lists when the script names none.
-DEFAULT_MODELS = ("crashpoint-stand-in",)
 #: Every reply's ``created``: a constant, so outputs built from a reply are the same in every
 #: run (the golden run and a resumed one).
 CREATED = 1_700_000_000
 #: Keys left out of the fingerprint: how a reply is delivered, not what is asked.
 UNFINGERPRINTED = ("stream", "stream_options")
 _MAX_ECHO = 2000  # characters of the last user message an echo repeats
-
-
-class LLMScriptError(ValueError):
-    """A bad ``services.llm`` script: ``key`` (e.g. ``replies[2].regex``, relative to
-    ``services.llm``) and what is wrong with it."""
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key, self.message = key, message
-        super().__init__(f"{key}: {message}" if key else message)
 
 
 @dataclass(frozen=True)
@@ -102,24 +87,6 @@ class LLMResult:
     @property
     def body(self) -> bytes:
         return b"".join(self.chunks)
-
-
-@dataclass(frozen=True)
-class _Reply:
-    text: str | None
-    tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments as JSON text)
-
-
-@dataclass(frozen=True)
-class _Rule:
-    match: str | None
-    regex: re.Pattern[str] | None
-    reply: _Reply
-
-    def fits(self, text: str) -> bool:
-        if self.match is not None and self.match not in text:
-            return False
-        return self.regex is None or self.regex.search(text) is not None
 
 
 class _BadRequest(Exception):
@@ -147,130 +114,6 @@ def count_tokens(text: str) -> int:
     return max(1, -(-len(text.encode("utf-8")) // 4))
 
 
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _parse_reply(v: Any, key: str) -> _Reply:
-    if isinstance(v, str):
-        return _Reply(v)
-    if isinstance(v, dict):
-        extra = sorted(set(v) - {"content", "tool_calls"})
-        if extra or not v:
-            raise LLMScriptError(
-                key,
-                f"a reply is a string, {{content: <text>}} or "
-                f"{{tool_calls: [{{name, arguments}}]}}; unknown key(s) "
-                f"{', '.join(map(repr, extra)) or 'none given'}",
-            )
-        content = v.get("content")
-        if content is not None and not isinstance(content, str):
-            raise LLMScriptError(f"{key}.content", f"must be a string, got {content!r}")
-        calls = v.get("tool_calls")
-        if calls is None:
-            return _Reply(content)
-        if not isinstance(calls, list) or not calls:
-            raise LLMScriptError(
-                f"{key}.tool_calls",
-                f"must be a non-empty list of {{name, arguments}}, got {calls!r}",
-            )
-        out = []
-        for i, c in enumerate(calls):
-            ck = f"{key}.tool_calls[{i}]"
-            if (
-                not isinstance(c, dict)
-                or set(c) - {"name", "arguments"}
-                or not isinstance(c.get("name"), str)
-                or not c.get("name")
-            ):
-                raise LLMScriptError(
-                    ck,
-                    f"a tool call is {{name: <function name>, arguments: "
-                    f"<mapping or JSON text>}}, got {c!r}",
-                )
-            args = c.get("arguments", {})
-            if isinstance(args, str):
-                try:
-                    json.loads(args)
-                except ValueError:
-                    raise LLMScriptError(f"{ck}.arguments", f"is not JSON: {args[:80]!r}") from None
-                text = args
-            elif isinstance(args, dict):
-                text = _canonical(args)
-            else:
-                raise LLMScriptError(
-                    f"{ck}.arguments", f"must be a mapping or JSON text, got {args!r}"
-                )
-            out.append((c["name"], text))
-        return _Reply(content, tuple(out))
-    raise LLMScriptError(
-        key, f"a reply is a string, {{content: <text>}} or {{tool_calls: [...]}}, got {v!r}"
-    )
-
-
-def _parse_rules(v: Any) -> tuple[_Rule, ...]:
-    if not isinstance(v, list):
-        raise LLMScriptError(
-            "replies", f"must be a list of {{match|regex, reply}} rules, got {v!r}"
-        )
-    rules = []
-    for i, r in enumerate(v):
-        key = f"replies[{i}]"
-        if not isinstance(r, dict):
-            raise LLMScriptError(
-                key, f"a rule is a mapping {{match: <text>, reply: ...}}, got {r!r}"
-            )
-        for k in r:
-            if k not in RULE_KEYS:
-                close = difflib.get_close_matches(str(k), RULE_KEYS, n=1)
-                hint = f"did you mean '{close[0]}'? " if close else ""
-                raise LLMScriptError(
-                    f"{key}.{k}", f"unknown key; {hint}allowed: {', '.join(RULE_KEYS)}"
-                )
-        if "reply" not in r:
-            raise LLMScriptError(key, "a rule needs a reply")
-        match = r.get("match")
-        if match is not None and not isinstance(match, str):
-            raise LLMScriptError(
-                f"{key}.match",
-                f"must be a string (a substring of the last user message), got {match!r}",
-            )
-        pattern = r.get("regex")
-        rx = None
-        if pattern is not None:
-            if not isinstance(pattern, str):
-                raise LLMScriptError(
-                    f"{key}.regex", f"must be a regular expression, got {pattern!r}"
-                )
-            try:
-                rx = re.compile(pattern)
-            except re.error as exc:
-                raise LLMScriptError(
-                    f"{key}.regex", f"{pattern!r} is not a valid regular expression: {exc}"
-                ) from None
-        rules.append(_Rule(match, rx, _parse_reply(r["reply"], f"{key}.reply")))
-    return tuple(rules)
-
-
-def _load_function(spec: Any) -> Callable[[dict[str, Any]], Any]:
-    if not isinstance(spec, str) or spec.count(":") != 1:
-        raise LLMScriptError("function", f"must be 'module:function', got {spec!r}")
-    mod, attr = spec.split(":")
-    try:
-        obj: Any = importlib.import_module(mod)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:  # an import error of any kind is the script's problem
-        raise LLMScriptError(
-            "function",
-            f"cannot load {spec!r}: {type(exc).__name__}: {exc} "
-            "(is its folder on the harness's sys.path?)",
-        ) from None
-    if not callable(obj):
-        raise LLMScriptError("function", f"{spec!r} is not callable")
-    return obj  # type: ignore[no-any-return]
-
-
 def _text_of(content: Any) -> str:
     """The text of a message's content: a string, or the text parts of a list of parts."""
     if content is None:
@@ -285,7 +128,7 @@ def _text_of(content: Any) -> str:
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 out.append(part["text"])
         return "".join(out)
-    return _canonical(content)
+    return canonical(content)
 
 
 def request_view(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -312,7 +155,7 @@ def request_view(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
                     msgs.append(
                         {
                             "role": "assistant",
-                            "content": _canonical(
+                            "content": canonical(
                                 {"name": item.get("name"), "arguments": item.get("arguments")}
                             ),
                         }
@@ -330,7 +173,7 @@ def request_view(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
                 continue
             text = _text_of(m.get("content"))
             if m.get("tool_calls"):
-                text += _canonical(m["tool_calls"])
+                text += canonical(m["tool_calls"])
             msgs.append({"role": str(m.get("role", "")), "content": text})
     last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=-1)
     tools = []
@@ -379,33 +222,10 @@ class LLMStandIn:
 
     def __init__(self, script: dict[str, Any] | None = None) -> None:
         self.script = script
-        self.rules: tuple[_Rule, ...] = ()
-        self.function: Callable[[dict[str, Any]], Any] | None = None
-        self.models: tuple[str, ...] = DEFAULT_MODELS
-        if script is None:
-            return
-        if not isinstance(script, dict):
-            raise LLMScriptError(
-                "", f"services.llm must be a mapping ({', '.join(SCRIPT_KEYS)}), got {script!r}"
-            )
-        for k in script:
-            if k not in SCRIPT_KEYS:
-                close = difflib.get_close_matches(str(k), SCRIPT_KEYS, n=1)
-                hint = f"did you mean '{close[0]}'? " if close else ""
-                raise LLMScriptError(
-                    str(k), f"unknown key; {hint}allowed: {', '.join(SCRIPT_KEYS)}"
-                )
-        if "replies" in script:
-            self.rules = _parse_rules(script["replies"])
-        if "function" in script:
-            self.function = _load_function(script["function"])
-        if "models" in script:
-            m = script["models"]
-            if not isinstance(m, list) or not m or not all(isinstance(x, str) and x for x in m):
-                raise LLMScriptError(
-                    "models", f"must be a non-empty list of model names, got {m!r}"
-                )
-            self.models = tuple(m)
+        parsed = parse_llm_script(script)  # LLMScriptError names a bad key
+        self.rules: tuple[Rule, ...] = parsed.rules
+        self.function: Callable[[dict[str, Any]], Any] | None = parsed.function
+        self.models: tuple[str, ...] = parsed.models
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -511,13 +331,13 @@ class LLMStandIn:
         view = request_view(endpoint, body)
         reply = self._reply(view)
         fp = hashlib.sha256(
-            _canonical(
+            canonical(
                 {"route": endpoint, **{k: v for k, v in body.items() if k not in UNFINGERPRINTED}}
             ).encode()
         ).hexdigest()
         prompt = "".join(m["content"] for m in view["messages"])
         if tools:
-            prompt += _canonical(tools)
+            prompt += canonical(tools)
         ptok = count_tokens(prompt)
         ctok = count_tokens((reply.text or "") + "".join(n + a for n, a in reply.tool_calls))
         if endpoint == "chat.completions":
@@ -530,7 +350,7 @@ class LLMStandIn:
         ctype = "text/event-stream" if stream else "application/json"
         return LLMResult(200, ctype, chunks, model, ptok, ctok, fp)
 
-    def _reply(self, view: dict[str, Any]) -> _Reply:
+    def _reply(self, view: dict[str, Any]) -> Reply:
         if self.function is not None:
             try:
                 got = self.function(view)
@@ -544,7 +364,7 @@ class LLMStandIn:
                 ) from None
             if got is not None:
                 try:
-                    return _parse_reply(got, "function's reply")
+                    return parse_reply(got, "function's reply")
                 except LLMScriptError as exc:
                     raise _BadRequest(
                         f"the scenario's reply function returned a bad reply: {exc}",
@@ -560,7 +380,7 @@ class LLMStandIn:
         text = f"echo: {view['last_user'][:_MAX_ECHO]}"
         if in_tool_turn:
             text += f" [tool results: {'; '.join(view['tool_results'])[:_MAX_ECHO]}]"
-        return _Reply(text)
+        return Reply(text)
 
 
 def _call_id(fp: str, i: int) -> str:
@@ -568,7 +388,7 @@ def _call_id(fp: str, i: int) -> str:
 
 
 def _chat(
-    model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool, include_usage: bool
+    model: str, fp: str, reply: Reply, ptok: int, ctok: int, stream: bool, include_usage: bool
 ) -> tuple[bytes, ...]:
     cid = "chatcmpl-" + fp[:24]
     usage = {"prompt_tokens": ptok, "completion_tokens": ctok, "total_tokens": ptok + ctok}
@@ -645,7 +465,7 @@ def _chat(
 
 
 def _responses(
-    model: str, fp: str, reply: _Reply, ptok: int, ctok: int, stream: bool, body: dict[str, Any]
+    model: str, fp: str, reply: Reply, ptok: int, ctok: int, stream: bool, body: dict[str, Any]
 ) -> tuple[bytes, ...]:
     rid = "resp_" + fp[:24]
     items: list[dict[str, Any]] = []

@@ -1,9 +1,10 @@
 """Failures the stand-in services answer with: scripted per route, or planned as a fault.
 
-Shared by the stand-in services (``_services.py``: they ask :func:`pick` before handling a
-request) and the ``network`` fault family (``_campaign.py``/``_scenario.py``: they plan
-:class:`NetFault` s). A *call* names a request the way the ledger records it: an HTTP effect
-``"POST /hook"``, an LLM call ``"llm"``, a mail ``"mail"``.
+Shared by the stand-in services (they ask :func:`pick` before handling a request), the
+``services:`` section of a scenario (a scripted route may fail) and the ``network`` fault
+family (its plans become :class:`NetFault` s). A *call* names a request the way the ledger
+records it (:func:`crashpoint.harness._spec._events.call_of`): an HTTP effect ``"POST /hook"``,
+an LLM call ``"llm"``, a mail ``"mail"``.
 
 What each failure means for the outside world (:attr:`Failure.applied`):
 
@@ -20,13 +21,12 @@ What each failure means for the outside world (:attr:`Failure.applied`):
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-__all__ = ["HOWS", "Failure", "NetFault", "call_of", "pick"]
+__all__ = ["HOWS", "Failure", "NetFault", "pick"]
 
 #: How a request can fail: the connection is reset (closed without a reply), the reply never
 #: comes (the agent's own timeout ends the wait), or an HTTP status (5xx, 429) is answered.
@@ -95,23 +95,3 @@ def pick(faults: Sequence[NetFault], call: str, nth: int, attempt: int) -> Failu
                 f.fired += 1
                 return f.failure
     return None
-
-
-_METHOD_PATH = re.compile(r"^[A-Z]{1,16} /\S*$")
-
-
-def call_of(ev: Mapping[str, Any]) -> str:
-    """The network call a ledger event records (``"POST /hook"``, ``"llm"``, ``"mail"``), or
-    "" for an event that is no request to a stand-in (a probe step, a probe effect)."""
-    op = ev.get("op")
-    if op == "llm_call":
-        return "llm"
-    if op == "effect":
-        kind = str(ev.get("kind") or "")
-        if kind == "mail" or _METHOD_PATH.match(kind):
-            return kind
-    elif op == "event":  # a GET/HEAD/OPTIONS to the HTTP stand-in
-        name = str(ev.get("name") or "")
-        if _METHOD_PATH.match(name) and ("method" in ev or "path" in ev):
-            return name
-    return ""

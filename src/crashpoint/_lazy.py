@@ -1,0 +1,44 @@
+"""Lazy faces (PEP 562): a package's public names, imported from their modules on first use.
+
+A face that is imported where it is not used must cost nothing: the root package is imported by
+every agent that calls the probe, the harness's face by the pytest plugin at start-up. Such a
+face lists, for each name of its ``__all__``, the module that defines it, and asks
+:func:`attach` for its module-level ``__getattr__`` and ``__dir__``::
+
+    _WHERE = {"Campaign": "crashpoint.harness._engine", ...}
+    __getattr__, __dir__ = attach(__name__, _WHERE)
+
+The names are also imported under ``if TYPE_CHECKING:`` in the face, so type checkers and
+readers see where each comes from. A name resolved once is cached in the package's namespace.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["attach"]
+
+
+def attach(
+    package: str, where: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package``: name -> the module it lives in (a name that is
+    itself a submodule maps to that submodule)."""
+
+    def __getattr__(name: str) -> Any:
+        module_name = where.get(name)
+        if module_name is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(module_name)
+        value = module if module_name == f"{package}.{name}" else getattr(module, name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *where})
+
+    return __getattr__, __dir__

@@ -1,0 +1,136 @@
+"""The golden run's recording: what the fault families must learn from it.
+
+One syscall trace (strace) gives both the file operations (kill at each of them) and the write
+points (a full disk at each), and the logical operation log of a power cut; without strace a
+Python agent's file operations come from the audit hook injected into it, and write points
+and crash states are not available (:attr:`GoldenRecording.how` says so, and the trials that
+needed them do not pass).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from crashpoint.faults import (
+    FILEOP_SYSCALLS,
+    POWER_STRSIZE,
+    POWER_SYSCALLS,
+    WRITE_SYSCALLS,
+    Armed,
+    build_oplog,
+    event_points,
+    explain_no_fileops,
+    fileop_recorder,
+    parse_trace,
+    read_trace,
+    record_fileops,
+    strace_available,
+    strace_wrap,
+    write_points,
+)
+
+__all__ = ["GoldenRecording"]
+
+
+class GoldenRecording:
+    """What the golden run is recorded with: one syscall trace for both file operations and
+    write points when strace works here, else the audit hook of a Python agent for its file
+    operations (and no write points). :attr:`how` says which, or why nothing."""
+
+    def __init__(
+        self, needs: frozenset[str] | set[str], prefix: str, cwd: str, python: bool
+    ) -> None:
+        self.needs, self.prefix, self.cwd = frozenset(needs), prefix, cwd
+        self.trace = ""
+        self.armed: Armed | None = None
+        self.how = ""
+        if not self.needs:
+            return
+        ok, why = strace_available()
+        if ok:
+            self.trace = prefix + ".strace"
+            self.how = "strace"
+        elif "fileops" in self.needs and python:
+            self.armed = fileop_recorder(prefix, use_strace=False, cwd=cwd)
+            self.how = f"audit hook (no strace: {why})"
+        else:
+            self.how = f"not recorded: strace is unavailable ({why})" + (
+                "; the audit hook only sees a Python agent started with {python}"
+                if "fileops" in self.needs
+                else ""
+            )
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if self.trace:
+            plog = "plog" in self.needs
+            calls = sorted(
+                {
+                    c.lstrip("?")
+                    for c in (
+                        *WRITE_SYSCALLS,
+                        *FILEOP_SYSCALLS,
+                        *(POWER_SYSCALLS if plog else ()),
+                    )
+                }
+            )
+            return strace_wrap(
+                argv,
+                self.trace,
+                syscalls=calls,
+                strsize=POWER_STRSIZE if plog else 0,
+                timestamps=plog,
+            )
+        return argv
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        return self.armed.environ(env) if self.armed is not None else env
+
+    def learn(self, state: str, work: str, walls: list[float]) -> dict[str, Any]:
+        """What the recording holds (JSON for :class:`Golden`); its files are then removed.
+        ``walls``: the wall-clock times of the golden run's events (placed among its file
+        operations for ``plog``)."""
+        out: dict[str, Any] = {}
+        roots = {"state_dir": state, "workdir": work}
+        try:
+            if "plog" in self.needs and self.trace:
+                log = build_oplog(read_trace(self.trace, cwd=self.cwd), roots)
+                out["plog"] = log.to_json()
+                out["plog_events"] = event_points(log, walls)
+                if not log.ops:
+                    self.how += (
+                        "; the golden run made no file operation under {state_dir} "
+                        "or {workdir}: a power cut there loses nothing"
+                    )
+            elif "plog" in self.needs:
+                self.how += "; no syscall trace, so no power-loss crash state"
+            if "fileops" in self.needs and (self.trace or self.armed is not None):
+                source: Armed | str = self.armed if self.armed is not None else self.trace
+                ops = record_fileops(source, roots)
+                out["fileops"] = [op.to_json() for op in ops]
+                if not ops:
+                    self.how += "; " + explain_no_fileops(
+                        self.armed or Armed(via="strace", trace=self.trace, cwd=self.cwd),
+                        roots,
+                    )
+            if "writes" in self.needs and self.trace:
+                calls = parse_trace(self.trace, cwd=self.cwd)
+                out["writes"] = {
+                    "tmpfs": [w.to_json() for w in write_points(calls, state, "tmpfs")],
+                    "rlimit": [
+                        w.to_json()
+                        for w in write_points(calls, state, "rlimit", within=(state, work))
+                    ],
+                }
+                if not any(out["writes"].values()):
+                    self.how += (
+                        "; the golden run wrote no file under {state_dir}: nothing "
+                        "for a full disk to refuse"
+                    )
+        finally:
+            for f in (self.trace, *(self.armed.files if self.armed else ())):
+                with contextlib.suppress(OSError):
+                    if f:
+                        os.unlink(f)
+        return out

@@ -1,0 +1,69 @@
+"""What a trial keeps while it runs: its private temp folders, its secrets, its evidence.
+
+One :class:`TrialScope` per trial (and per golden run): the attempts' private TMPDIRs (measured
+and removed after), the system temp folders' entries before it (what appeared outside is
+reported), the secrets evidence must never hold, and the evidence budget its crash copies and
+outputs share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from crashpoint.harness._engine._outside import PrivateTmp, Snapshot, temp_entries
+from crashpoint.harness._report import EvidenceBudget, copy_tree_bounded, tree_size
+
+__all__ = ["TrialScope", "copy_state", "dir_size"]
+
+
+def dir_size(path: str) -> int:
+    """Bytes of the regular files under ``path`` (what a state folder holds now)."""
+    total = 0
+    for dirpath, _d, files in os.walk(path):
+        for n in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, n)).st_size
+    return total
+
+
+def copy_state(src: str, dst: str, scope: TrialScope | None = None) -> None:
+    """Copy the state folder ``src`` to ``dst`` (a ``crash-N`` folder of the trial): links as
+    links, folders 0700, files 0600, and within what is left of the trial's evidence limit
+    (what does not fit is left out and listed in the trial's result). A plan with a stale-copy
+    corruption needs its copies whole (they are the fault's input): they are bounded only
+    when the trial's evidence is written."""
+    allowance = scope.allowance(dst) if scope is not None else 1 << 62
+    budget = scope.budget if scope is not None else EvidenceBudget(allowance)
+    with contextlib.suppress(OSError):
+        copy_tree_bounded(src, dst, allowance, budget, os.path.basename(dst) + "/")
+
+
+@dataclass
+class TrialScope:
+    """What the runner keeps for the trial (or golden run) under way: the attempts' private
+    TMPDIRs, the system temp folders' entries before it, its secrets, its evidence budget."""
+
+    folder: str
+    secrets: dict[str, str]
+    budget: EvidenceBudget
+    whole_copies: bool = False  # a stale-copy corruption reads the copies
+    tmp: PrivateTmp = field(init=False)
+    temp_before: Snapshot = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tmp = PrivateTmp(os.path.join(self.folder, "tmp"))
+        self.temp_before = temp_entries()
+
+    def allowance(self, dst: str) -> int:
+        """Bytes a new copy at ``dst`` may take: the limit minus the evidence already there
+        (the live state, work and tmp folders are not evidence yet)."""
+        if self.whole_copies:
+            return 1 << 62
+        used = 0
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.folder):
+                if name not in ("state", "work", "tmp") and os.path.join(self.folder, name) != dst:
+                    used += tree_size(os.path.join(self.folder, name))
+        return max(0, self.budget.limit - used)

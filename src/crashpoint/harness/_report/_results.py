@@ -1,0 +1,301 @@
+"""A campaign's result and its reports: summary.json, verdicts.json and JUnit XML.
+
+:class:`CampaignResult` holds the golden run and every trial of one campaign; it judges each
+fault family (a family whose faults never fired proved nothing: it fails) and writes its
+reports safely (0700 folder, 0600 files, temp + rename). The HTML report of a whole gate is
+``_html``; a failing trial's own folder is written by the engine (``_evidence`` helpers).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashpoint.harness._report._safe import secure_dir, write_file
+from crashpoint.harness._spec import Golden, Plan, TrialResult, dumps
+
+__all__ = ["CampaignResult"]
+
+
+@dataclass
+class CampaignResult:
+    name: str
+    golden: Golden
+    trials: list[TrialResult]
+    duration: float
+    seed: int
+    report_dir: str
+    #: why the campaign stopped before its last trial ("": it ran them all); such a campaign
+    #: never passes
+    incomplete: str = ""
+    interrupted_by: str = ""  # "SIGINT" / "SIGTERM" when a signal stopped it
+    not_run: list[Plan] = field(default_factory=list)  # the trials that never ran (or stopped)
+
+    @property
+    def ok(self) -> bool:
+        """Complete, no failing trial, and every family that ran has an exercised trial (a
+        family whose faults never fired proved nothing: it fails, see :meth:`unexercised`)."""
+        return not self.incomplete and all(t.ok for t in self.trials) and not self.unexercised()
+
+    @property
+    def failures(self) -> list[TrialResult]:
+        return [t for t in self.trials if not t.ok]
+
+    def families(self) -> dict[str, dict[str, Any]]:
+        """Per family (in plan order): trials planned, run, exercised, passed, failed, not
+        exercised, skipped; and why trials were not exercised (the commonest reasons)."""
+        out: dict[str, dict[str, Any]] = {}
+        examples: dict[str, str] = {}
+        for p in [*(t.plan for t in self.trials), *self.not_run]:
+            out.setdefault(
+                p.family,
+                {
+                    "planned": 0,
+                    "ran": 0,
+                    "exercised": 0,
+                    "passed": 0,
+                    "failed": 0,
+                    "not_exercised": 0,
+                    "skipped": 0,
+                    "not_fired": Counter(),
+                },
+            )["planned"] += 1
+        for t in self.trials:
+            d = out[t.plan.family]
+            status = t.status
+            d["skipped" if status == "skipped" else "ran"] += 1
+            d["exercised"] += t.exercised
+            d[
+                {
+                    "passed": "passed",
+                    "failed": "failed",
+                    "not exercised": "not_exercised",
+                    "skipped": "skipped",
+                }[status]
+            ] += 0 if status == "skipped" else 1
+            for o in t.not_fired:  # like reasons grouped; the first one's text shown
+                key = _reason(o.why_not)
+                d["not_fired"][key] += 1
+                examples.setdefault(key, o.why_not)
+        for d in out.values():
+            d["not_fired"] = [
+                f"{examples[key]} ({n} trial{'s' if n > 1 else ''})"
+                for key, n in d["not_fired"].most_common(3)
+            ]
+        return out
+
+    def unexercised(self) -> list[str]:
+        """One message per family that ran trials none of which was exercised: why, and how
+        to make its faults fire."""
+        msgs = []
+        for name, d in self.families().items():
+            if d["ran"] and not d["exercised"] and not d["failed"]:
+                why = "; ".join(d["not_fired"]) or "no fault was planned"
+                msgs.append(
+                    f"family {name}: none of its {d['ran']} trial(s) was exercised "
+                    f"(a fault that does not fire proves nothing): {why}"
+                )
+        return msgs
+
+    def summary(self) -> dict[str, Any]:
+        ran = [t for t in self.trials if not t.skipped]
+        by_kind: Counter[str] = Counter()
+        for t in ran:
+            for f in t.plan.faults:
+                by_kind[f.kind] += 1
+        checks: dict[str, dict[str, int]] = {}
+        for t in ran:
+            for c in t.checks:
+                d = checks.setdefault(c.name, {"passed": 0, "failed": 0, "skipped": 0})
+                d["skipped" if c.skipped else "passed" if c.ok else "failed"] += 1
+                if c.ok and c.warning:  # passed, with something to report
+                    d["warned"] = d.get("warned", 0) + 1
+        refused = {
+            t.plan.index
+            for t in ran
+            for c in t.checks
+            if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")
+        }
+        lost = sum(
+            max(0, n - t.applied.get(k, 0))
+            for t in ran
+            if t.plan.index not in refused
+            for k, n in self.golden.effects.items()
+        )  # a clear refusal loses nothing
+        dup = sum(
+            max(0, t.applied.get(k, 0) - n) for t in ran for k, n in self.golden.effects.items()
+        )
+        resumes = [r for t in ran for r in t.resume_times]
+        fams = self.families()
+        return {
+            "families": {k: dict(v) for k, v in fams.items()},
+            "exercised": sum(d["exercised"] for d in fams.values()),
+            "not_exercised": sum(d["not_exercised"] for d in fams.values()),
+            "unexercised": self.unexercised(),
+            "name": self.name,
+            "seed": self.seed,
+            "ok": self.ok,
+            "incomplete": bool(self.incomplete),
+            "stopped": self.incomplete,
+            "interrupted_by": self.interrupted_by or None,
+            "not_run": len(self.not_run),
+            "trials": len(self.trials) + len(self.not_run),
+            "ran": len(ran),
+            "passed": sum(t.status == "passed" for t in ran),
+            "failed": len(self.failures),
+            "skipped": len(self.trials) - len(ran),
+            "skip_reasons": sorted({t.skipped for t in self.trials if t.skipped}),
+            "faults_by_kind": dict(sorted(by_kind.items())),
+            "checks": checks,
+            "duplicate_effects": dup,
+            "lost_effects": lost,
+            "dedup_hits": sum(t.duplicates for t in ran),
+            "median_resume_ms": round(statistics.median(resumes) * 1000, 1) if resumes else None,
+            "golden": {
+                "steps": self.golden.steps,
+                "events": len(self.golden.events),
+                "duration_s": round(self.golden.duration, 3),
+            },
+            "duration_s": round(self.duration, 3),
+            "outside_writes": {
+                "tmp_bytes": sum(t.tmp_bytes for t in ran),
+                "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
+                # one line a path (each trial's entry says its size then)
+                "system_tmp": sorted({o.rsplit(" (", 1)[0] for t in ran for o in t.outside_writes})[
+                    :20
+                ],
+                "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes),
+            },
+            "evidence": {
+                "bytes": sum(t.evidence_bytes for t in self.trials),
+                "trials_cut": sum(1 for t in self.trials if t.evidence_omitted),
+                "omitted": [
+                    f"trial {t.plan.index}: {m}" for t in self.trials for m in t.evidence_omitted
+                ][:10],
+            },
+            "ledger_refused": dict(
+                sorted(sum((Counter(t.ledger_refused) for t in ran), Counter()).items())
+            ),
+            "failures": [
+                {
+                    "index": t.plan.index,
+                    "plan": t.plan.describe(),
+                    "landed": t.landed(),
+                    "root_cause": str(t.root_cause) if t.root_cause else "",
+                    "checks": [str(c) for c in t.failed],
+                    "folder": t.folder,
+                    "replay": f"crashpoint replay {t.folder}",
+                }
+                for t in self.failures
+            ],
+            # trials that passed with a warning (e.g. LLM calls re-billed): shown, not failed
+            "warned": sum(1 for t in ran if t.ok and t.warnings),
+            "warnings": [
+                {
+                    "index": t.plan.index,
+                    "plan": t.plan.describe(),
+                    "checks": [str(c) for c in t.warnings],
+                    "folder": t.folder,
+                }
+                for t in ran
+                if t.ok and t.warnings
+            ][:20],
+        }
+
+    def write_reports(self) -> dict[str, str]:
+        """summary.json, verdicts.json and junit.xml in the report folder; return their paths.
+
+        The folder is created 0700 without following a link, and refused if another user owns
+        it or can write in it; each file is written whole (temp + rename), 0600."""
+        secure_dir(self.report_dir)
+        paths = {
+            "json": os.path.join(self.report_dir, "summary.json"),
+            "verdicts": os.path.join(self.report_dir, "verdicts.json"),
+            "junit": os.path.join(self.report_dir, "junit.xml"),
+        }
+        write_file(
+            paths["json"],
+            dumps({**self.summary(), "trial_results": [t.to_json() for t in self.trials]}),
+        )
+        write_file(paths["verdicts"], dumps([t.verdict() for t in self.trials]))
+        write_file(
+            paths["junit"], ET.tostring(self.junit(), encoding="utf-8", xml_declaration=True)
+        )
+        return paths
+
+    def junit(self) -> ET.Element:
+        unexercised = self.unexercised()
+        suite = ET.Element(
+            "testsuite",
+            name=f"crashpoint.{self.name}",
+            tests=str(len(self.trials) + len(self.not_run) + len(unexercised)),
+            failures=str(len(self.failures) + len(unexercised)),
+            skipped=str(
+                sum(1 for t in self.trials if t.status in ("skipped", "not exercised"))
+                + len(self.not_run)
+            ),
+            time=f"{self.duration:.3f}",
+        )
+        props = ET.SubElement(suite, "properties")
+        for name, d in self.families().items():
+            ET.SubElement(
+                props,
+                "property",
+                name=f"exercised[{name}]",
+                value=f"{d['exercised']}/{d['planned']}",
+            )
+        for msg in unexercised:  # the family's verdict: a failure of its own
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"family {msg.split(':', 1)[0].removeprefix('family ')} exercised",
+                time="0.000",
+            )
+            ET.SubElement(case, "failure", message="no trial was exercised").text = msg
+        for t in self.trials:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"trial-{t.plan.index:04d} {t.plan.describe()}",
+                time=f"{t.duration:.3f}",
+            )
+            if t.skipped:
+                ET.SubElement(case, "skipped", message=t.skipped)
+            elif not t.ok:
+                root = t.root_cause
+                fail = ET.SubElement(
+                    case,
+                    "failure",
+                    message=root.name if root else "; ".join(c.name for c in t.failed),
+                )
+                fail.text = (
+                    f"landed: {t.landed()}\n"
+                    + "\n".join(str(c) for c in t.failed)
+                    + f"\nreplay: crashpoint replay {t.folder}"
+                )
+            elif not t.exercised:
+                ET.SubElement(case, "skipped", message=f"not exercised: {t.landed()}")
+        for p in self.not_run:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"crashpoint.{self.name}",
+                name=f"trial-{p.index:04d} {p.describe()}",
+                time="0.000",
+            )
+            ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
+        return suite
+
+
+def _reason(why: str) -> str:
+    """A not-fired reason without the attempt's own numbers, so like reasons group."""
+    return re.sub(r"\d+\.\d+s", "Ns", re.sub(r"after \d+ event\(s\)", "after N event(s)", why))[
+        :300
+    ]

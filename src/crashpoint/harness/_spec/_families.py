@@ -1,0 +1,544 @@
+"""Fault families (Contract 3 ``faults:``): each item of a scenario's list, validated.
+
+A family is one fault kind with its options (``{kill: {at: every-boundary}}``), or a chain of
+them applied in order within one trial (``[disk_full: {capacity: 8KiB}, kill: {at: random}]``).
+:func:`family_from_spec` checks every option (type, range, known names) and raises
+:class:`~crashpoint.errors.FaultSpecError` saying which fault and option, and why; a
+:class:`FaultFamily` then knows whether it sweeps the golden run's points (systematic) or draws
+trials at random, how many points a sweep has, and what the golden run must record for it.
+The plans themselves are drawn in :mod:`._plans`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crashpoint._failpoints import FAILPOINTS
+from crashpoint._placeholders import fields, fill
+from crashpoint._units import parse_duration, parse_size
+from crashpoint.errors import FaultSpecError, PlaceholderError, UnitError
+from crashpoint.faults import CORRUPTIONS, POWER_MODELS, disk_capabilities
+from crashpoint.harness._spec import _power
+from crashpoint.harness._spec._events import call_of
+from crashpoint.harness._spec._model import Golden
+
+__all__ = [
+    "ADD_PROBE_CALLS",
+    "BUDGET_HOW",
+    "CORRUPT_ROOTS",
+    "DEFAULT_BUDGET",
+    "DEFAULT_WITHIN",
+    "DISK_MECHANISMS",
+    "FAMILY_KINDS",
+    "FAMILY_OPTIONS",
+    "KILL_AT",
+    "KILL_FAILPOINTS",
+    "MAX_FILEOP",
+    "NET_FAILS",
+    "FaultFamily",
+    "family_from_spec",
+    "net_points",
+    "net_requests",
+    "parse_budget",
+]
+
+#: A campaign's time budget (seconds) unless the scenario, an option or the caller says.
+DEFAULT_BUDGET = 600.0
+BUDGET_HOW = (
+    "raise it with `budget:` in the scenario file, --crashpoint-budget (crashpoint "
+    "run --budget), CRASHPOINT_BUDGET or the crashpoint_budget ini key; `none` "
+    "turns the limit off"
+)
+
+
+def parse_budget(raw: str | float, *, what: str = "budget") -> float:
+    """A campaign budget in seconds: a duration (``10m``, ``90s``; more than zero), or
+    ``none`` / ``off`` for no limit (``math.inf``). Raises UnitError (which does not mention
+    ``none``: callers add how to say "no limit" where they take the value)."""
+    if isinstance(raw, str) and raw.strip().lower() in ("none", "off", "unlimited"):
+        return math.inf
+    where = f"{what}: " if what else ""
+    if not isinstance(raw, (str, int, float)):
+        raise UnitError(f"{where}expected a duration such as 10m, got {raw!r}")
+    v = parse_duration(raw, what=what)
+    if v <= 0:
+        raise UnitError(f"{where}a budget must be more than 0")
+    return v
+
+
+FAMILY_KINDS = (
+    "kill",
+    "signal",
+    "corrupt",
+    "disk_full",
+    "resumers",
+    "hang",
+    "power_loss",
+    "network",
+)
+#: The options each fault family accepts (``count`` everywhere).
+FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "kill": ("at", "count", "names", "max", "within"),
+    "signal": ("sig", "grace", "pause", "count", "within"),
+    "corrupt": ("how", "path", "count", "aim"),
+    "disk_full": ("capacity", "mechanism", "nth", "count"),
+    "resumers": ("count",),
+    "hang": ("count",),
+    "power_loss": ("model", "count"),
+    "network": ("call", "fail", "nth", "times", "count"),
+}
+DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
+KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
+KILL_FAILPOINTS = (
+    "journal.after_write",
+    "journal.after_sync",
+    "atomic.after_temp",
+    "atomic.after_rename",
+    "effect.after_call",
+    "step.after_complete",
+)
+#: The placeholders a ``corrupt`` path may start with: the trial's own folders.
+CORRUPT_ROOTS = ("state_dir", "workdir")
+#: Bounds of the options (a value outside is refused, naming the bound).
+MAX_COUNT = 100_000  # trials drawn from one family
+MAX_FILEOP = 100_000  # kill: {at: fileop, max: N}
+MAX_NTH = 1_000  # disk_full: {nth: N}
+MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in memory)
+MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
+MAX_NET_NTH = 10_000  # network: {nth: N}
+MAX_NET_TIMES = 100  # network: {times: N}
+#: network: how a call can fail (a status: answered with that HTTP status)
+NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
+#: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
+_NET_CALL = re.compile(r"^(?:[A-Z]{1,16} /[^\s]*|llm|mail)$")
+#: kill at time / signal: instants are drawn in [0, within) seconds after the attempt's first
+#: event (a function of the seed alone, never of a measured duration)
+DEFAULT_WITHIN = 1.0
+MAX_WITHIN = 3600.0
+
+
+def _whole(
+    v: Any, lo: int, hi: int, what: str, *, cap: str = "", err: Callable[[str], FaultSpecError]
+) -> int:
+    """``v`` as a whole number in ``[lo, hi]``, or a FaultSpecError saying which bound."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise err(f"{what} must be a whole number from {lo} to {hi}, got {v!r}")
+    if v < lo:
+        why = (
+            " (0 runs no trial of this family: give 1 or more, or remove the family)"
+            if what.endswith(".count") and v == 0
+            else ""
+        )
+        raise err(f"{what} must be at least {lo}, got {v}{why}")
+    if v > hi:
+        raise err(f"{what} is {v}, above the cap of {hi}{cap}")
+    return v
+
+
+def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
+    """A ``corrupt`` path that can only reach the trial's own folders: it starts with
+    ``{state_dir}`` or ``{workdir}``, then ``/`` and a glob without ``..``."""
+    how_to = (
+        "; a corruption touches only the trial's own folders: write e.g. "
+        '"{state_dir}/**" or "{workdir}/cache/*.json"'
+    )
+    if not isinstance(path, str) or not path:
+        raise err(f"corrupt.path must be a glob string, got {path!r}{how_to}")
+    if "\0" in path:
+        raise err(f"corrupt.path contains a NUL byte: {path!r}")
+    try:
+        names = fields(path, CORRUPT_ROOTS)
+    except PlaceholderError as exc:
+        raise err(f"corrupt.path: {exc}") from None
+    first = next(iter(string.Formatter().parse(path)))
+    if first[0] != "" or first[1] not in CORRUPT_ROOTS or len(names) != 1:
+        raise err(
+            f"corrupt.path must start with {{state_dir}} or {{workdir}} and name no "
+            f"other placeholder, got {path!r}{how_to}"
+        )
+    rest = fill(path, dict.fromkeys(CORRUPT_ROOTS, ""))
+    if rest and not rest.startswith("/"):
+        raise err(
+            f"corrupt.path: {path!r} names a sibling of {{{first[1]}}}, not a path "
+            f"inside it (a '/' must follow the placeholder){how_to}"
+        )
+    if os.pardir in rest.split("/"):
+        raise err(f"corrupt.path: {path!r} climbs out with '..'{how_to}")
+    return path
+
+
+def _within(v: Any, what: str, err: Callable[[str], FaultSpecError]) -> float:
+    try:
+        secs = parse_duration(v, what=what)
+    except UnitError as exc:
+        raise err(str(exc)) from None
+    if not 0 < secs <= MAX_WITHIN:
+        raise err(f"{what} must be more than 0 and at most {MAX_WITHIN:g}s, got {v!r}")
+    return secs
+
+
+def _check_options(
+    kind: str, opts: dict[str, Any], last: bool, err: Callable[[str, str], FaultSpecError]
+) -> None:
+    """Validate (and normalise, in place) the options of one fault of kind ``kind``."""
+
+    def at(option: str) -> Callable[[str], FaultSpecError]:
+        return lambda message: err(message, option)
+
+    def text(option: str, allowed: tuple[str, ...], default: str) -> str:
+        v = opts.get(option, default)
+        if not isinstance(v, str) or v not in allowed:
+            raise err(f"{kind}.{option} must be one of {', '.join(allowed)}, got {v!r}", option)
+        return v
+
+    if "count" in opts:
+        if not last:
+            raise err(
+                f"{kind}.count: put count on the last fault of a chain (it is the "
+                "number of trials of the whole chain)",
+                "count",
+            )
+        _whole(
+            opts["count"],
+            1,
+            MAX_COUNT,
+            f"{kind}.count",
+            err=at("count"),
+            cap=" trials per family; split the family or raise the cap in crashpoint",
+        )
+    if kind == "kill":
+        mode = text("at", KILL_AT, "random")
+        if "names" in opts:
+            if mode != "failpoint":
+                raise err("kill.names goes with at: failpoint (it narrows the failpoints)", "names")
+            names = opts["names"]
+            names = [names] if isinstance(names, str) else names
+            if not isinstance(names, list) or not names:
+                raise err(
+                    f"kill.names must be a non-empty list of failpoint names, got "
+                    f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
+            bad = [n for n in names if not isinstance(n, str) or n not in FAILPOINTS]
+            if bad:
+                raise err(
+                    f"kill.names: unknown failpoint(s) {', '.join(map(repr, bad))}; "
+                    f"known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
+            opts["names"] = tuple(names)
+        if "within" in opts:
+            if mode != "time":
+                raise err(
+                    "kill.within goes with at: time (the window after the first event "
+                    "in which the instant is drawn)",
+                    "within",
+                )
+            opts["within"] = _within(opts["within"], "kill.within", at("within"))
+        if "max" in opts:
+            if mode != "fileop":
+                raise err(
+                    "kill.max goes with at: fileop (the highest file operation to kill before)",
+                    "max",
+                )
+            _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
+    elif kind == "signal":
+        if "within" in opts:
+            opts["within"] = _within(opts["within"], "signal.within", at("within"))
+        sig = opts.get("sig", "TERM")
+        if not isinstance(sig, str) or sig.upper() not in ("TERM", "STOP"):
+            raise err(f"signal.sig must be TERM or STOP, got {sig!r}", "sig")
+        sig = sig.upper()
+        for option, goes in (("grace", "TERM"), ("pause", "STOP")):
+            if option not in opts:
+                continue
+            if sig != goes:
+                raise err(f"signal.{option} goes with sig: {goes}", option)
+            try:
+                secs = parse_duration(opts[option], what=f"signal.{option}")
+            except UnitError as exc:
+                raise err(str(exc), option) from None
+            if secs > MAX_SIGNAL_WAIT:
+                raise err(
+                    f"signal.{option} is {secs:g}s, above the cap of {MAX_SIGNAL_WAIT:g}s", option
+                )
+            opts[option] = secs
+    elif kind == "corrupt":
+        hows = opts.get("how", list(CORRUPTIONS))
+        hows = [hows] if isinstance(hows, str) else hows
+        if not isinstance(hows, list) or not hows:
+            raise err(
+                f"corrupt.how must be a corruption or a non-empty list of them, got "
+                f"{opts.get('how')!r}; use {', '.join(CORRUPTIONS)}",
+                "how",
+            )
+        bad = [h for h in hows if not isinstance(h, str) or h not in CORRUPTIONS]
+        if bad:
+            raise err(f"corrupt: unknown how {bad}; use {', '.join(CORRUPTIONS)}", "how")
+        opts["how"] = tuple(hows)
+        if "path" in opts:
+            _corrupt_path(opts["path"], at("path"))
+        if "aim" in opts:
+            text("aim", ("written", "anywhere"), "anywhere")
+    elif kind == "disk_full":
+        text("mechanism", DISK_MECHANISMS, "auto")
+        if "capacity" in opts:
+            try:
+                cap = parse_size(opts["capacity"], what="disk_full.capacity")
+            except UnitError as exc:
+                raise err(str(exc), "capacity") from None
+            if not 0 < cap <= MAX_CAPACITY:
+                raise err(
+                    f"disk_full.capacity must be more than 0 and at most 1 GiB (the "
+                    f"cap), got {opts['capacity']!r}",
+                    "capacity",
+                )
+            opts["capacity"] = cap
+        if "nth" in opts:
+            _whole(opts["nth"], 1, MAX_NTH, "disk_full.nth", err=at("nth"))
+    elif kind == "power_loss":
+        opts["model"] = text("model", POWER_MODELS, "posix")
+    elif kind == "network":
+        _check_network(opts, at)
+
+
+def _check_network(
+    opts: dict[str, Any], at: Callable[[str], Callable[[str], FaultSpecError]]
+) -> None:
+    """``network`` options: ``call`` (``METHOD /path``, ``llm``, ``mail`` or ``any``),
+    ``fail`` (one of :data:`NET_FAILS` or a list), ``nth``, ``times``."""
+    call = opts.get("call", "any")
+    if not isinstance(call, str) or not (call == "any" or _NET_CALL.match(call)):
+        raise at("call")(
+            f"network.call must be a request as the ledger names it: 'METHOD /path' (e.g. "
+            f'"POST /hook", the path under {{http}}), llm, mail, or any (one drawn from the '
+            f"golden run's network calls), got {call!r}"
+        )
+    opts["call"] = call
+    fails = opts.get("fail", "timeout")
+    fails = [fails] if isinstance(fails, (str, int)) and not isinstance(fails, bool) else fails
+    allowed = ", ".join(map(str, NET_FAILS))
+    if not isinstance(fails, list) or not fails:
+        raise at("fail")(
+            f"network.fail must be one of {allowed} or a non-empty list of them, "
+            f"got {opts.get('fail')!r}"
+        )
+    norm: list[str | int] = []
+    for v in fails:
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if isinstance(v, bool) or v not in NET_FAILS:
+            raise at("fail")(
+                f"network.fail: unknown failure {v!r}; use {allowed} (reset: "
+                f"the connection is closed unanswered; timeout: the request is "
+                f"applied and no reply comes; a status: answered before "
+                f"applying)"
+            )
+        if v not in norm:
+            norm.append(v)
+    opts["fail"] = tuple(norm)
+    if "nth" in opts:
+        _whole(opts["nth"], 1, MAX_NET_NTH, "network.nth", err=at("nth"))
+    if "times" in opts:
+        _whole(
+            opts["times"],
+            1,
+            MAX_NET_TIMES,
+            "network.times",
+            err=at("times"),
+            cap=" consecutive failures",
+        )
+
+
+@dataclass(frozen=True)
+class FaultFamily:
+    """One ``faults:`` item of a scenario: a fault kind with its options, or a chain of them
+    applied in order within one trial (item j hits attempt j + 1)."""
+
+    chain: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+
+    @property
+    def name(self) -> str:
+        parts = []
+        for kind, opts in self.chain:
+            o = dict(opts)
+            tag = (
+                o.get("at")
+                or o.get("how")
+                or o.get("sig")
+                or o.get("mechanism")
+                or o.get("model")
+                or ""
+            )
+            if kind == "network":
+                tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
+            if isinstance(tag, (list, tuple)):
+                tag = "|".join(map(str, tag))
+            parts.append(f"{kind}@{tag}" if tag else kind)
+        return "+".join(parts)
+
+    @property
+    def systematic(self) -> bool:
+        """Sweeps the golden run's points (one trial each) unless the scenario says random:
+        kill at every boundary, kill at each file operation (``at: fileop`` without a
+        count), a full disk at each write point (``disk_full`` without a capacity or count).
+        """
+        if len(self.chain) != 1:
+            return False
+        kind, opts = self.chain[0]
+        o = dict(opts)
+        if kind == "kill":
+            at = o.get("at", "random")
+            return at == "every-boundary" or (at == "fileop" and "count" not in o)
+        if kind in ("power_loss", "network"):
+            return "count" not in o
+        return (
+            kind == "disk_full"
+            and "capacity" not in o
+            and "count" not in o
+            and o.get("mechanism", "auto") != "failpoint"
+        )
+
+    def points(self, golden: Golden) -> int:
+        """How many trials a systematic sweep of this family has over ``golden``."""
+        kind, opts = self.chain[0]
+        o = dict(opts)
+        if kind == "kill" and o.get("at") == "fileop":
+            return max(1, len(golden.fileops[: int(o.get("max", MAX_FILEOP))]))
+        if kind == "power_loss":
+            return _power.points(golden, str(o.get("model", "posix")))
+        if kind == "network":
+            calls, fails = net_points(o, golden)
+            return len(calls) * len(fails)
+        if kind == "disk_full":
+            mech = o.get("mechanism", "auto")
+            if mech == "auto":
+                caps = disk_capabilities()
+                mech = "tmpfs" if caps.tmpfs else "rlimit"
+            return max(1, len(golden.writes.get(mech, [])))
+        return len(golden.boundaries())
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the golden run must record for this family: ``fileops``, ``writes``."""
+        out = set()
+        for kind, opts in self.chain:
+            o = dict(opts)
+            if kind == "kill" and o.get("at") == "fileop":
+                out.add("fileops")
+            if (
+                kind == "disk_full"
+                and "capacity" not in o
+                and o.get("mechanism", "auto") != "failpoint"
+            ):
+                out.add("writes")
+            if kind == "power_loss" or (kind == "corrupt" and o.get("aim") == "written"):
+                out.add("plog")
+        return frozenset(out)
+
+    @property
+    def count(self) -> int | None:
+        c = dict(self.chain[-1][1]).get("count")
+        return int(c) if c is not None else None
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{kind: dict(opts)} for kind, opts in self.chain]
+
+
+def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> FaultFamily:
+    """``{"kill": {"at": "random"}}`` or a list of such items (a chain) -> a FaultFamily.
+
+    Every option is validated (type, range, known names); a bad one raises
+    :class:`FaultSpecError` (a ValueError) saying which fault and option, and why.
+    """
+    raw: Any = spec  # checked here: it comes from a YAML file or a marker
+    chained = not isinstance(raw, Mapping)
+    if chained and (isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence)):
+        hint = f" (write '{raw}:' with a colon)" if raw in FAMILY_KINDS else ""
+        raise FaultSpecError(
+            f"a fault is a mapping with one key (the fault kind), or a list "
+            f"of them (a chain), got {raw!r}{hint}"
+        )
+    items = list(raw) if chained else [raw]
+    if not items:
+        raise FaultSpecError(
+            "an empty chain: a chain lists one or more faults, e.g. "
+            "[disk_full: {capacity: 8KiB}, kill: {at: random}]"
+        )
+    chain = []
+    for j, item in enumerate(items):
+        where = j if chained else None
+        if not isinstance(item, Mapping) or len(item) != 1:
+            raise FaultSpecError(
+                f"a fault is a mapping with one key (the fault kind), got {item!r}", item=where
+            )
+        ((kind, opts),) = item.items()
+        if kind not in FAMILY_KINDS:
+            raise FaultSpecError(
+                f"unknown fault kind {kind!r}; use one of {', '.join(FAMILY_KINDS)}", item=where
+            )
+
+        def err(
+            message: str, option: str = "", _kind: str = str(kind), _where: int | None = where
+        ) -> FaultSpecError:
+            return FaultSpecError(message, item=_where, kind=_kind, option=option)
+
+        if opts is not None and not isinstance(opts, Mapping):
+            raise err(f"{kind}: options must be a mapping, e.g. {{{kind}: {{count: 3}}}}")
+        opts = dict(opts or {})
+        unknown = sorted(map(str, set(opts) - set(FAMILY_OPTIONS[kind])))
+        if unknown:
+            raise err(
+                f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(FAMILY_OPTIONS[kind])}",
+                unknown[0],
+            )
+        _check_options(kind, opts, j == len(items) - 1, err)
+        chain.append(
+            (
+                kind,
+                tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in opts.items())),
+            )
+        )
+    return FaultFamily(tuple(chain))
+
+
+#: How to give a campaign boundaries (the message of :class:`NoBoundaries`).
+ADD_PROBE_CALLS = (
+    "Add probe calls to the agent: `from crashpoint import probe`, then "
+    "probe.step_started(name) / probe.step_completed(name) around each step and "
+    "probe.effect(kind, payload, key=...) for each side effect (the reference library "
+    "crashpoint.checkpoint calls them for you; other languages speak the wire protocol, or "
+    "POST to $CRASHPOINT_LEDGER_HTTP: see docs/reference/wire-protocol.md)"
+)
+
+
+def net_requests(golden: Golden) -> list[tuple[str, int]]:
+    """The golden run's requests to the stand-in services, in order: (call, nth), the call as
+    the ledger names it (``POST /hook``, ``llm``, ``mail``) and its occurrence from 1."""
+    seen: Counter[str] = Counter()
+    out = []
+    for ev in golden.events:
+        call = call_of(ev)
+        if call:
+            seen[call] += 1
+            out.append((call, seen[call]))
+    return out
+
+
+def net_points(o: Mapping[str, Any], golden: Golden) -> tuple[list[str], list[str | int]]:
+    """The calls a ``network`` family fails (its own, or each distinct one of the golden run
+    for ``any``; [""] when there is none) and its failures."""
+    call = str(o.get("call", "any"))
+    if call != "any":
+        calls = [call]
+    else:
+        calls = list(dict.fromkeys(c for c, _n in net_requests(golden))) or [""]
+    return calls, list(o.get("fail", ("timeout",)))

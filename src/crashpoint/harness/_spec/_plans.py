@@ -1,0 +1,322 @@
+"""The plan generator: the faults of each trial, a pure function of its inputs.
+
+:func:`plan_for` draws the plan of trial ``index`` of a family from the golden run's events
+and recorded operations (never its timings), the seed and the index: the same inputs give the
+same plan on any machine, in any order, in any shard or worker. A systematic family's trial
+``index`` takes the sweep point ``boundary``; a random one draws it with a generator seeded by
+``(seed, family, index)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from crashpoint.errors import NoBoundaries
+from crashpoint.faults import (
+    CORRUPTIONS,
+    FileOp,
+    OpLog,
+    WritePoint,
+    disk_capabilities,
+    recent_writes,
+)
+from crashpoint.harness._spec import _power
+from crashpoint.harness._spec._events import event_name
+from crashpoint.harness._spec._families import (
+    ADD_PROBE_CALLS,
+    DEFAULT_WITHIN,
+    KILL_FAILPOINTS,
+    MAX_FILEOP,
+    FaultFamily,
+    net_points,
+    net_requests,
+)
+from crashpoint.harness._spec._model import Fault, Golden, Plan
+
+__all__ = ["plan_for"]
+
+
+def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 0) -> Fault:
+    """A kill of ``attempt`` at golden event ``index`` by identity: its op, its name, and its
+    occurrence counted from golden event ``start`` (where the attempt is expected to begin)."""
+    ev = golden.events[index]
+    name = event_name(ev)
+    nth = sum(
+        1 for e in golden.events[start : index + 1] if e["op"] == ev["op"] and event_name(e) == name
+    )
+    return Fault.make(
+        "kill",
+        attempt,
+        op=str(ev["op"]),
+        name=name,
+        nth=max(1, nth),
+        phase=phase,
+        label=f"{ev['op']}:{name}",
+    )
+
+
+def _resume_point(golden: Golden, index: int) -> int:
+    """Where the attempt after a kill at golden event ``index`` is expected to begin: just
+    after the last step reported completed before it."""
+    for j in range(index - 1, -1, -1):
+        if golden.events[j]["op"] == "step_completed":
+            return j + 1
+    return 0
+
+
+def _later_kill(
+    attempt: int, golden: Golden, first: int, rng: random.Random, label: str, *, after: bool = False
+) -> Fault:
+    """A kill of the attempt that follows a kill at golden event ``first``: at an event drawn
+    from ``first`` on (``after``: from the next one, if there is one), counted from where that
+    attempt is expected to resume."""
+    lo = min(first + 1, len(golden.events) - 1) if after else first
+    j = lo + rng.randrange(max(1, len(golden.events) - lo))
+    f = _kill_at(attempt, golden, j, "before", _resume_point(golden, first))
+    return Fault.make("kill", attempt, **{**dict(f.args), "label": label})
+
+
+def _instant(opts: dict[str, Any], golden: Golden, rng: random.Random) -> dict[str, Any]:
+    """An instant in [0, within) seconds after the attempt's first event (after its start
+    when the golden run reported no event): the seed alone decides it."""
+    within = float(opts.get("within", DEFAULT_WITHIN))
+    out: dict[str, Any] = {"seconds": round(rng.uniform(0.0, within), 4)}
+    if not golden.events:
+        out["anchor"] = "start"
+    return out
+
+
+def _aim(golden: Golden, kill: Fault) -> list[list[Any]]:
+    """The golden run's newest writes before ``kill``'s event: [path, offset, length] with
+    the path's placeholder, newest last; [] without a trace (the corruption says so)."""
+    if not golden.plog:
+        return []
+    index = _last_kill_index(golden, [kill])
+    upto = golden.plog_events[index] if index < len(golden.plog_events) else 0
+    log = OpLog.from_json(golden.plog)
+    return [[p, o, n] for p, o, n in recent_writes(log, upto)]
+
+
+def _last_kill_index(golden: Golden, prior: Sequence[Fault]) -> int:
+    """The golden event of the last kill planned before (0 if none is named)."""
+    for f in reversed(prior):
+        if f.kind == "kill" and f.arg("op"):
+            seen = 0
+            for j, ev in enumerate(golden.events):
+                if ev["op"] == f.arg("op") and event_name(ev) == f.arg("name"):
+                    seen += 1
+                    if seen == int(f.arg("nth", 1)):
+                        return j
+    return 0
+
+
+def _draw(
+    kind: str,
+    opts: dict[str, Any],
+    attempt: int,
+    golden: Golden,
+    rng: random.Random,
+    boundary: int | None,
+    mode: str | None,
+    prior: Sequence[Fault] = (),
+) -> list[Fault]:
+    """The faults for one chain item (``boundary``: the index of the systematic point)."""
+    bs = golden.boundaries()
+    if not bs and (
+        kind == "corrupt"
+        or (kind == "kill" and opts.get("at", "random") in ("every-boundary", "random", "recovery"))
+    ):
+        raise NoBoundaries(
+            f"{kind} faults at event boundaries need an agent that reports events through the "
+            f"probe; its golden run reported none. {ADD_PROBE_CALLS}. Or use kill at time, "
+            "failpoint or fileop for a silent agent."
+        )
+    if kind == "kill":
+        at = opts.get("at", "random")
+        if mode == "random" and at == "every-boundary":
+            at = "random"
+        if at in ("every-boundary", "random", "recovery"):
+            b = bs[boundary] if boundary is not None else rng.choice(bs)
+            out = [_kill_at(attempt, golden, b.index, b.phase)]
+            if at == "recovery":  # a second crash while recovering from the first
+                out.append(_later_kill(attempt + 1, golden, b.index, rng, "recovery"))
+            return out
+        if at == "time":
+            return [Fault.make("kill_at_time", attempt, **_instant(opts, golden, rng))]
+        if at == "failpoint":
+            names = list(opts.get("names", KILL_FAILPOINTS))
+            return [
+                Fault.make(
+                    "failpoint", attempt, spec=f"{rng.choice(names)}=kill@{rng.randint(1, 3)}"
+                )
+            ]
+        if at == "fileop":
+            ops = golden.fileops[: int(opts.get("max", MAX_FILEOP))]
+            if not ops:  # nothing recorded (yet): the trial says so, never passes
+                return [
+                    Fault.make(
+                        "fileop",
+                        attempt,
+                        fileop={},
+                        label="no file operation recorded in the golden run",
+                    )
+                ]
+            op = ops[boundary] if boundary is not None else rng.choice(ops)
+            return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
+    if kind == "signal":
+        sig = str(opts.get("sig", "TERM")).upper()
+        when = _instant(opts, golden, rng)
+        if sig == "TERM":
+            return [
+                Fault.make(
+                    "signal", attempt, sig="TERM", **when, grace=float(opts.get("grace", 2.0))
+                )
+            ]
+        return [
+            Fault.make("signal", attempt, sig="STOP", **when, pause=float(opts.get("pause", 0.3)))
+        ]
+    if kind == "corrupt":
+        hows = opts.get("how", CORRUPTIONS)
+        how = rng.choice(list(hows))
+        path = str(opts.get("path", "{state_dir}/**"))
+        b1 = rng.choice(bs)
+        out = [_kill_at(attempt, golden, b1.index, b1.phase)]
+        nxt = attempt + 1
+        if how == "stale-copy":  # needs an older copy: crash twice, roll back to the first
+            out.append(_later_kill(nxt, golden, b1.index, rng, "second crash", after=True))
+            nxt += 1
+        aimed: dict[str, Any] = {}
+        if opts.get("aim") == "written":  # the newest writes before the (last) kill
+            aimed["aim"] = _aim(golden, out[-1])
+        out.append(
+            Fault.make("corrupt", nxt, how=how, path=path, seed=rng.randrange(1 << 30), **aimed)
+        )
+        return out
+    if kind == "disk_full":
+        mech = opts.get("mechanism", "auto")
+        if mech == "auto":
+            caps = disk_capabilities()
+            mech = "tmpfs" if caps.tmpfs else "rlimit" if caps.rlimit else "failpoint"
+        if "capacity" not in opts and mech in ("tmpfs", "rlimit"):  # the write-point mode
+            points = golden.writes.get(mech, [])
+            if not points:
+                return [
+                    Fault.make(
+                        "disk_full",
+                        attempt,
+                        mechanism=mech,
+                        point={},
+                        label="no write point recorded in the golden run",
+                    )
+                ]
+            pt = points[boundary] if boundary is not None else rng.choice(points)
+            return [
+                Fault.make(
+                    "disk_full",
+                    attempt,
+                    mechanism=mech,
+                    point=pt,
+                    label=WritePoint.from_json(pt).label(),
+                )
+            ]
+        cap = int(opts.get("capacity", 65536))
+        if mech == "failpoint":
+            nth = int(opts.get("nth", rng.randint(2, 6)))
+            return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech, nth=nth)]
+        return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
+    if kind == "resumers":
+        return [Fault.make("resumers", attempt)]
+    if kind == "power_loss":
+        model = str(opts.get("model", "posix"))
+        if attempt == 1:
+            return [_power.draw(golden, model, rng, boundary, attempt)]
+        # during recovery (after another fault): cut the attempt at a golden event drawn
+        # past the previous kill, in the state its own trace says it may leave
+        first = _last_kill_index(golden, prior)
+        k = _later_kill(attempt, golden, first, rng, "power cut", after=True)
+        return [
+            Fault.make(
+                "power_loss",
+                attempt,
+                model=model,
+                seed=rng.randrange(1 << 30),
+                **{a: v for a, v in k.args if a in ("op", "name", "nth", "phase")},
+                label=f"power cut at {k.arg('op')}:{k.arg('name')}",
+            )
+        ]
+    if kind == "network":
+        return [_net_draw(opts, attempt, golden, rng, boundary)]
+    if kind == "hang":
+        return [
+            Fault.make(
+                "signal",
+                attempt,
+                sig="STOP",
+                seconds=0.0,
+                pause=1e6,
+                **({"anchor": "start"} if not golden.events else {}),
+            )
+        ]
+    raise ValueError(f"cannot draw faults of kind {kind!r}")
+
+
+def _net_draw(
+    opts: dict[str, Any], attempt: int, golden: Golden, rng: random.Random, boundary: int | None
+) -> Fault:
+    """One ``network`` fault: a sweep's point (``boundary``: call x failure), or drawn. A
+    drawn ``any`` without ``nth`` picks one request of the golden run (its occurrence too)."""
+    calls, fails = net_points(opts, golden)
+    nth = int(opts.get("nth", 1))
+    if boundary is not None:
+        call, fail = calls[boundary // len(fails)], fails[boundary % len(fails)]
+    else:
+        fail = rng.choice(fails)
+        reqs = net_requests(golden)
+        if opts.get("call", "any") == "any" and "nth" not in opts and reqs:
+            call, nth = rng.choice(reqs)
+        else:
+            call = rng.choice(calls)
+    times = int(opts.get("times", 1))
+    if not call:
+        return Fault.make(
+            "network",
+            attempt,
+            call="",
+            fail=fail,
+            nth=nth,
+            times=times,
+            label="no network call in the golden run",
+        )
+    return Fault.make("network", attempt, call=call, fail=fail, nth=nth, times=times)
+
+
+def _fileop_label(op: dict[str, Any]) -> str:
+    try:
+        return FileOp.from_json(op).label()
+    except (ValueError, TypeError, KeyError):  # a hand-written one: its own words
+        return str(
+            op.get("label") or f"{op.get('op', '?')} {op.get('path', '?')} #{op.get('n', 1)}"
+        )
+
+
+def plan_for(
+    family: FaultFamily,
+    golden: Golden,
+    seed: int,
+    index: int,
+    *,
+    boundary: int | None = None,
+    mode: str | None = None,
+) -> Plan:
+    """The plan of trial ``index``: a pure function of the family, the golden run's events
+    and recorded operations (never its timings), the seed and the index."""
+    rng = random.Random(f"crashpoint:{seed}:{family.name}:{index}")
+    faults: list[Fault] = []
+    attempt = 1
+    for kind, opts in family.chain:
+        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode, faults)
+        faults += drawn
+        attempt = max(f.attempt for f in drawn) + 1
+    return Plan(tuple(faults), family.name, seed, index)

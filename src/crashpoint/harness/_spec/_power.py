@@ -1,0 +1,93 @@
+"""Power-loss planning: the crash states of the golden run's trace, as the family's points.
+
+The golden run is recorded under strace (:mod:`crashpoint.faults`, ``POWER_SYSCALLS``); its
+logical operation log and the wall-clock times of its events give the *crash instants*: just
+before each file operation (every event that came earlier already happened: its effect was
+applied outside, its step reported completed), and after the last. At each instant the model's
+crash states (what a power cut may leave) are listed; states that leave the same folders with
+the same events behind are judged once. A systematic family runs every state; ``count: N``
+draws N by the seed. Running a cut is the engine's (:mod:`crashpoint.harness._engine._power`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from crashpoint.faults import OpLog, crash_states
+from crashpoint.harness._spec._model import Fault, Golden
+
+__all__ = ["draw", "oplog_of", "points", "states"]
+
+#: Crash states kept per (golden run, model) in this process: planning asks for one at a time.
+_CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]]]] = {}
+
+
+def oplog_of(golden: Golden) -> OpLog:
+    """The golden run's logical file-operation log (recorded for a power_loss family)."""
+    return OpLog.from_json(golden.plog)
+
+
+def _events_before(golden: Golden, upto: int) -> int:
+    """How many golden events happened before operation ``upto + 1`` started."""
+    return sum(1 for k in golden.plog_events if k <= upto)
+
+
+def states(golden: Golden, model: str) -> list[dict[str, Any]]:
+    """Every crash state of ``golden`` under ``model``, in log order, as fault arguments
+    (``upto``, ``events``, ``mutation``, ``label``); [] without a trace."""
+    if not golden.plog:
+        return []
+    key = (id(golden), model)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is golden:
+        return [dict(x) for x in hit[1]]
+    log = oplog_of(golden)
+    seen: set[tuple[str, int]] = set()
+    out: list[dict[str, Any]] = []
+    for upto in range(len(log.ops) + 1):
+        events = _events_before(golden, upto)
+        for st in crash_states(log, model, upto):
+            ident = (st.digest, events)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            out.append(
+                {
+                    "upto": upto,
+                    "events": events,
+                    "mutation": st.mutation.to_json(),
+                    "label": st.label(),
+                }
+            )
+    if len(_CACHE) > 8:
+        _CACHE.clear()
+    _CACHE[key] = (golden, out)
+    return [dict(x) for x in out]
+
+
+def draw(
+    golden: Golden, model: str, rng: random.Random, boundary: int | None, attempt: int
+) -> Fault:
+    """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn by
+    ``rng``; without a trace (or nothing to lose), a fault that says why (never a pass)."""
+    all_states = states(golden, model)
+    if not all_states:
+        why = golden.recorded_by or "the golden run was not traced"
+        if golden.plog and not golden.plog.get("ops"):
+            why = (
+                "the golden run made no file operation under {state_dir} or {workdir}: a "
+                "power cut there loses nothing more than a kill -9 would"
+            )
+        elif golden.plog:
+            why = (
+                "no crash state differs from what a kill -9 leaves: every file operation "
+                "of the golden run was made durable before the next one"
+            )
+        return Fault.make("power_loss", attempt, model=model, label=why)
+    s = all_states[boundary] if boundary is not None else rng.choice(all_states)
+    return Fault.make("power_loss", attempt, model=model, **s)
+
+
+def points(golden: Golden, model: str) -> int:
+    return max(1, len(states(golden, model)))
