@@ -364,6 +364,8 @@ def _kill(tokens: Iterable[str], holders: Iterable[tuple[int, float]]) -> int:
     """SIGKILL (then SIGCONT: a stopped process is then reaped at once by its parent) every
     live process marked with one of ``tokens`` and every holder that is still the same process
     (same start time); wait for them; return how many were killed."""
+    # psutil and the process helpers only when something is left to kill: the plugin installs
+    # this module's signal handlers in every session, most of which kill nothing
     import psutil
 
     from crashpoint._proc._process import _wait_dead, marked

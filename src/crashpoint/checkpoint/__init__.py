@@ -97,7 +97,7 @@ _LAZY = ("FleetOutcome", "FleetWorker", "Lease", "PostgresStore", "submit")
 
 def __getattr__(name: str) -> _Any:
     if name in _LAZY:
-        try:
+        try:  # imported on first use: the PostgreSQL room loads psycopg
             from crashpoint.checkpoint import postgres
 
             return getattr(postgres, name)

@@ -14,8 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crashpoint._proc._cleanup import LIVE, shielded
-from crashpoint._proc._process import kill_tree
+from crashpoint._proc import LIVE, kill_tree, shielded
 
 __all__ = [
     "PAGE",

@@ -268,7 +268,7 @@ class Ledger:
 
     def start_smtp(self) -> SmtpSink:
         """Start the SMTP sink (once; it follows the token across resets)."""
-        if self.smtp is None:
+        if self.smtp is None:  # aiosmtpd costs more to import than the rest of the harness
             from crashpoint.harness._standins._smtp import SmtpSink
 
             self.smtp = SmtpSink(self._handle_mail, self.token, self._mail_refused).start()
