@@ -1,7 +1,10 @@
 """The README's two set-up commands are what CI runs, and they work on a fresh machine.
 
 The fast tests pin the contract between ``README.md`` and ``.ci/run``: exactly two commands,
-each making its own virtual environment, and ``.ci/run`` running both verbatim. The slow test
+each making its own virtual environment, and ``.ci/run`` running both verbatim, with the linters
+(``ruff check``, ``ruff format --check``, ``mypy``, ``lint-imports``) in the test command's
+virtual environment, each one failing the script when it fails (run against stand-in tools, in
+a copy of the script: milliseconds, no index). The slow test
 runs both commands for real, in a copy of the checkout outside this repository, in a brand-new
 virtual environment with the newest packages the registry offers (it needs the package index).
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -45,6 +49,103 @@ def test_ci_runs_both_readme_commands_verbatim() -> None:
     assert gate in ci
     assert ci.index(tests) < ci.index(gate)  # the tests first: their failure is the news
     assert "set -euo pipefail" in ci
+
+
+#: What ``.ci/run`` runs after the test command, in its venv, each line as it stands.
+LINT_STEPS = ("ruff check .", "ruff format --check .", "mypy", "lint-imports")
+
+
+def test_ci_runs_the_linters_in_the_test_venv_each_on_its_own_line() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    gate, tests = readme_commands()
+    at = [ci.index(step) for step in LINT_STEPS]  # a whole line: no `|| true`, no `&&` list
+    assert at == sorted(at)
+    assert ci.index("set -euo pipefail") < ci.index(tests) < min(at)
+    deactivate = next(i for i, line in enumerate(ci) if line.startswith("deactivate"))
+    assert max(at) < deactivate < ci.index(gate)  # still inside the test command's venv
+
+
+#: Stands in for python3, ruff, mypy, lint-imports and crashpoint: logs the step it is (and
+#: whether the fake venv is active), and fails if it is the step named in $FAKECI_FAIL.
+FAKE_TOOL = r"""#!/usr/bin/env bash
+tool=$(basename "$0")
+case "$tool${*:+ $*}" in
+  "python3 -m venv .venv")
+    mkdir -p .venv/bin
+    printf '%s\n' 'export FAKECI_VENV=1' \
+      'deactivate() { unset FAKECI_VENV; unset -f deactivate; }' > .venv/bin/activate
+    step=venv ;;
+  *'-m pip install -e .[dev]') step=install-dev ;;
+  *'-m pip install -e .') step=install ;;
+  "python3 -m pytest") step=pytest ;;
+  "ruff check .") step=ruff-check ;;
+  "ruff format --check .") step=ruff-format ;;
+  "mypy") step=mypy ;;
+  "lint-imports") step=lint-imports ;;
+  "crashpoint run scenarios/") step=gate ;;
+  *) echo "unexpected: $tool $*" >&2; exit 99 ;;
+esac
+echo "$step venv=${FAKECI_VENV:-0}" >> "$FAKECI_LOG"
+[ "$step" != "${FAKECI_FAIL:-}" ]
+"""
+CI_STEPS = [
+    "venv venv=0",
+    "install-dev venv=1",
+    "pytest venv=1",
+    "ruff-check venv=1",
+    "ruff-format venv=1",
+    "mypy venv=1",
+    "lint-imports venv=1",
+    "venv venv=0",
+    "install venv=1",
+    "gate venv=1",
+]
+
+
+def run_ci_with_fake_tools(tmp_path: Path, fail: str) -> tuple[int, list[str]]:
+    """``.ci/run`` copied into an empty tree, run with the stand-in tools first on PATH."""
+    work, tools = tmp_path / "repo", tmp_path / "bin"
+    (work / ".ci").mkdir(parents=True)
+    shutil.copy2(ROOT / ".ci" / "run", work / ".ci" / "run")
+    tools.mkdir()
+    for name in ("python3", "ruff", "mypy", "lint-imports", "crashpoint"):
+        (tools / name).write_text(FAKE_TOOL, encoding="utf-8")
+        (tools / name).chmod(stat.S_IRWXU)
+    log = tmp_path / "steps.log"
+    env = {
+        "PATH": f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "FAKECI_LOG": str(log),
+        "FAKECI_FAIL": fail,
+        "HOME": str(tmp_path),
+    }
+    r = subprocess.run(
+        ["bash", str(work / ".ci" / "run")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "unexpected" not in r.stderr, r.stderr
+    steps = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    return r.returncode, steps
+
+
+def test_ci_runs_every_step_in_order_when_all_pass(tmp_path: Path) -> None:
+    rc, steps = run_ci_with_fake_tools(tmp_path, fail="")
+    assert (rc, steps) == (0, CI_STEPS)
+
+
+@pytest.mark.parametrize(
+    "fail",
+    ["install-dev", "pytest", "ruff-check", "ruff-format", "mypy", "lint-imports", "gate"],
+)
+def test_each_failing_step_fails_ci_and_stops_it(tmp_path: Path, fail: str) -> None:
+    rc, steps = run_ci_with_fake_tools(tmp_path, fail=fail)
+    assert rc != 0
+    assert steps[-1].split()[0] == fail  # the failing step is the last one that ran
+    assert steps == CI_STEPS[: len(steps)]
 
 
 @pytest.mark.slow
