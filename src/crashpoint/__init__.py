@@ -1,7 +1,7 @@
 """crashpoint: crash-proof checkpoints for agents, and a harness that proves it.
 
-The package is a house of rooms in layers, lowest first; a layer imports only layers below
-it, and another package only through its face (its ``__init__``)::
+The package is a house of rooms in layers, the lowest at the bottom; a layer imports only
+layers below it, and another package only through its face (its ``__init__``)::
 
     7 doors       pytest_plugin/  cli/  strategies.py
     6 adapters    adapters/ (LangGraph, DBOS)   agents/ (the demo agent)
@@ -9,11 +9,12 @@ it, and another package only through its face (its ``__init__``)::
     4 faults      faults/
     3 processes   _proc/
     2 library     checkpoint/ (with checkpoint/postgres/)
-    1 base        errors  probe  _entry  _fsio  _units  _placeholders  _failpoints  _version
+    1 base        errors  probe  _entry  _fsio  _units  _placeholders  _failpoints  _lazy  _version
 
 This face is lazy (PEP 562): ``import crashpoint.probe``, what runs inside every agent the
-harness spawns, loads this module, the probe and :mod:`crashpoint.errors`, nothing more. The
-names below are imported on first use.
+harness spawns, loads this module, its lazy-import helper (``_lazy``), the probe and
+:mod:`crashpoint.errors`, nothing more. The names below are imported on first use; every one is
+listed in ``docs/reference/api.md``.
 """
 
 from __future__ import annotations
