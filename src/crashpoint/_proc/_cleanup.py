@@ -75,6 +75,7 @@ _MAX_ENTRY = 1 << 20  # a registry file is a few hundred bytes; refuse to read a
 
 
 def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15: a signal's name for messages (``signal N`` for one without a name)."""
     try:
         return signal.Signals(signum).name
     except ValueError:

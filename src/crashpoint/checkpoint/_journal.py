@@ -152,7 +152,8 @@ class Loaded:
 
 
 def list_files(folder: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """(snapshots newest first, segments oldest first), each as (seq, path)."""
+    """The files of a run folder: (snapshots newest first, journal segments oldest first),
+    each as (seq, path)."""
     snaps: list[tuple[int, str]] = []
     segs: list[tuple[int, str]] = []
     for name in os.listdir(folder):

@@ -30,6 +30,9 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class DiskCapability:
+    """What this machine allows for a full disk: a tmpfs in a private mount namespace, an
+    ``RLIMIT_FSIZE``, each with the reason when it does not (probed once per process)."""
+
     tmpfs: bool
     tmpfs_reason: str
     rlimit: bool

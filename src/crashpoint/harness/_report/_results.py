@@ -24,6 +24,10 @@ __all__ = ["CampaignResult"]
 
 @dataclass
 class CampaignResult:
+    """One campaign's outcome: its golden run, every trial that ran (in index order), how long
+    it took, its seed and report folder, and why it stopped early if it did (``incomplete``,
+    ``interrupted_by``, the plans of the trials that never ran). :attr:`ok` is the verdict."""
+
     name: str
     golden: Golden
     trials: list[TrialResult]

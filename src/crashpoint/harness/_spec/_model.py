@@ -616,6 +616,10 @@ class Outcome:
 
 @dataclass
 class TrialResult:
+    """One trial as it ran and was judged: its plan, its attempts and events, the effects the
+    outside world applied, the checks' verdicts, whether each planned fault took effect
+    (:attr:`outcomes`), and what its evidence folder kept. :attr:`status` is the verdict."""
+
     plan: Plan
     attempts: list[Attempt]
     events: list[dict[str, Any]]

@@ -98,6 +98,9 @@ class ScenarioFamily:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A loaded, validated ``*.scenario.yaml``: its agent, fault families (each with the line
+    it is on), trials, seed, restarts, mode, expectations and budget, and where it came from."""
+
     path: str
     name: str
     agent: AgentSpec

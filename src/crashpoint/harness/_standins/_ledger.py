@@ -102,7 +102,11 @@ class _Effect:
 
 @dataclass
 class Ledger:
-    """Start with :meth:`start`, stop with :meth:`close` (or use as a context manager).
+    """The outside world and the kill switch of a trial, in the harness process: it answers the
+    probe (and, with ``http``, the stand-in services), records every event in order, applies
+    each effect key at most once, and kills the agent at a planned event (:attr:`kills`).
+
+    Start with :meth:`start`, stop with :meth:`close` (or use as a context manager).
 
     Limits: ``max_connections`` (None: :func:`default_max_connections`), ``max_request_bytes``,
     ``idle_timeout`` (seconds a started request may take to arrive whole), and

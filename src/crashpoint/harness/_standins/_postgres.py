@@ -106,7 +106,8 @@ def _free_port() -> int:
 
 @dataclass
 class PostgresServer:
-    """One running server. Use :meth:`start` (a context manager) rather than the constructor."""
+    """A throw-away PostgreSQL server on loopback, run as the unprivileged ``postgres`` account
+    in a private folder (CI runs as root), one database per test. Use :meth:`start` (a context manager) rather than the constructor."""
 
     folder: str
     port: int
