@@ -107,7 +107,8 @@ def _free_port() -> int:
 @dataclass
 class PostgresServer:
     """A throw-away PostgreSQL server on loopback, run as the unprivileged ``postgres`` account
-    in a private folder (CI runs as root), one database per test. Use :meth:`start` (a context manager) rather than the constructor."""
+    in a private folder (CI runs as root), one database per test. Use :meth:`start` (a context
+    manager) rather than the constructor."""
 
     folder: str
     port: int
