@@ -45,31 +45,6 @@ EXTRAS = {
     "crashpoint.adapters.langgraph_saver": ("langgraph", "langgraph"),
     "crashpoint.adapters.dbos": ("dbos", "dbos"),
 }
-#: Names a face still exports while it is being cut down, documented as the face it will have.
-#: Applied only while the face exports every one of them, so the first change to the face ends
-#: it (a name kept after the cut is then missing): delete an entry once its face has changed.
-#: crashpoint.cli: its argparse frame moves to a private module; the face keeps ``main``.
-LEAVING: dict[str, frozenset[str]] = {
-    "crashpoint.cli": frozenset(
-        {
-            "EXIT_BROKEN_PIPE",
-            "EXIT_FOUND",
-            "EXIT_INTERRUPTED",
-            "EXIT_OK",
-            "EXIT_TERMINATED",
-            "EXIT_USAGE",
-            "STORE_ENV",
-            "Arg",
-            "Context",
-            "UsageError",
-            "arg",
-            "build_parser",
-            "command",
-            "group",
-        }
-    ),
-}
-
 _HEADING = re.compile(r"^##\s+(.*?)\s*$")
 _FACE_HEADING = re.compile(r"^`([A-Za-z_][\w.]*)`$")
 _ROW = re.compile(r"^\|\s*`([A-Za-z_]\w*)`\s*\|")
@@ -132,10 +107,7 @@ def drift(face: str, exported: Iterable[str], page: str) -> Drift:
     names = list(exported)
     section = sections(page).get(face)
     rows = documented(section or "")
-    leaving = LEAVING.get(face, frozenset())
-    if not leaving <= set(names):  # the face has changed: nothing is excused any more
-        leaving = frozenset()
-    missing = tuple(n for n in names if n not in rows and n not in leaving)
+    missing = tuple(n for n in names if n not in rows)
     stale = tuple(dict.fromkeys(n for n in rows if n not in names))
     return Drift(face, missing, stale, has_section=section is not None)
 
@@ -203,12 +175,3 @@ def test_a_row_in_another_faces_section_or_a_mention_in_prose_does_not_count() -
     assert drift("crashpoint", ["Store", "probe"], page).missing == ("Store",)
     assert drift("crashpoint.checkpoint", ["Store"], page).missing == ()
     assert not drift("crashpoint.probe", [], page).has_section
-
-
-def test_leaving_names_are_excused_only_while_the_face_still_exports_them_all() -> None:
-    page = "## `crashpoint.cli`\n| `main` | function | run the command line |\n"
-    leaving = sorted(LEAVING["crashpoint.cli"])
-    assert not drift("crashpoint.cli", ["main", *leaving], page)  # the old face, whole
-    assert not drift("crashpoint.cli", ["main"], page)  # the new face
-    kept = drift("crashpoint.cli", ["main", leaving[0]], page)  # cut, but one name kept
-    assert kept.missing == (leaving[0],)

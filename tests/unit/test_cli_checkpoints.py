@@ -22,7 +22,8 @@ import pytest
 
 from crashpoint import __version__
 from crashpoint.checkpoint import RunJournal, Secret, Store
-from crashpoint.cli import STORE_ENV, main
+from crashpoint.cli import main
+from crashpoint.cli._framework import STORE_ENV
 from crashpoint.harness import format_size
 
 CANARY = "sk-canary-5f1e0c"

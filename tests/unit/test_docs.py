@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.cli import build_parser, main
+from crashpoint.cli import main
+from crashpoint.cli._framework import build_parser
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))

@@ -1,8 +1,13 @@
 """``crashpoint fleet work|submit|dead``: a fleet of workers over a PostgreSQL store.
 
 ``work`` claims unfinished, unleased runs and resumes each with ``CMD ... {run_id}`` (see
-:mod:`crashpoint.checkpoint.postgres._fleet`); ``submit`` puts new runs in for workers to pick up;
-``dead`` lists dead-lettered runs. Registered by one import in :mod:`crashpoint.cli`.
+:class:`crashpoint.checkpoint.postgres.FleetWorker`); ``submit`` puts new runs in for workers to
+pick up; ``dead`` lists dead-lettered runs. Registered with the frame
+(:mod:`crashpoint.cli._framework`) when :mod:`crashpoint.cli._main` imports this module.
+
+Imports: the frame, and the public faces :mod:`crashpoint.checkpoint.postgres` (lazy: psycopg is
+loaded by the first fleet command that opens the store, never by importing this room) and
+:mod:`crashpoint.errors`.
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from crashpoint.cli import EXIT_FOUND, EXIT_OK, STORE_ENV, Context, UsageError, arg, command, group
+from crashpoint.checkpoint import postgres
+from crashpoint.cli._framework import EXIT_FOUND, EXIT_OK, STORE_ENV, Context, arg, command, group
+from crashpoint.errors import UsageError
 
 __all__: list[str] = []
 
@@ -40,9 +47,7 @@ def _store(ctx: Context, worker: str | None = None) -> Any:
             f"--store {url or '(none)'}: a fleet needs a PostgreSQL store URL "
             "(postgresql://user@host/db); set --store or $CRASHPOINT_STORE"
         )
-    from crashpoint.checkpoint.postgres._store import PostgresStore
-
-    return PostgresStore(
+    return postgres.PostgresStore(
         url, schema=ctx.args.schema, worker=worker, lease_seconds=ctx.args.lease_seconds
     )
 
@@ -74,8 +79,6 @@ def _store(ctx: Context, worker: str | None = None) -> Any:
     ],
 )
 def _work(ctx: Context) -> int:
-    from crashpoint.checkpoint.postgres._fleet import FleetWorker, fleet_summary
-
     argv = (
         [a for a in ctx.args.argv if a != "--"]
         if ctx.args.argv[:1] == ["--"]
@@ -88,7 +91,7 @@ def _work(ctx: Context) -> int:
         )
     store = _store(ctx, ctx.args.worker)
     try:
-        worker = FleetWorker(
+        worker = postgres.FleetWorker(
             store,
             worker=ctx.args.worker,
             max_attempts=ctx.args.max_attempts,
@@ -100,7 +103,7 @@ def _work(ctx: Context) -> int:
         out = worker.run_once() if ctx.args.once else worker.run(until_idle=ctx.args.until_idle)
     finally:
         store.close()
-    ctx.print(fleet_summary(out))
+    ctx.print(postgres.fleet_summary(out))
     return EXIT_FOUND if any(o.status == "dead" for o in out) else EXIT_OK
 
 
@@ -111,12 +114,12 @@ def _work(ctx: Context) -> int:
     args=[arg("runs", nargs="+", metavar="RUN", help="run ids")],
 )
 def _submit(ctx: Context) -> int:
-    from crashpoint.checkpoint.postgres._fleet import submit
-
     store = _store(ctx)
     try:
         for rid in ctx.args.runs:
-            ctx.print(f"{rid}: {'submitted' if submit(store, rid) else 'exists (left alone)'}")
+            ctx.print(
+                f"{rid}: {'submitted' if postgres.submit(store, rid) else 'exists (left alone)'}"
+            )
     finally:
         store.close()
     return EXIT_OK

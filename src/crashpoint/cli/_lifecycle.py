@@ -2,14 +2,19 @@
 
 A shell (or any) agent checkpoints with these the way a Python agent does with
 :class:`crashpoint.checkpoint.Run`; see docs/how-to/checkpoint-from-any-language.md. The logic
-is in :mod:`crashpoint.checkpoint._lifecycle`; this module only parses, prints and tells the
-probe (after the record is durable and the run closed). Registered by one import in
-:mod:`crashpoint.cli`.
+is the library's (:func:`crashpoint.checkpoint.start_run`, ``record_step``, ``record_effect``,
+``run_status``, ``complete_run``); this module only parses, prints and tells the probe (after
+the record is durable and the run closed). Registered with the frame
+(:mod:`crashpoint.cli._framework`) when :mod:`crashpoint.cli._main` imports this module.
 
 Exit codes: 0 done (``effect``: send it now), 3 ``effect``: already done, skip it, 2 bad usage
 or input (bad JSON, no store, no such run), 1 the run's state does not allow it (finished, steps
 left), and the run's documented codes: 65 corrupt, 69 dead-lettered, 70 not the next step or a
 different step list, 73 another live agent owns the run, 74 disk full or I/O error.
+
+Imports: the frame, and the public faces :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors`
+and :mod:`crashpoint.probe`. A shell agent runs one of these per step: nothing here may pull in
+the harness, pytest or psutil.
 """
 
 from __future__ import annotations
@@ -20,8 +25,32 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, Literal
 
-from crashpoint.cli import EXIT_OK, EXIT_USAGE, STORE_ENV, Context, UsageError, arg, command
-from crashpoint.errors import CrashpointError, InvalidRunId, RunNotFound, RunStateError
+from crashpoint import probe
+from crashpoint.checkpoint import (
+    EXIT_SKIP,
+    Store,
+    complete_run,
+    decode_json,
+    exists_or_raise,
+    exit_code,
+    is_store_url,
+    makedirs_durable,
+    open_store,
+    record_effect,
+    record_step,
+    run_status,
+    start_run,
+    validate_run_id,
+)
+from crashpoint.cli._framework import EXIT_OK, EXIT_USAGE, STORE_ENV, Context, arg, command
+from crashpoint.errors import (
+    CrashpointError,
+    InvalidRunId,
+    RunNotFound,
+    RunStateError,
+    UsageError,
+)
+from crashpoint.probe import ProbeError
 
 __all__: list[str] = []
 
@@ -29,8 +58,6 @@ _RUN = arg("run", metavar="RUN", help="the run id")
 
 
 def _json_arg(text: str, what: str) -> Any:
-    from crashpoint.checkpoint._record import decode_json
-
     try:  # bounded as every stored value is (depth, numbers): what is written must read back
         return decode_json(text.encode("utf-8", "surrogateescape"))
     except ValueError as exc:
@@ -43,8 +70,6 @@ def _json_arg(text: str, what: str) -> Any:
 def _store(ctx: Context, *, create: bool = False) -> Any:
     """The store of ``--store`` / ``$CRASHPOINT_STORE``; ``create``: make the folder (``start``
     on a first run) instead of asking :meth:`Context.store_root`, which wants it to exist."""
-    from crashpoint.checkpoint import Store, is_store_url, open_store
-
     rollback = getattr(ctx.args, "on_corrupt", "") == "rollback"
     on_corrupt: Literal["raise", "rollback"] = "rollback" if rollback else "raise"
     root = getattr(ctx.args, "store", None) or os.environ.get(STORE_ENV, "")
@@ -55,10 +80,8 @@ def _store(ctx: Context, *, create: bool = False) -> Any:
     if not os.path.isdir(root):
         if os.path.lexists(root):
             raise UsageError(f"{root} (the store) is not a folder")
-        from crashpoint._fsio import REAL
-
         try:  # durable: each new folder fsynced into its parent (a power cut keeps the store)
-            REAL.makedirs_durable(root)
+            makedirs_durable(root)
         except OSError as exc:
             raise UsageError(f"cannot create the store {root}: {exc.strerror}") from None
     return Store(root, on_corrupt=on_corrupt)
@@ -69,9 +92,6 @@ def _guarded(func: Callable[[Context], int]) -> Callable[[Context], int]:
 
     @wraps(func)
     def run(ctx: Context) -> int:
-        from crashpoint.checkpoint import exit_code
-        from crashpoint.probe import ProbeError
-
         try:
             return func(ctx)
         except (RunNotFound, InvalidRunId) as exc:
@@ -98,8 +118,6 @@ def _print_next(ctx: Context, name: str | None) -> None:
 
 def _announce_next(name: str | None) -> None:
     if name is not None:
-        from crashpoint import probe
-
         probe.step_started(name)
 
 
@@ -132,9 +150,6 @@ def _announce_next(name: str | None) -> None:
 )
 @_guarded
 def _start(ctx: Context) -> int:
-    from crashpoint.checkpoint import validate_run_id
-    from crashpoint.checkpoint._lifecycle import start_run
-
     run_id = validate_run_id(ctx.args.run)
     steps = [s.strip() for s in ctx.args.steps.split(",") if s.strip()] or None
     if ctx.args.steps and steps and len(set(steps)) != len(steps):
@@ -169,10 +184,6 @@ def _start(ctx: Context) -> int:
 )
 @_guarded
 def _step(ctx: Context) -> int:
-    from crashpoint import probe
-    from crashpoint.checkpoint import validate_run_id
-    from crashpoint.checkpoint._lifecycle import record_step
-
     run_id = validate_run_id(ctx.args.run)
     result = _json_arg(ctx.args.result, "--result")
     st = record_step(_store(ctx), run_id, ctx.args.name, result)
@@ -223,10 +234,6 @@ def _step(ctx: Context) -> int:
 )
 @_guarded
 def _effect(ctx: Context) -> int:
-    from crashpoint import probe
-    from crashpoint.checkpoint import validate_run_id
-    from crashpoint.checkpoint._lifecycle import EXIT_SKIP, record_effect
-
     a = ctx.args
     run_id = validate_run_id(a.run)
     payload = _json_arg(a.payload, "--payload")
@@ -274,9 +281,6 @@ def _effect(ctx: Context) -> int:
 )
 @_guarded
 def _status(ctx: Context) -> int:
-    from crashpoint.checkpoint import validate_run_id
-    from crashpoint.checkpoint._lifecycle import exists_or_raise, run_status
-
     run_id = validate_run_id(ctx.args.run)
     store = _store(ctx)
     exists_or_raise(store, run_id)
@@ -330,9 +334,6 @@ def _status(ctx: Context) -> int:
 )
 @_guarded
 def _complete(ctx: Context) -> int:
-    from crashpoint.checkpoint import validate_run_id
-    from crashpoint.checkpoint._lifecycle import complete_run
-
     run_id = validate_run_id(ctx.args.run)
     output = _json_arg(ctx.args.output, "--output")
     st = complete_run(_store(ctx), run_id, output)

@@ -1,0 +1,353 @@
+"""The frame of the ``crashpoint`` command: the command table, the parser built from it, what a
+command receives, the exit codes, and the argument types and helpers several commands share.
+
+It imports no command module: each command room (``_checkpoints``, ``_lifecycle``, ``_fleet``,
+``_gate``) imports this frame and registers its commands with :func:`command`, and ``_main``
+imports the rooms, then builds the parser. Adding a command is one decorated function: it
+declares its place and arguments, receives a :class:`Context`, and returns the exit code::
+
+    @command("checkpoints", "approve", help="record a human decision for a paused run",
+             args=[arg("run", metavar="RUN", help="the run id"),
+                   arg("--deny", action="store_true", help="refuse instead of approving")])
+    def _approve(ctx: Context) -> int:
+        store = ctx.store()
+        ...
+        return EXIT_OK
+
+The ``checkpoints`` group is declared here because two rooms put commands in it (the store's
+maintenance in ``_checkpoints``, the lifecycle in ``_lifecycle``).
+
+Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
+corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
+OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the
+output went away (``| head``).
+
+Imports: the standard library and the public faces :mod:`crashpoint` (the version),
+:mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors` and :mod:`crashpoint.harness` (its lazy
+face, for the units of sizes and durations only: no harness module is loaded). This module is
+imported by every command, the lifecycle commands a shell agent runs once per step included:
+keep it cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TextIO
+
+from crashpoint import __version__
+from crashpoint.checkpoint import Store, is_store_url, open_store
+from crashpoint.errors import UnitError, UsageError
+from crashpoint.harness import parse_duration, parse_size
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "PROG",
+    "STORE_ENV",
+    "Arg",
+    "Context",
+    "Handler",
+    "arg",
+    "build_parser",
+    "command",
+    "count",
+    "duration",
+    "group",
+    "is_run_folder",
+    "plural",
+    "size",
+]
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by SIGTERM (cleanly: KeyboardInterrupt path)
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
+STORE_ENV = "CRASHPOINT_STORE"
+PROG = "crashpoint"
+
+
+# -- the command table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One ``add_argument`` call, kept for later: flags and keyword arguments."""
+
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any]
+
+
+def arg(*flags: str, **kwargs: Any) -> Arg:
+    """Declare an argument exactly as ``ArgumentParser.add_argument`` takes it."""
+    return Arg(flags, kwargs)
+
+
+Handler = Callable[["Context"], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    name: str
+    help: str
+    description: str
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    path: tuple[str, ...]
+    help: str
+    description: str
+    args: tuple[Arg, ...]
+    func: Handler
+
+
+_GROUPS: dict[str, _Group] = {}
+_COMMANDS: dict[tuple[str, ...], _Command] = {}
+
+
+def group(name: str, *, help: str, description: str = "", args: Iterable[Arg] = ()) -> None:
+    """Declare a top-level command that holds subcommands (``checkpoints``); ``args`` are
+    accepted both before and after the subcommand's name."""
+    _GROUPS[name] = _Group(name, help, description or help, tuple(args))
+
+
+def command(
+    *path: str, help: str, description: str = "", args: Iterable[Arg] = ()
+) -> Callable[[Handler], Handler]:
+    """Register ``func`` as the command at ``path``: ``("checkpoints", "list")`` or ``("run",)``.
+
+    A two-part path needs its group declared with :func:`group` first.
+    """
+    if not 1 <= len(path) <= 2:
+        raise ValueError(f"a command path has one or two names, got {path!r}")
+    if len(path) == 2 and path[0] not in _GROUPS:
+        raise ValueError(f"declare the group {path[0]!r} with group() before its commands")
+
+    def register(func: Handler) -> Handler:
+        _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func)
+        return func
+
+    return register
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 2 with the subcommand's usage line, as argparse does, but through
+    ``main`` rather than ``sys.exit`` deep inside argparse."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _add(parser: argparse.ArgumentParser, a: Arg, *, suppress_default: bool = False) -> None:
+    kwargs = dict(a.kwargs)
+    if suppress_default:  # a subparser's default must not overwrite the value given before it
+        kwargs["default"] = argparse.SUPPRESS
+    parser.add_argument(*a.flags, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, built from the table."""
+    parser = _Parser(
+        prog=PROG,
+        description="Crash-proof checkpoints for agents, and a harness that proves it.",
+        epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run), 2 the command "
+        "could not do its job (bad usage or input, no store, an OS error).",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    top = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
+    subs: dict[str, argparse._SubParsersAction[_Parser]] = {}
+    for g in _GROUPS.values():
+        gp = top.add_parser(g.name, help=g.help, description=g.description)
+        for a in g.args:
+            _add(gp, a)
+        subs[g.name] = gp.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=_Parser
+        )
+    for path, c in _COMMANDS.items():
+        where = top if len(path) == 1 else subs[path[0]]
+        cp = where.add_parser(path[-1], help=c.help, description=c.description)
+        if len(path) == 2:
+            for a in _GROUPS[path[0]].args:
+                _add(cp, a, suppress_default=True)
+        for a in c.args:
+            _add(cp, a)
+        cp.set_defaults(_handler=c.func)
+    return parser
+
+
+# -- what a command receives ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Context:
+    """The parsed arguments and the streams; :meth:`store` opens the store the user named."""
+
+    args: argparse.Namespace
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def print(self, *parts: object) -> None:
+        print(*parts, file=self.out)
+
+    def note(self, *parts: object) -> None:
+        print(*parts, file=self.err)
+
+    def json(self, obj: Any) -> None:
+        json.dump(obj, self.out, indent=2, sort_keys=True, ensure_ascii=False)
+        self.out.write("\n")
+
+    def store_root(self) -> str:
+        """``--store``, else ``$CRASHPOINT_STORE``; the folder must exist."""
+        root = getattr(self.args, "store", None) or os.environ.get(STORE_ENV, "")
+        if not root:
+            raise UsageError(
+                f"no store given: pass --store DIR or set {STORE_ENV}=DIR "
+                "(the folder that holds one sub-folder per run)"
+            )
+        where = "--store" if getattr(self.args, "store", None) else STORE_ENV
+        if is_store_url(root):  # a PostgresStore: no folder to check
+            return root
+        if not os.path.exists(root):
+            raise UsageError(f"no store at {root} (from {where}): the folder does not exist")
+        if not os.path.isdir(root):
+            raise UsageError(f"{root} (from {where}) is not a folder")
+        return root
+
+    def store(self, **kwargs: Any) -> Store:
+        """The store named by ``--store`` / ``$CRASHPOINT_STORE``; ``kwargs`` go to ``Store``.
+
+        A folder that is not a store (its sub-folders hold no run, or it is one run's own
+        folder) is refused, naming the store(s) found inside it or above it."""
+        root = self.store_root()
+        if is_store_url(root):  # postgresql://...: a PostgresStore (issue 14)
+            return open_store(root, **kwargs)  # type: ignore[no-any-return]
+        _check_store(root, "--store" if getattr(self.args, "store", None) else STORE_ENV)
+        return Store(root, **kwargs)
+
+
+#: The names a run's folder holds (moved-aside damaged files keep their prefix).
+_RUN_FILE = re.compile(r"^(lock|meta\.json|seg-\d{12}\.log|snap-\d{12}\.cps)")
+
+
+def is_run_folder(path: str) -> bool:
+    """True if ``path`` holds a run's files (a lock, meta.json, a segment or a snapshot).
+    Reads only the folder's names: no file is opened. A PostgresStore's run is always one."""
+    if is_store_url(path):
+        return True
+    try:
+        return any(_RUN_FILE.match(n) for n in os.listdir(path))
+    except OSError:
+        return False
+
+
+def _subfolders(path: str) -> list[str]:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted(
+        n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(path, n))
+    )
+
+
+def _check_store(root: str, where: str) -> None:
+    """Refuse ``root`` unless it can be a store: empty, or at least one sub-folder is a run."""
+    subs = _subfolders(root)
+    if any(is_run_folder(os.path.join(root, n)) for n in subs):
+        return
+    if is_run_folder(root):
+        parent = os.path.dirname(os.path.abspath(root))
+        raise UsageError(
+            f"{root} (from {where}) is one run's folder, not a store: a store holds one "
+            f"sub-folder per run; use --store {parent} and name the run "
+            f"{os.path.basename(os.path.abspath(root))!r}"
+        )
+    if not subs:
+        return  # an empty store: nothing in it yet
+    inside = [
+        os.path.join(root, n)
+        for n in subs
+        if any(is_run_folder(os.path.join(root, n, m)) for m in _subfolders(os.path.join(root, n)))
+    ]
+    hint = (
+        f"; the store inside it is --store {inside[0]}"
+        if len(inside) == 1
+        else f"; stores inside it: {', '.join(inside[:5])}"
+        if inside
+        else "; point --store at the folder the agent passes to Store(...)"
+    )
+    raise UsageError(
+        f"{root} (from {where}) is not a checkpoint store: none of its "
+        f"{plural(len(subs), 'folder')} ({', '.join(subs[:5])}"
+        f"{', ...' if len(subs) > 5 else ''}) holds a run (no journal, meta.json or "
+        f"lock){hint}"
+    )
+
+
+# -- argument types (argparse names each by its function: invalid count value) ----------------
+
+
+def duration(text: str) -> float:
+    """``30m``, ``2h``, ``90s``, ``7d``: seconds."""
+    try:
+        return parse_duration(text, what="")
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size(text: str) -> int:
+    """``64KiB``, ``10MB``, ``1GiB``: bytes."""
+    try:
+        return parse_size(text, what="")
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; give 0 or more")
+    return n
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+# -- the group two rooms share ----------------------------------------------------------------
+
+group(
+    "checkpoints",
+    help="inspect and maintain a checkpoint store",
+    description="Inspect and maintain a checkpoint store: one folder per run under DIR. "
+    "`list`, `show`, `verify`, `stale` and `plan` only read: safe while agents "
+    "write. `prune` deletes finished runs; `approve` records a human decision.",
+    args=[
+        arg(
+            "--store",
+            metavar="DIR",
+            help=f"the store's folder or postgresql:// URL (default: ${STORE_ENV})",
+        )
+    ],
+)

@@ -1,0 +1,240 @@
+"""``crashpoint run`` and ``crashpoint replay``: the crash-recovery gate and one trial replayed.
+
+``run`` drives pytest with the crashpoint plugin over scenario files (one engine, two doors) and
+writes the reports; ``replay`` re-runs one failing trial from its folder. Registered with the
+frame (:mod:`crashpoint.cli._framework`) when :mod:`crashpoint.cli._main` imports this module.
+
+Imports: the frame, the public faces :mod:`crashpoint.errors` and :mod:`crashpoint.harness`,
+and pytest. The harness face is lazy and only its attributes are used, inside the commands;
+pytest is imported inside ``run``: importing this room (as every command does) loads neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import stat
+
+from crashpoint import harness
+from crashpoint.cli._framework import (
+    EXIT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    Context,
+    arg,
+    command,
+    count,
+)
+from crashpoint.errors import CrashpointError, UnsafeReportFolder, UsageError
+
+__all__: list[str] = []
+
+
+@command(
+    "run",
+    help="the crash-recovery gate: run scenario files, print a table, write reports",
+    description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
+    "with the crashpoint plugin (one engine, two doors), shows progress, ends "
+    "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
+    "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
+    "stops it cleanly (agents killed, temporary folders removed, the report "
+    "marked incomplete): exit 130 or 143.",
+    args=[
+        arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
+        arg("--seed", type=count, help="campaign seed (default: each scenario's own)"),
+        arg("--trials", type=count, help="random trials per scenario (overrides files)"),
+        arg("--mode", choices=("systematic", "random"), help="override every scenario's mode"),
+        arg(
+            "--report",
+            metavar="DIR",
+            default="crashpoint-report",
+            help="where reports and failing trials go (default: ./crashpoint-report)",
+        ),
+        arg("--shard", metavar="I/N", help="run shard I of N of every campaign"),
+        arg(
+            "-n",
+            dest="workers",
+            metavar="N",
+            help="parallel workers (pytest-xdist: a number or auto)",
+        ),
+        arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
+        arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
+        arg(
+            "--budget",
+            metavar="DURATION",
+            help="time budget per campaign, e.g. 10m or none (default: each scenario's "
+            "budget, else 10m); past it the campaign stops and fails",
+        ),
+        arg("--quiet", action="store_true", help="no progress lines"),
+    ],
+)
+def _run(ctx: Context) -> int:
+    import pytest  # here, not at the top: only the gate pays for pytest's start-up
+
+    a = ctx.args
+    paths = a.paths or ["scenarios"]
+    for p in paths:
+        if not os.path.exists(p):
+            raise UsageError(
+                f"no such file or folder: {p} (give scenario files or folders; "
+                "the default is ./scenarios)"
+            )
+    if a.workers is not None and importlib.util.find_spec("xdist") is None:
+        raise UsageError(
+            "-n needs pytest-xdist, a dependency of crashpoint that is not "
+            "installed in this environment: `python3 -m pip install "
+            "pytest-xdist`, or run without -n"
+        )
+    report = os.path.abspath(a.report)
+    # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
+    # (imported by this command) is "already imported", which filterwarnings=error, common in
+    # a project's own configuration, turns into a crash of the gate
+    argv = [
+        *paths,
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+        "--assert=plain",
+        "-q",
+        "-rfE",
+        "--crashpoint-report",
+        report,
+        f"--junitxml={os.path.join(report, 'junit.xml')}",
+    ]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
+    for flag, value in (
+        ("--crashpoint-seed", a.seed),
+        ("--crashpoint-trials", a.trials),
+        ("--crashpoint-mode", a.mode),
+        ("--crashpoint-shard", a.shard),
+        ("--crashpoint-budget", a.budget),
+        ("-n", a.workers),
+        ("-k", a.keyword),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    if a.workers is not None:  # a file's items on one worker: one golden run per file
+        argv += ["--dist", "loadfile"]
+    if a.exitfirst:
+        argv.append("-x")
+    if not a.quiet:
+        argv.append("--crashpoint-progress")
+    # SIGTERM as well as SIGINT stops the gate cleanly: the plugin session kills the agents,
+    # removes mounts and temporary folders, writes the report marked incomplete
+    restore = harness.install_signal_handlers()
+    try:
+        reaped = harness.reap_stale()
+        if reaped.harnesses:
+            ctx.note(
+                f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
+                f"{reaped.describe()}"
+            )
+        _safe_report_folder(report)
+        _gate_running(report, on=True)
+        code = int(pytest.main(argv))
+    finally:
+        if harness.received() is not None:
+            harness.cleanup_all()
+        restore()
+    _gate_running(report, on=False)
+    sig = harness.received()
+    if sig is not None:
+        ctx.note(
+            f"{PROG}: interrupted by {harness.signal_name(sig)}: agents stopped, temporary "
+            f"folders removed; the report in {report} is marked incomplete"
+        )
+        return 128 + sig
+    if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
+        ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
+        return EXIT_FOUND
+    if code == int(pytest.ExitCode.USAGE_ERROR):
+        return EXIT_USAGE  # a bad option value: the message is above
+    if code not in (0, 1):
+        ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
+    return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+#: gate.json while the gate runs (the plugin writes the same at the start of its session)
+_GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
+
+
+def _safe_report_folder(report: str) -> None:
+    """The report folder, created 0700 without following a link, and refused (exit 2) if
+    another user owns it or can write in it; pytest's own ``--junitxml`` would write through a
+    link planted at ``junit.xml``, so anything there but a regular file is refused too."""
+    try:
+        harness.secure_dir(report)
+    except UnsafeReportFolder as exc:
+        raise UsageError(str(exc)) from None
+    junit = os.path.join(report, "junit.xml")
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(junit).st_mode):
+            raise UsageError(
+                f"{junit} exists and is not a regular file (a link?): the gate "
+                "will not write through it; remove it or choose another --report "
+                "folder"
+            )
+
+
+def _gate_running(report: str, *, on: bool) -> None:
+    """Replace gate.json by :data:`_GATE_RUNNING` (``on``); afterwards remove that marker if no
+    session replaced it (pytest stopped before running anything, e.g. a bad option value).
+    Either way an earlier run's ``"ok": true`` is never left behind. The folder is safe by
+    then (:func:`_safe_report_folder`); a link planted at gate.json is refused, not followed."""
+    path = os.path.join(report, "gate.json")
+    with contextlib.suppress(OSError, ValueError):
+        if on:
+            harness.write_file(path, json.dumps(_GATE_RUNNING))
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            still = json.load(f) == _GATE_RUNNING
+        if still:
+            os.unlink(path)
+
+
+@command(
+    "replay",
+    help="re-run exactly one failing trial from its folder and print its checks",
+    description="FOLDER is a failing trial's folder (it holds plan.json, golden.json, "
+    "runner.json and REPLAY). The same plan runs again against the same golden "
+    "run; exit 1 if a check fails again (reproduced), 0 if every check passes.",
+    args=[arg("folder", metavar="FOLDER", help="a trial folder from a report")],
+)
+def _replay(ctx: Context) -> int:
+    folder = ctx.args.folder
+    if not os.path.isdir(folder):
+        raise UsageError(f"no such folder: {folder}")
+    try:
+        result = harness.replay(folder)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a plan.json edited by hand: a file operation or write point
+        if isinstance(exc, CrashpointError):
+            raise
+        raise UsageError(
+            f"{folder}: its plan.json cannot be replayed: {exc} (run the trial's "
+            "campaign again to get a fresh plan)"
+        ) from None
+    ctx.print(f"trial {result.plan.index} [{result.plan.family}]: {result.plan.describe()}")
+    ctx.print(f"  landed: {result.landed()}")
+    for att in result.attempts:
+        ctx.print(f"  {att.describe()}")
+    for c in result.checks:
+        ctx.print(f"  {c}")
+    ctx.print(f"evidence: {result.folder}")
+    if result.ok:
+        how = (
+            "every check passed this time"
+            if result.exercised
+            else "every check passed, but a planned fault did not take effect this time"
+        )
+        ctx.print(f"did not reproduce: {how}")
+        return EXIT_OK
+    ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
+    return EXIT_FOUND
