@@ -33,16 +33,6 @@ RETRY_STATUSES = (408, 425, 429, 500, 502, 503, 504)
 _MAX_BACKOFF = 30.0
 
 
-def _redact_url(url: str) -> str:
-    """``url`` without a password in its user part (error messages never carry one)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
-
-
 def _header_value(key: str) -> str:
     """The key as a header value: as is when it is printable ASCII, else percent-encoded
     (deterministic, so every attempt sends the same value)."""
