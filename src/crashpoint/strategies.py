@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from crashpoint.faults import CORRUPTIONS, FAILPOINTS
+from crashpoint.faults import CORRUPTIONS, FAILPOINTS, disk_capabilities
 from crashpoint.harness import (
     AgentSpec,
     Boundary,
@@ -261,8 +261,6 @@ def _corruptions(draw: st.DrawFn, hows: tuple[str, ...], path: str, attempt: int
 
 
 def _disk_mechanism() -> str:
-    from crashpoint.faults import disk_capabilities
-
     caps = disk_capabilities()
     return "tmpfs" if caps.tmpfs else "rlimit" if caps.rlimit else "failpoint"
 

@@ -190,7 +190,7 @@ def test_write_file_replaces_an_existing_file_atomically(tmp_path: Path) -> None
 
 
 def test_the_plugin_refuses_an_unsafe_report_option_before_running(tmp_path: Path) -> None:
-    from crashpoint.pytest_plugin import _parse
+    from crashpoint.pytest_plugin._options import _parse
 
     bad = tmp_path / "report"
     bad.mkdir()

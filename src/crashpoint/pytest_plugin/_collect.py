@@ -1,4 +1,9 @@
-"""Collect ``*.scenario.yaml`` files: one item per scenario and fault family."""
+"""Collect ``*.scenario.yaml`` files: one item per scenario and fault family.
+
+Imported by the plugin when a session first needs it (a scenario file found, items counted):
+it imports pytest's collection machinery and the harness's names at module level, the
+plugin's options and campaigns, never the plugin's ``__init__``.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from crashpoint.harness import (
     fork_plan,
     load_scenario,
 )
-from crashpoint.pytest_plugin import SETTINGS, make_harness, record_campaign, record_interrupted
+from crashpoint.pytest_plugin._campaigns import make_harness, record_campaign, record_interrupted
+from crashpoint.pytest_plugin._options import SETTINGS
 
 GOLDEN = pytest.StashKey[Golden]()
 #: the item whose golden run failed: the file's other items point at it instead of repeating it

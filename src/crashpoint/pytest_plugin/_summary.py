@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any
 
+from crashpoint import harness
+
 __all__ = ["remove_gate_running", "summary_table", "write_gate_running", "write_session_reports"]
 
 #: gate.json while a session runs: a killed gate never leaves an old "ok": true behind
@@ -99,17 +101,13 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
 
 def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
     """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
-    from crashpoint.harness import human_size
-
     out = []
     for s in summaries:
         name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
         ow = s.get("outside_writes") or {}
         if ow.get("tmp_bytes") or ow.get("system_tmp"):
-            line = (
-                f"outside its folders: {name}: {human_size(int(ow.get('tmp_bytes', 0)))} in "
-                "private TMPDIRs (removed)"
-            )
+            size = harness.human_size(int(ow.get("tmp_bytes", 0)))
+            line = f"outside its folders: {name}: {size} in private TMPDIRs (removed)"
             if ow.get("system_tmp"):
                 line += (
                     f"; appeared in the system temp folders during "
@@ -142,10 +140,8 @@ def write_session_reports(
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
     (``"ok": false, "incomplete": true``). The folder is created 0700 without following a link
     and refused if another user owns it or can write in it
-    (crashpoint.harness._report._safe.UnsafeReportFolder); each file is written whole (temp + fsync
+    (:class:`crashpoint.errors.UnsafeReportFolder`); each file is written whole (temp + fsync
     + rename), 0600, never through a planted link."""
-    from crashpoint.harness import write_file
-
     path = os.path.join(folder, "gate.json")
     incomplete = bool(interrupted_by) or any(s.get("incomplete") for s in summaries)
     ok = all(s["ok"] for s in summaries) and not interrupted_by
@@ -161,11 +157,11 @@ def write_session_reports(
     )
     paths = [path]
     try:
-        from crashpoint.harness import render_html
+        render_html = harness.render_html
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
-    write_file(html, render_html(summaries))
+    harness.write_file(html, render_html(summaries))
     paths.append(html)
     return paths
 
@@ -195,7 +191,5 @@ def _write_json(path: str, data: Any) -> None:
     """Write by temp file + fsync + rename into a safe folder (created 0700, never through a
     link): a reader sees the old or the new file, never half; a link planted at ``path`` is
     refused, not followed."""
-    from crashpoint.harness import secure_dir, write_file
-
-    secure_dir(os.path.dirname(path))
-    write_file(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+    harness.secure_dir(os.path.dirname(path))
+    harness.write_file(path, json.dumps(data, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,220 @@
+"""What a session asks of crashpoint: the options, their resolved settings, and the marker.
+
+Each option is a flag, an environment variable and an ini key sharing one help text
+(:data:`OPTIONS`); :func:`resolve_settings` takes each from the command line, else the
+environment, else the ini file, and a bad value is a usage error naming where it came from.
+The ``crashpoint`` marker is parsed strictly (:func:`marker_options`). The stash keys the
+plugin's modules share live here too.
+
+Imports pytest, the standard library and the harness's lazy face only: a harness name is
+loaded when a value needs it (a budget, a report folder, a marker's faults).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from crashpoint import harness
+
+__all__ = [
+    "BOARD",
+    "BUDGET_DESC",
+    "MARKER",
+    "MODE_DESC",
+    "OPTIONS",
+    "PROGRESS_DESC",
+    "REPORT_DESC",
+    "SEED_DESC",
+    "SETTINGS",
+    "SHARD_DESC",
+    "SUMMARIES",
+    "TRIALS_DESC",
+    "WORKER_FILE",
+    "Settings",
+    "marker_options",
+    "resolve_settings",
+]
+
+SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
+TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
+MODE_DESC = (
+    "systematic: kill at every boundary, every power-loss state; random: draw boundaries at random"
+)
+REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
+SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
+PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
+BUDGET_DESC = (
+    "time budget of each campaign, e.g. 10m (none: no limit); past it the running "
+    "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
+)
+
+#: name -> (CLI flag, environment variable, ini key, help, default)
+OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
+    "seed": ("--crashpoint-seed", "CRASHPOINT_SEED", "crashpoint_seed", SEED_DESC, None),
+    "trials": ("--crashpoint-trials", "CRASHPOINT_TRIALS", "crashpoint_trials", TRIALS_DESC, None),
+    "mode": ("--crashpoint-mode", "CRASHPOINT_MODE", "crashpoint_mode", MODE_DESC, None),
+    "report": ("--crashpoint-report", "CRASHPOINT_REPORT", "crashpoint_report", REPORT_DESC, None),
+    "shard": ("--crashpoint-shard", "CRASHPOINT_SHARD", "crashpoint_shard", SHARD_DESC, None),
+    "progress": (
+        "--crashpoint-progress",
+        "CRASHPOINT_PROGRESS",
+        "crashpoint_progress",
+        PROGRESS_DESC,
+        None,
+    ),
+    "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC, None),
+}
+MARKER = (
+    "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings "
+    "for the crash_harness fixture of this test"
+)
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved crashpoint options, each with where it came from."""
+
+    seed: int | None
+    trials: int | None
+    mode: str | None
+    report: str | None
+    shard: tuple[int, int] | None
+    progress: bool
+    where: dict[str, str]
+    budget: float | None = None  # seconds (inf: no limit); None: the scenario's, else 10m
+
+
+SETTINGS = pytest.StashKey[Settings]()
+#: the session's campaign summaries (from test reports, and from campaigns a signal stopped)
+SUMMARIES = pytest.StashKey[list[dict[str, Any]]]()
+BOARD = pytest.StashKey[Any]()  # crashpoint.pytest_plugin._board.Board
+WORKER_FILE = pytest.StashKey[Any]()  # an xdist worker's _board.WorkerFile
+
+
+def _parse(name: str, raw: Any, where: str) -> Any:
+    def bad(why: str) -> pytest.UsageError:
+        return pytest.UsageError(f"crashpoint: bad value {raw!r} for {where}: {why}")
+
+    if name in ("seed", "trials"):
+        try:
+            v = int(str(raw).strip())
+        except ValueError:
+            raise bad("expected a whole number") from None
+        if v < 0:
+            raise bad("expected a number >= 0")
+        return v
+    if name == "mode":
+        v2 = str(raw).strip().lower()
+        if v2 not in ("systematic", "random"):
+            raise bad("expected one of: systematic, random")
+        return v2
+    if name == "shard":
+        m = _SHARD.match(str(raw))
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise bad("expected I/N with 1 <= I <= N, e.g. 1/4")
+        return (int(m.group(1)), int(m.group(2)))
+    if name == "budget":
+        try:
+            return harness.parse_budget(str(raw), what="")
+        except harness.UnitError as exc:
+            raise bad(f"{exc}; or none for no limit") from None
+    if name == "progress":
+        if isinstance(raw, bool):
+            return raw
+        v3 = str(raw).strip().lower()
+        if v3 in ("1", "true", "yes", "on"):
+            return True
+        if v3 in ("0", "false", "no", "off", ""):
+            return False
+        raise bad("expected true or false")
+    if not str(raw).strip():
+        raise bad("expected a folder path")
+    if os.path.exists(raw) and not os.path.isdir(raw):
+        raise bad("it is an existing file; expected a folder path")
+    try:  # another user's folder, or one others can write in: refused before anything runs
+        harness.check_report_folder(str(raw))
+    except harness.UnsafeReportFolder as exc:
+        raise bad(str(exc)) from None
+    return os.path.abspath(str(raw))  # agents run in their own folder: relative would move
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """Each option from the command line, else the environment, else the ini file."""
+    values: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for name, (flag, env, ini, _help, default) in OPTIONS.items():
+        cli = config.getoption(f"crashpoint_{name}")
+        if cli is not None:
+            values[name], where[name] = _parse(name, cli, f"{flag} (command line)"), "cli"
+        elif os.environ.get(env, "") != "":
+            values[name] = _parse(name, os.environ[env], f"{env} (environment)")
+            where[name] = "env"
+        else:
+            ini_v = config.getini(ini)
+            if str(ini_v).strip():
+                values[name] = _parse(name, ini_v, f"{ini} (ini file {config.inipath})")
+                where[name] = "ini"
+            else:
+                values[name] = default if name != "progress" else False
+                where[name] = "default"
+    return Settings(
+        values["seed"],
+        values["trials"],
+        values["mode"],
+        values["report"],
+        values["shard"],
+        bool(values["progress"]),
+        where,
+        values["budget"],
+    )
+
+
+# -- marker -----------------------------------------------------------------------------------
+
+
+def _marker_signature(
+    *,
+    trials: int | None = None,
+    faults: Any = None,
+    seed: int | None = None,
+    restarts: int | None = None,
+) -> dict[str, Any]:
+    return {"trials": trials, "faults": faults, "seed": seed, "restarts": restarts}
+
+
+def marker_options(item: pytest.Item) -> dict[str, Any]:
+    """The crashpoint marker's arguments, parsed strictly (unknown ones are an error)."""
+    m = item.get_closest_marker("crashpoint")
+    if m is None:
+        return _marker_signature()
+    try:
+        opts = _marker_signature(*m.args, **m.kwargs)
+    except TypeError as exc:
+        why = str(exc).replace("_marker_signature()", "crashpoint()")
+        raise pytest.UsageError(
+            f"{item.nodeid}: bad @pytest.mark.crashpoint arguments (from marker): {why}; "
+            "allowed: trials=, faults=, seed=, restarts="
+        ) from None
+    for key in ("trials", "seed", "restarts"):
+        v = opts[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.crashpoint({key}={v!r}) "
+                "(from marker): expected a whole number >= 0"
+            )
+    if opts["faults"] is not None:
+        as_families = harness.as_families
+        try:
+            as_families(opts["faults"])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.crashpoint(faults={opts['faults']!r}) (from "
+                f"marker): {exc}"
+            ) from None
+    return opts
