@@ -74,6 +74,7 @@ DOORS = (
 )
 PUBLIC_FACES = (
     "crashpoint",
+    "crashpoint.cli",
     "crashpoint.errors",
     "crashpoint.probe",
     "crashpoint.checkpoint",
@@ -185,18 +186,19 @@ class _Holder(ast.AST):
 
 
 def _explained(lines: list[str], lineno: int) -> bool:
-    """An import inside a function says why: a comment on its line or the line above (a
-    parenthesised import's comment may sit on any of its lines)."""
-    here = lines[lineno - 1]
-    above = lines[lineno - 2] if lineno >= 2 else ""
-    if "#" in here or above.strip().startswith("#"):
+    """An import inside a function says why: a comment on its line, on a line of its
+    parentheses, or just above it (above a run of imports, the comment above the run)."""
+    if "#" in lines[lineno - 1]:
         return True
     for line in lines[lineno : lineno + 30]:  # the rest of a parenthesised import
         if "#" in line:
             return True
         if ")" in line or not line.strip().endswith(","):
             break
-    return False
+    i = lineno - 2
+    while i >= 0 and (not lines[i].strip() or lines[i].lstrip().startswith(("import ", "from "))):
+        i -= 1
+    return i >= 0 and "#" in lines[i]
 
 
 # -- the rules -----------------------------------------------------------------------------------
