@@ -1,7 +1,7 @@
 """The faults: what the harness does to an agent besides killing it, and how it learns where.
 
-Layer 4: imports the base, the library's helpers below it and process control
-(:mod:`crashpoint._proc`), never the harness or pytest. The harness plans and judges; this
+Layer 4: imports the base (errors, units, failpoints, the recordable file I/O of ``_fsio``)
+and process control (:mod:`crashpoint._proc`), never the library, the harness or pytest. The harness plans and judges; this
 room only acts on real files, real processes and real mounts, and says whether the fault took
 effect:
 
