@@ -44,6 +44,7 @@ __all__ = [
     "GoldenRunFailed",
     "HttpEffectError",
     "Interrupted",
+    "InvalidArgument",
     "InvalidRunId",
     "LLMScriptError",
     "LeaseLost",
@@ -63,10 +64,12 @@ __all__ = [
     "RunStateError",
     "ScenarioError",
     "ServiceSpecError",
+    "StandInError",
     "StepOutOfOrder",
     "UnitError",
     "UnsafeReportFolder",
     "UsageError",
+    "WrongArgumentType",
     "ZygoteError",
 ]
 
@@ -115,6 +118,16 @@ class FailpointSpecError(CrashpointError, ValueError):
 
 class EntryError(CrashpointError, ImportError):
     """``module:function`` does not name an importable module and a callable in it."""
+
+
+class InvalidArgument(CrashpointError, ValueError):
+    """A function or class of crashpoint was given a value it cannot use: the message says which
+    argument, what it got and what it takes."""
+
+
+class WrongArgumentType(CrashpointError, TypeError):
+    """A function or class of crashpoint was given an argument of the wrong type, or a
+    combination of arguments it does not take."""
 
 
 # -- the reference library (crashpoint.checkpoint) ---------------------------------------------
@@ -614,6 +627,11 @@ class ReplayError(CrashpointError, ValueError):
 
 class ZygoteError(CrashpointError, RuntimeError):
     """The fork-mode zygote could not start, refused a spawn, or died."""
+
+
+class StandInError(CrashpointError, RuntimeError):
+    """A stand-in service of the harness (the SMTP sink, the throw-away PostgreSQL server)
+    could not start, or was used in a way it does not support."""
 
 
 class UnsafeReportFolder(CrashpointError, PermissionError):

@@ -52,6 +52,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
+from crashpoint.errors import InvalidArgument, WrongArgumentType
 from crashpoint.faults import CORRUPTIONS, FAILPOINTS, disk_capabilities
 from crashpoint.harness import (
     AgentSpec,
@@ -200,7 +201,7 @@ def kill_schedules(
     Indices are counters, so a failure shrinks to fewer and earlier kills.
     """
     if min_kills < 0 or max_kills < max(1, min_kills):
-        raise ValueError(
+        raise InvalidArgument(
             f"need 0 <= min_kills <= max_kills and max_kills >= 1, got "
             f"min_kills={min_kills}, max_kills={max_kills}"
         )
@@ -227,7 +228,7 @@ def _check_hows(hows: Sequence[str]) -> tuple[str, ...]:
     hows = tuple(hows)
     bad = [h for h in hows if h not in CORRUPTIONS]
     if not hows or bad:
-        raise ValueError(
+        raise InvalidArgument(
             f"corruption kinds must be a non-empty subset of "
             f"{', '.join(CORRUPTIONS)}; got {list(hows)}"
         )
@@ -246,7 +247,7 @@ def corruptions(
     to 0. ``stale-copy`` needs two crashes before it to have an older copy to roll back to."""
     hows = _check_hows(hows)
     if attempt < 2:
-        raise ValueError("a corruption hits the state an earlier attempt left: attempt >= 2")
+        raise InvalidArgument("a corruption hits the state an earlier attempt left: attempt >= 2")
     return _corruptions(hows, path, attempt)
 
 
@@ -300,7 +301,7 @@ def _drafts(kind: str, kp: _KillPoints, hows: tuple[str, ...]) -> st.SearchStrat
             capacity=st.sampled_from(_CAPACITIES),
             nth=st.integers(2, 6),
         )
-    raise ValueError(f"fault_plans cannot draw {kind!r}; use {', '.join(FAULT_PLAN_KINDS)}")
+    raise InvalidArgument(f"fault_plans cannot draw {kind!r}; use {', '.join(FAULT_PLAN_KINDS)}")
 
 
 def _assemble(
@@ -371,11 +372,11 @@ def fault_plans(
     """
     kinds = tuple(kinds)
     if not kinds:
-        raise ValueError(f"kinds must name at least one of {', '.join(FAULT_PLAN_KINDS)}")
+        raise InvalidArgument(f"kinds must name at least one of {', '.join(FAULT_PLAN_KINDS)}")
     if max_faults < 1:
-        raise ValueError(f"max_faults must be >= 1, got {max_faults}")
+        raise InvalidArgument(f"max_faults must be >= 1, got {max_faults}")
     if restarts < 1:
-        raise ValueError(
+        raise InvalidArgument(
             f"restarts must be >= 1 (a fault that ends an attempt needs another "
             f"attempt to recover in), got {restarts}"
         )
@@ -495,16 +496,16 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         super().__init__()
         cls = type(self)
         if cls.agent is None:
-            raise TypeError(f"{cls.__name__}: set agent = AgentSpec(...) on the class")
+            raise WrongArgumentType(f"{cls.__name__}: set agent = AgentSpec(...) on the class")
         bad = [k for k in cls.kinds if k not in FAULT_PLAN_KINDS]
         if bad or ("corrupt" in cls.kinds and "kill" not in cls.kinds):
-            raise TypeError(
+            raise WrongArgumentType(
                 f"{cls.__name__}.kinds: use kinds from "
                 f"{', '.join(FAULT_PLAN_KINDS)} (corrupt needs kill); got {cls.kinds}"
             )
         _check_hows(cls.hows)
         if cls.restarts < 1 or cls.max_faults < 1:
-            raise TypeError(f"{cls.__name__}: restarts and max_faults must be >= 1")
+            raise WrongArgumentType(f"{cls.__name__}: restarts and max_faults must be >= 1")
         self.golden = golden_for(cls.agent)
         self.faults: list[Fault] = []
         self.attempt = 1

@@ -36,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from crashpoint.errors import InvalidArgument
+
 __all__ = [
     "CONTAINMENT_VAR",
     "AttemptCgroup",
@@ -133,7 +135,7 @@ def containment() -> Containment:
     if forced == SESSION:
         return Containment(SESSION, f"{CONTAINMENT_VAR}=session")
     if forced not in ("", "auto", CGROUP):
-        raise ValueError(f"{CONTAINMENT_VAR}={forced!r}: use auto, cgroup or session")
+        raise InvalidArgument(f"{CONTAINMENT_VAR}={forced!r}: use auto, cgroup or session")
     try:
         base = _base()
         _probe(base)

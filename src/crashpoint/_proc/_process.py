@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from crashpoint._proc._cgroup import AttemptCgroup, attempt_cgroup
-from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError
+from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError, InvalidArgument
 
 __all__ = [
     "KEEP_HEAD",
@@ -316,7 +316,7 @@ class CappedOutput:
         self, path: str | None = None, head: int = KEEP_HEAD, tail: int = KEEP_TAIL
     ) -> None:
         if head < 0 or tail < 0:
-            raise ValueError(f"output caps must be >= 0 bytes, got head={head}, tail={tail}")
+            raise InvalidArgument(f"output caps must be >= 0 bytes, got head={head}, tail={tail}")
         self.head_max, self.tail_max = head, tail
         self.total = 0
         self._head = bytearray()

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from crashpoint import probe
+from crashpoint.errors import InvalidArgument
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
@@ -344,7 +345,7 @@ def instrument(graph: G, *, tracker: Tracker | None = None) -> G:
     durable, so no node could be reported completed)."""
     saver = getattr(graph, "checkpointer", None)
     if not isinstance(saver, BaseCheckpointSaver):
-        raise ValueError(
+        raise InvalidArgument(
             "instrument(graph): the graph has no checkpointer, so no node's result is ever "
             "durable; compile it with one, e.g. builder.compile(checkpointer=SqliteSaver(conn))"
         )

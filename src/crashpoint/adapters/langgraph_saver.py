@@ -31,6 +31,8 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from crashpoint.errors import InvalidArgument, WrongArgumentType
+
 try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
@@ -238,7 +240,7 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if store is None:
             if path is None:
-                raise TypeError("CrashpointSaver needs a folder (path) or a Store (store=)")
+                raise WrongArgumentType("CrashpointSaver needs a folder (path) or a Store (store=)")
             store = Store(
                 path,
                 durability=durability,
@@ -542,7 +544,9 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+            raise InvalidArgument(
+                f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}"
+            )
         for tid in thread_ids:
             tid = str(tid)
             if strategy == "delete":

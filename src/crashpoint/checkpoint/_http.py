@@ -22,7 +22,7 @@ from email.message import Message
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from crashpoint.errors import HttpEffectError
+from crashpoint.errors import HttpEffectError, InvalidArgument
 
 __all__ = ["HttpEffectError", "http_effect"]
 
@@ -66,12 +66,12 @@ def http_effect(
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"http_effect: {url!r} is not an http:// or https:// URL with a host")
+        raise InvalidArgument(f"http_effect: {url!r} is not an http:// or https:// URL with a host")
     method = method.upper()
     if not method.isalpha():
-        raise ValueError(f"http_effect: {method!r} is not an HTTP method")
+        raise InvalidArgument(f"http_effect: {method!r} is not an HTTP method")
     if retries < 0 or timeout <= 0:
-        raise ValueError(
+        raise InvalidArgument(
             f"http_effect: retries must be >= 0 and timeout > 0, got retries "
             f"{retries}, timeout {timeout}"
         )

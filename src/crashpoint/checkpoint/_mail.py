@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from typing import Any
 
-from crashpoint.errors import MailEffectError
+from crashpoint.errors import InvalidArgument, MailEffectError
 
 __all__ = ["MailEffectError", "message_id_for", "smtp_effect"]
 
@@ -35,7 +35,7 @@ def message_id_for(key: str, domain: str = "crashpoint.invalid") -> str:
 def _addresses(value: Any, what: str) -> list[str]:
     got = [value] if isinstance(value, str) else value
     if not isinstance(got, Sequence) or not got or not all(isinstance(a, str) and a for a in got):
-        raise ValueError(
+        raise InvalidArgument(
             f"smtp_effect: the payload's {what!r} must be an address or a "
             f"non-empty list of addresses, got {value!r}"
         )
@@ -63,19 +63,19 @@ def smtp_effect(
     A server that refuses the message, or goes away before its reply (``timeout`` seconds),
     raises :class:`MailEffectError`; the effect is not recorded."""
     if not host or not 0 < int(port) < 65536:
-        raise ValueError(f"smtp_effect: {host!r}:{port!r} is not a host and a port")
+        raise InvalidArgument(f"smtp_effect: {host!r}:{port!r} is not a host and a port")
     if (user is None) != (password is None):
-        raise ValueError("smtp_effect: give both user and password, or neither")
+        raise InvalidArgument("smtp_effect: give both user and password, or neither")
 
     def send(payload: Any, key: str) -> dict[str, Any]:
         if not isinstance(payload, dict):
-            raise ValueError(
+            raise InvalidArgument(
                 f"smtp_effect: the payload must be a dict with 'to', 'subject' "
                 f"and 'body', got {type(payload).__name__}"
             )
         from_ = payload.get("from") or sender
         if not from_:
-            raise ValueError(
+            raise InvalidArgument(
                 "smtp_effect: no sender: give the payload a 'from' or smtp_effect(sender=...)"
             )
         to = _addresses(payload.get("to"), "to")

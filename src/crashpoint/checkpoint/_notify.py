@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from crashpoint.errors import InvalidArgument
+
 if TYPE_CHECKING:
     from crashpoint.checkpoint._store import Store
 
@@ -52,7 +54,7 @@ def _hook(store: Store) -> Notify:
 def _argv(hook: str | Sequence[str]) -> list[str]:
     argv = shlex.split(hook) if isinstance(hook, str) else [str(a) for a in hook]
     if not argv:
-        raise ValueError("the notification command is empty")
+        raise InvalidArgument("the notification command is empty")
     return argv
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from crashpoint.errors import PayloadError
+from crashpoint.errors import InvalidArgument, PayloadError
 
 __all__ = [
     "HEADER",
@@ -102,9 +102,9 @@ def encode_json(obj: Any) -> bytes:
 def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
     """Frame ``payload`` bytes as one record."""
     if len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+        raise InvalidArgument(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     if kind == KIND_RECORD and _deeper_than(payload, MAX_WRITE_DEPTH):
-        raise ValueError(
+        raise InvalidArgument(
             f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
             "and objects; flatten it (deeper data could not be read back safely)"
         )

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from itertools import pairwise
 from typing import Any, Generic, TypeVar
 
+from crashpoint.errors import WrongArgumentType
+
 __all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
 
 T = TypeVar("T")
@@ -60,7 +62,7 @@ class Secret(Generic[T]):
     __str__ = __repr__
 
     def __reduce__(self) -> Any:
-        raise TypeError("a Secret cannot be pickled")
+        raise WrongArgumentType("a Secret cannot be pickled")
 
 
 def _words(name: str) -> list[str]:
@@ -94,7 +96,7 @@ class Redactor:
             out_: dict[str, Any] = {}
             for k, v in value.items():
                 if type(k) is not str:
-                    raise TypeError(f"checkpoint keys must be strings, got {k!r}")
+                    raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
                 out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
             return out_
         if t is list:
@@ -105,7 +107,7 @@ class Redactor:
             out: dict[str, Any] = {}
             for k, v in value.items():
                 if not isinstance(k, str):
-                    raise TypeError(f"checkpoint keys must be strings, got {k!r}")
+                    raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
                 out[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
             return out
         if isinstance(value, (list, tuple)):

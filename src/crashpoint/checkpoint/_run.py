@@ -36,6 +36,7 @@ from crashpoint.errors import (
     CheckpointWriteError,
     DiskBudgetExceeded,
     EffectInDoubt,
+    InvalidArgument,
     ResumeMismatch,
     RunDeadLettered,
     RunDenied,
@@ -144,13 +145,13 @@ class Checkpointing:
     @classmethod
     def interval(cls, n: int, **kw: bool) -> Checkpointing:
         if n < 1:
-            raise ValueError(f"interval must be >= 1 step, got {n}")
+            raise InvalidArgument(f"interval must be >= 1 step, got {n}")
         return cls("interval", n, 0.0, **kw)
 
     @classmethod
     def hybrid(cls, n: int, seconds: float, **kw: bool) -> Checkpointing:
         if n < 1 or seconds <= 0:
-            raise ValueError(f"hybrid needs n >= 1 and seconds > 0, got {n}, {seconds}")
+            raise InvalidArgument(f"hybrid needs n >= 1 and seconds > 0, got {n}, {seconds}")
         return cls("hybrid", n, seconds, **kw)
 
 
@@ -322,7 +323,7 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
     elif t == "rollback":
         pos = rec.get("pos")
         if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
-            raise ValueError(f"a rollback record needs a step position, got {pos!r}")
+            raise InvalidArgument(f"a rollback record needs a step position, got {pos!r}")
         _apply_rollback(state, pos + 1)
 
 
@@ -648,9 +649,9 @@ class Run:
         """
         policy = policy or self.default_policy
         if policy not in _POLICIES:
-            raise ValueError(f"unknown effect policy {policy!r}; use one of {_POLICIES}")
+            raise InvalidArgument(f"unknown effect policy {policy!r}; use one of {_POLICIES}")
         if policy == "reconcile" and reconcile is None:
-            raise ValueError("policy 'reconcile' needs a reconcile(payload, key) function")
+            raise InvalidArgument("policy 'reconcile' needs a reconcile(payload, key) function")
         if key is None:
             key = self.effect_key(kind)
         self._where()

@@ -43,6 +43,7 @@ from crashpoint.errors import (
     CheckpointError,
     CheckpointWriteError,
     DiskBudgetExceeded,
+    InvalidArgument,
     InvalidRunId,
     RunNotFound,
 )
@@ -109,7 +110,7 @@ class Durability:
     @classmethod
     def batch(cls, n: int) -> Durability:
         if n < 1:
-            raise ValueError(f"batch size must be >= 1, got {n}")
+            raise InvalidArgument(f"batch size must be >= 1, got {n}")
         return cls("batch", n)
 
     @classmethod
@@ -128,7 +129,7 @@ class Durability:
             return cls.none()
         if m := _BATCH.match(s):
             return cls.batch(int(m.group(1) or m.group(2)))
-        raise ValueError(f"unknown durability {spec!r}: use 'always', 'batch(N)' or 'none'")
+        raise InvalidArgument(f"unknown durability {spec!r}: use 'always', 'batch(N)' or 'none'")
 
     def __str__(self) -> str:
         return f"batch({self.every})" if self.mode == "batch" else self.mode
@@ -295,9 +296,9 @@ class Store:
         notify: Notify = None,
     ) -> None:
         if on_corrupt not in ("raise", "rollback"):
-            raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
+            raise InvalidArgument(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
         if budget_bytes is not None and budget_bytes <= 0:
-            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+            raise InvalidArgument(f"budget_bytes must be positive, got {budget_bytes}")
         self.root = os.path.abspath(os.fspath(root))
         self.durability = Durability.parse(durability)
         self.budget_bytes = budget_bytes

@@ -16,7 +16,7 @@ from typing import Any
 from crashpoint.checkpoint._notify import notify_event, run_command
 from crashpoint.checkpoint._run import EXIT_CODES, run_reducer
 from crashpoint.checkpoint._store import PRUNABLE_STATUSES, RunInfo, Store
-from crashpoint.errors import CheckpointError, RunLocked, RunPaused
+from crashpoint.errors import CheckpointError, InvalidArgument, RunLocked, RunPaused
 
 __all__ = ["ResumeOutcome", "Supervisor", "interrupted_runs", "resume_interrupted", "stale_runs"]
 
@@ -61,9 +61,9 @@ class Supervisor:
         env: Mapping[str, str] | None = None,
     ) -> None:
         if (command is None) == (resume is None):
-            raise ValueError("give exactly one of command= or resume=")
+            raise InvalidArgument("give exactly one of command= or resume=")
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+            raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts}")
         self.store = store
         self.command = command
         self.resume = resume

@@ -42,7 +42,7 @@ from typing import Any, NoReturn, TextIO
 
 from crashpoint import __version__
 from crashpoint.checkpoint import Store, is_store_url, open_store
-from crashpoint.errors import UnitError, UsageError
+from crashpoint.errors import InvalidArgument, UnitError, UsageError
 from crashpoint.harness import parse_duration, parse_size
 
 __all__ = [
@@ -132,9 +132,9 @@ def command(
     A two-part path needs its group declared with :func:`group` first.
     """
     if not 1 <= len(path) <= 2:
-        raise ValueError(f"a command path has one or two names, got {path!r}")
+        raise InvalidArgument(f"a command path has one or two names, got {path!r}")
     if len(path) == 2 and path[0] not in _GROUPS:
-        raise ValueError(f"declare the group {path[0]!r} with group() before its commands")
+        raise InvalidArgument(f"declare the group {path[0]!r} with group() before its commands")
 
     def register(func: Handler) -> Handler:
         _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func)

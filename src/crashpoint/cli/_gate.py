@@ -28,7 +28,7 @@ from crashpoint.cli._framework import (
     command,
     count,
 )
-from crashpoint.errors import CrashpointError, UnsafeReportFolder, UsageError
+from crashpoint.errors import ReplayError, ScenarioError, UnsafeReportFolder, UsageError
 
 __all__: list[str] = []
 
@@ -215,7 +215,7 @@ def _replay(ctx: Context) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # a plan.json edited by hand: a file operation or write point
-        if isinstance(exc, CrashpointError):
+        if isinstance(exc, (ReplayError, ScenarioError)):  # their own message says what to do
             raise
         raise UsageError(
             f"{folder}: its plan.json cannot be replayed: {exc} (run the trial's "

@@ -1,9 +1,9 @@
 """The faults: what the harness does to an agent besides killing it, and how it learns where.
 
 Layer 4: imports the base (errors, units, failpoints, the recordable file I/O of ``_fsio``)
-and process control (:mod:`crashpoint._proc`), never the library, the harness or pytest. The harness plans and judges; this
-room only acts on real files, real processes and real mounts, and says whether the fault took
-effect:
+and process control (:mod:`crashpoint._proc`), never the library, the harness or pytest. The
+harness plans and judges; this room only acts on real files, real processes and real mounts,
+and says whether the fault took effect:
 
 - **corruption** of the trial's files (truncate, bit flips, zeroes, deletion, a stale copy),
   seeded and confined to the trial's own folders (``_files``);

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from crashpoint._proc import LIVE, kill_tree, shielded
+from crashpoint.errors import InvalidArgument
 
 __all__ = [
     "PAGE",
@@ -172,12 +173,12 @@ class TmpfsNamespace:
         self, folder: str, capacity: int | None = None, *, free: int | None = None
     ) -> None:
         if (capacity is None) == (free is None):
-            raise ValueError(
+            raise InvalidArgument(
                 "TmpfsNamespace needs exactly one of capacity (the tmpfs size) or "
                 "free (the free space above the content)"
             )
         if (capacity is not None and capacity <= 0) or (free is not None and free < 0):
-            raise ValueError(
+            raise InvalidArgument(
                 f"tmpfs capacity must be > 0 and free >= 0 bytes, got "
                 f"capacity={capacity}, free={free}"
             )

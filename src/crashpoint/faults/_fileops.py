@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from crashpoint.errors import InvalidArgument
 from crashpoint.faults import _strace
 from crashpoint.faults._strace import Syscall
 
@@ -196,7 +197,7 @@ class FileOp:
         """Read back :meth:`to_json`; a bad entry raises ValueError naming ``where`` and the
         key."""
         if not isinstance(d, Mapping):
-            raise ValueError(
+            raise InvalidArgument(
                 f"{where}: a file operation is a mapping with op, path and n, "
                 f"not {type(d).__name__}"
             )
@@ -204,25 +205,31 @@ class FileOp:
         def text(key: str, default: str | None = None) -> str:
             v = d.get(key, default)
             if not isinstance(v, str) or (default is None and not v):
-                raise ValueError(f"{where}: key {key!r} must be a non-empty string, got {v!r}")
+                raise InvalidArgument(f"{where}: key {key!r} must be a non-empty string, got {v!r}")
             return v
 
         def count(key: str, low: int, default: int | None = None) -> int:
             v = d.get(key, default)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{where}: key {key!r} must be a whole number >= {low}, got {v!r}")
+                raise InvalidArgument(
+                    f"{where}: key {key!r} must be a whole number >= {low}, got {v!r}"
+                )
             return v
 
         via = text("via", "strace")
         if via not in _VIA:
-            raise ValueError(f"{where}: key 'via' must be one of {', '.join(_VIA)}, got {via!r}")
+            raise InvalidArgument(
+                f"{where}: key 'via' must be one of {', '.join(_VIA)}, got {via!r}"
+            )
         path = text("path")
         _check_placeholder(path, f"{where}: key 'path'")
         rel = d.get("rel", [])
         if not isinstance(rel, list) or not all(isinstance(r, str) and r for r in rel):
-            raise ValueError(f"{where}: key 'rel' must be a list of relative paths, got {rel!r}")
+            raise InvalidArgument(
+                f"{where}: key 'rel' must be a list of relative paths, got {rel!r}"
+            )
         if any(r.startswith("/") for r in rel):
-            raise ValueError(f"{where}: key 'rel' holds an absolute path: {rel!r}")
+            raise InvalidArgument(f"{where}: key 'rel' holds an absolute path: {rel!r}")
         return cls(
             op=text("op"),
             path=path,
@@ -242,15 +249,15 @@ class FileOp:
 
 def _check_placeholder(path: str, where: str) -> None:
     if not path.startswith("{") or "}" not in path:
-        raise ValueError(
+        raise InvalidArgument(
             f"{where}: {path!r} must start with a placeholder such as "
             "{state_dir}/ or {workdir}/"
         )
     rest = path[path.index("}") + 1 :]
     if rest and not rest.startswith("/"):
-        raise ValueError(f"{where}: {path!r}: a '/' must follow the placeholder")
+        raise InvalidArgument(f"{where}: {path!r}: a '/' must follow the placeholder")
     if ".." in rest.split("/"):
-        raise ValueError(f"{where}: {path!r} must not climb out of its folder with '..'")
+        raise InvalidArgument(f"{where}: {path!r} must not climb out of its folder with '..'")
 
 
 class _Roots:
@@ -281,7 +288,7 @@ class _Roots:
         name, rest = path[1 : path.index("}")], path[path.index("}") + 1 :]
         if name not in self.roots:
             known = ", ".join("{" + k + "}" for k in sorted(self.roots)) or "none"
-            raise ValueError(
+            raise InvalidArgument(
                 f"file operation {path!r}: unknown placeholder {{{name}}} "
                 f"(this trial's folders: {known})"
             )
@@ -446,7 +453,7 @@ def arm(
     (audit). ``use_strace`` must match how the golden run was recorded (``fileop.via``)."""
     via = "strace" if use_strace else "audit"
     if fileop.via != via:
-        raise ValueError(
+        raise InvalidArgument(
             f"{fileop.label()} was recorded via {fileop.via}; arm it with "
             f"use_strace={fileop.via == 'strace'} (record the golden run the same "
             "way as the trials)"
@@ -456,7 +463,7 @@ def arm(
     root_items = tuple(sorted(r.roots.items()))
     if use_strace:
         if not fileop.syscall or fileop.when < 1:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{fileop.label()}: no syscall/when to inject at (recorded by "
                 "an older version? record the golden run again)"
             )
@@ -720,7 +727,7 @@ def landed(armed: Armed, fileop: FileOp | None = None, *, attempt: int = 0) -> L
     was armed at)? ``attempt`` only words the explanation ("in attempt 2")."""
     op = fileop or armed.fileop
     if op is None:
-        raise ValueError("landed() needs the file operation: this Armed only records")
+        raise InvalidArgument("landed() needs the file operation: this Armed only records")
     during = f" in attempt {attempt}" if attempt else " in this attempt"
     roots = _Roots(dict(armed.roots))
     if armed.via == "audit":

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from crashpoint.errors import ConfinementError
+from crashpoint.errors import ConfinementError, InvalidArgument
 
 __all__ = ["CORRUPTIONS", "ConfinementError", "Corruption", "corrupt", "pick_target"]
 
@@ -254,7 +254,7 @@ def corrupt(
     random, and its record says so.
     """
     if how not in CORRUPTIONS:
-        raise ValueError(f"unknown corruption {how!r}; use one of {', '.join(CORRUPTIONS)}")
+        raise InvalidArgument(f"unknown corruption {how!r}; use one of {', '.join(CORRUPTIONS)}")
     real_roots = _real_roots(pattern, root, roots)
     if how == "stale-copy":
         return _stale_copy(pattern, rng, older, root, real_roots)

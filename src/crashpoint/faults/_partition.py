@@ -30,6 +30,8 @@ from types import TracebackType
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from crashpoint.errors import InvalidArgument
+
 __all__ = ["PartitionMode", "TcpProxy"]
 
 PartitionMode = Literal["reset", "blackhole"]
@@ -100,7 +102,7 @@ class TcpProxy:
     def partition(self, mode: PartitionMode = "reset") -> None:
         """Cut the link (see the module doc); returns once live connections are cut."""
         if mode not in ("reset", "blackhole"):
-            raise ValueError(f"partition mode {mode!r}: use 'reset' or 'blackhole'")
+            raise InvalidArgument(f"partition mode {mode!r}: use 'reset' or 'blackhole'")
         self._command(mode)
 
     def heal(self) -> None:

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint.errors import InvalidArgument
 from crashpoint.faults import _strace
 from crashpoint.faults._files import write_all
 
@@ -189,7 +190,7 @@ class LogOp:
         try:
             kind = str(d["kind"])
             if kind not in _KINDS:
-                raise ValueError(f"unknown kind {kind!r} (one of {', '.join(sorted(_KINDS))})")
+                raise InvalidArgument(f"unknown kind {kind!r} (one of {', '.join(sorted(_KINDS))})")
             return cls(
                 seq=int(d["seq"]),
                 kind=kind,
@@ -206,7 +207,7 @@ class LogOp:
                 file2=int(d.get("file2", 0)),
             )
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"not a power-loss log operation: {e} in {dict(d)!r:.200}") from e
+            raise InvalidArgument(f"not a power-loss log operation: {e} in {dict(d)!r:.200}") from e
 
     def describe(self) -> str:
         """One line a developer reads: ``write 120 B at 0 to {state_dir}/state.json``."""
@@ -266,7 +267,7 @@ class OpLog:
     def from_json(cls, d: Mapping[str, Any]) -> OpLog:
         """The log :meth:`to_json` wrote. Raises ValueError (saying what is wrong) else."""
         if not isinstance(d, Mapping) or not isinstance(d.get("ops"), list):
-            raise ValueError(
+            raise InvalidArgument(
                 "not a power-loss operation log: expected a mapping with 'ops' "
                 "(a list), as OpLog.to_json() writes it"
             )
@@ -279,10 +280,10 @@ class OpLog:
             ids = {str(p): int(i) for p, i in dict(d.get("ids") or {}).items()}
             notes = tuple(str(n) for n in d.get("notes") or ())
         except (TypeError, ValueError, AttributeError) as e:
-            raise ValueError(f"not a power-loss operation log: {e}") from e
+            raise InvalidArgument(f"not a power-loss operation log: {e}") from e
         for i, op in enumerate(ops):
             if op.seq != i:
-                raise ValueError(
+                raise InvalidArgument(
                     f"power-loss operation log: op {i} has seq {op.seq} "
                     "(ops must be numbered 0, 1, ... in order)"
                 )
@@ -1051,7 +1052,7 @@ def snapshot(roots: Mapping[str, str], limit: int = 64 << 20) -> dict[str, bytes
                             chunks.append(chunk)
                             budget[0] -= len(chunk)
                             if budget[0] < 0:
-                                raise ValueError(
+                                raise InvalidArgument(
                                     f"the folders hold more than {limit} bytes: too much to "
                                     "model a power cut over"
                                 )
@@ -1225,7 +1226,7 @@ class _Model:
 
     def __init__(self, log: OpLog, model: str) -> None:
         if model not in MODELS:
-            raise ValueError(f"unknown power-loss model {model!r}: one of {', '.join(MODELS)}")
+            raise InvalidArgument(f"unknown power-loss model {model!r}: one of {', '.join(MODELS)}")
         self.log, self.model = log, model
         self.ext4 = model == "ext4-ordered"
         ops = log.ops
@@ -1332,7 +1333,7 @@ class _Model:
     def state(self, upto: int, m: Mutation) -> CrashState:
         ops = self.log.ops
         if not 0 <= upto <= len(ops):
-            raise ValueError(f"crash point {upto} is outside the log (0..{len(ops)})")
+            raise InvalidArgument(f"crash point {upto} is outside the log (0..{len(ops)})")
         changes = self.changes(upto)
         pend = self.pending(upto)
         pset = set(pend)
@@ -1643,7 +1644,7 @@ def crash_states(
     """
     mdl = _Model(log, model)
     if not 0 <= upto <= len(log.ops):
-        raise ValueError(f"crash point {upto} is outside the log (0..{len(log.ops)})")
+        raise InvalidArgument(f"crash point {upto} is outside the log (0..{len(log.ops)})")
     out: list[CrashState] = []
     seen: set[str] = set()
     for m in mdl.mutations(upto):
@@ -1732,10 +1733,10 @@ def _split_placeholder(path: str, roots: Mapping[str, str]) -> tuple[str, list[s
     """(root folder, path components) of ``{name}/a/b``; None for a placeholder not in
     ``roots``. Raises ValueError for a path that could leave its root."""
     if "\0" in path:
-        raise ValueError(f"refused crash-state path {path!r}: it holds a NUL byte")
+        raise InvalidArgument(f"refused crash-state path {path!r}: it holds a NUL byte")
     m = re.fullmatch(r"\{([A-Za-z_][A-Za-z0-9_]*)\}(/.*)?", path, re.S)
     if not m:
-        raise ValueError(
+        raise InvalidArgument(
             f"refused crash-state path {path!r}: it must start with a root "
             "placeholder such as {state_dir}/ (an absolute or bare path could "
             "write outside the trial's folders)"
@@ -1745,7 +1746,7 @@ def _split_placeholder(path: str, roots: Mapping[str, str]) -> tuple[str, list[s
     parts = (m.group(2) or "").split("/")[1:]
     for part in parts:
         if part in ("", ".", ".."):
-            raise ValueError(
+            raise InvalidArgument(
                 f"refused crash-state path {path!r}: an empty, '.' or '..' "
                 "component could leave its root"
             )

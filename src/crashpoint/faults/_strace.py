@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crashpoint.errors import CrashpointError
+from crashpoint.errors import CrashpointError, InvalidArgument
 
 if TYPE_CHECKING:
     from crashpoint._proc._process import Exit
@@ -203,7 +203,7 @@ def wrap(
     if not ok or strace is None:
         raise CrashpointError(f"cannot run the agent under strace: {why or 'strace not found'}")
     if not syscalls:
-        raise ValueError("wrap() needs at least one syscall to trace")
+        raise InvalidArgument("wrap() needs at least one syscall to trace")
     out = [strace, "-f", "-q", "-y", "-s", str(max(0, int(strsize))), "-o", output]
     if timestamps:
         out.append("-ttt")

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from crashpoint._units import format_size
+from crashpoint.errors import InvalidArgument
 from crashpoint.faults._strace import Syscall, decode
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ class WritePoint:
     def from_json(cls, obj: object, *, where: str = "write point") -> WritePoint:
         """A point from :meth:`to_json`'s output; ``ValueError`` naming the bad key."""
         if not isinstance(obj, Mapping):
-            raise ValueError(f"{where}: expected a mapping, got {type(obj).__name__}")
+            raise InvalidArgument(f"{where}: expected a mapping, got {type(obj).__name__}")
         want: dict[str, type] = {
             "index": int,
             "mechanism": str,
@@ -212,20 +213,20 @@ class WritePoint:
         missing = sorted(set(want) - set(obj))
         extra = sorted(set(obj) - set(want))
         if missing or extra:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{where}: missing keys {missing}, unknown keys {extra}; a write "
                 f"point has exactly {sorted(want)}"
             )
         for key, typ in want.items():
             v = obj[key]
             if not isinstance(v, typ) or isinstance(v, bool):
-                raise ValueError(f"{where}: key {key!r} must be {typ.__name__}, got {v!r}")
+                raise InvalidArgument(f"{where}: key {key!r} must be {typ.__name__}, got {v!r}")
         if obj["mechanism"] not in MECHANISMS:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{where}: key 'mechanism' must be one of {MECHANISMS}, got {obj['mechanism']!r}"
             )
         if obj["value"] < 0 or obj["index"] < 1 or obj["occurrence"] < 1 or obj["ordinal"] < 0:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{where}: value/ordinal must be >= 0, index/occurrence >= 1: {dict(obj)}"
             )
         return cls(**{k: obj[k] for k in want})
@@ -697,7 +698,7 @@ def write_points(
     count towards the limit.
     """
     if mechanism not in MECHANISMS:
-        raise ValueError(
+        raise InvalidArgument(
             f"unknown disk_full mechanism {mechanism!r}; write points exist for "
             f"{', '.join(MECHANISMS)}"
         )
@@ -840,7 +841,7 @@ def confirm(
     before the attempt (for the peak reported). ``untraced``: why there is no trace.
     """
     if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown disk_full mechanism {mechanism!r}; one of {MECHANISMS}")
+        raise InvalidArgument(f"unknown disk_full mechanism {mechanism!r}; one of {MECHANISMS}")
     planned = (
         point.label()
         if point is not None
@@ -949,7 +950,7 @@ def rlimit_argv(argv: Sequence[str], limit: int) -> list[str]:
     ``_strace.wrap(rlimit_argv(argv, n), ...)``; without a trace, ``AgentProcess(...,
     rlimit_fsize=n)`` does the same between fork and exec."""
     if limit < 0:
-        raise ValueError(f"RLIMIT_FSIZE must be >= 0 bytes, got {limit}")
+        raise InvalidArgument(f"RLIMIT_FSIZE must be >= 0 bytes, got {limit}")
     return [sys.executable, "-I", "-S", "-c", _RLIMIT_EXEC, str(int(limit)), *argv]
 
 

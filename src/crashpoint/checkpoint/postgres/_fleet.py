@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from crashpoint.checkpoint._run import EXIT_CODES, run_reducer
-from crashpoint.errors import CheckpointError, LeaseLost, RunPaused
+from crashpoint.errors import (
+    CheckpointError,
+    InvalidArgument,
+    LeaseLost,
+    RunPaused,
+    WrongArgumentType,
+)
 
 __all__ = ["FleetOutcome", "FleetWorker", "fleet_summary", "submit"]
 
@@ -131,21 +137,21 @@ class FleetWorker:
         progress: float = 30.0,
     ) -> None:
         if (command is None) == (resume is None):
-            raise ValueError("give exactly one of command= or resume=")
+            raise InvalidArgument("give exactly one of command= or resume=")
         if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+            raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts}")
         if poll <= 0 or timeout <= 0:
-            raise ValueError("poll and timeout must be positive")
+            raise InvalidArgument("poll and timeout must be positive")
         for name in ("claim", "renew", "release", "record_attempt", "dead_letter"):
             if not hasattr(store, name):
-                raise TypeError(
+                raise WrongArgumentType(
                     f"a fleet needs a store with leases (PostgresStore); "
                     f"{type(store).__name__} has no {name}()"
                 )
         self.store = store
         self.worker = worker or str(store.worker)
         if resume is not None and self.worker != store.worker:
-            raise ValueError(
+            raise InvalidArgument(
                 f"in-process resume writes through the store: its worker id "
                 f"{store.worker!r} must be the fleet worker's {self.worker!r}"
             )

@@ -74,6 +74,7 @@ from crashpoint.errors import (
     CheckpointError,
     CheckpointWriteError,
     DiskBudgetExceeded,
+    InvalidArgument,
     LeaseLost,
     RunLocked,
     RunNotFound,
@@ -163,19 +164,19 @@ class PostgresStore:
         connect_timeout: float = 10.0,
     ) -> None:
         if not _SCHEMA_RE.match(schema):
-            raise ValueError(
+            raise InvalidArgument(
                 f"schema {schema!r} is not a plain lower-case SQL name "
                 "([a-z_][a-z0-9_]*, at most 63 characters)"
             )
         if on_corrupt not in ("raise", "rollback"):
-            raise ValueError(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
+            raise InvalidArgument(f"on_corrupt must be 'raise' or 'rollback', not {on_corrupt!r}")
         if budget_bytes is not None and budget_bytes <= 0:
-            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+            raise InvalidArgument(f"budget_bytes must be positive, got {budget_bytes}")
         if lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+            raise InvalidArgument(f"lease_seconds must be positive, got {lease_seconds}")
         hb = lease_seconds / 3 if heartbeat_seconds is None else heartbeat_seconds
         if not 0 < hb < lease_seconds:
-            raise ValueError(
+            raise InvalidArgument(
                 f"heartbeat_seconds must be between 0 and lease_seconds ({lease_seconds}), got {hb}"
             )
         self._dsn = dsn

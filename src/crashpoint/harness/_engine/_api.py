@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint.errors import InvalidArgument, WrongArgumentType
 from crashpoint.harness._checker import TrialFacts
 from crashpoint.harness._engine._campaign import Campaign, ProgressFn
 from crashpoint.harness._report import CampaignResult
@@ -41,7 +42,7 @@ def as_agent(agent: AgentLike, *, timeout: float = 30.0) -> AgentSpec:
         return AgentSpec(tuple(shlex.split(agent)), timeout=timeout)
     argv = tuple(str(a) for a in agent)
     if not argv:
-        raise ValueError("an agent command needs at least one argument")
+        raise InvalidArgument("an agent command needs at least one argument")
     return AgentSpec(argv, timeout=timeout)
 
 
@@ -184,7 +185,7 @@ class CrashHarness:
         if expect is None:
             expect = Expect(**expect_kw)
         elif expect_kw:
-            raise TypeError("give expect= or expectation keywords, not both")
+            raise WrongArgumentType("give expect= or expectation keywords, not both")
         n = (
             self.trials
             if self.trials is not None

@@ -106,7 +106,7 @@ from crashpoint._proc import (
     kill_tree,
     with_reap_token,
 )
-from crashpoint.errors import EntryError, ZygoteError
+from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
 from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
 
 __all__ = [
@@ -766,7 +766,7 @@ class Zygote:
         """A zygote set up as the harness sets up ``agent`` (its env, its cwd, its entry)."""
         plan = fork_plan(agent)
         if isinstance(plan, str):
-            raise ValueError(f"this agent cannot be forked: {plan}")
+            raise InvalidArgument(f"this agent cannot be forked: {plan}")
         env = {**_clean_env(), **dict(agent.env)}
         z = cls(plan.preload, env=env, cwd=plan.cwd, **kw)
         z.main = plan.main

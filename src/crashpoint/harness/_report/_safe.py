@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from crashpoint.checkpoint import Redactor
-from crashpoint.errors import UnsafeReportFolder
+from crashpoint.errors import InvalidArgument, UnsafeReportFolder
 
 __all__ = [
     "DIR_MODE",
@@ -181,7 +181,7 @@ def secure_dir(path: str, *, root: str | None = None) -> str:
     path = os.path.abspath(path)
     root = path if root is None else os.path.abspath(root)
     if os.path.commonpath([root, path]) != root:
-        raise ValueError(f"{path} is not inside {root}")
+        raise InvalidArgument(f"{path} is not inside {root}")
     base, missing = _walk_ancestors(os.path.dirname(root))
     rel = os.path.relpath(path, os.path.dirname(root))
     cur = base

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from crashpoint._placeholders import fields, fill
+from crashpoint.errors import InvalidArgument
 from crashpoint.harness._spec._events import event_name
 from crashpoint.harness._spec._services import parse_services
 
@@ -153,16 +154,16 @@ class AgentSpec:
     def __post_init__(self) -> None:
         parse_services(self.services)  # a ServiceSpecError is a ValueError
         if bool(self.command) == bool(self.entry):
-            raise ValueError("an agent needs exactly one of command or entry")
+            raise InvalidArgument("an agent needs exactly one of command or entry")
         if self.args and not self.entry:
-            raise ValueError(
+            raise InvalidArgument(
                 "args are what an entry agent's function is called with; a "
                 "command agent takes its arguments in command"
             )
         for part in (*self.command, *self.args):
             used = fields(part, AGENT_PLACEHOLDERS)  # PlaceholderError is a ValueError
             if "scenario_dir" in used and not self.scenario_dir:
-                raise ValueError(
+                raise InvalidArgument(
                     f"{part!r} uses {{scenario_dir}}, but this agent has no "
                     "scenario_dir (set AgentSpec.scenario_dir to a folder)"
                 )
@@ -190,7 +191,7 @@ class AgentSpec:
         for part in parts:
             for name in fields(part):
                 if name in SERVICE_PLACEHOLDERS and not subst[name]:
-                    raise ValueError(
+                    raise InvalidArgument(
                         f"{part!r} uses {{{name}}}, but the stand-in services "
                         "are not running (the harness starts them for a trial)"
                     )
@@ -286,7 +287,9 @@ class Fault:
     @classmethod
     def make(cls, kind: str, attempt: int = 1, **args: Any) -> Fault:
         if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}; use one of {', '.join(FAULT_KINDS)}")
+            raise InvalidArgument(
+                f"unknown fault kind {kind!r}; use one of {', '.join(FAULT_KINDS)}"
+            )
         return cls(kind, attempt, tuple(sorted(args.items())))
 
     def to_json(self) -> dict[str, Any]:
@@ -489,7 +492,7 @@ class Expect:
     def __post_init__(self) -> None:
         p = self.no_repeated_llm_calls
         if isinstance(p, bool) or not (p in LLM_POLICIES or (isinstance(p, int) and p >= 0)):
-            raise ValueError(
+            raise InvalidArgument(
                 f"no_repeated_llm_calls is one of {', '.join(LLM_POLICIES)} or a "
                 f"token budget (a whole number >= 0), not {p!r}"
             )

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from crashpoint.errors import InvalidArgument
+
 __all__ = ["HOWS", "Failure", "NetFault", "pick"]
 
 #: How a request can fail: the connection is reset (closed without a reply), the reply never
@@ -49,13 +51,13 @@ class Failure:
 
     def __post_init__(self) -> None:
         if self.how not in HOWS:
-            raise ValueError(f"a failure is one of {', '.join(HOWS)}, not {self.how!r}")
+            raise InvalidArgument(f"a failure is one of {', '.join(HOWS)}, not {self.how!r}")
         if self.how == "status" and not 400 <= self.status <= 599:
-            raise ValueError(f"a failing status is 400-599, not {self.status}")
+            raise InvalidArgument(f"a failing status is 400-599, not {self.status}")
         if self.applied and self.how != "timeout":
-            raise ValueError(f"only a timeout can be applied before it fails, not {self.how}")
+            raise InvalidArgument(f"only a timeout can be applied before it fails, not {self.how}")
         if self.latency < 0:
-            raise ValueError(f"latency must be >= 0, not {self.latency}")
+            raise InvalidArgument(f"latency must be >= 0, not {self.latency}")
 
 
 @dataclass

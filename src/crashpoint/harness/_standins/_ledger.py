@@ -42,6 +42,7 @@ from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
 from crashpoint._proc import LIVE, shielded
+from crashpoint.errors import InvalidArgument
 from crashpoint.harness._spec import (
     ENV_HTTP,
     ENV_LEDGER_HTTP,
@@ -173,7 +174,7 @@ class Ledger:
         if self.max_connections is None:
             self.max_connections = default_max_connections()
         if self.max_connections < 1 or self.max_request_bytes < 1 or self.idle_timeout <= 0:
-            raise ValueError(
+            raise InvalidArgument(
                 "ledger limits must be positive: max_connections "
                 f"{self.max_connections}, max_request_bytes "
                 f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}"

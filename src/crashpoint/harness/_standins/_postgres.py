@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from crashpoint.errors import InvalidArgument, StandInError
+
 __all__ = ["PostgresServer", "find_binaries", "unavailable"]
 
 SUPERUSER = "crashpoint"
@@ -94,7 +96,7 @@ def _plain_name(name: str) -> str:
         or not name[0].isalpha()
         or not name.isascii()
     ):
-        raise ValueError(f"database name {name!r}: use ASCII letters, digits and _")
+        raise InvalidArgument(f"database name {name!r}: use ASCII letters, digits and _")
     return name
 
 
@@ -151,7 +153,7 @@ class PostgresServer:
         """
         reason = unavailable(user)
         if reason:
-            raise RuntimeError(reason)
+            raise StandInError(reason)
         bindir = find_binaries()
         assert bindir is not None
         account = _run_as(user)
@@ -167,7 +169,7 @@ class PostgresServer:
                 parent = os.path.dirname(folder)
                 mode = os.stat(parent).st_mode
                 if not mode & 0o001:
-                    raise RuntimeError(
+                    raise StandInError(
                         f"{parent} is not searchable by {account.pw_name!r}; pass base= a "
                         "folder it can reach (e.g. /tmp)"
                     )
@@ -211,7 +213,7 @@ class PostgresServer:
             argv, capture_output=True, text=True, check=False, timeout=300, **self._popen_kw()
         )  # type: ignore[call-overload]
         if done.returncode != 0:
-            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+            raise StandInError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         conf = {
             "listen_addresses": "'127.0.0.1'",
             "unix_socket_directories": f"'{self.socket_dir}'",
@@ -259,15 +261,15 @@ class PostgresServer:
                     return
                 time.sleep(0.05)
             else:
-                raise RuntimeError(
+                raise StandInError(
                     f"PostgreSQL did not accept connections within {timeout}s; "
                     f"see {self.log_path}: {self._log_tail()}"
                 )
             if "could not bind" not in self._log_tail():
-                raise RuntimeError(
+                raise StandInError(
                     f"PostgreSQL exited with {self.process.returncode}: {self._log_tail()}"
                 )
-        raise RuntimeError(f"PostgreSQL could not bind a port: {self._log_tail()}")
+        raise StandInError(f"PostgreSQL could not bind a port: {self._log_tail()}")
 
     def _tool(self, name: str) -> str | None:
         own = os.path.join(self.bindir, name)
@@ -302,7 +304,7 @@ class PostgresServer:
         """Run one SQL command through ``psql`` (no driver needed); return its output."""
         psql = self._tool("psql")
         if psql is None:
-            raise RuntimeError("psql not found beside the server binaries or on PATH")
+            raise StandInError("psql not found beside the server binaries or on PATH")
         done = subprocess.run(
             [
                 psql,
@@ -329,7 +331,7 @@ class PostgresServer:
             env=self._env(),
         )
         if done.returncode != 0:
-            raise RuntimeError(f"psql failed: {done.stderr.strip()}")
+            raise StandInError(f"psql failed: {done.stderr.strip()}")
         return done.stdout
 
     def create_database(self, name: str) -> str:

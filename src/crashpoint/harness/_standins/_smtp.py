@@ -47,6 +47,8 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
+from crashpoint.errors import InvalidArgument, StandInError
+
 __all__ = ["SmtpSink", "mail_payload"]
 
 #: Defaults of the limits (see :class:`SmtpSink`).
@@ -146,9 +148,11 @@ class SmtpSink:
         idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         if not token:
-            raise ValueError("the SMTP sink needs the trial's secret token (the AUTH password)")
+            raise InvalidArgument(
+                "the SMTP sink needs the trial's secret token (the AUTH password)"
+            )
         if min(max_message_bytes, max_recipients, max_connections) < 1 or idle_timeout <= 0:
-            raise ValueError(
+            raise InvalidArgument(
                 "SMTP sink limits must be positive: max_message_bytes "
                 f"{max_message_bytes}, max_recipients {max_recipients}, "
                 f"max_connections {max_connections}, idle_timeout {idle_timeout}"
@@ -169,7 +173,7 @@ class SmtpSink:
 
     def start(self) -> SmtpSink:
         if self._thread is not None:
-            raise RuntimeError("this SMTP sink is already started")
+            raise StandInError("this SMTP sink is already started")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
