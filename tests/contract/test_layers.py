@@ -234,3 +234,19 @@ def test_replay_folders_written_before_the_move_still_run_their_entry() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "RuntimeWarning" not in proc.stderr
+
+
+def test_the_cgroup_watcher_runs_on_the_standard_library_alone() -> None:
+    """``_proc/_cgroup.py`` is also run as its own watcher, ``python -I -S _cgroup.py --watch``,
+    where crashpoint cannot be imported: an import of it at module level would leave every
+    cgroup of a killed harness behind."""
+    from crashpoint._proc import _cgroup
+
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", f"import runpy; runpy.run_path({_cgroup.__file__!r})"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -36,8 +36,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from crashpoint.errors import InvalidArgument
-
 __all__ = [
     "CONTAINMENT_VAR",
     "AttemptCgroup",
@@ -135,6 +133,10 @@ def containment() -> Containment:
     if forced == SESSION:
         return Containment(SESSION, f"{CONTAINMENT_VAR}=session")
     if forced not in ("", "auto", CGROUP):
+        # here, not at the top: this module also runs as its own watcher, ``python -I -S
+        # _cgroup.py``, where nothing but the standard library can be imported
+        from crashpoint.errors import InvalidArgument
+
         raise InvalidArgument(f"{CONTAINMENT_VAR}={forced!r}: use auto, cgroup or session")
     try:
         base = _base()
