@@ -24,16 +24,26 @@ __all__ = ["attach"]
 
 
 def attach(
-    package: str, where: Mapping[str, str]
+    package: str, where: Mapping[str, str], *, extra: str = ""
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: name -> the module it lives in (a name that is
-    itself a submodule maps to that submodule)."""
+    itself a submodule maps to that submodule). ``extra``: the optional dependency the names
+    need (``postgres``); a name that cannot be imported without it then raises an ImportError
+    that says which extra to install."""
 
     def __getattr__(name: str) -> Any:
         module_name = where.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if not extra:
+                raise
+            raise ImportError(
+                f"{package}.{name} needs the extra {extra!r} ({exc}): "
+                f"pip install 'crashpoint[{extra}]'"
+            ) from None
         value = module if module_name == f"{package}.{name}" else getattr(module, name)
         setattr(sys.modules[package], name, value)
         return value

@@ -96,16 +96,10 @@ _LAZY = ("FleetOutcome", "FleetWorker", "Lease", "PostgresStore", "submit")
 
 
 def __getattr__(name: str) -> _Any:
-    if name in _LAZY:
-        try:  # imported on first use: the PostgreSQL room loads psycopg
-            from crashpoint.checkpoint import postgres
+    if name in _LAZY:  # imported on first use: the PostgreSQL room loads psycopg (its face
+        from crashpoint.checkpoint import postgres  # says which extra to install without it)
 
-            return getattr(postgres, name)
-        except ImportError as exc:
-            raise ImportError(
-                f"crashpoint.checkpoint.{name} needs the PostgreSQL driver "
-                f"psycopg 3 ({exc}): pip install 'crashpoint[postgres]'"
-            ) from None
+        return getattr(postgres, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

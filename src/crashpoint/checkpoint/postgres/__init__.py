@@ -63,4 +63,4 @@ __all__ = [
     "submit",
 ]
 
-__getattr__, __dir__ = attach(__name__, _WHERE)
+__getattr__, __dir__ = attach(__name__, _WHERE, extra="postgres")
