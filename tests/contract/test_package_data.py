@@ -16,8 +16,8 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -83,14 +83,14 @@ def copy_sources(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+def build_wheel(tmp_path: Path, children: Any) -> zipfile.ZipFile:
+    """A wheel built from a clone-like copy of the checkout, by pip in a session of its own
+    (the ``children`` fixture reaps pip and the build backend it starts, pass or fail)."""
     problem = build_backend_problem()
     if problem:
         pytest.skip(problem)
-    base = tmp_path_factory.mktemp("wheel")
-    copy_sources(base / "src-tree")
-    r = subprocess.run(
+    copy_sources(tmp_path / "src-tree")
+    pip = children.spawn(
         [
             sys.executable,
             "-m",
@@ -101,22 +101,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
             "--no-index",
             "-q",
             "-w",
-            str(base / "dist"),
-            str(base / "src-tree"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+            str(tmp_path / "dist"),
+            str(tmp_path / "src-tree"),
+        ]
     )
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    (built,) = (base / "dist").glob("crashpoint-*.whl")
-    with zipfile.ZipFile(built) as zf:
-        yield zf
+    assert pip.wait(300) == 0, pip.stderr_text()[-4000:]
+    (built,) = (tmp_path / "dist").glob("crashpoint-*.whl")
+    return zipfile.ZipFile(built)
 
 
-def test_wheel_ships_the_package_data(wheel: zipfile.ZipFile) -> None:
-    names = set(wheel.namelist())
+def test_the_wheel_ships_its_package_data_version_and_licence_and_no_tests(
+    tmp_path: Path, children: Any
+) -> None:
+    with build_wheel(tmp_path, children) as wheel:
+        names = set(wheel.namelist())
+        metadata_text = wheel.read(f"crashpoint-{_version.__version__}.dist-info/METADATA").decode()
     assert "crashpoint/faults/_inject/sitecustomize.py" in names
     assert "crashpoint/py.typed" in names
     assert "crashpoint/_version.py" in names
@@ -124,18 +123,10 @@ def test_wheel_ships_the_package_data(wheel: zipfile.ZipFile) -> None:
     assert corpus
     for name in corpus:
         assert f"crashpoint/agents/corpus/{name}" in names
-
-
-def test_wheel_ships_no_tests(wheel: zipfile.ZipFile) -> None:
-    strays = [n for n in wheel.namelist() if n.startswith("tests/") or "/tests/" in n]
-    assert not strays
-    tops = {n.split("/", 1)[0] for n in wheel.namelist()}
-    assert tops == {"crashpoint", f"crashpoint-{_version.__version__}.dist-info"}, tops
-
-
-def test_wheel_metadata_has_the_version_and_the_licence(wheel: zipfile.ZipFile) -> None:
+    assert not [n for n in names if n.startswith("tests/") or "/tests/" in n]
     info = f"crashpoint-{_version.__version__}.dist-info"
-    metadata = email.parser.Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
+    assert {n.split("/", 1)[0] for n in names} == {"crashpoint", info}
+    metadata = email.parser.Parser().parsestr(metadata_text)
     assert metadata["Version"] == _version.__version__
     assert metadata["License-Expression"] == "MIT"
-    assert f"{info}/licenses/LICENSE" in wheel.namelist()
+    assert f"{info}/licenses/LICENSE" in names

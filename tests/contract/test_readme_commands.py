@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,8 +103,9 @@ CI_STEPS = [
 ]
 
 
-def run_ci_with_fake_tools(tmp_path: Path, fail: str) -> tuple[int, list[str]]:
-    """``.ci/run`` copied into an empty tree, run with the stand-in tools first on PATH."""
+def run_ci_with_fake_tools(tmp_path: Path, fail: str, children: Any) -> tuple[int, list[str]]:
+    """``.ci/run`` copied into an empty tree, run with the stand-in tools first on PATH (in a
+    session of its own: the ``children`` fixture reaps the script and every tool it started)."""
     work, tools = tmp_path / "repo", tmp_path / "bin"
     (work / ".ci").mkdir(parents=True)
     shutil.copy2(ROOT / ".ci" / "run", work / ".ci" / "run")
@@ -118,22 +120,15 @@ def run_ci_with_fake_tools(tmp_path: Path, fail: str) -> tuple[int, list[str]]:
         "FAKECI_FAIL": fail,
         "HOME": str(tmp_path),
     }
-    r = subprocess.run(
-        ["bash", str(work / ".ci" / "run")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert "unexpected" not in r.stderr, r.stderr
+    child = children.spawn(["bash", str(work / ".ci" / "run")], env=env, cwd=tmp_path)
+    rc = child.wait(60)
+    assert "unexpected" not in child.stderr_text(), child.stderr_text()
     steps = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-    return r.returncode, steps
+    return rc, steps
 
 
-def test_ci_runs_every_step_in_order_when_all_pass(tmp_path: Path) -> None:
-    rc, steps = run_ci_with_fake_tools(tmp_path, fail="")
+def test_ci_runs_every_step_in_order_when_all_pass(tmp_path: Path, children: Any) -> None:
+    rc, steps = run_ci_with_fake_tools(tmp_path, "", children)
     assert (rc, steps) == (0, CI_STEPS)
 
 
@@ -141,8 +136,8 @@ def test_ci_runs_every_step_in_order_when_all_pass(tmp_path: Path) -> None:
     "fail",
     ["install-dev", "pytest", "ruff-check", "ruff-format", "mypy", "lint-imports", "gate"],
 )
-def test_each_failing_step_fails_ci_and_stops_it(tmp_path: Path, fail: str) -> None:
-    rc, steps = run_ci_with_fake_tools(tmp_path, fail=fail)
+def test_each_failing_step_fails_ci_and_stops_it(tmp_path: Path, fail: str, children: Any) -> None:
+    rc, steps = run_ci_with_fake_tools(tmp_path, fail, children)
     assert rc != 0
     assert steps[-1].split()[0] == fail  # the failing step is the last one that ran
     assert steps == CI_STEPS[: len(steps)]
