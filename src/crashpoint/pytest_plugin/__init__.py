@@ -44,7 +44,6 @@ from crashpoint.pytest_plugin._options import (
     SETTINGS,
     SUMMARIES,
     WORKER_FILE,
-    Settings,
     marker_options,
     resolve_settings,
 )
@@ -54,20 +53,9 @@ if TYPE_CHECKING:
     from crashpoint.faults import Corruption, TmpfsNamespace
     from crashpoint.harness import AgentProcess, CrashHarness, Ledger
 
-__all__ = [
-    "BOARD",
-    "MARKER",
-    "OPTIONS",
-    "SETTINGS",
-    "SUMMARIES",
-    "WORKER_FILE",
-    "Settings",
-    "make_harness",
-    "marker_options",
-    "record_campaign",
-    "record_interrupted",
-    "resolve_settings",
-]
+#: The plugin exports no name: pytest finds its hooks and fixtures by their names, and the docs
+#: (docs/reference/pytest-plugin.md) list them; its helpers are private to the package.
+__all__: list[str] = []
 
 #: puts back the signal handlers that were there before the session (pytest_unconfigure)
 _RESTORE_SIGNALS = pytest.StashKey[Callable[[], None]]()
