@@ -124,12 +124,15 @@ def test_asking_again_after_a_lost_reply_or_an_unbilled_kill_is_fine() -> None:
         assert not r.warning, r.message
 
 
-def test_a_call_the_golden_run_made_twice_may_be_made_twice() -> None:
+def test_a_call_the_golden_run_made_twice_is_a_repeat_of_the_golden_run() -> None:
     golden = [llm(1), llm(1), eff(1)]
-    assert not check_no_repeated_llm_calls(facts(golden, [llm(1), llm(1), eff(1)])).warning
+    r = check_no_repeated_llm_calls(facts(golden, [llm(1), llm(1), eff(1)]))
+    assert r.warning  # the crash-free run itself re-billed it: never the baseline
+    assert r.message.startswith("1 LLM call(s) re-billed, 30 tokens: in the golden run")
     r = check_no_repeated_llm_calls(facts(golden, [llm(1), llm(1), llm(2), eff(2)]))
     assert r.warning
     assert "made 2x in the golden run, 3x here" in r.message
+    assert r.message.startswith("2 LLM call(s) re-billed")
 
 
 def test_calls_the_golden_run_never_made_are_noted_not_judged() -> None:

@@ -42,6 +42,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
                     "POST /reset": {"fail": "reset"},
                     "POST /hang": {"fail": "timeout"},
                     "/any": {"status": 201},
+                    "POST /busy": {"status": 503, "body": {"error": "busy"}},
                 }
             }
         }
@@ -191,6 +192,17 @@ def test_scripted_failures_reach_the_client_and_apply_nothing(ledger: Ledger) ->
         ("POST /boom", "status 500", False),
         ("POST /reset", "reset", False),
         ("POST /hang", "timeout", False),
+    ]
+    assert ledger.applied_counts() == {}
+
+
+def test_a_scripted_error_status_is_a_failed_request_not_an_effect(ledger: Ledger) -> None:
+    # a route that answers 503 refused the request: recorded as failed, never applied, so
+    # the checks do not take it for a completed call (issue 23)
+    code, _h, body = request(ledger.urls()["http"] + "/busy")
+    assert (code, json.loads(body)) == (503, {"error": "busy"})
+    assert [(e["kind"], e.get("failed"), e["applied"]) for e in ledger.events] == [
+        ("POST /busy", "status 503", False)
     ]
     assert ledger.applied_counts() == {}
 

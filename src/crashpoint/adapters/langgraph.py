@@ -65,10 +65,13 @@ G = TypeVar("G")
 
 
 class _Task:
-    __slots__ = ("done", "ended", "node", "parent", "step")
+    __slots__ = ("done", "ended", "node", "ns", "parent", "scope", "step")
 
-    def __init__(self, node: str, step: int) -> None:
-        self.node, self.step = node, step
+    def __init__(self, node: str, step: int, ns: str) -> None:
+        self.node, self.step, self.ns = node, step, ns
+        # the checkpoint namespace the task runs in: "" for the top graph, the subgraph
+        # node's own namespace ("sub:<task id>") for a node nested in a subgraph
+        self.scope = ns.rpartition("|")[0]
         self.ended = self.done = False
         self.parent: str | None = None  # the checkpoint its saved writes hang on
 
@@ -94,9 +97,17 @@ class Tracker:
             self._started.add(ns)
             task_id = ns.rsplit("|", 1)[-1].rpartition(":")[2]
             if task_id:
-                self._tasks[task_id] = _Task(node, step if isinstance(step, int) else -2)
+                self._tasks[task_id] = _Task(node, step if isinstance(step, int) else -2, ns)
                 self._runs[run_id] = task_id
             return True
+
+    def interrupted(self, task_id: str) -> None:
+        """The task stopped at an ``interrupt()`` (its writes say so): LangGraph runs the
+        node again from its start on resume, so that run is a new start of the step."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None and not task.done:
+                self._started.discard(task.ns)
 
     def end(self, run_id: UUID) -> str | None:
         """The node whose own run ``run_id`` returned (None for any other run)."""
@@ -122,10 +133,11 @@ class Tracker:
             task.done = True
             return [task.node]
 
-    def checkpoint_saved(self, checkpoint_id: str | None, step: Any) -> list[str]:
+    def checkpoint_saved(self, checkpoint_id: str | None, step: Any, ns: str = "") -> list[str]:
         """The nodes made durable by saving checkpoint ``checkpoint_id`` of superstep ``step``
-        (once each): the tasks of that superstep or an earlier one that returned (their writes
-        are in it), and those whose saved writes hang on it."""
+        in namespace ``ns`` (once each): the tasks of that graph (the top graph, or one
+        subgraph: supersteps are counted per graph) in that superstep or an earlier one that
+        returned (their writes are in it), and those whose saved writes hang on it."""
         with self._lock:
             if checkpoint_id:
                 self._saved.add(checkpoint_id)
@@ -134,7 +146,10 @@ class Tracker:
                 if task.done:
                     continue
                 if (task.parent is not None and task.parent == checkpoint_id) or (
-                    task.ended and isinstance(step, int) and 0 <= task.step <= step
+                    task.ended
+                    and task.scope == ns
+                    and isinstance(step, int)
+                    and 0 <= task.step <= step
                 ):
                     task.done = True
                     out.append(task.node)
@@ -269,7 +284,7 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         out = self.inner.put(config, checkpoint, metadata, new_versions)
-        self._put_done(checkpoint, metadata)
+        self._put_done(config, checkpoint, metadata)
         return out
 
     async def aput(
@@ -280,7 +295,7 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         out = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        self._put_done(checkpoint, metadata)
+        self._put_done(config, checkpoint, metadata)
         return out
 
     def put_writes(
@@ -318,14 +333,19 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
             parent = (config.get("configurable") or {}).get("checkpoint_id")
             for node in self.tracker.writes_saved(task_id, parent):
                 probe.step_completed(node)
+        elif any(c == "__interrupt__" for c, _ in writes):
+            self.tracker.interrupted(task_id)
 
-    def _put_done(self, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> None:
+    def _put_done(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> None:
         """A superstep's checkpoint is durable: so are the nodes of that superstep (with
         ``durability="async"`` it may be saved before their own writes) and the nodes whose
-        saved writes hang on it."""
+        saved writes hang on it. A subgraph counts its own supersteps in its own namespace."""
         step = metadata.get("step") if isinstance(metadata, dict) else None
+        ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         probe.event("event", name=f"langgraph:checkpoint:{step}")
-        for node in self.tracker.checkpoint_saved(checkpoint.get("id"), step):
+        for node in self.tracker.checkpoint_saved(checkpoint.get("id"), step, ns):
             probe.step_completed(node)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from crashpoint.harness._checker._facts import TrialFacts
 from crashpoint.harness._checker._verdict import explain
-from crashpoint.harness._spec import CheckResult, call_of, canonical
+from crashpoint.harness._spec import CheckResult, call_of, call_outcome, canonical
 
 __all__ = ["BUILTIN_CHECKS", "run_checks", "scan_for_bytes"]
 
@@ -89,9 +89,82 @@ def _dup_text(f: TrialFacts, kind: str, payload: str, got: int, n: int) -> str:
     return what
 
 
+def golden_effect_problems(
+    events: list[dict[str, Any]],
+) -> tuple[list[str], Counter[tuple[str, str]]]:
+    """What the crash-free run itself got wrong about its effects, and the applications of
+    each effect that were duplicates there (so the baseline does not count them).
+
+    * an effect applied again by a re-run of the step that sent it, after that step's earlier
+      run never completed (an effect placed before LangGraph's ``interrupt()``, which re-runs
+      the node on resume; a node retried after an error) with no key to deduplicate it;
+    * a key re-sent with a different payload: the service kept the first payload, and the
+      second was lost.
+
+    Identical effects sent by different steps, or by a step that completed each time, are
+    judged by count like any others (an agent may send the same thing twice on purpose)."""
+    problems: list[str] = []
+    extra: Counter[tuple[str, str]] = Counter()
+    count: Counter[str] = Counter()
+    open_: list[tuple[str, int]] = []  # (step, occurrence) started, not completed
+    completed: set[tuple[str, int]] = set()
+    sends: dict[tuple[str, str], list[tuple[tuple[str, int] | None, dict[str, Any]]]] = {}
+    keyed: dict[str, dict[str, Any]] = {}  # key -> the send that applied it
+    for ev in events:
+        op = ev["op"]
+        if op == "step_started":
+            step = str(ev.get("step"))
+            count[step] += 1
+            open_.append((step, count[step]))
+        elif op == "step_completed":
+            step = str(ev.get("step"))
+            for k in range(len(open_) - 1, -1, -1):
+                if open_[k][0] == step:
+                    completed.add(open_.pop(k))
+                    break
+        elif op == "effect":
+            content = (str(ev.get("kind")), canonical(ev.get("payload")))
+            key = ev.get("key")
+            if ev.get("applied"):
+                sends.setdefault(content, []).append((open_[-1] if open_ else None, ev))
+                if key is not None and not ev.get("keyless"):
+                    keyed.setdefault(str(key), ev)
+            elif key is not None and str(key) in keyed:
+                first = keyed[str(key)]
+                if canonical(first.get("payload")) != content[1]:
+                    problems.append(
+                        f"LOST in the golden run (crash-free): key {str(key)[:40]!r} was sent "
+                        f"again with a different payload {content[1][:60]} at golden event "
+                        f"#{ev.get('i', '?')} after it had been applied with "
+                        f"{canonical(first.get('payload'))[:60]} (event #{first.get('i', '?')}); "
+                        "the service kept the first"
+                    )
+    for (kind, payload), got in sends.items():
+        for j in range(1, len(got)):
+            step_j = got[j][0]
+            if step_j is None:
+                continue
+            earlier = [
+                s
+                for s, _ev in got[:j]
+                if s is not None and s[0] == step_j[0] and s != step_j and s not in completed
+            ]
+            if earlier:
+                extra[(kind, payload)] += 1
+                problems.append(
+                    f"DUPLICATED in the golden run (crash-free): {kind} {payload[:80]} was "
+                    f"applied at golden event #{got[0][1].get('i', '?')} and again at "
+                    f"#{got[j][1].get('i', '?')}, when step {step_j[0]!r} ran again after its "
+                    "earlier run (which sent it) did not complete"
+                )
+    return problems, extra
+
+
 def check_exactly_once(f: TrialFacts) -> CheckResult:
     lost, dup, extra = [], [], []
-    for (kind, payload), n in f.golden.effects.items():
+    golden_problems, golden_dups = golden_effect_problems(f.golden.events)
+    for (kind, payload), n0 in f.golden.effects.items():
+        n = n0 - golden_dups.get((kind, payload), 0)  # a golden duplicate is no baseline
         got = f.applied.get((kind, payload), 0)
         if got < n and not f.refused:
             lost.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
@@ -101,7 +174,8 @@ def check_exactly_once(f: TrialFacts) -> CheckResult:
         if (kind, payload) not in f.golden.effects and n:
             extra.append(f"{kind} {payload[:80]} applied {n}x, not in the golden run")
     problems = (
-        [f"DUPLICATED {d}" for d in dup]
+        golden_problems
+        + [f"DUPLICATED {d}" for d in dup]
         + [f"LOST {x}" for x in lost]
         + [f"UNEXPECTED {e}" for e in extra]
     )
@@ -113,9 +187,16 @@ def check_exactly_once(f: TrialFacts) -> CheckResult:
 
 
 def check_resumes(f: TrialFacts) -> CheckResult:
-    """After a restart the first step started is the first not reported completed — or a
-    later one that an earlier attempt had already started (its completion was durable but the
-    crash took the report). A reported-completed step never starts again."""
+    """After a restart no step reported completed starts again, and the first step started is
+    the first not completed, or a later one that an earlier attempt had already started (its
+    completion was durable but the crash took the report) or that ran beside it in the golden
+    run (a parallel branch, or the parent it is nested in).
+
+    Steps are counted by occurrence, as frameworks run them: a name may repeat (a loop) or run
+    in parallel (a fan-out sends one node several times); started occurrences include the
+    completed ones. A step nested in another (a subgraph node's inner nodes) completes on its
+    own: re-entering an unfinished parent after a crash inside it is a resume, not a re-run.
+    """
     name = "resumes_from_last_completed"
     if f.plan.corrupts:
         return CheckResult(
@@ -126,51 +207,130 @@ def check_resumes(f: TrialFacts) -> CheckResult:
         )
     if not f.golden.steps:  # an agent that names no step: judged from the calls it repeats
         return _resumes_by_calls(f)
-    golden_steps = f.golden.steps
-    completed = 0  # golden positions reported completed so far
-    started = 0  # one past the furthest golden position started so far
-    seen_first_of: set[int] = set()
+    return _resumes_by_steps(f)
+
+
+class _GoldenSteps:
+    """The golden run's steps by occurrence: position ``i`` is the ``occ[i]``-th start of
+    ``names[i]``; two positions overlap when one started before the other completed (a
+    parallel branch, or a step nested in another)."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.names: list[str] = []
+        self.occ: list[int] = []
+        self.at: dict[tuple[str, int], int] = {}  # (name, occurrence) -> position
+        began: list[int] = []  # event index of each position's start
+        ended: list[float] = []  # event index of its completion (inf: never)
+        open_: dict[str, list[int]] = {}  # name -> positions started, not completed
+        count: Counter[str] = Counter()
+        for k, ev in enumerate(events):
+            step = str(ev.get("step"))
+            if ev["op"] == "step_started":
+                count[step] += 1
+                i = len(self.names)
+                self.names.append(step)
+                self.occ.append(count[step])
+                self.at[(step, count[step])] = i
+                began.append(k)
+                ended.append(float("inf"))
+                open_.setdefault(step, []).append(i)
+            elif ev["op"] == "step_completed" and open_.get(step):
+                ended[open_[step].pop()] = k  # the latest start of that name (an interrupt()
+                # leaves an earlier start of the node that never completes)
+        self.began, self.ended, self.count = began, ended, count
+
+    def overlap(self, p: int, q: int) -> bool:
+        return self.began[q] < self.ended[p] and self.began[p] < self.ended[q]
+
+    def nested_in(self, p: int, q: int) -> bool:
+        """Position ``p`` ran inside position ``q`` (q is its parent, or an ancestor)."""
+        return self.began[q] < self.began[p] and self.ended[p] <= self.ended[q]
+
+
+def _resumes_by_steps(f: TrialFacts) -> CheckResult:
+    name = "resumes_from_last_completed"
+    g = _GoldenSteps(f.golden.events)
+    done: Counter[str] = Counter()  # completions reported so far, by name (every attempt)
+    done_ev: dict[tuple[str, int], dict[str, Any]] = {}  # (name, occurrence) -> its report
+    started: Counter[str] = Counter()  # furthest occurrence started so far, by name
+    before: dict[int, Counter[str]] = {}  # attempt -> completions reported before it began
+    mine: dict[int, Counter[str]] = {}  # attempt -> its own starts, by name
+    notes: list[str] = []
     for ev in f.events:
         a = int(ev["attempt"])
-        if ev["op"] == "step_started":
-            got = ev.get("step")
-            pos = _position(golden_steps, got, completed) - 1
-            if a > 1 and a not in seen_first_of:
-                seen_first_of.add(a)
-                expected = golden_steps[completed] if completed < len(golden_steps) else "<none>"
-                if pos < completed or pos > started:
-                    kind = (
-                        "re-ran a completed step"
-                        if pos < completed
-                        else "skipped a step no attempt had started"
-                    )
-                    return CheckResult(
-                        name,
-                        False,
-                        f"{kind}: after the restart the first step "
-                        f"started was {got!r} at {_where(ev)}, but "
-                        f"{completed} step(s) were reported "
-                        f"completed ({_names(golden_steps, completed)}"
-                        f"), so it should be {expected!r}",
-                    )
-            started = max(started, pos + 1)
-        elif ev["op"] == "step_completed":
-            completed = max(completed, _position(golden_steps, ev.get("step"), completed))
-    return CheckResult(name, True)
+        step = str(ev.get("step"))
+        if ev["op"] == "step_completed":
+            done[step] += 1
+            done_ev.setdefault((step, done[step]), ev)
+            continue
+        if ev["op"] != "step_started":
+            continue
+        first = a not in before
+        base = before.setdefault(a, Counter(done))
+        k = mine.setdefault(a, Counter())
+        k[step] += 1
+        occ = base[step] + k[step]  # the attempt resumes after the occurrences completed
+        if a == 1:
+            started[step] = max(started[step], occ)
+            continue
+        total = g.count.get(step, 0)
+        if total and occ > total:
+            last = done_ev.get((step, total), {})
+            was = f" (the last at {_where(last)})" if last else ""
+            lead = (
+                f"after the restart the first step started was {step!r}"
+                if first
+                else f"attempt {a} started {step!r}"
+            )
+            return CheckResult(
+                name,
+                False,
+                f"re-ran a completed step: {lead} at {_where(ev)}, but all {total} of the "
+                f"golden run's occurrence(s) of {step!r} had been reported completed{was} "
+                f"before attempt {a} began",
+            )
+        p = g.at.get((step, occ))
+        if first and p is not None:
+            bad = _skipped(g, p, done, started)
+            if bad is not None:
+                expected = g.names[bad]
+                return CheckResult(
+                    name,
+                    False,
+                    f"skipped a step no attempt had started: after the restart the first step "
+                    f"started was {step!r} at {_where(ev)}, but {expected!r} "
+                    f"(occurrence {g.occ[bad]} of {g.count[expected]}) was neither reported "
+                    f"completed nor started by an earlier attempt; completed so far: "
+                    f"{_done_text(done)}",
+                )
+            inner = [
+                g.names[q]
+                for q in range(p + 1, len(g.names))
+                if g.nested_in(q, p) and g.occ[q] <= done[g.names[q]]
+            ]
+            if inner:
+                notes.append(
+                    f"attempt {a} re-entered {step!r} (not completed; its nested step(s) "
+                    f"{', '.join(dict.fromkeys(inner))} were): a resume, not a re-run"
+                )
+        started[step] = max(started[step], occ)
+    note = "; ".join(notes[:3])
+    return CheckResult(name, True, note)
 
 
-def _names(steps: list[str], n: int) -> str:
-    return ", ".join(steps[:n]) or "-"
+def _skipped(g: _GoldenSteps, p: int, done: Counter[str], started: Counter[str]) -> int | None:
+    """The first golden position before ``p`` that is neither completed, nor started by an
+    earlier attempt, nor run beside ``p`` (parallel or nesting): a step the resume skipped."""
+    for q in range(p):
+        n = g.names[q]
+        if g.occ[q] <= done[n] or g.occ[q] <= started[n] or g.overlap(p, q):
+            continue
+        return q
+    return None
 
 
-def _position(steps: list[str], step: Any, done: int) -> int:
-    """Number of golden steps completed once ``step`` completes, given ``done`` before."""
-    if done < len(steps) and steps[done] == step:
-        return done + 1
-    try:
-        return steps.index(step) + 1
-    except ValueError:
-        return done
+def _done_text(done: Counter[str]) -> str:
+    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in done.items()) or "none"
 
 
 #: The events that are calls to the outside world (what resume is judged by without steps).
@@ -198,15 +358,20 @@ def _call_position(seq: list[str], ident: str, done: int) -> int | None:
 def _resumes_by_calls(f: TrialFacts) -> CheckResult:
     """Resume judged without step names, from the calls (effects, LLM calls) repeated.
 
-    A call is *completed* once it was acknowledged (not killed before it was applied, nor in
-    its in-doubt window) and its attempt went on to a later event: an agent that saves a
+    A call is *completed* once it was acknowledged (:func:`call_outcome` ``acked``: not
+    killed before it was applied, not failed by the service, not in its in-doubt window) and
+    its attempt went on to a later event: an agent that saves a
     call's result before its next call has it durable by then. The first call of a restarted
     attempt (the first the golden run knows) must not be one an earlier attempt completed:
     re-making it means the agent did not resume from the last completed point (an upstream
     step re-run, an LLM call re-billed, a tool re-fired). The last acknowledged call of a
     killed attempt may be made again (its result may not have been saved yet)."""
     name = "resumes_from_last_completed"
-    seq = [call_identity(e) for e in f.golden.events if e["op"] in CALL_OPS]
+    seq = [
+        call_identity(e)
+        for e in f.golden.events
+        if e["op"] in CALL_OPS and call_outcome(e) != "failed"
+    ]
     if not seq:
         return CheckResult(
             name,
@@ -225,8 +390,8 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
             pos, done_ev = pending.pop(a)
             by.setdefault(pos, done_ev)
             completed = max(completed, pos + 1)
-        if ev["op"] not in CALL_OPS:
-            continue
+        if ev["op"] not in CALL_OPS or call_outcome(ev) == "failed":
+            continue  # a request the service failed did nothing: making it again is a retry
         ident = call_identity(ev)
         if a > 1 and a not in judged:
             p = _call_position(seq, ident, completed)
@@ -250,7 +415,7 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
         if p is None:
             continue
         cursor[a] = p + 1
-        if not ev.get("killed"):
+        if call_outcome(ev) == "acked":
             pending[a] = (p, ev)
     return CheckResult(name, True, f"judged from calls (no step names): {len(seq)} golden call(s)")
 
@@ -270,14 +435,45 @@ def _tokens(ev: dict[str, Any]) -> int:
     return n
 
 
+def _billed(ev: dict[str, Any]) -> bool:
+    """A model call the service answered (and so billed): acknowledged, or in doubt. One
+    killed before it was answered, or failed by the service (5xx, reset), was not billed."""
+    return ev["op"] == "llm_call" and call_outcome(ev) in ("acked", "in_doubt")
+
+
+def window_calls(f: TrialFacts) -> dict[int, dict[str, Any]]:
+    """Attempt -> its last event, when that is a call acknowledged just before the attempt
+    ended without finishing (killed, cut, or crashed): the reply or acknowledgement had
+    arrived, and the agent had done nothing observable since. That is the window no agent can
+    close (between a reply's arrival and its first durable write): the call may be made again
+    after the restart. An agent that went on to its next call, step or effect before saving
+    the reply has left that window, and re-making the call is not excused."""
+    last: dict[int, dict[str, Any]] = {}
+    for ev in f.events:
+        last[int(ev["attempt"])] = ev
+    ended_badly = {a.number for a in f.attempts if a.returncode != 0}
+    return {
+        a: ev
+        for a, ev in last.items()
+        if a in ended_badly
+        and ev["op"] in CALL_OPS
+        and call_outcome(ev) == "acked"
+        and a < len(f.attempts)
+    }
+
+
 def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
     """LLM calls the golden run made and the trial (across its attempts) made again: each
-    re-billed. A call whose reply never reached the agent (killed in its in-doubt window) may
-    be asked again; one killed before it was answered was never billed. Policy
+    re-billed. Calls the service failed (5xx, reset) or never answered were not billed and are
+    not counted. A call whose reply never reached the agent (in its in-doubt window, or the
+    reply lost) may be asked again; so may one whose reply arrived just before the crash, in
+    the window before the agent could save it (:func:`window_calls`). The golden run is judged
+    too: the same call billed twice there is a repeat, never the baseline. Policy
     (``expect.no_repeated_llm_calls``): warn (default), fail, or a token budget."""
     name = "no_repeated_llm_calls"
     policy = f.expect.no_repeated_llm_calls
-    golden = Counter(str(e.get("fingerprint")) for e in f.golden.events if e["op"] == "llm_call")
+    golden_calls = [e for e in f.golden.events if _billed(e)]
+    golden = Counter(str(e.get("fingerprint")) for e in golden_calls)
     if not golden:
         return CheckResult(
             name,
@@ -288,35 +484,57 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
             skipped=True,
         )
     billed: dict[str, list[dict[str, Any]]] = {}
-    lost: Counter[str] = Counter()
+    free: Counter[str] = Counter()  # asking again is fine: the agent never had (or kept) it
     for e in f.events:
-        if e["op"] != "llm_call" or e.get("killed") == "before":
+        if not _billed(e):
             continue
         fp = str(e.get("fingerprint"))
         billed.setdefault(fp, []).append(e)
-        if e.get("killed") == "in_doubt":
-            lost[fp] += 1  # billed, but the agent never had the reply: asking again is fine
-    repeats: list[tuple[str, list[dict[str, Any]]]] = []
+        if call_outcome(e) == "in_doubt":
+            free[fp] += 1
+    window = [e for e in window_calls(f).values() if e["op"] == "llm_call"]
+    for e in window:
+        free[str(e.get("fingerprint"))] += 1
+    repeats: list[tuple[str, list[dict[str, Any]], int]] = []
     for fp, evs in billed.items():
-        extra = len(evs) - golden.get(fp, 0) - lost[fp]
+        # beyond what the golden run made (a repeat there is reported on its own, below)
+        extra = len(evs) - golden.get(fp, 0) - free[fp]
         if fp in golden and extra > 0:
-            repeats.append((fp, evs))
+            repeats.append((fp, evs, extra))
     new = sum(len(v) for fp, v in billed.items() if fp not in golden)
     note = f"; {new} call(s) the golden run never made (not judged)" if new else ""
+    if window:
+        note += "; " + "; ".join(
+            f"{_call_text(e)} at {_where(e)} may be asked again: its reply arrived and the "
+            f"attempt ended before doing anything else (the window before the first durable "
+            f"write, which no agent can close)"
+            for e in window[:3]
+        )
+    golden_again = [(fp, n) for fp, n in golden.items() if n > 1]
     total = sum(golden.values())
-    if not repeats:
+    if not repeats and not golden_again:
         return CheckResult(name, True, f"{total} golden LLM call(s), none made again{note}")
     tokens = 0
     parts = []
-    for fp, evs in repeats:
-        extra = len(evs) - golden[fp] - lost[fp]
+    for fp, n in golden_again:
+        evs = [e for e in golden_calls if str(e.get("fingerprint")) == fp]
+        tokens += sum(_tokens(e) for e in evs[1:])
+        parts.append(
+            f"in the golden run (crash-free) {_call_text(evs[0])} was billed {n}x "
+            f"(golden events #{', #'.join(str(e.get('i', '?')) for e in evs[:4])}): a repeat "
+            "with no crash at all"
+        )
+    for fp, evs, extra in repeats:
         again = evs[-extra:]
         tokens += sum(_tokens(e) for e in again)
         where = ", ".join(_where(e) for e in evs[:4]) + (", ..." if len(evs) > 4 else "")
+        attempts = sorted({int(e["attempt"]) for e in evs})
+        when = "after a restart" if len(attempts) > 1 else f"within attempt {attempts[0]}"
         parts.append(
-            f"{_call_text(evs[0])} made {golden[fp]}x in the golden run, {len(evs)}x here ({where})"
+            f"{_call_text(evs[0])} made {golden[fp]}x in the golden run, {len(evs)}x here "
+            f"{when} ({where})"
         )
-    calls = sum(len(evs) - golden[fp] - lost[fp] for fp, evs in repeats)
+    calls = sum(extra for _fp, _evs, extra in repeats) + sum(n - 1 for _fp, n in golden_again)
     msg = (
         f"{calls} LLM call(s) re-billed, {tokens} tokens: "
         + "; ".join(parts[:5])

@@ -51,6 +51,14 @@ _HINTS = {
     "expect.no_repeated_llm_calls to warn or a token budget",
 }
 
+#: The hint when the crash-free run itself asked the model the same thing twice.
+_GOLDEN_LLM_HINT = (
+    "the crash-free run asked the model the same thing twice: a node run again (on resume "
+    "after interrupt(), or a retry) re-asks unless the reply is kept in its state; call the "
+    "model after the interrupt, or in a node of its own; if asking twice is by design, set "
+    "expect.no_repeated_llm_calls to warn or a token budget"
+)
+
 #: The hint when resume was judged from calls (the agent names no step).
 _RESUME_BY_CALLS_HINT = (
     "on restart, load the last checkpoint and go on after the last call "
@@ -84,8 +92,49 @@ def _sends(facts: TrialFacts, payload_text: str) -> list[dict[str, Any]]:
     ]
 
 
+def _changed_payload(facts: TrialFacts, kind_payload: str) -> str:
+    """For an effect ``kind_payload`` (as a LOST message names it): how it was lost if its key
+    had already been applied with another payload (the service deduplicated the key), else
+    ""."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in facts.events:
+        if e["op"] != "effect" or e.get("keyless") or e.get("key") is None:
+            continue
+        key = str(e.get("key"))
+        if e.get("applied"):
+            first.setdefault(key, e)
+            continue
+        text = f"{e.get('kind')} {canonical(e.get('payload'))[:80]}"
+        was = first.get(key)
+        if text == kind_payload and was is not None:
+            return (
+                f"key {key[:40]!r} was applied with payload "
+                f"{canonical(was.get('payload'))[:60]} (attempt {was['attempt']}) and sent "
+                f"again after the restart with a different payload "
+                f"{canonical(e.get('payload'))[:60]} (attempt {e['attempt']}), so the service "
+                "deduplicated it and the new payload was never applied: build the payload "
+                "only from saved state (no time, attempt number or random value in it), so a "
+                "retry sends the same thing"
+            )
+    return ""
+
+
 def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
     msg = c.message
+    if "DUPLICATED in the golden run" in msg:
+        return (
+            "the crash-free run itself applied it twice: the step that sends it ran again "
+            "after an earlier run of it did not complete (LangGraph runs a node again from its "
+            "start when it resumes after interrupt(); a retried node does too): send it after "
+            "the interrupt, or give it a key from the run id and the step so the re-run is "
+            "deduplicated"
+        )
+    if "LOST in the golden run" in msg:
+        return (
+            "the crash-free run sent one key with two payloads: the service keeps the first; "
+            "give each distinct effect its own key, and keep a retried effect's payload "
+            "identical"
+        )
     if "no key" in msg:
         http = (
             " (an HTTP call: send it as the Idempotency-Key header)"
@@ -107,6 +156,9 @@ def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
         return "the effect was applied again after a restart: give it a stable key"
     if "LOST" in msg:
         lost = re.search(r"LOST (.+?) applied", msg)
+        changed = _changed_payload(facts, lost.group(1)) if lost else ""
+        if changed:
+            return changed
         sends = _sends(facts, lost.group(1)) if lost else []
         killed = [e for e in sends if e.get("killed") == "before"]
         if killed:
@@ -224,6 +276,8 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _same_output_hint(facts)
         elif c.name == "resumes_from_last_completed" and "re-made a completed call" in c.message:
             hint = _RESUME_BY_CALLS_HINT
+        elif c.name == "no_repeated_llm_calls" and "in the golden run (crash-free)" in c.message:
+            hint = _GOLDEN_LLM_HINT
         else:
             hint = _HINTS.get(c.name, "")
         power = facts.extra.get("power")

@@ -40,6 +40,13 @@ def as_agent(agent: AgentLike, *, timeout: float = 30.0) -> AgentSpec:
         if ":" in agent and " " not in agent and "/" not in agent:
             return AgentSpec(entry=agent, timeout=timeout)
         return AgentSpec(tuple(shlex.split(agent)), timeout=timeout)
+    if isinstance(agent, Mapping):  # its keys would become the command line
+        raise WrongArgumentType(
+            "an agent is an AgentSpec, a command string, a 'module:function' entry or an argv "
+            f"list, not a mapping ({', '.join(map(str, agent))}): write "
+            "AgentSpec(('python', 'agent.py', '--state', '{state_dir}'), timeout=30), or put "
+            "the mapping under agent: in a scenario file"
+        )
     argv = tuple(str(a) for a in agent)
     if not argv:
         raise InvalidArgument("an agent command needs at least one argument")

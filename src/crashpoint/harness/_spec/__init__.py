@@ -10,6 +10,7 @@ write points, file operations, operation logs) and PyYAML. The other rooms of th
 """
 
 from crashpoint.harness._spec._events import (
+    CALL_OUTCOMES,
     ENV_LEDGER_HTTP,
     HTTP_EVENT_OPS,
     IN_DOUBT_OPS,
@@ -18,6 +19,7 @@ from crashpoint.harness._spec._events import (
     KillAt,
     agent_message,
     call_of,
+    call_outcome,
     canonical,
     event_name,
     size_text,
@@ -111,6 +113,7 @@ __all__ = [
     "ADD_PROBE_CALLS",
     "AGENT_PLACEHOLDERS",
     "BUDGET_HOW",
+    "CALL_OUTCOMES",
     "CHECKS",
     "CORRUPT_ROOTS",
     "DEFAULT_BUDGET",
@@ -169,6 +172,7 @@ __all__ = [
     "TrialResult",
     "agent_message",
     "call_of",
+    "call_outcome",
     "canonical",
     "draw",
     "dumps",

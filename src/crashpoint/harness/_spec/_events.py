@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CALL_OUTCOMES",
     "ENV_LEDGER_HTTP",
     "HTTP_EVENT_OPS",
     "IN_DOUBT_OPS",
@@ -28,6 +29,7 @@ __all__ = [
     "KillAt",
     "agent_message",
     "call_of",
+    "call_outcome",
     "canonical",
     "event_name",
     "size_text",
@@ -47,6 +49,19 @@ HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
 #: could mark its own duplicate "failed" and have it never count as applied.
 SERVICE_ONLY = ("failed", "reply_lost")
 
+#: What a call (an effect, a model call) came to, from the reply the agent got (or not):
+#:
+#: * ``killed`` - the agent was killed before the service saw it: not applied, not completed;
+#: * ``failed`` - the service answered with an error (4xx/5xx), reset or timed out before it
+#:   acted: not applied (not billed), not completed; retrying it is what an agent should do;
+#: * ``in_doubt`` - the service acted (applied, billed) and the agent never learned it (killed
+#:   in the in-doubt window, or the reply was lost): applied, but not completed;
+#: * ``acked`` - the service acted (or deduplicated a key it had applied) and the agent got the
+#:   reply: the call is done, and completed once the agent has had its first chance to save it.
+#:
+#: Every check reads this one classification (:func:`call_outcome`).
+CALL_OUTCOMES = ("killed", "failed", "in_doubt", "acked")
+
 _METHOD_PATH = re.compile(r"^[A-Z]{1,16} /\S*$")
 
 
@@ -63,6 +78,17 @@ def canonical(payload: Any) -> str:
 def agent_message(msg: dict[str, Any]) -> dict[str, Any]:
     """``msg`` as the agent may send it: without the fields only a service sets."""
     return {k: v for k, v in msg.items() if k not in SERVICE_ONLY}
+
+
+def call_outcome(ev: Mapping[str, Any]) -> str:
+    """What the call ``ev`` came to: one of :data:`CALL_OUTCOMES`."""
+    if ev.get("killed") == "before":
+        return "killed"
+    if ev.get("killed") == "in_doubt" or ev.get("reply_lost"):
+        return "in_doubt"
+    if ev.get("failed"):
+        return "failed"
+    return "acked"
 
 
 def call_of(ev: Mapping[str, Any]) -> str:

@@ -24,6 +24,7 @@ failure wins) answer with a status, a body, a latency, or a failure: ``reset`` (
 closed with an RST, no reply), ``timeout`` (no reply until the client gives up, at most the
 ledger's ``idle_timeout``), ``status`` (4xx/5xx). A failed request reached the service, so it
 is recorded (with ``failed``), but it is not an applied effect: the service did not act on it.
+A scripted reply with a 4xx/5xx status is such a failure too (the service refused the request).
 """
 
 from __future__ import annotations
@@ -244,6 +245,8 @@ class ServiceHandler(BaseHTTPRequestHandler):
             msg["failed"] = _describe(failure)
             if failure.applied:  # applied, then the reply is lost (_network)
                 msg["reply_lost"] = True
+        elif route.status >= 400:  # a scripted error reply: the service refused it, did nothing
+            msg["failed"] = f"status {route.status}"
         reply = self.ledger._safe_handle(msg)
         if reply is None:
             self._drop()

@@ -1,0 +1,93 @@
+"""What the LangGraph adapter reports, on real graphs run in-process (the probe's calls are
+recorded instead of sent): a subgraph's inner nodes complete in their own namespace, never
+with the parent's supersteps, and a node stopped by ``interrupt()`` starts again on resume."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph", reason="the langgraph extra is not installed")
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+from crashpoint import probe
+from crashpoint.adapters.langgraph import instrument
+
+
+class S(TypedDict, total=False):
+    done: Annotated[list[str], operator.add]
+    answer: str
+
+
+@pytest.fixture
+def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(probe, "step_started", lambda s: seen.append(("started", s)))
+    monkeypatch.setattr(probe, "step_completed", lambda s: seen.append(("completed", s)))
+
+    def event(op: str, **fields: Any) -> dict[str, Any]:
+        if str(fields.get("name", "")).endswith("interrupt"):
+            seen.append(("event", str(fields["name"])))
+        return {"ok": True}
+
+    monkeypatch.setattr(probe, "event", event)
+    return seen
+
+
+def node(name: str) -> Any:
+    return lambda s: {"done": [name]}
+
+
+def test_a_subgraphs_inner_nodes_complete_on_their_own(reports: list[tuple[str, str]]) -> None:
+    sb = StateGraph(S)
+    for n in ("s1", "s2", "s3"):
+        sb.add_node(n, node(n))
+    sb.add_edge(START, "s1")
+    sb.add_edge("s1", "s2")
+    sb.add_edge("s2", "s3")
+    sb.add_edge("s3", END)
+    b = StateGraph(S)
+    b.add_node("plan", node("plan"))
+    b.add_node("sub", sb.compile())
+    b.add_node("reduce", node("reduce"))
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "sub")
+    b.add_edge("sub", "reduce")
+    b.add_edge("reduce", END)
+    g = instrument(b.compile(checkpointer=InMemorySaver()))
+    g.invoke({"done": []}, {"configurable": {"thread_id": "t"}})
+    order = [f"{k[0]}:{s}" for k, s in reports]
+    # the parent completes after all its inner nodes, never with an inner superstep
+    assert order.index("c:sub") > order.index("c:s3"), order
+    assert order.index("s:s1") > order.index("s:sub"), order
+    assert order.count("s:sub") == 1
+    assert sorted(s for k, s in reports if k == "completed") == sorted(
+        ["plan", "sub", "s1", "s2", "s3", "reduce"]
+    )
+
+
+def test_a_node_stopped_by_interrupt_starts_again_on_resume(
+    reports: list[tuple[str, str]],
+) -> None:
+    def approve(s: S) -> dict[str, Any]:
+        answer = interrupt("approve?")
+        return {"answer": str(answer)}
+
+    b = StateGraph(S)
+    b.add_node("approve", approve)
+    b.add_edge(START, "approve")
+    b.add_edge("approve", END)
+    g = instrument(b.compile(checkpointer=InMemorySaver()))
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    g.invoke({"done": []}, cfg)
+    g.invoke(Command(resume="yes"), cfg)
+    assert [r for r in reports if r[0] != "event"] == [
+        ("started", "approve"),
+        ("started", "approve"),
+        ("completed", "approve"),
+    ]
