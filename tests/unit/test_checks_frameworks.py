@@ -284,6 +284,9 @@ def test_a_reply_the_crash_took_before_it_could_be_saved_may_be_asked_again() ->
     assert r.ok, r.message
     assert "the window before the first durable write" in r.message
     assert "attempt 1 event #0" in r.message
+    resume = check_resumes(f)  # the resume check exempts the same call, and says so
+    assert resume.ok, resume.message
+    assert "its reply reached attempt 1 (attempt 1 event #0 (llm_call ))" in resume.message
 
 
 def test_an_agent_that_goes_on_before_saving_the_reply_still_fails() -> None:

@@ -384,6 +384,7 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
     cursor: dict[int, int] = {}  # attempt -> one past its last call's golden position
     pending: dict[int, tuple[int, dict[str, Any]]] = {}  # acked, not yet followed
     judged: set[int] = set()
+    notes: list[str] = []
     for ev in f.events:
         a = int(ev["attempt"])
         if a in pending:  # the attempt went on: its last acknowledged call is completed
@@ -411,13 +412,26 @@ def _resumes_by_calls(f: TrialFacts) -> CheckResult:
                             "calls were completed)"
                         ),
                     )
+                left = [e for b, (q, e) in pending.items() if b < a and q == p]
+                if left:
+                    notes.append(
+                        f"attempt {a} made {_call_text(ev)} again: its reply reached attempt "
+                        f"{left[0]['attempt']} ({_where(left[0])}) just before it ended, with "
+                        "nothing done since (the window before the first durable write, which "
+                        "no agent can close)"
+                    )
         p = _call_position(seq, ident, cursor.get(a, 0))
         if p is None:
             continue
         cursor[a] = p + 1
         if call_outcome(ev) == "acked":
             pending[a] = (p, ev)
-    return CheckResult(name, True, f"judged from calls (no step names): {len(seq)} golden call(s)")
+    return CheckResult(
+        name,
+        True,
+        f"judged from calls (no step names): {len(seq)} golden call(s)"
+        + "".join(f"; {n}" for n in notes[:3]),
+    )
 
 
 def _call_text(ev: dict[str, Any]) -> str:
