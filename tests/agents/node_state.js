@@ -4,6 +4,7 @@
 //
 //   node node_state.js STATE_DIR WEBHOOK_URL            rewrites state.json in place
 //   node node_state.js STATE_DIR WEBHOOK_URL --atomic   temp file, fsync, rename, folder fsync
+//   ... --tickets N                                     N tickets (default 4)
 //
 // The in-place rewrite (fs.writeFileSync: open with O_TRUNC, then write) passes a kill at every
 // boundary (a kill -9 keeps what was written), and fails a kill between the truncate and the
@@ -13,9 +14,10 @@
 const fs = require("fs");
 const path = require("path");
 
-const [stateDir, hook, mode] = process.argv.slice(2);
+const [stateDir, hook, ...flags] = process.argv.slice(2);
 const file = path.join(stateDir, "state.json");
-const TICKETS = ["T-1", "T-2", "T-3", "T-4"];
+const n = flags.includes("--tickets") ? Number(flags[flags.indexOf("--tickets") + 1]) : 4;
+const TICKETS = Array.from({ length: n }, (_, i) => `T-${i + 1}`);
 
 function load() {
   if (!fs.existsSync(file)) return { done: [] };
@@ -39,7 +41,7 @@ function saveAtomic(state) {
 }
 
 async function main() {
-  const save = mode === "--atomic" ? saveAtomic : saveInPlace;
+  const save = flags.includes("--atomic") ? saveAtomic : saveInPlace;
   const state = load();
   for (const ticket of TICKETS) {
     if (state.done.includes(ticket)) continue;
