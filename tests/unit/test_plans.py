@@ -14,10 +14,12 @@ from crashpoint.harness import (
     Campaign,
     Fault,
     Golden,
+    HarnessResult,
     NoBoundaries,
     family_from_spec,
     plan_for,
 )
+from crashpoint.pytest_plugin._summary import summary_table
 
 EVENTS = [
     {"op": "step_started", "step": "fetch"},
@@ -160,9 +162,12 @@ def test_a_count_above_the_recorded_operations_runs_each_once_and_says_so() -> N
     assert "asked for 7 trials" in note
     assert "3 distinct file operation(s)" in note
     assert "each runs once (3 trials)" in note
-    # the result carries it to the summary and the report
+    # the result carries it to the summary, the report and the gate's table
     result = camp._result(g, [], plans, 0.0, "", "")
-    assert result.summary()["notes"] == [note]
+    summary = {**result.summary(), "scenario": "s"}
+    assert summary["notes"] == [note]
+    assert f"NOTE: {note}" in HarnessResult(result).report()
+    assert f"note s: {note}" in summary_table([summary])
     # `max` narrows what counts as distinct
     capped = Campaign(
         AgentSpec(("true",)),
@@ -171,3 +176,21 @@ def test_a_count_above_the_recorded_operations_runs_each_once_and_says_so() -> N
     )
     assert len(capped.plans(g)) == 2
     assert capped.notes
+
+
+def test_boundary_kills_of_a_run_without_boundaries_run_no_trial_and_say_so() -> None:
+    """A starter's every-boundary family on an agent that only writes files: no trial, and a
+    note says why (never a silent absence beside the families that did run)."""
+    silent = replace(golden(), events=[], steps=[], fileops=_fileops(2))
+    camp = Campaign(
+        AgentSpec(("true",)),
+        [
+            family_from_spec({"kill": {"at": "every-boundary"}}),
+            family_from_spec({"kill": {"at": "fileop"}}),
+        ],
+        "/nonexistent-report",
+    )
+    plans = camp.plans(silent)
+    assert [p.family for p in plans] == ["kill@fileop", "kill@fileop"]
+    [note] = camp.notes
+    assert note.startswith("family kill@every-boundary: no trial: the golden run had no boundary")

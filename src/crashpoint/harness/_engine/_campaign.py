@@ -155,7 +155,14 @@ class Campaign:
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
             sweep = fam.systematic or fam.chain[0][0] in ("power_loss", "network")
-            for b in range(fam.points(golden) if sweep else len(golden.boundaries())):
+            points = fam.points(golden) if sweep else len(golden.boundaries())
+            if not points:  # kills at boundaries of a run that reported none: no trial
+                self.notes.append(
+                    f"family {fam.name}: no trial: the golden run had no boundary (no probe "
+                    "event, no request to a stand-in service); the other families still "
+                    f"test it. To add boundaries: {ADD_PROBE_CALLS}"
+                )
+            for b in range(points):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:
             explicit = sum(f.count or 0 for f in randoms)
