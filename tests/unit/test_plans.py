@@ -14,10 +14,12 @@ from crashpoint.harness import (
     Campaign,
     Fault,
     Golden,
+    HarnessResult,
     NoBoundaries,
     family_from_spec,
     plan_for,
 )
+from crashpoint.pytest_plugin._summary import summary_table
 
 EVENTS = [
     {"op": "step_started", "step": "fetch"},
@@ -123,3 +125,72 @@ def test_sweeps_have_one_trial_per_recorded_point_and_say_when_there_is_none() -
 def test_an_unknown_fault_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fault kind"):
         Fault.make("explode")
+
+
+def _fileops(n: int) -> list[dict[str, Any]]:
+    return [
+        {"op": "write", "path": "{state_dir}/x", "n": k, "label": f"write x #{k}"}
+        for k in range(1, n + 1)
+    ]
+
+
+def test_fileop_kills_with_a_count_hit_distinct_operations() -> None:
+    """Drawn file-operation kills are drawn without replacement: 6 trials over 8 recorded
+    operations hit 6 different ones (drawn with replacement, this seed hits one twice)."""
+    g = replace(golden(), fileops=_fileops(8))
+    fam = family_from_spec({"kill": {"at": "fileop", "count": 6}})
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=3)
+    plans = camp.plans(g)
+    hit = [p.faults[0].arg("fileop")["n"] for p in plans]
+    assert len(hit) == 6
+    assert len(set(hit)) == 6, hit
+    assert camp.notes == []
+    # the same plans on every call (a pure function of seed, family and the trial's place)
+    assert camp.plans(g) == plans
+    # and the old per-trial draw (what plan_for without draw= does) repeats for this seed
+    old = [plan_for(fam, g, 3, i).faults[0].arg("fileop")["n"] for i in range(6)]
+    assert len(set(old)) < 6, old
+
+
+def test_a_count_above_the_recorded_operations_runs_each_once_and_says_so() -> None:
+    g = replace(golden(), fileops=_fileops(3))
+    fam = family_from_spec({"kill": {"at": "fileop", "count": 7}})
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=11)
+    plans = camp.plans(g)
+    assert sorted(p.faults[0].arg("fileop")["n"] for p in plans) == [1, 2, 3]
+    [note] = camp.notes
+    assert "asked for 7 trials" in note
+    assert "3 distinct file operation(s)" in note
+    assert "each runs once (3 trials)" in note
+    # the result carries it to the summary, the report and the gate's table
+    result = camp._result(g, [], plans, 0.0, "", "")
+    summary = {**result.summary(), "scenario": "s"}
+    assert summary["notes"] == [note]
+    assert f"NOTE: {note}" in HarnessResult(result).report()
+    assert f"note s: {note}" in summary_table([summary])
+    # `max` narrows what counts as distinct
+    capped = Campaign(
+        AgentSpec(("true",)),
+        [family_from_spec({"kill": {"at": "fileop", "max": 2, "count": 5}})],
+        "/nonexistent-report",
+    )
+    assert len(capped.plans(g)) == 2
+    assert capped.notes
+
+
+def test_boundary_kills_of_a_run_without_boundaries_run_no_trial_and_say_so() -> None:
+    """A starter's every-boundary family on an agent that only writes files: no trial, and a
+    note says why (never a silent absence beside the families that did run)."""
+    silent = replace(golden(), events=[], steps=[], fileops=_fileops(2))
+    camp = Campaign(
+        AgentSpec(("true",)),
+        [
+            family_from_spec({"kill": {"at": "every-boundary"}}),
+            family_from_spec({"kill": {"at": "fileop"}}),
+        ],
+        "/nonexistent-report",
+    )
+    plans = camp.plans(silent)
+    assert [p.family for p in plans] == ["kill@fileop", "kill@fileop"]
+    [note] = camp.notes
+    assert note.startswith("family kill@every-boundary: no trial: the golden run had no boundary")

@@ -795,3 +795,47 @@ def test_snapshot_reads_files_and_folders_but_no_link_fifo_or_too_much(tmp_path:
     }
     with pytest.raises(ValueError, match="more than 4 bytes"):
         pc.snapshot({"state_dir": str(root)}, limit=4)
+
+
+# -- the explanation names what the agent did and where the cut landed -------------------------
+
+
+def test_a_cut_just_before_the_folder_fsync_says_so_never_no_fsync() -> None:
+    log = log_of(SAFE, OLD)  # creat, write, fsync, rename, fsync of the folder
+    for model in pc.MODELS:
+        st = pc.crash_states(log, model, 4)  # after the rename, before the folder fsync
+        back = [s for s in st if s.files.get(f"{S}/state.json") == b'{"step": 1}']
+        assert back, model
+        for s in back:
+            assert "no fsync" not in s.explain, s.explain
+            assert (
+                f"the rename of `{S}/state.tmp` to `{S}/state.json` was not yet durable: the "
+                f"cut came one operation before your folder fsync (`fsync {S}`, op 5): after "
+                f"power loss the old `{S}/state.json` is back"
+            ) in s.explain
+
+
+def test_a_cut_before_the_files_own_fsync_counts_the_operations_to_it() -> None:
+    log = log_of(SAFE, OLD)
+    [empty] = [s for s in pc.crash_states(log, "posix", 2) if s.files.get(f"{S}/state.tmp") == b""]
+    assert empty.explain == (
+        f"`{S}/state.tmp` was written and the cut came one operation before your fsync "
+        f"(`fsync {S}/state.tmp`, op 3): after power loss it can be empty or torn"
+    )
+    # an in-place rewrite fsynced two operations later: still exposed, and said so
+    synced = NAIVE + (
+        f'10 openat(AT_FDCWD</w>, "{ROOT}/log", O_WRONLY|O_CREAT|O_APPEND, 0644) = 4<{ROOT}/log>\n'
+        f"10 fsync({fd(3, 'state.json')}) = 0\n"
+    )
+    log2 = log_of(synced, OLD)
+    assert kinds(log2) == ["trunc", "write", "creat", "fsync"]
+    for s in pc.crash_states(log2, "posix", 2):
+        if s.files.get(f"{S}/state.json") != b'{"step": 2}':
+            assert s.explain.startswith(
+                f"`{S}/state.json` was rewritten in place (open with O_TRUNC, write) and the "
+                f"cut came 2 operations before your fsync (`fsync {S}/state.json`, op 4): "
+                "after power loss it can be empty or torn"
+            ), s.explain
+    # with no fsync anywhere after the cut, the words say that instead
+    bare = log_of(NAIVE, OLD)
+    assert all("without fsync" in s.explain for s in pc.crash_states(bare, "posix", 2))

@@ -20,7 +20,7 @@ from crashpoint import harness
 
 # the command rooms, imported for the commands they register; a group's help lists its commands
 # in the order they register: _checkpoints (list ... plan) before _lifecycle (start ... complete)
-from crashpoint.cli import _checkpoints, _fleet, _gate, _lifecycle  # noqa: F401
+from crashpoint.cli import _checkpoints, _fleet, _gate, _init, _lifecycle  # noqa: F401
 from crashpoint.cli._framework import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,

@@ -1490,7 +1490,32 @@ def _explain(
             truncated_at.pop(op.file, None)
             created.discard(op.file)
 
-    def folder_fix(op: LogOp) -> str:
+    def until(i: int) -> str:
+        """Where the cut landed relative to the barrier that made op ``i`` durable later in
+        the recording ("the cut came one operation before your folder fsync (`fsync
+        {state_dir}`, op 9)"); "" when no later operation did (it was never made durable)."""
+        d = mdl.durable_at[i]
+        if d >= len(ops) or d < upto:
+            return ""
+        b = ops[d]
+        n = d - upto + 1
+        what = "folder fsync" if b.kind in ("fsync", "fdatasync") and not b.file else b.kind
+        call = f"`{b.kind} {b.path}`, " if b.path else ""
+        count = "one operation" if n == 1 else f"{n} operations"
+        return f"the cut came {count} before your {what} ({call}op {d + 1})"
+
+    def unsynced(i: int, done: str) -> str:
+        """``done`` ("was written") and then either where the cut came relative to its fsync,
+        or that it had none."""
+        later = until(i)
+        return f"{done} and {later}" if later else f"{done} without fsync"
+
+    def not_durable(op: LogOp) -> str:
+        """ "was not yet durable: the cut came ... before your folder fsync ...", or "was
+        not made durable (no fsync of its folder ...)" when the recording has none after."""
+        later = until(op.seq)
+        if later:
+            return f"was not yet durable: {later}"
         fs = _folders(op)
         which = (
             f"its folder `{fs[0]}`"
@@ -1498,8 +1523,8 @@ def _explain(
             else "its folders " + " and ".join(f"`{d}`" for d in fs)
         )
         if mdl.ext4:
-            return f"no fsync of {which} or of any file after it"
-        return f"no fsync of {which}"
+            return f"was not made durable (no fsync of {which} or of any file after it)"
+        return f"was not made durable (no fsync of {which})"
 
     sentences: list[tuple[set[str], str]] = []
     for i in affected:
@@ -1517,46 +1542,50 @@ def _explain(
             if renames:
                 r = renames[-1]
                 touched.add(r.path2)
+                later = until(i)
+                fsync_after = f" ({later})" if later else ""
                 sentences.append(
                     (
                         touched,
                         f"`{r.path2}` was replaced by rename before its data "
-                        f"was fsynced: after power loss it can be {how}"
+                        f"was fsynced{fsync_after}: after power loss it can be {how}"
                         if how == "empty"
                         else f"`{r.path2}` was replaced by rename before its data was "
-                        f"fsynced: after power loss it can be empty or {how}",
+                        f"fsynced{fsync_after}: after power loss it can be empty or {how}",
                     )
                 )
             elif trunc_before.get(i):
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` was rewritten in place (open with O_TRUNC, "
-                        "write) without fsync: after power loss it can be "
-                        "empty or torn",
+                        unsynced(i, f"`{p}` was rewritten in place (open with O_TRUNC, write)")
+                        + ": after power loss it can be empty or torn",
                     )
                 )
             elif created_before.get(i) and op.offset <= size_before.get(i, 0):
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` was written without fsync: after power loss "
-                        "it can be empty or torn",
+                        unsynced(i, f"`{p}` was written")
+                        + ": after power loss it can be empty or torn",
                     )
                 )
             elif op.offset >= size_before.get(i, 0):
+                later = until(i)
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` append was not fsynced: after power loss it can be lost or torn",
+                        f"`{p}` append was not fsynced"
+                        + (f" yet ({later})" if later else "")
+                        + ": after power loss it can be lost or torn",
                     )
                 )
             else:
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` was overwritten in place without fsync: "
-                        "after power loss it can be torn or hold old data",
+                        unsynced(i, f"`{p}` was overwritten in place")
+                        + ": after power loss it can be torn or hold old data",
                     )
                 )
         elif op.kind == "trunc":
@@ -1565,17 +1594,16 @@ def _explain(
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` was rewritten in place (open with O_TRUNC, "
-                        "write) without fsync: after power loss it can be "
-                        "empty or torn",
+                        unsynced(i, f"`{p}` was rewritten in place (open with O_TRUNC, write)")
+                        + ": after power loss it can be empty or torn",
                     )
                 )
             else:
                 sentences.append(
                     (
                         touched,
-                        f"`{p}` was resized to {op.size} B without fsync: "
-                        "after power loss its old size is back",
+                        unsynced(i, f"`{p}` was resized to {op.size} B")
+                        + ": after power loss its old size is back",
                     )
                 )
         elif op.kind == "rename":
@@ -1587,8 +1615,8 @@ def _explain(
             sentences.append(
                 (
                     touched,
-                    f"the rename of `{op.path}` to `{op.path2}` was not made "
-                    f"durable ({folder_fix(op)}): after power loss {back}",
+                    f"the rename of `{op.path}` to `{op.path2}` {not_durable(op)}: "
+                    f"after power loss {back}",
                 )
             )
         elif op.kind in _NAME_OPS:
@@ -1596,9 +1624,8 @@ def _explain(
             sentences.append(
                 (
                     touched,
-                    f"{what.format(path=op.path, path2=op.path2)} was not "
-                    f"made durable ({folder_fix(op)}): after power loss "
-                    f"{after}",
+                    f"{what.format(path=op.path, path2=op.path2)} {not_durable(op)}: "
+                    f"after power loss {after}",
                 )
             )
         elif op.kind == "mkdir":
@@ -1606,18 +1633,16 @@ def _explain(
             sentences.append(
                 (
                     touched,
-                    f"the folder `{op.path}` was not made durable "
-                    f"({folder_fix(op)}): after power loss it is missing "
-                    "with all it holds",
+                    f"the folder `{op.path}` {not_durable(op)}: after power loss it is "
+                    "missing with all it holds",
                 )
             )
         elif op.kind == "rmdir":
             sentences.append(
                 (
                     touched,
-                    f"the removal of the folder `{op.path}` was not made "
-                    f"durable ({folder_fix(op)}): after power loss it is "
-                    "back",
+                    f"the removal of the folder `{op.path}` {not_durable(op)}: after power "
+                    "loss it is back",
                 )
             )
     relevant = [s for t, s in sentences if t & diff]

@@ -88,6 +88,9 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
         for msg in s.get("unexercised", []):
             out.append(f"NOT EXERCISED {s.get('scenario')}: {msg}")
     for s in summaries:
+        for msg in s.get("notes", []):
+            out.append(f"note {s.get('scenario')}: {msg}")
+    for s in summaries:
         for f in s.get("failures", [])[:3]:
             out.append(
                 f"FAILED {s.get('scenario')} [{s.get('family')}] trial {f['index']}: "

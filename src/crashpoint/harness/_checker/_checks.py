@@ -38,7 +38,7 @@ def check_completes(f: TrialFacts) -> CheckResult:
             True,
             f"refused corrupt state ({f.expect.refusal(fin.returncode, fin.stderr)})",
         )
-    tail = fin.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    tail = [fin.error_line()]  # the error, not a Node.js agent's last stack frame
     return CheckResult(
         "completes",
         False,

@@ -117,6 +117,7 @@ class HarnessResult:
         if self.campaign.incomplete:
             lines.append(f"STOPPED: {self.campaign.incomplete}")
         lines += [f"NOT EXERCISED: {m}" for m in self.campaign.unexercised()]
+        lines += [f"NOTE: {m}" for m in self.campaign.notes]
         for t in self.campaign.failures[:limit]:
             lines.append(f"- trial {t.plan.index} [{t.plan.family}]: {t.plan.describe()}")
             lines.append(f"    landed: {t.landed()}")

@@ -41,6 +41,29 @@ from crashpoint.harness._spec import (
 
 __all__ = ["Campaign", "ProgressFn"]
 
+
+def _distinct(fam: FaultFamily, golden: Golden, n: int) -> tuple[int, str]:
+    """How many drawn trials family ``fam`` runs when asked for ``n``, and why fewer: a lone
+    file-operation kill draws its operations without replacement, so it runs each recorded
+    operation once at most (one trial that says so when none was recorded)."""
+    kind, opts = fam.chain[0]
+    if len(fam.chain) != 1 or kind != "kill" or dict(opts).get("at") != "fileop":
+        return n, ""
+    distinct = fam.points(golden)  # the operations it may hit (``max`` applied), 1 at least
+    if n <= distinct:
+        return n, ""
+    if not golden.fileops:
+        return 1, (
+            f"family {fam.name}: asked for {n} trials; the golden run recorded no file "
+            "operation, so one trial runs (and says so)"
+        )
+    return distinct, (
+        f"family {fam.name}: asked for {n} trials, but the golden run recorded "
+        f"{distinct} distinct file operation(s) to kill before: each runs once "
+        f"({distinct} trial{'s' if distinct != 1 else ''}), none twice"
+    )
+
+
 ProgressFn = Callable[[int, int, int, TrialResult], None]
 
 
@@ -71,6 +94,9 @@ class Campaign:
     #: what the golden run must record besides what these families need (``fileops``,
     #: ``writes``): a scenario file's families share one golden run
     record: frozenset[str] = frozenset()
+    #: what :meth:`plans` planned differently from what the families asked, and why (set by
+    #: each call; the result's ``notes``)
+    notes: list[str] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.report_dir = os.path.abspath(self.report_dir)
@@ -106,6 +132,7 @@ class Campaign:
                 f"crash it at and nothing to judge a trial by. {ADD_PROBE_CALLS}."
             )
         plans: list[Plan] = []
+        self.notes = []
         systematic = [
             f
             for f in self.families
@@ -128,7 +155,14 @@ class Campaign:
         randoms = [f for f in self.families if f not in systematic]
         for fam in systematic:
             sweep = fam.systematic or fam.chain[0][0] in ("power_loss", "network")
-            for b in range(fam.points(golden) if sweep else len(golden.boundaries())):
+            points = fam.points(golden) if sweep else len(golden.boundaries())
+            if not points:  # kills at boundaries of a run that reported none: no trial
+                self.notes.append(
+                    f"family {fam.name}: no trial: the golden run had no boundary (no probe "
+                    "event, no request to a stand-in service); the other families still "
+                    f"test it. To add boundaries: {ADD_PROBE_CALLS}"
+                )
+            for b in range(points):
                 plans.append(self._plan(fam, golden, len(plans), boundary=b))
         if randoms:
             explicit = sum(f.count or 0 for f in randoms)
@@ -140,18 +174,26 @@ class Campaign:
                     if fam.count is not None
                     else left // len(shared) + (1 if j < left % len(shared) else 0)
                 )
-                for _ in range(n):
-                    plans.append(self._plan(fam, golden, len(plans)))
+                n, note = _distinct(fam, golden, n)
+                if note:
+                    self.notes.append(note)
+                for k in range(n):
+                    plans.append(self._plan(fam, golden, len(plans), draw=k))
         return plans
 
     def _plan(
-        self, fam: FaultFamily, golden: Golden, index: int, boundary: int | None = None
+        self,
+        fam: FaultFamily,
+        golden: Golden,
+        index: int,
+        boundary: int | None = None,
+        draw: int | None = None,
     ) -> Plan:
         if self.plan_hook is not None:
             custom = self.plan_hook(fam, golden, self.seed, index)
             if custom is not None:
                 return custom
-        return plan_for(fam, golden, self.seed, index, boundary=boundary, mode=self.mode)
+        return plan_for(fam, golden, self.seed, index, boundary=boundary, mode=self.mode, draw=draw)
 
     def selected(self, plans: list[Plan]) -> list[Plan]:
         if self.shard is None:
@@ -236,6 +278,7 @@ class Campaign:
             incomplete,
             interrupted_by,
             plans[len(results) :] if incomplete else [],
+            list(self.notes),
         )
 
     def _over_budget(self, detail: str, ran: int, planned: int) -> str:

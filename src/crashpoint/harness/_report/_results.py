@@ -39,6 +39,9 @@ class CampaignResult:
     incomplete: str = ""
     interrupted_by: str = ""  # "SIGINT" / "SIGTERM" when a signal stopped it
     not_run: list[Plan] = field(default_factory=list)  # the trials that never ran (or stopped)
+    #: what the campaign planned differently from what its families asked, and why (e.g. a
+    #: file-operation kill's ``count`` above the operations recorded: each runs once)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -141,6 +144,7 @@ class CampaignResult:
             "exercised": sum(d["exercised"] for d in fams.values()),
             "not_exercised": sum(d["not_exercised"] for d in fams.values()),
             "unexercised": self.unexercised(),
+            "notes": list(self.notes),
             "name": self.name,
             "seed": self.seed,
             "ok": self.ok,

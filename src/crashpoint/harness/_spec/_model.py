@@ -13,6 +13,7 @@ from crashpoint._placeholders import fields, fill
 from crashpoint.errors import InvalidArgument
 from crashpoint.harness._spec._events import event_name
 from crashpoint.harness._spec._services import parse_services
+from crashpoint.harness._spec._stderr import error_line
 
 __all__ = [
     "AGENT_PLACEHOLDERS",
@@ -557,6 +558,11 @@ class Attempt:
         else:
             how = f"exit {self.returncode}"
         return f"attempt {self.number}: {how}" + (f" ({self.killed_by})" if self.killed_by else "")
+
+    def error_line(self) -> str:
+        """The line of its stderr that names the error (a Node.js error above its stack
+        frames, a Python traceback's exception, ...; see :func:`._stderr.error_line`)."""
+        return error_line(self.stderr)
 
 
 @dataclass(frozen=True, slots=True)

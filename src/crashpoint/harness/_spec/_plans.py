@@ -4,13 +4,16 @@
 and recorded operations (never its timings), the seed and the index: the same inputs give the
 same plan on any machine, in any order, in any shard or worker. A systematic family's trial
 ``index`` takes the sweep point ``boundary``; a random one draws it with a generator seeded by
-``(seed, family, index)``.
+``(seed, family, index)``. File-operation kills drawn at random (``kill: {at: fileop, count:
+N}``) are drawn without replacement: trial ``draw`` of the family takes place ``draw`` of one
+shuffle of the recorded operations (seeded by ``(seed, family)``), so N trials hit N distinct
+operations (the campaign runs each operation once when N is more than there are).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from crashpoint.errors import NoBoundaries
@@ -36,6 +39,9 @@ from crashpoint.harness._spec._families import (
 from crashpoint.harness._spec._model import Fault, Golden, Plan
 
 __all__ = ["plan_for"]
+
+#: Picks the index of one of ``n`` points for a trial (a draw without replacement).
+Pick = Callable[[int], int]
 
 
 def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 0) -> Fault:
@@ -121,8 +127,10 @@ def _draw(
     boundary: int | None,
     mode: str | None,
     prior: Sequence[Fault] = (),
+    pick: Pick | None = None,
 ) -> list[Fault]:
-    """The faults for one chain item (``boundary``: the index of the systematic point)."""
+    """The faults for one chain item (``boundary``: the index of the systematic point;
+    ``pick``: the trial's place in a draw without replacement, for file-operation kills)."""
     bs = golden.boundaries()
     if not bs and (
         kind == "corrupt"
@@ -163,7 +171,12 @@ def _draw(
                         label="no file operation recorded in the golden run",
                     )
                 ]
-            op = ops[boundary] if boundary is not None else rng.choice(ops)
+            if boundary is not None:
+                op = ops[boundary]
+            elif pick is not None:  # distinct operations across the family's trials
+                op = ops[pick(len(ops))]
+            else:
+                op = rng.choice(ops)
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
@@ -301,6 +314,15 @@ def _fileop_label(op: dict[str, Any]) -> str:
         )
 
 
+def _fileop_order(n: int, seed: int, family: str) -> list[int]:
+    """The order in which a family's drawn trials take ``n`` recorded file operations: one
+    shuffle of ``range(n)`` seeded by the seed and the family (never by the trial), so
+    successive draws are distinct until every operation was taken once."""
+    order = list(range(n))
+    random.Random(f"crashpoint:{seed}:{family}:fileop-order").shuffle(order)
+    return order
+
+
 def plan_for(
     family: FaultFamily,
     golden: Golden,
@@ -309,14 +331,34 @@ def plan_for(
     *,
     boundary: int | None = None,
     mode: str | None = None,
+    draw: int | None = None,
 ) -> Plan:
     """The plan of trial ``index``: a pure function of the family, the golden run's events
-    and recorded operations (never its timings), the seed and the index."""
+    and recorded operations (never its timings), the seed and the index.
+
+    ``draw``: the trial's place among the family's drawn (not swept) trials, 0 first. Given,
+    a file-operation kill takes operation ``draw`` of :func:`_fileop_order` (distinct ones
+    for ``draw`` 0 to n - 1, then round again); without it, one drawn by the trial's seed."""
     rng = random.Random(f"crashpoint:{seed}:{family.name}:{index}")
+
+    pick: Pick | None = None
+    if draw is not None:
+        pick = lambda n, k=draw: _fileop_order(n, seed, family.name)[k % n]  # noqa: E731
+
     faults: list[Fault] = []
     attempt = 1
     for kind, opts in family.chain:
-        drawn = _draw(kind, dict(opts), attempt, golden, rng, boundary, mode, faults)
+        drawn = _draw(
+            kind,
+            dict(opts),
+            attempt,
+            golden,
+            rng,
+            boundary,
+            mode,
+            faults,
+            pick,
+        )
         faults += drawn
         attempt = max(f.attempt for f in drawn) + 1
     return Plan(tuple(faults), family.name, seed, index)
