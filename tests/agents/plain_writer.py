@@ -10,7 +10,7 @@ bug ``single_writer`` must see, though every POST is deduplicated and no step is
 waits; ``--lock refuse`` takes it without waiting and exits 75 ("busy") if it is held.
 ``--idle`` does nothing observable (no request, no file under the state folder) and exits 0.
 
-Knobs (environment): ``PLAIN_STEP_SECONDS`` (the pause after each item, default 0.05),
+Knobs (environment): ``PLAIN_STEP_SECONDS`` (the pause after each item, default 0.1),
 ``PLAIN_STARTUP_SECONDS`` (a slow start-up before anything else), ``PLAIN_STAGGER_SECONDS``
 (added to the start-up of even attempts, so two resumers start to work at different times).
 
@@ -54,7 +54,7 @@ def main() -> int:
     if a.idle:
         print("nothing to do")
         return 0
-    pace = float(os.environ.get("PLAIN_STEP_SECONDS", "0.05"))
+    pace = float(os.environ.get("PLAIN_STEP_SECONDS", "0.1"))
     base = os.environ["CRASHPOINT_HTTP"]
     run_id = os.environ.get("CRASHPOINT_RUN_ID", "local")
     os.makedirs(a.state, exist_ok=True)

@@ -71,6 +71,8 @@ CONTENT_CALLS = frozenset(
 _OPENS = frozenset({"open", "openat", "openat2"})
 #: The audit hook's operations that change a file (an ``open(w)`` only with ``trunc``).
 _AUDIT_WRITES = frozenset({"rename", "unlink", "truncate", "link", "symlink"})
+#: Events this close (seconds) to the barrier's release count as arriving with it.
+_RELEASE = 0.1
 #: Floor and ceiling of the barrier's patience, in seconds.
 MIN_PATIENCE, MAX_PATIENCE = 1.0, 15.0
 
@@ -337,35 +339,27 @@ def race_note(
     """Did the two resumers race? ``(fired, where, why_not)`` for the accounting.
 
     An attempt's *activity* is its events and its writes (see :class:`WriteRecorder`). The
-    race happened, and the fault *fired*, when one of these holds:
+    race happened, and the fault *fired*, when one of these holds (checked in this order):
 
+    - **refused**: one attempt ended while the other was still at work (before the other's
+      last activity), having done nothing, or only its first boundary and then exited
+      non-zero: it was turned away;
+    - **waited**: one attempt was live throughout the other's work and silent in it (no
+      activity after the other's first and up to its last), and either it had reached the
+      barrier and been released with the other (so its silence was not start-up), or, never
+      having reached a boundary before the other's work, its silence from its start lasted at
+      least ``patience`` (longer than its start-up explains): it waited, on a lock or a lease;
     - **overlapped**: an activity of one attempt lies strictly between the first and the last
-      activity of the other (their work interleaved);
-    - **refused**: one attempt ended without any activity while the other was still working
-      (before the other's last activity): it was turned away;
-    - **waited**: one attempt was live and silent from its start until after the other's last
-      activity, and for at least ``patience`` (longer than its start-up could explain): it
-      waited, on a lock or a lease, until the other was done.
+      activity of the other (their work interleaved).
 
     Otherwise the two merely ran at the same time (one finished before the other started to
     work): not exercised, and ``why_not`` says what each did. ``live``: attempt -> (spawned,
-    ended), ``time.monotonic()``; ``barrier``: :meth:`Barrier.note` (empty without one)."""
+    ended), ``time.monotonic()``; ``barrier``: :meth:`Barrier.note` (empty without one);
+    ``attempts``: how each ended (its exit code and stderr word a refusal)."""
     a, b = pair
     acts = {n: _acts(n, events, writes) for n in pair}
     together = barrier.get("how") == "together"
     held = "; released together at their first boundaries" if together else ""
-    for x, y in ((a, b), (b, a)):  # overlapped
-        if len(acts[x]) >= 2:
-            inside = [t for t in acts[y] if acts[x][0] < t < acts[x][-1]]
-            if inside:
-                ov = min(acts[x][-1], acts[y][-1]) - max(acts[x][0], acts[y][0])
-                return (
-                    True,
-                    f"attempts {a} and {b} worked at the same time for {max(ov, 0.0):.3f}s: "
-                    f"attempt {y}'s {_what(y, inside[0], events, writes)} came while attempt "
-                    f"{x} was at work{held}",
-                    "",
-                )
     if not any(acts.values()):
         return (
             False,
@@ -390,10 +384,11 @@ def race_note(
         if len(acts[x]) < 2 or live[y][0] > acts[x][0] or live[y][1] < acts[x][-1]:
             continue
         x_first, x_last = acts[x][0], acts[x][-1]
-        if any(x_first < t <= x_last for t in acts[y]):
+        early = x_first + (_RELEASE if together else 0.0)  # released at the same instant
+        if any(early < t <= x_last for t in acts[y]):
             continue
         after = [t for t in acts[y] if t > x_last]
-        before = [t for t in acts[y] if t <= x_first]
+        before = [t for t in acts[y] if t <= early]
         until = after[0] if after else live[y][1]
         silent = until - (before[-1] if before else live[y][0])
         if (together and before) or (not before and silent >= patience):
@@ -408,6 +403,18 @@ def race_note(
                 f"worked{held}; {then}",
                 "",
             )
+    for x, y in ((a, b), (b, a)):  # overlapped
+        if len(acts[x]) >= 2:
+            inside = [t for t in acts[y] if acts[x][0] < t < acts[x][-1]]
+            if inside:
+                ov = min(acts[x][-1], acts[y][-1]) - max(acts[x][0], acts[y][0])
+                return (
+                    True,
+                    f"attempts {a} and {b} worked at the same time for {max(ov, 0.0):.3f}s: "
+                    f"attempt {y}'s {_what(y, inside[0], events, writes)} came while attempt "
+                    f"{x} was at work{held}",
+                    "",
+                )
     w = min((n for n in pair if acts[n]), key=lambda n: acts[n][0])
     o = b if w == a else a
     w_first, w_last = acts[w][0], acts[w][-1]
