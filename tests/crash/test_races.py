@@ -14,6 +14,7 @@ an Idempotency-Key; ``--lock wait|refuse``, ``--idle``), ``no_lock.py`` and ``go
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -100,6 +101,12 @@ def test_an_unmodified_agent_without_a_lock_fails_single_writer_naming_the_file(
     assert _check(trial, "exactly_once").ok  # the keys kept the service right: not the bug
     # the requests carried no attempt header: each was attributed by the process that sent it
     assert {e["attempt"] for e in trial.events if e["op"] == "effect"} == {1, 2}
+    race = json.loads((Path(trial.folder) / "race.json").read_text())  # the evidence kept
+    assert race["barrier"]["how"] == "together", race["barrier"]
+    assert {w["attempt"] for w in race["writes"] if w["path"] == "{state_dir}/state.json"} == {
+        1,
+        2,
+    }
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,20 @@ without the timing of real runs; tests/crash/test_races.py runs them on real pro
 
 from __future__ import annotations
 
+import socket
+import sys
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from crashpoint.harness import Attempt, Expect, Golden, Plan
 from crashpoint.harness._checker._checks import TrialFacts, check_single_writer
 from crashpoint.harness._engine._races import race_note
+from crashpoint.harness._standins._peer import attempt_of
+
+if TYPE_CHECKING:
+    from conftest import Children
 
 PAIR = (1, 2)
 
@@ -154,3 +160,32 @@ def test_outside_a_resumers_trial_steps_of_one_attempt_are_not_judged() -> None:
         "not judged: step events came from attempt 1 only, and file operations are recorded "
         "in resumers trials only"
     )
+
+
+# -- which attempt sent a request that does not say -------------------------------------------
+
+
+def test_a_loopback_connection_is_attributed_to_the_session_that_holds_it(
+    children: Children,
+) -> None:
+    """Two processes in their own sessions (two attempts) connect to one server: each
+    connection is found in /proc and named by the session of the process that holds it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = (
+        "import socket,sys,time\n"
+        f"s=socket.create_connection(('127.0.0.1',{port}))\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    try:
+        kids = [children.spawn([sys.executable, "-c", client]) for _ in range(2)]
+        ports = [int(str(k.read_line(10)).strip()) for k in kids]
+        groups = {7: kids[0].pid, 8: kids[1].pid}
+        assert attempt_of(ports[0], port, groups) == 7
+        assert attempt_of(ports[1], port, groups) == 8
+        assert attempt_of(ports[0], port, {9: 1}) is None  # not a process of any attempt
+    finally:
+        server.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import random
 import re
@@ -79,6 +80,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TrialAttempts", "abort_unwaited"]
 
+#: At most this many of the resumers' file changes are kept in the trial's race.json.
+_RACE_WRITES = 2000
 #: What a disk_full attempt is traced for: its writes, and how it reads the free space.
 _DISK_SYSCALLS = (*WRITE_SYSCALLS, "?statfs", "?fstatfs", "?statfs64", "?fstatfs64")
 
@@ -721,6 +724,26 @@ class TrialAttempts:
             "by": by,
             "why_not": "" if by else why_not,
         }
+        t0 = min((span[0] for span in live.values()), default=0.0)
+        evidence = {  # times in seconds from the first start
+            "pair": list(pair),
+            "recorded_by": by or why_not,
+            "live": {num: [round(x - t0, 4) for x in span] for num, span in live.items()},
+            "barrier": {
+                **barrier,
+                "arrived": {k: round(v - t0, 4) for k, v in barrier.get("arrived", {}).items()},
+                "released": None
+                if barrier.get("released") is None
+                else round(barrier["released"] - t0, 4),
+            },
+            "writes": [{**w, "t": round(w["t"] - t0, 4)} for w in writes[:_RACE_WRITES]],
+            "writes_left_out": max(0, len(writes) - _RACE_WRITES),
+        }
+        write_file(
+            os.path.join(self.tdir, "race.json"),
+            json.dumps(evidence, indent=1, default=str),
+            durable=False,
+        )
 
     @staticmethod
     def _attempts_of(started: _Started) -> list[Attempt]:
