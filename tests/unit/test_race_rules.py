@@ -145,6 +145,17 @@ def test_changes_not_made_while_both_work_pass(
     assert "no file was changed by both while both were at work" in r.message
 
 
+def test_a_database_is_named_by_its_log_and_its_shared_index_is_not_judged() -> None:
+    db = "{state_dir}/checkpoints.sqlite"
+    shm = [wr(1, 0.5, db + "-shm"), wr(2, 0.6, db + "-shm")]
+    assert check_single_writer(facts([], shm)).ok  # every connection maps the index
+    wal = [wr(n, t, db + "-wal") for n, t in ((1, 0.7), (2, 0.8), (1, 0.9), (2, 1.0))]
+    r = check_single_writer(facts([], [*shm, wr(1, 0.65, db), wr(2, 0.66, db), *wal]))
+    assert not r.ok
+    assert r.message.startswith(f"attempts 1 and 2 both changed {db}-wal while both"), r.message
+    assert f"(and 1 more file(s): {db})" in r.message
+
+
 def test_no_step_and_no_file_change_is_not_judged() -> None:
     r = check_single_writer(facts([ev(1, 0.1), ev(2, 0.2)], []))
     assert r.skipped

@@ -11,7 +11,9 @@ The rule (:func:`judge_writes`):
 
 - a *change* to a file is a call that changes what it holds or which file its name is: a
   write, a truncation (an open with ``O_TRUNC`` included), a rename or link (both names), a
-  removal. Opening a file without truncating it, fsyncs, and locks are not changes;
+  removal. Opening a file without truncating it, fsyncs, and locks are not changes, and an
+  SQLite ``-shm`` index (shared by every connection, coordination rather than state) is not
+  judged;
 - an attempt is *at work* from its first activity (its first event, or its first change to a
   file) until its process ended. An attempt that waits on a lock before doing anything is not
   at work until it holds the lock; one that is refused never is;
@@ -34,6 +36,9 @@ from crashpoint.harness._spec import CheckResult
 __all__ = ["judge_writes"]
 
 NAME = "single_writer"
+#: SQLite's shared-memory index (``db-shm``): every connection, reader or writer, maps and
+#: updates it; it holds coordination, not state (as a lock file does), so it is not judged.
+_SHARED_INDEX = "-shm"
 
 
 def _busy(
@@ -88,7 +93,11 @@ def judge_writes(f: TrialFacts) -> CheckResult | None:
         by_file: dict[str, dict[int, list[dict[str, Any]]]] = {}
         for w in inside:
             by_file.setdefault(str(w["path"]), {}).setdefault(int(w["attempt"]), []).append(w)
-        shared = sorted(p for p, who in by_file.items() if len(who) == 2)
+        # the file both changed most first (a database's log before its index)
+        shared = sorted(
+            (p for p, who in by_file.items() if len(who) == 2 and not p.endswith(_SHARED_INDEX)),
+            key=lambda p: (-min(len(ws) for ws in by_file[p].values()), p),
+        )
         if shared:
             path = shared[0]
             wa, wb = by_file[path][a], by_file[path][b]
