@@ -190,3 +190,28 @@ def test_the_barrier_releases_a_slow_starting_pair_together(tmp_path: Path) -> N
         first.setdefault(int(e["attempt"]), float(e["t"]))
     assert abs(first[1] - first[2]) < 0.4, first  # released together, not 0.8 s apart
     assert not _check(trial).ok, _explain(trial)
+
+
+def test_the_reference_library_keeps_one_writer_and_its_lock_files_are_not_judged(
+    tmp_path: Path,
+) -> None:
+    """The demo agent's second resumer refuses (exit 73) after it touched the store-wide
+    ledger in ``.store-lock`` under its flock, as the first did: coordination, not a second
+    writer of the run."""
+    demo = AgentSpec(
+        command=("{python}", "-m", "crashpoint.agents.demo", "--state", "{state_dir}"),
+        timeout=30,
+    )
+    result = Campaign(
+        demo,
+        [family_from_spec({"resumers": {"count": 3}})],
+        report_dir=str(tmp_path / "report"),
+        name="demo",
+        seed=3,
+    ).run()
+    assert result.ok, "\n".join(_explain(t) for t in result.trials)
+    for trial in result.trials:
+        assert trial.outcomes[0].fired, _explain(trial)
+        sw = _check(trial)
+        assert not sw.skipped, sw
+        assert "lock files, not judged: {state_dir}/checkpoints/.store-lock" in sw.message, sw

@@ -7,7 +7,9 @@ environment variable:
 - ``CRASHPOINT_FILEOP_RECORD=<file>``: append one JSON line per operation,
   ``{"op": "open(w)", "path": "/abs", "path2": "", "pid": 123, "t": 1700000000.5}`` (``t``:
   the wall-clock time; ``"trunc": true`` on an open that replaces the file's content): the
-  golden run's file operations, and each resumer's, when strace is unavailable.
+  golden run's file operations, and each resumer's, when strace is unavailable. With
+  ``CRASHPOINT_FILEOP_LOCKS=1`` (a resumer's record) it also holds each ``fcntl.flock`` taken
+  or tried (``"op": "flock"``).
 - ``CRASHPOINT_FILEOP_AT=<json {"op", "paths", "n"}>`` with ``CRASHPOINT_FILEOP_LOG=<file>``:
   just before the n-th ``op`` on one of ``paths`` (counted in this process), write a landing
   line to the log and kill this process with SIGKILL.
@@ -25,6 +27,7 @@ _N = int(os.environ.get("CRASHPOINT_FILEOP_KILL", "0") or 0)
 _RECORD = os.environ.get("CRASHPOINT_FILEOP_RECORD", "")
 _AT = os.environ.get("CRASHPOINT_FILEOP_AT", "")
 _LOG = os.environ.get("CRASHPOINT_FILEOP_LOG", "")
+_LOCKS = _RECORD and os.environ.get("CRASHPOINT_FILEOP_LOCKS", "") == "1"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _OPS = {
     "os.rename": "rename",
@@ -108,6 +111,10 @@ def _append(path: str, line: str) -> None:
 
 def _hook(event: str, args: "tuple[object, ...]") -> None:
     global _count
+    if event == "fcntl.flock":
+        if _LOCKS:
+            _flock(args)
+        return
     op = _op(event, args)
     if not op:
         return
@@ -135,6 +142,22 @@ def _hook(event: str, args: "tuple[object, ...]") -> None:
         _count += 1
         if _count == _N:
             _die()
+
+
+def _flock(args: "tuple[object, ...]") -> None:
+    """Record a lock taken (or tried) on a file: ``{"op": "flock", "path", "pid", "t"}``."""
+    import fcntl
+
+    fd, how = (*args, None, None)[:2]
+    if not _LOCKS or not isinstance(how, int) or not how & (fcntl.LOCK_SH | fcntl.LOCK_EX):
+        return
+    path = _abs(fd)
+    if path and path not in _own:
+        import json
+        import time
+
+        line = {"op": "flock", "path": path, "pid": os.getpid(), "t": time.time()}
+        _append(_RECORD, json.dumps(line))
 
 
 def _die() -> None:

@@ -11,9 +11,10 @@ The rule (:func:`judge_writes`):
 
 - a *change* to a file is a call that changes what it holds or which file its name is: a
   write, a truncation (an open with ``O_TRUNC`` included), a rename or link (both names), a
-  removal. Opening a file without truncating it, fsyncs, and locks are not changes, and an
-  SQLite ``-shm`` index (shared by every connection, coordination rather than state) is not
-  judged;
+  removal. Opening a file without truncating it, fsyncs, and locks are not changes. Not
+  judged, as coordination rather than state: a file either attempt took an ``flock`` on (a lock
+  file, or a ledger kept under its own lock, such as the reference library's ``.store-lock``;
+  the engine leaves these out) and an SQLite ``-shm`` index (every connection maps it);
 - an attempt is *at work* from its first activity (its first event, or its first change to a
   file) until its process ended. An attempt that waits on a lock before doing anything is not
   at work until it holds the lock; one that is refused never is;
@@ -118,9 +119,11 @@ def judge_writes(f: TrialFacts) -> CheckResult | None:
                 f"were at work){more}; two live writers of one run (file operations recorded "
                 f"by {by})",
             )
+    locks = list(race.get("locked") or [])
     return CheckResult(
         NAME,
         True,
         f"judged from file operations ({by}): attempt {a} changed {count[a]} file(s), attempt "
-        f"{b} {count[b]}; no file was changed by both while both were at work",
+        f"{b} {count[b]}; no file was changed by both while both were at work"
+        + (f" (lock files, not judged: {', '.join(locks[:3])})" if locks else ""),
     )

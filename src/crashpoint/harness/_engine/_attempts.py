@@ -700,12 +700,16 @@ class TrialAttempts:
         ended = started.ends.ended if started.ends is not None else {}
         live = {num: (t, ended.get(num, t + ex.duration)) for num, ex, t in pairs}
         writes: list[dict[str, Any]] = []
+        locked: set[str] = set()
         by, why_not = "", ""
         for num, rec in started.recorders.items():
-            writes += rec.writes(num)
+            changed, flocked = rec.writes(num)
+            writes += changed
+            locked |= flocked
             by = by or rec.how
             why_not = why_not or rec.why_not
-        writes.sort(key=lambda w: w["t"])
+        # a file an attempt flocks is a lock, or a ledger kept under its lock: coordination
+        writes = sorted((w for w in writes if w["path"] not in locked), key=lambda w: w["t"])
         barrier = started.barrier.note() if started.barrier is not None else {}
         patience = started.barrier.patience if started.barrier is not None else 0.0
         mine = {a.number: a for a in self._attempts_of(started)}
@@ -723,11 +727,13 @@ class TrialAttempts:
             "writes": writes,
             "by": by,
             "why_not": "" if by else why_not,
+            "locked": sorted(locked),
         }
         t0 = min((span[0] for span in live.values()), default=0.0)
         evidence = {  # times in seconds from the first start
             "pair": list(pair),
             "recorded_by": by or why_not,
+            "lock_files": sorted(locked),
             "live": {num: [round(x - t0, 4) for x in span] for num, span in live.items()},
             "barrier": {
                 **barrier,

@@ -13,7 +13,9 @@ one process before the other has done anything. Three parts make the race real a
 - :class:`WriteRecorder`: what each attempt changed under the trial's folders, with the time of
   each change: a syscall trace (strace ``-ttt``, any language, also SQLite's writes from C), or
   without strace the audit hook injected into a Python agent (opens that replace a file's
-  content, renames, removals, truncations, links: not writes into a file opened for update).
+  content, renames, removals, truncations, links: not writes into a file opened for update);
+  and the files it took an ``flock`` on: lock files, or ledgers kept under their own lock (the
+  reference library's ``.store-lock``), whose changes are coordination, not the run's state.
 - :func:`race_note`: whether the race happened, for the fault accounting (see its docstring).
   An attempt is *at work* from its first *activity* (an event, or a change to a file) until it
   ends.
@@ -194,7 +196,7 @@ class WriteRecorder:
         elif python:
             armed = fileop_recorder(prefix + ".writes", use_strace=False, cwd=cwd)
             self.record, self.how = armed.record, "audit hook"
-            self.env = armed.environ({})
+            self.env = {**armed.environ({}), "CRASHPOINT_FILEOP_LOCKS": "1"}
         else:
             self.why_not = (
                 f"strace is unavailable ({why}), and the audit hook only sees a Python agent "
@@ -208,7 +210,7 @@ class WriteRecorder:
             self.trace, self.how = "", ""
             self.why_not = "the attempt was already traced for another fault"
             return argv
-        calls = sorted({c.lstrip("?") for c in FILEOP_SYSCALLS})
+        calls = sorted({c.lstrip("?") for c in (*FILEOP_SYSCALLS, "flock")})
         return strace_wrap(argv, self.trace, syscalls=calls, timestamps=True)
 
     def environ(self, env: dict[str, str]) -> dict[str, str]:
@@ -231,15 +233,22 @@ class WriteRecorder:
                     return "{" + name + "}" + path[len(form.rstrip("/")) :]
         return None
 
-    def writes(self, attempt: int) -> list[dict[str, Any]]:
+    def writes(self, attempt: int) -> tuple[list[dict[str, Any]], set[str]]:
         """The attempt's changes to files under the roots, in order: ``{"attempt", "t"
-        (time.monotonic() clock), "op", "path" (placeholder form), "pid"}``. The raw
-        recording is removed."""
+        (time.monotonic() clock), "op", "path" (placeholder form), "pid"}``; and the files
+        under the roots it took (or tried to take) an ``flock`` on. The raw recording is
+        removed."""
         offset = time.time() - time.monotonic()  # strace -ttt and the hook give wall time
         out: list[dict[str, Any]] = []
+        locked: set[str] = set()
         try:
             if self.trace and os.path.exists(self.trace):
                 for c in read_trace(self.trace, cwd=self.cwd).calls:
+                    if c.name == "flock":
+                        ph = self._placeholder(c.path)
+                        if ph is not None and "LOCK_UN" not in " ".join(c.args[1:]):
+                            locked.add(ph)  # taken, waited for, or refused (EWOULDBLOCK)
+                        continue
                     if c.result is None or c.result < 0 or c.errno or not c.time:
                         continue
                     if c.name in _OPENS:
@@ -260,15 +269,15 @@ class WriteRecorder:
                                 }
                             )
             elif self.record:
-                out = self._audit(attempt, offset)
+                out = self._audit(attempt, offset, locked)
         finally:
             for f in (self.trace, self.record):
                 with contextlib.suppress(OSError):
                     if f:
                         os.unlink(f)
-        return out
+        return out, locked
 
-    def _audit(self, attempt: int, offset: float) -> list[dict[str, Any]]:
+    def _audit(self, attempt: int, offset: float, locked: set[str]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         try:
             with open(self.record, encoding="utf-8", errors="surrogateescape") as fh:
@@ -281,6 +290,11 @@ class WriteRecorder:
                 if not isinstance(d, dict):
                     continue
                 op = str(d["op"])
+                if op == "flock":
+                    ph = self._placeholder(str(d["path"]))
+                    if ph is not None:
+                        locked.add(ph)
+                    continue
                 if not (op in _AUDIT_WRITES or (op == "open(w)" and d.get("trunc"))):
                     continue
                 for p in dict.fromkeys(filter(None, (str(d["path"]), str(d.get("path2") or "")))):
