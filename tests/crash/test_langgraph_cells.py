@@ -80,6 +80,23 @@ def test_a_saver_that_keeps_nothing_fails_the_kill_cell(tmp_path: Path) -> None:
     assert "**FAIL**" in table
 
 
+@pytest.mark.slow
+def test_two_resumers_on_sqlite_saver_race_every_time_and_fail_single_writer(
+    tmp_path: Path,
+) -> None:
+    """Issue 23: the two attempts "ran at the same time" but LangGraph's start-up kept their
+    steps apart, and 3 of 3 trials passed. Released together at their first event, every
+    trial races (exercised) and SqliteSaver's two writers are seen; CrashpointSaver's lock
+    keeps one (the other refused): the race fired and it passes."""
+    (sqlite,) = _run("savers:sqlite", "two-resumers", tmp_path / "sqlite", count=3)
+    assert sqlite["exercised"] == 3, sqlite
+    assert sqlite["failed"] == 3, sqlite
+    assert sqlite["failed_checks"] == ["single_writer"], sqlite
+    (ours,) = _run("savers:crashpoint", "two-resumers", tmp_path / "ours", count=2)
+    assert ours["exercised"] == 2, ours
+    assert ours["verdict"] == "PASS", ours
+
+
 def test_every_cell_loads_and_names_its_saver() -> None:
     from crashpoint.harness import load_scenario
 

@@ -5,8 +5,11 @@ remove, truncate, mkdir, rmdir, link, symlink) just before they happen. Three us
 environment variable:
 
 - ``CRASHPOINT_FILEOP_RECORD=<file>``: append one JSON line per operation,
-  ``{"op": "open(w)", "path": "/abs", "path2": "", "pid": 123}`` (the golden run's file
-  operations, and an attempt's, when strace is unavailable).
+  ``{"op": "open(w)", "path": "/abs", "path2": "", "pid": 123, "t": 1700000000.5}`` (``t``:
+  the wall-clock time; ``"trunc": true`` on an open that replaces the file's content): the
+  golden run's file operations, and each resumer's, when strace is unavailable. With
+  ``CRASHPOINT_FILEOP_LOCKS=1`` (a resumer's record) it also holds each ``fcntl.flock`` taken
+  or tried (``"op": "flock"``).
 - ``CRASHPOINT_FILEOP_AT=<json {"op", "paths", "n"}>`` with ``CRASHPOINT_FILEOP_LOG=<file>``:
   just before the n-th ``op`` on one of ``paths`` (counted in this process), write a landing
   line to the log and kill this process with SIGKILL.
@@ -24,6 +27,7 @@ _N = int(os.environ.get("CRASHPOINT_FILEOP_KILL", "0") or 0)
 _RECORD = os.environ.get("CRASHPOINT_FILEOP_RECORD", "")
 _AT = os.environ.get("CRASHPOINT_FILEOP_AT", "")
 _LOG = os.environ.get("CRASHPOINT_FILEOP_LOG", "")
+_LOCKS = _RECORD and os.environ.get("CRASHPOINT_FILEOP_LOCKS", "") == "1"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _OPS = {
     "os.rename": "rename",
@@ -51,6 +55,16 @@ def _op(event: str, args: "tuple[object, ...]") -> str:
             return "open(w)" if any(c in mode for c in "wax+") else ""
         return "open(w)" if isinstance(flags, int) and flags & _WRITE_FLAGS else ""
     return _OPS.get(event, "")
+
+
+def _truncates(args: "tuple[object, ...]") -> bool:
+    """An open that replaces the file's content (mode "w"/"x", O_TRUNC or O_EXCL): a write
+    the hook can see (writes into a file opened for append or update it cannot)."""
+    mode = args[1] if len(args) > 1 else None
+    flags = args[2] if len(args) > 2 else 0
+    if isinstance(mode, str):
+        return "w" in mode or "x" in mode
+    return isinstance(flags, int) and bool(flags & (os.O_TRUNC | os.O_EXCL))
 
 
 def _abs(p: object, dir_fd: object = None) -> str:
@@ -97,6 +111,10 @@ def _append(path: str, line: str) -> None:
 
 def _hook(event: str, args: "tuple[object, ...]") -> None:
     global _count
+    if event == "fcntl.flock":
+        if _LOCKS:
+            _flock(args)
+        return
     op = _op(event, args)
     if not op:
         return
@@ -106,10 +124,12 @@ def _hook(event: str, args: "tuple[object, ...]") -> None:
             return
         if _RECORD:
             import json
+            import time
 
-            _append(
-                _RECORD, json.dumps({"op": op, "path": path, "path2": path2, "pid": os.getpid()})
-            )
+            line = {"op": op, "path": path, "path2": path2, "pid": os.getpid(), "t": time.time()}
+            if event == "open" and _truncates(args):
+                line["trunc"] = True
+            _append(_RECORD, json.dumps(line))
         if op == _target_op and path in _target_paths:
             key = (op, path)
             _seen[key] = k = _seen.get(key, 0) + 1
@@ -122,6 +142,22 @@ def _hook(event: str, args: "tuple[object, ...]") -> None:
         _count += 1
         if _count == _N:
             _die()
+
+
+def _flock(args: "tuple[object, ...]") -> None:
+    """Record a lock taken (or tried) on a file: ``{"op": "flock", "path", "pid", "t"}``."""
+    import fcntl
+
+    fd, how = (*args, None, None)[:2]
+    if not _LOCKS or not isinstance(how, int) or not how & (fcntl.LOCK_SH | fcntl.LOCK_EX):
+        return
+    path = _abs(fd)
+    if path and path not in _own:
+        import json
+        import time
+
+        line = {"op": "flock", "path": path, "pid": os.getpid(), "t": time.time()}
+        _append(_RECORD, json.dumps(line))
 
 
 def _die() -> None:

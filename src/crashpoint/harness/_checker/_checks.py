@@ -14,6 +14,7 @@ from typing import Any
 
 from crashpoint.harness._checker._facts import TrialFacts
 from crashpoint.harness._checker._verdict import explain
+from crashpoint.harness._checker._writers import judge_writes
 from crashpoint.harness._spec import CheckResult, call_of, call_outcome, canonical
 
 __all__ = ["BUILTIN_CHECKS", "run_checks", "scan_for_bytes"]
@@ -567,9 +568,48 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
 
 
 def check_single_writer(f: TrialFacts) -> CheckResult:
-    """No attempt starts a step while another live attempt is inside one, and no attempt goes
-    back to work after another took over. An attempt's open step ends with its
-    step_completed, or when the attempt went away (its probe connection closed)."""
+    """Two live attempts of one run never work at once, judged from what evidence there is.
+
+    From step events: no attempt starts a step while another live attempt is inside one, and
+    no attempt goes back to work after another took over (an attempt's open step ends with its
+    step_completed, or when the attempt went away: its probe connection closed). From the
+    files two resumers changed (:func:`judge_writes`): no file changed by both while both were
+    at work. Either failing fails the check. With step events from fewer than two attempts and
+    no file changes recorded, nothing was judged: the result is skipped ("not judged: ..."),
+    never a pass."""
+    name = "single_writer"
+    by_events = _single_writer_by_events(f)
+    by_files = judge_writes(f)
+    if by_files is not None and not by_files.ok:
+        if not by_events.ok:  # the file first: it names what the two clobbered
+            return CheckResult(name, False, f"{by_files.message}; and {by_events.message}")
+        return by_files
+    if not by_events.ok:
+        return by_events
+    stepped = sorted(
+        {int(e["attempt"]) for e in f.events if e["op"] in ("step_started", "step_completed")}
+    )
+    judged = []
+    if len(stepped) >= 2:
+        judged.append(f"judged from the step events of attempts {', '.join(map(str, stepped))}")
+    if by_files is not None and not by_files.skipped:
+        judged.append(by_files.message)
+    if judged:
+        return CheckResult(name, True, "; ".join(judged))
+    steps = (
+        f"step events came from attempt {stepped[0]} only"
+        if stepped
+        else "no attempt reported a step"
+    )
+    files = (
+        by_files.message.removeprefix("not judged from files: ")
+        if by_files is not None
+        else "file operations are recorded in resumers trials only"
+    )
+    return CheckResult(name, True, f"not judged: {steps}, and {files}", skipped=True)
+
+
+def _single_writer_by_events(f: TrialFacts) -> CheckResult:
     name = "single_writer"
     ended: dict[int, float] = f.extra.get("ended", {})
     inside: dict[int, dict[str, Any]] = {}  # attempt -> its open step_started event

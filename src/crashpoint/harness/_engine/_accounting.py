@@ -317,6 +317,9 @@ def _resumers(
     notes: Evidence,
     golden: Golden,
 ) -> Outcome:
+    """Two attempts started at once fired only if they raced: their work overlapped, or one
+    waited or was refused (:func:`crashpoint.harness._engine._races.race_note`); two that
+    merely ran at the same time are not exercised."""
     spans = notes.get("spans") or []
     if len(spans) < 2:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
@@ -332,12 +335,18 @@ def _resumers(
                 "ran at the same time"
             ),
         )
-    return Outcome(
-        i,
-        f.kind,
-        True,
-        f"attempts {f.attempt} and {f.attempt + 1} ran at the same time for {overlap:.3f}s",
-    )
+    race = notes.get("race")
+    if race is None:
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=(
+                f"attempts {f.attempt} and {f.attempt + 1} ran at the same time for "
+                f"{overlap:.3f}s, but what they did was not recorded"
+            ),
+        )
+    return Outcome(i, f.kind, bool(race[0]), str(race[1]), str(race[2]))
 
 
 def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence, key: str) -> Outcome | None:

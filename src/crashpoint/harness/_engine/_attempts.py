@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import random
 import re
@@ -62,6 +63,13 @@ from crashpoint.faults import (
 )
 from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import kill_at
+from crashpoint.harness._engine._races import (
+    Barrier,
+    EndWatch,
+    WriteRecorder,
+    patience_for,
+    race_note,
+)
 from crashpoint.harness._engine._scope import copy_state, dir_size
 from crashpoint.harness._report import write_file
 from crashpoint.harness._spec import Attempt, Fault, Golden, Plan
@@ -72,6 +80,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TrialAttempts", "abort_unwaited"]
 
+#: At most this many of the resumers' file changes are kept in the trial's race.json.
+_RACE_WRITES = 2000
 #: What a disk_full attempt is traced for: its writes, and how it reads the free space.
 _DISK_SYSCALLS = (*WRITE_SYSCALLS, "?statfs", "?fstatfs", "?statfs64", "?fstatfs64")
 
@@ -234,6 +244,17 @@ class _Started:
 
     procs: list[tuple[int, AgentProcess, float]] = field(default_factory=list)  # (num, p, t)
     exits: list[tuple[int, Exit]] = field(default_factory=list)
+    #: ``resumers``: the barrier that released the two together, and each one's recorder
+    barrier: Barrier | None = None
+    recorders: dict[int, WriteRecorder] = field(default_factory=dict)
+    ends: EndWatch | None = None
+
+    def alive(self, num: int) -> bool:
+        """Attempt ``num`` still runs (or is not started yet)."""
+        for m, p, _t in self.procs:
+            if m == num:
+                return running(p.pid)
+        return True
 
     def pairs(self) -> list[tuple[int, Exit, float]]:
         """(attempt number, exit, spawn time) of each process that was waited for."""
@@ -261,6 +282,10 @@ class TrialAttempts:
     max_state_bytes: int = 0
     #: per planned fault (its index in the plan): the evidence of whether it took effect
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: ``resumers``: what the two live attempts did (``single_writer`` judges it): ``pair``,
+    #: ``live`` (attempt -> [spawned, ended], monotonic), ``writes`` (each a dict: attempt,
+    #: t, op, path), ``by`` (how they were recorded), ``why_not`` (why not, if not)
+    race: dict[str, Any] = field(default_factory=dict)
 
     @property
     def roots(self) -> dict[str, str]:
@@ -483,6 +508,20 @@ class TrialAttempts:
         together = any(f.kind == "resumers" for f in s.faults)
         numbers = [s.n, s.n + 1] if together else [s.n]
         started = _Started()
+        if together:
+            started.barrier = Barrier(
+                (s.n, s.n + 1), patience_for(self.golden, runner.agent.timeout), started.alive
+            )
+            started.recorders = {
+                num: WriteRecorder(
+                    os.path.join(self.tdir, f"attempt-{num}"),
+                    self.roots,
+                    self.cwd,
+                    runner._python_agent(),
+                )
+                for num in numbers
+            }
+            ledger.hold_first, ledger.together = started.barrier.wait, True
         timers: list[threading.Timer] = []
         watches: list[Watch] = []
         detachers: list[Detacher] = []
@@ -499,12 +538,18 @@ class TrialAttempts:
                 for note in self.notes.values():
                     if note.get("armed") is not None:
                         env = note["armed"].environ(env)
+                argv = s.argv
+                rec = started.recorders.get(num)
+                if rec is not None:  # resumers: what each changes on disk, and when
+                    argv, env = rec.wrap(argv), rec.environ(env)
                 tokens.append(env[REAP_VAR])
                 LIVE.add_token(tokens[-1])  # before it starts (see TrialRunner.golden)
                 t_spawn = time.monotonic()
+                if started.barrier is not None:
+                    started.barrier.spawned[num] = t_spawn
                 with shielded():  # started and recorded as one step
                     p = runner.spawn(
-                        s.argv,
+                        argv,
                         env,
                         self.cwd,
                         s.rlimit,
@@ -512,7 +557,7 @@ class TrialAttempts:
                         os.path.join(self.tdir, f"attempt-{num}"),
                     )
                     started.procs.append((num, p, t_spawn))
-                    out = strace_output_of(s.argv)
+                    out = strace_output_of(argv)
                     if out:  # the attempt ends with the agent, not its last helper
                         detachers.append(Detacher(p.pid, out))
             with shielded():
@@ -527,6 +572,8 @@ class TrialAttempts:
                     for note in self.notes.values()
                     if note.get("armed") is not None and "landed" not in note
                 ]
+            if together:  # when each ends (they are waited for one after the other)
+                started.ends = EndWatch({num: p.pid for num, p, _t in started.procs}, running)
             if runner.expect.max_state_bytes:
                 sampler = _Sampler(self.state, self.saw_size)
             for j, (num, p, t_spawn) in enumerate(started.procs):
@@ -535,6 +582,11 @@ class TrialAttempts:
                 started.exits.append((num, d.exit(end) if d is not None else end))
         finally:
             with shielded():  # stopped (a signal, the budget, an error): nothing left behind
+                if started.barrier is not None:
+                    started.barrier.cancel()
+                if started.ends is not None:
+                    started.ends.stop()
+                ledger.hold_first, ledger.together = None, False
                 ledger.on_first_event = None
                 ledger.kill_when = None
                 for w in watches:
@@ -637,10 +689,77 @@ class TrialAttempts:
             raise BudgetExceeded(f"trial {self.plan.index} was stopped")
         if any(f.kind == "resumers" for f in s.faults):
             n += 1
-            spans = [(t, t + ex.duration) for _num, ex, t in started.pairs()]
-            for i, _f in s.of("resumers"):
-                self.notes[i] = {"spans": spans}
+            self._account_race(s, started)
         return n
+
+    def _account_race(self, s: _Setup, started: _Started) -> None:
+        """``resumers``: what each of the two attempts changed on disk, and whether they
+        raced (:func:`race_note`: overlapped, one waited, or one was refused)."""
+        pairs = started.pairs()
+        spans = [(t, t + ex.duration) for _num, ex, t in pairs]
+        ended = started.ends.ended if started.ends is not None else {}
+        live = {num: (t, ended.get(num, t + ex.duration)) for num, ex, t in pairs}
+        writes: list[dict[str, Any]] = []
+        locked: set[str] = set()
+        by, why_not = "", ""
+        for num, rec in started.recorders.items():
+            changed, flocked = rec.writes(num)
+            writes += changed
+            locked |= flocked
+            by = by or rec.how
+            why_not = why_not or rec.why_not
+        # a file an attempt flocks is a lock, or a ledger kept under its lock: coordination
+        writes = sorted((w for w in writes if w["path"] not in locked), key=lambda w: w["t"])
+        barrier = started.barrier.note() if started.barrier is not None else {}
+        patience = started.barrier.patience if started.barrier is not None else 0.0
+        mine = {a.number: a for a in self._attempts_of(started)}
+        pair = (s.n, s.n + 1)
+        for i, _f in s.of("resumers"):
+            note: dict[str, Any] = {"spans": spans, "barrier": barrier}
+            if len(live) == 2:
+                note["race"] = race_note(
+                    pair, live, list(self.ledger.events), writes, barrier, patience, mine
+                )
+            self.notes[i] = note
+        self.race = {
+            "pair": list(pair),
+            "live": {num: list(span) for num, span in live.items()},
+            "writes": writes,
+            "by": by,
+            "why_not": "" if by else why_not,
+            "locked": sorted(locked),
+        }
+        t0 = min((span[0] for span in live.values()), default=0.0)
+        evidence = {  # times in seconds from the first start
+            "pair": list(pair),
+            "recorded_by": by or why_not,
+            "lock_files": sorted(locked),
+            "live": {num: [round(x - t0, 4) for x in span] for num, span in live.items()},
+            "barrier": {
+                **barrier,
+                "arrived": {k: round(v - t0, 4) for k, v in barrier.get("arrived", {}).items()},
+                "released": None
+                if barrier.get("released") is None
+                else round(barrier["released"] - t0, 4),
+            },
+            "writes": [{**w, "t": round(w["t"] - t0, 4)} for w in writes[:_RACE_WRITES]],
+            "writes_left_out": max(0, len(writes) - _RACE_WRITES),
+        }
+        write_file(
+            os.path.join(self.tdir, "race.json"),
+            json.dumps(evidence, indent=1, default=str),
+            durable=False,
+        )
+
+    @staticmethod
+    def _attempts_of(started: _Started) -> list[Attempt]:
+        """Bare :class:`Attempt` records of the attempts just waited for (how each ended)."""
+        return [
+            Attempt(
+                num, [], ex.returncode, ex.signal, ex.timed_out, ex.duration, b"", ex.stderr, ()
+            )
+            for num, ex, _t in started.pairs()
+        ]
 
     def _record(self, s: _Setup, started: _Started) -> None:
         """Each attempt as it ended: how, why (the fault that ended it), a copy of the state
@@ -675,6 +794,8 @@ class TrialAttempts:
                 att.state_copy = os.path.join(self.tdir, f"crash-{num}")
                 copy_state(self.state, att.state_copy, self.runner.scope)
             first = ledger.first_event.get(num)
+            if started.barrier is not None:  # held at the barrier: when it arrived there
+                first = started.barrier.arrived.get(num, first)
             if num > 1 and first is not None:
                 self.resume_times.append(max(0.0, first - t_spawn))
             self.attempts.append(att)

@@ -498,7 +498,7 @@ class TrialRunner:
             canary,
             [state, *copies],
             run.max_state_bytes,
-            {"ended": dict(ledger.ended), "power": power},
+            {"ended": dict(ledger.ended), "power": power, "race": run.race},
         )
         if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
             checks: list[CheckResult] = []  # evidence to judge; the accounting says why

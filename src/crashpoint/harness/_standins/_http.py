@@ -48,6 +48,7 @@ from crashpoint.harness._spec import (
     pick,
     size_text,
 )
+from crashpoint.harness._standins._peer import attempt_of
 
 if TYPE_CHECKING:
     from crashpoint.harness._standins._ledger import Ledger
@@ -144,15 +145,32 @@ class ServiceHandler(BaseHTTPRequestHandler):
         pid_h = self.headers.get("X-Crashpoint-Pid", "").strip()
         return {
             "via": "http",
-            "attempt": self.headers.get("X-Crashpoint-Attempt") or 0,
+            "attempt": self.headers.get("X-Crashpoint-Attempt") or self._peer() or 0,
             "pid": int(pid_h) if pid_h.isdigit() else None,
         }
 
     def _attempt(self) -> int:
         try:
-            return int(self.headers.get("X-Crashpoint-Attempt") or 0) or self.ledger.attempt
+            said = int(self.headers.get("X-Crashpoint-Attempt") or 0)
         except ValueError:
-            return self.ledger.attempt
+            said = 0
+        return said or self._peer() or self.ledger.attempt
+
+    def _peer(self) -> int:
+        """While attempts run at once (``Ledger.together``), the attempt whose process holds
+        the client end of this connection (no header needed); else 0."""
+        if not self.ledger.together:
+            return 0
+        if not hasattr(self, "_peer_attempt"):
+            self._peer_attempt = (
+                attempt_of(
+                    int(self.client_address[1]),
+                    int(self.server.server_address[1]),  # type: ignore[index]
+                    dict(self.ledger.pgids),
+                )
+                or 0
+            )
+        return self._peer_attempt
 
     # -- the ledger's front ----------------------------------------------------------------
 

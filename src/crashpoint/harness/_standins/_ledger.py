@@ -158,6 +158,13 @@ class Ledger:
         #: asked (under the lock) about each event not planned for a kill: True kills the
         #: agent before it (e.g. its first event after the disk refused a write)
         self.kill_when: Callable[[dict[str, Any]], bool] | None = None
+        #: called (outside the lock, before it is recorded) with the attempt number of an
+        #: attempt's first event, and may block: the barrier that releases two resumers
+        #: together once each has reached its first boundary
+        self.hold_first: Callable[[int], None] | None = None
+        #: two attempts run at once (``resumers``): an HTTP request without an attempt header
+        #: is attributed by the process that holds its connection (``_peer``)
+        self.together = False
         self.http_url = ""
         self._http_root = ""  # http://127.0.0.1:PORT (no token)
         #: the trial's secret: the first segment of every HTTP path (new at each reset)
@@ -355,6 +362,8 @@ class Ledger:
             self._keyless = 0
             self.first_event = {}
             self.kill_when = None
+            self.hold_first = None
+            self.together = False
             self.net_faults = []
             self.forbidden = []
             self._calls = Counter()
@@ -489,6 +498,9 @@ class Ledger:
                     "ok": False,
                     "error": f"an effect's key must be a string, got {type(key).__name__}",
                 }
+        hold = self.hold_first
+        if hold is not None and attempt not in self.first_event:
+            hold(attempt)  # the resumers' barrier: it has reached its first boundary
         first = False
         with self._lock:
             ev = {k: v for k, v in msg.items() if k != "payload"}

@@ -1,0 +1,458 @@
+"""Two resumers that really race: released together, their writes recorded, the race judged.
+
+The ``resumers`` family starts two attempts of one run at once. Started at once is not racing:
+an agent whose start-up dominates (an interpreter, a framework's imports) may finish its work in
+one process before the other has done anything. Three parts make the race real and seen:
+
+- :class:`Barrier`: the ledger holds each attempt at its *first boundary* (its first probe
+  event or stand-in request, before it is recorded) until both have arrived, then releases both
+  at once. It gives up waiting after its *patience* (counted from the first arrival: at least
+  1 s, three times the golden run's start-up, three times the first arrival's own start-up),
+  or as soon as the missing attempt has ended: an attempt that blocks on a lock before its
+  first boundary never arrives, and the holder goes on alone.
+- :class:`WriteRecorder`: what each attempt changed under the trial's folders, with the time of
+  each change: a syscall trace (strace ``-ttt``, any language, also SQLite's writes from C), or
+  without strace the audit hook injected into a Python agent (opens that replace a file's
+  content, renames, removals, truncations, links: not writes into a file opened for update);
+  and the files it took an ``flock`` on: lock files, or ledgers kept under their own lock (the
+  reference library's ``.store-lock``), whose changes are coordination, not the run's state.
+- :func:`race_note`: whether the race happened, for the fault accounting (see its docstring).
+  An attempt is *at work* from its first *activity* (an event, or a change to a file) until it
+  ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from crashpoint.faults import (
+    FILEOP_SYSCALLS,
+    fileop_recorder,
+    read_trace,
+    strace_available,
+    strace_output_of,
+    strace_wrap,
+)
+from crashpoint.harness._spec import Attempt, Golden
+
+__all__ = ["CONTENT_CALLS", "Barrier", "EndWatch", "WriteRecorder", "patience_for", "race_note"]
+
+#: Calls that change what a file holds or which file a name is: a *write* to the file (or, for
+#: a rename or a link, to both names). Opens count only when they truncate (``O_TRUNC``);
+#: fsyncs, mkdir and rmdir change no state another process would overwrite.
+CONTENT_CALLS = frozenset(
+    {
+        "write",
+        "pwrite64",
+        "writev",
+        "pwritev",
+        "pwritev2",
+        "ftruncate",
+        "truncate",
+        "fallocate",
+        "rename",
+        "renameat",
+        "renameat2",
+        "link",
+        "linkat",
+        "symlink",
+        "symlinkat",
+        "unlink",
+        "unlinkat",
+        "creat",
+        "mknod",
+        "mknodat",
+    }
+)
+_OPENS = frozenset({"open", "openat", "openat2"})
+#: The audit hook's operations that change a file (an ``open(w)`` only with ``trunc``).
+_AUDIT_WRITES = frozenset({"rename", "unlink", "truncate", "link", "symlink"})
+#: Events this close (seconds) to the barrier's release count as arriving with it.
+_RELEASE = 0.1
+#: Floor and ceiling of the barrier's patience, in seconds.
+MIN_PATIENCE, MAX_PATIENCE = 1.0, 15.0
+
+
+def patience_for(golden: Golden, timeout: float) -> float:
+    """How long the barrier waits for the second attempt after the first arrived, and how long
+    an attempt must stay silent to have *waited*: three times the golden run's start-up (its
+    time before the first event), plus half a second, at least :data:`MIN_PATIENCE`, at most a
+    third of the agent's timeout (and :data:`MAX_PATIENCE`)."""
+    startup = max(0.0, golden.duration - golden.span)
+    return min(max(MIN_PATIENCE, 3 * startup + 0.5), max(MIN_PATIENCE, timeout / 3), MAX_PATIENCE)
+
+
+class Barrier:
+    """Holds each of ``attempts`` at its first boundary until all have arrived (see the module
+    docstring). ``alive(n)``: attempt ``n``'s process still runs; ``spawned``: when each was
+    started (``time.monotonic()``), filled in by the engine as it starts them."""
+
+    def __init__(
+        self, attempts: tuple[int, ...], patience: float, alive: Callable[[int], bool]
+    ) -> None:
+        self.expected = frozenset(attempts)
+        self.patience = patience
+        self.alive = alive
+        self.spawned: dict[int, float] = {}
+        self.arrived: dict[int, float] = {}
+        self.released: float | None = None
+        self.how = ""  # together | patience | ended | cancelled
+        self._cond = threading.Condition()
+
+    def wait(self, attempt: int) -> None:
+        """For the ledger (:attr:`Ledger.hold_first`): block attempt ``attempt`` at its first
+        boundary until the barrier opens."""
+        if attempt not in self.expected:
+            return
+        with self._cond:
+            now = time.monotonic()
+            self.arrived.setdefault(attempt, now)
+            if self.released is not None:
+                return
+            first = min(self.arrived.values())
+            started = self.spawned.get(attempt, first)
+            # under load an attempt starts slower than in the golden run: give the other as long
+            patience = min(max(self.patience, 3 * (first - started)), 3 * self.patience)
+            while self.released is None:
+                now = time.monotonic()
+                missing = self.expected - set(self.arrived)
+                if not missing:
+                    self._open("together")
+                elif now - first >= patience:
+                    self._open("patience")
+                elif any(not self.alive(b) for b in missing):
+                    self._open("ended")
+                else:
+                    self._cond.wait(0.01)
+
+    def _open(self, how: str) -> None:
+        self.released, self.how = time.monotonic(), how
+        self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """Open the barrier now (the attempts are being stopped)."""
+        with self._cond:
+            if self.released is None:
+                self._open("cancelled")
+
+    def note(self) -> dict[str, Any]:
+        """What the barrier saw, for the accounting."""
+        return {
+            "arrived": dict(self.arrived),
+            "released": self.released,
+            "how": self.how,
+            "patience": self.patience,
+        }
+
+
+class EndWatch:
+    """When each of several running processes ended (``time.monotonic()``), polled every
+    10 ms: the attempts are waited for one after the other, so an attempt's own exit record
+    cannot say when the second of two ended. ``alive(pid)``: the process still runs."""
+
+    def __init__(self, pids: Mapping[int, int], alive: Callable[[int], bool]) -> None:
+        self.pids, self.alive = dict(pids), alive
+        self.ended: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, name="crashpoint-resumers", daemon=True)
+        self._t.start()
+
+    def _loop(self) -> None:
+        while len(self.ended) < len(self.pids):
+            for num, pid in self.pids.items():
+                if num not in self.ended and not self.alive(pid):
+                    self.ended[num] = time.monotonic()
+            if self._stop.wait(0.01):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+class WriteRecorder:
+    """Records what one attempt changes under the trial's folders (``roots``: placeholder name
+    -> folder), with times: strace where it works, else the audit hook of a Python agent
+    (``python``), else nothing (:attr:`why_not` says why). Start the attempt with
+    :meth:`wrap` and :meth:`environ`; read :meth:`writes` after it ended."""
+
+    def __init__(self, prefix: str, roots: Mapping[str, str], cwd: str, python: bool) -> None:
+        self.roots = {k: v for k, v in roots.items() if v}
+        self.cwd = cwd
+        self.trace = ""
+        self.record = ""
+        self.env: dict[str, str] = {}
+        self.how = ""
+        self.why_not = ""
+        ok, why = strace_available()
+        if ok:
+            self.trace, self.how = prefix + ".writes.strace", "strace"
+        elif python:
+            armed = fileop_recorder(prefix + ".writes", use_strace=False, cwd=cwd)
+            self.record, self.how = armed.record, "audit hook"
+            self.env = {**armed.environ({}), "CRASHPOINT_FILEOP_LOCKS": "1"}
+        else:
+            self.why_not = (
+                f"strace is unavailable ({why}), and the audit hook only sees a Python agent "
+                "started with {python}"
+            )
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if not self.trace:
+            return argv
+        if strace_output_of(argv) is not None:  # traced for another fault already
+            self.trace, self.how = "", ""
+            self.why_not = "the attempt was already traced for another fault"
+            return argv
+        calls = sorted({c.lstrip("?") for c in (*FILEOP_SYSCALLS, "flock")})
+        return strace_wrap(argv, self.trace, syscalls=calls, timestamps=True)
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        if not self.env:
+            return env
+        out = {**env, **self.env}
+        out["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [self.env.get("PYTHONPATH", ""), env.get("PYTHONPATH", "")])
+        )
+        return out
+
+    def _placeholder(self, path: str) -> str | None:
+        if not path:
+            return None
+        for name, root in sorted(self.roots.items(), key=lambda kv: -len(kv[1])):
+            for form in {os.path.normpath(root), os.path.realpath(root)}:
+                if path == form:
+                    return "{" + name + "}"
+                if path.startswith(form.rstrip("/") + "/"):
+                    return "{" + name + "}" + path[len(form.rstrip("/")) :]
+        return None
+
+    def writes(self, attempt: int) -> tuple[list[dict[str, Any]], set[str]]:
+        """The attempt's changes to files under the roots, in order: ``{"attempt", "t"
+        (time.monotonic() clock), "op", "path" (placeholder form), "pid"}``; and the files
+        under the roots it took (or tried to take) an ``flock`` on. The raw recording is
+        removed."""
+        offset = time.time() - time.monotonic()  # strace -ttt and the hook give wall time
+        out: list[dict[str, Any]] = []
+        locked: set[str] = set()
+        try:
+            if self.trace and os.path.exists(self.trace):
+                for c in read_trace(self.trace, cwd=self.cwd).calls:
+                    if c.name == "flock":
+                        ph = self._placeholder(c.path)
+                        if ph is not None and "LOCK_UN" not in " ".join(c.args[1:]):
+                            locked.add(ph)  # taken, waited for, or refused (EWOULDBLOCK)
+                        continue
+                    if c.result is None or c.result < 0 or c.errno or not c.time:
+                        continue
+                    if c.name in _OPENS:
+                        if "O_TRUNC" not in " ".join(c.args[1:]):
+                            continue
+                    elif c.name not in CONTENT_CALLS:
+                        continue
+                    for p in dict.fromkeys(filter(None, (c.path, c.path2))):
+                        ph = self._placeholder(p)
+                        if ph is not None:
+                            out.append(
+                                {
+                                    "attempt": attempt,
+                                    "t": c.time - offset,
+                                    "op": "open(O_TRUNC)" if c.name in _OPENS else c.name,
+                                    "path": ph,
+                                    "pid": c.pid,
+                                }
+                            )
+            elif self.record:
+                out = self._audit(attempt, offset, locked)
+        finally:
+            for f in (self.trace, self.record):
+                with contextlib.suppress(OSError):
+                    if f:
+                        os.unlink(f)
+        return out, locked
+
+    def _audit(self, attempt: int, offset: float, locked: set[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        try:
+            with open(self.record, encoding="utf-8", errors="surrogateescape") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                d = json.loads(line) if line.strip() else None
+                if not isinstance(d, dict):
+                    continue
+                op = str(d["op"])
+                if op == "flock":
+                    ph = self._placeholder(str(d["path"]))
+                    if ph is not None:
+                        locked.add(ph)
+                    continue
+                if not (op in _AUDIT_WRITES or (op == "open(w)" and d.get("trunc"))):
+                    continue
+                for p in dict.fromkeys(filter(None, (str(d["path"]), str(d.get("path2") or "")))):
+                    ph = self._placeholder(p)
+                    if ph is not None:
+                        out.append(
+                            {
+                                "attempt": attempt,
+                                "t": float(d["t"]) - offset,
+                                "op": op,
+                                "path": ph,
+                                "pid": d.get("pid"),
+                            }
+                        )
+        return out
+
+
+def _acts(num: int, events: list[dict[str, Any]], writes: list[dict[str, Any]]) -> list[float]:
+    """When attempt ``num`` did something: its events and its writes."""
+    ts = [float(e["t"]) for e in events if int(e["attempt"]) == num and e.get("t") is not None]
+    ts += [float(w["t"]) for w in writes if int(w["attempt"]) == num]
+    return sorted(ts)
+
+
+def _what(num: int, t: float, events: list[dict[str, Any]], writes: list[dict[str, Any]]) -> str:
+    for e in events:
+        if int(e["attempt"]) == num and e.get("t") == t:
+            what = e.get("step") or e.get("key") or e.get("kind") or e.get("name") or ""
+            return f"event #{e['i']} ({e['op']} {what})".replace(" )", ")")
+    for w in writes:
+        if int(w["attempt"]) == num and w["t"] == t:
+            return f"{w['op']} {w['path']}"
+    return "its work"
+
+
+def _ended(a: Attempt | None) -> str:
+    if a is None:
+        return "ended"
+    if a.timed_out:
+        return "hung until its timeout"
+    if a.signal is not None:
+        return f"was killed by signal {a.signal}"
+    tail = a.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+    return f"exited {a.returncode}" + (f" ({tail[0][:120]!r})" if tail and a.returncode else "")
+
+
+def race_note(
+    pair: tuple[int, int],
+    live: Mapping[int, tuple[float, float]],
+    events: list[dict[str, Any]],
+    writes: list[dict[str, Any]],
+    barrier: Mapping[str, Any],
+    patience: float,
+    attempts: Mapping[int, Attempt],
+) -> tuple[bool, str, str]:
+    """Did the two resumers race? ``(fired, where, why_not)`` for the accounting.
+
+    An attempt's *activity* is its events and its writes (see :class:`WriteRecorder`). The
+    race happened, and the fault *fired*, when one of these holds (checked in this order):
+
+    - **refused**: one attempt ended while the other was still at work (before the other's
+      last activity), having done nothing, or only its first boundary and then exited
+      non-zero: it was turned away;
+    - **waited**: one attempt was live throughout the other's work and silent in it (no
+      activity after the other's first and up to its last), and either it had reached the
+      barrier and been released with the other (so its silence was not start-up), or, never
+      having reached a boundary before the other's work, its silence from its start lasted at
+      least ``patience`` (longer than its start-up explains): it waited, on a lock or a lease;
+    - **overlapped**: an activity of one attempt lies strictly between the first and the last
+      activity of the other (their work interleaved).
+
+    Otherwise the two merely ran at the same time (one finished before the other started to
+    work): not exercised, and ``why_not`` says what each did. ``live``: attempt -> (spawned,
+    ended), ``time.monotonic()``; ``barrier``: :meth:`Barrier.note` (empty without one);
+    ``attempts``: how each ended (its exit code and stderr word a refusal)."""
+    a, b = pair
+    acts = {n: _acts(n, events, writes) for n in pair}
+    together = barrier.get("how") == "together"
+    held = "; released together at their first boundaries" if together else ""
+    if not any(acts.values()):
+        return (
+            False,
+            "",
+            f"neither attempt {a} nor {b} sent an event or changed a file under {{state_dir}} "
+            "or {workdir}: nothing shows that they raced (send a probe event or reach a "
+            "stand-in before the work, or pass the agent its state folder)",
+        )
+    for x, y in ((a, b), (b, a)):  # refused
+        ay = attempts.get(y)
+        if not acts[x] or live[y][1] >= acts[x][-1]:
+            continue
+        if not acts[y] or (len(acts[y]) == 1 and ay is not None and ay.returncode != 0):
+            return (
+                True,
+                f"attempt {y} was refused: it {_ended(ay)} "
+                + ("without doing anything" if not acts[y] else "after its first boundary")
+                + f" while attempt {x} was at work{held}",
+                "",
+            )
+    for x, y in ((a, b), (b, a)):  # waited
+        if len(acts[x]) < 2 or live[y][0] > acts[x][0] or live[y][1] < acts[x][-1]:
+            continue
+        x_first, x_last = acts[x][0], acts[x][-1]
+        early = x_first + (_RELEASE if together else 0.0)  # released at the same instant
+        if any(early < t <= x_last for t in acts[y]):
+            continue
+        after = [t for t in acts[y] if t > x_last]
+        before = [t for t in acts[y] if t <= early]
+        until = after[0] if after else live[y][1]
+        silent = until - (before[-1] if before else live[y][0])
+        if (together and before) or (not before and silent >= patience):
+            then = (
+                f"it went on {after[0] - x_last:.3f}s after attempt {x}'s last activity"
+                if after
+                else f"then it {_ended(attempts.get(y))} without doing more"
+            )
+            return (
+                True,
+                f"attempt {y} waited: live and silent for {silent:.3f}s while attempt {x} "
+                f"worked{held}; {then}",
+                "",
+            )
+    for x, y in ((a, b), (b, a)):  # overlapped
+        if len(acts[x]) >= 2:
+            inside = [t for t in acts[y] if acts[x][0] < t < acts[x][-1]]
+            if inside:
+                ov = min(acts[x][-1], acts[y][-1]) - max(acts[x][0], acts[y][0])
+                return (
+                    True,
+                    f"attempts {a} and {b} worked at the same time for {max(ov, 0.0):.3f}s: "
+                    f"attempt {y}'s {_what(y, inside[0], events, writes)} came while attempt "
+                    f"{x} was at work{held}",
+                    "",
+                )
+    w = min((n for n in pair if acts[n]), key=lambda n: acts[n][0])
+    o = b if w == a else a
+    w_first, w_last = acts[w][0], acts[w][-1]
+    o_first = acts[o][0] if acts[o] else None
+    silent = (o_first if o_first is not None else live[o][1]) - live[o][0]
+    ran = min(live[a][1], live[b][1]) - max(live[a][0], live[b][0])
+    how = {
+        "patience": f"the barrier held attempt {w} for {barrier.get('patience', 0):.1f}s and "
+        f"attempt {o} never reached a boundary",
+        "ended": f"attempt {o} ended before it reached a boundary",
+        "": "no attempt reached a boundary (an event or a stand-in request) to hold it at",
+    }.get(str(barrier.get("how", "")), "")
+    o_did = (
+        f"attempt {o} started to work {o_first - w_last:+.3f}s after attempt {w}'s last activity"
+        if o_first is not None
+        else f"attempt {o} did nothing and {_ended(attempts.get(o))}"
+    )
+    return (
+        False,
+        "",
+        f"attempts {a} and {b} ran at the same time for {max(ran, 0.0):.3f}s but their work "
+        f"never overlapped: attempt {w} worked {w_last - w_first:.3f}s, {o_did}, after "
+        f"{silent:.3f}s of silence (a wait would be {patience:.1f}s)"
+        + (f"; {how}" if how else "")
+        + ": send a probe event or make a stand-in request before the agent's work, so the "
+        "barrier can release both attempts together",
+    )
