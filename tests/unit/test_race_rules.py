@@ -12,6 +12,7 @@ import pytest
 
 from crashpoint.harness import Attempt, Expect, Golden, Plan
 from crashpoint.harness._checker._checks import TrialFacts, check_single_writer
+from crashpoint.harness._checker._verdict import explain
 from crashpoint.harness._engine._races import race_note
 from crashpoint.harness._standins._peer import attempt_of
 
@@ -123,6 +124,8 @@ def test_both_changing_one_file_while_both_work_fails_naming_it() -> None:
         "attempts 1 and 2 both changed {state_dir}/state.json while both were at work: "
         "attempt 2 write at +0.600s, attempt 1 write at +0.700s"  # 0.5: before 2 was at work
     ), r.message
+    hint = explain(facts([], [wr(1, 0.5), wr(2, 0.6), wr(1, 0.7)]), [r])[0].hint
+    assert hint.startswith("two live processes changed {state_dir}/state.json at once"), hint
 
 
 @pytest.mark.parametrize(

@@ -278,6 +278,13 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _RESUME_BY_CALLS_HINT
         elif c.name == "no_repeated_llm_calls" and "in the golden run (crash-free)" in c.message:
             hint = _GOLDEN_LLM_HINT
+        elif c.name == "single_writer" and (m := re.search(r"both changed (\S+)", c.message)):
+            hint = (
+                f"two live processes changed {m.group(1)} at once: take an exclusive OS lock "
+                "(flock) on the run's state before doing any work and hold it until exit, so a "
+                "second resumer waits or refuses (LangGraph's SqliteSaver takes none: two "
+                "processes on one thread both write its database)"
+            )
         else:
             hint = _HINTS.get(c.name, "")
         power = facts.extra.get("power")
