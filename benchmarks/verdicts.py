@@ -69,9 +69,9 @@ def table(results: list[m.CellResult], markdown: bool) -> str:
             )
         return "\n".join(lines)
     widths = [max(len(COLUMNS[i]), *(len(r[i]) for r in rows)) for i in range(len(COLUMNS))]
-    out = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(x.ljust(w) for x, w in zip(cells, widths)) for cells in rows]
+    out += ["  ".join(x.ljust(w) for x, w in zip(cells, widths, strict=True)) for cells in rows]
     return "\n".join(out)
 
 
@@ -148,7 +148,7 @@ The manifest is `tests/verdicts/matrix.yaml`; each cell's scenario file is under
 
 | true pass | true fail | false alarm | miss | wrong check | skipped | error |
 |---|---|---|---|---|---|---|
-| {t[m.TRUE_PASS]} | {t[m.TRUE_FAIL]} | {t[m.FALSE_ALARM]} | {t[m.MISS]} | {t[m.WRONG_CHECK]} | {t[m.SKIPPED]} | {t[m.ERROR]} |
+| {" | ".join(str(n) for n in t.values())} |
 
 ## The matrix
 
@@ -175,7 +175,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=[], help="cells whose id contains one of these")
     ap.add_argument("--trials", type=int, default=None, help="count of each drawn fault family")
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
-    ap.add_argument("--out", default="", help="folder for the cells' reports (default: a new temp folder)")
+    ap.add_argument(
+        "--out", default="", help="folder for the cells' reports (default: a new temp folder)"
+    )
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/verdicts.md")
     ap.add_argument("--render", action="store_true", help="rewrite the scenario files and exit")
     args = ap.parse_args()

@@ -276,8 +276,14 @@ def run_cell(
     t0 = time.monotonic()
     with open(out / "gate.log", "wb") as log:
         proc = subprocess.run(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out, timeout=timeout,
-            check=False, start_new_session=True,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=out,
+            timeout=timeout,
+            check=False,
+            start_new_session=True,
         )
     seconds = time.monotonic() - t0
     result = judge(cell, report / "gate.json", out / "gate.log")

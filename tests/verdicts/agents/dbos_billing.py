@@ -44,7 +44,9 @@ def send(invoice: dict[str, Any]) -> int:
     if OPT["bug"] != "keyless":
         headers["Idempotency-Key"] = f"{DBOS.workflow_id}:send"
     req = urllib.request.Request(  # noqa: S310 (http URL)
-        OPT["webhook"], data=json.dumps(invoice, sort_keys=True).encode(), headers=headers,
+        OPT["webhook"],
+        data=json.dumps(invoice, sort_keys=True).encode(),
+        headers=headers,
         method="POST",
     )
     with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310

@@ -40,9 +40,7 @@ def draft(state: State) -> State:
 
 def ask_reviewer(state: State) -> State:
     if ARGS.bug != "effect_before_interrupt":
-        probe.effect(
-            "ask_reviewer", {"ticket": state["ticket"]}, key=f"{ARGS.thread}:ask_reviewer"
-        )
+        probe.effect("ask_reviewer", {"ticket": state["ticket"]}, key=f"{ARGS.thread}:ask_reviewer")
     return {"asked": True}
 
 

@@ -56,7 +56,7 @@ def main() -> int:
             r = web.post(f"{args.http}/answers", json={"q": n, "answer": answer}, headers=headers)
             r.raise_for_status()
             db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, 1)", (n, answer))
-    for text, in db.execute("SELECT text FROM answers ORDER BY q"):
+    for (text,) in db.execute("SELECT text FROM answers ORDER BY q"):
         print(text[:40])
     return 0
 

@@ -33,7 +33,9 @@ BUGS = ("completed_before_commit", "wal_normal", "no_lock", "secret_in_db")
 
 def post(url: str, body: dict[str, str], key: str) -> None:
     req = urllib.request.Request(  # noqa: S310 (http URL)
-        url, data=json.dumps(body).encode(), method="POST",
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
         headers={"Content-Type": "application/json", "Idempotency-Key": key},
     )
     with urllib.request.urlopen(req, timeout=10):  # noqa: S310
