@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,7 @@ def _param(cell: m.Cell) -> object:
 
 
 @pytest.fixture(scope="module")
-def pg_base() -> Iterator[str | None]:
+def pg_base() -> Iterator[Callable[[], str | None]]:
     """A throw-away PostgreSQL server's base URL for the agents that need one, started when
     the first of them runs (``None`` where the server binaries are missing)."""
     with contextlib.ExitStack() as stack:
@@ -45,15 +45,15 @@ def pg_base() -> Iterator[str | None]:
                 holder.append(None if unavailable() else stack.enter_context(m.postgres()))
             return holder[0]
 
-        yield get  # type: ignore[misc]
+        yield get
 
 
 @pytest.mark.parametrize("cell", [_param(c) for c in CELLS])
-def test_cell(cell: m.Cell, tmp_path: Path, pg_base: object) -> None:
+def test_cell(cell: m.Cell, tmp_path: Path, pg_base: Callable[[], str | None]) -> None:
     reason = m.missing(cell.agent)
     if reason:
         pytest.skip(f"{cell.agent.id}: {reason}")
-    pg = pg_base() if "postgres" in cell.agent.needs else None  # type: ignore[operator]
+    pg = pg_base() if "postgres" in cell.agent.needs else None
     result = m.run_cell(cell, tmp_path, pg=pg)
     if result.outcome == m.SKIPPED:
         pytest.skip(result.reason)
