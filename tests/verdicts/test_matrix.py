@@ -90,3 +90,21 @@ def test_the_scenario_files_are_rendered_from_the_manifest() -> None:
         if not path.exists() or path.read_text(encoding="utf-8") != m.render(cell, SETTINGS):
             stale.append(path.name)
     assert not stale, f"re-render with `python benchmarks/verdicts.py --render`: {stale}"
+
+
+def test_an_agent_whose_extra_is_missing_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    agent = m.Agent(
+        id="needs-nothing-here",
+        family="python",
+        command=["{python}", "-c", "pass"],
+        bug_args=[],
+        correct_bug=None,
+        needs=["no_such_module_for_verdicts", "postgres"],
+        faults=[{"kill": {"at": "every-boundary"}}],
+        twins={},
+    )
+    result = m.run_cell(m.Cell(agent, "correct", m.DEFAULT, None), tmp_path)
+    assert result.outcome == m.SKIPPED
+    assert "no_such_module_for_verdicts" in result.reason
+    assert "pip install" in result.reason
+    assert not (tmp_path / "report").exists()
