@@ -97,7 +97,7 @@ def findings(results: list[m.CellResult], markdown: bool) -> str:
             lines.append(f"    reason: {r.reason[:600]}")
         shown: dict[str, int] = {}
         for f in r.failures:
-            if c.check is not None and f.check == c.check:
+            if f.check in c.checks:
                 continue
             shown[f.check] = shown.get(f.check, 0) + 1
             if shown[f.check] > 2:
@@ -114,7 +114,7 @@ def findings(results: list[m.CellResult], markdown: bool) -> str:
     return "\n".join(lines)
 
 
-def write_doc(results: list[m.CellResult], args: argparse.Namespace, seconds: float) -> Path:
+def write_doc(results: list[m.CellResult], args: argparse.Namespace, out: Path) -> Path:
     t = totals(results)
     agents = sorted({r.cell.agent.id for r in results})
     doc = ROOT / "docs" / "verdicts.md"
@@ -141,7 +141,8 @@ The manifest is `tests/verdicts/matrix.yaml`; each cell's scenario file is under
 - **MISS**: a twin passed; **WRONG CHECK**: a twin failed, but not on the check naming its bug.
 
 `trials` is exercised/ran. This run: `--trials {args.trials or "(as in the manifest)"}`,
-{len(results)} cells, {seconds / 60:.0f} min on {os.cpu_count()} CPU(s)
+{len(results)} cells, {sum(r.seconds for r in results) / 60:.0f} min of cell time on
+{os.cpu_count()} shared CPU(s)
 ({platform.python_version()}, {datetime.date.today().isoformat()}).
 
 ## Totals
@@ -156,7 +157,9 @@ The manifest is `tests/verdicts/matrix.yaml`; each cell's scenario file is under
 
 ## False alarms and misses
 
-{findings(results, markdown=True) or "None."}
+Trial folders are under the run's `--out` folder (shown as `OUT/`).
+
+{findings(results, markdown=True).replace(str(out), "OUT") or "None."}
 
 ## Running it
 
@@ -170,6 +173,20 @@ $ pytest tests/verdicts -m slow -p no:randomly --no-cov  # the same cells as tes
     return doc
 
 
+def rejudge(cell: m.Cell, folder: Path) -> m.CellResult:
+    """The verdict of a cell already run into ``folder`` (``--rejudge``)."""
+    reason = m.missing(cell.agent)
+    if reason:
+        return m.CellResult(cell, m.SKIPPED, "skipped", reason=reason)
+    gate = folder / "report" / "gate.json"
+    r = m.judge(cell, gate, folder / "gate.log")
+    r.report = str(folder / "report")
+    with contextlib.suppress(OSError, ValueError):
+        camps = json.loads(gate.read_text(encoding="utf-8")).get("campaigns", [])
+        r.seconds = sum(float(c.get("duration_s", 0)) for c in camps)
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--only", nargs="*", default=[], help="cells whose id contains one of these")
@@ -180,6 +197,11 @@ def main() -> int:
     )
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/verdicts.md")
     ap.add_argument("--render", action="store_true", help="rewrite the scenario files and exit")
+    ap.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="run nothing: judge the reports already under --out against the manifest",
+    )
     args = ap.parse_args()
     if args.render:
         for p in m.render_all():
@@ -192,11 +214,16 @@ def main() -> int:
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         pg = None
-        if any("postgres" in c.agent.needs and not m.missing(c.agent) for c in todo):
+        if not args.rejudge and any(
+            "postgres" in c.agent.needs and not m.missing(c.agent) for c in todo
+        ):
             pg = stack.enter_context(m.postgres())
 
         def one(cell: m.Cell) -> m.CellResult:
-            r = m.run_cell(cell, out / m.slug(cell.id), trials=args.trials, pg=pg)
+            if args.rejudge:
+                r = rejudge(cell, out / m.slug(cell.id))
+            else:
+                r = m.run_cell(cell, out / m.slug(cell.id), trials=args.trials, pg=pg)
             print(f"[{time.monotonic() - t0:6.0f}s] {'  '.join(row(r))}", flush=True)
             return r
 
@@ -238,7 +265,7 @@ def main() -> int:
         encoding="utf-8",
     )
     if not args.no_doc and not args.only:
-        print(f"\nwrote {write_doc(results, args, seconds).relative_to(ROOT)}")
+        print(f"\nwrote {write_doc(results, args, out).relative_to(ROOT)}")
     bad = t[m.FALSE_ALARM] + t[m.MISS] + t[m.WRONG_CHECK] + t[m.ERROR]
     return 1 if bad else 0
 

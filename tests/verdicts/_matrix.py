@@ -61,7 +61,7 @@ class Cell:
     agent: Agent
     variant: str  # "correct" or the bug's name
     settings: str  # DEFAULT or STRICT
-    check: str | None  # the check that must fail (None: the cell must pass)
+    check: str | None  # the check that must fail, or "a|b": either (None: the cell must pass)
 
     @property
     def id(self) -> str:
@@ -72,6 +72,11 @@ class Cell:
     def file_stem(self) -> str:
         suffix = "" if self.settings == DEFAULT else "-strict"
         return f"{self.agent.id}.{self.variant}{suffix}"
+
+    @property
+    def checks(self) -> list[str]:
+        """The checks of which one must fail (empty: the cell must pass)."""
+        return self.check.split("|") if self.check else []
 
     @property
     def expected(self) -> str:
@@ -354,7 +359,7 @@ def judge(cell: Cell, gate_json: Path, log: Path) -> CellResult:
     elif got == "PASS":
         outcome = MISS
     else:
-        outcome = TRUE_FAIL if cell.check in failed else WRONG_CHECK
+        outcome = TRUE_FAIL if any(c in failed for c in cell.checks) else WRONG_CHECK
     return CellResult(
         cell, outcome, got, list(failed), list(warned), trials, exercised, 0.0, failures
     )
