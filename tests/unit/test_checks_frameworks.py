@@ -6,7 +6,9 @@ broken one that fails."""
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from crashpoint.harness._checker._checks import (
     check_exactly_once,
     check_no_repeated_llm_calls,
     check_resumes,
+    find_secret,
     golden_effect_problems,
     run_checks,
 )
@@ -375,3 +378,25 @@ def test_a_key_re_sent_with_another_payload_after_a_restart_gets_the_right_hint(
     assert "sent again after the restart with a different payload" in c.hint
     assert "recorded as done" not in c.hint
     assert check_exactly_once(facts(golden, [eff(1, "v1", key="k")])).ok
+
+
+# -- a secret is a secret however it is encoded -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("encode", "how"),
+    [
+        (lambda s: s, "as is"),
+        (lambda s: base64.b64encode(b'{"v":"' + s + b'"}'), "base64"),
+        (lambda s: base64.b64encode(b"x" + s + b"yy"), "base64"),
+        (lambda s: base64.urlsafe_b64encode(b"ab" + s), "base64"),
+        (lambda s: s.hex().encode(), "hex"),
+        (lambda s: s.decode().encode("utf-16-le"), "UTF-16"),
+    ],
+)
+def test_a_secret_stored_encoded_is_found(tmp_path: Path, encode: Any, how: str) -> None:
+    secret = b"sk-crashpoint-canary-0123456789abcdef01234567"
+    (tmp_path / "seg.log").write_bytes(b"header\0" + encode(secret) + b"\ntrailer")
+    assert find_secret([str(tmp_path)], secret) == [(str(tmp_path / "seg.log"), how)]
+    (tmp_path / "seg.log").write_bytes(b"header\0" + encode(b"sk-something-else-entirely-00000"))
+    assert find_secret([str(tmp_path)], secret) == []

@@ -152,6 +152,22 @@ def test_fileop_kills_with_a_count_hit_distinct_operations() -> None:
     assert len(set(old)) < 6, old
 
 
+def test_operations_a_kill_lands_on_reliably_are_drawn_first() -> None:
+    """A recorded operation other threads also made on the file (``shared``: strace's count
+    may land on another thread's call) is drawn only once the others are used up."""
+    ops = _fileops(8)
+    for k in (0, 2, 3, 5, 6, 7):
+        ops[k]["shared"] = True
+    g = replace(golden(), fileops=ops)
+    fam = family_from_spec({"kill": {"at": "fileop", "count": 4}})
+    hit = [
+        p.faults[0].arg("fileop")["n"]
+        for p in Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=3).plans(g)
+    ]
+    assert sorted(hit[:2]) == [2, 5], hit  # the two unshared ones (n = index + 1) first
+    assert len(set(hit)) == 4
+
+
 def test_a_count_above_the_recorded_operations_runs_each_once_and_says_so() -> None:
     g = replace(golden(), fileops=_fileops(3))
     fam = family_from_spec({"kill": {"at": "fileop", "count": 7}})

@@ -6,6 +6,7 @@ A message says what happened and where in the history (attempt, event index).
 
 from __future__ import annotations
 
+import base64
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -668,14 +669,57 @@ def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
     return hits
 
 
+def secret_forms(secret: bytes) -> dict[bytes, str]:
+    """The byte strings that give ``secret`` away in a file, each with its encoding: as is,
+    UTF-16 (little and big endian), hex, and base64 (standard and URL-safe) at each of the
+    three alignments it can start at inside a longer encoded value (a state store that
+    base64-encodes what it saves, as checkpoint serialisers often do)."""
+    forms = {
+        secret: "as is",
+        secret.decode("latin-1").encode("utf-16-le"): "UTF-16",
+        secret.decode("latin-1").encode("utf-16-be"): "UTF-16",
+        secret.hex().encode(): "hex",
+        secret.hex().upper().encode(): "hex",
+    }
+    for off in range(3):
+        whole = secret[off : off + (len(secret) - off) // 3 * 3]  # whole base64 groups
+        if len(whole) >= 12:
+            forms.setdefault(base64.b64encode(whole), "base64")
+            forms.setdefault(base64.urlsafe_b64encode(whole), "base64")
+    return forms
+
+
+def find_secret(folders: list[str], secret: bytes) -> list[tuple[str, str]]:
+    """(file, encoding) for each file under ``folders`` holding ``secret`` in one of its
+    :func:`secret_forms`."""
+    forms = secret_forms(secret)
+    hits = []
+    for folder in folders:
+        for dirpath, _dirs, files in os.walk(folder):
+            for name in files:
+                p = os.path.join(dirpath, name)
+                try:
+                    if os.path.islink(p):
+                        continue
+                    with open(p, "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    continue
+                how = next((v for k, v in forms.items() if k in data), None)
+                if how is not None:
+                    hits.append((p, how))
+    return hits
+
+
 def check_no_secret_leak(f: TrialFacts) -> CheckResult:
-    hits = scan_for_bytes(f.state_dirs, f.canary.encode())
+    hits = find_secret(f.state_dirs, f.canary.encode())
     if hits:
         return CheckResult(
             "no_secret_leak",
             False,
             f"the canary secret from the agent's environment was written to "
-            f"{len(hits)} file(s): {', '.join(hits[:5])}",
+            f"{len(hits)} file(s): "
+            + ", ".join(p if how == "as is" else f"{p} ({how})" for p, how in hits[:5]),
         )
     return CheckResult("no_secret_leak", True)
 

@@ -40,8 +40,9 @@ from crashpoint.harness._spec._model import Fault, Golden, Plan
 
 __all__ = ["plan_for"]
 
-#: Picks the index of one of ``n`` points for a trial (a draw without replacement).
-Pick = Callable[[int], int]
+#: Picks the index of one of the recorded file operations for a trial (a draw without
+#: replacement).
+Pick = Callable[[list[dict[str, Any]]], int]
 
 
 def _kill_at(attempt: int, golden: Golden, index: int, phase: str, start: int = 0) -> Fault:
@@ -174,7 +175,7 @@ def _draw(
             if boundary is not None:
                 op = ops[boundary]
             elif pick is not None:  # distinct operations across the family's trials
-                op = ops[pick(len(ops))]
+                op = ops[pick(ops)]
             else:
                 op = rng.choice(ops)
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
@@ -314,12 +315,17 @@ def _fileop_label(op: dict[str, Any]) -> str:
         )
 
 
-def _fileop_order(n: int, seed: int, family: str) -> list[int]:
-    """The order in which a family's drawn trials take ``n`` recorded file operations: one
-    shuffle of ``range(n)`` seeded by the seed and the family (never by the trial), so
-    successive draws are distinct until every operation was taken once."""
-    order = list(range(n))
+def _fileop_order(ops: list[dict[str, Any]], seed: int, family: str) -> list[int]:
+    """The order in which a family's drawn trials take the recorded file operations ``ops``:
+    one shuffle of their indices seeded by the seed and the family (never by the trial), so
+    successive draws are distinct until every operation was taken once. Operations a kill
+    lands on reliably come first: one that other threads or processes also made on the file
+    (``shared``: strace counts calls per thread, so the kill may land on another thread's)
+    is drawn once the others are used up, so a small ``count`` is not spent on kills that
+    end up not exercised (a database's write-ahead log written from a pool of threads)."""
+    order = list(range(len(ops)))
     random.Random(f"crashpoint:{seed}:{family}:fileop-order").shuffle(order)
+    order.sort(key=lambda i: bool(ops[i].get("shared")))  # stable: shuffled within each
     return order
 
 
@@ -343,7 +349,7 @@ def plan_for(
 
     pick: Pick | None = None
     if draw is not None:
-        pick = lambda n, k=draw: _fileop_order(n, seed, family.name)[k % n]  # noqa: E731
+        pick = lambda ops, k=draw: _fileop_order(ops, seed, family.name)[k % len(ops)]  # noqa: E731
 
     faults: list[Fault] = []
     attempt = 1
