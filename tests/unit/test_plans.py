@@ -210,3 +210,39 @@ def test_boundary_kills_of_a_run_without_boundaries_run_no_trial_and_say_so() ->
     assert [p.family for p in plans] == ["kill@fileop", "kill@fileop"]
     [note] = camp.notes
     assert note.startswith("family kill@every-boundary: no trial: the golden run had no boundary")
+
+
+def test_power_cuts_that_lose_what_was_reported_done_are_drawn_first() -> None:
+    """Of a power-loss family's drawn trials, the first take crash states whose lost
+    operations the agent had reported done after (a step completed on an unsynced write),
+    the others once those are used up; and no state is drawn twice before all were."""
+    from crashpoint.faults import LogOp, OpLog
+    from crashpoint.harness._spec import _power
+
+    a, b = "{state_dir}/a.log", "{state_dir}/b.log"
+    ops = (
+        LogOp(0, "creat", a, file=1, time=1.0),
+        LogOp(1, "write", a, file=1, size=4, data=b"aaaa", time=2.0),  # then reported done
+        LogOp(2, "creat", b, file=2, time=4.0),
+        LogOp(3, "write", b, file=2, size=4, data=b"bbbb", time=5.0),  # never reported
+    )
+    events = [
+        {"i": 0, "attempt": 1, "op": "step_started", "step": "one", "wall": 0.5},
+        {"i": 1, "attempt": 1, "op": "step_completed", "step": "one", "wall": 3.0},
+    ]
+    g = replace(
+        golden(),
+        events=events,
+        steps=["one"],
+        plog=OpLog(ops=ops).to_json(),
+        plog_events=[0, 2],
+    )
+    every = _power.states(g, "posix")
+    loud = [s for s in every if not s[_power.QUIET]]
+    assert loud and len(loud) < len(every), every
+    fam = family_from_spec({"power_loss": {"count": len(every)}})
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=5)
+    labels = [p.faults[0].arg("label") for p in camp.plans(g)]
+    assert sorted(labels[: len(loud)]) == sorted(s["label"] for s in loud)
+    assert len(set(labels)) == len(every)  # without replacement
+    assert all(_power.QUIET not in dict(p.faults[0].args) for p in camp.plans(g))

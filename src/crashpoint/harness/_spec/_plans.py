@@ -245,7 +245,7 @@ def _draw(
     if kind == "power_loss":
         model = str(opts.get("model", "posix"))
         if attempt == 1:
-            return [_power.draw(golden, model, rng, boundary, attempt)]
+            return [_power.draw(golden, model, rng, boundary, attempt, pick)]
         # during recovery (after another fault): cut the attempt at a golden event drawn
         # past the previous kill, in the state its own trace says it may leave
         first = _last_kill_index(golden, prior)
@@ -325,7 +325,9 @@ def _fileop_order(ops: list[dict[str, Any]], seed: int, family: str) -> list[int
     end up not exercised (a database's write-ahead log written from a pool of threads)."""
     order = list(range(len(ops)))
     random.Random(f"crashpoint:{seed}:{family}:fileop-order").shuffle(order)
-    order.sort(key=lambda i: bool(ops[i].get("shared")))  # stable: shuffled within each
+    # stable: shuffled within each group (a power cut's crash states: those that lose
+    # nothing the agent had reported done come last too, see _power.QUIET)
+    order.sort(key=lambda i: bool(ops[i].get("shared") or ops[i].get(_power.QUIET)))
     return order
 
 

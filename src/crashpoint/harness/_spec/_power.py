@@ -12,6 +12,7 @@ draws N by the seed. Running a cut is the engine's (:mod:`crashpoint.harness._en
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from crashpoint.faults import OpLog, crash_states
@@ -31,6 +32,24 @@ def oplog_of(golden: Golden) -> OpLog:
 def _events_before(golden: Golden, upto: int) -> int:
     """How many golden events happened before operation ``upto + 1`` started."""
     return sum(1 for k in golden.plog_events if k <= upto)
+
+
+#: A crash state's planning mark (never a fault argument): nothing the agent reported after
+#: the first operation the cut loses (no step completed, no effect), so the state tells less
+#: than one that contradicts a report; drawn trials take these last.
+QUIET = "quiet"
+
+#: The events that tell the world something is done.
+_REPORTS = ("step_completed", "effect", "llm_call")
+
+
+def _reported_since(golden: Golden, first: int, upto: int) -> bool:
+    """Did the golden run report something done (a step completed, an effect, a model call
+    answered) after operation ``first`` started and before operation ``upto``?"""
+    return any(
+        first < c <= upto and golden.events[k]["op"] in _REPORTS
+        for k, c in enumerate(golden.plog_events[: len(golden.events)])
+    )
 
 
 def states(golden: Golden, model: str) -> list[dict[str, Any]]:
@@ -58,6 +77,7 @@ def states(golden: Golden, model: str) -> list[dict[str, Any]]:
                     "events": events,
                     "mutation": st.mutation.to_json(),
                     "label": st.label(),
+                    QUIET: not _reported_since(golden, min(st.pending, default=upto), upto),
                 }
             )
     if len(_CACHE) > 8:
@@ -67,10 +87,17 @@ def states(golden: Golden, model: str) -> list[dict[str, Any]]:
 
 
 def draw(
-    golden: Golden, model: str, rng: random.Random, boundary: int | None, attempt: int
+    golden: Golden,
+    model: str,
+    rng: random.Random,
+    boundary: int | None,
+    attempt: int,
+    pick: Callable[[list[dict[str, Any]]], int] | None = None,
 ) -> Fault:
-    """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn by
-    ``rng``; without a trace (or nothing to lose), a fault that says why (never a pass)."""
+    """The power_loss fault of one trial: state ``boundary`` of the sweep, or one drawn:
+    ``pick`` (the trial's place in a draw without replacement that takes first the states
+    where the cut loses what the agent had already reported done), else by ``rng``; without
+    a trace (or nothing to lose), a fault that says why (never a pass)."""
     all_states = states(golden, model)
     if not all_states:
         why = golden.recorded_by or "the golden run was not traced"
@@ -85,8 +112,15 @@ def draw(
                 "of the golden run was made durable before the next one"
             )
         return Fault.make("power_loss", attempt, model=model, label=why)
-    s = all_states[boundary] if boundary is not None else rng.choice(all_states)
-    return Fault.make("power_loss", attempt, model=model, **s)
+    if boundary is not None:
+        s = all_states[boundary]
+    elif pick is not None:
+        s = all_states[pick(all_states)]
+    else:
+        s = rng.choice(all_states)
+    return Fault.make(
+        "power_loss", attempt, model=model, **{k: v for k, v in s.items() if k != QUIET}
+    )
 
 
 def points(golden: Golden, model: str) -> int:
