@@ -239,7 +239,8 @@ def test_power_cuts_that_lose_what_was_reported_done_are_drawn_first() -> None:
     )
     every = _power.states(g, "posix")
     loud = [s for s in every if not s[_power.QUIET]]
-    assert loud and len(loud) < len(every), every
+    assert loud, every
+    assert len(loud) < len(every), every
     fam = family_from_spec({"power_loss": {"count": len(every)}})
     camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=5)
     labels = [p.faults[0].arg("label") for p in camp.plans(g)]
