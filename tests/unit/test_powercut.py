@@ -839,3 +839,32 @@ def test_a_cut_before_the_files_own_fsync_counts_the_operations_to_it() -> None:
     # with no fsync anywhere after the cut, the words say that instead
     bare = log_of(NAIVE, OLD)
     assert all("without fsync" in s.explain for s in pc.crash_states(bare, "posix", 2))
+
+
+def test_a_lost_sqlite_journal_removal_says_what_sqlite_documents() -> None:
+    """SQLite (DELETE journal mode, synchronous=FULL) commits by removing its journal and
+    does not sync the folder after it: a cut there brings the journal back and rolls the
+    commit back. The explanation says so, and names the fix."""
+    from crashpoint.faults import LogOp, OpLog, crash_states
+
+    db, j = "{state_dir}/app.db", "{state_dir}/app.db-journal"
+    ops = (
+        LogOp(0, "creat", db, file=1),
+        LogOp(1, "fsync", "{state_dir}"),
+        LogOp(2, "creat", j, file=2),
+        LogOp(3, "write", j, file=2, size=4, data=b"undo"),
+        LogOp(4, "fsync", j, file=2),
+        LogOp(5, "fsync", "{state_dir}"),
+        LogOp(6, "write", db, file=1, size=4, data=b"rows"),
+        LogOp(7, "fsync", db, file=1),
+        LogOp(8, "unlink", j, file=2),
+    )
+    texts = [st.explain for st in crash_states(OpLog(ops=ops), "posix", len(ops))]
+    back = [t for t in texts if "app.db-journal" in t and "it is back" in t]
+    assert back, texts
+    assert "PRAGMA synchronous=EXTRA" in back[0]
+    # any other removal says nothing of SQLite
+    other = (*ops[:8], LogOp(8, "unlink", "{state_dir}/app.db.tmp", file=2))
+    assert not any(
+        "SQLite" in st.explain for st in crash_states(OpLog(ops=other), "posix", len(ops))
+    )

@@ -1078,6 +1078,19 @@ _NAME_OPS = {
 }
 
 
+def _sqlite_journal(op: LogOp) -> str:
+    """What a lost removal of a SQLite rollback journal means, said the way SQLite's own
+    documentation says it; "" for any other operation."""
+    if op.kind != "unlink" or not op.path.endswith("-journal"):
+        return ""
+    return (
+        " (SQLite commits a transaction in its default DELETE journal mode by removing the "
+        "journal, and syncs the folder after that only with PRAGMA synchronous=EXTRA: with "
+        "FULL the journal can come back after a power cut and roll the commit back; use "
+        "synchronous=EXTRA, or journal_mode=WAL with synchronous=FULL)"
+    )
+
+
 def _digest(files: Mapping[str, bytes | None]) -> str:
     h = hashlib.sha256()
     for p in sorted(files):
@@ -1625,7 +1638,7 @@ def _explain(
                 (
                     touched,
                     f"{what.format(path=op.path, path2=op.path2)} {not_durable(op)}: "
-                    f"after power loss {after}",
+                    f"after power loss {after}" + _sqlite_journal(op),
                 )
             )
         elif op.kind == "mkdir":
