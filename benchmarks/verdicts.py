@@ -211,6 +211,13 @@ def main() -> int:
     todo = [c for c in m.cells(agents) if not args.only or any(s in c.id for s in args.only)]
     out = Path(args.out or tempfile.mkdtemp(prefix="crashpoint-verdicts-")).resolve()
     print(f"reports under {out}", flush=True)
+    settings = out / "run.json"  # how the cells were run: a --rejudge reports the same
+    if args.rejudge:
+        if args.trials is None and settings.is_file():
+            args.trials = json.loads(settings.read_text(encoding="utf-8")).get("trials")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps({"trials": args.trials}) + "\n", encoding="utf-8")
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         pg = None
