@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -651,9 +651,9 @@ def _single_writer_by_events(f: TrialFacts) -> CheckResult:
     return CheckResult(name, True)
 
 
-def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
-    """Files under ``folders`` that contain ``needle``."""
-    hits = []
+def _file_contents(folders: list[str]) -> Iterator[tuple[str, bytes]]:
+    """(path, bytes) of each regular file under ``folders`` (symlinks and unreadable files
+    skipped)."""
     for folder in folders:
         for dirpath, _dirs, files in os.walk(folder):
             for name in files:
@@ -662,11 +662,15 @@ def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
                     if os.path.islink(p):
                         continue
                     with open(p, "rb") as fh:
-                        if needle in fh.read():
-                            hits.append(p)
+                        data = fh.read()
                 except OSError:
                     continue
-    return hits
+                yield p, data
+
+
+def scan_for_bytes(folders: list[str], needle: bytes) -> list[str]:
+    """Files under ``folders`` that contain ``needle``."""
+    return [p for p, data in _file_contents(folders) if needle in data]
 
 
 def secret_forms(secret: bytes) -> dict[bytes, str]:
@@ -694,20 +698,10 @@ def find_secret(folders: list[str], secret: bytes) -> list[tuple[str, str]]:
     :func:`secret_forms`."""
     forms = secret_forms(secret)
     hits = []
-    for folder in folders:
-        for dirpath, _dirs, files in os.walk(folder):
-            for name in files:
-                p = os.path.join(dirpath, name)
-                try:
-                    if os.path.islink(p):
-                        continue
-                    with open(p, "rb") as fh:
-                        data = fh.read()
-                except OSError:
-                    continue
-                how = next((v for k, v in forms.items() if k in data), None)
-                if how is not None:
-                    hits.append((p, how))
+    for p, data in _file_contents(folders):
+        how = next((v for k, v in forms.items() if k in data), None)
+        if how is not None:
+            hits.append((p, how))
     return hits
 
 
