@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -280,16 +282,13 @@ def run_cell(
     argv.append("--quiet")
     t0 = time.monotonic()
     with open(out / "gate.log", "wb") as log:
-        proc = subprocess.run(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=out,
-            timeout=timeout,
-            check=False,
-            start_new_session=True,
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out, start_new_session=True
         )
+        try:
+            proc.wait(timeout=timeout)
+        finally:  # a timeout, a failure, Ctrl-C: the whole tree goes, not just the CLI
+            _reap_tree(proc)
     seconds = time.monotonic() - t0
     result = judge(cell, report / "gate.json", out / "gate.log")
     result.seconds = seconds
@@ -297,6 +296,23 @@ def run_cell(
     if result.got == "error":
         result.reason = f"crashpoint run exited {proc.returncode}: " + result.reason
     return result
+
+
+def _reap_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of ``proc``'s tree (its session, and every descendant psutil still
+    sees, wherever it moved) and reap it; a no-op once the gate reaped its own agents."""
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the pgid is its pid
+    for k in kids:
+        with contextlib.suppress(psutil.Error):
+            k.kill()
+    psutil.wait_procs(kids, timeout=10)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
 
 
 def _hint(trial: dict[str, Any], check: str) -> tuple[str, str]:
