@@ -97,7 +97,11 @@ def test_the_graph_as_written_sends_the_email_twice_after_a_kill_before_its_chec
     ]
     # LangGraph re-ran the node on restart: it was never reported completed before the kill
     resumed = [e for e in t.events if e["attempt"] == 2 and e["op"] == "step_started"]
-    assert _names(resumed)[0] == "step_started:send_email"
+    assert "step_started:send_email" in _names(resumed)
+    # and it started again no step reported completed (with async durability search's
+    # checkpoint may still be in flight at the kill: then search rightly runs again too)
+    done = {e["step"] for e in t.events if e["attempt"] == 1 and e["op"] == "step_completed"}
+    assert [e["step"] for e in resumed if e["step"] in done] == []
     assert "step_completed:send_email" not in _names([e for e in t.events if e["attempt"] == 1])
 
 
