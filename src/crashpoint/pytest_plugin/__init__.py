@@ -18,6 +18,7 @@ the hook or fixture that uses them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -94,6 +95,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _refuse_lookalike_args(config)
     config.addinivalue_line("markers", MARKER)
     config.stash[SETTINGS] = resolve_settings(config)
     config.stash[SUMMARIES] = []
@@ -253,12 +255,19 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
         restarts=opts["restarts"],
         item=request.node.nodeid,
     )
-    run = crash.run
+    run, campaign = crash.run, crash.campaign
     item = request.node
+    pythonpath = _agent_pythonpath(request)
+
+    def campaign_on_path(agent: Any, **kw: Any) -> Any:
+        return campaign(_on_pythonpath(agent, pythonpath), **kw)
 
     def run_and_record(agent: Any, **kw: Any) -> Any:
+        failed = ""
         try:
             result = run(agent, **kw)
+        except (harness.GoldenRunFailed, harness.NoBoundaries) as exc:
+            failed = _golden_failed(agent, exc, pythonpath)
         except harness.CampaignInterrupted as exc:  # what ran: into the (incomplete) gate report
             record_interrupted(
                 item,
@@ -269,6 +278,8 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
                 reports=exc.result.report_dir,
             )
             raise
+        if failed:  # outside the except: one line, no harness traceback
+            pytest.fail(failed, pytrace=False)
         record_campaign(
             item,
             result.campaign,
@@ -280,7 +291,63 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
         return result
 
     crash.run = run_and_record  # type: ignore[method-assign]
+    crash.campaign = campaign_on_path  # type: ignore[method-assign]
     return crash
+
+
+def _agent_pythonpath(request: pytest.FixtureRequest) -> list[str]:
+    """What the fixture puts first on the agent's PYTHONPATH, as pytest's own imports see it:
+    the test file's folder, the ini file's ``pythonpath`` folders, the rootdir."""
+    config = request.config
+    try:
+        extra = [str(p) for p in config.getini("pythonpath")]
+    except ValueError:  # no such ini key (pytest's own plugin disabled)
+        extra = []
+    out: list[str] = []
+    for p in (str(request.node.path.parent), *extra, str(config.rootpath)):
+        p = os.path.abspath(p)
+        if p not in out and os.path.isdir(p):
+            out.append(p)
+    return out
+
+
+def _on_pythonpath(agent: Any, first: list[str]) -> Any:
+    """``agent`` as an AgentSpec whose PYTHONPATH starts with ``first``, then its own
+    ``agent.env`` PYTHONPATH or the session's (absolute; folders that exist), so that
+    ``{python} -m myagent`` finds a module beside the test though it starts in an empty folder."""
+    spec = harness.as_agent(agent)
+    env = dict(spec.env)
+    given = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    parts = list(first)
+    for p in given.split(os.pathsep):
+        p = os.path.abspath(p) if p else ""
+        if p and p not in parts and os.path.exists(p):
+            parts.append(p)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return dataclasses.replace(spec, env=tuple(env.items()))
+
+
+def _golden_failed(agent: Any, exc: Exception, pythonpath: list[str]) -> str:
+    """One line for a golden run that failed under the fixture, as a scenario file gets it:
+    what failed, the command as written (placeholders unfilled), the exit code and the last
+    line of stderr (both in ``exc``'s first line), and how to fix it."""
+    what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    spec = harness.as_agent(agent)
+    if "Command: " not in what:
+        what += f". Command: {spec.describe()}"
+    fix = (
+        "fix: make that command exit 0 when run by hand from an empty folder: under "
+        "crash_harness the agent starts in the trial's empty {workdir}, with "
+        f"PYTHONPATH={os.pathsep.join(pythonpath)} first (the test's folder, the ini's "
+        "pythonpath, the rootdir), so `{python} -m NAME` finds a module beside the test; "
+        "give other files by absolute path"
+    )
+    if isinstance(exc, harness.NoBoundaries):
+        fix = (
+            "fix: the agent must report steps (crashpoint.probe or the checkpoint library), "
+            "call a stand-in service, or write files in {state_dir}"
+        )
+    return f"crash_harness: {what}; {fix}"
 
 
 @pytest.fixture
@@ -413,7 +480,53 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         from crashpoint.pytest_plugin._collect import ScenarioFile
 
         return ScenarioFile.from_parent(parent, path=file_path)
+    if file_path.suffix.lower() in (".yml", ".yaml"):
+        from crashpoint.pytest_plugin._lookalike import lookalike
+
+        config = parent.config
+        better = lookalike(file_path) if _under_args(config, file_path) else None
+        if better is not None:  # said once, after collection (_note_lookalikes)
+            config.stash.setdefault(_LOOKALIKES, []).append((str(file_path), better))
     return None
+
+
+def _under_args(config: pytest.Config, path: Path) -> bool:
+    """Is ``path`` inside what the session was asked to collect? (pytest also walks the
+    folders above an argument, and offers their files to this hook.)"""
+    for arg in config.args or ["."]:
+        where = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if path == where or where in path.resolve().parents:
+            return True
+    return False
+
+
+#: YAML files found while walking a folder that look like scenarios but are not named so
+_LOOKALIKES = pytest.StashKey[list[tuple[str, str]]]()
+
+
+def _refuse_lookalike_args(config: pytest.Config) -> None:
+    """A scenario lookalike given on the command line (``pytest foo.yml``, ``crashpoint run
+    foo.yml``): a usage error with the name it should have, not pytest's "not found"."""
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::")[0])
+        if path.suffix.lower() not in (".yml", ".yaml") or not path.is_file():
+            continue
+        # imported when used: a YAML file given on the command line
+        from crashpoint.pytest_plugin._lookalike import hint, lookalike
+
+        better = lookalike(path)
+        if better is not None:
+            raise pytest.UsageError(f"crashpoint: {hint(arg.split('::')[0], better)}")
+
+
+def _note_lookalikes(session: pytest.Session) -> None:
+    from crashpoint.pytest_plugin._lookalike import hint
+
+    found = session.config.stash.get(_LOOKALIKES, [])
+    for path, better in found:
+        rel = os.path.relpath(path, session.config.invocation_params.dir)
+        shown = path if rel.startswith("..") else rel
+        _say(session.config, f"crashpoint: note: {hint(shown, better)}")
 
 
 # -- progress and summary --------------------------------------------------------------------
@@ -432,6 +545,7 @@ def _is_crashpoint_item(item: pytest.Item) -> bool:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    _note_lookalikes(session)
     count = sum(1 for i in session.items if _is_crashpoint_item(i))
     session.config.stash[_USED] = count > 0
     board = session.config.stash.get(BOARD, None)

@@ -408,10 +408,16 @@ class TrialRunner:
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         if ex.returncode != 0:
+            stderr = ex.stderr.decode("utf-8", "replace")
+            last = next((x.strip() for x in reversed(stderr.splitlines()) if x.strip()), "")
+            # the first line says it all (what, the command as the user wrote it, the exit, the
+            # last line of stderr): never the filled argv, which may be a strace wrapper's
             raise GoldenRunFailed(
                 redact_text(
-                    f"the golden run (no faults) did not complete: {ex.describe()}. Command: "
-                    f"{' '.join(argv)}\nstderr:\n{ex.stderr.decode('utf-8', 'replace')[-2000:]}",
+                    f"the golden run (no faults) did not complete: {ex.describe()}"
+                    + (f" ({last[-300:]})" if last else " (nothing on stderr)")
+                    + f". Command: {self.agent.describe()}"
+                    + (f"\nstderr:\n{stderr[-2000:]}" if stderr.strip() else ""),
                     scope.secrets,
                 )
             )

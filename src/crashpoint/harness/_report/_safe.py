@@ -288,12 +288,12 @@ def marker(name: str) -> str:
 
 def is_plain_path(name: str, value: str) -> bool:
     """An ``agent.env`` value that is an absolute path to something that exists (a folder such
-    as ``{scenario_dir}``, a config file) and whose name does not say secret: kept in evidence,
-    where redacting it would hide where the agent ran and no secret is a path on disk."""
+    as ``{scenario_dir}``, a config file), or a list of them joined by ``os.pathsep`` (a
+    ``PYTHONPATH``), and whose name does not say secret: kept in evidence, where redacting it
+    would hide where the agent ran and no secret is a path on disk."""
+    parts = value.split(os.pathsep)
     return (
-        os.path.isabs(value)
-        and "\0" not in value
-        and os.path.exists(value)
+        all(os.path.isabs(p) and "\0" not in p and os.path.exists(p) for p in parts)
         and not Redactor().is_secret_name(name)
     )
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -99,6 +101,8 @@ AGENT_PLACEHOLDERS = (
     "llm",
     "smtp",
 )
+#: A command-line part shown quoted (placeholders' braces are not).
+_NEEDS_QUOTES = re.compile(r"[\s'\"\\$`;&|<>*?]")
 #: The placeholders that name a stand-in service.
 SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
 
@@ -217,6 +221,12 @@ class AgentSpec:
                 *self._fill(self.args, state_dir, workdir, run_id, urls, trial_id),
             ]
         return self._fill(self.command, state_dir, workdir, run_id, urls, trial_id)
+
+    def describe(self) -> str:
+        """The command as written, placeholders unfilled (``{python} -m myagent --state
+        {state_dir}``), or ``entry module:function args...``: what error messages show."""
+        parts = ["entry", self.entry, *self.args] if self.entry else list(self.command)
+        return " ".join(p if p and not _NEEDS_QUOTES.search(p) else shlex.quote(p) for p in parts)
 
     def uses(self, placeholder: str) -> bool:
         """Does the command (or the entry's args) use ``{placeholder}``?"""
