@@ -31,6 +31,17 @@ def readme_commands() -> list[str]:
     return [b.strip() for b in re.findall(r"```sh\n(.*?)```", section, re.S)]
 
 
+#: The two commands' marks in README.md (tests/docs/test_examples_marked.py): these tests run
+#: them, the slow one for real.
+EXAMPLES = ("readme-setup-gate", "readme-setup-tests")
+
+
+def test_readme_marks_both_commands_as_run_here() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, cmd in zip(EXAMPLES, readme_commands(), strict=True):
+        assert f"<!-- example: {name} -->\n```sh\n{cmd}\n```" in text
+
+
 def test_readme_has_exactly_two_commands_each_in_a_fresh_venv() -> None:
     commands = readme_commands()
     assert len(commands) == 2, commands

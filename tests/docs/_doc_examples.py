@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("docs/how-to/*.md"))]
+PAGES = [
+    "README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("docs/how-to/*.md")),
+]
 MARK = re.compile(r"^<!--\s*(example|run-by|not-run):\s*(.*?)\s*-->$")
 
 

@@ -52,7 +52,9 @@ def test_every_example_name_is_run_by_a_test() -> None:
     twice = [n for n, k in Counter(names).items() if k > 1]
     assert not twice, f"example names used twice: {twice}"
     orphans = [n for n in names if f'"{n}"' not in sources]
-    assert not orphans, f"marked <!-- example: NAME --> but no test under tests/ names it: {orphans}"
+    assert not orphans, (
+        f"marked <!-- example: NAME --> but no test under tests/ names it: {orphans}"
+    )
 
 
 def test_every_run_by_names_a_test_file_that_reads_the_page() -> None:
@@ -77,7 +79,9 @@ def test_every_not_run_gives_a_reason_and_python_not_run_says_no_run() -> None:
             and b.mark in ("not-run", "run-by")
             and "no-run" not in b.info
         ):
-            bad.append(f"{b.where()}: tests/unit/test_docs.py would run it: fence it ```python no-run")
+            bad.append(
+                f"{b.where()}: tests/unit/test_docs.py would run it: fence it ```python no-run"
+            )
     assert not bad, bad
 
 

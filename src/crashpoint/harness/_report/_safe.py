@@ -292,10 +292,9 @@ def is_plain_path(name: str, value: str) -> bool:
     ``PYTHONPATH``), and whose name does not say secret: kept in evidence, where redacting it
     would hide where the agent ran and no secret is a path on disk."""
     parts = value.split(os.pathsep)
-    return (
-        all(os.path.isabs(p) and "\0" not in p and os.path.exists(p) for p in parts)
-        and not Redactor().is_secret_name(name)
-    )
+    return all(
+        os.path.isabs(p) and "\0" not in p and os.path.exists(p) for p in parts
+    ) and not Redactor().is_secret_name(name)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
