@@ -38,6 +38,7 @@ from crashpoint.pytest_plugin._campaigns import (
     record_campaign,
     record_interrupted,
 )
+from crashpoint.pytest_plugin._lookalike import hint, lookalike
 from crashpoint.pytest_plugin._options import (
     BOARD,
     MARKER,
@@ -481,8 +482,6 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return ScenarioFile.from_parent(parent, path=file_path)
     if file_path.suffix.lower() in (".yml", ".yaml"):
-        from crashpoint.pytest_plugin._lookalike import lookalike
-
         config = parent.config
         better = lookalike(file_path) if _under_args(config, file_path) else None
         if better is not None:  # said once, after collection (_note_lookalikes)
@@ -511,17 +510,12 @@ def _refuse_lookalike_args(config: pytest.Config) -> None:
         path = Path(config.invocation_params.dir, arg.split("::")[0])
         if path.suffix.lower() not in (".yml", ".yaml") or not path.is_file():
             continue
-        # imported when used: a YAML file given on the command line
-        from crashpoint.pytest_plugin._lookalike import hint, lookalike
-
         better = lookalike(path)
         if better is not None:
             raise pytest.UsageError(f"crashpoint: {hint(arg.split('::')[0], better)}")
 
 
 def _note_lookalikes(session: pytest.Session) -> None:
-    from crashpoint.pytest_plugin._lookalike import hint
-
     found = session.config.stash.get(_LOOKALIKES, [])
     for path, better in found:
         rel = os.path.relpath(path, session.config.invocation_params.dir)
