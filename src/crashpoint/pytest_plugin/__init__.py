@@ -38,7 +38,6 @@ from crashpoint.pytest_plugin._campaigns import (
     record_campaign,
     record_interrupted,
 )
-from crashpoint.pytest_plugin._lookalike import hint, lookalike
 from crashpoint.pytest_plugin._options import (
     BOARD,
     MARKER,
@@ -482,6 +481,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return ScenarioFile.from_parent(parent, path=file_path)
     if file_path.suffix.lower() in (".yml", ".yaml"):
+        # imported when a YAML file is found: loading the plugin stays cheap
+        from crashpoint.pytest_plugin._lookalike import lookalike
+
         config = parent.config
         better = lookalike(file_path) if _under_args(config, file_path) else None
         if better is not None:  # said once, after collection (_note_lookalikes)
@@ -492,9 +494,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def _under_args(config: pytest.Config, path: Path) -> bool:
     """Is ``path`` inside what the session was asked to collect? (pytest also walks the
     folders above an argument, and offers their files to this hook.)"""
+    path = path.resolve()
     for arg in config.args or ["."]:
         where = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
-        if path == where or where in path.resolve().parents:
+        if path == where or where in path.parents:
             return True
     return False
 
@@ -510,6 +513,9 @@ def _refuse_lookalike_args(config: pytest.Config) -> None:
         path = Path(config.invocation_params.dir, arg.split("::")[0])
         if path.suffix.lower() not in (".yml", ".yaml") or not path.is_file():
             continue
+        # imported when a YAML file is given: loading the plugin stays cheap
+        from crashpoint.pytest_plugin._lookalike import hint, lookalike
+
         better = lookalike(path)
         if better is not None:
             raise pytest.UsageError(f"crashpoint: {hint(arg.split('::')[0], better)}")
@@ -517,6 +523,11 @@ def _refuse_lookalike_args(config: pytest.Config) -> None:
 
 def _note_lookalikes(session: pytest.Session) -> None:
     found = session.config.stash.get(_LOOKALIKES, [])
+    if not found:
+        return
+    # imported when there is something to say: loading the plugin stays cheap
+    from crashpoint.pytest_plugin._lookalike import hint
+
     for path, better in found:
         rel = os.path.relpath(path, session.config.invocation_params.dir)
         shown = path if rel.startswith("..") else rel
