@@ -126,6 +126,7 @@ def _copy_example(name: str, tmp_path: Path) -> None:
         ROOT / "examples" / name,
         tmp_path / "examples" / name,
         ignore=shutil.ignore_patterns("__pycache__", "crashpoint-report"),
+        dirs_exist_ok=True,
     )
 
 
@@ -173,6 +174,14 @@ def test_readme_fixture_example_passes_pasted_into_a_new_project(
     out = _ok(_sh("pytest -q", project, env))
     assert "1 passed" in out
     assert re.search(r"test_agent_recovers \[campaign-1\].*PASS", out), out
+
+
+@pytest.mark.slow
+def test_readme_fixture_example_passes_with_its_own_trial_count(tmp_path: Path) -> None:
+    """The same with no option at all: the marker's families, 20 corruption trials."""
+    project = _fixture_project(tmp_path, "module")
+    out = _ok(_sh("pytest -q", project, _env(tmp_path), timeout=600))
+    assert "1 passed" in out
 
 
 def test_readme_fixture_example_without_the_module_fails_in_one_line(tmp_path: Path) -> None:
