@@ -164,7 +164,7 @@ def write_session_reports(
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
-    harness.write_file(html, render_html(summaries))
+    harness.write_file(html, render_html(summaries, report_dir=folder))
     paths.append(html)
     return paths
 
