@@ -244,3 +244,23 @@ def test_a_long_run_and_many_trials_stay_bounded() -> None:
     svg = crash_map_svg(cmap, "c0")
     assert len(svg) < 400_000
     assert svg.count('<a href="#c0-t') == 5  # trials 0, 50, ..., 200 fail
+
+
+def test_a_timed_golden_trace_places_the_file_operations_exactly() -> None:
+    # the trace says: op 0 before any event, ops 1-2 after fetch completed, op 3 at the end
+    golden = _golden(fileops=[dict(f) for f in FILEOPS], fileop_events=[0, 2, 2, 5])
+    cmap = crash_map(golden, [_trial(0, [_fileop(2)], ok=False, events=_history(5))])
+    kinds = [(a["kind"], a.get("op", a.get("event"))) for a in cmap["axis"]]
+    assert kinds == [
+        ("fileop", 0),
+        ("step_started", 0),
+        ("step_completed", 1),
+        ("fileop", 1),
+        ("fileop", 2),
+        ("step_started", 2),
+        ("effect", 3),
+        ("step_completed", 4),
+        ("fileop", 3),
+    ]
+    assert kinds[cmap["points"][0]["at"]] == ("fileop", 2)
+    assert "note" not in cmap  # nothing guessed

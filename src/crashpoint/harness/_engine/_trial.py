@@ -227,6 +227,14 @@ class TrialRunner:
             for c in result.checks
         ]
         result.corruptions = redact_json(result.corruptions, scope.secrets)
+        result.outcomes = [  # where a fault landed names events: the agent's words
+            dataclasses.replace(
+                o,
+                where=redact_text(o.where, scope.secrets),
+                why_not=redact_text(o.why_not, scope.secrets),
+            )
+            for o in result.outcomes
+        ]
 
     # -- environment ----------------------------------------------------------------------------
 
@@ -436,6 +444,7 @@ class TrialRunner:
             recorded_by=rec.how,
             plog=learned.get("plog", {}),
             plog_events=learned.get("plog_events", []),
+            fileop_events=learned.get("fileop_events", []),
         )
 
     def _python_agent(self) -> bool:

@@ -33,10 +33,11 @@ window after an effect was applied); a kill before a file operation at that oper
 cut after the operation it followed (``upto``; "start" if before the first); a corruption at
 the kill that preceded it; a network fault at its request; a kill at a time, a failpoint or a
 signal at the first golden event the killed attempt had not reported yet. File operations are
-placed among the events by the events the killed attempt had reported (the kill's own trial),
-those no trial hit just after the one before them. A trial whose fault did not fire is drawn as
-*not exercised* at the point it was aimed at (never a pass); one whose position is unknown is
-listed off the axis.
+placed among the events by the golden run's timed trace (``Golden.fileop_events``, with
+strace); without one, by the events the attempt killed before each had reported (that kill's
+own trial), those no trial hit just after the one before them (the note says so). A trial
+whose fault did not fire is drawn as *not exercised* at the point it was aimed at (never a
+pass); one whose position is unknown is listed off the axis.
 """
 
 from __future__ import annotations
@@ -158,9 +159,12 @@ def _place(golden: Golden, t: TrialResult) -> _Place:
 def _fileop_events(
     golden: Golden, trials: Sequence[TrialResult], places: list[_Place]
 ) -> tuple[list[int], int]:
-    """For each of ``golden.fileops``, how many golden events came before it: what the
-    attempt killed before it had reported, else the same as the operation before it; and how
-    many operations were placed by a trial's evidence."""
+    """For each of ``golden.fileops``, how many golden events came before it: as the golden
+    run's timed trace says (``fileop_events``), else what the attempt killed before it had
+    reported, else the same as the operation before it; and how many operations were placed
+    by the trace or a trial's evidence."""
+    if len(golden.fileop_events) == len(golden.fileops):
+        return [int(n) for n in golden.fileop_events], len(golden.fileops)
     known: dict[int, int] = {}
     for t, p in zip(trials, places, strict=True):
         if p.fileop is None or not t.events:

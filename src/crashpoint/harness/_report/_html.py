@@ -176,7 +176,7 @@ def _event_title(ev: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-_TIMED = "; under each lane: the time since the attempt's first event"
+_TIMED = "; times: since the attempt's first event"
 
 
 def _ms(seconds: float) -> str:
@@ -250,9 +250,8 @@ def timeline_svg(
         f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{_e("timeline of the trial: " + plan)}">',
         f"<title>{_e('timeline: ' + plan)}</title>",
-        f'<text x="{_LEFT}" y="14" class="small">history order, left to right '
-        f"(each column is one probe event or the end of an attempt)"
-        f"{_TIMED if timed else ''}"
+        f'<text x="{_LEFT}" y="14" class="small">one column per event or attempt end, '
+        f"in history order{_TIMED if timed else ''}"
         f"{' - truncated' if truncated else ''}</text>",
     ]
     for n in numbers:
