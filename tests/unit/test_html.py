@@ -282,3 +282,15 @@ def test_timeline_has_a_time_axis_from_the_events_clock() -> None:
     texts = "".join(svg.itertext())
     assert "ran 250 ms" in texts
     assert "ran 2.00 s" in texts
+
+
+def test_a_power_cut_attempt_ends_as_a_power_cut() -> None:
+    attempts = [
+        "attempt 1: exit None (power loss (posix) after op 2 (create {state_dir}/x), it was lost)",
+        "attempt 2: exit 0",
+    ]
+    svg = ET.fromstring(timeline_svg(HISTORY[:2], attempts, durations=[0.0, 0.5]))  # noqa: S314
+    ends = {g.get("data-attempt"): g for g in _groups(svg, "end")}
+    assert "end-sig" in (ends["1"].get("class") or "")
+    assert [t.text for t in ends["1"].iter(f"{SVG_NS}text")] == ["power cut"]
+    assert "ran 0 ms" not in "".join(svg.itertext())  # an attempt that did not run has no duration

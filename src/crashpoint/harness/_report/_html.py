@@ -130,6 +130,8 @@ def _outcome(description: str) -> _Outcome:
         return _Outcome(name, "end-sig", description)
     if rest.startswith("hung"):
         return _Outcome("hung: killed", "end-sig", description)
+    if "power loss" in rest or "power cut" in rest:  # not run: its crash state was made
+        return _Outcome("power cut", "end-sig", description)
     code = re.match(r"exit (-?\d+)", rest)
     if code:
         return _Outcome(
@@ -260,7 +262,11 @@ def timeline_svg(
         desc = descs.get(n, f"attempt {n}: (no record)")
         oc = _outcome(desc)
         took = ""
-        if 0 < n <= len(durations) and isinstance(durations[n - 1], (int, float)):
+        if (
+            0 < n <= len(durations)
+            and isinstance(durations[n - 1], (int, float))
+            and (durations[n - 1] > 0)
+        ):
             took = _duration(float(durations[n - 1]))
             desc += f" (ran {took})"
         out.append(
@@ -369,7 +375,7 @@ def _time_ticks(
     for col, (_key, what, n, ev) in enumerate(keys):
         if what != "ev" or ev is None or n not in t0 or not isinstance(ev.get("t"), (int, float)):
             continue
-        x, y = cx(col), cy(n) + 30
+        x, y = cx(col), cy(n) + 34
         dt = max(0.0, float(ev["t"]) - t0[n])
         out.append(
             f'<line class="tick" x1="{x:.1f}" y1="{y - 6:.1f}" x2="{x:.1f}" y2="{y - 2:.1f}"/>'
@@ -641,8 +647,8 @@ def _trial_section(
             + "".join(
                 f"<li>{_e(tx(a))}"
                 + (
-                    f' <span class="muted">({_duration(durations[j])})</span>'
-                    if j < len(durations)
+                    f' <span class="muted">(ran {_duration(durations[j])})</span>'
+                    if j < len(durations) and durations[j] > 0
                     else ""
                 )
                 + "</li>"
