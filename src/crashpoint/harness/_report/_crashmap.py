@@ -345,6 +345,7 @@ _ORDER = (
 _WIDTH = 1180  # what fits a 1,280 px window with the page's margins
 _LEFT = 8
 _MIN_COL = 16
+_LABEL_GAP = 18
 _MAX_COL = 64
 
 
@@ -443,7 +444,7 @@ def crash_map_svg(cmap: Mapping[str, Any], anchor: str = "") -> str:
             f'<line class="axis" x1="{_LEFT:.1f}" y1="{axis_y:.1f}" '
             f'x2="{cx(len(axis) - 1) + col / 2:.1f}" y2="{axis_y:.1f}"/>'
         )
-    every = 1 if col >= 14 else 2
+    last_label = -1e9  # x of the last labelled tick: labels at least _LABEL_GAP apart
     for i, a in enumerate(axis):
         x = cx(i)
         kind = str(a.get("kind", ""))
@@ -451,9 +452,13 @@ def crash_map_svg(cmap: Mapping[str, Any], anchor: str = "") -> str:
         if a.get("states") is not None:
             title += f" ({a.get('states')} crash state(s) after it)"
         text = ""
-        show = kind not in ("step_completed",) and i % every == 0
+        is_op = kind in ("fileop", "powerop")
+        # a dense axis names its steps and effects only (every tick has its <title>)
+        show = (
+            kind != "step_completed" and (col >= 22 or not is_op) and x - last_label >= _LABEL_GAP
+        )
         if show:
-            is_op = kind in ("fileop", "powerop")
+            last_label = x
             lab = str(a.get("label", "")) if is_op else str(a.get("step") or a.get("label") or "")
             lab = _short(_brief(lab), 20 if col >= 22 else 10)
             text = (
