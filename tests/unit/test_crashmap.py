@@ -8,8 +8,17 @@ from collections import Counter
 from typing import Any
 
 from crashpoint.faults import LogOp, OpLog
+from crashpoint.harness._report import CampaignResult
 from crashpoint.harness._report._crashmap import MAX_AXIS, crash_map, crash_map_svg
-from crashpoint.harness._spec import CheckResult, Fault, Golden, Outcome, Plan, TrialResult
+from crashpoint.harness._spec import (
+    Attempt,
+    CheckResult,
+    Fault,
+    Golden,
+    Outcome,
+    Plan,
+    TrialResult,
+)
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -264,3 +273,32 @@ def test_a_timed_golden_trace_places_the_file_operations_exactly() -> None:
     ]
     assert kinds[cmap["points"][0]["at"]] == ("fileop", 2)
     assert "note" not in cmap  # nothing guessed
+
+
+def _attempt(n: int, stderr: bytes, *, code: int | None = 0, sig: int | None = None) -> Attempt:
+    return Attempt(n, ["agent"], code, sig, False, 0.25 * n, b"", stderr)
+
+
+def test_the_summary_carries_the_map_redacted_and_the_telling_stderr_tail() -> None:
+    canary = "sk-very-private-value-123456"
+    golden = _golden()
+    golden.events[2]["step"] = f"send {canary}"
+    failing = _trial(1, [_kill("step_completed", "fetch")], ok=False)
+    failing.attempts = [
+        _attempt(1, b"starting\n", code=None, sig=9),  # killed by the harness
+        _attempt(2, b"".join(b"line %d\n" % k for k in range(40)) + b"ValueError: bad\n", code=1),
+        _attempt(3, b"gave up\n", code=0),
+    ]
+    result = CampaignResult("c", golden, [failing], 1.0, 7, "/nowhere", secrets={"API_KEY": canary})
+    s = result.summary()
+    text = json.dumps(s["crash_map"])
+    assert canary not in text
+    assert "<redacted:API_KEY>" in text
+    assert s["crash_map"]["points"][0]["at"] == 1
+    (f,) = s["failures"]
+    # the attempt that failed by itself, not the killed one nor the last
+    assert f["stderr_attempt"] == 2
+    assert f["stderr_tail"].splitlines()[-1] == "ValueError: bad"
+    assert len(f["stderr_tail"].splitlines()) == 20
+    assert f["stderr_cut"] is True
+    assert f["attempt_durations"] == [0.25, 0.5, 0.75]
