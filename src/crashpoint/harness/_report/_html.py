@@ -811,7 +811,8 @@ def render_html(
         body.append(
             '<p class="muted">The crash map: the golden run along one axis; above each point '
             "where a trial's fault landed, its trials by verdict (hover a mark for them; a "
-            f"failing mark links to its trial).</p><div>{CRASHMAP_LEGEND}</div>"
+            "failing mark links to its trial); a mark just right of an effect: killed after "
+            f"the effect was applied, before its reply.</p><div>{CRASHMAP_LEGEND}</div>"
         )
         if any(_failing_trials(s) for s in summaries):
             body.append(
