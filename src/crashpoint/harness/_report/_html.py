@@ -514,8 +514,17 @@ def _trial_section(s: Mapping[str, Any], t: Mapping[str, Any], anchor: str, draw
     return "".join(parts)
 
 
-def render_html(summaries: list[dict[str, Any]]) -> str:
-    """The whole report as one HTML page (see the module docstring)."""
+def render_html(
+    summaries: list[dict[str, Any]],
+    *,
+    report_dir: str | None = None,
+    origin_dir: str | None = None,
+    sections: Sequence[str] = (),
+) -> str:
+    """The whole report as one HTML page (see the module docstring). ``sections``: HTML
+    (already escaped) inserted after the verdict header, such as what changed since a
+    baseline. ``report_dir`` (where the page goes) and ``origin_dir`` (where the gate wrote
+    it) are accepted for a re-render."""
     ok = all(bool(s.get("ok", False)) for s in summaries)
     ran = sum(int(s.get("ran", s.get("trials", 0)) or 0) for s in summaries)
     failed = sum(int(s.get("failed", 0) or 0) for s in summaries)
@@ -528,6 +537,7 @@ def render_html(summaries: list[dict[str, Any]]) -> str:
         f'<h1>crashpoint gate: <span class="verdict-{css}">{verdict}</span></h1>',
         f'<p class="muted">{len(summaries)} campaign(s), {ran} trial(s) run, {failed} '
         f"failing, {skipped} skipped; seed(s) {_e(', '.join(seeds) or '-')}</p>",
+        *sections,
         "<h2>Campaigns</h2>",
         *_campaign_rows(summaries),
     ]
