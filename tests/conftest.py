@@ -333,6 +333,14 @@ def children() -> Iterator[Children]:
         )
 
 
+@pytest.fixture(autouse=True)
+def _not_on_github(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gates a test runs write no step summary and print no annotation into the CI job
+    that runs this suite (a test that checks them sets the variables itself)."""
+    for name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftover_children() -> Iterator[None]:
     """At the end of the session no child of the pytest process may be left running."""

@@ -42,7 +42,7 @@ __all__ = [
 #: ``crashpoint scenario error: PATH[:LINE][ (key 'KEY')]: MESSAGE`` (a collection error), or
 #: the same without the prefix (a ScenarioError raised by an item)
 _SCENARIO_ERROR = re.compile(
-    r"^(?:crashpoint scenario error: )?(?P<path>.+?\.ya?ml)(?::(?P<line>\d+))?"
+    r"^(?!scenario ')(?:crashpoint scenario error: )?(?P<path>[^\n]+?\.ya?ml)(?::(?P<line>\d+))?"
     r"(?: \(key '(?P<key>[^']*)'\))?: (?P<message>.*)$",
     re.DOTALL,
 )

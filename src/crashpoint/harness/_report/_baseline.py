@@ -172,7 +172,8 @@ def compare_gates(
     """The ``"changes"`` record: ``summaries`` (this gate's campaigns) against ``previous``
     (a gate.json's content, :func:`load_gate`); ``baseline`` is the path shown for it.
 
-    ``new_failures`` fail now and passed before or were absent (a new campaign or trial);
+    ``new_failures`` fail now and passed before, were absent (a new campaign or trial) or
+    proved nothing (skipped, not exercised);
     ``fixed`` failed before and pass now; ``still_failing`` fail on both sides; ``flaky`` are
     the trials of ``new_failures`` and ``fixed`` whose seed and plan are the same on both sides;
     ``changed_plan`` those whose plan differs. Each list holds at most :data:`MAX_LISTED`
@@ -191,7 +192,7 @@ def compare_gates(
             vb, vn = _verdict(b), _verdict(n)
             if vn == "failed" and vb == "failed":
                 kind = "still_failing"
-            elif vn == "failed" and vb in ("passed", "absent"):
+            elif vn == "failed":  # passed, absent, or proved nothing before
                 kind = "new_failures"
             elif vb == "failed" and vn == "passed":
                 kind = "fixed"
@@ -200,7 +201,7 @@ def compare_gates(
             source = s if vn == "failed" else (prev or s)
             e = _entry(key, s, index, b, n, source)
             lists[kind].append(e)
-            if kind != "still_failing" and b is not None and n is not None:
+            if kind != "still_failing" and vb in ("passed", "failed"):
                 lists["flaky" if e["same_seed_and_plan"] else "changed_plan"].append(e)
     return {
         "baseline": baseline,
