@@ -273,3 +273,62 @@ def test_a_bad_scenario_is_annotated_with_file_line_and_key(tmp_path: Path) -> N
     assert "bad/broken.scenario.yaml:5 (key 'faults[0].kill.bogus')" in summary.read_text()
     quiet = crashpoint(tmp_path, "run", "bad", "--quiet")
     assert "::error" not in quiet.out + quiet.err
+
+
+# -- the example workflow and the script it calls -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_workflow_keeps_a_baseline_and_uploads_the_report() -> None:
+    import yaml
+
+    flow = yaml.safe_load((ROOT / "ci" / "github-actions.yml").read_text())
+    job = flow["jobs"]["crash-gate"]
+    steps = {s.get("uses", s.get("name")).split("@")[0]: s for s in job["steps"]}
+    restore, save = steps["actions/cache/restore"], steps["actions/cache/save"]
+    # what is restored is what the gate reads as its baseline, and what is saved
+    assert job["env"]["CRASHPOINT_BASELINE"].startswith(restore["with"]["path"] + "/")
+    assert save["with"]["path"] == restore["with"]["path"]
+    assert save["with"]["key"] == restore["with"]["key"]
+    assert all(
+        save["with"]["key"].startswith(k) for k in restore["with"]["restore-keys"].split()[:1]
+    )
+    assert "run_id" in save["with"]["key"]  # keys are immutable: one per run
+    assert save["if"].startswith("always()")
+    upload = steps["actions/upload-artifact"]
+    assert upload["if"] == "always()"
+    assert upload["with"]["path"].rstrip("/") == job["env"]["CRASHPOINT_REPORT"].replace(
+        "${{ matrix.shard }}", "${{ matrix.shard }}"
+    )
+    run = [s for s in job["steps"] if "crash-gate.sh" in str(s.get("run", ""))]
+    assert len(run) == 1
+
+
+def test_the_script_skips_a_missing_baseline_and_leaves_the_summary_to_the_gate(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "broken.scenario.yaml").write_text(
+        'name: broken\nagent:\n  command: ["{python}", "-c", "pass"]\nfaults:\n  - nope: {}\n'
+    )
+    summary = tmp_path / "summary.md"
+    p = subprocess.run(
+        ["bash", str(ROOT / "ci" / "crash-gate.sh"), "scenarios/"],
+        cwd=tmp_path,
+        env=_env(
+            CRASHPOINT_INSTALL="none",
+            CRASHPOINT_BASELINE="last/gate.json",
+            GITHUB_STEP_SUMMARY=str(summary),
+            PYTHON=sys.executable,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "crash-gate: no baseline at last/gate.json yet (a first run?): not comparing" in p.stderr
+    text = summary.read_text()
+    assert text.count("## crashpoint gate: FAIL (scenario errors)") == 1
+    assert "scenarios/broken.scenario.yaml:5" in text

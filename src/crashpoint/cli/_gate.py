@@ -77,7 +77,7 @@ __all__: list[str] = []
             metavar="PREVIOUS",
             help="a previous gate.json or report folder: say what changed since (new "
             "failures, fixed, flaky) in the terminal, gate.json, report.html and the step "
-            "summary",
+            "summary (default: $CRASHPOINT_BASELINE)",
         ),
         arg("--quiet", action="store_true", help="no progress lines"),
     ],
@@ -100,7 +100,10 @@ def _run(ctx: Context) -> int:
             "pytest-xdist`, or run without -n"
         )
     report = os.path.abspath(a.report)
-    baseline = _load_baseline(a.baseline) if a.baseline is not None else None
+    # $CRASHPOINT_BASELINE (the plugin's variable) too: read here, before this run replaces a
+    # gate.json it may name
+    wanted = a.baseline if a.baseline is not None else os.environ.get("CRASHPOINT_BASELINE")
+    baseline = _load_baseline(wanted) if wanted else None
     # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
     # (imported by this command) is "already imported", which filterwarnings=error, common in
     # a project's own configuration, turns into a crash of the gate

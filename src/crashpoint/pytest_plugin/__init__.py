@@ -178,6 +178,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
     if not _is_worker(config):
+        # imported when used: keeps loading the plugin cheap
         from crashpoint.pytest_plugin._summary import write_ci_summary
 
         write_ci_summary(config, interrupted_by=by)  # $GITHUB_STEP_SUMMARY, when set
