@@ -291,16 +291,13 @@ def test_the_example_workflow_keeps_a_baseline_and_uploads_the_report() -> None:
     assert job["env"]["CRASHPOINT_BASELINE"].startswith(restore["with"]["path"] + "/")
     assert save["with"]["path"] == restore["with"]["path"]
     assert save["with"]["key"] == restore["with"]["key"]
-    assert all(
-        save["with"]["key"].startswith(k) for k in restore["with"]["restore-keys"].split()[:1]
-    )
+    # the newest earlier run of this branch matches the first restore key
+    assert save["with"]["key"].startswith(restore["with"]["restore-keys"].split()[0])
     assert "run_id" in save["with"]["key"]  # keys are immutable: one per run
     assert save["if"].startswith("always()")
     upload = steps["actions/upload-artifact"]
     assert upload["if"] == "always()"
-    assert upload["with"]["path"].rstrip("/") == job["env"]["CRASHPOINT_REPORT"].replace(
-        "${{ matrix.shard }}", "${{ matrix.shard }}"
-    )
+    assert upload["with"]["path"].rstrip("/") == job["env"]["CRASHPOINT_REPORT"]
     run = [s for s in job["steps"] if "crash-gate.sh" in str(s.get("run", ""))]
     assert len(run) == 1
 

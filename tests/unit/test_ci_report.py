@@ -154,6 +154,11 @@ def test_markdown_names_the_failing_check_and_the_replay_command() -> None:
     assert "Failing trials" not in passing
 
 
+def test_markdown_of_an_interrupted_gate_says_so() -> None:
+    md = harness.render_markdown([campaign([trial(0, "passed")])], interrupted_by="SIGTERM")
+    assert md.startswith("## crashpoint gate: INTERRUPTED by SIGTERM (incomplete)\n")
+
+
 def test_markdown_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     s = campaign([trial(k, "failed") for k in range(100)])
     md = harness.render_markdown([s], max_failures=5)
