@@ -348,3 +348,24 @@ def test_an_incomplete_baseline_is_compared_and_said_so() -> None:
     assert ch["baseline_incomplete"] is True
     assert [e["index"] for e in ch["new_failures"]] == [0]
     assert "(an incomplete gate: interrupted; compared what it has)" in harness.changes_lines(ch)[0]
+
+
+def test_gate_json_keeps_what_a_rerender_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crashpoint.cli import main
+    from crashpoint.pytest_plugin._summary import write_session_reports
+
+    now = [campaign([trial(0, "failed")])]
+    changes = harness.compare_gates({"ok": True, "campaigns": []}, now, baseline="prev.json")
+    bad = ["scenarios/gold.scenario.yaml:2 (key 'agent'): the golden run did not complete"]
+    write_session_reports(str(tmp_path / "rep"), now, changes=changes, errors=bad)
+    gate = json.loads((tmp_path / "rep" / "gate.json").read_text())
+    assert gate["report_dir"] == str(tmp_path / "rep")
+    assert gate["changes"] == changes
+    assert gate["scenario_errors"] == bad
+    assert 'id="changes"' in (tmp_path / "rep" / "report.html").read_text()
+    assert main(["report", str(tmp_path / "rep"), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "### Scenario errors\n\n- scenarios/gold.scenario.yaml:2 (key 'agent')" in md
+    assert "### What changed" in md

@@ -312,7 +312,8 @@ def _report(ctx: Context) -> int:
     changes = gate.get("changes") if isinstance(gate.get("changes"), dict) else None
     by = str(gate.get("interrupted_by") or "")
     if a.format == "markdown":
-        text = harness.render_markdown(campaigns, changes=changes, interrupted_by=by)
+        errors = [str(e) for e in gate.get("scenario_errors") or []]
+        text = harness.render_markdown(campaigns, changes=changes, errors=errors, interrupted_by=by)
         if a.out is None:
             ctx.out.write(text)
             return EXIT_OK

@@ -162,6 +162,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = config.stash[SETTINGS].report
     if report and not _is_worker(config):
         # imported when used: keeps loading the plugin cheap
+        from crashpoint.pytest_plugin._annotations import session_errors
         from crashpoint.pytest_plugin._summary import (
             remove_gate_running,
             session_changes,
@@ -173,7 +174,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         summaries = config.stash[SUMMARIES]
         if summaries or by:
             config.stash[_REPORT_PATHS] = write_session_reports(
-                report, summaries, interrupted_by=by, changes=changes
+                report, summaries, interrupted_by=by, changes=changes, errors=session_errors(config)
             )
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)

@@ -114,6 +114,7 @@ def write_session_reports(
     *,
     interrupted_by: str = "",
     changes: dict[str, Any] | None = None,
+    errors: list[str] | None = None,
 ) -> list[str]:
     """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
 
@@ -121,7 +122,8 @@ def write_session_reports(
     (``finished`` or ``interrupted``), ``report_dir`` (the absolute folder written to, so a
     re-render knows where the evidence was), ``campaigns`` (each campaign's summary), and, when
     a baseline was given, ``changes`` (:func:`crashpoint.harness.compare_gates`; report.html
-    shows them in a "What changed" section).
+    shows them in a "What changed" section), and, when some could not be run,
+    ``scenario_errors`` (one line per scenario file: where and why).
 
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
     (``"ok": false, "incomplete": true``). The folder is created 0700 without following a link
@@ -141,6 +143,8 @@ def write_session_reports(
     }
     if changes is not None:
         gate["changes"] = changes
+    if errors:
+        gate["scenario_errors"] = errors
     _write_json(path, gate)
     paths = [path]
     try:
@@ -238,7 +242,8 @@ def write_ci_summary(config: pytest.Config, *, interrupted_by: str = "") -> None
     path = os.environ.get("GITHUB_STEP_SUMMARY", "")
     summaries = config.stash[SUMMARIES]
     errors = session_errors(config)
-    if not path or not (summaries or errors or interrupted_by):
+    interrupted = bool(interrupted_by and config.stash[SETTINGS].report)  # as for gate.json
+    if not path or not (summaries or errors or interrupted):
         return
     warning = write_step_summary(
         path,
