@@ -272,39 +272,54 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _mark_html(e: Mapping[str, Any]) -> str:
+    tag = _tag(e).strip(" ()")
+    if tag == "same seed and plan as before":
+        tag = "same seed and plan (flaky?)"
+    return f'<br><span class="muted">{_e(tag)}</span>' if tag else ""
+
+
 def _code_html(text: object) -> str:
     return f"<code>{_e(text)}</code>" if text else ""
 
 
-def changes_html(changes: Mapping[str, Any], *, limit: int = 50) -> str:
-    """The "What changed" section of report.html (escaped, ready for ``sections=``)."""
+def changes_html(changes: Mapping[str, Any], *, limit: int = 20) -> str:
+    """The "What changed" section of report.html (escaped, ready for ``sections=``): the
+    counts, then a table each of new failures, fixes and trials still failing (at most
+    ``limit`` rows each; a trial with the same seed and plan as before is marked flaky), then
+    campaigns new and removed. Tables scroll inside themselves."""
     parts = [
         '<section id="changes"><h2>What changed</h2>',
         f'<p class="muted">{_e(baseline_note(changes))}: {_e(_headline(changes))}</p>',
     ]
+    counts = changes.get("counts") or {}
     for title, kind in (
         ("New failures", "new_failures"),
         ("Fixed", "fixed"),
-        ("Flaky (same seed and plan, another verdict)", "flaky"),
         ("Still failing", "still_failing"),
     ):
         entries = changes.get(kind) or []
         if not entries:
             continue
-        parts.append(
-            f"<h3>{_e(title)}: {int((changes.get('counts') or {}).get(kind, len(entries)))}</h3>"
-        )
+        total = int(counts.get(kind, len(entries)))
+        parts.append(f"<h3>{_e(title)}: {total}</h3>")
         rows = "".join(
             f"<tr><td>{_e(e['campaign'])}</td><td class=num>{_e(e['index'])}</td>"
-            f"<td>{_e(e['before'])} &rarr; {_e(e['now'])}{_e(_tag(e))}</td>"
-            f"<td>{_e(e['plan'])}</td><td>{_e(e['cause'])}</td>"
+            f"<td>{_e(e['before'])}&nbsp;&rarr;&nbsp;{_e(e['now'])}{_mark_html(e)}</td>"
+            f"<td>{_e(e['plan'])}</td><td>{_e(one_line(e['cause'], 160))}</td>"
             f"<td>{_code_html(e.get('replay'))}</td></tr>"
             for e in entries[:limit]
         )
         parts.append(
-            "<table><tr><th>campaign</th><th>trial</th><th>verdict</th><th>plan</th>"
-            f"<th>cause</th><th>replay</th></tr>{rows}</table>"
+            '<div style="overflow-x:auto"><table><tr><th>campaign</th><th>trial</th>'
+            "<th>verdict</th><th>plan</th><th>cause</th><th>replay</th></tr>"
+            f"{rows}</table></div>"
         )
+        if total > min(limit, len(entries)):
+            parts.append(
+                f'<p class="muted">{total - min(limit, len(entries))} more in gate.json '
+                "(&quot;changes&quot;)</p>"
+            )
     for title, kind in (
         ("New campaigns", "campaigns_new"),
         ("Removed campaigns", "campaigns_removed"),
