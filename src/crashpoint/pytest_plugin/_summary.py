@@ -153,7 +153,9 @@ def write_session_reports(
         return paths
     html = os.path.join(folder, "report.html")
     sections = [harness.changes_html(changes)] if changes else []
-    harness.write_file(html, render_html(summaries, sections=sections))
+    folder = os.path.abspath(folder)
+    page = render_html(summaries, report_dir=folder, origin_dir=folder, sections=sections)
+    harness.write_file(html, page)
     paths.append(html)
     return paths
 
