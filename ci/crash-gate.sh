@@ -11,6 +11,8 @@
 #   CRASHPOINT_SHARD     I/N: run shard I of N of every campaign (one per CI matrix job)
 #   CRASHPOINT_SEED      overrides every scenario's seed
 #   CRASHPOINT_WORKERS   pytest-xdist workers (a number or auto; needs pytest-xdist)
+#   CRASHPOINT_BASELINE  a previous gate.json or report folder: the gate says what changed since
+#                        (new failures, fixed, flaky); skipped, with a note, if it does not exist
 #   CRASHPOINT_INSTALL   auto (default) | editable | pip | none
 #                        auto: nothing if crashpoint imports already; else `pip install -e .`
 #                        in a checkout of crashpoint itself, else `pip install $CRASHPOINT_PIP_SPEC`
@@ -61,20 +63,21 @@ fi
 if [ -n "${CRASHPOINT_WORKERS:-}" ]; then
     args+=(-n "$CRASHPOINT_WORKERS")
 fi
+if [ -n "${CRASHPOINT_BASELINE:-}" ]; then
+    if [ -e "$CRASHPOINT_BASELINE" ]; then
+        args+=(--baseline "$CRASHPOINT_BASELINE")
+    else
+        say "no baseline at $CRASHPOINT_BASELINE yet (a first run?): not comparing"
+    fi
+    unset CRASHPOINT_BASELINE  # the plugin reads it too: only what was checked here counts
+fi
 
 mkdir -p "$REPORT"
 say "$PY -m crashpoint run ${args[*]}"
 code=0
 "$PY" -m crashpoint run "${args[@]}" 2>&1 | tee "$REPORT/gate.log" || code=$?
 
-# On GitHub Actions, put the table on the run's summary page.
-if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
-    {
-        printf '### crashpoint gate%s: exit %s\n\n```text\n' \
-            "${CRASHPOINT_SHARD:+ (shard $CRASHPOINT_SHARD)}" "$code"
-        sed -n '/^crashpoint gate:/,$p' "$REPORT/gate.log" | grep -v '^=\+' | head -n 80
-        printf '```\n'
-    } >>"$GITHUB_STEP_SUMMARY" || true
-fi
+# On GitHub Actions the gate itself appends its summary to $GITHUB_STEP_SUMMARY (verdict, table,
+# failing trials with their replay commands, what changed) and prints annotations.
 say "reports in $REPORT/ (open report.html); exit $code"
 exit "$code"

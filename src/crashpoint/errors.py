@@ -41,6 +41,7 @@ __all__ = [
     "EntryError",
     "FailpointSpecError",
     "FaultSpecError",
+    "GateFileError",
     "GoldenRunFailed",
     "HttpEffectError",
     "Interrupted",
@@ -636,6 +637,21 @@ class StandInError(CrashpointError, RuntimeError):
 
 class UnsafeReportFolder(CrashpointError, PermissionError):
     """A report folder (or a file in it) that crashpoint will not write through."""
+
+
+class GateFileError(CrashpointError, ValueError):
+    """A file given as a gate's report (``--baseline``, ``crashpoint report``) that is not one:
+    missing, unreadable, not JSON, not a gate.json, or left by a gate that never finished."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path, self.message = path, message
+        super().__init__(path, message)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+    def __reduce__(self) -> tuple[type[GateFileError], tuple[str, str]]:
+        return (type(self), (self.path, self.message))
 
 
 # -- the command line (crashpoint.cli) ---------------------------------------------------------

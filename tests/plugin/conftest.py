@@ -43,6 +43,7 @@ OPTION_ENV = (
     "CRASHPOINT_SHARD",
     "CRASHPOINT_PROGRESS",
     "CRASHPOINT_BUDGET",
+    "CRASHPOINT_BASELINE",
 )
 
 #: The demo agent, as a scenario file spells it.

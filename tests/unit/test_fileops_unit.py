@@ -20,6 +20,7 @@ from crashpoint.faults._fileops import (
     Watch,
     arm,
     explain_empty,
+    golden_times,
     landed,
     record_golden,
     recorder,
@@ -162,6 +163,26 @@ def test_a_golden_trace_yields_the_mutating_operations_under_the_folders(tmp_pat
         ("rename {state_dir}/in #1", "rename", 1, (), False),  # from outside: by its target
         ("fdatasync {state_dir} #1", "fdatasync", 1, (), False),
     ]
+
+
+def test_a_timed_golden_trace_says_when_each_operation_started(tmp_path: Path) -> None:
+    f = tmp_path / "golden.strace"
+    f.write_text(
+        textwrap.dedent(
+            r"""
+            10 1700000000.100000 openat(AT_FDCWD</g>, "/usr/lib/x.py", O_RDONLY) = 3</usr/lib/x.py>
+            10 1700000000.200000 openat(AT_FDCWD</g>, "/g/state/t", O_CREAT) = 3</g/state/t>
+            10 1700000000.300000 write(3</g/state/t>, "", 9) = 9
+            10 1700000000.400000 rename("/g/state/t", "/g/state/c") = 0
+            """
+        ).lstrip("\n")
+    )
+    ops = record_golden(str(f), ROOTS)
+    assert [o.op for o in ops] == ["openat(w)", "write", "rename"]
+    assert golden_times(str(f), ROOTS) == [1700000000.2, 1700000000.3, 1700000000.4]
+    untimed = tmp_path / "untimed.strace"
+    untimed.write_text('10 rename("/g/state/t", "/g/state/c") = 0\n')
+    assert golden_times(str(untimed), ROOTS) == []  # no times: reports place them otherwise
 
 
 def test_the_most_specific_folder_names_a_path(tmp_path: Path) -> None:

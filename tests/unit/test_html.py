@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,108 @@ def test_timeline_svg_alone_is_well_formed() -> None:
     svg = ET.fromstring(timeline_svg(HISTORY, ATTEMPTS[:2], plan=XSS))  # noqa: S314 - ours
     assert svg.tag == f"{SVG_NS}svg"
     assert XSS in (svg.findtext(f"{SVG_NS}title") or "")  # escaped in the markup, intact here
+
+
+def _gate_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """A report folder as the gate leaves it: one failing trial's evidence under scenarios/."""
+    report = tmp_path / "ci-run" / "report"
+    trial = report / "scenarios" / "demo-kill" / "trials" / "trial-0007"
+    trial.mkdir(parents=True)
+    (trial / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in HISTORY))
+    return report, trial
+
+
+def _with_map(s: dict[str, Any]) -> dict[str, Any]:
+    s["crash_map"] = {
+        "axis": [
+            {"kind": "step_started", "label": "step_started:fetch", "step": "fetch", "event": 0},
+            {"kind": "effect", "label": "effect:send_email", "step": None, "event": 1},
+        ],
+        "points": [{"trial": 7, "at": 1, "verdict": "fail", "phase": "in_doubt", "where": "x"}],
+    }
+    return s
+
+
+def test_evidence_is_linked_relative_to_the_report_folder(tmp_path: Path) -> None:
+    report, trial = _gate_folder(tmp_path)
+    s = _with_map(_summary(False, str(trial), file=str(tmp_path / "ci-run" / "s.scenario.yaml")))
+    s["failures"][0].update(
+        stderr_tail=f"Traceback\nValueError: bad state in {trial}/state/x.json",
+        stderr_attempt=2,
+        attempt_durations=[0.021, 1.5],
+        landed=f"fired: attempt 1 event #3 {XSS}",
+    )
+    page = render_html([s], report_dir=str(report))
+
+    assert str(tmp_path) not in page  # no absolute path of this machine
+    rel = "scenarios/demo-kill/trials/trial-0007"
+    assert f'<a href="{rel}/">' in page
+    assert f"crashpoint replay {rel}</code>" in page
+    assert "run from the report folder" in page
+    assert "<code>s.scenario.yaml</code>" in page  # relative to the gate's working folder
+    assert f"bad state in {rel}/state/x.json" in page  # the stderr tail, its path made relative
+    assert "stderr of attempt 2" in page
+    assert "ran 1.50 s" in page  # the attempt's duration
+    (svg,) = _svgs(page)  # the history was read from the report folder
+    assert len(_groups(svg, "kill-point")) == 1
+    assert 'class="crashmap-svg"' in page
+    assert '<a href="#c0-t7">' in page  # the failing mark links to the trial's section
+    assert 'id="c0-t7"' in page
+
+
+def test_a_report_drawn_again_elsewhere_reads_and_links_the_copy(tmp_path: Path) -> None:
+    report, trial = _gate_folder(tmp_path)
+    copy = tmp_path / "downloaded"
+    shutil.copytree(report, copy)
+    shutil.rmtree(report)  # the machine's folder is gone: only the copy is read
+    page = render_html([_summary(False, str(trial))], report_dir=str(copy), origin_dir=str(report))
+    assert str(tmp_path) not in page
+    assert '<a href="scenarios/demo-kill/trials/trial-0007/">' in page
+    assert len(_svgs(page)) == 1  # the history read from the copy
+
+
+def test_a_path_outside_the_report_folder_is_shown_by_its_name_only(tmp_path: Path) -> None:
+    report, _trial = _gate_folder(tmp_path)
+    elsewhere = tmp_path / "elsewhere" / "trial-0007"
+    page = render_html(
+        [_summary(False, str(elsewhere), file="/opt/x/other.scenario.yaml")],
+        report_dir=str(report),
+    )
+    assert str(tmp_path) not in page
+    assert "/opt/x" not in page
+    assert "<code>trial-0007</code>" in page
+    assert "outside the report folder" in page
+    assert "<code>other.scenario.yaml</code>" in page
+
+
+def test_sections_come_right_after_the_verdict_and_every_campaign_has_a_map() -> None:
+    extra = '<section id="changes"><h2>What changed</h2></section>'
+    page = render_html([_with_map(_summary(True))], sections=[extra])
+    assert page.index("crashpoint gate:") < page.index(extra) < page.index("<h2>Campaigns</h2>")
+    assert 'class="crashmap-svg"' in page  # a passing campaign gets its map too
+    assert '<div class="scroll"><table class="checks">' in page  # wide tables scroll alone
+
+
+def test_timeline_has_a_time_axis_from_the_events_clock() -> None:
+    timed = [{**e, "t": 100.0 + 0.004 * k} for k, e in enumerate(HISTORY)]
+    svg = ET.fromstring(timeline_svg(timed, ATTEMPTS[:2], durations=[0.25, 2.0]))  # noqa: S314
+    times = [t.text for t in svg.iter(f"{SVG_NS}text") if t.get("class") == "time"]
+    # attempt 1 starts at +0 ms; attempt 2's clock starts at its own first event
+    assert times[0] == "+0 ms"
+    assert "+12 ms" in times
+    assert times.count("+0 ms") == 2
+    texts = "".join(svg.itertext())
+    assert "ran 250 ms" in texts
+    assert "ran 2.00 s" in texts
+
+
+def test_a_power_cut_attempt_ends_as_a_power_cut() -> None:
+    attempts = [
+        "attempt 1: exit None (power loss (posix) after op 2 (create {state_dir}/x), it was lost)",
+        "attempt 2: exit 0",
+    ]
+    svg = ET.fromstring(timeline_svg(HISTORY[:2], attempts, durations=[0.0, 0.5]))  # noqa: S314
+    ends = {g.get("data-attempt"): g for g in _groups(svg, "end")}
+    assert "end-sig" in (ends["1"].get("class") or "")
+    assert [t.text for t in ends["1"].iter(f"{SVG_NS}text")] == ["power cut"]
+    assert "ran 0 ms" not in "".join(svg.itertext())  # an attempt that did not run has no duration

@@ -317,8 +317,8 @@ def test_scenario_bad_policy_names_file_line_key(
 
 def test_a_warning_is_reported_and_passes() -> None:
     from crashpoint.harness import CheckResult, Outcome, TrialResult
+    from crashpoint.harness import summary_row as _row
     from crashpoint.harness._report._html import _check_matrix
-    from crashpoint.pytest_plugin._summary import _row
 
     warn = CheckResult("no_repeated_llm_calls", True, "1 LLM call(s) re-billed", warning=True)
     t = TrialResult(

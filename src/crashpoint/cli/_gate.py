@@ -1,7 +1,10 @@
-"""``crashpoint run`` and ``crashpoint replay``: the crash-recovery gate and one trial replayed.
+"""``crashpoint run``, ``replay`` and ``report``: the crash-recovery gate, one trial replayed,
+and a gate's report re-rendered.
 
 ``run`` drives pytest with the crashpoint plugin over scenario files (one engine, two doors) and
-writes the reports; ``replay`` re-runs one failing trial from its folder. Registered with the
+writes the reports (``--baseline``: what changed since a previous gate); ``replay`` re-runs one
+failing trial from its folder; ``report`` renders report.html or the Markdown summary again
+from a gate.json alone. Registered with the
 frame (:mod:`crashpoint.cli._framework`) when :mod:`crashpoint.cli._main` imports this module.
 
 Imports: the frame, the public faces :mod:`crashpoint.errors` and :mod:`crashpoint.harness`,
@@ -16,6 +19,7 @@ import importlib.util
 import json
 import os
 import stat
+from typing import Any
 
 from crashpoint import harness
 from crashpoint.cli._framework import (
@@ -68,6 +72,13 @@ __all__: list[str] = []
             help="time budget per campaign, e.g. 10m or none (default: each scenario's "
             "budget, else 10m); past it the campaign stops and fails",
         ),
+        arg(
+            "--baseline",
+            metavar="PREVIOUS",
+            help="a previous gate.json or report folder: say what changed since (new "
+            "failures, fixed, flaky) in the terminal, gate.json, report.html and the step "
+            "summary (default: $CRASHPOINT_BASELINE)",
+        ),
         arg("--quiet", action="store_true", help="no progress lines"),
     ],
 )
@@ -89,6 +100,10 @@ def _run(ctx: Context) -> int:
             "pytest-xdist`, or run without -n"
         )
     report = os.path.abspath(a.report)
+    # $CRASHPOINT_BASELINE (the plugin's variable) too: read here, before this run replaces a
+    # gate.json it may name
+    wanted = a.baseline if a.baseline is not None else os.environ.get("CRASHPOINT_BASELINE")
+    baseline = _load_baseline(wanted) if wanted else None
     # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
     # (imported by this command) is "already imported", which filterwarnings=error, common in
     # a project's own configuration, turns into a crash of the gate
@@ -135,6 +150,8 @@ def _run(ctx: Context) -> int:
                 f"{reaped.describe()}"
             )
         _safe_report_folder(report)
+        if baseline is not None:
+            argv += ["--crashpoint-baseline", _keep_baseline(baseline, report)]
         _gate_running(report, on=True)
         code = int(pytest.main(argv))
     finally:
@@ -157,6 +174,26 @@ def _run(ctx: Context) -> int:
     if code not in (0, 1):
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
     return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+def _load_baseline(path: str) -> tuple[str, dict[str, Any]]:
+    """``--baseline``: the previous gate.json, read before any trial runs (a missing,
+    unreadable or malformed one is a usage error, one line)."""
+    try:
+        return harness.load_gate(path)
+    except harness.GateFileError as exc:
+        raise UsageError(f"--baseline {exc}") from None
+
+
+def _keep_baseline(baseline: tuple[str, dict[str, Any]], report: str) -> str:
+    """The baseline's path for the session: the gate.json this run is about to replace (the
+    report folder's own) is kept first as ``baseline-gate.json`` beside it."""
+    path, data = baseline
+    if os.path.abspath(path) != os.path.join(report, "gate.json"):
+        return path
+    kept = os.path.join(report, "baseline-gate.json")
+    harness.write_file(kept, json.dumps(data, indent=2, sort_keys=True))
+    return kept
 
 
 #: gate.json while the gate runs (the plugin writes the same at the start of its session)
@@ -238,3 +275,75 @@ def _replay(ctx: Context) -> int:
         return EXIT_OK
     ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
     return EXIT_FOUND
+
+
+@command(
+    "report",
+    help="re-render report.html or the Markdown summary from a gate.json alone",
+    description="GATE is a gate.json (or the report folder holding it) that `crashpoint run` "
+    "wrote. --format html (the default) writes report.html next to it (or to --out); "
+    "--format markdown prints the summary the gate appends to $GITHUB_STEP_SUMMARY "
+    "(or writes it to --out). Evidence folders are used where they are, relative to "
+    "the gate.json's folder. Exit 0 once written, 2 if GATE is not a finished gate's "
+    "report.",
+    args=[
+        arg("gate", metavar="GATE", help="a gate.json, or the report folder holding it"),
+        arg(
+            "--format",
+            choices=("html", "markdown"),
+            default="html",
+            help="html (default): report.html; markdown: the CI summary",
+        ),
+        arg(
+            "--out",
+            metavar="PATH",
+            help="where to write (html: default report.html next to the gate.json; "
+            "markdown: default stdout); a folder gets report.html or summary.md",
+        ),
+    ],
+)
+def _report(ctx: Context) -> int:
+    a = ctx.args
+    try:
+        path, gate = harness.load_gate(a.gate)
+    except harness.GateFileError as exc:
+        raise UsageError(str(exc)) from None
+    campaigns: list[dict[str, Any]] = gate["campaigns"]
+    changes = gate.get("changes") if isinstance(gate.get("changes"), dict) else None
+    by = str(gate.get("interrupted_by") or "")
+    if a.format == "markdown":
+        errors = [str(e) for e in gate.get("scenario_errors") or []]
+        text = harness.render_markdown(campaigns, changes=changes, errors=errors, interrupted_by=by)
+        if a.out is None:
+            ctx.out.write(text)
+            return EXIT_OK
+        out = _out_path(a.out, "summary.md")
+        harness.write_file(out, text)
+        ctx.note(f"{PROG}: wrote {out}")
+        return EXIT_OK
+    out = _out_path(a.out or os.path.dirname(path), "report.html")
+    sections = [harness.changes_html(changes)] if changes else []
+    page = harness.render_html(
+        campaigns,
+        report_dir=os.path.dirname(out),
+        origin_dir=str(gate.get("report_dir") or os.path.dirname(path)),
+        sections=sections,
+    )
+    harness.write_file(out, page)
+    ctx.print(out)
+    return EXIT_OK
+
+
+def _out_path(out: str, name: str) -> str:
+    """``out`` as a file path (a folder, existing or ending in /, gets ``name``), in a safe
+    folder (created 0700; one another user owns or can write in is refused)."""
+    target = os.path.abspath(out)
+    if os.path.isdir(target) or out.endswith(os.sep):
+        target = os.path.join(target, name)
+    try:
+        harness.secure_dir(os.path.dirname(target))
+    except UnsafeReportFolder as exc:
+        raise UsageError(str(exc)) from None
+    if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
+        raise UsageError(f"{target} exists and is not a regular file (a link?): not writing it")
+    return target

@@ -48,6 +48,7 @@ from crashpoint.faults._fileops import (
 )
 from crashpoint.faults._fileops import arm as arm_fileop_kill
 from crashpoint.faults._fileops import explain_empty as explain_no_fileops
+from crashpoint.faults._fileops import golden_times as fileop_times
 from crashpoint.faults._fileops import landed as fileop_landing
 from crashpoint.faults._fileops import record_golden as record_fileops
 from crashpoint.faults._fileops import recorder as fileop_recorder
@@ -138,6 +139,7 @@ __all__ = [
     "explain_no_fileops",
     "fileop_landing",
     "fileop_recorder",
+    "fileop_times",
     "materialize",
     "parse_trace",
     "pick_target",

@@ -669,6 +669,28 @@ def record_golden(
     return [op for op, _ in _strace_ops(_strace.read(path, cwd=cwd), r, skip)]
 
 
+def golden_times(
+    source: Armed | str, roots: Mapping[str, str], *, exclude: Iterable[str] = ()
+) -> list[float]:
+    """When each operation :func:`record_golden` returns started (seconds since the epoch), in
+    the same order: from a trace written with ``wrap(timestamps=True)`` (strace ``-ttt``);
+    [] for an audit log or a trace without times (what places the operations among the
+    run's events in reports)."""
+    if isinstance(source, Armed):
+        if source.via == "audit":
+            return []
+        own = frozenset(os.path.abspath(f) for f in source.files)
+        path, cwd = source.record or source.trace, source.cwd
+    else:
+        path, cwd = source, ""
+        own = frozenset({os.path.abspath(source)})
+    if _looks_like_audit(path):
+        return []
+    skip = own | frozenset(os.path.abspath(e) for e in exclude)
+    times = [c.time for _, c in _strace_ops(_strace.read(path, cwd=cwd), _Roots(roots), skip)]
+    return times if times and all(times) else []
+
+
 def explain_empty(recorded: Armed, roots: Mapping[str, str]) -> str:
     """Why :func:`record_golden` found no operation in a run recorded with ``recorded``, and
     what to do about it (for the message of a sweep with nothing to sweep)."""

@@ -100,6 +100,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SETTINGS] = resolve_settings(config)
     config.stash[SUMMARIES] = []
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
+    # scenario errors, for the step summary and GitHub annotations (imported when used)
+    from crashpoint.pytest_plugin._annotations import ScenarioErrors
+
+    config.pluginmanager.register(ScenarioErrors(config), "crashpoint-scenario-errors")
     _start_progress(config)
     # SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
     # mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish)
@@ -160,15 +164,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = config.stash[SETTINGS].report
     if report and not _is_worker(config):
         # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._summary import remove_gate_running, write_session_reports
+        from crashpoint.pytest_plugin._annotations import session_errors
+        from crashpoint.pytest_plugin._summary import (
+            remove_gate_running,
+            session_changes,
+            write_session_reports,
+        )
+
+        changes = session_changes(config)  # --crashpoint-baseline: what changed since
 
         summaries = config.stash[SUMMARIES]
         if summaries or by:
             config.stash[_REPORT_PATHS] = write_session_reports(
-                report, summaries, interrupted_by=by
+                report, summaries, interrupted_by=by, changes=changes, errors=session_errors(config)
             )
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
+    if not _is_worker(config):
+        # imported when used: keeps loading the plugin cheap
+        from crashpoint.pytest_plugin._summary import write_ci_summary
+
+        write_ci_summary(config, interrupted_by=by)  # $GITHUB_STEP_SUMMARY, when set
     # 143 SIGTERM (pytest would die of it: the shell says 143 too); 130 SIGINT where crashpoint
     # ran or collected something (elsewhere pytest's own 2 stands: we change no one else's exit)
     used = bool(config.stash[SUMMARIES]) or config.stash.get(_USED, False)
@@ -623,12 +639,13 @@ class _SummaryCollector:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     summaries = config.stash[SUMMARIES]
     by = _interrupted_by(config)
-    if not summaries and not (by and config.stash[SETTINGS].report):
-        return
-    # imported when used (a campaign ran): keeps loading the plugin cheap
-    from crashpoint.pytest_plugin._summary import summary_table
+    # imported when used: keeps loading the plugin cheap
+    from crashpoint.pytest_plugin._summary import ci_end_lines, summary_table
 
-    for line in summary_table(summaries, interrupted_by=by):
+    if summaries or (by and config.stash[SETTINGS].report):
+        for line in summary_table(summaries, interrupted_by=by):
+            terminalreporter.write_line(line)
+    for line in ci_end_lines(config):  # what changed since the baseline; GitHub annotations
         terminalreporter.write_line(line)
     paths = config.stash.get(_REPORT_PATHS, None)
     if paths:

@@ -162,6 +162,7 @@ class ScenarioItem(pytest.Item):
                 file=sc.path,
                 family=self.name,
                 reports=exc.result.report_dir,
+                line=self.family.line,
             )
             raise
         if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
@@ -185,6 +186,7 @@ class ScenarioItem(pytest.Item):
             file=sc.path,
             family=self.name,
             reports=paths,
+            line=self.family.line,  # the fault entry's line: for CI annotations
             **({"launch": launch} if launch else {}),
         )
         if not result.ok:

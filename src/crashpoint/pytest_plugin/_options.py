@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ import pytest
 from crashpoint import harness
 
 __all__ = [
+    "BASELINE_DESC",
     "BOARD",
     "BUDGET_DESC",
     "MARKER",
@@ -52,6 +53,11 @@ BUDGET_DESC = (
     "time budget of each campaign, e.g. 10m (none: no limit); past it the running "
     "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
 )
+BASELINE_DESC = (
+    "a previous gate.json (or the report folder holding it): the end of the run says what "
+    "changed since (new failures, fixed, flaky), in the terminal, gate.json, report.html and "
+    "the step summary"
+)
 
 #: name -> (CLI flag, environment variable, ini key, help, default)
 OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
@@ -68,6 +74,13 @@ OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
         None,
     ),
     "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC, None),
+    "baseline": (
+        "--crashpoint-baseline",
+        "CRASHPOINT_BASELINE",
+        "crashpoint_baseline",
+        BASELINE_DESC,
+        None,
+    ),
 }
 MARKER = (
     "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings "
@@ -88,6 +101,9 @@ class Settings:
     progress: bool
     where: dict[str, str]
     budget: float | None = None  # seconds (inf: no limit); None: the scenario's, else 10m
+    #: the baseline's (gate.json path, content), read when the session starts (before the
+    #: session replaces a gate.json in its report folder)
+    baseline: tuple[str, dict[str, Any]] | None = field(default=None, repr=False)
 
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -133,6 +149,13 @@ def _parse(name: str, raw: Any, where: str) -> Any:
         if v3 in ("0", "false", "no", "off", ""):
             return False
         raise bad("expected true or false")
+    if name == "baseline":
+        if not str(raw).strip():
+            raise bad("expected a gate.json or the report folder holding it")
+        try:
+            return harness.load_gate(str(raw))
+        except harness.GateFileError as exc:
+            raise bad(exc.message) from None
     if not str(raw).strip():
         raise bad("expected a folder path")
     if os.path.exists(raw) and not os.path.isdir(raw):
@@ -172,6 +195,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         bool(values["progress"]),
         where,
         values["budget"],
+        values["baseline"],
     )
 
 

@@ -1,69 +1,42 @@
-"""The end-of-run table per scenario and the session's combined reports."""
+"""The end-of-run table per scenario and the session's combined reports: gate.json,
+report.html, the Markdown step summary (``$GITHUB_STEP_SUMMARY``), what changed since a
+baseline, and the GitHub annotations printed after the table."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import stat
+import sys
 from typing import Any
 
-from crashpoint import harness
+import pytest
 
-__all__ = ["remove_gate_running", "summary_table", "write_gate_running", "write_session_reports"]
+from crashpoint import harness
+from crashpoint.pytest_plugin._annotations import BAD_SCENARIOS, CHANGES, ci_lines, session_errors
+from crashpoint.pytest_plugin._options import SETTINGS, SUMMARIES
+
+__all__ = [
+    "ci_end_lines",
+    "remove_gate_running",
+    "session_changes",
+    "summary_table",
+    "write_ci_summary",
+    "write_gate_running",
+    "write_session_reports",
+    "write_step_summary",
+]
 
 #: gate.json while a session runs: a killed gate never leaves an old "ok": true behind
 GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
 
-_COLS = (
-    "scenario [family]",
-    "trials",
-    "exercised",
-    "faults",
-    "checks ok",
-    "dup",
-    "lost",
-    "resume p50",
-    "verdict",
-)
-
-
-def _row(s: dict[str, Any]) -> tuple[str, ...]:
-    checks = s.get("checks", {})
-    passed = sum(c["passed"] for c in checks.values())
-    judged = passed + sum(c["failed"] for c in checks.values())
-    faults = " ".join(f"{k}:{v}" for k, v in s.get("faults_by_kind", {}).items()) or "-"
-    trials = f"{s['ran']}" + (f" (+{s['skipped']} skipped)" if s.get("skipped") else "")
-    resume = f"{s['median_resume_ms']:.0f} ms" if s.get("median_resume_ms") is not None else "-"
-    verdict = "PASS" if s["ok"] else f"FAIL ({s['failed']})"
-    if not s["ok"] and not s["failed"] and s.get("unexercised"):
-        verdict = "FAIL (not exercised)"
-    if s["ok"] and s.get("warned"):
-        verdict = f"PASS ({s['warned']} warned)"
-    if s["ok"] and s.get("skipped") and not s["ran"]:
-        verdict = "SKIP"
-    planned = sum(int(d.get("planned", 0)) for d in (s.get("families") or {}).values())
-    exercised = f"{s.get('exercised', 0)}/{planned}" if "exercised" in s else "-"
-    if s.get("incomplete"):
-        verdict = "INTERRUPTED" if s.get("interrupted_by") else "FAIL (budget)"
-    if s.get("not_run"):
-        trials += f" (+{s['not_run']} not run)"
-    return (
-        f"{s.get('scenario', s['name'])} [{s.get('family', '')}]",
-        trials,
-        exercised,
-        faults,
-        f"{passed}/{judged}",
-        str(s.get("duplicate_effects", 0)),
-        str(s.get("lost_effects", 0)),
-        resume,
-        verdict,
-    )
-
 
 def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") -> list[str]:
     """Lines of a fixed-width table, one row per scenario family, then skip reasons."""
-    rows = [_COLS, *(_row(s) for s in summaries)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLS))]
+    cols = harness.SUMMARY_COLUMNS
+    rows = [cols, *(harness.summary_row(s) for s in summaries)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     seeds = sorted({str(s.get("seed")) for s in summaries})
     out = [f"crashpoint gate: {len(summaries)} campaigns, seed {', '.join(seeds)}"]
     if interrupted_by:
@@ -136,9 +109,21 @@ def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
 
 
 def write_session_reports(
-    folder: str, summaries: list[dict[str, Any]], *, interrupted_by: str = ""
+    folder: str,
+    summaries: list[dict[str, Any]],
+    *,
+    interrupted_by: str = "",
+    changes: dict[str, Any] | None = None,
+    errors: list[str] | None = None,
 ) -> list[str]:
     """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
+
+    gate.json's top level: ``ok``, ``incomplete``, ``interrupted_by``, ``status``
+    (``finished`` or ``interrupted``), ``report_dir`` (the absolute folder written to, so a
+    re-render knows where the evidence was), ``campaigns`` (each campaign's summary), and, when
+    a baseline was given, ``changes`` (:func:`crashpoint.harness.compare_gates`; report.html
+    shows them in a "What changed" section), and, when some could not be run,
+    ``scenario_errors`` (one line per scenario file: where and why).
 
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
     (``"ok": false, "incomplete": true``). The folder is created 0700 without following a link
@@ -148,25 +133,64 @@ def write_session_reports(
     path = os.path.join(folder, "gate.json")
     incomplete = bool(interrupted_by) or any(s.get("incomplete") for s in summaries)
     ok = all(s["ok"] for s in summaries) and not interrupted_by
-    _write_json(
-        path,
-        {
-            "ok": ok,
-            "incomplete": incomplete,
-            "interrupted_by": interrupted_by or None,
-            "status": "interrupted" if interrupted_by else "finished",
-            "campaigns": summaries,
-        },
-    )
+    gate: dict[str, Any] = {
+        "ok": ok,
+        "incomplete": incomplete,
+        "interrupted_by": interrupted_by or None,
+        "status": "interrupted" if interrupted_by else "finished",
+        "report_dir": os.path.abspath(folder),
+        "campaigns": summaries,
+    }
+    if changes is not None:
+        gate["changes"] = changes
+    if errors:
+        gate["scenario_errors"] = errors
+    _write_json(path, gate)
     paths = [path]
     try:
         render_html = harness.render_html
     except ImportError:
         return paths
     html = os.path.join(folder, "report.html")
-    harness.write_file(html, render_html(summaries))
+    sections = [harness.changes_html(changes)] if changes else []
+    folder = os.path.abspath(folder)
+    page = render_html(summaries, report_dir=folder, origin_dir=folder, sections=sections)
+    harness.write_file(html, page)
     paths.append(html)
     return paths
+
+
+def write_step_summary(
+    path: str,
+    summaries: list[dict[str, Any]],
+    *,
+    changes: dict[str, Any] | None = None,
+    errors: list[str] | None = None,
+    interrupted_by: str = "",
+) -> str:
+    """Append the gate's Markdown summary to ``path`` (``$GITHUB_STEP_SUMMARY``); returns ""
+    or, if it could not be written, a warning line (never raises: the gate's verdict stands).
+    Only a regular file is appended to (a FIFO or a device is refused without blocking)."""
+    text = harness.render_markdown(
+        summaries, changes=changes, errors=errors or (), interrupted_by=interrupted_by
+    )
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600
+        )
+    except OSError as exc:
+        return f"crashpoint: could not write the step summary to {path}: {exc.strerror or exc}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"crashpoint: not writing the step summary to {path}: not a regular file"
+        data = ("\n" + text).encode()
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError as exc:
+        return f"crashpoint: could not write the step summary to {path}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    return ""
 
 
 def write_gate_running(folder: str) -> str:
@@ -196,3 +220,58 @@ def _write_json(path: str, data: Any) -> None:
     refused, not followed."""
     harness.secure_dir(os.path.dirname(path))
     harness.write_file(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def session_changes(config: pytest.Config) -> dict[str, Any] | None:
+    """What changed since ``--crashpoint-baseline`` (None without one); computed once, when the
+    session ends, and kept for the reports and the terminal."""
+    if CHANGES in config.stash:
+        return config.stash[CHANGES]
+    baseline = config.stash[SETTINGS].baseline
+    if baseline is None:
+        return None
+    path, previous = baseline
+    summaries: list[dict[str, Any]] = config.stash[SUMMARIES]
+    changes = harness.compare_gates(previous, summaries, baseline=path)
+    config.stash[CHANGES] = changes
+    return changes
+
+
+def write_ci_summary(config: pytest.Config, *, interrupted_by: str = "") -> None:
+    """Append the Markdown summary to ``$GITHUB_STEP_SUMMARY`` when it is set and the session
+    ran a campaign (or found a bad scenario file, or was interrupted); a failure to write is a
+    warning line, never a crash of the gate."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY", "")
+    summaries = config.stash[SUMMARIES]
+    errors = session_errors(config)
+    interrupted = bool(interrupted_by and config.stash[SETTINGS].report)  # as for gate.json
+    if not path or not (summaries or errors or interrupted):
+        return
+    warning = write_step_summary(
+        path,
+        summaries,
+        changes=session_changes(config),
+        errors=errors,
+        interrupted_by=interrupted_by,
+    )
+    if warning:
+        _warn(config, warning)
+
+
+def _warn(config: pytest.Config, line: str) -> None:
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(line)
+    else:
+        print(line, file=sys.stderr)
+
+
+def ci_end_lines(config: pytest.Config) -> list[str]:
+    """The lines after the table: what changed since the baseline, then (on GitHub Actions)
+    the workflow annotations."""
+    if not config.stash[SUMMARIES] and not config.stash.get(BAD_SCENARIOS, []):
+        return []
+    changes = session_changes(config)
+    lines = harness.changes_lines(changes) if changes is not None else []
+    summaries: list[dict[str, Any]] = config.stash[SUMMARIES]
+    return lines + ci_lines(config, summaries)

@@ -23,7 +23,12 @@ from crashpoint._proc import received, shielded, signal_name
 from crashpoint._units import format_duration
 from crashpoint.errors import BudgetExceeded, CampaignInterrupted, NoBoundaries
 from crashpoint.harness._checker import TrialFacts
-from crashpoint.harness._engine._trial import EVIDENCE_PER_CAMPAIGN, EVIDENCE_PER_TRIAL, TrialRunner
+from crashpoint.harness._engine._trial import (
+    EVIDENCE_PER_CAMPAIGN,
+    EVIDENCE_PER_TRIAL,
+    TrialRunner,
+    canary_for,
+)
 from crashpoint.harness._report import CampaignResult
 from crashpoint.harness._spec import (
     ADD_PROBE_CALLS,
@@ -249,7 +254,7 @@ class Campaign:
                         else "during the golden run"
                     )
                     partial = self._result(
-                        golden, results, plans, t0, f"interrupted by {by} {where}", by
+                        golden, results, plans, t0, f"interrupted by {by} {where}", by, runner
                     )
                     with contextlib.suppress(Exception):
                         partial.write_reports()
@@ -257,7 +262,7 @@ class Campaign:
         finally:
             with shielded():
                 runner.close()
-        return self._result(golden, results, plans, t0, stopped, "")
+        return self._result(golden, results, plans, t0, stopped, "", runner)
 
     def _result(
         self,
@@ -267,6 +272,7 @@ class Campaign:
         t0: float,
         incomplete: str,
         interrupted_by: str,
+        runner: TrialRunner | None = None,
     ) -> CampaignResult:
         return CampaignResult(
             self.name,
@@ -279,6 +285,7 @@ class Campaign:
             interrupted_by,
             plans[len(results) :] if incomplete else [],
             list(self.notes),
+            runner.secrets(canary_for(0, -1)) if runner is not None else {},
         )
 
     def _over_budget(self, detail: str, ran: int, planned: int) -> str:

@@ -9,6 +9,7 @@ needed them do not pass).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 from typing import Any
@@ -23,6 +24,7 @@ from crashpoint.faults import (
     event_points,
     explain_no_fileops,
     fileop_recorder,
+    fileop_times,
     parse_trace,
     read_trace,
     record_fileops,
@@ -80,7 +82,8 @@ class GoldenRecording:
                 self.trace,
                 syscalls=calls,
                 strsize=POWER_STRSIZE if plog else 0,
-                timestamps=plog,
+                # times place the file operations among the events (reports' crash map)
+                timestamps=plog or "fileops" in self.needs,
             )
         return argv
 
@@ -90,7 +93,8 @@ class GoldenRecording:
     def learn(self, state: str, work: str, walls: list[float]) -> dict[str, Any]:
         """What the recording holds (JSON for :class:`Golden`); its files are then removed.
         ``walls``: the wall-clock times of the golden run's events (placed among its file
-        operations for ``plog``)."""
+        operations for ``plog``; and, with strace, ``fileop_events``: how many events came
+        before each file operation)."""
         out: dict[str, Any] = {}
         roots = {"state_dir": state, "workdir": work}
         try:
@@ -109,6 +113,10 @@ class GoldenRecording:
                 source: Armed | str = self.armed if self.armed is not None else self.trace
                 ops = record_fileops(source, roots)
                 out["fileops"] = [op.to_json() for op in ops]
+                times = fileop_times(source, roots) if self.trace else []
+                if len(times) == len(ops):
+                    ordered = sorted(walls)
+                    out["fileop_events"] = [bisect.bisect_right(ordered, t) for t in times]
                 if not ops:
                     self.how += "; " + explain_no_fileops(
                         self.armed or Armed(via="strace", trace=self.trace, cwd=self.cwd),

@@ -102,6 +102,7 @@ def golden_from_json(d: dict[str, Any]) -> Golden:
         span=float(d.get("span") or 0.0),
         plog=dict(d.get("plog") or {}),
         plog_events=[int(x) for x in d.get("plog_events") or []],
+        fileop_events=[int(x) for x in d.get("fileop_events") or []],
     )
 
 

@@ -46,6 +46,7 @@ from crashpoint.harness._report import (
     human_size,
     is_plain_path,
     marker,
+    redact_bytes,
     redact_env,
     redact_json,
     redact_text,
@@ -212,6 +213,8 @@ class TrialRunner:
             return
         for att in result.attempts:
             att.tmp_bytes = sizes.get(att.number, 0)
+            # what reports quote of it (the summary's stderr tail) is evidence too
+            att.stderr = redact_bytes(att.stderr, scope.secrets)
         result.tmp_bytes = sum(sizes.values())
         result.outside_writes = [redact_text(o, scope.secrets) for o in outside]
         result.ledger_refused = {k: n for k, n in sorted(ledger.refused.items()) if n}
@@ -224,6 +227,14 @@ class TrialRunner:
             for c in result.checks
         ]
         result.corruptions = redact_json(result.corruptions, scope.secrets)
+        result.outcomes = [  # where a fault landed names events: the agent's words
+            dataclasses.replace(
+                o,
+                where=redact_text(o.where, scope.secrets),
+                why_not=redact_text(o.why_not, scope.secrets),
+            )
+            for o in result.outcomes
+        ]
 
     # -- environment ----------------------------------------------------------------------------
 
@@ -439,6 +450,7 @@ class TrialRunner:
             recorded_by=rec.how,
             plog=learned.get("plog", {}),
             plog_events=learned.get("plog_events", []),
+            fileop_events=learned.get("fileop_events", []),
         )
 
     def _python_agent(self) -> bool:

@@ -4,9 +4,18 @@ Layer 5, a room of the harness: it may import the specification (:mod:`.._spec`)
 (its redaction rule) and the base. ``_safe`` writes reports and evidence safely (folders
 nobody else controls, no symlink followed, files 0600 written whole) and redacts secrets;
 ``_evidence`` is a failing trial's folder (with its one-line replay command); ``_results`` a
-campaign's result and its JSON and JUnit reports; ``_html`` the gate's self-contained HTML page.
+campaign's result and its JSON and JUnit reports; ``_html`` the gate's self-contained HTML page;
+``_markdown`` the gate's Markdown summary (a CI's own page); ``_baseline`` a gate.json read back
+and compared with a new gate (what changed).
 """
 
+from crashpoint.harness._report._baseline import (
+    changes_html,
+    changes_lines,
+    compare_gates,
+    load_gate,
+    one_line,
+)
 from crashpoint.harness._report._evidence import (
     ESSENTIAL,
     bound_folder,
@@ -17,6 +26,12 @@ from crashpoint.harness._report._evidence import (
 from crashpoint.harness._report._html import (
     render_html,
     timeline_svg,
+)
+from crashpoint.harness._report._markdown import (
+    SUMMARY_COLUMNS,
+    redact_env_secrets,
+    render_markdown,
+    summary_row,
 )
 from crashpoint.harness._report._results import (
     CampaignResult,
@@ -51,27 +66,36 @@ __all__ = [
     "ESSENTIAL",
     "FILE_MODE",
     "MIN_SCRUB_LEN",
+    "SUMMARY_COLUMNS",
     "CampaignResult",
     "EvidenceBudget",
     "Scrubber",
     "UnsafeReportFolder",
     "atomic_writer",
     "bound_folder",
+    "changes_html",
+    "changes_lines",
     "check_report_folder",
+    "compare_gates",
     "copy_tree_bounded",
     "human_size",
     "is_plain_path",
+    "load_gate",
     "marker",
+    "one_line",
     "redact_bytes",
     "redact_env",
+    "redact_env_secrets",
     "redact_history",
     "redact_json",
     "redact_text",
     "render_html",
+    "render_markdown",
     "replay_command",
     "scrub_file",
     "scrub_tree",
     "secure_dir",
+    "summary_row",
     "timeline_svg",
     "tree_size",
     "unredact_json",

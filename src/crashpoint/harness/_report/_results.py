@@ -16,8 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.harness._report._safe import secure_dir, write_file
-from crashpoint.harness._spec import Golden, Plan, TrialResult, dumps
+from crashpoint.harness._report._crashmap import crash_map
+from crashpoint.harness._report._safe import redact_json, secure_dir, write_file
+from crashpoint.harness._spec import Attempt, Golden, Plan, TrialResult, dumps
 
 __all__ = ["CampaignResult"]
 
@@ -42,6 +43,9 @@ class CampaignResult:
     #: what the campaign planned differently from what its families asked, and why (e.g. a
     #: file-operation kill's ``count`` above the operations recorded: each runs once)
     notes: list[str] = field(default_factory=list)
+    #: name -> value of what reports must not hold (the golden run's canary, agent.env):
+    #: redacted from what the summary quotes of the golden run (its crash map)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -198,9 +202,13 @@ class CampaignResult:
                     "checks": [str(c) for c in t.failed],
                     "folder": t.folder,
                     "replay": f"crashpoint replay {t.folder}",
+                    "attempt_durations": [round(a.duration, 4) for a in t.attempts],
+                    **_stderr_tail(t.attempts),
                 }
                 for t in self.failures
             ],
+            # where each trial's fault landed along the golden run (see _crashmap)
+            "crash_map": redact_json(crash_map(self.golden, self.trials), self.secrets),
             # trials that passed with a warning (e.g. LLM calls re-billed): shown, not failed
             "warned": sum(1 for t in ran if t.ok and t.warnings),
             "warnings": [
@@ -300,6 +308,36 @@ class CampaignResult:
             )
             ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
         return suite
+
+
+#: The failing attempt's stderr kept in a summary: at most this many lines and bytes.
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_BYTES = 2048
+
+
+def _stderr_tail(attempts: list[Attempt]) -> dict[str, Any]:
+    """The tail of the stderr that tells most: of the attempts that wrote any, the last one
+    that failed by itself (a non-zero exit the harness did not cause), else the last one
+    (already redacted: the runner redacts every attempt's output). ``{"stderr_tail": text,
+    "stderr_attempt": n, "stderr_cut": bool}``, or {} when no attempt wrote to stderr."""
+    said = [a for a in attempts if a.stderr.strip()]
+    bad = [
+        a
+        for a in said
+        if a.signal is None and not a.timed_out and not a.killed_by and a.returncode != 0
+    ]
+    pick = (bad or said)[-1:] if said else []
+    if not pick:
+        return {}
+    a = pick[0]
+    full = a.stderr.rstrip()
+    raw = full[-STDERR_TAIL_BYTES:]
+    lines = raw.decode("utf-8", "replace").splitlines()
+    if len(raw) < len(full) and len(lines) > 1:
+        lines = lines[1:]  # cut inside a line: start at the next one
+    lines = lines[-STDERR_TAIL_LINES:]
+    cut = len(lines) < len(full.splitlines())
+    return {"stderr_tail": "\n".join(lines), "stderr_attempt": a.number, "stderr_cut": cut}
 
 
 def _reason(why: str) -> str:

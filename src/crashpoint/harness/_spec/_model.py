@@ -419,6 +419,9 @@ class Golden:
     plog: dict[str, Any] = field(default_factory=dict)
     #: per golden event, how many operations of ``plog`` came before it
     plog_events: list[int] = field(default_factory=list)
+    #: per file operation of ``fileops``, how many golden events came before it (from a
+    #: timed trace; [] without one): where reports draw it among the events
+    fileop_events: list[int] = field(default_factory=list)
 
     def identity(self, index: int) -> tuple[str, str, int]:
         """(op, name, nth) of event ``index``: its op, its step or effect kind, and its
@@ -453,6 +456,7 @@ class Golden:
             "span": self.span,
             "plog": self.plog,
             "plog_events": self.plog_events,
+            "fileop_events": self.fileop_events,
         }
 
 
