@@ -353,6 +353,24 @@ def test_running_a_scenarios_folder(tmp_path: Path) -> None:
     assert (tmp_path / "crashpoint-report" / "report.html").is_file()
 
 
+def test_ci_gate_report_and_baseline(tmp_path: Path) -> None:
+    """ci-gate's local summary from a downloaded report folder, and a run against the last
+    report as its baseline."""
+    (tmp_path / "my_agent.py").write_text(MYAGENT)
+    _small_scenario(tmp_path / "scenarios", "my-agent.scenario.yaml")
+    env = _env(tmp_path, [tmp_path])
+    _ok(_sh("crashpoint run scenarios/ --quiet --report crashpoint-report-1", tmp_path, env))
+    markdown, html = _commands(example("howto-ci-gate-report"))
+    assert "## crashpoint gate: PASS" in _ok(_sh(markdown, tmp_path, env))
+    (tmp_path / "crashpoint-report-1" / "report.html").unlink()
+    _ok(_sh(html, tmp_path, env))
+    assert (tmp_path / "crashpoint-report-1" / "report.html").is_file()
+    shutil.copytree(tmp_path / "crashpoint-report-1", tmp_path / "last-report")
+    (baseline,) = _commands(example("howto-ci-gate-baseline"))
+    out = _ok(_sh(baseline, tmp_path, env))
+    assert "0 new failure(s); 0 fixed; 0 still failing" in out, out
+
+
 @pytest.mark.slow
 def test_ci_gate_script(tmp_path: Path) -> None:
     """ci-gate's script commands, with the script copied as the page says."""
