@@ -362,7 +362,18 @@ def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    nxt = cli(children, private_tmp, empty, "pytest", "-p", "no:cacheprovider", str(empty))
+    # the next session that uses crashpoint (here: asks for it with an option; a session that
+    # does not use it touches nothing, tests/plugin/test_unused.py)
+    nxt = cli(
+        children,
+        private_tmp,
+        empty,
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--crashpoint-seed=0",
+        str(empty),
+    )
     assert nxt.wait(60) == pytest.ExitCode.NO_TESTS_COLLECTED
     lines = []
     while (line := nxt.read_line(10)) is not None:

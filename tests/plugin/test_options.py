@@ -169,9 +169,9 @@ def test_report_header_shows_seed_and_plan(inner: Any) -> None:
     result.assert_outcomes(passed=1)
 
 
-def test_report_header_defaults(inner: Any) -> None:
-    inner.pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = inner.inprocess()
+def test_report_header_defaults_when_a_scenario_file_is_named(inner: Any) -> None:
+    path = inner.scenario("header", "kill: {at: every-boundary}")
+    result = inner.inprocess("--collect-only", path)
     result.stdout.fnmatch_lines(
         [
             "crashpoint: seed=per test (default 0) trials=per test "
@@ -179,6 +179,13 @@ def test_report_header_defaults(inner: Any) -> None:
             "./crashpoint-report (scenarios)"
         ]
     )
+
+
+def test_a_session_that_does_not_use_crashpoint_gets_no_header(inner: Any) -> None:
+    inner.pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = inner.inprocess()
+    result.assert_outcomes(passed=1)
+    assert "crashpoint:" not in result.stdout.str()
 
 
 def test_options_are_in_help_with_their_twins(inner: Any) -> None:

@@ -105,9 +105,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(ScenarioErrors(config), "crashpoint-scenario-errors")
     _start_progress(config)
-    # SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
-    # mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish)
-    config.stash[_RESTORE_SIGNALS] = harness.install_signal_handlers()
+    if _explicit(config) or _xdist_controller(config):
+        _install_signal_handlers(config)
+    # else: installed once a crashpoint item is collected (pytest_collection_finish): a session
+    # that never uses crashpoint keeps pytest's own handlers and imports nothing more
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """A pytest-xdist controller (``-n N``) collects nothing: it cannot learn in time that its
+    workers use crashpoint, and a SIGTERM it gets must reach them (the handlers are cheap to
+    install: standard library only)."""
+    return bool(getattr(config.option, "numprocesses", None)) and not _is_worker(config)
+
+
+def _explicit(config: pytest.Config) -> bool:
+    """Was crashpoint asked for before collection? A crashpoint option (command line,
+    environment or ini file; ``crashpoint run`` always gives one) or a scenario file named on
+    the command line. Such a session gets the header line and its signal handlers at once."""
+    if any(w != "default" for w in config.stash[SETTINGS].where.values()):
+        return True
+    return any(a.split("::")[0].endswith(".scenario.yaml") for a in config.args)
+
+
+def _install_signal_handlers(config: pytest.Config) -> None:
+    """SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
+    mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish).
+    Once per session."""
+    if config.stash.get(_RESTORE_SIGNALS, None) is None:
+        config.stash[_RESTORE_SIGNALS] = harness.install_signal_handlers()
+
+
+def _received(config: pytest.Config) -> int | None:
+    """The SIGINT/SIGTERM our handlers caught (None where they were never installed: the
+    process-control module is not even imported then)."""
+    if config.stash.get(_RESTORE_SIGNALS, None) is None:
+        return None
+    return harness.received()
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -120,6 +153,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _is_worker(config):
         return
+    if _explicit(config):
+        _reap_stale(config)  # else: when a crashpoint item is collected
+    report = config.stash[SETTINGS].report
+    if report:
+        # imported when used: keeps loading the plugin cheap
+        from crashpoint.pytest_plugin._summary import write_gate_running
+
+        write_gate_running(report)
+
+
+_REAPED = pytest.StashKey[bool]()
+
+
+def _reap_stale(config: pytest.Config) -> None:
+    """Once per session, on the controller: reap what killed earlier runs left."""
+    if config.stash.get(_REAPED, False) or _is_worker(config):
+        return
+    config.stash[_REAPED] = True
     reaped = harness.reap_stale()
     if reaped.harnesses:
         _say(
@@ -127,12 +178,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"crashpoint: reaped what {reaped.harnesses} killed harness(es) left: "
             f"{reaped.describe()}",
         )
-    report = config.stash[SETTINGS].report
-    if report:
-        # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._summary import write_gate_running
-
-        write_gate_running(report)
 
 
 def _say(config: pytest.Config, line: str) -> None:
@@ -145,7 +190,7 @@ def _say(config: pytest.Config, line: str) -> None:
 
 def _interrupted_by(config: pytest.Config) -> str:
     """ "SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
-    sig = harness.received()
+    sig = _received(config)
     if sig is not None:
         return harness.signal_name(sig)
     return next(
@@ -157,7 +202,7 @@ def _interrupted_by(config: pytest.Config) -> str:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write gate.json (marked incomplete if interrupted); exit 128 + the signal if one came."""
     config = session.config
-    sig = harness.received()
+    sig = _received(config)
     if sig is not None and config.pluginmanager.hasplugin("dsession"):
         _forward_to_workers(sig)  # xdist: `kill PID` reaches only the controller
     by = _interrupted_by(config)
@@ -180,7 +225,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             )
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
-    if not _is_worker(config):
+    if not _is_worker(config) and _has_news(config, by):
         # imported when used: keeps loading the plugin cheap
         from crashpoint.pytest_plugin._summary import write_ci_summary
 
@@ -190,6 +235,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     used = bool(config.stash[SUMMARIES]) or config.stash.get(_USED, False)
     if sig is not None and (sig == signal.SIGTERM or used):
         session.exitstatus = 128 + sig
+
+
+def _has_news(config: pytest.Config, interrupted_by: str) -> bool:
+    """Has crashpoint anything to say at the end (a campaign, a bad scenario file, a signal)?
+    A session that never used crashpoint gets no line and no import."""
+    if config.stash[SUMMARIES] or interrupted_by:
+        return True
+    # the scenario errors (pytest_plugin._annotations.BAD_SCENARIOS), imported only if loaded
+    annotations = sys.modules.get("crashpoint.pytest_plugin._annotations")
+    return bool(annotations and config.stash.get(annotations.BAD_SCENARIOS, []))
 
 
 def _forward_to_workers(sig: int) -> None:
@@ -202,9 +257,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if watcher is not None:
         watcher.close()
 
-    if harness.received() is not None:
+    if _received(config) is not None:
         harness.cleanup_all()  # whatever the interrupted session's finally blocks did not reach
-    if not _is_worker(config) and config.pluginmanager.hasplugin("dsession"):
+    used = bool(config.stash.get(SUMMARIES, [])) or config.stash.get(_USED, False)
+    if used and not _is_worker(config) and config.pluginmanager.hasplugin("dsession"):
         reaped = harness.reap_stale()  # xdist workers killed after the grace period: not next time
         if reaped.harnesses:
             print(
@@ -217,7 +273,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         restore()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The settings, for a session that asked for crashpoint (:func:`_explicit`); a session
+    that does not gets no line (its tests that use crashpoint show their seed where they
+    fail)."""
+    if not _explicit(config):
+        return None
     s = config.stash[SETTINGS]
     shard = f"{s.shard[0]}/{s.shard[1]}" if s.shard else "all"
     return (
@@ -559,16 +620,22 @@ PROGRESS_DIR = "crashpoint_progress_dir"  # key in an xdist worker's workerinput
 
 
 def _is_crashpoint_item(item: pytest.Item) -> bool:
-    # the collector imports the harness's rooms: imported when used, for the plugin's start-up
-    from crashpoint.pytest_plugin._collect import ScenarioItem
-
-    return isinstance(item, ScenarioItem) or "crash_harness" in getattr(item, "fixturenames", ())
+    if "crash_harness" in getattr(item, "fixturenames", ()):
+        return True
+    # the collector (it imports the harness's rooms) is loaded only once a scenario file is
+    # found: where it is not loaded, no item is a scenario item
+    collect = sys.modules.get("crashpoint.pytest_plugin._collect")
+    return collect is not None and isinstance(item, collect.ScenarioItem)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     _note_lookalikes(session)
     count = sum(1 for i in session.items if _is_crashpoint_item(i))
     session.config.stash[_USED] = count > 0
+    if count or any(i.get_closest_marker("crashpoint") for i in session.items):
+        # crashpoint is used: its signal handlers, and the leftovers of killed runs
+        _install_signal_handlers(session.config)
+        _reap_stale(session.config)
     board = session.config.stash.get(BOARD, None)
     if board is not None:
         board.items_total = count
@@ -639,6 +706,8 @@ class _SummaryCollector:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     summaries = config.stash[SUMMARIES]
     by = _interrupted_by(config)
+    if not _has_news(config, by) and not config.stash.get(_REPORT_PATHS, None):
+        return  # crashpoint was not used: no line, no import
     # imported when used: keeps loading the plugin cheap
     from crashpoint.pytest_plugin._summary import ci_end_lines, summary_table
 
