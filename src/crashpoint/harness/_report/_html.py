@@ -727,6 +727,18 @@ def _trial_section(
     return "".join(parts)
 
 
+def _relative_strings(value: Any, paths: _Paths) -> Any:
+    """``value`` (JSON) with every string's report and origin folders made relative (a crash
+    map's titles quote where a fault landed: a failpoint's file, a disk's mount)."""
+    if isinstance(value, str):
+        return paths.text(value)
+    if isinstance(value, Mapping):
+        return {k: _relative_strings(v, paths) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative_strings(v, paths) for v in value]
+    return value
+
+
 def _campaign_section(k: int, s: Mapping[str, Any], paths: _Paths) -> list[str]:
     """A campaign's section: its verdict, its crash map, then its failing trials."""
     verdict, css = _verdict(s)
@@ -749,7 +761,7 @@ def _campaign_section(k: int, s: Mapping[str, Any], paths: _Paths) -> list[str]:
         out.append(f'<p class="verdict-fail">{_e(paths.text(msg))}</p>')
     cmap = s.get("crash_map")
     if isinstance(cmap, Mapping) and (cmap.get("axis") or cmap.get("points")):
-        out.append(_scroll(crash_map_svg(cmap, f"c{k}")))
+        out.append(_scroll(crash_map_svg(_relative_strings(cmap, paths), f"c{k}")))
         if cmap.get("note"):
             out.append(f'<p class="muted">crash map: {_e(cmap["note"])}</p>')
     elif s.get("ran"):
