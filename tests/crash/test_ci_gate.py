@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -228,6 +229,24 @@ def test_report_rerenders_html_and_markdown_from_the_json(gates: Gates, tmp_path
     out = crashpoint(tmp_path, "report", folder, "--format", "markdown", "--out", tmp_path / "s.md")
     assert out.code == 0, out.err
     assert (tmp_path / "s.md").read_text() == md.out
+
+
+def test_report_written_elsewhere_links_the_evidence_beside_the_gate(
+    gates: Gates, tmp_path: Path
+) -> None:
+    copy = tmp_path / "artifact"
+    shutil.copytree(gates.failing_gate, copy)  # a downloaded report folder
+    run = crashpoint(tmp_path, "report", copy, "--out", tmp_path / "pages" / "r.html")
+    assert run.code == 0, run.err
+    pages = tmp_path / "pages"
+    page = (pages / "r.html").read_text()
+    hrefs = [h for h in re.findall(r'href="([^"#][^"]*)"', page)]
+    assert hrefs, "no evidence link"
+    for h in hrefs:
+        assert h.startswith("../artifact/"), h
+        assert (pages / h).exists(), f"{h} does not resolve from the page's folder"
+    assert "no history.jsonl next to this trial" not in page  # histories read from the copy
+    assert str(gates.failing_gate) not in page
 
 
 @pytest.mark.parametrize(

@@ -328,6 +328,7 @@ def _report(ctx: Context) -> int:
         report_dir=os.path.dirname(out),
         origin_dir=str(gate.get("report_dir") or os.path.dirname(path)),
         sections=sections,
+        evidence_dir=os.path.dirname(path),  # beside the gate.json (a copy, wherever it is)
     )
     harness.write_file(out, page)
     ctx.print(out)

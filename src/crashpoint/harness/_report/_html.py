@@ -439,10 +439,15 @@ def _verdict(s: Mapping[str, Any]) -> tuple[str, str]:
 class _Paths:
     """Evidence paths as the page shows and links them (see the module docstring)."""
 
-    def __init__(self, report_dir: str | None, origin_dir: str | None) -> None:
+    def __init__(
+        self, report_dir: str | None, origin_dir: str | None, evidence_dir: str | None = None
+    ) -> None:
         self.report = os.path.abspath(report_dir) if report_dir else None
         origin = origin_dir or report_dir
         self.origin = os.path.abspath(origin) if origin else None
+        # where the evidence is now (a downloaded copy of the origin): the report folder
+        # unless the page is written somewhere else
+        self.evidence = os.path.abspath(evidence_dir) if evidence_dir else self.report
         # the gate's working folder: where a scenario path is shown from
         self.base = os.path.dirname(self.origin) if self.origin else None
 
@@ -466,8 +471,8 @@ class _Paths:
         """Where to read ``path``'s evidence now: under the report folder if it came from
         the origin, else where it was (an absolute path of this machine is never shown)."""
         rel = self.relative(path)
-        if rel is not None and self.report:
-            return os.path.join(self.report, rel)
+        if rel is not None and self.evidence:
+            return os.path.join(self.evidence, rel)
         return path
 
     def show(self, path: str, *, folder: bool = False) -> str:
@@ -480,7 +485,11 @@ class _Paths:
                 f"<code>{_e(os.path.basename(path.rstrip('/')) or path)}</code> "
                 '<span class="muted">(outside the report folder: not linked)</span>'
             )
-        href = rel + ("/" if folder and not rel.endswith("/") else "")
+        href = rel
+        if self.evidence and self.evidence != self.report:  # the page is not beside it
+            href = os.path.relpath(os.path.join(self.evidence, rel), self.report)
+            href = href.replace(os.sep, "/")
+        href += "/" if folder and not href.endswith("/") else ""
         return f'<a href="{_e(href)}"><code>{_e(rel)}</code></a>'
 
     def text(self, value: object) -> str:
@@ -489,7 +498,9 @@ class _Paths:
         out = str(value)
         if self.report is None:
             return out
-        for root in sorted({r for r in (self.origin, self.report) if r}, key=len, reverse=True):
+        for root in sorted(
+            {r for r in (self.origin, self.report, self.evidence) if r}, key=len, reverse=True
+        ):
             out = out.replace(root + os.sep, "").replace(root, ".")
         return out
 
@@ -786,14 +797,17 @@ def render_html(
     report_dir: str | None = None,
     origin_dir: str | None = None,
     sections: Sequence[str] = (),
+    evidence_dir: str | None = None,
 ) -> str:
     """The whole report as one HTML page (see the module docstring).
 
     ``report_dir``: the folder the page is written to (evidence paths are shown and linked
     relative to it; without it they are shown as recorded). ``origin_dir``: the folder the
     gate wrote its evidence to (``report_dir`` unless the page is drawn again elsewhere).
-    ``sections``: HTML blocks, already escaped, put right after the verdict header."""
-    paths = _Paths(report_dir, origin_dir)
+    ``sections``: HTML blocks, already escaped, put right after the verdict header.
+    ``evidence_dir``: where that evidence is now, when the page is written elsewhere (links go
+    from ``report_dir`` to it; default ``report_dir``)."""
+    paths = _Paths(report_dir, origin_dir, evidence_dir)
     ok = all(bool(s.get("ok", False)) for s in summaries)
     ran = sum(int(s.get("ran", s.get("trials", 0)) or 0) for s in summaries)
     failed = sum(int(s.get("failed", 0) or 0) for s in summaries)
