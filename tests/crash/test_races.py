@@ -146,7 +146,13 @@ def test_the_instrumented_agent_with_its_lock_passes_and_the_race_fired(tmp_path
     trial = _one_trial(_probe_agent("good_agent"), tmp_path, "good_agent")
     (outcome,) = trial.outcomes
     assert outcome.fired, _explain(trial)
-    assert "waited" in outcome.where, outcome
+    # the second attempt waits on the flock, then finds every step done and exits 0 with no
+    # event: "waited". Under heavy load the recorded time of the first attempt's last write
+    # (strace's wall clock, mapped to the harness's) can fall after the second one's end, and
+    # the same race reads as "refused ... without doing anything": fired either way
+    assert re.match(r"attempt \d (waited|was refused: it exited 0 without doing)", outcome.where), (
+        outcome
+    )
     assert trial.ok, _explain(trial)
     sw = _check(trial)
     assert sw.ok, sw
