@@ -27,6 +27,19 @@ from crashpoint.harness._spec import _power
 S = "{state_dir}"
 
 
+def append_log(n: int) -> OpLog:
+    """``n`` records appended to ``log.jsonl``, never synced."""
+    ops = [LogOp(0, "creat", f"{S}/log.jsonl", file=1)]
+    end = 0
+    for k in range(n):
+        rec = json.dumps({"step": k}).encode() + b"\n"
+        ops.append(
+            LogOp(len(ops), "write", f"{S}/log.jsonl", file=1, offset=end, size=len(rec), data=rec)
+        )
+        end += len(rec)
+    return OpLog(ops=tuple(ops))
+
+
 def naive_log(n: int, *, fixed: bool = False) -> OpLog:
     """``n`` steps, each rewriting ``state.json`` in place (``open(path, "w")``: a truncate
     to 0, then a write), never synced: the naive agent's trace."""
@@ -166,6 +179,7 @@ def test_incremental_planning_gives_exactly_the_states_built_from_the_start(mode
         rng = random.Random(seed)
         same(random_log(rng, rng.randrange(3, 25)), model)
     same(naive_log(6), model)
+    same(append_log(6), model)
 
 
 def test_a_log_the_incremental_planner_does_not_model_is_planned_the_long_way() -> None:
@@ -201,14 +215,18 @@ def _applied(log: OpLog, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     return count[0], states
 
 
-@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("shape", ["growing", "fixed", "append"])
 def test_planning_applies_each_operation_a_bounded_number_of_times(
-    monkeypatch: pytest.MonkeyPatch, fixed: bool
+    monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     # Counted, not timed: rebuilding the tree for every state applies O(ops x states)
     # operations (about 2 x 200 x 1,300 here); the incremental planner a few per operation
-    # and per state, the same number per state at 50 and at 200 writes.
-    small, big = naive_log(50, fixed=fixed), naive_log(200, fixed=fixed)
+    # and per state, the same number per state at 50 and at 200 writes (an append-only log
+    # never synced has O(writes^2) states: each lost record is one).
+    if shape == "append":
+        small, big = append_log(30), append_log(120)
+    else:
+        small, big = naive_log(50, fixed=shape == "fixed"), naive_log(200, fixed=shape == "fixed")
     applied_small, states_small = _applied(small, monkeypatch)
     applied_big, states_big = _applied(big, monkeypatch)
     assert states_big > 3 * states_small

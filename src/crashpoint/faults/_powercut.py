@@ -1332,6 +1332,33 @@ class _Model:
                     created.add(op.file)
             if durable[i] < len(ops):
                 self.released.setdefault(durable[i], []).append(i)
+        # per write and truncate: the file's size before it, its place in its file's list,
+        # and where the run of writes it ends starts (a run: each write starting at or past
+        # the end of the one before it, appends; see _appended)
+        self.size_before: dict[int, int] = {}
+        self.pos: dict[int, int] = {}
+        self.run_start: dict[int, list[int]] = {}
+        sizes = {f: len(b) for f, b in self.initial.data.items()}
+        for f, lst in self.ops_of.items():
+            starts: list[int] = []
+            for p, i in enumerate(lst):
+                op = ops[i]
+                self.pos[i] = p
+                self.size_before[i] = sizes.get(f, 0)
+                if op.kind == "trunc":
+                    sizes[f] = op.size
+                elif op.size > 0:
+                    sizes[f] = max(sizes.get(f, 0), op.offset + op.size)
+                prev = ops[lst[p - 1]] if p else None
+                chained = (
+                    prev is not None
+                    and op.kind == "write"
+                    and op.size > 0
+                    and prev.kind == "write"
+                    and op.offset >= prev.offset + prev.size
+                )
+                starts.append(starts[-1] if chained else p)
+            self.run_start[f] = starts
 
     def changes(self, upto: int) -> list[int]:
         return [op.seq for op in self.log.ops[:upto] if op.kind in _CHANGES]
@@ -1477,13 +1504,18 @@ class _Model:
                 contents[f] = bytes(cur.dur.data.get(f, b""))
         else:
             names_hit = False
+            hit: dict[int, list[int]] = {}  # file -> its writes and truncates affected
             for a in removed.union(torn, zeroed):
                 op = ops[a]
                 if op.kind in ("write", "trunc"):
-                    if op.file not in contents:
-                        contents[op.file] = self._content(cur, op.file, removed, torn, zeroed)
+                    hit.setdefault(op.file, []).append(a)
                 else:
                     names_hit = True
+            for f, mine in hit.items():
+                quick = self._appended(cur, mine[0], torn, zeroed) if len(mine) == 1 else None
+                contents[f] = (
+                    quick if quick is not None else self._content(cur, f, removed, torn, zeroed)
+                )
         if not names_hit:
             files = dict(cur.files())
             for f, b in contents.items():
@@ -1504,6 +1536,37 @@ class _Model:
                 continue
             out[p] = None if kind == "d" else contents[f] if f in contents else cur.content(f)
         return out
+
+    def _appended(
+        self, cur: _Cursor, a: int, torn: Mapping[int, int], zeroed: set[int]
+    ) -> bytes | None:
+        """The bytes of write ``a``'s file when ``a`` alone of its file is lost (or torn, or
+        zero-filled), without replaying the file, when ``a`` wrote at or past the end of the
+        file and every later write and truncate of the file up to the cursor is a write past
+        the one before it (appends): the file as a kill -9 leaves it with ``a``'s bytes
+        replaced. None when that does not hold (the caller replays)."""
+        ops = self.log.ops
+        op = ops[a]
+        before = self.size_before[a]
+        if op.kind != "write" or before > op.offset:
+            return None
+        lst = self.ops_of[op.file]
+        i, j = self.pos[a], bisect.bisect_left(lst, cur.upto) - 1
+        if j > i and self.run_start[op.file][j] > i:
+            return None
+        if a in zeroed:
+            payload = bytes(op.size)
+        elif a in torn:
+            payload = op.data[: op.size].ljust(op.size, b"\0")[: torn[a]]
+        else:
+            payload = b""  # lost
+        k9 = cur.content(op.file)
+        end = op.offset + op.size
+        if j > i:  # later writes past a's end keep the file's length: the rest is a hole
+            return k9[: op.offset] + payload + bytes(op.size - len(payload)) + k9[end:]
+        if not payload:
+            return k9[:before]
+        return k9[: op.offset] + payload
 
     def _content(
         self,
