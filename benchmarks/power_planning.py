@@ -3,11 +3,12 @@
     python benchmarks/power_planning.py [--sizes 10,100,1000,3000] [--runs 3] [--json]
         [--append-sizes 10,100,300] [--from-scratch 10,30]
 
-Plans the crash states of a synthetic golden run the way a ``power_loss: {model: posix}``
-campaign does (``crashpoint.harness._spec._power.states``: every crash point of the log,
-deduplicated, as trial arguments), for an agent that rewrites its state file in place N times
-without fsync (``open(path, "w")`` + ``json.dump``: a truncate to 0 and a write per step; the
-trace of ``benchmarks/naive_agent.py`` with N steps). Two state files:
+Plans a systematic ``power_loss: {model: posix}`` campaign over a synthetic golden run, as
+``Campaign.run`` does before its first trial (``Campaign.plans``: the crash states of every
+point of the log, deduplicated, then one trial plan per state), for an agent that rewrites
+its state file in place N times without fsync (``open(path, "w")`` + ``json.dump``: a
+truncate to 0 and a write per step; the trace of ``benchmarks/naive_agent.py`` with N
+steps). Three state files:
 
 - ``growing``: the naive agent's, a JSON list of the steps done (the file grows with N, so
   each state holds O(N) bytes: hashing and comparing them is O(N) per state at C speed);
@@ -15,9 +16,9 @@ trace of ``benchmarks/naive_agent.py`` with N steps). Two state files:
 - ``append``: N records appended to a log never synced (each lost record is a state of every
   later point: O(N^2) states, so smaller sizes; the log grows with N too).
 
-For each size: states planned, seconds (median of ``--runs``), states per second, and time
-per state relative to the smallest size (linear planning keeps it about 1). With
-``--from-scratch``, the same for the former planner (each state rebuilt by replaying the log
+For each size: states planned (one trial each), seconds (median of ``--runs``), states per
+second, and time per state relative to the smallest size (linear planning keeps it about 1).
+With ``--from-scratch``, the same for the former planner (each state rebuilt by replaying the log
 from the start) at the given sizes, for comparison (it grows as N^3: keep the sizes small).
 """
 
@@ -33,8 +34,8 @@ from typing import Any
 
 from crashpoint.faults import LogOp, OpLog
 from crashpoint.faults import _powercut as pc
-from crashpoint.harness import Golden
-from crashpoint.harness._spec import _power
+from crashpoint.harness import AgentSpec, Campaign, Golden, family_from_spec
+from crashpoint.harness._spec import _plans, _power
 
 S = "{state_dir}"
 
@@ -88,10 +89,14 @@ def golden(n: int, shape: str) -> Golden:
 
 
 def plan_once(g: Golden) -> tuple[int, float]:
-    """(states planned, seconds) for one planning of ``g`` (the per-process cache emptied)."""
+    """(trials planned, seconds) for one planning of a systematic ``power_loss`` campaign
+    over ``g``: its crash states and one plan per state (the per-process caches emptied)."""
     _power._CACHE.clear()
+    _plans._ORDERS.clear()
+    fam = family_from_spec({"power_loss": {"model": "posix"}})
+    camp = Campaign(AgentSpec(("true",)), [fam], "/nonexistent-report", seed=1)
     t0 = time.perf_counter()
-    n = len(_power.states(g, "posix"))
+    n = len(camp.plans(g))
     return n, time.perf_counter() - t0
 
 

@@ -289,3 +289,33 @@ def test_planning_without_a_deadline_is_whole_and_says_nothing(tmp_path: Path) -
     plans = camp.plans(golden, deadline=time.monotonic() + 600)
     assert camp.planning_stopped == ""
     assert len(plans) == len(_power.states(golden, "posix")) > 20
+
+
+def test_one_plan_per_state_costs_no_pass_over_all_states_or_events(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Each trial's plan used to copy the whole list of states and list every boundary of
+    # the golden run: O(trials x states) for a sweep. Counted: listing boundaries (none
+    # for power cuts) and shuffling the draw order (once per family, not per trial).
+    from crashpoint.harness._spec import _plans
+
+    golden = naive_golden(150)
+    calls = {"boundaries": 0}
+    real = Golden.boundaries
+
+    def counted(self: Golden) -> Any:
+        calls["boundaries"] += 1
+        return real(self)
+
+    monkeypatch.setattr(Golden, "boundaries", counted)
+    sweep = family_from_spec({"power_loss": {"model": "posix"}})
+    drawn = family_from_spec({"power_loss": {"model": "posix", "count": 50}})
+    camp = Campaign(AgentSpec(("true",)), [sweep, drawn], str(tmp_path / "rep"), seed=3)
+    plans = camp.plans(golden)
+    assert len(plans) == len(_power.states(golden, "posix")) + 50
+    assert calls["boundaries"] == 0
+    states = _power._planned(golden, "posix")
+    order = _plans._fileop_order(states, 3, drawn.name)
+    assert _plans._fileop_order(states, 3, drawn.name) is order  # shuffled once
+    labels = [p.faults[0].arg("label") for p in plans[-50:]]
+    assert labels == [states[order[k]]["label"] for k in range(50)]

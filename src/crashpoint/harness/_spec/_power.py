@@ -48,12 +48,17 @@ def states(golden: Golden, model: str, deadline: float | None = None) -> list[di
     crash_plan`); with ``deadline`` (a ``time.monotonic()`` time) planning stops there with
     the states of the operations it reached, and :func:`stopped` says so: the list kept
     for this golden run is then that partial one."""
+    return [dict(x) for x in _planned(golden, model, deadline)]
+
+
+def _planned(golden: Golden, model: str, deadline: float | None = None) -> list[dict[str, Any]]:
+    """:func:`states` itself, not a copy (planning draws one per trial: never changed)."""
     if not golden.plog:
         return []
     key = (id(golden), model)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is golden:
-        return [dict(x) for x in hit[1]]
+        return hit[1]
     log = oplog_of(golden)
     at = sorted(golden.plog_events)  # per event, how many operations came before it
     reports = sorted(
@@ -96,7 +101,7 @@ def states(golden: Golden, model: str, deadline: float | None = None) -> list[di
     if len(_CACHE) > 8:
         _CACHE.clear()
     _CACHE[key] = (golden, out, note)
-    return [dict(x) for x in out]
+    return out
 
 
 def stopped(golden: Golden, model: str) -> str:
@@ -118,7 +123,7 @@ def draw(
     ``pick`` (the trial's place in a draw without replacement that takes first the states
     where the cut loses what the agent had already reported done), else by ``rng``; without
     a trace (or nothing to lose), a fault that says why (never a pass)."""
-    all_states = states(golden, model)
+    all_states = _planned(golden, model)
     if not all_states:
         why = golden.recorded_by or "the golden run was not traced"
         if golden.plog and not golden.plog.get("ops"):
@@ -146,4 +151,4 @@ def draw(
 
 
 def points(golden: Golden, model: str) -> int:
-    return max(1, len(states(golden, model)))
+    return max(1, len(_planned(golden, model)))
