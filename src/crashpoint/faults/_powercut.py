@@ -35,7 +35,8 @@ import posixpath
 import random
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "LogOp",
     "Mutation",
     "OpLog",
+    "crash_plan",
     "crash_states",
     "event_points",
     "materialize",
@@ -1107,6 +1109,27 @@ def _is_root_key(p: str) -> bool:
     return "/" not in p and p.startswith("{") and p.endswith("}")
 
 
+def _apply_data(b: bytearray, op: LogOp, keep: int | None = None, zeros: bool = False) -> None:
+    """Apply a write (``keep``: only its first bytes, a torn write; ``zeros``: zeros instead
+    of its data) or a truncate to the content ``b`` of its file."""
+    if op.kind == "trunc":
+        if len(b) > op.size:
+            del b[op.size :]
+        else:
+            b.extend(bytes(op.size - len(b)))
+        return
+    payload = op.data[: op.size].ljust(op.size, b"\0")
+    if zeros:
+        payload = bytes(op.size)
+    if keep is not None:
+        payload = payload[:keep]
+    if not payload:
+        return
+    if len(b) < op.offset:
+        b.extend(bytes(op.offset - len(b)))
+    b[op.offset : op.offset + len(payload)] = payload
+
+
 class _Tree:
     """The namespace and file contents a sequence of operations leaves (by file identity, so
     operations applied out of order still mean what they meant in the run)."""
@@ -1146,27 +1169,18 @@ class _Tree:
         for p, e in moved.items():
             self.ns[dst + p[len(src) :]] = e
 
+    def copy(self) -> _Tree:
+        """An independent copy (cheaper than a new tree from the log)."""
+        t = _Tree.__new__(_Tree)
+        t.data = {f: bytearray(b) for f, b in self.data.items()}
+        t.ns = dict(self.ns)
+        t.symlinks = self.symlinks
+        return t
+
     def apply(self, op: LogOp, keep: int | None = None, zeros: bool = False) -> None:
         k = op.kind
-        if k == "write":
-            payload = op.data[: op.size].ljust(op.size, b"\0")
-            if zeros:
-                payload = bytes(op.size)
-            if keep is not None:
-                payload = payload[:keep]
-            if not payload:
-                self.buf(op.file)
-                return
-            b = self.buf(op.file)
-            if len(b) < op.offset:
-                b.extend(bytes(op.offset - len(b)))
-            b[op.offset : op.offset + len(payload)] = payload
-        elif k == "trunc":
-            b = self.buf(op.file)
-            if len(b) > op.size:
-                del b[op.size :]
-            else:
-                b.extend(bytes(op.size - len(b)))
+        if k in ("write", "trunc"):
+            _apply_data(self.buf(op.file), op, keep, zeros)
         elif k == "creat":
             self.data[op.file] = bytearray()
             self.ns[op.path] = ("f", op.file)
@@ -1285,6 +1299,66 @@ class _Model:
                         durable[op.seq] = min(durable[op.seq], durable[m])
         self.durable_at = durable
         self.symlinks = frozenset(op.file for op in ops if op.kind == "symlink")
+        # for planning incrementally (see _Cursor): per file its writes and truncates, and
+        # its truncates to 0 (after one, what came before no longer shows in the file); the
+        # name operations; per barrier the changes it makes durable
+        self.ops_of: dict[int, list[int]] = {}
+        self.resets: dict[int, list[int]] = {}
+        self.names: list[int] = []
+        self.released: dict[int, list[int]] = {}
+        created: set[int] = set()
+        self.initial = _Tree(log, self.symlinks)
+        #: False when the incremental planner's assumptions do not hold for this log (a file
+        #: created twice, created after it was written, or created while in ``initial``; a
+        #: file whose writes do not become durable in order): every state is then built from
+        #: the start, as :meth:`state` does
+        self.regular = True
+        for op in ops:
+            if op.kind not in _CHANGES:
+                continue
+            i = op.seq
+            if op.kind in ("write", "trunc"):
+                lst = self.ops_of.setdefault(op.file, [])
+                if lst and durable[lst[-1]] > durable[i]:
+                    self.regular = False
+                lst.append(i)
+                if op.kind == "trunc" and op.size == 0:
+                    self.resets.setdefault(op.file, []).append(i)
+            else:
+                self.names.append(i)
+                if op.kind == "creat":
+                    if op.file in created or op.file in self.ops_of or op.file in self.initial.data:
+                        self.regular = False
+                    created.add(op.file)
+            if durable[i] < len(ops):
+                self.released.setdefault(durable[i], []).append(i)
+        # per write and truncate: the file's size before it, its place in its file's list,
+        # and where the run of writes it ends starts (a run: each write starting at or past
+        # the end of the one before it, appends; see _appended)
+        self.size_before: dict[int, int] = {}
+        self.pos: dict[int, int] = {}
+        self.run_start: dict[int, list[int]] = {}
+        sizes = {f: len(b) for f, b in self.initial.data.items()}
+        for f, lst in self.ops_of.items():
+            starts: list[int] = []
+            for p, i in enumerate(lst):
+                op = ops[i]
+                self.pos[i] = p
+                self.size_before[i] = sizes.get(f, 0)
+                if op.kind == "trunc":
+                    sizes[f] = op.size
+                elif op.size > 0:
+                    sizes[f] = max(sizes.get(f, 0), op.offset + op.size)
+                prev = ops[lst[p - 1]] if p else None
+                chained = (
+                    prev is not None
+                    and op.kind == "write"
+                    and op.size > 0
+                    and prev.kind == "write"
+                    and op.offset >= prev.offset + prev.size
+                )
+                starts.append(starts[-1] if chained else p)
+            self.run_start[f] = starts
 
     def changes(self, upto: int) -> list[int]:
         return [op.seq for op in self.log.ops[:upto] if op.kind in _CHANGES]
@@ -1342,6 +1416,183 @@ class _Model:
         if pend:
             out.append(Mutation("synced_only"))
         return out
+
+    def candidates(self, cur: _Cursor) -> list[Mutation]:
+        """:meth:`mutations` at the cursor's point, in the same order, without those that
+        cannot lose anything under ``posix``: a write or truncate of a file followed by a
+        truncate to 0 of that file before the point (the file's bytes then do not depend
+        on it, and a posix mutation of it leaves that truncate in place)."""
+        ops = self.log.ops
+        if self.ext4:
+            cand = list(cur.pending)
+        else:
+            cand = list(cur.pnames)
+            for f, d in cur.pdata.items():
+                rs = self.resets.get(f, [])
+                k = bisect.bisect_left(rs, cur.upto)
+                r = rs[k - 1] if k else -1
+                for j in reversed(d):
+                    if j < r:
+                        break
+                    cand.append(j)
+            cand.sort()
+        out: list[Mutation] = []
+        for i in cand:
+            op = ops[i]
+            out.append(Mutation("drop", i))
+            if op.kind == "write":
+                out += [Mutation("torn", i, k) for k in self.cuts(op)]
+                if not self.ext4:
+                    out.append(Mutation("zeros", i))
+            if not self.ext4 and self._gone(cur, i, first=True):
+                out.append(Mutation("reorder", i))
+        if cur.pending:
+            out.append(Mutation("synced_only"))
+        return out
+
+    def _gone(self, cur: _Cursor, i: int, first: bool = False) -> list[int]:
+        """:meth:`reorder_lost` at the cursor's point (``first``: the first one only)."""
+        ops = self.log.ops
+        op = ops[i]
+        if op.kind not in ("rename", "link", "creat") or not op.file:
+            return []
+        out: list[int] = []
+        for j in cur.pdata.get(op.file, ()):  # in log order
+            if j >= i:
+                break
+            if ops[j].kind == "write":
+                out.append(j)
+                if first:
+                    break
+        return out
+
+    def quick(self, cur: _Cursor, m: Mutation) -> dict[str, bytes | None]:
+        """The files of crash state ``m`` at the cursor's point (``m`` one of
+        :meth:`candidates`), derived from what a kill -9 leaves there: only the files the
+        mutation touches are rebuilt, from their durable content or their last truncate to
+        0 kept, and the names only when it touches a name operation."""
+        ops = self.log.ops
+        removed: set[int] = set()
+        torn: dict[int, int] = {}
+        zeroed: set[int] = set()
+        synced = m.kind == "synced_only"
+        if synced:
+            pass  # every pending operation: cur.pending (below)
+        elif m.kind == "drop":
+            removed.add(m.op)
+        elif m.kind == "torn":
+            torn[m.op] = m.keep
+        elif m.kind == "zeros":
+            zeroed.add(m.op)
+        else:
+            removed.update(self._gone(cur, m.op))
+        if self.ext4 and not synced:  # the journal commits a prefix (see cascade)
+            op = ops[m.op]
+            cut = 1 << 62
+            if op.kind in _META_KINDS:
+                cut = m.op
+            elif op.kind == "write":
+                cut = _next(self.meta_on.get(op.file, []), m.op)
+            for j in reversed(cur.pmeta):
+                if j < cut:
+                    break
+                removed.add(j)
+        contents: dict[int, bytes] = {}
+        if synced:  # every pending operation lost: the files as durable as they are
+            names_hit = bool(cur.pnames)
+            for f in cur.pdata:
+                contents[f] = bytes(cur.dur.data.get(f, b""))
+        else:
+            names_hit = False
+            hit: dict[int, list[int]] = {}  # file -> its writes and truncates affected
+            for a in removed.union(torn, zeroed):
+                op = ops[a]
+                if op.kind in ("write", "trunc"):
+                    hit.setdefault(op.file, []).append(a)
+                else:
+                    names_hit = True
+            for f, mine in hit.items():
+                quick = self._appended(cur, mine[0], torn, zeroed) if len(mine) == 1 else None
+                contents[f] = (
+                    quick if quick is not None else self._content(cur, f, removed, torn, zeroed)
+                )
+        if not names_hit:
+            files = dict(cur.files())
+            for f, b in contents.items():
+                for p in cur.names_of(f):
+                    files[p] = b
+            return files
+        t = _Tree.__new__(_Tree)
+        t.ns, t.data, t.symlinks = dict(cur.nsdur.ns), {}, self.symlinks
+        names = self.names
+        lost: Container[int] = cur.pending if synced else removed
+        for j in names[cur.nfront : bisect.bisect_left(names, cur.upto)]:
+            if j not in lost:
+                t.apply(ops[j])
+        out: dict[str, bytes | None] = {}
+        for p in sorted(t.ns):
+            kind, f = t.ns[p]
+            if kind == "l" or not t.visible(p):
+                continue
+            out[p] = None if kind == "d" else contents[f] if f in contents else cur.content(f)
+        return out
+
+    def _appended(
+        self, cur: _Cursor, a: int, torn: Mapping[int, int], zeroed: set[int]
+    ) -> bytes | None:
+        """The bytes of write ``a``'s file when ``a`` alone of its file is lost (or torn, or
+        zero-filled), without replaying the file, when ``a`` wrote at or past the end of the
+        file and every later write and truncate of the file up to the cursor is a write past
+        the one before it (appends): the file as a kill -9 leaves it with ``a``'s bytes
+        replaced. None when that does not hold (the caller replays)."""
+        ops = self.log.ops
+        op = ops[a]
+        before = self.size_before[a]
+        if op.kind != "write" or before > op.offset:
+            return None
+        lst = self.ops_of[op.file]
+        i, j = self.pos[a], bisect.bisect_left(lst, cur.upto) - 1
+        if j > i and self.run_start[op.file][j] > i:
+            return None
+        if a in zeroed:
+            payload = bytes(op.size)
+        elif a in torn:
+            payload = op.data[: op.size].ljust(op.size, b"\0")[: torn[a]]
+        else:
+            payload = b""  # lost
+        k9 = cur.content(op.file)
+        end = op.offset + op.size
+        if j > i:  # later writes past a's end keep the file's length: the rest is a hole
+            return k9[: op.offset] + payload + bytes(op.size - len(payload)) + k9[end:]
+        if not payload:
+            return k9[:before]
+        return k9[: op.offset] + payload
+
+    def _content(
+        self,
+        cur: _Cursor,
+        f: int,
+        removed: set[int],
+        torn: Mapping[int, int],
+        zeroed: set[int],
+    ) -> bytes:
+        """File ``f``'s bytes when the pending ops ``removed`` are lost and ``torn`` /
+        ``zeroed`` are damaged: its durable content, then its pending writes and truncates
+        kept (from the last truncate to 0 kept, if any: what came before it does not show)."""
+        ops = self.log.ops
+        todo: list[int] = []
+        empty = False
+        for j in reversed(cur.pdata.get(f, {})):
+            if j in removed:
+                continue
+            todo.append(j)
+            if ops[j].kind == "trunc" and ops[j].size == 0:
+                empty = True
+                break
+        b = bytearray() if empty else bytearray(cur.dur.data.get(f, b""))
+        for j in reversed(todo):
+            _apply_data(b, ops[j], torn.get(j), j in zeroed)
+        return bytes(b)
 
     def state(self, upto: int, m: Mutation) -> CrashState:
         ops = self.log.ops
@@ -1420,6 +1671,114 @@ class _Model:
         )
 
 
+class _Cursor:
+    """A crash point that moves forward one operation at a time: what a kill -9 leaves there
+    (each operation applied once), what is durable, and what is pending, kept up to date as
+    it moves, so that the crash states of a point are derived from it instead of replaying
+    the log from the start for each of them."""
+
+    def __init__(self, mdl: _Model) -> None:
+        self.mdl = mdl
+        self.upto = 0
+        self.kill = mdl.initial.copy()
+        #: the content of each file after its writes and truncates durable at this point
+        #: (durability is in log order along a file's own writes, see _Model.regular)
+        self.dur = mdl.initial.copy()
+        self.front: dict[int, int] = {}  # file -> how many of mdl.ops_of[file] dur holds
+        #: the names after every name operation before the first pending one
+        self.nsdur = mdl.initial.copy()
+        self.nfront = 0  # how many of mdl.names nsdur holds
+        self.pending: dict[int, None] = {}  # the pending changes, in log order
+        self.pdata: dict[int, dict[int, None]] = {}  # file -> its pending writes, truncates
+        self.pnames: dict[int, None] = {}  # pending name operations
+        self.pmeta: dict[int, None] = {}  # pending operations the ext4 journal orders
+        self.exact = True
+        self._files: dict[str, bytes | None] | None = None
+        self._names: dict[int, list[str]] | None = None
+        self._bytes: dict[int, bytes] = {}
+
+    def advance(self) -> None:
+        """Move past the next operation of the log."""
+        mdl, i = self.mdl, self.upto
+        ops = mdl.log.ops
+        op = ops[i]
+        if op.kind in _CHANGES:
+            self.kill.apply(op)
+            self.exact = self.exact and op.exact
+            self.pending[i] = None
+            if op.kind in ("write", "trunc"):
+                self.pdata.setdefault(op.file, {})[i] = None
+            else:
+                self.pnames[i] = None
+            if op.kind in _META_KINDS:
+                self.pmeta[i] = None
+        self.upto = i + 1
+        touched: set[int] = set()
+        for j in mdl.released.get(i, ()):
+            del self.pending[j]
+            self.pmeta.pop(j, None)
+            if ops[j].kind in ("write", "trunc"):
+                f = ops[j].file
+                d = self.pdata[f]
+                del d[j]
+                if not d:
+                    del self.pdata[f]
+                touched.add(f)
+            else:
+                del self.pnames[j]
+        for f in touched:
+            lst, k = mdl.ops_of[f], self.front.get(f, 0)
+            while k < len(lst) and mdl.durable_at[lst[k]] < self.upto:
+                self.dur.apply(ops[lst[k]])
+                k += 1
+            self.front[f] = k
+        names = mdl.names
+        while (
+            self.nfront < len(names)
+            and names[self.nfront] < self.upto
+            and names[self.nfront] not in self.pnames
+        ):
+            self.nsdur.apply(ops[names[self.nfront]])
+            self.nfront += 1
+        self._files = self._names = None
+        self._bytes = {}
+
+    def files(self) -> dict[str, bytes | None]:
+        """What a kill -9 leaves here."""
+        if self._files is None:
+            self._files = self.kill.files()
+        return self._files
+
+    def names_of(self, f: int) -> list[str]:
+        """The visible names of file ``f`` in what a kill -9 leaves here."""
+        if self._names is None:
+            idx: dict[int, list[str]] = {}
+            for p, b in self.files().items():
+                if b is not None:
+                    idx.setdefault(self.kill.ns[p][1], []).append(p)
+            self._names = idx
+        return self._names.get(f, [])
+
+    def content(self, f: int) -> bytes:
+        """File ``f``'s bytes in what a kill -9 leaves here."""
+        b = self._bytes.get(f)
+        if b is None:
+            b = self._bytes[f] = bytes(self.kill.data.get(f, b""))
+        return b
+
+
+#: byte 0 stays 0, any other byte becomes 0xFF (a mask of a content's non-zero bytes)
+_NONZERO = bytes([0] + [255] * 255)
+
+
+def _zeros_instead(a: bytes, b: bytes) -> bool:
+    """Wherever ``b`` (as long as ``a``) differs from ``a``, it holds a zero byte (at C
+    speed: ``a`` masked to ``b``'s non-zero bytes equals ``b``)."""
+    return int.from_bytes(a, "big") & int.from_bytes(
+        b.translate(_NONZERO), "big"
+    ) == int.from_bytes(b, "big")
+
+
 def _lost(
     k9: Mapping[str, bytes | None], files: Mapping[str, bytes | None]
 ) -> tuple[set[str], list[str]]:
@@ -1453,8 +1812,10 @@ def _lost(
             assert isinstance(b, bytes)
             if a[: len(b)] == b:
                 lines.append(f"{p}: {len(b)} of {len(a)} bytes")
-            elif len(a) == len(b) and all(y == 0 for x, y in zip(a, b, strict=True) if x != y):
-                z = sum(1 for x, y in zip(a, b, strict=True) if x != y)
+            elif len(a) == len(b) and _zeros_instead(a, b):
+                z = len(a) - (int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).to_bytes(
+                    len(a), "big"
+                ).count(0)
                 lines.append(f"{p}: {len(a)} bytes, {z} of them zeros instead of data")
             else:
                 lines.append(
@@ -1685,18 +2046,99 @@ def crash_states(
         raise InvalidArgument(f"crash point {upto} is outside the log (0..{len(log.ops)})")
     out: list[CrashState] = []
     seen: set[str] = set()
-    for m in mdl.mutations(upto):
-        s = mdl.state(upto, m)
-        if not s.lost:
-            continue
-        d = s.digest
-        if d in seen:
-            continue
-        seen.add(d)
-        out.append(s)
+    if mdl.regular:
+        cur = _Cursor(mdl)
+        while cur.upto < upto:
+            cur.advance()
+        kill = cur.files()
+        for m in mdl.candidates(cur):
+            files = mdl.quick(cur, m)
+            if files == kill:
+                continue
+            d = _digest(files)
+            if d in seen:
+                continue
+            seen.add(d)
+            out.append(mdl.state(upto, m))  # the whole state: what it lost, and why
+    else:
+        for m in mdl.mutations(upto):
+            s = mdl.state(upto, m)
+            if not s.lost:
+                continue
+            d = s.digest
+            if d in seen:
+                continue
+            seen.add(d)
+            out.append(s)
     if rng is not None:
         rng.shuffle(out)
     return out if limit is None else out[: max(0, limit)]
+
+
+def crash_plan(
+    log: OpLog,
+    model: str,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[tuple[int, int, list[CrashState]]]:
+    """The crash states of every point of ``log`` under ``model``, point by point: ``(upto,
+    first, states)`` for ``upto`` = 0, 1, ... len(log.ops), where ``states`` are those of
+    ``crash_states(log, model, upto)`` and ``first`` the first operation pending there
+    (``upto`` when none is).
+
+    Incremental: each operation is applied once to a running tree (what a kill -9 leaves),
+    and each state is derived from it and from what is pending there, so the time grows
+    with the operations and the states, not with their product. The states carry their
+    files and ``lost``, not ``pending`` (the same for every state of a point: ``first``
+    gives where it starts) nor ``explain``; :func:`rebuild` gives the whole state.
+    With ``deadline`` (a time of ``clock``), it stops as soon as the deadline has passed,
+    after the last whole point: the caller sees fewer points than ``len(log.ops) + 1``.
+    Raises ValueError for an unknown model.
+    """
+    mdl = _Model(log, model)
+    ops = log.ops
+    if not mdl.regular:  # the long way, one point at a time
+        for upto in range(len(ops) + 1):
+            if deadline is not None and clock() >= deadline:
+                return
+            found = crash_states(log, model, upto)
+            yield upto, min(found[0].pending, default=upto) if found else upto, found
+        return
+    cur = _Cursor(mdl)
+    for upto in range(len(ops) + 1):
+        if upto:
+            cur.advance()
+        if deadline is not None and clock() >= deadline:
+            return
+        kill = cur.files()
+        seen: set[str] = set()
+        out: list[CrashState] = []
+        last = ops[upto - 1].describe() if upto else ""
+        first = next(iter(cur.pending), upto)
+        for n, m in enumerate(mdl.candidates(cur)):
+            if deadline is not None and n % 64 == 63 and clock() >= deadline:
+                return
+            files = mdl.quick(cur, m)
+            if files == kill:
+                continue
+            d = _digest(files)
+            if d in seen:
+                continue
+            seen.add(d)
+            out.append(
+                CrashState(
+                    upto=upto,
+                    model=model,
+                    mutation=m,
+                    files=files,
+                    lost=tuple(_lost(kill, files)[1]),
+                    exact=cur.exact,
+                    last=last,
+                    target=ops[m.op].describe() if 0 <= m.op < len(ops) else "",
+                )
+            )
+        yield upto, first, out
 
 
 def rebuild(log: OpLog, model: str, upto: int, mutation: Mutation) -> CrashState:

@@ -102,6 +102,8 @@ class Campaign:
     #: what :meth:`plans` planned differently from what the families asked, and why (set by
     #: each call; the result's ``notes``)
     notes: list[str] = field(default_factory=list, init=False)
+    #: why :meth:`plans` stopped planning at its deadline ("" when it did not; one of notes)
+    planning_stopped: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         self.report_dir = os.path.abspath(self.report_dir)
@@ -125,9 +127,11 @@ class Campaign:
             source=self.source,
         )
 
-    def plans(self, golden: Golden) -> list[Plan]:
+    def plans(self, golden: Golden, deadline: float | None = None) -> list[Plan]:
         """Every plan of the campaign, in index order (before sharding).
 
+        Costly planning (power-loss crash states) stops at ``deadline`` (a
+        ``time.monotonic()`` time) with what it has; :attr:`planning_stopped` then says so.
         Raises :class:`NoBoundaries` when the golden run reported no event and no file
         operation: a campaign would then test nothing."""
         if not golden.events and not golden.fileops and not golden.plog.get("ops"):
@@ -138,6 +142,12 @@ class Campaign:
             )
         plans: list[Plan] = []
         self.notes = []
+        self.planning_stopped = ""
+        for fam in self.families:
+            why = fam.prepare(golden, deadline)
+            if why and why not in self.notes:
+                self.notes.append(why)
+                self.planning_stopped = why
         systematic = [
             f
             for f in self.families
@@ -230,9 +240,11 @@ class Campaign:
                 needs = self.needs
                 if golden is None or (needs and not golden.recorded_by):
                     golden = runner.golden(needs)
-                plans = self.selected(self.plans(golden))
+                plans = self.selected(self.plans(golden, runner.deadline))
                 if only is not None:
                     plans = [p for p in plans if p.index in set(only)]
+                if self.planning_stopped:  # the budget ran out while planning
+                    raise BudgetExceeded(self.planning_stopped)
                 failures = 0
                 for k, plan in enumerate(plans):
                     if runner.deadline is not None and time.monotonic() >= runner.deadline:

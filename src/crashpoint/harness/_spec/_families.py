@@ -406,6 +406,17 @@ class FaultFamily:
             and o.get("mechanism", "auto") != "failpoint"
         )
 
+    def prepare(self, golden: Golden, deadline: float | None = None) -> str:
+        """Plan, within ``deadline`` (a ``time.monotonic()`` time), what this family's
+        trials are drawn from when that is costly: the crash states of a power_loss family
+        (planned once per golden run). Returns why planning stopped early, or ""."""
+        kind, opts = self.chain[0]
+        if kind != "power_loss":
+            return ""
+        model = str(dict(opts).get("model", "posix"))
+        _power.states(golden, model, deadline)
+        return _power.stopped(golden, model)
+
     def points(self, golden: Golden) -> int:
         """How many trials a systematic sweep of this family has over ``golden``."""
         kind, opts = self.chain[0]

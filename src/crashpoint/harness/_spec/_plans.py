@@ -132,7 +132,9 @@ def _draw(
 ) -> list[Fault]:
     """The faults for one chain item (``boundary``: the index of the systematic point;
     ``pick``: the trial's place in a draw without replacement, for file-operation kills)."""
-    bs = golden.boundaries()
+    # (only kills and corruptions draw boundaries: a sweep of thousands of power-loss states
+    # does not list them for each of its trials)
+    bs = golden.boundaries() if kind in ("kill", "corrupt") else []
     if not bs and (
         kind == "corrupt"
         or (kind == "kill" and opts.get("at", "random") in ("every-boundary", "random", "recovery"))
@@ -315,6 +317,11 @@ def _fileop_label(op: dict[str, Any]) -> str:
         )
 
 
+#: The last orders :func:`_fileop_order` gave, per list (by identity: the golden run's file
+#: operations, or the power-loss states planned for it, which are never changed in place).
+_ORDERS: dict[tuple[int, int, int, str], tuple[list[dict[str, Any]], list[int]]] = {}
+
+
 def _fileop_order(ops: list[dict[str, Any]], seed: int, family: str) -> list[int]:
     """The order in which a family's drawn trials take the recorded file operations ``ops``:
     one shuffle of their indices seeded by the seed and the family (never by the trial), so
@@ -323,11 +330,18 @@ def _fileop_order(ops: list[dict[str, Any]], seed: int, family: str) -> list[int
     (``shared``: strace counts calls per thread, so the kill may land on another thread's)
     is drawn once the others are used up, so a small ``count`` is not spent on kills that
     end up not exercised (a database's write-ahead log written from a pool of threads)."""
+    key = (id(ops), len(ops), seed, family)
+    hit = _ORDERS.get(key)
+    if hit is not None and hit[0] is ops:  # the same list: one shuffle for all its draws
+        return hit[1]
     order = list(range(len(ops)))
     random.Random(f"crashpoint:{seed}:{family}:fileop-order").shuffle(order)
     # stable: shuffled within each group (a power cut's crash states: those that lose
     # nothing the agent had reported done come last too, see _power.QUIET)
     order.sort(key=lambda i: bool(ops[i].get("shared") or ops[i].get(_power.QUIET)))
+    if len(_ORDERS) > 8:
+        _ORDERS.clear()
+    _ORDERS[key] = (ops, order)
     return order
 
 

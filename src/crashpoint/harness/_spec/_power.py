@@ -11,27 +11,24 @@ draws N by the seed. Running a cut is the engine's (:mod:`crashpoint.harness._en
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Callable
 from typing import Any
 
-from crashpoint.faults import OpLog, crash_states
+from crashpoint.faults import OpLog, crash_plan
 from crashpoint.harness._spec._model import Fault, Golden
 
-__all__ = ["draw", "oplog_of", "points", "states"]
+__all__ = ["draw", "oplog_of", "points", "states", "stopped"]
 
 #: Crash states kept per (golden run, model) in this process: planning asks for one at a time.
-_CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]]]] = {}
+#: With them, the note that says planning stopped at its deadline ("" when it did not).
+_CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]], str]] = {}
 
 
 def oplog_of(golden: Golden) -> OpLog:
     """The golden run's logical file-operation log (recorded for a power_loss family)."""
     return OpLog.from_json(golden.plog)
-
-
-def _events_before(golden: Golden, upto: int) -> int:
-    """How many golden events happened before operation ``upto + 1`` started."""
-    return sum(1 for k in golden.plog_events if k <= upto)
 
 
 #: A crash state's planning mark (never a fault argument): nothing the agent reported after
@@ -43,30 +40,43 @@ QUIET = "quiet"
 _REPORTS = ("step_completed", "effect", "llm_call")
 
 
-def _reported_since(golden: Golden, first: int, upto: int) -> bool:
-    """Did the golden run report something done (a step completed, an effect, a model call
-    answered) after operation ``first`` started and before operation ``upto``?"""
-    return any(
-        first < c <= upto and golden.events[k]["op"] in _REPORTS
-        for k, c in enumerate(golden.plog_events[: len(golden.events)])
-    )
-
-
-def states(golden: Golden, model: str) -> list[dict[str, Any]]:
+def states(golden: Golden, model: str, deadline: float | None = None) -> list[dict[str, Any]]:
     """Every crash state of ``golden`` under ``model``, in log order, as fault arguments
-    (``upto``, ``events``, ``mutation``, ``label``); [] without a trace."""
+    (``upto``, ``events``, ``mutation``, ``label``); [] without a trace.
+
+    Planned once per golden run and model (incrementally, :func:`crashpoint.faults.
+    crash_plan`); with ``deadline`` (a ``time.monotonic()`` time) planning stops there with
+    the states of the operations it reached, and :func:`stopped` says so: the list kept
+    for this golden run is then that partial one."""
+    return [dict(x) for x in _planned(golden, model, deadline)]
+
+
+def _planned(golden: Golden, model: str, deadline: float | None = None) -> list[dict[str, Any]]:
+    """:func:`states` itself, not a copy (planning draws one per trial: never changed)."""
     if not golden.plog:
         return []
     key = (id(golden), model)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is golden:
-        return [dict(x) for x in hit[1]]
+        return hit[1]
     log = oplog_of(golden)
+    at = sorted(golden.plog_events)  # per event, how many operations came before it
+    reports = sorted(
+        c
+        for k, c in enumerate(golden.plog_events[: len(golden.events)])
+        if golden.events[k]["op"] in _REPORTS
+    )
     seen: set[tuple[str, int]] = set()
     out: list[dict[str, Any]] = []
-    for upto in range(len(log.ops) + 1):
-        events = _events_before(golden, upto)
-        for st in crash_states(log, model, upto):
+    reached = -1
+    for upto, first, found in crash_plan(log, model, deadline=deadline):
+        reached = upto
+        events = bisect.bisect_right(at, upto)  # the events that happened before the cut
+        # did the run report something done after the first operation the cut may lose
+        # started, and before the cut? (if not, the state is QUIET)
+        k = bisect.bisect_right(reports, first)
+        quiet = not (k < len(reports) and reports[k] <= upto)
+        for st in found:
             ident = (st.digest, events)
             if ident in seen:
                 continue
@@ -77,13 +87,28 @@ def states(golden: Golden, model: str) -> list[dict[str, Any]]:
                     "events": events,
                     "mutation": st.mutation.to_json(),
                     "label": st.label(),
-                    QUIET: not _reported_since(golden, min(st.pending, default=upto), upto),
+                    QUIET: quiet,
                 }
             )
+    note = ""
+    if reached < len(log.ops):
+        note = (
+            f"power_loss ({model}): planning stopped at the budget after "
+            f"{max(0, reached)} of {len(log.ops)} operations ({len(out)} crash state(s) "
+            "planned from them; the states of the later operations were not planned, and "
+            "their trials were not run)"
+        )
     if len(_CACHE) > 8:
         _CACHE.clear()
-    _CACHE[key] = (golden, out)
-    return [dict(x) for x in out]
+    _CACHE[key] = (golden, out, note)
+    return out
+
+
+def stopped(golden: Golden, model: str) -> str:
+    """Why planning the crash states of ``golden`` under ``model`` stopped early (its
+    deadline), or "" (it did not, or was not asked)."""
+    hit = _CACHE.get((id(golden), model))
+    return hit[2] if hit is not None and hit[0] is golden else ""
 
 
 def draw(
@@ -98,7 +123,7 @@ def draw(
     ``pick`` (the trial's place in a draw without replacement that takes first the states
     where the cut loses what the agent had already reported done), else by ``rng``; without
     a trace (or nothing to lose), a fault that says why (never a pass)."""
-    all_states = states(golden, model)
+    all_states = _planned(golden, model)
     if not all_states:
         why = golden.recorded_by or "the golden run was not traced"
         if golden.plog and not golden.plog.get("ops"):
@@ -106,6 +131,8 @@ def draw(
                 "the golden run made no file operation under {state_dir} or {workdir}: a "
                 "power cut there loses nothing more than a kill -9 would"
             )
+        elif stopped(golden, model):
+            why = stopped(golden, model)
         elif golden.plog:
             why = (
                 "no crash state differs from what a kill -9 leaves: every file operation "
@@ -124,4 +151,4 @@ def draw(
 
 
 def points(golden: Golden, model: str) -> int:
-    return max(1, len(states(golden, model)))
+    return max(1, len(_planned(golden, model)))
