@@ -40,7 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=15, help="timed runs of each (default 15)")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="crashpoint-bench-plugin-") as folder:
+    with tempfile.TemporaryDirectory(prefix="bench-plugin-") as folder:
         with open(os.path.join(folder, "pytest.ini"), "w") as f:
             f.write("[pytest]\nfilterwarnings = error\n")
         with open(os.path.join(folder, "test_plain.py"), "w") as f:
@@ -53,7 +53,11 @@ def main() -> None:
         for _ in range(a.runs):
             t, out = _run(folder)
             with_plugin.append(t)
-            lines |= {ln for ln in out.splitlines() if "crashpoint" in ln and "plugins:" not in ln}
+            lines |= {
+                ln
+                for ln in out.splitlines()
+                if "crashpoint" in ln and not ln.startswith(("plugins:", "rootdir:"))
+            }
             without.append(_run(folder, "-p", "no:crashpoint")[0])
     w, wo = statistics.median(with_plugin), statistics.median(without)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), {a.runs} runs each")
