@@ -296,6 +296,8 @@ def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
     store.close()
 
 
+# slow: fast cover: test_stolen_lease_kills_the_agent_and_its_writes_are_refused, the QUICK kills
+@pytest.mark.slow
 def test_campaign_three_workers_kills_a_stolen_lease(children: Children, pg_dsn: str) -> None:
     _campaign(children, pg_dsn, 12, seed=14)
 

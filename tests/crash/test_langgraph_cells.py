@@ -45,6 +45,8 @@ def _run(
     return rows
 
 
+# slow: fast cover: test_power_loss.py (drawn states); the adapter: test_langgraph_example.py
+@pytest.mark.slow
 def test_crashpoint_saver_survives_power_loss(tmp_path: Path) -> None:
     ok, why = _strace.available()
     if not ok:
@@ -56,6 +58,8 @@ def test_crashpoint_saver_survives_power_loss(tmp_path: Path) -> None:
         assert r["exercised"] == 3, r
 
 
+# slow: fast cover: test_lifecycle_cli's test_the_shell_agent_detects_or_repairs_a_damaged_store
+@pytest.mark.slow
 def test_crashpoint_saver_detects_or_repairs_corruption(tmp_path: Path) -> None:
     rows = _run("savers:crashpoint", "corruption", tmp_path, count=1)
     assert [r["family"] for r in rows] == [

@@ -400,6 +400,8 @@ def test_the_how_to_page_s_shell_agent_runs_and_resumes(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoints" / "report-1").is_dir()
 
 
+# slow: fast cover: test_the_fresh_key_twin_sends_twice_and_fails_exactly_once (the same sweep)
+@pytest.mark.slow
 def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
     result = campaign(agent(), KILL, tmp_path)
     golden = result.golden
@@ -444,6 +446,8 @@ def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> N
         assert c.message.startswith(("repaired", "refused")), c.message
 
 
+# slow: fast cover: test_another_live_agent_owns_the_run_until_it_dies; resumers: test_races.py
+@pytest.mark.slow
 def test_two_shell_agents_started_at_once_keep_one_writer(tmp_path: Path) -> None:
     result = campaign(agent(), family_from_spec({"resumers": {"count": 2}}), tmp_path)
     assert len(result.trials) == 2
@@ -456,6 +460,9 @@ def test_two_shell_agents_started_at_once_keep_one_writer(tmp_path: Path) -> Non
 
 
 @needs_strace
+# slow: fast cover: test_power_loss.py's
+# test_a_naive_json_agent_fails_and_the_torn_or_lost_state_...
+@pytest.mark.slow
 def test_the_shell_agent_survives_power_loss(tmp_path: Path) -> None:
     result = campaign(agent(), POWER, tmp_path)
     assert len(result.trials) == 4

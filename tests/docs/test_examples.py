@@ -353,6 +353,8 @@ def test_running_a_scenarios_folder(tmp_path: Path) -> None:
     assert (tmp_path / "crashpoint-report" / "report.html").is_file()
 
 
+# slow: fast cover: tests/crash/test_ci_gate.py (baseline, report, step summary)
+@pytest.mark.slow
 def test_ci_gate_report_and_baseline(tmp_path: Path) -> None:
     """ci-gate's local summary from a downloaded report folder, and a run against the last
     report as its baseline."""
