@@ -162,7 +162,8 @@ def _fixture_project(tmp_path: Path, layout: str) -> Path:
     return project
 
 
-@pytest.mark.parametrize("layout", ["module", "package"])
+# the package layout only moves the agent: slow (the module layout is the fast cover)
+@pytest.mark.parametrize("layout", ["module", pytest.param("package", marks=pytest.mark.slow)])
 def test_readme_fixture_example_passes_pasted_into_a_new_project(
     tmp_path: Path, layout: str
 ) -> None:
