@@ -207,6 +207,8 @@ def test_the_docs_show_the_example_as_shipped() -> None:
     ]
 
 
+# slow: fast cover: the adapter tests above (start, return, durable completion; kills)
+@pytest.mark.slow
 def test_the_docs_pytest_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's "In pytest" block, run as written (relative paths: from a copy)."""
     shutil.copytree(

@@ -68,6 +68,9 @@ def test_golden_run_shows_every_step_and_effect(golden: Golden) -> None:
     assert len(kill_points(golden)) == 12 + 2 * 2  # 6 steps x 2 boundaries, 2 effects x 2
 
 
+# slow: fast cover: test_broken_agents.py's test_demo_agent_passes_a_mixed_fault_campaign (a kill
+# at each of the demo's boundaries) and test_sweep_catches_a_broken_agent below (this sweep fails)
+@pytest.mark.slow
 def test_demo_survives_a_kill_at_every_boundary(
     children: Children, golden: Golden, tmp_path: Path
 ) -> None:

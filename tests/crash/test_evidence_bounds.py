@@ -259,6 +259,8 @@ expect: {{resumes_from_last_completed: false}}
 """
 
 
+# slow: one robustness sweep (600 connections); the bounds' fast cover is the rest of this file
+@pytest.mark.slow
 def test_a_harness_with_few_descriptors_survives_an_agent_holding_600_connections(
     tmp_path: Path, children: Any
 ) -> None:

@@ -165,7 +165,8 @@ def test_two_workers_race_for_one_run(children: Children, pg_dsn: str) -> None:
 def test_stolen_lease_kills_the_agent_and_its_writes_are_refused(
     children: Children, pg_dsn: str
 ) -> None:
-    store = PostgresStore(pg_dsn, worker="test")
+    # the thief's lease lasts 2s (not the default 30s): A claims the run again once it expires
+    store = PostgresStore(pg_dsn, worker="test", lease_seconds=2.0)
     submit(store, "r1")
     with FakeTarget() as target:
         a = worker(children, pg_dsn, "A", target, think=1.0)
@@ -240,7 +241,8 @@ def test_partition_between_a_worker_and_the_database(
 
 def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
     rng = random.Random(seed)
-    store = PostgresStore(pg_dsn, worker="test")
+    # a stolen run's lease lasts 2s (not the default 30s): a worker claims it again soon after
+    store = PostgresStore(pg_dsn, worker="test", lease_seconds=2.0)
     runs = [f"run{i:02d}" for i in range(n_runs)]
     for rid in runs:
         submit(store, rid)
@@ -296,6 +298,8 @@ def _campaign(children: Children, pg_dsn: str, n_runs: int, seed: int) -> None:
     store.close()
 
 
+# slow: fast cover: test_stolen_lease_kills_the_agent_and_its_writes_are_refused, the QUICK kills
+@pytest.mark.slow
 def test_campaign_three_workers_kills_a_stolen_lease(children: Children, pg_dsn: str) -> None:
     _campaign(children, pg_dsn, 12, seed=14)
 

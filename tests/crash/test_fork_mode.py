@@ -165,6 +165,9 @@ def _zygote_children(z: Zygote) -> list[psutil.Process]:
 # -- the Done-when: same verdicts ------------------------------------------------------------------
 
 
+# slow: fast cover: test_fork_server's
+# test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts
+@pytest.mark.slow
 def test_fork_and_spawn_give_identical_verdicts_on_the_same_seed(tmp_path: Path) -> None:
     families = [family_from_spec(f) for f in FAMILIES]
     golden = TrialRunner(DEMO, str(tmp_path / "golden-spawn")).golden()

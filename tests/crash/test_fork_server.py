@@ -142,6 +142,8 @@ def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
         assert {c.name for t in forked.failures for c in t.failed} >= {"exactly_once"}
 
 
+# slow: fork mode's fast cover: test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts
+@pytest.mark.slow
 def test_a_langgraph_agent_gives_the_same_verdicts_spawned_and_forked(tmp_path: Path) -> None:
     pytest.importorskip(
         "langgraph.checkpoint.sqlite",

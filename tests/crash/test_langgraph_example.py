@@ -118,6 +118,8 @@ def test_the_fixed_graph_passes_the_same_trial(tmp_path: Path) -> None:
     assert str(emails[0]["key"]).endswith(":send_email")  # thread id + node name
 
 
+# slow: fast cover: test_the_graph_as_written_sends_the_email_twice_after_a_kill_before_its_...
+@pytest.mark.slow
 def test_an_effect_through_the_probe_is_judged_too(tmp_path: Path) -> None:
     """report's probe.effect, killed after the harness applied it and before the agent heard
     so: as written (no key) it is published twice; fixed (keyed), once."""

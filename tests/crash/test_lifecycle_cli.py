@@ -345,9 +345,17 @@ def agent(script: Path = AGENT) -> AgentSpec:
 
 
 def campaign(
-    spec: AgentSpec, family: FaultFamily, tmp_path: Path, seed: int = 13, **kw: Any
+    spec: AgentSpec,
+    family: FaultFamily,
+    tmp_path: Path,
+    seed: int = 13,
+    *,
+    near_in_doubt: bool = False,
+    **kw: Any,
 ) -> CampaignResult:
-    return Campaign(
+    """The campaign; with ``near_in_doubt``, only its kill in the in-doubt window and the kill
+    just before it (a trial of this agent costs seconds: a process per lifecycle command)."""
+    camp = Campaign(
         spec,
         [family],
         str(tmp_path / "report"),
@@ -356,7 +364,12 @@ def campaign(
         restarts=SCENARIO.restarts,
         expect=SCENARIO.expect,
         **kw,
-    ).run()
+    )
+    if not near_in_doubt:
+        return camp.run()
+    golden = camp.runner().golden(camp.needs)
+    (k,) = [p.index for p in camp.plans(golden) if "in_doubt" in p.describe()]
+    return camp.run(golden=golden, only=[k - 1, k])
 
 
 def why(result: CampaignResult) -> str:
@@ -400,6 +413,8 @@ def test_the_how_to_page_s_shell_agent_runs_and_resumes(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoints" / "report-1").is_dir()
 
 
+# slow: fast cover: test_the_fresh_key_twin_sends_twice_and_fails_exactly_once (the same sweep)
+@pytest.mark.slow
 def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
     result = campaign(agent(), KILL, tmp_path)
     golden = result.golden
@@ -423,7 +438,10 @@ def test_the_shell_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None
 
 
 def test_the_fresh_key_twin_sends_twice_and_fails_exactly_once(tmp_path: Path) -> None:
-    result = campaign(agent(TWIN), KILL, tmp_path)
+    """The sweep's kill in the email's in-doubt window and the kill before it (the whole sweep
+    of the agent passes: test_the_shell_agent_passes_a_kill_at_every_boundary, slow)."""
+    result = campaign(agent(TWIN), KILL, tmp_path, near_in_doubt=True)
+    assert len(result.trials) == 2
     assert not result.ok
     (bad,) = result.failures  # only the kill in the email's in-doubt window shows it
     assert "in_doubt" in bad.plan.describe()
@@ -444,6 +462,8 @@ def test_the_shell_agent_detects_or_repairs_a_damaged_store(tmp_path: Path) -> N
         assert c.message.startswith(("repaired", "refused")), c.message
 
 
+# slow: fast cover: test_another_live_agent_owns_the_run_until_it_dies; resumers: test_races.py
+@pytest.mark.slow
 def test_two_shell_agents_started_at_once_keep_one_writer(tmp_path: Path) -> None:
     result = campaign(agent(), family_from_spec({"resumers": {"count": 2}}), tmp_path)
     assert len(result.trials) == 2
@@ -456,6 +476,9 @@ def test_two_shell_agents_started_at_once_keep_one_writer(tmp_path: Path) -> Non
 
 
 @needs_strace
+# slow: fast cover: test_power_loss.py's
+# test_a_naive_json_agent_fails_and_the_torn_or_lost_state_...
+@pytest.mark.slow
 def test_the_shell_agent_survives_power_loss(tmp_path: Path) -> None:
     result = campaign(agent(), POWER, tmp_path)
     assert len(result.trials) == 4

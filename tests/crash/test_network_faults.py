@@ -174,6 +174,8 @@ def _gate(path: Path, report: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+# slow: fast cover: test_the_keyed_curl_agent_passes_kills_and_a_timeout, the keyless tests above
+@pytest.mark.slow
 def test_the_network_scenario_passes_the_gate_and_fails_without_the_key(tmp_path: Path) -> None:
     ok = _gate(SCENARIO, tmp_path / "ok")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]

@@ -95,6 +95,8 @@ def test_no_folder_fsync_fails_under_posix_and_is_explained(tmp_path: Path) -> N
 
 
 @needs_strace
+# slow: fast cover: test_a_naive_json_agent_fails_and_the_torn_or_lost_state_is_named
+@pytest.mark.slow
 def test_a_shell_agent_is_judged_as_well(tmp_path: Path) -> None:
     if shutil.which("curl") is None:
         pytest.skip("the shell agent speaks to the ledger with curl, which is missing")

@@ -162,7 +162,8 @@ def _fixture_project(tmp_path: Path, layout: str) -> Path:
     return project
 
 
-@pytest.mark.parametrize("layout", ["module", "package"])
+# the package layout only moves the agent: slow (the module layout is the fast cover)
+@pytest.mark.parametrize("layout", ["module", pytest.param("package", marks=pytest.mark.slow)])
 def test_readme_fixture_example_passes_pasted_into_a_new_project(
     tmp_path: Path, layout: str
 ) -> None:
@@ -353,6 +354,8 @@ def test_running_a_scenarios_folder(tmp_path: Path) -> None:
     assert (tmp_path / "crashpoint-report" / "report.html").is_file()
 
 
+# slow: fast cover: tests/crash/test_ci_gate.py (baseline, report, step summary)
+@pytest.mark.slow
 def test_ci_gate_report_and_baseline(tmp_path: Path) -> None:
     """ci-gate's local summary from a downloaded report folder, and a run against the last
     report as its baseline."""

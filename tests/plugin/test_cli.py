@@ -184,6 +184,8 @@ print("done")
 """
 
 
+# slow: fast cover: test_passing_scenarios_exit_0_with_table_and_reports (one worker)
+@pytest.mark.slow
 def test_parallel_workers_show_combined_progress_and_same_verdicts(inner: Any) -> None:
     """``-n 2`` works out of the box (pytest-xdist is a dependency); the controller prints the
     workers' progress as one line with the overall count and an ETA."""

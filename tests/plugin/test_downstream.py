@@ -17,6 +17,9 @@ pytestmark = pytest.mark.usefixtures("no_unrelated_plugins")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "downstream"
 
 
+# slow: fast cover: test_fixtures.py's
+# test_crash_harness_fails_a_broken_agent_with_replay_commands
+@pytest.mark.slow
 def test_example_passes_the_demo_agent_and_catches_the_broken_one(
     inner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -59,6 +59,8 @@ def run(inner: Any, name: str, *args: str) -> set[Verdict]:
     return found
 
 
+# slow: a gate run four times; fast cover: test_options.py (the plans a shard keeps, 1/2 to 3/3)
+@pytest.mark.slow
 def test_shards_and_workers_give_the_serial_verdicts(gate: Any) -> None:
     pytest.importorskip("xdist")
     serial = run(gate, "serial")

@@ -377,6 +377,8 @@ def _replay(folder: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# slow: fast cover: test_fault_plans_find_a_one_fault_bug_and_shrink_it_to_one_kill
+@pytest.mark.slow
 def test_fault_plans_find_a_two_fault_bug_and_shrink_it_to_two_faults(tmp_path: Path) -> None:
     """Done when: a Hypothesis test over fault_plans() finds a seeded bug in a broken agent and
     shrinks it to a plan of at most two faults (and its replay command reproduces it).

@@ -15,6 +15,8 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pg_store.py"
 
 
+# slow: a benchmark; PostgreSQL's fast cover: test_pg_store.py, test_pg_gate.py
+@pytest.mark.slow
 def test_pg_bench_runs_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip(
         "psycopg",
