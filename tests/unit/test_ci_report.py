@@ -369,3 +369,18 @@ def test_gate_json_keeps_what_a_rerender_needs(
     md = capsys.readouterr().out
     assert "### Scenario errors\n\n- scenarios/gold.scenario.yaml:2 (key 'agent')" in md
     assert "### What changed" in md
+
+
+def test_replay_commands_are_shown_relative_to_the_working_directory(tmp_path: Path) -> None:
+    from crashpoint.harness import replay_here
+
+    inside = tmp_path / "rep" / "scenarios" / "s-kill" / "trials" / "trial-0001"
+    assert replay_here(f"crashpoint replay {inside}", str(tmp_path)) == (
+        "crashpoint replay rep/scenarios/s-kill/trials/trial-0001"
+    )
+    outside = f"crashpoint replay {tmp_path.parent}/elsewhere/trial-0002"
+    assert replay_here(outside, str(tmp_path)) == outside  # not under it: as recorded
+    assert replay_here("crashpoint replay rel/trial-1", str(tmp_path)) == (
+        "crashpoint replay rel/trial-1"
+    )
+    assert replay_here("make replay", str(tmp_path)) == "make replay"

@@ -160,7 +160,7 @@ def campaign_annotations(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
             cause = harness.one_line(f.get("root_cause") or (checks[0] if checks else ""))
             msg = (
                 f"{len(failures)} failing trial(s); trial {f.get('index')}: {cause}\n"
-                f"replay: {f.get('replay', '')}"
+                f"replay: {harness.replay_here(str(f.get('replay', '')))}"
             )
         else:
             reasons = [*(s.get("unexercised") or []), *([s["stopped"]] if s.get("stopped") else [])]

@@ -31,6 +31,7 @@ from crashpoint.harness._report._markdown import (
     SUMMARY_COLUMNS,
     redact_env_secrets,
     render_markdown,
+    replay_here,
     summary_row,
 )
 from crashpoint.harness._report._results import (
@@ -92,6 +93,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "replay_command",
+    "replay_here",
     "scrub_file",
     "scrub_tree",
     "secure_dir",

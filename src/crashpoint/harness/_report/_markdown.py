@@ -29,6 +29,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "redact_env_secrets",
     "render_markdown",
+    "replay_here",
     "summary_row",
 ]
 
@@ -189,11 +190,28 @@ def _failing(summaries: Sequence[Mapping[str, Any]], limit: int) -> list[str]:
         if f.get("plan"):
             out.append(f"  - plan: {_cell(f['plan'])}")
         if f.get("replay"):
-            out.append(f"  - replay: {_code(f['replay'])}")
+            out.append(f"  - replay: {_code(replay_here(f['replay']))}")
     if len(failures) > limit:
         out.append(f"- ... {len(failures) - limit} more in report.html")
     out.append("")
     return out
+
+
+def replay_here(command: str, cwd: str | None = None) -> str:
+    """``crashpoint replay /abs/…/trial-0001`` with the trial folder relative to ``cwd``
+    (default: the working directory) when it lies inside it, as a CI job's log and summary
+    show it (the runner's absolute path means nothing in a downloaded artifact); else as is."""
+    prefix = "crashpoint replay "
+    if not command.startswith(prefix):
+        return command
+    path = command[len(prefix) :]
+    if not os.path.isabs(path):
+        return command
+    here = os.path.abspath(cwd or os.getcwd())
+    rel = os.path.relpath(path, here)
+    if rel == os.curdir or rel.startswith(os.pardir):
+        return command
+    return prefix + rel
 
 
 def _reasons(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -232,7 +250,7 @@ def _changes(changes: Mapping[str, Any], limit: int) -> list[str]:
                 line += f": {_cell(e['cause'])}"
             out.append(line)
             if e.get("replay") and e.get("now") == "failed":
-                out.append(f"  - replay: {_code(e['replay'])}")
+                out.append(f"  - replay: {_code(replay_here(e['replay']))}")
         if int(c.get(kind, len(entries))) > min(limit, len(entries)):
             out.append(f"- ... {int(c.get(kind, 0)) - min(limit, len(entries))} more in gate.json")
         out.append("")
