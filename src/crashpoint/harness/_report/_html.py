@@ -494,7 +494,8 @@ class _Paths:
 
     def text(self, value: object) -> str:
         """``value`` as text with the report and origin folders' absolute paths made
-        relative (a message, a replay command, a stderr tail quote them)."""
+        relative (a message, a replay command, a stderr tail quote them), and then the gate's
+        working folder's (a message cut short may end inside the report folder's name)."""
         out = str(value)
         if self.report is None:
             return out
@@ -502,6 +503,9 @@ class _Paths:
             {r for r in (self.origin, self.report, self.evidence) if r}, key=len, reverse=True
         ):
             out = out.replace(root + os.sep, "").replace(root, ".")
+        base = self.base or ""
+        if base.count(os.sep) >= 2:  # never "/" or "/work": only a folder of some depth
+            out = out.replace(base + os.sep, "")
         return out
 
     def scenario(self, path: str) -> str:
