@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from _reaped import run_reaped
+
 AGENT = Path(__file__).resolve().parents[1] / "verdicts" / "agents" / "json_steps.py"
 
 #: line 7 is the fault entry: a failing campaign's annotation points at it
@@ -46,24 +48,18 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def crashpoint(cwd: Path, *args: object, **env: str) -> Run:
-    p = subprocess.run(
-        [sys.executable, "-m", "crashpoint", *map(str, args)],
-        cwd=cwd,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    p = run_reaped(
+        [sys.executable, "-m", "crashpoint", *map(str, args)], cwd=cwd, env=_env(**env), timeout=180
     )
     return Run(p.returncode, p.stdout, p.stderr)
 
 
 def pytest_run(cwd: Path, *args: object) -> Run:
-    p = subprocess.run(
+    p = run_reaped(
         [sys.executable, "-m", "pytest", "scenarios", "-p", "no:cacheprovider", "-q",
          "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:fakefs",
          *map(str, args)],
-        cwd=cwd, env=_env(), capture_output=True, text=True, timeout=180, check=False,
+        cwd=cwd, env=_env(), timeout=180,
     )  # fmt: skip
     return Run(p.returncode, p.stdout, p.stderr)
 

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ import yaml
 from _doc_examples import ROOT, Block, blocks, example
 
 import crashpoint
+from _reaped import run_reaped
 from crashpoint.harness import ScenarioError, load_scenario
 
 SRC = Path(crashpoint.__file__).resolve().parents[1]
@@ -84,27 +84,11 @@ def _sh(
 ) -> subprocess.CompletedProcess[str]:
     """``script`` run by bash in ``cwd``, in a session of its own (killed whole on a timeout,
     and whatever it left is killed too)."""
-    p = subprocess.Popen(
-        ["bash", "-c", script],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
     try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
+        return run_reaped(["bash", "-c", script], cwd=cwd, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out, err = str(exc.output or ""), str(exc.stderr or "")
         pytest.fail(f"timed out after {timeout}s: {script}\n{out[-3000:]}\n{err[-3000:]}")
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)  # what the script detached, if anything
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def _commands(block: Block) -> list[str]:

@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from _reaped import run_reaped
+
 REPO = Path(__file__).resolve().parents[2]
 
 AGENT = '''\
@@ -78,13 +80,10 @@ def _chromium() -> str | None:
 
 
 def _browser(exe: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    # its renderer and GPU helpers too: the browser's whole session is killed after it
+    return run_reaped(
         [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
-        capture_output=True,
-        text=True,
         timeout=120,
-        start_new_session=True,
-        check=False,
     )
 
 
@@ -114,15 +113,11 @@ def downloaded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (project / "scenarios" / "agent.py").write_text(AGENT)
     (project / "scenarios" / "demo.scenario.yaml").write_text(SCENARIO)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run(
+    run = run_reaped(
         [sys.executable, "-m", "crashpoint", "run", "scenarios", "--report", "report"],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=300,
         cwd=project,
-        start_new_session=True,
-        check=False,
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     copy = tmp / "downloads" / "crashpoint-report"
