@@ -265,18 +265,22 @@ def test_a_disk_full_sweep_catches_an_agent_that_swallows_enospc(tmp_path: Path)
     assert all(t.status == "passed" for t in good.trials)
 
 
-@pytest.mark.parametrize("via", ["strace", "audit hook"])
+@pytest.mark.parametrize("via", ["strace", "strace, replayed", "audit hook"])
 def test_a_fileop_sweep_hits_every_operation_of_the_golden_run_once(
     via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from crashpoint.faults import _strace
 
-    if via == "strace" and not _strace.available()[0]:
+    if via.startswith("strace") and not _strace.available()[0]:
         pytest.skip(f"strace unavailable: {_strace.available()[1]}")
     if via == "audit hook":
         monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
-    result = campaign(agent("good_agent"), [{"kill": {"at": "fileop"}}], tmp_path)
-    assert result.golden.recorded_by.startswith(via)
+    replayed = via == "strace, replayed"  # else every kill is a real one
+    fam = {"kill": {"at": "fileop", "replay": replayed}}
+    result = campaign(agent("good_agent"), [fam], tmp_path)
+    assert result.golden.recorded_by.startswith(via.split(",")[0])
+    kills = [t.attempts[0].killed_by for t in result.trials]
+    assert all(("replayed from the golden run" in k) == replayed for k in kills), kills
     ops = result.golden.fileops
     assert ops
     assert [t.plan.faults[0].arg("fileop") for t in result.trials] == ops

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         new_reap_token,
         running,
         signal_children,
+        wait_exit,
         with_reap_token,
     )
 
@@ -83,6 +84,7 @@ _WHERE = {
     "shielded": _CLEANUP,
     "signal_children": _PROCESS,
     "signal_name": _CLEANUP,
+    "wait_exit": _PROCESS,
     "with_reap_token": _PROCESS,
 }
 
@@ -116,6 +118,7 @@ __all__ = [
     "shielded",
     "signal_children",
     "signal_name",
+    "wait_exit",
     "with_reap_token",
 ]
 

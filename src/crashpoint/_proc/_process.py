@@ -32,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import math
 import os
 import re
 import resource
 import secrets
+import select
 import selectors
 import signal
 import subprocess
@@ -67,6 +69,7 @@ __all__ = [
     "session_members",
     "signal_children",
     "start_error",
+    "wait_exit",
     "with_reap_token",
 ]
 
@@ -670,7 +673,7 @@ class AgentProcess:
         limit = self.timeout if timeout is None else timeout
         timed_out = False
         try:
-            self.proc.wait(timeout=max(0.0, limit - (time.monotonic() - self._t0)))
+            wait_exit(self.proc, max(0.0, limit - (time.monotonic() - self._t0)))
         except subprocess.TimeoutExpired:
             timed_out = True
             self._kill_all()
@@ -715,6 +718,29 @@ class AgentProcess:
             self._cgroup.kill()
         if self.proc.poll() is None:
             kill_tree(self.pid, sid=self.pid, token=self.reap_token)
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """``proc.wait(timeout)`` woken by the exit itself: a pidfd polled (Linux >= 5.3), not
+    ``Popen.wait``'s sleep loop, whose naps grow to 50 ms (each attempt's end was noticed up
+    to 50 ms late). Raises :class:`subprocess.TimeoutExpired` as ``Popen.wait`` does."""
+    if proc.returncode is not None:  # reaped: its pid may be someone else's by now
+        return
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here, or the process is already reaped
+        proc.wait(timeout=timeout)
+        return
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        end = time.monotonic() + timeout
+        while not poller.poll(max(0, math.ceil((end - time.monotonic()) * 1000))):
+            if time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    proc.wait()
 
 
 def _preexec(join: int, fsize: int | None) -> Callable[[], None] | None:

@@ -48,11 +48,15 @@ from crashpoint.faults._fileops import (
 )
 from crashpoint.faults._fileops import arm as arm_fileop_kill
 from crashpoint.faults._fileops import explain_empty as explain_no_fileops
+from crashpoint.faults._fileops import golden_seqs as fileop_seqs
 from crashpoint.faults._fileops import golden_times as fileop_times
 from crashpoint.faults._fileops import landed as fileop_landing
+from crashpoint.faults._fileops import read_golden as read_fileop_trace
 from crashpoint.faults._fileops import record_golden as record_fileops
 from crashpoint.faults._fileops import recorder as fileop_recorder
 from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt, pick_target
+from crashpoint.faults._killreplay import SYSCALLS as KILL_REPLAY_SYSCALLS
+from crashpoint.faults._killreplay import kill_points
 from crashpoint.faults._partition import PartitionMode, TcpProxy
 from crashpoint.faults._powercut import MODELS as POWER_MODELS
 from crashpoint.faults._powercut import (
@@ -64,6 +68,7 @@ from crashpoint.faults._powercut import (
     crash_plan,
     crash_states,
     event_points,
+    kill_state,
     materialize,
     recent_writes,
     write_ranges,
@@ -100,6 +105,7 @@ __all__ = [
     "FAILPOINTS",
     "FILEOP_SYSCALLS",
     "INJECT_DIR",
+    "KILL_REPLAY_SYSCALLS",
     "MUTATIONS",
     "POWER_MODELS",
     "POWER_STRSIZE",
@@ -141,10 +147,14 @@ __all__ = [
     "explain_no_fileops",
     "fileop_landing",
     "fileop_recorder",
+    "fileop_seqs",
     "fileop_times",
+    "kill_points",
+    "kill_state",
     "materialize",
     "parse_trace",
     "pick_target",
+    "read_fileop_trace",
     "read_trace",
     "rebuild_crash_state",
     "recent_writes",

@@ -54,6 +54,7 @@ __all__ = [
     "explain_empty",
     "landed",
     "op_of",
+    "read_golden",
     "record_golden",
     "recorder",
 ]
@@ -647,7 +648,11 @@ def _audit_ops(
 
 
 def record_golden(
-    source: Armed | str, roots: Mapping[str, str], *, exclude: Iterable[str] = ()
+    source: Armed | str,
+    roots: Mapping[str, str],
+    *,
+    exclude: Iterable[str] = (),
+    trace: _strace.Trace | None = None,
 ) -> list[FileOp]:
     """The mutating file operations under ``roots`` of a recorded run, in order.
 
@@ -655,40 +660,77 @@ def record_golden(
     output or audit log (told apart by content). ``roots``: that run's folders by
     placeholder name (``{"state_dir": ..., "workdir": ...}``). Everything else is left out:
     the interpreter's start-up, pipes, sockets, /proc, files outside the folders, the
-    harness's own work files, failed calls, and ``exclude``."""
-    r = _Roots(roots)
-    if isinstance(source, Armed):
+    harness's own work files, failed calls, and ``exclude``. ``trace``: the strace output
+    already read (:func:`read_golden`), so that it is not parsed again."""
+    if isinstance(source, Armed) and source.via == "audit":
+        path = source.record or source.trace
         own = frozenset(os.path.abspath(f) for f in source.files)
+        skip = own | frozenset(os.path.abspath(e) for e in exclude)
+        return _audit_ops(_audit_lines(path), _Roots(roots), skip)
+    if not isinstance(source, Armed) and trace is None and _looks_like_audit(source):
+        skip = frozenset({os.path.abspath(source)}) | frozenset(os.path.abspath(e) for e in exclude)
+        return _audit_ops(_audit_lines(source), _Roots(roots), skip)
+    return [op for op, _ in _golden_ops(source, roots, exclude, trace) or ()]
+
+
+def read_golden(source: Armed | str) -> _strace.Trace | None:
+    """The recorded run's strace output, parsed once for :func:`record_golden`,
+    :func:`golden_times` and :func:`golden_seqs`; None for an audit log."""
+    if isinstance(source, Armed):
+        if source.via == "audit":
+            return None
         path, cwd = source.record or source.trace, source.cwd
     else:
         path, cwd = source, ""
+    return None if _looks_like_audit(path) else _strace.read(path, cwd=cwd)
+
+
+def _golden_ops(
+    source: Armed | str,
+    roots: Mapping[str, str],
+    exclude: Iterable[str],
+    trace: _strace.Trace | None = None,
+) -> list[tuple[FileOp, Syscall]] | None:
+    """Each operation :func:`record_golden` returns with its trace call; None for an audit
+    log (no trace)."""
+    if isinstance(source, Armed):
+        own = frozenset(os.path.abspath(f) for f in source.files)
+    else:
         own = frozenset({os.path.abspath(source)})
+    if trace is None:
+        trace = read_golden(source)
+        if trace is None:
+            return None
     skip = own | frozenset(os.path.abspath(e) for e in exclude)
-    if (isinstance(source, Armed) and source.via == "audit") or _looks_like_audit(path):
-        return _audit_ops(_audit_lines(path), r, skip)
-    return [op for op, _ in _strace_ops(_strace.read(path, cwd=cwd), r, skip)]
+    return _strace_ops(trace, _Roots(roots), skip)
 
 
 def golden_times(
-    source: Armed | str, roots: Mapping[str, str], *, exclude: Iterable[str] = ()
+    source: Armed | str,
+    roots: Mapping[str, str],
+    *,
+    exclude: Iterable[str] = (),
+    trace: _strace.Trace | None = None,
 ) -> list[float]:
     """When each operation :func:`record_golden` returns started (seconds since the epoch), in
     the same order: from a trace written with ``wrap(timestamps=True)`` (strace ``-ttt``);
     [] for an audit log or a trace without times (what places the operations among the
     run's events in reports)."""
-    if isinstance(source, Armed):
-        if source.via == "audit":
-            return []
-        own = frozenset(os.path.abspath(f) for f in source.files)
-        path, cwd = source.record or source.trace, source.cwd
-    else:
-        path, cwd = source, ""
-        own = frozenset({os.path.abspath(source)})
-    if _looks_like_audit(path):
-        return []
-    skip = own | frozenset(os.path.abspath(e) for e in exclude)
-    times = [c.time for _, c in _strace_ops(_strace.read(path, cwd=cwd), _Roots(roots), skip)]
+    times = [c.time for _, c in _golden_ops(source, roots, exclude, trace) or ()]
     return times if times and all(times) else []
+
+
+def golden_seqs(
+    source: Armed | str,
+    roots: Mapping[str, str],
+    *,
+    exclude: Iterable[str] = (),
+    trace: _strace.Trace | None = None,
+) -> list[int]:
+    """The trace's call number (:attr:`Syscall.seq`) of each operation :func:`record_golden`
+    returns, in the same order; [] for an audit log (what ties each operation to the power-loss
+    log's operations, :attr:`LogOp.line`, for a kill replayed from the recorded state)."""
+    return [c.seq for _, c in _golden_ops(source, roots, exclude, trace) or ()]
 
 
 def explain_empty(recorded: Armed, roots: Mapping[str, str]) -> str:

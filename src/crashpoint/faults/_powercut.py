@@ -56,6 +56,7 @@ __all__ = [
     "crash_plan",
     "crash_states",
     "event_points",
+    "kill_state",
     "materialize",
     "oplog",
     "rebuild",
@@ -166,6 +167,8 @@ class LogOp:
     exact: bool = True
     call: str = ""
     file2: int = 0
+    #: the trace's call number (:attr:`Syscall.seq`) it came from; -1 when not known
+    line: int = -1
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able (``data`` as a latin-1 string: one character per byte, so a secret in
@@ -184,6 +187,7 @@ class LogOp:
             "pid": self.pid,
             "exact": self.exact,
             "call": self.call,
+            "line": self.line,
         }
 
     @classmethod
@@ -207,6 +211,7 @@ class LogOp:
                 exact=bool(d.get("exact", True)),
                 call=str(d.get("call", "")),
                 file2=int(d.get("file2", 0)),
+                line=int(d.get("line", -1)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidArgument(f"not a power-loss log operation: {e} in {dict(d)!r:.200}") from e
@@ -508,7 +513,16 @@ class _Recorder:
         assert c is not None
         raw = c.raw if len(c.raw) <= _CALL_MAX else c.raw[:_CALL_MAX] + "..."
         self.ops.append(
-            LogOp(seq=len(self.ops), kind=kind, path=path, time=c.time, pid=c.pid, call=raw, **kw)
+            LogOp(
+                seq=len(self.ops),
+                kind=kind,
+                path=path,
+                time=c.time,
+                pid=c.pid,
+                call=raw,
+                line=c.seq,
+                **kw,
+            )
         )
 
     def table(self, pid: int) -> dict[int, _Ofd]:
@@ -2145,6 +2159,30 @@ def rebuild(log: OpLog, model: str, upto: int, mutation: Mutation) -> CrashState
     """The crash state ``(upto, mutation)`` of ``log`` under ``model`` again (a replay).
     Raises ValueError if the mutation does not apply at that point (e.g. a hand-edited plan)."""
     return _Model(log, model).state(upto, mutation)
+
+
+def kill_state(log: OpLog, upto: int) -> CrashState:
+    """What a kill -9 after the first ``upto`` operations of ``log`` leaves: every one of them
+    performed (the page cache outlives the process), nothing lost, nothing pending. Its
+    ``mutation`` is ``kill``; ``exact`` is False when an inexact write is part of it.
+    Raises ValueError for an ``upto`` outside ``0..len(log.ops)``."""
+    if not 0 <= upto <= len(log.ops):
+        raise InvalidArgument(f"kill point {upto} is outside the log (0..{len(log.ops)})")
+    mdl = _Model(log, "posix")
+    tree = _Tree(log, mdl.symlinks)
+    exact = True
+    for op in log.ops[:upto]:
+        if op.kind in _CHANGES:
+            tree.apply(op)
+            exact = exact and op.exact
+    return CrashState(
+        upto=upto,
+        model="kill",
+        mutation=Mutation("kill"),
+        files=tree.files(),
+        exact=exact,
+        last=log.ops[upto - 1].describe() if upto else "",
+    )
 
 
 def write_ranges(log: OpLog, upto: int) -> dict[str, list[tuple[int, int]]]:

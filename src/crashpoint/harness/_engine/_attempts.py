@@ -55,6 +55,8 @@ from crashpoint.faults import (
     confirm_disk_fault,
     corrupt,
     fileop_landing,
+    kill_state,
+    materialize,
     parse_trace,
     rlimit_argv,
     strace_available,
@@ -72,7 +74,7 @@ from crashpoint.harness._engine._races import (
 )
 from crashpoint.harness._engine._scope import copy_state, dir_size
 from crashpoint.harness._report import write_file
-from crashpoint.harness._spec import Attempt, Fault, Golden, Plan
+from crashpoint.harness._spec import Attempt, Fault, Golden, Plan, oplog_of
 from crashpoint.harness._standins import Ledger
 
 if TYPE_CHECKING:
@@ -306,12 +308,16 @@ class TrialAttempts:
         run out (a power cut at attempt 1 with nothing to cut runs none)."""
         argv0 = self.runner.agent_argv(self.state, self.work, self.ledger)
         n, one_resume = 0, False
+        first = [f for f in self.plan.faults if f.attempt == 1]
         for i, f in enumerate(self.plan.faults):
             if f.kind == "power_loss" and f.attempt == 1:
                 if not self._power_cut_at_start(i, f, argv0):
                     return
                 n = 1
                 one_resume = not any(g.attempt > 1 for g in self.plan.faults)
+            elif f.kind == "fileop" and f.attempt == 1 and f.arg("replay") and first == [f]:
+                self._kill_replayed_at_start(i, f, argv0)
+                n = 1
         while n < 1 + self.runner.restarts and not (one_resume and n >= 2):
             n += 1
             s = _Setup(n, [(i, f) for i, f in enumerate(self.plan.faults) if f.attempt == n], [])
@@ -367,6 +373,51 @@ class TrialAttempts:
         self.attempts.append(att)
         self.notes[i] = {"cut": cut.note(), "power": _power.state_note(cut.state)}
         return True
+
+    def _kill_replayed_at_start(self, i: int, f: Fault, argv0: list[str]) -> None:
+        """Attempt 1 is the golden run killed just before the planned file operation, not
+        re-run: what that kill leaves on disk (the golden run's first operations, from its
+        recorded trace) is put in the trial's folders and the events it had sent in the
+        ledger; then the agent restarts as after a real kill."""
+        how = f.arg("replay")
+        log = oplog_of(self.golden)
+        st = kill_state(log, int(how["upto"]))
+        materialize(st, self.roots)
+        _power.replay_events(self.ledger, self.golden.events[: int(how["events"])], 1)
+        self.ledger.end_attempt(1, reaped=True)
+        label = str(f.arg("label") or "a file operation")
+        att = Attempt(
+            1,
+            list(argv0),
+            None,
+            signal.SIGKILL,
+            False,
+            0.0,
+            b"",
+            b"",
+            killed_by=(
+                f"SIGKILL before {label}, replayed from the golden run's recorded state (its "
+                f"first {st.upto} traced operations and {int(how['events'])} events), not re-run"
+            ),
+        )
+        att.state_copy = os.path.join(self.tdir, "crash-1")
+        copy_state(self.state, att.state_copy, self.runner.scope)
+        for stream in ("stdout", "stderr"):  # it printed nothing: it did not run
+            write_file(os.path.join(self.tdir, f"attempt-1.{stream}"), "", durable=False)
+        done = [op.describe() for op in log.ops[: st.upto]]
+        write_file(
+            os.path.join(self.tdir, "killreplay.txt"),
+            f"attempt 1 was not run: {att.killed_by}.\n"
+            f"What it left is the golden run's first {st.upto} file operations "
+            f"(from its syscall trace), the last of them:\n"
+            + "".join(f"  {line}\n" for line in done[-8:])
+            + f"and the golden run's first {int(how['events'])} events, loaded into the "
+            "ledger as attempt 1's. Re-run it as a real kill with `replay: false` on the "
+            "family (kill: {at: fileop, replay: false}).\n",
+            durable=False,
+        )
+        self.attempts.append(att)
+        self.notes[i] = {"landed": (True, label, "")}  # where a real kill lands: the label
 
     def _corrupt(self, s: _Setup) -> None:
         """``corrupt``: change one file of the trial's folders before the attempt starts."""

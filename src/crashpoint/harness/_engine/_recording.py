@@ -16,6 +16,7 @@ from typing import Any
 
 from crashpoint.faults import (
     FILEOP_SYSCALLS,
+    KILL_REPLAY_SYSCALLS,
     POWER_STRSIZE,
     POWER_SYSCALLS,
     WRITE_SYSCALLS,
@@ -24,8 +25,11 @@ from crashpoint.faults import (
     event_points,
     explain_no_fileops,
     fileop_recorder,
+    fileop_seqs,
     fileop_times,
+    kill_points,
     parse_trace,
+    read_fileop_trace,
     read_trace,
     record_fileops,
     strace_available,
@@ -66,7 +70,8 @@ class GoldenRecording:
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.trace:
-            plog = "plog" in self.needs
+            replay = "killreplay" in self.needs
+            plog = "plog" in self.needs or replay
             calls = sorted(
                 {
                     c.lstrip("?")
@@ -74,6 +79,7 @@ class GoldenRecording:
                         *WRITE_SYSCALLS,
                         *FILEOP_SYSCALLS,
                         *(POWER_SYSCALLS if plog else ()),
+                        *(KILL_REPLAY_SYSCALLS if replay else ()),
                     )
                 }
             )
@@ -90,18 +96,32 @@ class GoldenRecording:
     def environ(self, env: dict[str, str]) -> dict[str, str]:
         return self.armed.environ(env) if self.armed is not None else env
 
-    def learn(self, state: str, work: str, walls: list[float]) -> dict[str, Any]:
+    def learn(
+        self,
+        state: str,
+        work: str,
+        walls: list[float],
+        *,
+        private: tuple[str, ...] = (),
+        refuse: str = "",
+    ) -> dict[str, Any]:
         """What the recording holds (JSON for :class:`Golden`); its files are then removed.
         ``walls``: the wall-clock times of the golden run's events (placed among its file
         operations for ``plog``; and, with strace, ``fileop_events``: how many events came
-        before each file operation)."""
+        before each file operation). For ``killreplay``: ``fileop_replay``, how a kill before
+        each file operation is replayed from the recorded state, or why not (``private``:
+        folders outside the roots the run may change; ``refuse``: why no kill can be)."""
         out: dict[str, Any] = {}
         roots = {"state_dir": state, "workdir": work}
         try:
-            if "plog" in self.needs and self.trace:
-                log = build_oplog(read_trace(self.trace, cwd=self.cwd), roots)
+            trace = None
+            log = None
+            if ("plog" in self.needs or "killreplay" in self.needs) and self.trace:
+                trace = read_trace(self.trace, cwd=self.cwd)
+                log = build_oplog(trace, roots)
                 out["plog"] = log.to_json()
                 out["plog_events"] = event_points(log, walls)
+            if "plog" in self.needs and log is not None:
                 if not log.ops:
                     self.how += (
                         "; the golden run made no file operation under {state_dir} "
@@ -111,12 +131,23 @@ class GoldenRecording:
                 self.how += "; no syscall trace, so no power-loss crash state"
             if "fileops" in self.needs and (self.trace or self.armed is not None):
                 source: Armed | str = self.armed if self.armed is not None else self.trace
-                ops = record_fileops(source, roots)
+                parsed = read_fileop_trace(source) if self.trace else None  # parsed once
+                ops = record_fileops(source, roots, trace=parsed)
                 out["fileops"] = [op.to_json() for op in ops]
-                times = fileop_times(source, roots) if self.trace else []
+                times = fileop_times(source, roots, trace=parsed) if parsed else []
                 if len(times) == len(ops):
                     ordered = sorted(walls)
                     out["fileop_events"] = [bisect.bisect_right(ordered, t) for t in times]
+                if "killreplay" in self.needs and trace is not None and log is not None:
+                    out["fileop_replay"] = kill_points(
+                        trace,
+                        log,
+                        fileop_seqs(source, roots, trace=parsed),
+                        out.get("fileop_events", []),
+                        roots,
+                        private=private,
+                        refuse=refuse,
+                    )
                 if not ops:
                     self.how += "; " + explain_no_fileops(
                         self.armed or Armed(via="strace", trace=self.trace, cwd=self.cwd),

@@ -411,7 +411,13 @@ class TrialRunner:
         duration = time.monotonic() - t0
         self._end_scope(None, ledger)
         learned = (
-            rec.learn(state, work, [float(e.get("wall", 0.0)) for e in ledger.events])
+            rec.learn(
+                state,
+                work,
+                [float(e.get("wall", 0.0)) for e in ledger.events],
+                private=tuple(env[k] for k in ("TMPDIR", "PYTHONPYCACHEPREFIX") if env.get(k)),
+                refuse=self._no_kill_replay(),
+            )
             if ex.returncode == 0
             else {}
         )
@@ -451,7 +457,20 @@ class TrialRunner:
             plog=learned.get("plog", {}),
             plog_events=learned.get("plog_events", []),
             fileop_events=learned.get("fileop_events", []),
+            fileop_replay=learned.get("fileop_replay", []),
         )
+
+    def _no_kill_replay(self) -> str:
+        """Why no kill of this agent can be replayed from a recorded state ("" if it can):
+        it names state kept outside its folders with ``{trial_id}`` (a database, a schema),
+        which a replay cannot put back as it was at the kill."""
+        parts = (*self.agent.command, *self.agent.args, *(v for _k, v in self.agent.env))
+        if any("{trial_id}" in p for p in parts):
+            return (
+                "the agent is given {trial_id}, so it may keep state outside its folders, "
+                "which a replay cannot restore"
+            )
+        return ""
 
     def _python_agent(self) -> bool:
         """Started by this interpreter (an entry, or a command run with {python})."""

@@ -104,6 +104,7 @@ from crashpoint._proc import (
     attempt_cgroup,
     end_attempt,
     kill_tree,
+    wait_exit,
     with_reap_token,
 )
 from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
@@ -715,7 +716,7 @@ def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
     try:
-        proc.wait(timeout=10)
+        wait_exit(proc, 10)
     except subprocess.TimeoutExpired:
         kill_tree(proc.pid, sid=proc.pid)
         proc.wait()

@@ -85,7 +85,7 @@ FAMILY_KINDS = (
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
-    "kill": ("at", "count", "names", "max", "within"),
+    "kill": ("at", "count", "names", "max", "within", "replay"),
     "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
@@ -249,6 +249,19 @@ def _check_options(
                     "max",
                 )
             _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
+        if "replay" in opts:
+            if mode != "fileop":
+                raise err(
+                    "kill.replay goes with at: fileop (a kill before a file operation "
+                    "replayed from the golden run's recorded state)",
+                    "replay",
+                )
+            if not isinstance(opts["replay"], bool):
+                raise err(
+                    f"kill.replay must be true or false, got {opts['replay']!r} (false: "
+                    "re-run every kill for real)",
+                    "replay",
+                )
     elif kind == "signal":
         if "within" in opts:
             opts["within"] = _within(opts["within"], "signal.within", at("within"))
@@ -438,12 +451,16 @@ class FaultFamily:
 
     @property
     def needs(self) -> frozenset[str]:
-        """What the golden run must record for this family: ``fileops``, ``writes``."""
+        """What the golden run must record for this family: ``fileops`` (and
+        ``killreplay``: what replays a kill before each, unless ``replay: false``),
+        ``writes``, ``plog``."""
         out = set()
         for kind, opts in self.chain:
             o = dict(opts)
             if kind == "kill" and o.get("at") == "fileop":
                 out.add("fileops")
+                if o.get("replay", True):
+                    out.add("killreplay")
             if (
                 kind == "disk_full"
                 and "capacity" not in o

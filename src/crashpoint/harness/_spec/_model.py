@@ -422,6 +422,11 @@ class Golden:
     #: per file operation of ``fileops``, how many golden events came before it (from a
     #: timed trace; [] without one): where reports draw it among the events
     fileop_events: list[int] = field(default_factory=list)
+    #: per file operation of ``fileops``, how a kill just before it is replayed from the
+    #: recorded state (``{"upto": k, "events": e}``: the first k operations of ``plog`` and
+    #: e events) or why it must be a real kill (``{"why": ...}``); [] when not recorded
+    #: (see :func:`crashpoint.faults._killreplay.kill_points`)
+    fileop_replay: list[dict[str, Any]] = field(default_factory=list)
 
     def identity(self, index: int) -> tuple[str, str, int]:
         """(op, name, nth) of event ``index``: its op, its step or effect kind, and its
@@ -457,6 +462,7 @@ class Golden:
             "plog": self.plog,
             "plog_events": self.plog_events,
             "fileop_events": self.fileop_events,
+            "fileop_replay": self.fileop_replay,
         }
 
 

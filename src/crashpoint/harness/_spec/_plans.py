@@ -180,7 +180,12 @@ def _draw(
                 op = ops[pick(ops)]
             else:
                 op = rng.choice(ops)
-            return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op))]
+            extra: dict[str, Any] = {}
+            idx = next(i for i, o in enumerate(ops) if o is op)
+            rp = golden.fileop_replay[idx] if idx < len(golden.fileop_replay) else {}
+            if attempt == 1 and opts.get("replay", True) and "upto" in rp:
+                extra["replay"] = {"upto": int(rp["upto"]), "events": int(rp["events"])}
+            return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op), **extra)]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
         when = _instant(opts, golden, rng)

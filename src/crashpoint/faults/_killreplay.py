@@ -1,0 +1,163 @@
+"""A kill -9 replayed from a recorded run instead of re-run up to the kill.
+
+A SIGKILL just before a file operation leaves, on disk, exactly what the operations before it
+did (the page cache outlives the process): with the golden run's syscall trace turned into its
+operation log (:func:`crashpoint.faults._powercut.oplog`), that state is the log's first
+``upto`` operations applied (:func:`crashpoint.faults._powercut.kill_state`), where ``upto``
+counts the operations whose trace call came before the killed one. A kill trial can then start
+from that state and run only the restart, as a power-cut trial does.
+
+That holds only when the trace says everything the kill would leave. :func:`kill_points` says,
+for each recorded file operation, either ``{"upto": k}`` or ``{"why": ...}`` (the trial must
+kill a real run there), and refuses from the first call on which any of these holds:
+
+- the log could not model something it saw (its ``notes``), or a write longer than the trace
+  shows (an inexact state);
+- a symbolic link was made under the folders (a materialised state holds no links);
+- a file outside the trial's folders was changed (a replay restores only the folders);
+- two processes or threads changed files under the folders over overlapping spans (the state
+  at the kill is then not one prefix of the trace);
+- a file under the folders was mapped shared and writable (``mmap`` writes are not in a trace;
+  SQLite's ``-shm`` index is exempt: SQLite rebuilds it when it is the only one to open it);
+- a write put the run's own folder path into a file (a replayed state would point into the
+  golden run's folders, not the trial's).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from crashpoint.faults._fileops import op_of
+from crashpoint.faults._powercut import OpLog
+from crashpoint.faults._strace import Trace
+
+__all__ = ["SYSCALLS", "kill_points"]
+
+#: Traced besides the power-loss log's calls, to see shared writable mappings.
+SYSCALLS: tuple[str, ...] = ("mmap",)
+
+#: Paths a run may change without making its state unreplayable (devices, kernel files).
+_HARMLESS = ("/dev/", "/proc/", "/sys/")
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def _forms(folders: Iterable[str]) -> list[str]:
+    out: set[str] = set()
+    for f in folders:
+        if f:
+            a = os.path.normpath(os.path.abspath(f))
+            out.update({a, os.path.realpath(a)})
+    return sorted(out)
+
+
+def _barriers(
+    trace: Trace, log: OpLog, roots: Sequence[str], private: Sequence[str]
+) -> list[tuple[int, str]]:
+    """``(call number, why)``: from that call on, a kill cannot be replayed."""
+    out: list[tuple[int, str]] = []
+    if log.notes:
+        out.append((-1, "the trace could not model everything the run did: " + log.notes[0]))
+    for op in log.ops:
+        if op.line < 0:
+            out.append((-1, "the recording does not tie its operations to the trace"))
+            break
+    for op in log.ops:
+        if not op.exact:
+            out.append((op.line, f"a write longer than the trace shows ({op.describe()})"))
+            break
+    for op in log.ops:
+        if op.kind == "symlink":
+            out.append((op.line, f"a symbolic link was made ({op.describe()})"))
+            break
+    secrets = [f.encode() for f in roots if len(f) > 1]
+    for op in log.ops:
+        if op.kind == "write" and any(s in op.data for s in secrets):
+            out.append(
+                (
+                    op.line,
+                    f"the run wrote its own folder's path into a file ({op.describe()}): "
+                    "a replayed state would point into the golden run's folders",
+                )
+            )
+            break
+    spans: dict[int, list[int]] = {}
+    for c in trace.calls:
+        if c.result is None or c.result < 0 or c.errno:
+            continue
+        change = op_of(c)
+        if c.name == "mmap":
+            a = c.args
+            if (
+                len(a) > 3
+                and "PROT_WRITE" in a[2]
+                and "MAP_SHARED" in a[3]
+                and _under(c.path, roots)
+                and not c.path.endswith("-shm")
+            ):
+                out.append((c.seq, f"{c.path} was mapped shared and writable (mmap)"))
+            continue
+        if not change:
+            continue
+        for p in (c.path, c.path2):
+            if not p or not p.startswith("/"):
+                continue
+            if _under(p, roots):
+                s = spans.setdefault(c.pid, [c.seq, c.seq])
+                s[1] = c.seq
+            elif not (p.startswith(_HARMLESS) or _under(p, private)):
+                out.append((c.seq, f"the run changed {p} outside the trial's folders ({c.name})"))
+    last_end, last_pid = -1, 0
+    for pid, (first, end) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        if first < last_end:
+            out.append(
+                (
+                    first,
+                    f"processes or threads {last_pid} and {pid} changed files under the "
+                    "trial's folders at the same time",
+                )
+            )
+            break
+        if end > last_end:
+            last_end, last_pid = end, pid
+    return sorted(out, key=lambda b: b[0])
+
+
+def kill_points(
+    trace: Trace,
+    log: OpLog,
+    seqs: Sequence[int],
+    events: Sequence[int],
+    roots: Mapping[str, str],
+    *,
+    private: Iterable[str] = (),
+    refuse: str = "",
+) -> list[dict[str, Any]]:
+    """For each recorded file operation (``seqs``: its trace call number; ``events``: how many
+    of the run's events came before it), how a kill -9 just before it is replayed:
+    ``{"upto": k, "events": e}`` (the first ``k`` operations of ``log`` are what it leaves),
+    or ``{"why": ...}`` when only a real kill tells (see the module docstring).
+    ``trace``: the run's trace (``log`` was built from it, with call numbers); ``roots``: the
+    run's folders by placeholder name; ``private``: folders outside them the run may change
+    (its private TMPDIR, the bytecode cache); ``refuse``: a reason that applies to every
+    point (e.g. the agent keeps state outside its folders by name)."""
+    if refuse:
+        return [{"why": refuse} for _ in seqs]
+    if len(events) != len(seqs):
+        return [{"why": "the trace has no times to place the events among its operations"}] * len(
+            seqs
+        )
+    barriers = _barriers(trace, log, _forms(roots.values()), _forms(private))
+    lines = [op.line for op in log.ops]
+    out: list[dict[str, Any]] = []
+    for s, e in zip(seqs, events, strict=True):
+        if barriers and barriers[0][0] < s:  # the first barrier came before the killed call
+            out.append({"why": barriers[0][1]})
+        else:
+            out.append({"upto": bisect.bisect_left(lines, s), "events": int(e)})
+    return out
