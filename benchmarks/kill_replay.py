@@ -46,6 +46,10 @@ def _with_replay(fam: Any, replay: bool, most: int) -> Any:
     return FaultFamily(tuple(chain))
 
 
+def _replayed(attempt: Any) -> bool:
+    return "replayed from the golden run" in attempt.killed_by
+
+
 def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
     from crashpoint.harness import Campaign, Zygote
 
@@ -55,9 +59,8 @@ def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
     for replay in (True, False):
         fam = _with_replay(sf.family, replay, most)
         with contextlib.ExitStack() as stack:
-            launcher = (
-                stack.enter_context(Zygote.for_agent(sc.agent)) if sc.agent.warm is not None else None
-            )
+            warm = sc.agent.warm is not None
+            launcher = stack.enter_context(Zygote.for_agent(sc.agent)) if warm else None
             camp = Campaign(
                 sc.agent,
                 [fam],
@@ -79,9 +82,7 @@ def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
         runs[replay] = (res, took)
     (rep, t_rep), (real, t_real) = runs[True], runs[False]
     why = [r["why"] for r in rep.golden.fileop_replay if "why" in r]
-    replayed = [
-        t for t in rep.trials if any("replayed from the golden run" in a.killed_by for a in t.attempts)
-    ]
+    replayed = [t for t in rep.trials if any(_replayed(a) for a in t.attempts)]
     by_label = {t.plan.describe(): t.status for t in real.trials}
     differ = [
         f"{t.plan.describe()}: replayed {t.status}, real {by_label.get(t.plan.describe())}"
