@@ -32,7 +32,7 @@ from typing import Any
 
 from crashpoint.faults._fileops import op_of
 from crashpoint.faults._powercut import OpLog
-from crashpoint.faults._strace import Trace
+from crashpoint.faults._strace import Trace, decoration
 
 __all__ = ["SYSCALLS", "kill_points"]
 
@@ -61,8 +61,10 @@ def _barriers(
 ) -> list[tuple[int, str]]:
     """``(call number, why)``: from that call on, a kill cannot be replayed."""
     out: list[tuple[int, str]] = []
-    if log.notes:
-        out.append((-1, "the trace could not model everything the run did: " + log.notes[0]))
+    # links and inexact writes are placed below, at the call that made them
+    notes = [n for n in log.notes if "symlink" not in n and "inexact" not in n]
+    if notes:
+        out.append((-1, "the trace could not model everything the run did: " + notes[0]))
     for op in log.ops:
         if op.line < 0:
             out.append((-1, "the recording does not tie its operations to the trace"))
@@ -93,14 +95,14 @@ def _barriers(
         change = op_of(c)
         if c.name == "mmap":
             a = c.args
+            mapped = decoration(a[4])[1] if len(a) > 4 else ""
             if (
-                len(a) > 3
-                and "PROT_WRITE" in a[2]
+                "PROT_WRITE" in a[2]
                 and "MAP_SHARED" in a[3]
-                and _under(c.path, roots)
-                and not c.path.endswith("-shm")
+                and _under(mapped, roots)
+                and not mapped.endswith("-shm")
             ):
-                out.append((c.seq, f"{c.path} was mapped shared and writable (mmap)"))
+                out.append((c.seq, f"{mapped} was mapped shared and writable (mmap)"))
             continue
         if not change:
             continue

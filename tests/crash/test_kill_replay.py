@@ -1,0 +1,224 @@
+"""A kill at a file operation replayed from the golden run's recorded state (issue 24, item 1):
+it judges as the real kill does, it is refused (a real kill runs) wherever the trace cannot
+tell what the kill would leave, and each refusal says why.
+
+The refusals are read from real traced runs of small programs (strace), one per reason.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crashpoint.errors import FaultSpecError
+from crashpoint.faults import _strace
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
+from crashpoint.harness._engine._recording import GoldenRecording
+
+AGENTS = Path(__file__).resolve().parents[1] / "agents"
+
+needs_strace = pytest.mark.skipif(
+    not _strace.available()[0], reason=f"strace unavailable: {_strace.available()[1]}"
+)
+
+
+def recorded(tmp_path: Path, body: str, **learn: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Run ``body`` (Python, with STATE and WORK folders) traced as a golden run is, and
+    return (fileop_replay, fileops)."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    state.mkdir()
+    work.mkdir()
+    script = tmp_path / "prog.py"
+    script.write_text(
+        f"import os, sys, threading, mmap\nSTATE, WORK = {str(state)!r}, {str(work)!r}\n"
+        + textwrap.dedent(body)
+    )
+    rec = GoldenRecording({"fileops", "killreplay"}, str(tmp_path / "rec"), str(tmp_path), True)
+    assert rec.how == "strace"
+    done = subprocess.run(rec.wrap([sys.executable, str(script)]), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    out = rec.learn(str(state), str(work), [], **learn)
+    return out["fileop_replay"], out["fileops"]
+
+
+def _labels(ops: list[dict[str, Any]], replay: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(f"{o['op']} {o['path']}", r.get("why", "")) for o, r in zip(ops, replay, strict=True)]
+
+
+@needs_strace
+def test_a_sequential_writer_is_replayed_at_every_operation(tmp_path: Path) -> None:
+    replay, ops = recorded(
+        tmp_path,
+        """
+        for i in range(3):
+            with open(os.path.join(STATE, "s.json"), "w") as f:
+                f.write("x" * (i + 1))
+            os.replace(os.path.join(STATE, "s.json"), os.path.join(STATE, "t.json"))
+        """,
+    )
+    assert len(replay) == len(ops) >= 9
+    assert all("upto" in r for r in replay), _labels(ops, replay)
+    uptos = [r["upto"] for r in replay]
+    assert uptos == sorted(uptos)  # a longer prefix each
+    assert uptos[0] == 0
+    assert uptos[-1] > 0
+
+
+@needs_strace
+@pytest.mark.parametrize(
+    ("case", "body", "says"),
+    [
+        (
+            "outside",
+            """
+            open(os.path.join(STATE, "a"), "w").write("1")
+            open(os.path.join(os.path.dirname(STATE), "elsewhere"), "w").write("2")
+            open(os.path.join(STATE, "b"), "w").write("3")
+            """,
+            "outside the trial's folders",
+        ),
+        (
+            "symlink",
+            """
+            open(os.path.join(STATE, "a"), "w").write("1")
+            os.symlink("a", os.path.join(STATE, "link"))
+            open(os.path.join(STATE, "b"), "w").write("3")
+            """,
+            "symbolic link",
+        ),
+        (
+            "mmap",
+            """
+            with open(os.path.join(STATE, "m"), "w+b") as f:
+                f.write(b"0" * 4096)
+                f.flush()
+                m = mmap.mmap(f.fileno(), 4096)
+                m[0:1] = b"1"
+                m.close()
+            open(os.path.join(STATE, "b"), "w").write("3")
+            """,
+            "mapped shared and writable",
+        ),
+        (
+            "own path",
+            """
+            open(os.path.join(STATE, "a"), "w").write("1")
+            open(os.path.join(STATE, "cfg"), "w").write(STATE)
+            open(os.path.join(STATE, "b"), "w").write("3")
+            """,
+            "its own folder's path",
+        ),
+        (
+            "threads",
+            """
+            go = threading.Barrier(2)
+            def writer(name):
+                go.wait()
+                for i in range(40):
+                    with open(os.path.join(STATE, name), "w") as f:
+                        f.write(str(i))
+            ts = [threading.Thread(target=writer, args=(n,)) for n in ("x", "y")]
+            for t in ts: t.start()
+            for t in ts: t.join()
+            """,
+            "at the same time",
+        ),
+    ],
+)
+def test_a_kill_after_what_the_trace_cannot_tell_is_a_real_kill(
+    case: str, body: str, says: str, tmp_path: Path
+) -> None:
+    replay, ops = recorded(tmp_path, body)
+    refused = [r["why"] for r in replay if "why" in r]
+    assert refused, _labels(ops, replay)
+    assert all(says in w for w in refused), refused
+    if case != "threads":  # the operations before the cause are still replayed
+        assert "upto" in replay[0], _labels(ops, replay)
+
+
+@needs_strace
+def test_sqlite_shm_is_not_a_shared_mapping_that_refuses(tmp_path: Path) -> None:
+    replay, ops = recorded(
+        tmp_path,
+        """
+        import sqlite3
+        db = sqlite3.connect(os.path.join(STATE, "q.db"))
+        db.execute("pragma journal_mode=wal")
+        db.execute("create table t (x)")
+        for i in range(3):
+            with db:
+                db.execute("insert into t values (?)", (i,))
+        db.close()
+        """,
+    )
+    assert any(o["path"].endswith("q.db-wal") for o in ops)
+    assert not any("mapped" in r.get("why", "") for r in replay), _labels(ops, replay)
+
+
+@needs_strace
+def test_a_reason_for_every_point_refuses_them_all(tmp_path: Path) -> None:
+    replay, _ops = recorded(
+        tmp_path, 'open(os.path.join(STATE, "a"), "w").write("1")\n', refuse="keeps state away"
+    )
+    assert replay
+    assert all(r == {"why": "keeps state away"} for r in replay)
+
+
+def run(agent: str, tmp_path: Path, replay: bool, **kw: Any) -> CampaignResult:
+    spec = AgentSpec(
+        command=(
+            "{python}",
+            str(AGENTS / f"{agent}.py"),
+            "--state",
+            "{state_dir}",
+            *kw.pop("argv", ()),
+        ),
+        **kw,
+    )
+    fam = family_from_spec({"kill": {"at": "fileop", "replay": replay}})
+    return Campaign(spec, [fam], str(tmp_path / ("replay" if replay else "real")), seed=3).run()
+
+
+def _replayed(t: Any) -> bool:
+    return any("replayed from the golden run" in a.killed_by for a in t.attempts)
+
+
+@needs_strace
+@pytest.mark.parametrize("agent", ["good_agent", "torn_checkpoint"])
+def test_replayed_kills_give_the_verdicts_of_real_kills(agent: str, tmp_path: Path) -> None:
+    rep, real = run(agent, tmp_path, True), run(agent, tmp_path, False)
+    assert rep.trials
+    assert all(_replayed(t) for t in rep.trials)
+    assert not any(_replayed(t) for t in real.trials)
+    assert [(t.plan.describe(), t.status) for t in rep.trials] == [
+        (t.plan.describe(), t.status) for t in real.trials
+    ]
+    assert rep.ok == real.ok == (agent == "good_agent")  # the broken one is caught both ways
+    if not rep.ok:  # the evidence says the attempt was not run, and how to re-run it for real
+        folder = Path(rep.failures[0].folder)
+        note = (folder / "killreplay.txt").read_text()
+        assert "replay: false" in note
+        assert "attempt 1 was not run" in note
+
+
+@needs_strace
+def test_an_agent_given_its_trial_id_is_killed_for_real(tmp_path: Path) -> None:
+    rep = run("good_agent", tmp_path, True, env=(("AGENT_RUN", "{trial_id}"),))
+    assert rep.trials
+    assert not any(_replayed(t) for t in rep.trials)
+    assert all("{trial_id}" in r["why"] for r in rep.golden.fileop_replay)
+    assert rep.ok
+
+
+def test_replay_is_an_option_of_kill_at_fileop_only() -> None:
+    assert "killreplay" in family_from_spec({"kill": {"at": "fileop"}}).needs
+    assert "killreplay" not in family_from_spec({"kill": {"at": "fileop", "replay": False}}).needs
+    with pytest.raises(FaultSpecError, match=r"kill\.replay goes with at: fileop"):
+        family_from_spec({"kill": {"at": "random", "replay": False}})
+    with pytest.raises(FaultSpecError, match="true or false"):
+        family_from_spec({"kill": {"at": "fileop", "replay": "no"}})
