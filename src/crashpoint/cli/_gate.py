@@ -62,7 +62,8 @@ __all__: list[str] = []
             "-n",
             dest="workers",
             metavar="N",
-            help="parallel workers (pytest-xdist: a number or auto)",
+            help="parallel workers (pytest-xdist: a number or auto; default: one per CPU "
+            "when there are several scenario files, up to one per file; 0: one process)",
         ),
         arg("-k", dest="keyword", metavar="EXPR", help="only scenarios matching EXPR"),
         arg("-x", dest="exitfirst", action="store_true", help="stop at the first failure"),
@@ -99,6 +100,8 @@ def _run(ctx: Context) -> int:
             "installed in this environment: `python3 -m pip install "
             "pytest-xdist`, or run without -n"
         )
+    if a.workers is None:
+        a.workers = _default_workers(paths)
     report = os.path.abspath(a.report)
     # $CRASHPOINT_BASELINE (the plugin's variable) too: read here, before this run replaces a
     # gate.json it may name
@@ -174,6 +177,29 @@ def _run(ctx: Context) -> int:
     if code not in (0, 1):
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
     return EXIT_OK if code == 0 else EXIT_FOUND
+
+
+def _default_workers(paths: list[str]) -> str | None:
+    """``-n`` when not given: one worker per CPU this process may use, up to one per scenario
+    file (a file's campaigns share one golden run, so they stay on one worker), when there is
+    more than one of each and pytest-xdist is installed; else None (one process)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if cpus < 2 or importlib.util.find_spec("xdist") is None:
+        return None
+    files = 0
+    for p in paths:
+        if os.path.isdir(p):
+            for _dir, dirs, names in os.walk(p):
+                dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+                files += sum(n.endswith(".scenario.yaml") for n in names)
+        else:
+            files += 1
+        if files >= cpus:
+            break
+    return str(min(cpus, files)) if files > 1 else None
 
 
 def _load_baseline(path: str) -> tuple[str, dict[str, Any]]:
