@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """crashpoint benchmarks: one entry point, ratios measured in one run on one machine.
 
-    python benchmarks/run.py [--quick] [--no-peers] [--dir DIR] [--only powerloss]
+    python benchmarks/run.py [--quick] [--no-peers] [--no-pg] [--dir DIR] [--rounds N]
+                             [--only powerloss|fileop|pg|checkpointers] [--render]
 
 Peers (LangGraph's SqliteSaver, DBOS, ckpt-chaos) come from benchmarks/requirements.txt and
 are installed into benchmarks/.venv, never into the project's runtime dependencies: without them
 importable, this script creates that venv, installs this checkout into it (editable) beside the
 peers, and runs itself again there. It works from any interpreter, a virtual environment
 included (a venv made from a venv does not see the outer one's packages, so crashpoint is
-installed, not borrowed). ``--only powerloss`` runs the power-loss row alone (it needs only
-ckpt-chaos), merges it into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md;
-``--only pg`` runs benchmarks/pg_store.py (crashpoint's PostgresStore vs LangGraph's
-PostgresSaver vs DBOS on one real PostgreSQL server; skipped with the reason when no server can
-be started), which a full run also does unless ``--no-pg``.
-Variants run in interleaved rounds on the same filesystem; every figure is
-a median (p50) or p99 over all rounds. Writes benchmarks/results/latest.json and
-docs/BENCHMARKS.md. Benchmarks are not tests: nothing here asserts a timing.
+installed, not borrowed). ``--only powerloss`` runs the power-loss row alone and ``--only
+fileop`` the file-operation kill sweep (crashpoint's ``kill: {at: fileop}`` against
+ckpt-chaos's ``--modes before`` on the same agents; both need only ckpt-chaos): each merges its
+row into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md, where every table says
+which run, machine and load it comes from. ``--only pg`` runs benchmarks/pg_store.py
+(crashpoint's PostgresStore vs LangGraph's PostgresSaver vs DBOS on one real PostgreSQL server;
+skipped with the reason when no server can be started), which a full run also does unless
+``--no-pg``. A full run replaces latest.json whole: one run, one machine.
+Variants run in interleaved rounds on the same filesystem; every figure is a median (p50) or
+p99 over all rounds, the same statistic on both sides of a ratio. Harness rows give the time
+to verdict (the whole run, its golden run included) beside their rate. Benchmarks are not
+tests: nothing here asserts a timing.
 """
 
 from __future__ import annotations
