@@ -1,0 +1,148 @@
+"""benchmarks/run.py's statistics (issue 24, honest benchmarks): both sides of a peer ratio use
+the same figure, a FAIL in any round of a row shows, ratios point the way their targets say,
+and every table of the page says where and when it was measured. No benchmark is run here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+RUN_PY = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "run.py")
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_run", RUN_PY)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _round(points: int, seconds: float, verdict: str) -> dict[str, Any]:
+    return {"points": points, "seconds": seconds, "verdict": verdict, "verdicts": {}}
+
+
+def test_per_point_is_a_median_of_each_rounds_own_ratio_and_a_fail_in_any_round_shows(
+    bench: ModuleType,
+) -> None:
+    xs = [_round(10, 2.0, "PASS"), _round(10, 8.0, "FAIL"), _round(10, 3.0, "PASS")]
+    v = bench.per_point(xs)
+    assert v["s_per_point"] == 0.3  # median of 0.2, 0.8, 0.3
+    assert v["verdict_s"] == 3.0  # the whole run, median over rounds
+    assert v["verdict"] == "FAIL"
+    assert v["verdict_rounds"] == "FAIL 1/3, PASS 2/3"
+
+
+def _cost(run_us: float, p50_us: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"run_p50_us": run_us, "run_mean_us": run_us * 1.5, "rounds": 3}
+    if p50_us is not None:
+        out.update(p50_us=p50_us, p99_us=p50_us * 3, n=300)
+    return out
+
+
+def test_peer_ratios_use_our_per_run_figure_at_the_peers_steps_not_our_median_step(
+    bench: ModuleType,
+) -> None:
+    cost = {
+        "limit": _cost(100, 90),
+        "ours_always": _cost(120, 100),
+        "limit_batch10": _cost(12, 10),
+        "ours_batch10": _cost(20, 18),
+        "ours_run_step": _cost(150, 100),
+        "ours_run_step_peer_n": _cost(400, 100),  # fsync tails: the run's mean is higher
+        "sqlitesaver_step": _cost(1000),
+        "dbos_step": _cost(3000),
+    }
+    grow = {"ours": {10: {"per_step": 300.0}}, "sqlitesaver": {}}
+    r = bench.summarize(
+        cost, grow, {10: {"p50_ms": 1.0}}, {}, [10], argparse.Namespace(quick=True), "ext4"
+    )
+    h = r["headline"]
+    assert h["sqlitesaver_overhead_over_ours"] == 2.5  # 1000 / 400, not 1000 / 100
+    assert h["dbos_overhead_over_ours"] == 7.5
+    assert h["sqlitesaver_overhead_over_ours_mean"] == 2.5
+
+
+def _fileop_row(ours_s: float, peer_s: float, ours_verdict: str) -> dict[str, Any]:
+    def tool(s: float, verdict: str) -> dict[str, Any]:
+        return {
+            "points": 10,
+            "s_per_point": s,
+            "per_s": round(1 / s, 2),
+            "verdict_s": s * 10,
+            "verdict": verdict,
+            "verdict_rounds": f"{verdict} 3/3",
+            "verdicts": {},
+        }
+
+    return {
+        "crashpoint": tool(ours_s, ours_verdict),
+        "crashpoint_fork": tool(ours_s / 2, ours_verdict),
+        "ckpt_chaos": tool(peer_s, "PASS"),
+        "per_point_ratio": bench_ratio(peer_s, ours_s),
+        "per_point_ratio_fork": bench_ratio(peer_s, ours_s / 2),
+        "verdict_ratio": bench_ratio(ours_s, peer_s),
+        "verdict_ratio_fork": bench_ratio(ours_s / 2, peer_s),
+    }
+
+
+def bench_ratio(a: float, b: float) -> float:
+    return round(a / b, 2)
+
+
+def test_the_fileop_row_shows_each_sides_verdict_and_its_own_header(bench: ModuleType) -> None:
+    env = bench.env_end(bench.env_start("2026-01-01 00:00 UTC"))
+    fo = {
+        "rounds": 3,
+        "state_on": "tmpfs",
+        "agents": {"naive": "benchmarks/naive_agent.py"},
+        "naive": _fileop_row(0.4, 0.2, "FAIL"),
+        "env": env,
+    }
+    results: dict[str, Any] = {"headline": {}, "quick": False}
+    bench.add_fileop(results, fo)
+    h = results["headline"]
+    assert h["fileop_per_point_over_ckpt_chaos"] == 0.5  # ckpt-chaos's s/point / ours
+    assert h["fileop_verdict_s_over_ckpt_chaos"] == 2.0  # ours / ckpt-chaos's: later
+    assert h["fileop_verdicts"] == {
+        "crashpoint": "FAIL",
+        "crashpoint_fork": "FAIL",
+        "ckpt_chaos": "PASS",
+    }
+    page = bench.markdown(results)
+    assert "FAIL / FAIL / PASS" in page
+    assert "**FAIL** (FAIL 3/3)" in page
+    assert env["machine"]["cpu"] in page
+    assert "load average (1 min)" in page
+    assert "one run" in page  # a single run: the page says so
+
+
+def test_a_page_of_several_runs_says_so_and_dates_each_headline_row(bench: ModuleType) -> None:
+    old = bench.env_end(bench.env_start("2026-01-01 00:00 UTC"))
+    new = dict(old, run="2026-02-02 00:00 UTC")
+    results: dict[str, Any] = {"headline": {}, "quick": False}
+    fo = {
+        "rounds": 3,
+        "state_on": "tmpfs",
+        "agents": {},
+        "naive": _fileop_row(0.1, 0.4, "PASS"),
+        "env": new,
+    }
+    bench.add_fileop(results, fo)
+    results["powerloss"] = {
+        "rounds": 3,
+        "state_on": "tmpfs",
+        "agent": "benchmarks/naive_agent.py",
+        "env": old,
+    }
+    page = bench.markdown(results)
+    assert "combines 2 runs" in page
+    assert "| 2026-01-01 00:00 UTC |" in page
+    assert "| 2026-02-02 00:00 UTC |" in page
