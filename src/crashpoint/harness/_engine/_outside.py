@@ -28,6 +28,9 @@ _ATTEMPT = re.compile(r"attempt-(\d+)")
 OWN_PREFIXES = ("cp-", "crashpoint-", "pytest-of-")
 #: At most this many files are looked at to size one new entry of a system temp folder.
 SIZE_SCAN_LIMIT = 100_000
+#: Files counted in a new temp-folder entry (reported "at least" past it): every trial pays
+#: this scan, and another job's folder appearing in /tmp can be large.
+NEW_SCAN_LIMIT = 5_000
 
 
 def _rmtree(path: str) -> None:
@@ -139,7 +142,9 @@ def new_temp_entries(before: Snapshot) -> list[str]:
             if name.startswith(OWN_PREFIXES) or now[name] == old.get(name):
                 continue
             path = os.path.join(d, name)
-            size, complete = sized(path)
-            what = "changed" if name in old else "new"
-            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, {what})")
+            if name in old:  # not walked: its size is what was there, not what changed
+                found.append(f"{path} (changed)")
+                continue
+            size, complete = sized(path, NEW_SCAN_LIMIT)
+            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, new)")
     return found
