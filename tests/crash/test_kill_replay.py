@@ -142,6 +142,23 @@ def test_a_kill_after_what_the_trace_cannot_tell_is_a_real_kill(
 
 
 @needs_strace
+def test_a_parent_that_waits_for_each_writing_child_is_replayed(tmp_path: Path) -> None:
+    replay, ops = recorded(
+        tmp_path,
+        """
+        import subprocess
+        open(os.path.join(STATE, "a"), "w").write("1")
+        for name in ("b", "c"):  # a shell script's way: one command at a time, waited for
+            code = f"open({os.path.join(STATE, name)!r}, 'w').write('2')"
+            subprocess.run([sys.executable, "-c", code], check=True)
+        open(os.path.join(STATE, "a"), "w").write("3")
+        """,
+    )
+    assert len({o["path"] for o in ops}) == 3
+    assert all("upto" in r for r in replay), _labels(ops, replay)
+
+
+@needs_strace
 def test_sqlite_shm_is_not_a_shared_mapping_that_refuses(tmp_path: Path) -> None:
     replay, ops = recorded(
         tmp_path,

@@ -32,7 +32,7 @@ from typing import Any
 
 from crashpoint.faults._fileops import op_of
 from crashpoint.faults._powercut import OpLog
-from crashpoint.faults._strace import Trace, decoration
+from crashpoint.faults._strace import Syscall, Trace, decoration
 
 __all__ = ["SYSCALLS", "kill_points"]
 
@@ -88,7 +88,7 @@ def _barriers(
                 )
             )
             break
-    spans: dict[int, list[int]] = {}
+    mine: list[Syscall] = []  # the calls that changed something under the folders
     for c in trace.calls:
         if c.result is None or c.result < 0 or c.errno:
             continue
@@ -110,24 +110,38 @@ def _barriers(
             if not p or not p.startswith("/"):
                 continue
             if _under(p, roots):
-                s = spans.setdefault(c.pid, [c.seq, c.seq])
-                s[1] = c.seq
+                if not mine or mine[-1] is not c:
+                    mine.append(c)
             elif not (p.startswith(_HARMLESS) or _under(p, private)):
                 out.append((c.seq, f"the run changed {p} outside the trial's folders ({c.name})"))
-    last_end, last_pid = -1, 0
-    for pid, (first, end) in sorted(spans.items(), key=lambda kv: kv[1][0]):
-        if first < last_end:
-            out.append(
-                (
-                    first,
-                    f"processes or threads {last_pid} and {pid} changed files under the "
+    clash = _concurrent(mine, trace.ended)
+    if clash is not None:
+        out.append(clash)
+    return sorted(out, key=lambda b: b[0])
+
+
+def _concurrent(mine: list[Syscall], ended: Mapping[int, float]) -> tuple[int, str] | None:
+    """The first change under the folders by a process or thread X made after another one, Y,
+    changed something there since X's previous change while Y is still alive (by the trace's
+    exit lines): X and Y then take turns, and what a kill leaves is not one prefix of the
+    trace. A shell script's parent that writes, starts a child that writes and waits for it,
+    then writes again is not concurrent: the child has exited by then. Without times, any
+    such turn counts."""
+    since: dict[int, set[int]] = {}  # X -> who changed something since X's last change
+    for c in mine:
+        for other in sorted(since.get(c.pid, ())):
+            gone = ended.get(other)
+            if not c.time or gone is None or gone > c.time:
+                return (
+                    c.seq,
+                    f"processes or threads {other} and {c.pid} changed files under the "
                     "trial's folders at the same time",
                 )
-            )
-            break
-        if end > last_end:
-            last_end, last_pid = end, pid
-    return sorted(out, key=lambda b: b[0])
+        since[c.pid] = set()
+        for pid, seen in since.items():
+            if pid != c.pid:
+                seen.add(c.pid)
+    return None
 
 
 def kill_points(

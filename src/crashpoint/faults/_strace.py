@@ -114,6 +114,8 @@ class Trace:
     calls: list[Syscall] = field(default_factory=list)
     exits: dict[int, str] = field(default_factory=dict)
     truncated: bool = False
+    #: pid -> when its ``+++`` line was written (a timed trace, ``-ttt``; else not listed)
+    ended: dict[int, float] = field(default_factory=dict)
 
     def killed(self, pid: int) -> bool:
         """True if process ``pid`` is known to have been killed by SIGKILL."""
@@ -462,6 +464,7 @@ class _Parser:
         self.slots: list[Syscall | tuple[int, str, float] | None] = []  # (pid, text, time)
         self.pending: dict[int, int] = {}  # pid -> slot of its unfinished call
         self.exits: dict[int, str] = {}
+        self.ended: dict[int, float] = {}
 
     def feed(self, line: str) -> None:
         m = _PREFIX.match(line)
@@ -472,6 +475,8 @@ class _Parser:
             em = _EXIT.match(rest.strip())
             if em:
                 self.exits[pid] = em.group(1)
+                if t:
+                    self.ended[pid] = t
                 self._close_pending(pid)
             return
         if rest.startswith("---"):
@@ -668,7 +673,7 @@ def parse_lines(
         calls = p.finish()
     except Exception:
         calls = []
-    return Trace(calls=calls, exits=dict(p.exits), truncated=truncated)
+    return Trace(calls=calls, exits=dict(p.exits), truncated=truncated, ended=dict(p.ended))
 
 
 def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
