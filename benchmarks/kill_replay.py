@@ -1,15 +1,17 @@
 """A kill replayed from the recorded run judges as a real kill does: the evidence, and the cost.
 
 For each scenario file given (default: the shipped ``scenarios/`` and the verdict corpus,
-``tests/verdicts/scenarios/``) and each of its ``kill: {at: fileop}`` families, the family runs
-twice over ONE golden run (so both runs plan the same crash points): with kills replayed from
-the golden run's recorded state where the trace allows (the default), and with every kill re-run
+``tests/verdicts/scenarios/``) and each of its kill families that can be replayed (``kill: {at:
+fileop | every-boundary | random | recovery}``, alone or first in a chain), the family runs twice
+over ONE golden run (so both runs plan the same crash points): with kills replayed from the
+golden run's recorded state where the trace allows (the default), and with every kill re-run
 for real (``replay: false``). Printed per family: the crash points, how many were replayed (and
 why the others were not), whether every trial got the same verdict both ways, and the time of
 each way; then the totals and the median ratio of trial times.
 
     python benchmarks/kill_replay.py                     # everything (tens of minutes)
     python benchmarks/kill_replay.py --max 12 FILE...    # the first 12 operations of each file
+    python benchmarks/kill_replay.py --trials 6          # 6 trials per family that draws them
     python benchmarks/kill_replay.py --json out.json
 
 A family whose agent needs what this machine lacks (strace, an extra, node) is skipped with the
@@ -39,18 +41,28 @@ def _with_replay(fam: Any, replay: bool, most: int) -> Any:
     chain = []
     for kind, opts in fam.chain:
         o = dict(opts)
-        if kind == "kill" and o.get("at") == "fileop":
+        if _replayable(kind, o):
             o["replay"] = replay
+        if kind == "kill" and o.get("at") == "fileop":
             o["max"] = min(int(o.get("max", most)), most)
         chain.append((kind, tuple(sorted(o.items()))))
     return FaultFamily(tuple(chain))
+
+
+def _replayable(kind: str, opts: dict[str, Any]) -> bool:
+    return kind == "kill" and opts.get("at", "random") in (
+        "fileop",
+        "every-boundary",
+        "random",
+        "recovery",
+    )
 
 
 def _replayed(attempt: Any) -> bool:
     return "replayed from the golden run" in attempt.killed_by
 
 
-def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
+def _one(sc: Any, sf: Any, work: str, most: int, trials: int) -> dict[str, Any]:
     from crashpoint.harness import Campaign, Zygote
 
     out: dict[str, Any] = {"file": os.path.relpath(sc.path, ROOT), "family": sf.family.name}
@@ -70,7 +82,7 @@ def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
                 restarts=sc.restarts,
                 expect=sc.expect,
                 launcher=launcher,
-                trials=10_000,
+                trials=trials,
             )
             camp.record = frozenset().union(
                 *(f.family.needs for f in sc.families), {"fileops", "killreplay"}
@@ -81,13 +93,13 @@ def _one(sc: Any, sf: Any, work: str, most: int) -> dict[str, Any]:
         golden = res.golden
         runs[replay] = (res, took)
     (rep, t_rep), (real, t_real) = runs[True], runs[False]
-    why = [r["why"] for r in rep.golden.fileop_replay if "why" in r]
+    why = [r["why"] for r in (*rep.golden.fileop_replay, *rep.golden.boundary_replay) if "why" in r]
     replayed = [t for t in rep.trials if any(_replayed(a) for a in t.attempts)]
-    by_label = {t.plan.describe(): t.status for t in real.trials}
-    differ = [
-        f"{t.plan.describe()}: replayed {t.status}, real {by_label.get(t.plan.describe())}"
-        for t in rep.trials
-        if by_label.get(t.plan.describe()) != t.status
+    differ = [  # the same golden run and seed: the same plans, trial by trial
+        f"{a.plan.describe()}: replayed {a.status}, real {b.status}"
+        + ("" if a.plan.describe() == b.plan.describe() else f" ({b.plan.describe()})")
+        for a, b in zip(rep.trials, real.trials, strict=False)
+        if a.status != b.status or a.plan.describe() != b.plan.describe()
     ]
     out.update(
         points=len(rep.trials),
@@ -109,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", help="scenario files (default: scenarios/ and the corpus)")
     ap.add_argument("--max", type=int, default=40, help="first N file operations per family")
+    ap.add_argument("--trials", type=int, default=12, help="trials per family with a count")
     ap.add_argument("--json", default="", help="write the rows to this file")
     args = ap.parse_args(argv)
     from crashpoint.errors import CrashpointError
@@ -127,13 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"skip {path}: {exc}", file=sys.stderr)
                 continue
             for k, sf in enumerate(sc.families):
-                if not any(
-                    kind == "kill" and dict(o).get("at") == "fileop" for kind, o in sf.family.chain
-                ):
+                kind, opts = sf.family.chain[0]
+                if not _replayable(kind, dict(opts)):
                     continue
                 work = os.path.join(base, f"{n}-{k}")
                 try:
-                    row = _one(sc, sf, work, args.max)
+                    row = _one(sc, sf, work, args.max, args.trials)
                 except CrashpointError as exc:  # a golden run that cannot run here
                     row = {"file": os.path.relpath(path, ROOT), "skipped": str(exc)[:200]}
                 rows.append(row)

@@ -56,6 +56,7 @@ from crashpoint.faults._fileops import record_golden as record_fileops
 from crashpoint.faults._fileops import recorder as fileop_recorder
 from crashpoint.faults._files import CORRUPTIONS, Corruption, corrupt, pick_target
 from crashpoint.faults._killreplay import SYSCALLS as KILL_REPLAY_SYSCALLS
+from crashpoint.faults._killreplay import calls_after as kill_calls_after
 from crashpoint.faults._killreplay import kill_points
 from crashpoint.faults._partition import PartitionMode, TcpProxy
 from crashpoint.faults._powercut import MODELS as POWER_MODELS
@@ -149,6 +150,7 @@ __all__ = [
     "fileop_recorder",
     "fileop_seqs",
     "fileop_times",
+    "kill_calls_after",
     "kill_points",
     "kill_state",
     "materialize",

@@ -34,7 +34,7 @@ from crashpoint.faults._fileops import op_of
 from crashpoint.faults._powercut import OpLog
 from crashpoint.faults._strace import Syscall, Trace, decoration
 
-__all__ = ["SYSCALLS", "kill_points"]
+__all__ = ["SYSCALLS", "calls_after", "kill_points"]
 
 #: Traced besides the power-loss log's calls, to see shared writable mappings.
 SYSCALLS: tuple[str, ...] = ("mmap",)
@@ -120,6 +120,24 @@ def _barriers(
     return sorted(out, key=lambda b: b[0])
 
 
+def calls_after(trace: Trace, times: Sequence[float]) -> list[int]:
+    """For each time (an event's wall clock, ascending), the call number of the first call
+    of ``trace`` that started after it (one past the last call when none did): where a kill
+    at that event stops the run, for :func:`kill_points`. An agent blocked on the event's
+    reply makes no call until it is answered, so every call before it was done."""
+    peak: list[float] = []
+    top = float("-inf")
+    for c in trace.calls:
+        top = max(top, c.time)
+        peak.append(top)
+    end = (trace.calls[-1].seq + 1) if trace.calls else 0
+    out = []
+    for t in times:
+        k = bisect.bisect_right(peak, t)
+        out.append(trace.calls[k].seq if k < len(trace.calls) else end)
+    return out
+
+
 def _concurrent(mine: list[Syscall], ended: Mapping[int, float]) -> tuple[int, str] | None:
     """The first change under the folders by a process or thread X made after another one, Y,
     changed something there since X's previous change while Y is still alive (by the trace's
@@ -169,11 +187,48 @@ def kill_points(
             seqs
         )
     barriers = _barriers(trace, log, _forms(roots.values()), _forms(private))
+    running = _children(trace)
     lines = [op.line for op in log.ops]
     out: list[dict[str, Any]] = []
     for s, e in zip(seqs, events, strict=True):
+        live = next((r for r in running if r[0] < s < r[1]), None)
         if barriers and barriers[0][0] < s:  # the first barrier came before the killed call
             out.append({"why": barriers[0][1]})
+        elif live is not None:
+            out.append({"why": live[2]})
         else:
             out.append({"upto": bisect.bisect_left(lines, s), "events": int(e)})
+    return out
+
+
+def _children(trace: Trace) -> list[tuple[int, int, str]]:
+    """``(from, to, why)`` call numbers between which a process the run started (not a
+    thread) was alive: a kill there would kill it too, or leave it behind (an orphan the
+    harness must see), and a replay starts no such process, so only a real kill tells."""
+    calls = trace.calls
+    if not calls:
+        return []
+    end = calls[-1].seq + 1
+    peak: list[float] = []
+    top = float("-inf")
+    for c in calls:
+        top = max(top, c.time)
+        peak.append(top)
+    out: list[tuple[int, int, str]] = []
+    for c in calls:
+        if c.name not in ("clone", "clone3", "fork", "vfork") or not c.result or c.result < 0:
+            continue
+        if "CLONE_THREAD" in c.raw:
+            continue
+        gone = trace.ended.get(c.result)
+        k = len(calls) if gone is None else bisect.bisect_right(peak, gone)
+        until = calls[k].seq if k < len(calls) else end
+        out.append(
+            (
+                c.seq,
+                until,
+                f"a process it started (pid {c.result}) was running: a real kill shows "
+                "whether it dies with the agent or is left behind",
+            )
+        )
     return out

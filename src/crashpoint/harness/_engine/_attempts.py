@@ -315,7 +315,7 @@ class TrialAttempts:
                     return
                 n = 1
                 one_resume = not any(g.attempt > 1 for g in self.plan.faults)
-            elif f.kind == "fileop" and f.attempt == 1 and f.arg("replay") and first == [f]:
+            elif f.kind in ("fileop", "kill") and f.arg("replay") and first == [f]:
                 self._kill_replayed_at_start(i, f, argv0)
                 n = 1
         while n < 1 + self.runner.restarts and not (one_resume and n >= 2):
@@ -375,17 +375,24 @@ class TrialAttempts:
         return True
 
     def _kill_replayed_at_start(self, i: int, f: Fault, argv0: list[str]) -> None:
-        """Attempt 1 is the golden run killed just before the planned file operation, not
-        re-run: what that kill leaves on disk (the golden run's first operations, from its
-        recorded trace) is put in the trial's folders and the events it had sent in the
-        ledger; then the agent restarts as after a real kill."""
+        """Attempt 1 is the golden run killed at the planned point (just before a file
+        operation, or at a probe event), not re-run: what that kill leaves on disk (the golden
+        run's first operations, from its recorded trace) is put in the trial's folders and the
+        events it had sent in the ledger (for a kill at an event, through the ledger's own
+        kill there, as a real attempt's would be); then the agent restarts as after a real
+        kill. :func:`crashpoint.faults._killreplay.kill_points` decided it can be."""
         how = f.arg("replay")
         log = oplog_of(self.golden)
         st = kill_state(log, int(how["upto"]))
         materialize(st, self.roots)
-        _power.replay_events(self.ledger, self.golden.events[: int(how["events"])], 1)
+        if f.kind == "fileop":
+            sent = int(how["events"])
+            _power.replay_events(self.ledger, self.golden.events[:sent], 1)
+            where = f"before {f.arg('label') or 'a file operation'}"
+        else:
+            sent = self._replay_until_killed()
+            where = f"at {f.arg('label')} ({f.arg('phase', 'before')})"
         self.ledger.end_attempt(1, reaped=True)
-        label = str(f.arg("label") or "a file operation")
         att = Attempt(
             1,
             list(argv0),
@@ -396,8 +403,8 @@ class TrialAttempts:
             b"",
             b"",
             killed_by=(
-                f"SIGKILL before {label}, replayed from the golden run's recorded state (its "
-                f"first {st.upto} traced operations and {int(how['events'])} events), not re-run"
+                f"SIGKILL {where}, replayed from the golden run's recorded state (its first "
+                f"{st.upto} traced operations and {sent} events), not re-run"
             ),
         )
         att.state_copy = os.path.join(self.tdir, "crash-1")
@@ -405,19 +412,33 @@ class TrialAttempts:
         for stream in ("stdout", "stderr"):  # it printed nothing: it did not run
             write_file(os.path.join(self.tdir, f"attempt-1.{stream}"), "", durable=False)
         done = [op.describe() for op in log.ops[: st.upto]]
+        at = "fileop" if f.kind == "fileop" else "every-boundary"
         write_file(
             os.path.join(self.tdir, "killreplay.txt"),
             f"attempt 1 was not run: {att.killed_by}.\n"
             f"What it left is the golden run's first {st.upto} file operations "
             f"(from its syscall trace), the last of them:\n"
             + "".join(f"  {line}\n" for line in done[-8:])
-            + f"and the golden run's first {int(how['events'])} events, loaded into the "
-            "ledger as attempt 1's. Re-run it as a real kill with `replay: false` on the "
-            "family (kill: {at: fileop, replay: false}).\n",
+            + f"and the golden run's first {sent} events, loaded into the ledger as attempt "
+            "1's. Re-run it as a real kill with `replay: false` on its family (e.g. kill: "
+            f"{{at: {at}, replay: false}}).\n",
             durable=False,
         )
         self.attempts.append(att)
-        self.notes[i] = {"landed": (True, label, "")}  # where a real kill lands: the label
+        if f.kind == "fileop":  # where a real kill lands: the label
+            self.notes[i] = {"landed": (True, str(f.arg("label")), "")}
+
+    def _replay_until_killed(self) -> int:
+        """Feed the golden run's events to the ledger as attempt 1's until its planned kill
+        takes one (the ledger records it killed, as it does a live attempt's); how many."""
+        drop = {"i", "ai", "nth", "attempt", "applied", "killed", "keyless", "t", "wall", "pid"}
+        self.ledger.begin_attempt(1, None)
+        for n, ev in enumerate(self.golden.events, 1):
+            msg = {k: v for k, v in ev.items() if k not in drop}
+            msg["attempt"] = 1
+            if self.ledger.handle(msg) is None:
+                return n
+        return len(self.golden.events)
 
     def _corrupt(self, s: _Setup) -> None:
         """``corrupt``: change one file of the trial's folders before the attempt starts."""

@@ -27,6 +27,7 @@ from crashpoint.faults import (
     fileop_recorder,
     fileop_seqs,
     fileop_times,
+    kill_calls_after,
     kill_points,
     parse_trace,
     read_fileop_trace,
@@ -121,6 +122,18 @@ class GoldenRecording:
                 log = build_oplog(trace, roots)
                 out["plog"] = log.to_json()
                 out["plog_events"] = event_points(log, walls)
+            if "killreplay" in self.needs and trace is not None and log is not None:
+                # per golden event: a kill there (before it, or in its in-doubt window: the
+                # agent is blocked on its reply either way) replayed from the trace, or why not
+                out["boundary_replay"] = kill_points(
+                    trace,
+                    log,
+                    kill_calls_after(trace, walls),
+                    list(range(len(walls))),
+                    roots,
+                    private=private,
+                    refuse=refuse,
+                )
             if "plog" in self.needs and log is not None:
                 if not log.ops:
                     self.how += (

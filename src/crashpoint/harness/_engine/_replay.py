@@ -104,6 +104,7 @@ def golden_from_json(d: dict[str, Any]) -> Golden:
         plog_events=[int(x) for x in d.get("plog_events") or []],
         fileop_events=[int(x) for x in d.get("fileop_events") or []],
         fileop_replay=[dict(x) for x in d.get("fileop_replay") or []],
+        boundary_replay=[dict(x) for x in d.get("boundary_replay") or []],
     )
 
 

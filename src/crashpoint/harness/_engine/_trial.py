@@ -458,6 +458,7 @@ class TrialRunner:
             plog_events=learned.get("plog_events", []),
             fileop_events=learned.get("fileop_events", []),
             fileop_replay=learned.get("fileop_replay", []),
+            boundary_replay=learned.get("boundary_replay", []),
         )
 
     def _no_kill_replay(self) -> str:

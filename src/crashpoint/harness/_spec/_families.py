@@ -109,6 +109,8 @@ CORRUPT_ROOTS = ("state_dir", "workdir")
 #: Bounds of the options (a value outside is refused, naming the bound).
 MAX_COUNT = 100_000  # trials drawn from one family
 MAX_FILEOP = 100_000  # kill: {at: fileop, max: N}
+#: The kills a trial may replay from the golden run's recorded state (``kill.replay``).
+REPLAYED_KILLS = ("fileop", "every-boundary", "random", "recovery")
 MAX_NTH = 1_000  # disk_full: {nth: N}
 MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in memory)
 MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
@@ -250,10 +252,10 @@ def _check_options(
                 )
             _whole(opts["max"], 1, MAX_FILEOP, "kill.max", err=at("max"))
         if "replay" in opts:
-            if mode != "fileop":
+            if mode not in REPLAYED_KILLS:
                 raise err(
-                    "kill.replay goes with at: fileop (a kill before a file operation "
-                    "replayed from the golden run's recorded state)",
+                    f"kill.replay goes with at: {', '.join(REPLAYED_KILLS)} (a kill "
+                    "replayed from the golden run's recorded state), not at: " + mode,
                     "replay",
                 )
             if not isinstance(opts["replay"], bool):
@@ -459,8 +461,8 @@ class FaultFamily:
             o = dict(opts)
             if kind == "kill" and o.get("at") == "fileop":
                 out.add("fileops")
-                if o.get("replay", True):
-                    out.add("killreplay")
+            if kind == "kill" and o.get("at", "random") in REPLAYED_KILLS and o.get("replay", True):
+                out.add("killreplay")
             if (
                 kind == "disk_full"
                 and "capacity" not in o

@@ -427,6 +427,9 @@ class Golden:
     #: e events) or why it must be a real kill (``{"why": ...}``); [] when not recorded
     #: (see :func:`crashpoint.faults._killreplay.kill_points`)
     fileop_replay: list[dict[str, Any]] = field(default_factory=list)
+    #: per golden event, how a kill at it (before it or in its in-doubt window) is replayed
+    #: from the recorded state (``{"upto": k, "events": i}``) or why not (``{"why": ...}``)
+    boundary_replay: list[dict[str, Any]] = field(default_factory=list)
 
     def identity(self, index: int) -> tuple[str, str, int]:
         """(op, name, nth) of event ``index``: its op, its step or effect kind, and its
@@ -463,6 +466,7 @@ class Golden:
             "plog_events": self.plog_events,
             "fileop_events": self.fileop_events,
             "fileop_replay": self.fileop_replay,
+            "boundary_replay": self.boundary_replay,
         }
 
 

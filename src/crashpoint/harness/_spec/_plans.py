@@ -151,6 +151,9 @@ def _draw(
         if at in ("every-boundary", "random", "recovery"):
             b = bs[boundary] if boundary is not None else rng.choice(bs)
             out = [_kill_at(attempt, golden, b.index, b.phase)]
+            rp = golden.boundary_replay[b.index] if b.index < len(golden.boundary_replay) else {}
+            if attempt == 1 and opts.get("replay", True) and "upto" in rp:
+                out[0] = Fault.make("kill", 1, **dict(out[0].args), replay={"upto": rp["upto"]})
             if at == "recovery":  # a second crash while recovering from the first
                 out.append(_later_kill(attempt + 1, golden, b.index, rng, "recovery"))
             return out
