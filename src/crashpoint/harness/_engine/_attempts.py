@@ -431,12 +431,9 @@ class TrialAttempts:
     def _replay_until_killed(self) -> int:
         """Feed the golden run's events to the ledger as attempt 1's until its planned kill
         takes one (the ledger records it killed, as it does a live attempt's); how many."""
-        drop = {"i", "ai", "nth", "attempt", "applied", "killed", "keyless", "t", "wall", "pid"}
         self.ledger.begin_attempt(1, None)
         for n, ev in enumerate(self.golden.events, 1):
-            msg = {k: v for k, v in ev.items() if k not in drop}
-            msg["attempt"] = 1
-            if self.ledger.handle(msg) is None:
+            if self.ledger.handle(_power.as_sent(ev, 1)) is None:
                 return n
         return len(self.golden.events)
 

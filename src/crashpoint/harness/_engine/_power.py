@@ -40,6 +40,7 @@ from crashpoint.harness._spec import Attempt, Fault, Golden, oplog_of
 __all__ = [
     "Cut",
     "Recovery",
+    "as_sent",
     "cut",
     "excerpt",
     "replay_events",
@@ -106,14 +107,22 @@ def state_note(st: CrashState) -> dict[str, Any]:
     return {"explain": st.explain, "lost": list(st.lost), "label": st.label()}
 
 
+#: What the ledger adds to an event it records (not part of the message the agent sent).
+_RECORDED = frozenset({"i", "ai", "nth", "attempt", "applied", "killed", "keyless", "t", "wall"})
+
+
+def as_sent(ev: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The message a recorded golden event was, sent again as attempt ``attempt``'s."""
+    msg = {k: v for k, v in ev.items() if k not in _RECORDED and k != "pid"}
+    msg["attempt"] = attempt
+    return msg
+
+
 def replay_events(ledger: Any, events: list[dict[str, Any]], attempt: int = 1) -> None:
     """Load ``events`` into ``ledger`` as attempt ``attempt``: effects applied (their keys
     remembered: a keyed retry is recognised), steps reported."""
-    drop = {"i", "ai", "nth", "attempt", "applied", "killed", "keyless", "t", "wall", "pid"}
     for ev in events:
-        msg = {k: v for k, v in ev.items() if k not in drop}
-        msg["attempt"] = attempt
-        ledger.handle(msg)
+        ledger.handle(as_sent(ev, attempt))
 
 
 def synthetic_attempt(c: Cut, argv: list[str]) -> Attempt:
