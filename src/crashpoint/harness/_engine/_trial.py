@@ -38,6 +38,7 @@ from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import account, kill_at, net_fault
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
 from crashpoint.harness._engine._outside import new_temp_entries
+from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
 from crashpoint.harness._engine._recording import GoldenRecording
 from crashpoint.harness._engine._scope import TrialScope, dir_size
 from crashpoint.harness._report import (
@@ -242,8 +243,9 @@ class TrialRunner:
         self, ledger: Ledger, attempt: int, canary: str, trial: str, extra: dict[str, str]
     ) -> dict[str, str]:
         """The environment of attempt ``attempt``: the harness's own variables that pass
-        (:data:`PASS_ENV`), ``agent.env``, the ledger's, the trial's ids and canary, a private
-        TMPDIR, ``extra``, and a fresh reap token."""
+        (:data:`PASS_ENV`), ``agent.env``, the ledger's, the trial's ids and canary, the
+        private bytecode cache (:mod:`._pycache`), a private TMPDIR, ``extra``, and a fresh
+        reap token."""
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.update(dict(self.agent.env))
         env.update(ledger.env())
@@ -254,7 +256,7 @@ class TrialRunner:
                 "CRASHPOINT_RUN_ID": RUN_ID,
                 "CRASHPOINT_TRIAL_ID": self._trial_id,
                 CANARY_VAR: canary,
-                "PYTHONDONTWRITEBYTECODE": "1",
+                **bytecode_env(dict(self.agent.env), bytecode_cache()),
             }
         )
         if self.scope is not None:  # a private temp folder, measured and removed after it

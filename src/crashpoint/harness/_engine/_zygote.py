@@ -107,6 +107,7 @@ from crashpoint._proc import (
     with_reap_token,
 )
 from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
+from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
 from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
 
 __all__ = [
@@ -529,6 +530,7 @@ def _child(
         _stamp_environ(os.environ.get(REAP_VAR, ""))
         os.chdir(str(msg["cwd"]))
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
         while os.read(go, 1):  # the harness closes its end once the ledger knows our group
             pass
         os.close(go)
@@ -767,7 +769,7 @@ class Zygote:
         plan = fork_plan(agent)
         if isinstance(plan, str):
             raise InvalidArgument(f"this agent cannot be forked: {plan}")
-        env = {**_clean_env(), **dict(agent.env)}
+        env = _clean_env(agent.env)
         z = cls(plan.preload, env=env, cwd=plan.cwd, **kw)
         z.main = plan.main
         return z
@@ -1078,7 +1080,8 @@ class Zygote:
         return f"<Zygote pid={self.pid} preload={list(self.preload)} live={sorted(self._live)}>"
 
 
-def _clean_env() -> dict[str, str]:
+def _clean_env(agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The zygote's environment: what passes, ``agent_env``, the private bytecode cache."""
+    agent_env = dict(agent_env or {})
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    return {**env, **agent_env, **bytecode_env(agent_env, bytecode_cache())}
