@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 #: what `import crashpoint.probe` may add to a bare interpreter's modules
 ALLOWED = {"__future__", "errno"}
@@ -41,3 +42,24 @@ def test_outside_the_harness_a_call_loads_nothing_more() -> None:
         _env(),
     )
     assert {m for m in mods if not m.startswith("crashpoint")} <= ALLOWED, sorted(mods)
+
+
+def test_the_entry_module_loads_no_typing(tmp_path: Path) -> None:
+    """What a spawned entry agent (``python -m crashpoint._entry m:f``) has loaded when its
+    function starts: the base, and none of typing, threading or socket."""
+    (tmp_path / "cp_lean_agent.py").write_text(
+        "import sys\ndef main(args):\n    print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-m", "crashpoint._entry", "cp_lean_agent:main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    mods = set(out.stdout.split())
+    assert "crashpoint.errors" in mods
+    assert not mods & {"typing", "threading", "socket", "json"}, sorted(mods)

@@ -137,7 +137,7 @@ def _resolve(setting: str) -> BytecodeCache:
                 "", f"{PYCACHE_VAR}: not used, {why}; attempts cache no bytecode. To fix: {_HOW}"
             )
         return BytecodeCache(os.path.normpath(value))
-    refused = []
+    refused: list[str] = []
     for place in _default_places():
         why = unsafe_folder(place, create=True)
         if not why:

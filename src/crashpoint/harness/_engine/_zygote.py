@@ -88,10 +88,10 @@ import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from crashpoint import _failpoints, probe
-from crashpoint._entry import EntryFunction, call, resolve, run_main
+from crashpoint._entry import call, resolve, run_main
 from crashpoint._placeholders import fields, fill
 from crashpoint._proc import (
     KEEP_HEAD,
@@ -109,6 +109,9 @@ from crashpoint._proc import (
 from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
 from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
+
+if TYPE_CHECKING:
+    from crashpoint._entry import EntryFunction
 
 __all__ = [
     "ForkPlan",
@@ -769,7 +772,7 @@ class Zygote:
         plan = fork_plan(agent)
         if isinstance(plan, str):
             raise InvalidArgument(f"this agent cannot be forked: {plan}")
-        env = _clean_env(agent.env)
+        env = _clean_env(dict(agent.env))
         z = cls(plan.preload, env=env, cwd=plan.cwd, **kw)
         z.main = plan.main
         return z
