@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from crashpoint.faults import strace_available, strace_wrap
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 from crashpoint.harness._engine._pycache import (
     PYCACHE_VAR,
@@ -223,3 +224,35 @@ def test_the_cache_is_bounded(tmp_path: Path) -> None:
     assert prune(str(cache), max_bytes=999) == 0  # too big: emptied
     assert cache.is_dir()
     assert not any(cache.iterdir())
+
+
+def test_attempts_whose_file_operations_are_counted_run_without_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the audit hook or strace a compile in one run and a cache hit in another would
+    open other files and shift the counts a fileop kill is armed by: such attempts run as
+    before the cache (no prefix, no bytecode written)."""
+    cache = tmp_path / "c"
+    monkeypatch.setenv(PYCACHE_VAR, str(cache))
+    runner = TrialRunner(AgentSpec(("true",)), str(tmp_path / "r"))
+    ledger = runner.ledger(str(tmp_path / "h.jsonl"))
+    code = "import sys; print(sys.pycache_prefix, sys.flags.dont_write_bytecode)"
+    plain = [sys.executable, "-c", code]
+
+    def run(argv: list[str], **extra: str) -> list[str]:
+        env = runner.environment(ledger, 1, "c", "golden", extra)
+        proc = runner.spawn(argv, env, str(tmp_path), None, lambda pid: None)
+        exit_ = proc.wait()
+        assert exit_.returncode == 0, exit_.stderr
+        return exit_.stdout.decode().split()
+
+    try:
+        assert run(plain) == [str(cache), "0"]
+        assert run(plain, CRASHPOINT_FILEOP_KILL="999") == ["None", "1"]
+        if strace_available()[0]:
+            traced = strace_wrap(plain, str(tmp_path / "trace"), syscalls=("openat",))
+            assert run(traced) == ["None", "1"]
+        runner.agent = AgentSpec(("true",), env=(("PYTHONPYCACHEPREFIX", str(tmp_path / "u")),))
+        assert run(plain, CRASHPOINT_FILEOP_KILL="999") == [str(tmp_path / "u"), "0"]
+    finally:
+        runner.close()

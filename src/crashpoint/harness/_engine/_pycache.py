@@ -49,6 +49,7 @@ __all__ = [
     "bytecode_cache",
     "bytecode_env",
     "cache_for",
+    "uncached_env",
     "unsafe_folder",
 ]
 
@@ -213,3 +214,16 @@ def cache_for(agent_env: Mapping[str, str]) -> BytecodeCache:
     if any(k in agent_env for k in _PYTHON_VARS):
         return BytecodeCache(agent_env.get("PYTHONPYCACHEPREFIX", ""))
     return bytecode_cache()
+
+
+def uncached_env(env: Mapping[str, str], agent_env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for an attempt whose system calls or file operations are counted (under strace,
+    or with the injected audit hook): without the cache, as before it, since a module compiled
+    in one run and read from the cache in another opens other files and so shifts the counts
+    (a fileop kill armed by its count in the golden run would land elsewhere). Unchanged when
+    ``agent_env`` makes its own choice."""
+    out = dict(env)
+    if not any(k in agent_env for k in _PYTHON_VARS):
+        out.pop("PYTHONPYCACHEPREFIX", None)
+        out["PYTHONDONTWRITEBYTECODE"] = "1"
+    return out
