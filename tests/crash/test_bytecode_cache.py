@@ -10,11 +10,13 @@ import marshal
 import os
 import stat
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from crashpoint._proc._cleanup import live_dir
 from crashpoint.faults import strace_available, strace_wrap
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 from crashpoint.harness._engine._pycache import (
@@ -176,7 +178,8 @@ def test_a_cache_folder_another_user_could_write_is_not_used(
     assert "not an absolute path" in unsafe_folder("rel/cache")
     assert unsafe_folder(str(tmp_path / "c")) == ""
     assert unsafe_folder(str(tmp_path / "new" / "made"), create=True) == ""
-    assert stat.S_IMODE(os.stat(tmp_path / "new" / "made").st_mode) == 0o700
+    for made in (tmp_path / "new", tmp_path / "new" / "made"):  # parents too, as live_dir wants
+        assert stat.S_IMODE(os.stat(made).st_mode) == 0o700
     if os.geteuid() == 0:  # only root can give a folder away
         theirs = tmp_path / "theirs"
         theirs.mkdir(mode=0o700)
@@ -204,9 +207,12 @@ def test_a_cache_folder_another_user_could_write_is_not_used(
     # the default place refused: the per-user temp one is used instead, and that is said
     monkeypatch.delenv(PYCACHE_VAR)
     monkeypatch.setenv("XDG_CACHE_HOME", str(open_dir))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir(mode=0o700)
     cache = bytecode_cache()
-    assert cache.path.endswith(os.path.join(f"crashpoint-{os.geteuid()}", "pycache"))
+    assert cache.path == str(tmp_path / "tmp" / f"crashpoint-{os.geteuid()}" / "pycache")
     assert f"{open_dir}, above it, is writable by others" in cache.note
+    assert live_dir(str(tmp_path / "tmp"), create=True)  # the registry's folder still usable
 
 
 def test_the_cache_is_bounded(tmp_path: Path) -> None:

@@ -84,10 +84,17 @@ def unsafe_folder(path: str, *, create: bool = False) -> str:
     path = os.path.normpath(path)
     me = os.geteuid()
     if create:
+        missing = []
+        up = path
+        while not os.path.lexists(up) and os.path.dirname(up) != up:
+            missing.append(up)
+            up = os.path.dirname(up)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
+            for folder in reversed(
+                missing
+            ):  # each made 0700, as ~/.cache and <tmp>/crashpoint-<uid>
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder, 0o700)
         except OSError as exc:
             return f"{path} cannot be made: {exc.strerror or exc}"
     try:
