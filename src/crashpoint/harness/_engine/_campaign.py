@@ -288,7 +288,8 @@ class Campaign:
         runner: TrialRunner | None = None,
     ) -> CampaignResult:
         cache = cache_for(dict(self.agent.env))
-        notes = [*self.notes, *([cache.note] if cache.note else [])]
+        # no cache at all (one asked for, or every place, refused): one of the notes too
+        notes = [*self.notes, *([cache.note] if cache.note and not cache.path else [])]
         return CampaignResult(
             self.name,
             golden or Golden([], [], Counter(), b"", 0.0),
