@@ -214,6 +214,20 @@ def test_a_cache_folder_another_user_could_write_is_not_used(
     assert f"{open_dir}, above it, is writable by others" in cache.note
     assert live_dir(str(tmp_path / "tmp"), create=True)  # the registry's folder still usable
 
+    # the default place, when it is safe: $XDG_CACHE_HOME/crashpoint/pycache, made 0700
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = bytecode_cache()
+    assert cache.path == str(tmp_path / "xdg" / "crashpoint" / "pycache")
+    assert cache.note == ""
+    assert stat.S_IMODE(os.stat(tmp_path / "xdg" / "crashpoint").st_mode) == 0o700
+
+    # a relative folder is refused with how to fix it
+    monkeypatch.setenv(PYCACHE_VAR, "rel/cache")
+    cache = bytecode_cache()
+    assert cache.path == ""
+    assert "'rel/cache' is not an absolute path" in cache.note
+    assert f"set {PYCACHE_VAR} to a folder of yours" in cache.note
+
 
 def test_the_cache_is_bounded(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
