@@ -15,6 +15,10 @@ the machine's load falls on all alike, it times:
 2. **campaigns**: a spawn-mode campaign (golden run plus a kill at every boundary and the
    restarts) with ``CRASHPOINT_PYCACHE=off`` (old), the per-user-like cache (warm) and a new
    cache per campaign (cold);
+
+   both also for the old behaviour in an interpreter without ``.pyc`` files (slim container
+   images), simulated by an empty ``PYTHONPYCACHEPREFIX`` with ``PYTHONDONTWRITEBYTECODE=1``
+   (the new behaviour ignores the interpreter's ``.pyc`` files anyway: warm is warm there too);
 3. **the entry**: ``from crashpoint import probe`` against a bare interpreter, and the modules
    it loads.
 
@@ -65,6 +69,7 @@ STORE = textwrap.dedent("""
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
 """)
+SLIM = "old, no stdlib .pyc (slim image)"
 STEPS = textwrap.dedent("""
     import decimal, email.message, email.utils, http.client, urllib.parse
     def render(n):
@@ -100,11 +105,12 @@ def _attempt(script: str, state: str, extra: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def _campaign(script: str, report: str, setting: str) -> float:
+def _campaign(script: str, report: str, setting: str, env: dict[str, str] | None = None) -> float:
     from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
     os.environ["CRASHPOINT_PYCACHE"] = setting
-    agent = AgentSpec(("{python}", script, "{state_dir}"), timeout=60)
+    pairs = tuple(sorted((env or {}).items()))
+    agent = AgentSpec(("{python}", script, "{state_dir}"), timeout=60, env=pairs)
     families = [family_from_spec({"kill": {"at": "every-boundary"}})]
     t0 = time.perf_counter()
     res = Campaign(agent, families, report, seed=1).run()
@@ -121,6 +127,7 @@ def _line(what: str, times: list[float]) -> float:
 
 def _ratios(m: dict[str, float]) -> None:
     print(f"  old / warm: {m['old'] / m['warm']:.2f}x   old / cold: {m['old'] / m['cold']:.2f}x")
+    print(f"  in a slim image, old / warm: {m[SLIM] / m['warm']:.2f}x")
 
 
 def main() -> None:
@@ -140,15 +147,14 @@ def main() -> None:
         state = os.path.join(tmp, "state")
         empty = os.path.join(tmp, "empty")
         os.mkdir(empty)
+        # the old behaviour in an interpreter without .pyc files (slim images): Python looks
+        # for them in an empty prefix and writes none (the new one ignores them anyway)
+        slim_env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
         settings = {
             "old": lambda k: {"PYTHONDONTWRITEBYTECODE": "1"},
             "warm": lambda k: {"PYTHONPYCACHEPREFIX": warm},
             "cold": lambda k: {"PYTHONPYCACHEPREFIX": os.path.join(tmp, f"cold-{k}")},
-            # an interpreter without .pyc files (slim images): Python looks in an empty prefix
-            "old, no stdlib .pyc (slim image)": lambda k: {
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONPYCACHEPREFIX": empty,
-            },
+            SLIM: lambda k: slim_env,
         }
         _attempt(script, state, settings["warm"](0))  # fills the warm cache
         _attempt(script, state, settings["old"](0))  # the page cache, alike for all
@@ -157,26 +163,22 @@ def main() -> None:
             for name, extra in settings.items():
                 times[name].append(_attempt(script, state, extra(k)))
         print("1. one attempt of the agent (a fresh interpreter, as spawned):")
-        m = {name: _line(name, t) for name, t in times.items()}
-        print(
-            f"  old / warm: {m['old'] / m['warm']:.2f}x   old / cold: {m['old'] / m['cold']:.2f}x"
-        )
+        _ratios({name: _line(name, t) for name, t in times.items()})
 
         if a.campaigns:
-            camp: dict[str, list[float]] = {"old": [], "warm": [], "cold": []}
+            camp: dict[str, list[float]] = {"old": [], "warm": [], "cold": [], SLIM: []}
             _campaign(script, os.path.join(tmp, "r-warmup"), warm)
             for k in range(a.campaigns):
-                for name, setting in (
-                    ("old", "off"),
-                    ("warm", warm),
-                    ("cold", os.path.join(tmp, f"camp-cold-{k}")),
+                for name, setting, env in (
+                    ("old", "off", None),
+                    ("warm", warm, None),
+                    ("cold", os.path.join(tmp, f"camp-cold-{k}"), None),
+                    (SLIM, "off", slim_env),  # through agent.env, which the harness leaves be
                 ):
-                    camp[name].append(
-                        _campaign(script, os.path.join(tmp, f"r-{name}-{k}"), setting)
-                    )
+                    report = os.path.join(tmp, f"r-{len(camp[name])}-{k}-{name[:4]}")
+                    camp[name].append(_campaign(script, report, setting, env))
             print("2. a spawn-mode campaign (golden run, a kill at every boundary, restarts):")
-            c = {name: _line(name, t) for name, t in camp.items()}
-            _ratios(c)
+            _ratios({name: _line(name, t) for name, t in camp.items()})
 
         print("3. the entry: what `from crashpoint import probe` adds to a bare interpreter:")
         env = {**_base_env(), "PYTHONPYCACHEPREFIX": warm}
