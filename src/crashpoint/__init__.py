@@ -19,9 +19,9 @@ listed in ``docs/reference/api.md``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from crashpoint._lazy import attach
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
 
 if TYPE_CHECKING:
     from crashpoint import probe

@@ -25,8 +25,6 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
 
 from crashpoint.errors import (
     CheckpointError,
@@ -35,9 +33,14 @@ from crashpoint.errors import (
     RunPaused,
 )
 
-__all__ = ["EntryError", "call", "exit_status", "main", "resolve", "run_main"]
+TYPE_CHECKING = False  # without importing typing: this runs in every spawned entry agent
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, NoReturn
 
-EntryFunction = Callable[[list[str]], Any]
+    EntryFunction = Callable[[list[str]], Any]
+
+__all__ = ["EntryError", "call", "exit_status", "main", "resolve", "run_main"]
 
 
 def resolve(entry: str) -> EntryFunction:

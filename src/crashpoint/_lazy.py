@@ -15,10 +15,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # without importing typing: this runs inside every agent
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 __all__ = ["attach"]
 
@@ -36,7 +38,8 @@ def attach(
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         try:
-            module = importlib.import_module(module_name)
+            __import__(module_name)  # importlib.import_module, without importing importlib
+            module = sys.modules[module_name]
         except ImportError as exc:
             if not extra:
                 raise

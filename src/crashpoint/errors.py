@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-import signal as _signal
-from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # without importing typing: the probe, inside every agent, imports this
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 __all__ = [
     "AgentNotExecutable",
@@ -76,6 +78,8 @@ __all__ = [
 
 
 def _signal_name(signum: int) -> str:
+    import signal as _signal  # only when a message is made: the probe imports this module
+
     try:
         return _signal.Signals(signum).name
     except ValueError:

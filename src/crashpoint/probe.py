@@ -19,13 +19,18 @@ A reply ``{"ok": false, "error": "..."}`` raises :class:`ProbeError`.
 
 from __future__ import annotations
 
-import json
+import _thread
 import os
-import socket
-import threading
-from typing import Any
 
 from crashpoint.errors import ProbeError
+
+# Only the standard library's cheapest modules at import: every agent imports this, under the
+# harness and in production (where each call is a no-op). json and socket are imported by the
+# client, which exists only under the harness; typing only by type checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any
 
 __all__ = [
     "ENV_LEDGER",
@@ -44,11 +49,13 @@ ENV_LEDGER = "CRASHPOINT_LEDGER"
 class _Client:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()  # threading.Lock, without importing threading
         self.sock: socket.socket | None = None
         self.reader: Any = None
 
     def _connect(self) -> None:
+        import socket  # here, not at import: see the module's imports
+
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(self.address)
         self.sock = s
@@ -58,6 +65,8 @@ class _Client:
         )
 
     def _roundtrip(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import json  # here, not at import: see the module's imports
+
         assert self.sock is not None
         data = json.dumps(msg, separators=(",", ":"), sort_keys=True).encode() + b"\n"
         self.sock.sendall(data)

@@ -23,6 +23,7 @@ from crashpoint._proc import received, shielded, signal_name
 from crashpoint._units import format_duration
 from crashpoint.errors import BudgetExceeded, CampaignInterrupted, NoBoundaries
 from crashpoint.harness._checker import TrialFacts
+from crashpoint.harness._engine._pycache import cache_for
 from crashpoint.harness._engine._trial import (
     EVIDENCE_PER_CAMPAIGN,
     EVIDENCE_PER_TRIAL,
@@ -286,6 +287,9 @@ class Campaign:
         interrupted_by: str,
         runner: TrialRunner | None = None,
     ) -> CampaignResult:
+        cache = cache_for(dict(self.agent.env))
+        # no cache at all (one asked for, or every place, refused): one of the notes too
+        notes = [*self.notes, *([cache.note] if cache.note and not cache.path else [])]
         return CampaignResult(
             self.name,
             golden or Golden([], [], Counter(), b"", 0.0),
@@ -296,8 +300,9 @@ class Campaign:
             incomplete,
             interrupted_by,
             plans[len(results) :] if incomplete else [],
-            list(self.notes),
+            notes,
             runner.secrets(canary_for(0, -1)) if runner is not None else {},
+            cache.to_json(),
         )
 
     def _over_budget(self, detail: str, ran: int, planned: int) -> str:

@@ -38,6 +38,7 @@ from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import account, kill_at, net_fault
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
 from crashpoint.harness._engine._outside import new_temp_entries
+from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
 from crashpoint.harness._engine._recording import GoldenRecording
 from crashpoint.harness._engine._scope import TrialScope, dir_size
 from crashpoint.harness._report import (
@@ -242,8 +243,9 @@ class TrialRunner:
         self, ledger: Ledger, attempt: int, canary: str, trial: str, extra: dict[str, str]
     ) -> dict[str, str]:
         """The environment of attempt ``attempt``: the harness's own variables that pass
-        (:data:`PASS_ENV`), ``agent.env``, the ledger's, the trial's ids and canary, a private
-        TMPDIR, ``extra``, and a fresh reap token."""
+        (:data:`PASS_ENV`), ``agent.env``, the ledger's, the trial's ids and canary, the
+        private bytecode cache (:mod:`._pycache`), a private TMPDIR, ``extra``, and a fresh
+        reap token."""
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.update(dict(self.agent.env))
         env.update(ledger.env())
@@ -254,7 +256,7 @@ class TrialRunner:
                 "CRASHPOINT_RUN_ID": RUN_ID,
                 "CRASHPOINT_TRIAL_ID": self._trial_id,
                 CANARY_VAR: canary,
-                "PYTHONDONTWRITEBYTECODE": "1",
+                **bytecode_env(dict(self.agent.env), bytecode_cache()),
             }
         )
         if self.scope is not None:  # a private temp folder, measured and removed after it
@@ -281,9 +283,13 @@ class TrialRunner:
         launcher runs its script (``Zygote.main``), is forked, unless the attempt needs a
         process set-up only a fresh interpreter has: a wrapper such as nsenter (tmpfs) or
         strace, an RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is
-        spawned.
+        spawned. An attempt under strace or the audit hook runs without the bytecode cache
+        (:func:`~._pycache.uncached_env`): its counts of file operations must not depend on
+        what the cache held.
         """
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
+        if _FRESH_INTERPRETER & set(env) or any(os.path.basename(a) == "strace" for a in argv):
+            env = uncached_env(env, dict(self.agent.env))  # its file operations are counted
         prefix = [*ENTRY_ARGV, self.agent.entry]
         forkable = (
             self.launcher is not None and rlimit is None and not _FRESH_INTERPRETER & set(env)

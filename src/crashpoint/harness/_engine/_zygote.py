@@ -88,10 +88,10 @@ import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from crashpoint import _failpoints, probe
-from crashpoint._entry import EntryFunction, call, resolve, run_main
+from crashpoint._entry import call, resolve, run_main
 from crashpoint._placeholders import fields, fill
 from crashpoint._proc import (
     KEEP_HEAD,
@@ -108,7 +108,11 @@ from crashpoint._proc import (
     with_reap_token,
 )
 from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
+from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
 from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
+
+if TYPE_CHECKING:
+    from crashpoint._entry import EntryFunction
 
 __all__ = [
     "ForkPlan",
@@ -530,6 +534,7 @@ def _child(
         _stamp_environ(os.environ.get(REAP_VAR, ""))
         os.chdir(str(msg["cwd"]))
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
         while os.read(go, 1):  # the harness closes its end once the ledger knows our group
             pass
         os.close(go)
@@ -768,7 +773,7 @@ class Zygote:
         plan = fork_plan(agent)
         if isinstance(plan, str):
             raise InvalidArgument(f"this agent cannot be forked: {plan}")
-        env = {**_clean_env(), **dict(agent.env)}
+        env = _clean_env(dict(agent.env))
         z = cls(plan.preload, env=env, cwd=plan.cwd, **kw)
         z.main = plan.main
         return z
@@ -1079,7 +1084,8 @@ class Zygote:
         return f"<Zygote pid={self.pid} preload={list(self.preload)} live={sorted(self._live)}>"
 
 
-def _clean_env() -> dict[str, str]:
+def _clean_env(agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The zygote's environment: what passes, ``agent_env``, the private bytecode cache."""
+    agent_env = dict(agent_env or {})
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    return {**env, **agent_env, **bytecode_env(agent_env, bytecode_cache())}

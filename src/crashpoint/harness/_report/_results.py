@@ -46,6 +46,8 @@ class CampaignResult:
     #: name -> value of what reports must not hold (the golden run's canary, agent.env):
     #: redacted from what the summary quotes of the golden run (its crash map)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    #: where the attempts' bytecode was cached: ``{"path": ..., "note": ...}`` (None: none)
+    bytecode_cache: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +151,7 @@ class CampaignResult:
             "not_exercised": sum(d["not_exercised"] for d in fams.values()),
             "unexercised": self.unexercised(),
             "notes": list(self.notes),
+            "bytecode_cache": dict(self.bytecode_cache) or None,
             "name": self.name,
             "seed": self.seed,
             "ok": self.ok,

@@ -1,0 +1,65 @@
+"""The probe is a guest in every agent, under the harness and in production (where each call
+is a no-op): importing it loads only the cheapest standard modules; json and socket come with
+its first call under the harness, typing and threading never."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: what `import crashpoint.probe` may add to a bare interpreter's modules
+ALLOWED = {"__future__", "errno"}
+
+
+def _new_modules(code: str, env: dict[str, str]) -> set[str]:
+    probe = (
+        "import sys; before = set(sys.modules); "
+        f"{code}; print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
+
+
+def test_importing_the_probe_loads_no_socket_json_threading_or_typing() -> None:
+    mods = _new_modules("from crashpoint import probe", _env())
+    assert "crashpoint.probe" in mods
+    assert {m for m in mods if not m.startswith("crashpoint")} <= ALLOWED, sorted(mods)
+
+
+def test_outside_the_harness_a_call_loads_nothing_more() -> None:
+    mods = _new_modules(
+        "from crashpoint import probe; probe.step_started('a'); "
+        "assert probe.effect('k', {'x': 1}) is True",
+        _env(),
+    )
+    assert {m for m in mods if not m.startswith("crashpoint")} <= ALLOWED, sorted(mods)
+
+
+def test_the_entry_module_loads_no_typing(tmp_path: Path) -> None:
+    """What a spawned entry agent (``python -m crashpoint._entry m:f``) has loaded when its
+    function starts: the base, and none of typing, threading or socket."""
+    (tmp_path / "cp_lean_agent.py").write_text(
+        "import sys\ndef main(args):\n    print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-m", "crashpoint._entry", "cp_lean_agent:main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    mods = set(out.stdout.split())
+    assert "crashpoint.errors" in mods
+    assert not mods & {"typing", "threading", "socket", "json"}, sorted(mods)
