@@ -145,7 +145,7 @@ def test_a_kill_after_what_the_trace_cannot_tell_is_a_real_kill(
 
 
 @needs_strace
-def test_a_parent_that_waits_for_each_writing_child_is_replayed_between_them(tmp_path: Path) -> None:
+def test_a_parent_waiting_for_each_writing_child_is_replayed_between_them(tmp_path: Path) -> None:
     replay, ops = recorded(
         tmp_path,
         """

@@ -275,9 +275,12 @@ class TrialRunner:
         rlimit: int | None,
         on_start: Callable[[int], None],
         output: str | None = None,
+        counted: bool | None = None,
     ) -> AgentProcess:
         """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
         ``output``: stream its stdout and stderr to ``output + ".stdout"`` / ``".stderr"``.
+        ``counted``: whether its file operations are counted (None: when it is traced or
+        has the audit hook).
 
         With a launcher (fork mode) an entry agent, or a ``{python}`` command agent whose
         launcher runs its script (``Zygote.main``), is forked, unless the attempt needs a
@@ -288,7 +291,11 @@ class TrialRunner:
         what the cache held.
         """
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
-        if _FRESH_INTERPRETER & set(env) or any(os.path.basename(a) == "strace" for a in argv):
+        if counted is None:
+            counted = bool(_FRESH_INTERPRETER & set(env)) or any(
+                os.path.basename(a) == "strace" for a in argv
+            )
+        if counted:
             env = uncached_env(env, dict(self.agent.env))  # its file operations are counted
         prefix = [*ENTRY_ARGV, self.agent.entry]
         forkable = (
@@ -392,6 +399,10 @@ class TrialRunner:
                             self.agent.cwd or work,
                             None,
                             functools.partial(ledger.begin_attempt, 1),
+                            # kills and full disks armed by a count in the golden run need
+                            # it uncached, as their attempts are; a trace only replayed or
+                            # cut by power loss does not count
+                            counted=None if {"fileops", "writes"} & set(needs) else False,
                         )
                     )
                 except AgentStartError as exc:  # one line, not a traceback
