@@ -379,6 +379,11 @@ class TrialRunner:
         )
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self.environment(ledger, 1, canary_for(0, -1), "golden", {})
+        if self.launcher is not None and "fileops" not in needs:
+            # fork mode: a killed attempt costs a fork and the run up to the kill, while
+            # recording for a replay would spawn the golden run under strace; only a kill
+            # before a file operation (itself spawned under strace) gains from replaying
+            needs = frozenset(needs) - {"killreplay"}
         rec = GoldenRecording(
             needs, os.path.join(folder, "record"), self.agent.cwd or work, self._python_agent()
         )
