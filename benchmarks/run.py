@@ -464,19 +464,19 @@ def ckpt_chaos_round(base: str) -> dict[str, Any]:
     }
 
 
-def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
-    """One campaign of crashpoint's ``power_loss: {model: posix}`` family (systematic: every
-    crash state of the golden run's trace) on the same agent, one trial at a time: the golden
-    run under strace (always spawned), then per crash state one materialised folder, one
-    resume, the usual checks. ``fork``: the resumes are forked from a warm zygote that imported
-    ``naive_agent:run`` (its start is timed too) instead of spawned as the command line."""
+def _timed_campaign(
+    path: str, family: dict[str, Any], base: str, name: str, fork: bool
+) -> tuple[Any, float]:
+    """One campaign of ``family`` on the agent script ``path`` (its ``run(ARGS)`` function in
+    fork mode, forked from a warm zygote whose start is timed too; else the command line,
+    spawned): the result and the seconds it took, golden run included."""
     from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
-    fam = family_from_spec({"power_loss": {"model": "posix"}})
+    module = os.path.splitext(os.path.basename(path))[0]
     spec = (
-        AgentSpec(entry="naive_agent:run", args=("{state_dir}",), cwd=HERE, timeout=60)
+        AgentSpec(entry=f"{module}:run", args=("{state_dir}",), cwd=HERE, timeout=60)
         if fork
-        else AgentSpec(("{python}", NAIVE_AGENT, "{state_dir}"), timeout=60)
+        else AgentSpec(("{python}", path, "{state_dir}"), timeout=60)
     )
     with tempfile.TemporaryDirectory(dir=base) as d, contextlib.ExitStack() as stack:
         t = time.perf_counter()
@@ -485,8 +485,20 @@ def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
             from crashpoint.harness import Zygote
 
             launcher = stack.enter_context(Zygote.for_agent(spec))
-        res = Campaign(spec, [fam], d, name="powerloss", seed=1, launcher=launcher).run()
-        took = time.perf_counter() - t
+        fam = family_from_spec(family)
+        res = Campaign(spec, [fam], d, name=name, seed=1, launcher=launcher).run()
+        return res, time.perf_counter() - t
+
+
+def crashpoint_round(base: str, fork: bool = False) -> dict[str, Any]:
+    """One campaign of crashpoint's ``power_loss: {model: posix}`` family (systematic: every
+    crash state of the golden run's trace) on the same agent, one trial at a time: the golden
+    run under strace (always spawned), then per crash state one materialised folder, one
+    resume, the usual checks. ``fork``: the resumes are forked from a warm zygote that imported
+    ``naive_agent:run`` (its start is timed too) instead of spawned as the command line."""
+    res, took = _timed_campaign(
+        NAIVE_AGENT, {"power_loss": {"model": "posix"}}, base, "powerloss", fork
+    )
     ran = [x for x in res.trials if not x.skipped]
     torn = []
     for x in res.failures:
@@ -606,25 +618,9 @@ def fileop_crashpoint_round(base: str, agent: str = "naive", fork: bool = False)
     it), one trial at a time; the clock runs from before the golden run (and the zygote's
     start, in fork mode) to the verdict. ``fork``: every attempt is forked from a warm zygote
     that imported ``<agent>:run`` instead of spawned as the command line."""
-    from crashpoint.harness import AgentSpec, Campaign, family_from_spec
-
-    path = FILEOP_AGENTS[agent]
-    module = os.path.splitext(os.path.basename(path))[0]
-    fam = family_from_spec({"kill": {"at": "fileop"}})
-    spec = (
-        AgentSpec(entry=f"{module}:run", args=("{state_dir}",), cwd=HERE, timeout=60)
-        if fork
-        else AgentSpec(("{python}", path, "{state_dir}"), timeout=60)
+    res, took = _timed_campaign(
+        FILEOP_AGENTS[agent], {"kill": {"at": "fileop"}}, base, "fileop", fork
     )
-    with tempfile.TemporaryDirectory(dir=base) as d, contextlib.ExitStack() as stack:
-        t = time.perf_counter()
-        launcher = None
-        if fork:
-            from crashpoint.harness import Zygote
-
-            launcher = stack.enter_context(Zygote.for_agent(spec))
-        res = Campaign(spec, [fam], d, name="fileop", seed=1, launcher=launcher).run()
-        took = time.perf_counter() - t
     ran = [x for x in res.trials if not x.skipped]
     example = ""
     if res.failures:  # the crash point and the check that names the bug
