@@ -45,6 +45,7 @@ from crashpoint.faults import (
     Armed,
     Detacher,
     FileOp,
+    OpLog,
     Syscall,
     TmpfsNamespace,
     UsageSample,
@@ -86,6 +87,19 @@ __all__ = ["TrialAttempts", "abort_unwaited"]
 _RACE_WRITES = 2000
 #: What a disk_full attempt is traced for: its writes, and how it reads the free space.
 _DISK_SYSCALLS = (*WRITE_SYSCALLS, "?statfs", "?fstatfs", "?statfs64", "?fstatfs64")
+
+
+#: The last golden run's parsed operation log: one parse for all of a campaign's replayed
+#: kills (the log holds every byte the golden run wrote). Keyed by the plog's identity.
+_LAST_LOG: list[tuple[dict[str, Any], OpLog]] = []
+
+
+def _oplog(golden: Golden) -> OpLog:
+    if _LAST_LOG and _LAST_LOG[0][0] is golden.plog:
+        return _LAST_LOG[0][1]
+    log = oplog_of(golden)
+    _LAST_LOG[:] = [(golden.plog, log)]
+    return log
 
 
 def abort_unwaited(procs: list[Any]) -> None:
@@ -315,7 +329,7 @@ class TrialAttempts:
                     return
                 n = 1
                 one_resume = not any(g.attempt > 1 for g in self.plan.faults)
-            elif f.kind in ("fileop", "kill") and f.arg("replay") and first == [f]:
+            elif f.kind in ("fileop", "kill") and self._replayable(f) and first == [f]:
                 self._kill_replayed_at_start(i, f, argv0)
                 n = 1
         while n < 1 + self.runner.restarts and not (one_resume and n >= 2):
@@ -374,6 +388,13 @@ class TrialAttempts:
         self.notes[i] = {"cut": cut.note(), "power": _power.state_note(cut.state)}
         return True
 
+    def _replayable(self, f: Fault) -> bool:
+        """``f`` is planned as a replayed kill and the golden run's log holds its state (a
+        failing trial's golden.json may have left a large one out: then the kill is real)."""
+        how = f.arg("replay")
+        ops = (self.golden.plog or {}).get("ops")
+        return bool(how) and ops is not None and len(ops) >= int(how["upto"])
+
     def _kill_replayed_at_start(self, i: int, f: Fault, argv0: list[str]) -> None:
         """Attempt 1 is the golden run killed at the planned point (just before a file
         operation, or at a probe event), not re-run: what that kill leaves on disk (the golden
@@ -382,7 +403,7 @@ class TrialAttempts:
         kill there, as a real attempt's would be); then the agent restarts as after a real
         kill. :func:`crashpoint.faults._killreplay.kill_points` decided it can be."""
         how = f.arg("replay")
-        log = oplog_of(self.golden)
+        log = _oplog(self.golden)
         st = kill_state(log, int(how["upto"]))
         materialize(st, self.roots)
         if f.kind == "fileop":

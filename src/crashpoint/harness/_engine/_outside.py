@@ -28,8 +28,8 @@ _ATTEMPT = re.compile(r"attempt-(\d+)")
 OWN_PREFIXES = ("cp-", "crashpoint-", "pytest-of-")
 #: At most this many files are looked at to size one new entry of a system temp folder.
 SIZE_SCAN_LIMIT = 100_000
-#: Files counted in a new temp-folder entry (reported "at least" past it): every trial pays
-#: this scan, and another job's folder appearing in /tmp can be large.
+#: Files counted in a new or changed temp-folder entry (reported "at least" past it): every
+#: trial pays this scan, and another job's folder changing in /tmp can be large.
 NEW_SCAN_LIMIT = 5_000
 
 
@@ -142,9 +142,7 @@ def new_temp_entries(before: Snapshot) -> list[str]:
             if name.startswith(OWN_PREFIXES) or now[name] == old.get(name):
                 continue
             path = os.path.join(d, name)
-            if name in old:  # not walked: its size is what was there, not what changed
-                found.append(f"{path} (changed)")
-                continue
             size, complete = sized(path, NEW_SCAN_LIMIT)
-            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, new)")
+            what = "changed" if name in old else "new"
+            found.append(f"{path} ({'' if complete else 'at least '}{human_size(size)}, {what})")
     return found

@@ -83,6 +83,28 @@ CANARY_VAR = "OPENAI_API_KEY"
 RUN_ID = "run-1"
 
 
+#: The most write data a failing trial's golden.json keeps for a replayed kill (the state
+#: before the kill, for ``crashpoint replay``); past it the replay kills for real.
+REPLAY_EVIDENCE_BYTES = 1 << 20
+
+
+def _golden_for(plan: Plan, golden: Golden) -> dict[str, Any]:
+    """The golden run as a trial's golden.json: its operation log (``plog``, the data the
+    golden run wrote) only where the trial's replay needs it: whole for a power cut, its
+    prefix up to the kill for a replayed kill when that is small (:data:`REPLAY_EVIDENCE_BYTES`),
+    else left out (``crashpoint replay`` then kills for real, which judges the same)."""
+    d = golden.to_json()
+    if any(f.kind == "power_loss" for f in plan.faults) or not d.get("plog"):
+        return d
+    upto = max((int(f.arg("replay")["upto"]) for f in plan.faults if f.arg("replay")), default=-1)
+    ops = list(d["plog"].get("ops", []))[: max(0, upto)]
+    if upto < 0 or sum(len(o.get("data", "")) for o in ops) > REPLAY_EVIDENCE_BYTES:
+        d["plog"] = {}
+    else:
+        d["plog"] = {**d["plog"], "ops": ops}
+    return d
+
+
 def new_trial_id() -> str:
     """``{trial_id}``: fresh for each trial, golden run and replay (never shared by two, not
     even across gate runs), the same for every attempt within one; letters and digits only,
@@ -636,7 +658,7 @@ class TrialRunner:
         write_trial_folder(
             tdir,
             result,
-            golden=redact_json(golden.to_json(), golden_secrets),
+            golden=redact_json(_golden_for(result.plan, golden), golden_secrets),
             runner=runner,
             budget=scope.budget,
             secrets=scope.secrets,
