@@ -15,8 +15,11 @@ kill a real run there), and refuses from the first call on which any of these ho
   shows (an inexact state);
 - a symbolic link was made under the folders (a materialised state holds no links);
 - a file outside the trial's folders was changed (a replay restores only the folders);
-- two processes or threads changed files under the folders over overlapping spans (the state
-  at the kill is then not one prefix of the trace);
+- a process or thread the run started is alive at the kill (a real kill shows whether the
+  process dies or is left behind; a thread may have had a request or write under way), or
+  the run has an event loop (``epoll_ctl``: requests may be under way at any kill);
+- two processes or threads took turns changing files under the folders (the state at the
+  kill is then not one prefix of the trace);
 - a file under the folders was mapped shared and writable (``mmap`` writes are not in a trace;
   SQLite's ``-shm`` index is exempt: SQLite rebuilds it when it is the only one to open it);
 - a write put the run's own folder path into a file (a replayed state would point into the
@@ -36,8 +39,12 @@ from crashpoint.faults._strace import Syscall, Trace, decoration
 
 __all__ = ["SYSCALLS", "calls_after", "kill_points"]
 
-#: Traced besides the power-loss log's calls, to see shared writable mappings.
-SYSCALLS: tuple[str, ...] = ("mmap",)
+#: Traced besides the power-loss log's calls: shared writable mappings, event loops.
+SYSCALLS: tuple[str, ...] = ("mmap", "epoll_ctl")
+#: A call an event loop makes (asyncio, libuv register their descriptors): requests may be
+#: under way at any kill after it. Not ``epoll_create``: importing Python's ``selectors``
+#: (as ``subprocess`` does) makes one to see that epoll works, and closes it.
+_LOOPS = frozenset({"epoll_ctl"})
 
 #: Paths a run may change without making its state unreplayable (devices, kernel files).
 _HARMLESS = ("/dev/", "/proc/", "/sys/")
@@ -93,6 +100,15 @@ def _barriers(
         if c.result is None or c.result < 0 or c.errno:
             continue
         change = op_of(c)
+        if c.name in _LOOPS:
+            out.append(
+                (
+                    c.seq,
+                    f"it runs an event loop ({c.name}): a request it had sent may land after "
+                    "the kill, which only a real kill shows",
+                )
+            )
+            continue
         if c.name == "mmap":
             a = c.args
             mapped = decoration(a[4])[1] if len(a) > 4 else ""
@@ -202,9 +218,11 @@ def kill_points(
 
 
 def _children(trace: Trace) -> list[tuple[int, int, str]]:
-    """``(from, to, why)`` call numbers between which a process the run started (not a
-    thread) was alive: a kill there would kill it too, or leave it behind (an orphan the
-    harness must see), and a replay starts no such process, so only a real kill tells."""
+    """``(from, to, why)`` call numbers between which a process or a thread the run started
+    was alive. A process: a kill there would kill it too, or leave it behind (an orphan the
+    harness must see), and a replay starts no such process. A thread: it may have had a
+    request or a write under way that the kill lets land (or not) after the planned point,
+    which the golden run's order of events does not say. Either way only a real kill tells."""
     calls = trace.calls
     if not calls:
         return []
@@ -218,17 +236,15 @@ def _children(trace: Trace) -> list[tuple[int, int, str]]:
     for c in calls:
         if c.name not in ("clone", "clone3", "fork", "vfork") or not c.result or c.result < 0:
             continue
-        if "CLONE_THREAD" in c.raw:
-            continue
         gone = trace.ended.get(c.result)
         k = len(calls) if gone is None else bisect.bisect_right(peak, gone)
         until = calls[k].seq if k < len(calls) else end
-        out.append(
-            (
-                c.seq,
-                until,
-                f"a process it started (pid {c.result}) was running: a real kill shows "
-                "whether it dies with the agent or is left behind",
-            )
+        why = (
+            f"a thread it started ({c.result}) was running: a request or a write it had "
+            "under way may land after the kill, which only a real kill shows"
+            if "CLONE_THREAD" in c.raw
+            else f"a process it started (pid {c.result}) was running: a real kill shows "
+            "whether it dies with the agent or is left behind"
         )
+        out.append((c.seq, until, why))
     return out
