@@ -168,8 +168,7 @@ def _concurrent(mine: list[Syscall], ended: Mapping[int, float]) -> tuple[int, s
             if not c.time or gone is None or gone > c.time:
                 return (
                     c.seq,
-                    f"processes or threads {other} and {c.pid} changed files under the "
-                    "trial's folders at the same time",
+                    "two processes or threads took turns changing files under the trial's folders",
                 )
         since[c.pid] = set()
         for pid, seen in since.items():
@@ -240,11 +239,11 @@ def _children(trace: Trace) -> list[tuple[int, int, str]]:
         k = len(calls) if gone is None else bisect.bisect_right(peak, gone)
         until = calls[k].seq if k < len(calls) else end
         why = (
-            f"a thread it started ({c.result}) was running: a request or a write it had "
-            "under way may land after the kill, which only a real kill shows"
+            "a thread it started was running: a request or a write it had under way may "
+            "land after the kill, which only a real kill shows"
             if "CLONE_THREAD" in c.raw
-            else f"a process it started (pid {c.result}) was running: a real kill shows "
-            "whether it dies with the agent or is left behind"
+            else "a process it started was running: a real kill shows whether it dies with "
+            "the agent or is left behind"
         )
         out.append((c.seq, until, why))
     return out

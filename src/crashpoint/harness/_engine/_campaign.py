@@ -73,6 +73,32 @@ def _distinct(fam: FaultFamily, golden: Golden, n: int) -> tuple[int, str]:
 ProgressFn = Callable[[int, int, int, TrialResult], None]
 
 
+def _replay_note(plans: list[Plan], golden: Golden) -> str:
+    """How many of the kills of attempt 1 run as replays of the golden run's recorded state,
+    and why the others are real (the first reasons), or "" when none could be."""
+    kills = [
+        f
+        for p in plans
+        for f in p.faults
+        if f.attempt == 1 and (f.kind == "fileop" or (f.kind == "kill" and f.arg("op")))
+    ]
+    if not kills or not (golden.fileop_replay or golden.boundary_replay):
+        return ""
+    replayed = sum(1 for f in kills if f.arg("replay"))
+    whys: list[str] = []
+    for r in (*golden.boundary_replay, *golden.fileop_replay):
+        why = str(r.get("why", ""))
+        if why and why not in whys:
+            whys.append(why)
+    text = (
+        f"{replayed} of {len(kills)} kill(s) of attempt 1 replayed from the golden run's "
+        "recorded state (the restart only; `replay: false` runs them for real)"
+    )
+    if replayed < len(kills) and whys:
+        text += "; the others are real kills: " + "; ".join(whys[:2])
+    return text
+
+
 @dataclass
 class Campaign:
     """Run ``families`` against ``agent``; see the module docstring."""
@@ -195,6 +221,9 @@ class Campaign:
                     self.notes.append(note)
                 for k in range(n):
                     plans.append(self._plan(fam, golden, len(plans), draw=k))
+        note = _replay_note(plans, golden)
+        if note:
+            self.notes.append(note)
         return plans
 
     def _plan(
