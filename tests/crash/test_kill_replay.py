@@ -267,7 +267,9 @@ def test_a_kill_while_a_started_process_runs_is_a_real_kill(tmp_path: Path) -> N
     fam = family_from_spec({"kill": {"at": "every-boundary"}})
     rep = Campaign(spec, [fam], str(tmp_path), seed=3).run()
     assert rep.golden.boundary_replay
-    assert all("a process it started" in r.get("why", "") for r in rep.golden.boundary_replay)
+    # seen from outside in the untraced golden run (then nothing is traced), or in the trace
+    said = ("a process it started", "it starts processes")
+    assert all(any(s in r.get("why", "") for s in said) for r in rep.golden.boundary_replay)
     assert not any(_replayed(t) for t in rep.trials)
     assert not rep.ok  # and the orphan of the killed attempt is caught, as ever
     assert any(c.name == "no_orphans" for t in rep.failures for c in t.failed)
@@ -281,3 +283,31 @@ def test_replay_is_an_option_of_kills_at_file_operations_and_events() -> None:
         family_from_spec({"kill": {"at": "time", "replay": False}})
     with pytest.raises(FaultSpecError, match="true or false"):
         family_from_spec({"kill": {"at": "fileop", "replay": "no"}})
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("import time; time.sleep(0.4)", ""),
+        (
+            "import threading, time; threading.Thread(target=time.sleep, args=(1,)).start()",
+            "threads",
+        ),
+        ("import subprocess; subprocess.run(['sleep', '0.4'])", "processes"),
+        ("import asyncio; asyncio.run(asyncio.sleep(0.4))", "event loop"),
+    ],
+)
+def test_the_golden_run_is_watched_for_what_makes_a_replay_pointless(code: str, says: str) -> None:
+    """Kills at events alone: an untraced golden run watched from outside decides whether a
+    traced one is worth running (a threaded agent pays no trace)."""
+    from crashpoint._proc import BusyWatch
+
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        watch = BusyWatch(proc.pid)
+        proc.wait(timeout=30)
+        watch.stop()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (says in watch.busy) if says else watch.busy == "", watch.busy

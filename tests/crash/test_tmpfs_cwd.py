@@ -141,6 +141,8 @@ def test_a_relative_path_agent_under_a_tmpfs_disk_full_trial_runs_in_its_own_fol
     # the same environment as the attempt without the fault (the shell fallback may add its
     # own PWD and the like)
     per_attempt = {"CRASHPOINT_ATTEMPT", REAP_VAR, "TMPDIR", "TMP", "TEMP"}  # TMPDIR: private
+    # the attempt under the fault is traced, so it runs without the bytecode cache
+    per_attempt |= {"PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"}
     for e in (under_tmpfs["env"], after["env"]):  # per attempt
         assert e["TMPDIR"].endswith(f"/tmp/attempt-{e['CRASHPOINT_ATTEMPT']}")
     if entering == "sh":

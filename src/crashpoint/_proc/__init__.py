@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         PLACEHOLDER_TOKEN,
         REAP_VAR,
         AgentProcess,
+        BusyWatch,
         CappedOutput,
         Exit,
         OutputCapture,
@@ -57,6 +58,7 @@ _PROCESS = "crashpoint._proc._process"
 _WHERE = {
     "AgentProcess": _PROCESS,
     "AttemptCgroup": _CGROUP,
+    "BusyWatch": _PROCESS,
     "CappedOutput": _PROCESS,
     "Containment": _CGROUP,
     "Exit": _PROCESS,
@@ -96,6 +98,7 @@ __all__ = [
     "REAP_VAR",
     "AgentProcess",
     "AttemptCgroup",
+    "BusyWatch",
     "CappedOutput",
     "Containment",
     "Exit",

@@ -57,6 +57,7 @@ __all__ = [
     "PLACEHOLDER_TOKEN",
     "REAP_VAR",
     "AgentProcess",
+    "BusyWatch",
     "CappedOutput",
     "Exit",
     "OutputCapture",
@@ -718,6 +719,48 @@ class AgentProcess:
             self._cgroup.kill()
         if self.proc.poll() is None:
             kill_tree(self.pid, sid=self.pid, token=self.reap_token)
+
+
+class BusyWatch:
+    """Watches process ``pid`` from outside, every ``every`` seconds until :meth:`stop`, for
+    what makes a kill of it depend on more than its files: a second thread, a child process,
+    an event loop (an epoll descriptor). :attr:`busy`: the first such thing seen, in words
+    ("" if none was). A sample can miss what lives between two looks: a hint, not proof."""
+
+    def __init__(self, pid: int, every: float = 0.005) -> None:
+        self.pid, self.every = pid, every
+        self.busy = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="crashpoint-busy", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self.busy and not self._stop.is_set():
+            self.busy = self._look()
+            self._stop.wait(self.every)
+
+    def _look(self) -> str:
+        base = f"/proc/{self.pid}"
+        try:
+            tasks = os.listdir(base + "/task")
+        except OSError:
+            return ""
+        if len(tasks) > 1:
+            return "it runs threads"
+        for t in tasks:
+            with contextlib.suppress(OSError), open(f"{base}/task/{t}/children") as f:
+                if f.read().split():
+                    return "it starts processes"
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(base + "/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"{base}/fd/{fd}") == "anon_inode:[eventpoll]":
+                        return "it runs an event loop (epoll)"
+        return ""
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
 
 
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -27,12 +27,13 @@ from crashpoint._proc import (
     LIVE,
     REAP_VAR,
     AgentProcess,
+    BusyWatch,
     Exit,
     new_reap_token,
     shielded,
 )
 from crashpoint.errors import AgentStartError, BudgetExceeded, GoldenRunFailed
-from crashpoint.faults import Detacher, disk_capabilities, strace_output_of
+from crashpoint.faults import Detacher, disk_capabilities, strace_available, strace_output_of
 from crashpoint.harness._checker import TrialFacts, run_checks
 from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import account, kill_at, net_fault
@@ -381,7 +382,36 @@ class TrialRunner:
         ``fileops`` (its file operations, for kill at fileop) and ``writes`` (its write points,
         for disk_full without a capacity). Both come from a syscall trace (strace); without
         strace, file operations of a Python agent come from the injected audit hook, and
-        write points are not recorded (:attr:`Golden.recorded_by` says why)."""
+        write points are not recorded (:attr:`Golden.recorded_by` says why).
+
+        ``killreplay`` alone (kills at events, nothing else traced) is worth a trace only for
+        an agent whose kills can be replayed: the golden run first runs untraced while its
+        threads, children and event loops are watched, and is run again traced only if it
+        had none (a heavy multi-threaded agent pays no trace; a small one, one more run)."""
+        needs = frozenset(needs)
+        if self.launcher is not None and "fileops" not in needs:
+            # fork mode: a killed attempt costs a fork and the run up to the kill, while
+            # recording for a replay would spawn the golden run under strace; only a kill
+            # before a file operation (itself spawned under strace) gains from replaying
+            needs -= {"killreplay"}
+        if (
+            "killreplay" in needs
+            and not needs & {"fileops", "writes", "plog"}
+            and strace_available()[0]
+        ):
+            first, busy = self._golden(needs - {"killreplay"}, watch=True)
+            if busy:
+                why = (
+                    f"{busy} (seen in the golden run): its kills are real ones, and no trace "
+                    "was recorded for a replay"
+                )
+                first.boundary_replay = [{"why": why} for _ in first.events]
+                return first
+        return self._golden(needs)[0]
+
+    def _golden(self, needs: frozenset[str], watch: bool = False) -> tuple[Golden, str]:
+        """The golden run (see :meth:`golden`); with ``watch``, also why its kills could not
+        be replayed, seen from outside ("" if nothing was)."""
         folder = os.path.join(self.folder, "golden")
         secure_dir(self.folder)  # refuse a planted or foreign folder before touching it
         shutil.rmtree(folder, ignore_errors=True)
@@ -401,11 +431,6 @@ class TrialRunner:
         )
         scope = self._new_scope(folder, canary_for(0, -1))
         env = self.environment(ledger, 1, canary_for(0, -1), "golden", {})
-        if self.launcher is not None and "fileops" not in needs:
-            # fork mode: a killed attempt costs a fork and the run up to the kill, while
-            # recording for a replay would spawn the golden run under strace; only a kill
-            # before a file operation (itself spawned under strace) gains from replaying
-            needs = frozenset(needs) - {"killreplay"}
         rec = GoldenRecording(
             needs, os.path.join(folder, "record"), self.agent.cwd or work, self._python_agent()
         )
@@ -416,6 +441,7 @@ class TrialRunner:
         procs: list[AgentProcess] = []
         ex: Exit | None = None
         detacher: Detacher | None = None
+        watcher: BusyWatch | None = None
         try:
             with shielded():  # started and recorded as one step
                 try:
@@ -436,12 +462,15 @@ class TrialRunner:
                     raise GoldenRunFailed(
                         f"the golden run (no faults) could not start: {exc}"
                     ) from None
+                watcher = BusyWatch(procs[0].pid) if watch else None
                 out = strace_output_of(argv)
                 if out:  # the run ends with the agent, not with a helper it left
                     detacher = Detacher(procs[0].pid, out)
             ex = procs[0].wait(timeout=self.time_limit(t0))
         finally:
             with shielded():
+                if watcher is not None:
+                    watcher.stop()
                 if detacher is not None:
                     detacher.stop()
                     if ex is not None:
@@ -488,7 +517,7 @@ class TrialRunner:
             e.pop("t", None)
             e.pop("pid", None)
             e.pop("wall", None)
-        return Golden(
+        golden = Golden(
             steps,
             events,
             applied,
@@ -504,6 +533,7 @@ class TrialRunner:
             fileop_replay=learned.get("fileop_replay", []),
             boundary_replay=learned.get("boundary_replay", []),
         )
+        return golden, (watcher.busy if watcher is not None else "")
 
     def _no_kill_replay(self) -> str:
         """Why no kill of this agent can be replayed from a recorded state ("" if it can):
