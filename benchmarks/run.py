@@ -430,27 +430,35 @@ def agent_run(base: str) -> dict[str, Any]:
         }
 
 
-def ckpt_chaos_round(base: str) -> dict[str, Any]:
-    """One ``ckpt-chaos run --modes torn`` of the naive agent, in process (its CLI's own
-    ``run_byo``, one job at a time; no result file, so its fastest configuration): the
-    reference run, the control run, then per crash point (each open-for-write under ``{out}``)
-    a run killed with the file cut to half its size, and a resume."""
+def _ckpt_chaos(agent: str, mode: str, points: int, base: str) -> tuple[Any, float, str]:
+    """One ``ckpt-chaos run --modes MODE`` of the agent script, in process (its CLI's own
+    ``run_byo``, one job at a time, no result file): its rows, the seconds it took, and what it
+    printed."""
     from pathlib import Path
 
     from ckpt_chaos.byo import run_byo
 
     with tempfile.TemporaryDirectory(dir=base) as d:
+        said = io.StringIO()
         t = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(said):
             rows = run_byo(
-                [sys.executable, NAIVE_AGENT, "{out}"],
+                [sys.executable, agent, "{out}"],
                 None,
                 Path(d) / "run",
-                modes=("torn",),
-                max_points=40,
+                modes=(mode,),
+                max_points=points,
                 timeout=60,
             )
-        took = time.perf_counter() - t
+        return rows, time.perf_counter() - t, said.getvalue()
+
+
+def ckpt_chaos_round(base: str) -> dict[str, Any]:
+    """One ``ckpt-chaos run --modes torn`` of the naive agent, in process (its CLI's own
+    ``run_byo``, one job at a time; no result file, so its fastest configuration): the
+    reference run, the control run, then per crash point (each open-for-write under ``{out}``)
+    a run killed with the file cut to half its size, and a resume."""
+    rows, took, _said = _ckpt_chaos(NAIVE_AGENT, "torn", 40, base)
     points = [r for r in rows if not r.label.startswith("no crash")]
     torn = [r for r in points if "state.json" in r.label and r.verdict != "PASS"]
     return {
@@ -657,26 +665,11 @@ def fileop_ckpt_chaos_round(base: str, agent: str = "naive") -> dict[str, Any]:
     ``term`` is a SIGTERM with a grace period), and the point budget above the events makes it
     a sweep of every event, not a sample."""
     import re
-    from pathlib import Path
 
-    from ckpt_chaos.byo import run_byo
-
-    with tempfile.TemporaryDirectory(dir=base) as d:
-        said = io.StringIO()
-        t = time.perf_counter()
-        with contextlib.redirect_stdout(said):
-            rows = run_byo(
-                [sys.executable, FILEOP_AGENTS[agent], "{out}"],
-                None,
-                Path(d) / "run",
-                modes=("before",),
-                max_points=100_000,
-                timeout=60,
-            )
-        took = time.perf_counter() - t
+    rows, took, said = _ckpt_chaos(FILEOP_AGENTS[agent], "before", 100_000, base)
     points = [r for r in rows if not r.label.startswith("no crash")]
     bad = [r for r in rows if r.verdict != "PASS"]
-    m = re.search(r"(\d+) file events -> (\d+) crash points", said.getvalue())
+    m = re.search(r"(\d+) file events -> (\d+) crash points", said)
     return {
         "points": len(points),
         "events": int(m.group(1)) if m else None,

@@ -264,7 +264,7 @@ def test_a_kill_while_a_started_process_runs_is_a_real_kill(tmp_path: Path) -> N
         command=("{python}", str(AGENTS / "leaves_child.py"), "--state", "{state_dir}"),
         env=(("LEAVE_CHILD_DETACHED", "1"),),
     )
-    fam = family_from_spec({"kill": {"at": "every-boundary"}})
+    fam = family_from_spec({"kill": {"at": "random", "count": 2}})
     rep = Campaign(spec, [fam], str(tmp_path), seed=3).run()
     assert rep.golden.boundary_replay
     # seen from outside in the untraced golden run (then nothing is traced), or in the trace

@@ -182,12 +182,15 @@ def _run(ctx: Context) -> int:
 def _default_workers(paths: list[str]) -> str | None:
     """``-n`` when not given: one worker per CPU this process may use, up to one per scenario
     file (a file's campaigns share one golden run, so they stay on one worker), when there is
-    more than one of each and pytest-xdist is installed; else None (one process)."""
+    more than one of each and pytest-xdist is installed; else None (one process). Inside an
+    xdist worker (a gate started by a test of a parallel run) the cores are taken: None."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    if cpus < 2 or importlib.util.find_spec("xdist") is None:
+    if cpus < 2 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    if importlib.util.find_spec("xdist") is None:
         return None
     files = 0
     for p in paths:
