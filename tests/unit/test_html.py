@@ -299,3 +299,13 @@ def test_a_power_cut_attempt_ends_as_a_power_cut() -> None:
     assert "end-sig" in (ends["1"].get("class") or "")
     assert [t.text for t in ends["1"].iter(f"{SVG_NS}text")] == ["power cut"]
     assert "ran 0 ms" not in "".join(svg.itertext())  # an attempt that did not run has no duration
+
+
+def test_a_campaigns_notes_are_on_its_section() -> None:
+    """How a campaign was run (kills replayed from the recorded state, or why not) is said on
+    the page, not only in the terminal and gate.json."""
+    note = "3 of 4 kill(s) of attempt 1 replayed from the golden run's recorded state <x>"
+    page = render_html([_summary(True, notes=[note])])
+    assert "note: 3 of 4 kill(s) of attempt 1 replayed" in page
+    assert "&lt;x&gt;" in page  # escaped
+    assert "note:" not in render_html([_summary(True)])

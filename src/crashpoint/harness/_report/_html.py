@@ -774,6 +774,8 @@ def _campaign_section(k: int, s: Mapping[str, Any], paths: _Paths) -> list[str]:
         out.append(f'<div class="muted">{"; ".join(facts)}</div>')
     for msg in s.get("unexercised") or []:
         out.append(f'<p class="verdict-fail">{_e(paths.text(msg))}</p>')
+    for note in s.get("notes") or []:  # how it was planned and run: replayed kills, caps ...
+        out.append(f'<p class="muted">note: {_e(paths.text(str(note)))}</p>')
     cmap = s.get("crash_map")
     if isinstance(cmap, Mapping) and (cmap.get("axis") or cmap.get("points")):
         out.append(_scroll(crash_map_svg(_relative_strings(cmap, paths), f"c{k}")))
