@@ -557,24 +557,8 @@ def powerloss(work: str, rounds: int, with_peer: bool) -> dict[str, Any]:
         variants.insert(1, ("ckpt_chaos", ckpt_chaos_round))
     else:
         out["ckpt_chaos"] = {"note": "ckpt-chaos not run (--no-peers)"}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
-    for r in range(rounds):
-        k = r % len(variants)
-        for name, fn in variants[k:] + variants[:k]:
-            if name not in runs:
-                continue
-            try:
-                runs[name].append(fn(shm))
-            except Exception as exc:  # a tool that cannot run here is reported, not fatal
-                out[name] = {"note": f"{type(exc).__name__}: {exc}"[:300]}
-                del runs[name]
-                continue
-            x = runs[name][-1]
-            print(
-                f"    round {r + 1} {name}: {x['points']} points in {x['seconds']:.2f} s, "
-                f"torn state reported: {x['found']}",
-                flush=True,
-            )
+    runs, notes = interleave(variants, rounds, shm)
+    out.update({name: {"note": note} for name, note in notes.items()})
 
     def med(xs: list[dict[str, Any]], key: str) -> float | None:
         vals = [x[key] for x in xs if x.get(key) is not None]
@@ -701,6 +685,8 @@ def interleave(
                 continue
             runs[name].append(x)
             verdict = f", verdict {x['verdict']}" if "verdict" in x else ""
+            if "found" in x:  # the power-loss row: did it report the torn state
+                verdict += f", torn state reported: {x['found']}"
             print(
                 f"    round {r + 1} {name}: {x['points']} points in {x['seconds']:.2f} s" + verdict,
                 flush=True,
