@@ -7,6 +7,9 @@ The refusals are read from real traced runs of small programs (strace), one per 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from _reaped import run_reaped
 from crashpoint.errors import FaultSpecError
 from crashpoint.faults import _strace
 from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
@@ -40,8 +44,8 @@ def recorded(tmp_path: Path, body: str, **learn: Any) -> tuple[list[dict[str, An
     )
     rec = GoldenRecording({"fileops", "killreplay"}, str(tmp_path / "rec"), str(tmp_path), True)
     assert rec.how == "strace"
-    done = subprocess.run(rec.wrap([sys.executable, str(script)]), capture_output=True, timeout=60)
-    assert done.returncode == 0, done.stderr.decode()
+    done = run_reaped(rec.wrap([sys.executable, str(script)]), timeout=60)  # its whole session
+    assert done.returncode == 0, done.stderr
     out = rec.learn(str(state), str(work), [], **learn)
     return out["fileop_replay"], out["fileops"]
 
@@ -307,7 +311,8 @@ def test_the_golden_run_is_watched_for_what_makes_a_replay_pointless(code: str, 
         watch = BusyWatch(proc.pid)
         proc.wait(timeout=30)
         watch.stop()
-    finally:
-        proc.kill()
+    finally:  # the whole session: the program and what it started
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert (says in watch.busy) if says else watch.busy == "", watch.busy
