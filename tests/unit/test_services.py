@@ -81,48 +81,58 @@ def history(tmp_path: Path) -> list[dict[str, Any]]:
 # -- the token -------------------------------------------------------------------------------------
 
 
-def test_every_path_needs_the_trials_token(ledger: Ledger, tmp_path: Path) -> None:
-    root = ledger.http_url.rsplit("/", 1)[0]  # http://127.0.0.1:PORT
+def test_outside_the_trial_every_request_needs_the_trials_token(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    ledger.bound = True  # as in a trial: this test's process is not one of its attempts
+    root = ledger.http_url
     wrong = "0" * len(ledger.token)
-    for url in (
-        f"{root}/effects/pay",
-        f"{root}/{wrong}/effects/pay",
-        f"{root}/{wrong}/http/hook",
-        f"{root}/http/hook",
-        f"{root}/{wrong}/v1/models",
-        f"{root}/",
-        f"{root}/{ledger.token[:-1]}/http/hook",
+    for url, headers in (
+        (f"{root}/effects/pay", {}),
+        (f"{root}/{wrong}/effects/pay", {}),
+        (f"{root}/{wrong}/http/hook", {}),
+        (f"{root}/http/hook", {}),
+        (f"{root}/{wrong}/v1/models", {}),
+        (f"{root}/", {}),
+        (f"{root}/{ledger.token[:-1]}/http/hook", {}),
+        (f"{root}/http/hook", {"X-Crashpoint-Token": wrong}),
+        (f"{root}/http/hook", {"Authorization": f"Basic {ledger.token}"}),
     ):
-        code, _h, body = request(url, body=b'{"to": "a"}', headers={"Idempotency-Key": "k"})
+        code, _h, body = request(
+            url, body=b'{"to": "a"}', headers={"Idempotency-Key": "k", **headers}
+        )
         assert code == 403, url
         assert b"trial's token" in body
+        assert b"outside the trial" in body
     # nothing was recorded: no event, no effect, no boundary
     assert ledger.events == []
     assert ledger.effects == {}
     assert Golden([], ledger.events, {}, b"", 0.0).boundaries() == []  # type: ignore[arg-type]
-    assert ledger.refused["token"] == 7
-    assert len(ledger.forbidden) == 7
+    assert ledger.refused["token"] == 9
+    assert len(ledger.forbidden) == 9
     logged = history(tmp_path)
-    assert [e["op"] for e in logged] == ["forbidden"] * 7
+    assert [e["op"] for e in logged] == ["forbidden"] * 9
     assert logged[1]["path"] == f"/{wrong}/effects/pay"
-    # the right token goes through
-    assert request(ledger.urls()["http"] + "/hook")[0] == 202
-    assert [e["op"] for e in ledger.events] == ["effect"]
+    assert all(ledger.token not in json.dumps(e) for e in logged)
+    # the token goes through: as a header, a bearer, or the first segment of the path
+    hook = ledger.urls()["http"] + "/hook"
+    assert request(hook, headers={"X-Crashpoint-Token": ledger.token})[0] == 202
+    assert request(hook, headers={"Authorization": f"Bearer {ledger.token}"})[0] == 202
+    assert request(f"{root}/{ledger.token}/http/hook")[0] == 202
+    assert [e["op"] for e in ledger.events] == ["effect"] * 3
 
 
 def test_a_new_trial_has_a_new_token_on_the_same_port(ledger: Ledger) -> None:
-    old = ledger.urls()["http"]
-    assert request(old + "/hook")[0] == 202
+    ledger.bound = True
+    old = ledger.token
+    hook = ledger.urls()["http"] + "/hook"
+    assert request(hook, headers={"X-Crashpoint-Token": old})[0] == 202
     ledger.reset()
-    new = ledger.urls()["http"]
-    assert new != old
-    assert urllib.parse.urlsplit(new).port == urllib.parse.urlsplit(old).port
-    assert request(old + "/hook")[0] == 403  # a past trial's URL (or a snooper's guess)
-    assert request(new + "/hook")[0] == 202
+    assert ledger.token != old
+    assert ledger.urls()["http"] + "/hook" == hook  # the same address: no secret in it
+    assert request(hook, headers={"X-Crashpoint-Token": old})[0] == 403  # a past trial's
+    assert request(hook, headers={"X-Crashpoint-Token": ledger.token})[0] == 202
     assert len(ledger.events) == 1
-
-
-# -- the HTTP stand-in -----------------------------------------------------------------------------
 
 
 def test_a_post_is_an_effect_and_a_get_an_event(ledger: Ledger) -> None:
@@ -339,8 +349,11 @@ def test_env_points_the_sdks_at_the_stand_ins(ledger: Ledger) -> None:
     assert env["CRASHPOINT_HTTP"] == ledger.http_url + "/http"
     assert env["OPENAI_BASE_URL"] == ledger.http_url + "/v1"
     assert env["CRASHPOINT_LEDGER_HTTP"] == ledger.http_url
-    assert ledger.token in ledger.http_url
+    assert env["CRASHPOINT_TOKEN"] == ledger.token  # the environment carries the secret
     assert ledger.http_url.startswith("http://127.0.0.1:")
+    # and no address does: they go in command lines, which every local user can read
+    assert not any(ledger.token in url for url in ledger.urls().values())
+    assert ledger.token not in ledger.http_url
 
 
 def test_an_agent_cannot_mark_its_own_request_failed(ledger: Ledger) -> None:

@@ -289,9 +289,11 @@ def test_recipients_over_the_limit_are_refused(rec: Recorder) -> None:
     assert rec.calls[0]["payload"]["to"] == ["a@x.org", "b@x.org"]
 
 
-def test_sessions_over_the_limit_get_421(rec: Recorder) -> None:
+@pytest.mark.parametrize("trusted", [True, False], ids=["trial", "guests"])
+def test_sessions_over_the_limit_get_421(rec: Recorder, trusted: bool) -> None:
+    limits = {"max_connections": 1} if trusted else {"max_guests": 1}
     with (
-        SmtpSink(rec, TOKEN, max_connections=1) as s,
+        SmtpSink(rec, TOKEN, admits=lambda c, s, t: trusted, **limits) as s,  # type: ignore[arg-type]
         smtplib.SMTP(s.host, s.port, timeout=30) as first,
     ):
         with pytest.raises(smtplib.SMTPConnectError) as exc:
@@ -300,6 +302,77 @@ def test_sessions_over_the_limit_get_421(rec: Recorder) -> None:
         first.login("agent", TOKEN)
         first.send_message(mail())  # the first session is unharmed
     assert len(rec.calls) == 1
+    assert s.refused == {"connections" if trusted else "guests": 1}
+
+
+# -- who may send ---------------------------------------------------------------------------------
+
+
+def test_the_trials_own_session_sends_without_a_login_or_with_any(rec: Recorder) -> None:
+    with SmtpSink(rec, TOKEN, rec.refused.append, admits=lambda c, s, t: True) as s:
+        with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+            c.send_message(mail(subject="no login"))
+        with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+            c.login("whoever", "any password at all")
+            c.send_message(mail(subject="any login"))
+    assert [m["payload"]["subject"] for m in rec.calls] == ["no login", "any login"]
+    assert rec.refused == []
+
+
+def test_a_guest_must_log_in_with_the_token_and_is_asked_thoroughly_once(
+    rec: Recorder,
+) -> None:
+    asked: list[bool] = []
+
+    def admits(client: int, server: int, thorough: bool) -> bool:
+        asked.append(thorough)
+        return False
+
+    with SmtpSink(rec, TOKEN, rec.refused.append, admits=admits) as s:
+        with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+            with pytest.raises(smtplib.SMTPSenderRefused) as exc:
+                c.send_message(mail())
+            assert exc.value.smtp_code == 530
+        with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+            c.login("agent", TOKEN)
+            c.send_message(mail(subject="with the token"))
+    assert [m["payload"]["subject"] for m in rec.calls] == ["with the token"]
+    assert asked[:3] == [False, True, False]  # connect; MAIL without AUTH; second connect
+    assert any("CRASHPOINT_SMTP_PASSWORD" in r for r in rec.refused)
+
+
+def test_idle_guests_are_closed_and_never_starve_the_trials_session(rec: Recorder) -> None:
+    outsiders: set[int] = set()  # client ports, known before they connect
+    with SmtpSink(
+        rec,
+        TOKEN,
+        admits=lambda c, s, t: c not in outsiders,
+        max_guests=4,
+        guest_timeout=0.5,
+    ) as s:
+        guests = []
+        for _ in range(30):
+            g = socket.socket()
+            g.bind(("127.0.0.1", 0))
+            outsiders.add(g.getsockname()[1])
+            g.connect((s.host, s.port))
+            guests.append(g)
+        try:  # the agent's session, while 30 outsiders hold connections
+            with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+                c.send_message(mail(subject="from the agent"))
+            # the guests within the limit were closed after guest_timeout, the rest at once
+            for g in guests:
+                g.settimeout(10)
+                got = b""
+                while chunk := g.recv(4096):
+                    got += chunk
+                assert b"421" in got
+        finally:
+            for g in guests:
+                g.close()
+    assert [m["payload"]["subject"] for m in rec.calls] == ["from the agent"]
+    assert s.refused.get("guests") == 26
+    assert s.refused.get("idle") == 4
 
 
 def test_a_quiet_session_is_closed_after_the_idle_timeout(rec: Recorder) -> None:

@@ -165,11 +165,14 @@ class TrialRunner:
 
         It serves the stand-in services too (HTTP, LLM; the SMTP sink when the agent uses
         ``{smtp}`` or the scenario has ``services.smtp``) on the same ports for the whole
-        runner, so an agent that stored a URL finds it again in its next attempt; the token in
-        the URLs is new for each trial (a past trial's requests get 403)."""
+        runner, so an agent that stored a URL finds it again in its next attempt. It is bound to
+        the trial: only the processes of its attempts are served without the trial's token
+        (new for each trial, carried in the environment only)."""
         if self._ledger is None:
             spec = parse_services(self.agent.services)
-            self._ledger = Ledger(history_path=history_path, http=True, services=spec).start()
+            self._ledger = Ledger(
+                history_path=history_path, http=True, services=spec, bound=True
+            ).start()
             weakref.finalize(self, Ledger.close, self._ledger)
             if spec.smtp or self.agent.uses("smtp"):
                 try:
@@ -200,6 +203,8 @@ class TrialRunner:
         ``agent.env`` entry of the same name, as in the environment);
         a trial's messages also quote the golden run's output, so its canary too."""
         out = {k: v for k, v in self.agent.env if not is_plain_path(k, v)}
+        if self._ledger is not None:  # the services' token is in the agent's environment
+            out["CRASHPOINT_TOKEN"] = self._ledger.token
         out[CANARY_VAR] = canary
         if canary != canary_for(0, -1):
             out[f"{CANARY_VAR}_GOLDEN"] = canary_for(0, -1)

@@ -1,7 +1,7 @@
-"""The stand-in services' front: one loopback HTTP server per runner, every path under the
-trial's secret token.
+"""The stand-in services' front: one loopback HTTP server per runner, serving the trial's
+processes.
 
-``http://127.0.0.1:PORT/<token>/...`` routes:
+``http://127.0.0.1:PORT/...`` routes:
 
 - ``effects/<kind>``, ``events/<op>``: the ledger's HTTP front (POST; see
   ``docs/reference/wire-protocol.md``);
@@ -14,9 +14,14 @@ trial's secret token.
 
 Every request is recorded through :meth:`Ledger.handle`, so it is a boundary like a probe
 event: killed before it is handled, or (an effect, an LLM call) after it was applied and
-before the reply; either way the connection is dropped without a reply. A request without the
-token gets 403, is counted (``refused["token"]``) and logged in the history as a ``forbidden``
-line, never as an event: another local process cannot act as the agent.
+before the reply; either way the connection is dropped without a reply.
+
+A connection is served as is when a process of the trial holds its client end (see
+:mod:`._peer` and :class:`~._ledger.Ledger`); from anywhere else (another user, another job)
+the request must carry the trial's token (``CRASHPOINT_TOKEN``: an ``X-Crashpoint-Token`` or
+``Authorization: Bearer`` header, or the first path segment) and arrive within the ledger's
+``guest_timeout``. Without it: 403, counted (``refused["token"]``) and logged in the history as
+a ``forbidden`` line, never as an event: another local process cannot act as the agent.
 
 Scripted replies (``services.http.routes`` of a scenario) and planned network faults
 (``Ledger.net_faults``, asked through :func:`crashpoint.harness._standins._network.pick`; a planned
@@ -30,7 +35,6 @@ A scripted reply with a 4xx/5xx status is such a failure too (the service refuse
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import select
 import socket
@@ -48,7 +52,7 @@ from crashpoint.harness._spec import (
     pick,
     size_text,
 )
-from crashpoint.harness._standins._peer import attempt_of
+from crashpoint.harness._standins._peer import Peer, attempt_of
 
 if TYPE_CHECKING:
     from crashpoint.harness._standins._ledger import Ledger
@@ -74,8 +78,13 @@ class ServiceHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.ledger = self.server.ledger  # type: ignore[attr-defined]
+        peers: dict[int, tuple[Peer, bool]] = getattr(self.server, "peers", {})
+        self.peer, self.guest = peers.get(id(self.request), (Peer(), True))
         super().setup()
-        self.connection.settimeout(self.ledger.idle_timeout)  # every read of a request waits
+        # every read of a request waits; a guest (not the trial's process) not for long
+        self.connection.settimeout(
+            self.ledger.guest_timeout if self.guest else self.ledger.idle_timeout
+        )
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -91,13 +100,13 @@ class ServiceHandler(BaseHTTPRequestHandler):
         self.generation = self.ledger.generation
         split = urlsplit(self.path)
         raw_parts = split.path.split("/")
-        token = unquote(raw_parts[1]) if len(raw_parts) > 1 else ""
-        if not self.ledger.token or not hmac.compare_digest(
-            token.encode(), self.ledger.token.encode()
-        ):
+        first = unquote(raw_parts[1]) if len(raw_parts) > 1 else ""
+        if first and self.ledger.token_ok(first):  # the token as the first segment
+            raw_parts = raw_parts[1:]
+        elif not self._admitted():
             self._forbidden()
             return
-        rest = "/" + "/".join(raw_parts[2:])
+        rest = "/" + "/".join(raw_parts[1:])
         head, _, tail = rest[1:].partition("/")
         if head in ("effects", "events"):
             self._ledger_front(head, tail)
@@ -111,12 +120,32 @@ class ServiceHandler(BaseHTTPRequestHandler):
                 {
                     "ok": False,
                     "error": (
-                        f"no route {self.command} {rest}; under the token: effects/<kind>, "
+                        f"no route {self.command} {rest}; the routes: effects/<kind>, "
                         "events/<op>, http/<path> (the HTTP stand-in), v1/... "
                         "(the LLM stand-in)"
                     ),
                 },
             )
+
+    def _admitted(self) -> bool:
+        """The request may be served without the token in its path: the trial's process
+        holds the connection (looked at again, more thoroughly, for a guest: a process the
+        harness started a moment ago), or a header carries the token."""
+        for name in ("X-Crashpoint-Token", "Authorization"):
+            value = (self.headers.get(name) or "").strip()
+            if name == "Authorization":
+                scheme, _, value = value.partition(" ")
+                if scheme.lower() != "bearer":
+                    continue
+            if value and self.ledger.token_ok(value.strip()):
+                return True
+        if not self.guest:
+            return True
+        return self.ledger.admits_port(
+            int(self.client_address[1]),
+            int(self.server.server_address[1]),  # type: ignore[index]
+            thorough=True,
+        )
 
     def _forbidden(self) -> None:
         self.ledger.refused["token"] += 1
@@ -124,8 +153,8 @@ class ServiceHandler(BaseHTTPRequestHandler):
             {
                 "via": "http",
                 "method": self.command,
-                "path": self.path[:200],
-                "peer": self.client_address[0],
+                "path": urlsplit(self.path).path[:200],
+                "peer": self.peer.describe(),
             }
         )
         self.close_connection = True
@@ -134,9 +163,10 @@ class ServiceHandler(BaseHTTPRequestHandler):
             {
                 "ok": False,
                 "error": (
-                    "forbidden: every path starts with the trial's token; use the base URL the "
-                    "harness gave the agent (CRASHPOINT_HTTP, CRASHPOINT_LEDGER_HTTP, "
-                    "OPENAI_BASE_URL)"
+                    "forbidden: the stand-in services serve the trial's own processes (this "
+                    "connection comes from " + self.peer.describe() + "); a process outside "
+                    "the trial must send the trial's token (the CRASHPOINT_TOKEN variable) in "
+                    "an X-Crashpoint-Token or Authorization: Bearer header"
                 ),
             },
         )
@@ -161,6 +191,8 @@ class ServiceHandler(BaseHTTPRequestHandler):
         the client end of this connection (no header needed); else 0."""
         if not self.ledger.together:
             return 0
+        if self.peer.attempt is not None:  # found when the connection was accepted
+            return self.peer.attempt
         if not hasattr(self, "_peer_attempt"):
             self._peer_attempt = (
                 attempt_of(

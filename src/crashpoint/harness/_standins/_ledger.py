@@ -1,13 +1,25 @@
 """The ledger: the outside world and the kill switch, living in the harness process.
 
-One ledger per trial. It listens on a Unix socket (the probe's wire protocol) and, optionally,
-on a loopback HTTP port whose every path starts with the trial's secret token
-(``http://127.0.0.1:PORT/<token>/...``): effects as ``POST <base>/effects/<kind>`` with an
-``Idempotency-Key`` header, step events as ``POST <base>/events/<op>``, and the stand-in
-services (``<base>/http/...``, the LLM's ``<base>/v1/...``; see :mod:`._http`). Every front
-goes through :meth:`Ledger.handle`, so attribution, history and kills are the same; a request
-without the token gets 403 and is logged, never recorded as an event. See
-``docs/reference/wire-protocol.md``.
+One ledger per trial. It listens on a Unix socket (the probe's wire protocol, in a 0700 folder)
+and, optionally, on a loopback HTTP port (``http://127.0.0.1:PORT``): effects as
+``POST <base>/effects/<kind>`` with an ``Idempotency-Key`` header, step events as
+``POST <base>/events/<op>``, and the stand-in services (``<base>/http/...``, the LLM's
+``<base>/v1/...``; see :mod:`._http`). Every front goes through :meth:`Ledger.handle`, so
+attribution, history and kills are the same.
+
+**Who may speak.** A loopback port is open to every local user, and a URL is no secret (it is
+in the agent's command line, which ``/proc`` shows to all). So a connection is admitted by
+where it comes from (:mod:`._peer`): a process of the trial's attempts (their sessions and
+process groups, and their children) is served as is; a standalone ledger (not bound to a trial:
+:attr:`Ledger.bound`) also serves its own user's processes. Anyone else must present the
+trial's token (``CRASHPOINT_TOKEN``, carried in the environment only, never in argv or a
+report): as an ``X-Crashpoint-Token`` or ``Authorization: Bearer`` header, or as the first
+path segment. A request without it gets 403 and is logged, never recorded as an event.
+
+**Fair limits.** The trial's own connections have ``max_connections`` slots that nobody else
+can take; any other connection (a guest) has one of ``max_guests`` slots and must send its
+request within ``guest_timeout`` seconds, so idle or half-sent outside connections cannot
+starve the agent. See ``docs/reference/wire-protocol.md``.
 
 It records every event in a history (memory and JSONL), applies each effect key at most once (a
 duplicate is acknowledged but not applied again), and can kill the agent's process group at an
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hmac
 import json
 import os
 import secrets
@@ -60,6 +73,7 @@ from crashpoint.harness._spec import (
 )
 from crashpoint.harness._standins._http import ServiceHandler
 from crashpoint.harness._standins._llm import LLMStandIn
+from crashpoint.harness._standins._peer import Peer, identify
 from crashpoint.probe import ENV_LEDGER
 
 if TYPE_CHECKING:
@@ -74,6 +88,12 @@ MAX_CONNECTIONS = 256
 MAX_REQUEST_BYTES = 1 << 20
 IDLE_TIMEOUT = 120.0
 MAX_HISTORY_BYTES = 16 << 20
+#: Connections from outside the trial (which must present the token) served at once, and
+#: how long one may take to send its request.
+MAX_GUESTS = 16
+GUEST_TIMEOUT = 5.0
+#: The variable that carries the trial's token to its processes (never argv).
+ENV_TOKEN = "CRASHPOINT_TOKEN"  # noqa: S105 (a variable name, not a secret)
 #: accept() failing for want of descriptors or memory: wait a little instead of spinning
 _ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _POLL = 1.0  # how often a quiet connection's thread looks up (limits, close)
@@ -127,6 +147,11 @@ class Ledger:
     max_request_bytes: int = MAX_REQUEST_BYTES
     idle_timeout: float = IDLE_TIMEOUT
     max_history_bytes: int = MAX_HISTORY_BYTES
+    max_guests: int = MAX_GUESTS
+    guest_timeout: float = GUEST_TIMEOUT
+    #: bound to a trial: only its attempts' processes (:meth:`begin_attempt`) are served
+    #: without the token. Unbound (a standalone ledger), this user's processes are too.
+    bound: bool = False
     #: the network faults of the trial under way (the ``network`` family fills it; the
     #: stand-in services ask :func:`crashpoint.harness._standins._network.pick`)
     net_faults: list[NetFault] = field(default_factory=list)
@@ -165,9 +190,10 @@ class Ledger:
         #: two attempts run at once (``resumers``): an HTTP request without an attempt header
         #: is attributed by the process that holds its connection (``_peer``)
         self.together = False
+        #: the HTTP front's base URL (no secret in it: it may go in a command line)
         self.http_url = ""
-        self._http_root = ""  # http://127.0.0.1:PORT (no token)
-        #: the trial's secret: the first segment of every HTTP path (new at each reset)
+        #: the trial's secret (new at each reset): what a process outside the trial must
+        #: present; given to the agent in the environment only (``CRASHPOINT_TOKEN``)
         self.token = secrets.token_hex(16)
         #: bumped at each reset: a reply held for a past trial is dropped
         self.generation = 0
@@ -180,13 +206,21 @@ class Ledger:
     def _init_limits(self) -> None:
         if self.max_connections is None:
             self.max_connections = default_max_connections()
-        if self.max_connections < 1 or self.max_request_bytes < 1 or self.idle_timeout <= 0:
+        if (
+            self.max_connections < 1
+            or self.max_request_bytes < 1
+            or self.idle_timeout <= 0
+            or self.max_guests < 1
+            or self.guest_timeout <= 0
+        ):
             raise InvalidArgument(
                 "ledger limits must be positive: max_connections "
                 f"{self.max_connections}, max_request_bytes "
-                f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}"
+                f"{self.max_request_bytes}, idle_timeout {self.idle_timeout}, max_guests "
+                f"{self.max_guests}, guest_timeout {self.guest_timeout}"
             )
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._guests = threading.BoundedSemaphore(self.max_guests)
         self._closing = threading.Event()
         self._log_bytes = 0
         self._log_full = False
@@ -252,6 +286,8 @@ class Ledger:
         """Environment variables that point an agent's probe at this ledger, and (with the
         HTTP front) its SDKs at the stand-in services."""
         env = {ENV_LEDGER: self.address}
+        if self.http_url or self.smtp is not None:
+            env[ENV_TOKEN] = self.token
         if self.http_url:
             env[ENV_LEDGER_HTTP] = self.http_url
             env.update({ENV_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
@@ -269,7 +305,7 @@ class Ledger:
     def urls(self) -> dict[str, str]:
         """The stand-ins' addresses, as the agent's placeholders give them: ``http`` (the HTTP
         stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``smtp``
-        (host:port, "" without the sink)."""
+        (host:port, "" without the sink). None carries a secret."""
         if not self.http_url:
             return {"http": "", "llm": "", "smtp": ""}
         return {
@@ -283,7 +319,14 @@ class Ledger:
         if self.smtp is None:  # aiosmtpd costs more to import than the rest of the harness
             from crashpoint.harness._standins._smtp import SmtpSink
 
-            self.smtp = SmtpSink(self._handle_mail, self.token, self._mail_refused).start()
+            self.smtp = SmtpSink(
+                self._handle_mail,
+                self.token,
+                self._mail_refused,
+                admits=self.admits_port,
+                max_guests=self.max_guests,
+                guest_timeout=self.guest_timeout,
+            ).start()
         return self.smtp
 
     def _handle_mail(self, msg: dict[str, Any]) -> dict[str, Any] | None:
@@ -306,6 +349,40 @@ class Ledger:
             "error": f"the mail service failed this message ({how})",
         }
 
+    # -- who may speak -------------------------------------------------------------------------
+
+    def identify(self, client_port: int, server_port: int, *, ancestry: bool = False) -> Peer:
+        """Who holds the client end of a loopback connection (see :mod:`._peer`)."""
+        return identify(client_port, server_port, dict(self.pgids), ancestry=ancestry)
+
+    def admits(self, peer: Peer) -> bool:
+        """A connection from ``peer`` is served without the token: a process of one of the
+        trial's attempts, or (a ledger not :attr:`bound` to a trial) of this user."""
+        if peer.attempt is not None:
+            return True
+        return not self.bound and peer.known and not peer.other_user
+
+    def admits_port(self, client_port: int, server_port: int, thorough: bool = False) -> bool:
+        """:meth:`admits` of the connection from ``client_port`` to ``server_port``.
+        ``thorough``: also follow the parent chain of this user's processes, retrying a little
+        (a process started a moment ago may not be registered yet)."""
+        if self.admits(self.identify(client_port, server_port)):
+            return True
+        if not thorough:
+            return False
+        for delay in (0.0, 0.05, 0.15):
+            time.sleep(delay)
+            peer = self.identify(client_port, server_port, ancestry=True)
+            if self.admits(peer):
+                return True
+            if not peer.known or peer.other_user:
+                return False
+        return False
+
+    def token_ok(self, given: str) -> bool:
+        """``given`` is the trial's token (compared in constant time)."""
+        return bool(self.token) and hmac.compare_digest(given.encode(), self.token.encode())
+
     def _mail_refused(self, description: str) -> None:
         self.refused["token"] += 1
         self.log_forbidden({"via": "smtp", "what": description[:200]})
@@ -323,15 +400,16 @@ class Ledger:
             return self._calls[(attempt, call)]
 
     def log_forbidden(self, what: dict[str, Any]) -> None:
-        """A request refused for want of the trial's token: counted, kept (the first
-        MAX_FORBIDDEN), and logged in the history file as a ``forbidden`` line. Never an
-        event: the checks and the boundaries do not see it."""
+        """A request refused (from outside the trial, without the trial's token): counted,
+        kept (the first MAX_FORBIDDEN), and logged in the history file as a ``forbidden``
+        line. Never an event: the checks and the boundaries do not see it."""
         entry = {
             "op": "forbidden",
             **what,
             "attempt": self.attempt,
             "wall": time.time(),
-            "note": "refused: no trial token (not the agent's request; not judged)",
+            "note": "refused: not from the trial's processes and no trial token "
+            "(not the agent's request; not judged)",
         }
         with self._lock:
             if len(self.forbidden) < MAX_FORBIDDEN:
@@ -369,9 +447,7 @@ class Ledger:
             self._calls = Counter()
             self._llm = None
             self.generation += 1
-            self.token = secrets.token_hex(16)  # a past trial's URL gets 403
-            if self._http_root:
-                self.http_url = f"{self._http_root}/{self.token}"
+            self.token = secrets.token_hex(16)  # a past trial's token gets 403
             if self.smtp is not None:
                 self.smtp.token = self.token
         return self
@@ -686,19 +762,21 @@ class Ledger:
             return False
         return True
 
-    def _refuse_connection(self, sock: socket.socket, http: bool) -> None:
+    def _refuse_connection(self, sock: socket.socket, http: bool, guest: bool = False) -> None:
         """Answer a connection over the limit without a thread, then close it."""
-        self.refused["connections"] += 1
-        body = json.dumps(
-            {
-                "ok": False,
-                "error": (
-                    f"the ledger already serves {self.max_connections} connections (its limit); "
-                    "close "
-                    "one before opening another (one connection per process is enough)"
-                ),
-            }
-        ).encode()
+        if guest:
+            self.refused["guests"] += 1
+            error = (
+                f"the ledger already serves {self.max_guests} connections from outside the "
+                "trial (their limit); the trial's own processes are served apart"
+            )
+        else:
+            self.refused["connections"] += 1
+            error = (
+                f"the ledger already serves {self.max_connections} connections (its limit); "
+                "close one before opening another (one connection per process is enough)"
+            )
+        body = json.dumps({"ok": False, "error": error}).encode()
         data = body + b"\n"
         if http:
             data = (
@@ -717,8 +795,7 @@ class Ledger:
     def _start_http(self) -> None:
         self._http = _HttpServer(("127.0.0.1", 0), ServiceHandler)
         self._http.ledger = self
-        self._http_root = f"http://127.0.0.1:{self._http.server_address[1]}"
-        self.http_url = f"{self._http_root}/{self.token}"
+        self.http_url = f"http://127.0.0.1:{self._http.server_address[1]}"
         t = threading.Thread(
             target=self._http.serve_forever, args=(0.02,), name="ledger-http", daemon=True
         )
@@ -736,6 +813,12 @@ class _Bounded(socketserver.ThreadingMixIn):
     request_queue_size = 64  # a burst of agents connecting at once waits in the backlog
     http = False
     ledger: Ledger
+    #: id(connection) -> (who is on the other end, served as a guest): for its handler
+    peers: dict[int, tuple[Peer, bool]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.peers = {}
+        super().__init__(*args, **kwargs)
 
     def get_request(self) -> Any:
         try:
@@ -747,21 +830,32 @@ class _Bounded(socketserver.ThreadingMixIn):
             raise  # socketserver drops this one request and goes on serving
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.ledger._slots.acquire(blocking=False):
-            self.ledger._refuse_connection(request, self.http)
+        ledger = self.ledger
+        slots, guest = ledger._slots, False
+        if self.http:  # loopback TCP: the trial's processes apart from everyone else
+            port = int(self.server_address[1])  # type: ignore[attr-defined]
+            peer = ledger.identify(int(client_address[1]), port)
+            if not ledger.admits(peer):
+                slots, guest = ledger._guests, True
+            self.peers[id(request)] = (peer, guest)
+        if not slots.acquire(blocking=False):
+            self.peers.pop(id(request), None)
+            ledger._refuse_connection(request, self.http, guest)
             self.shutdown_request(request)  # type: ignore[attr-defined]
             return
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread was started (e.g. out of threads): free the slot
-            self.ledger._slots.release()
+            self.peers.pop(id(request), None)
+            slots.release()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.ledger._slots.release()
+            _peer, guest = self.peers.pop(id(request), (None, False))
+            (self.ledger._guests if guest else self.ledger._slots).release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

@@ -3,10 +3,16 @@
 The ``svc`` helper wires it into the trial: ``{smtp}`` placeholder = ``host:port``, variables
 ``CRASHPOINT_SMTP_HOST``/``_PORT``/``_USER``/``_PASSWORD``.
 
-A session must authenticate (AUTH PLAIN or LOGIN, in plain text: it is loopback only) with the
-trial's secret token as the password, any user name. MAIL, RCPT or DATA before that gets
-``530``, a wrong password ``535``; both are reported through ``on_refused`` and never become
-effects. Each message accepted (the end of DATA) is one call
+**Who may send.** A session from the trial's own processes (``admits(client_port,
+server_port)``, the ledger's peer check: see :mod:`._peer`) sends with or without a login, and
+any credentials it gives are accepted: an agent written for a real mail server works as is.
+Any other session (another user, another job: a guest) must authenticate (AUTH PLAIN or LOGIN,
+in plain text: it is loopback only) with the trial's secret token as the password
+(``CRASHPOINT_SMTP_PASSWORD``), any user name, within ``guest_timeout`` seconds, and at most
+``max_guests`` guests are served at once: outside sessions can neither act as the agent nor
+starve it. MAIL, RCPT or DATA from an unadmitted guest gets ``530``, a wrong password ``535``;
+both are reported through ``on_refused`` and never become effects. Without ``admits`` every
+session is a guest. Each message accepted (the end of DATA) is one call
 
     handle({"op": "effect", "kind": "mail", "key": <Message-ID>, "message_id": <Message-ID>,
             "payload": {"from": ..., "to": [sorted recipients], "subject": ..., "body": ...}})
@@ -25,8 +31,10 @@ payload is what the recipients read: envelope sender and recipients, the decoded
 text body (line endings normalised), and, if any, the attachments by name, type and SHA-256.
 
 Bounded: at most ``max_message_bytes`` per message (``552``), ``max_recipients`` per message
-(``452``), ``max_connections`` sessions at once (the excess gets ``421``), and a session quiet
-for ``idle_timeout`` seconds (or a DATA not whole within it) is closed.
+(``452``), ``max_connections`` sessions of the trial at once and ``max_guests`` others (the
+excess gets ``421``), and a session quiet for ``idle_timeout`` seconds (or a DATA not whole
+within it) is closed; a guest that has not logged in with the token within ``guest_timeout``
+seconds too.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ MAX_MESSAGE_BYTES = 10 << 20
 MAX_RECIPIENTS = 100
 MAX_CONNECTIONS = 64
 IDLE_TIMEOUT = 120.0
+MAX_GUESTS = 16
+GUEST_TIMEOUT = 5.0
 
 
 class _QuietKnownNoise(logging.Filter):
@@ -129,8 +139,9 @@ class SmtpSink:
     """``handle``: the ledger's :meth:`Ledger.handle`; each accepted message becomes
     ``{"op": "effect", "kind": "mail", "key": <Message-ID or absent>, "payload": {...}}``;
     a None reply (the agent was killed) drops the connection without a reply. ``token``: the
-    trial's secret, required as the AUTH password; a session without it is refused (530) and
-    reported through ``on_refused(description)``.
+    trial's secret, required as the AUTH password of a session ``admits`` does not vouch for
+    (``admits(client_port, server_port, thorough)``: True for the trial's own processes); such a
+    session without it is refused (530) and reported through ``on_refused(description)``.
 
     :meth:`start` binds ``127.0.0.1`` on a free port (:attr:`host`, :attr:`port`) and serves
     from a thread of its own; :meth:`close` closes every session, stops the thread and frees
@@ -142,22 +153,32 @@ class SmtpSink:
         token: str,
         on_refused: Callable[[str], None] | None = None,
         *,
+        admits: Callable[[int, int, bool], bool] | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         max_recipients: int = MAX_RECIPIENTS,
         max_connections: int = MAX_CONNECTIONS,
         idle_timeout: float = IDLE_TIMEOUT,
+        max_guests: int = MAX_GUESTS,
+        guest_timeout: float = GUEST_TIMEOUT,
     ) -> None:
         if not token:
             raise InvalidArgument(
                 "the SMTP sink needs the trial's secret token (the AUTH password)"
             )
-        if min(max_message_bytes, max_recipients, max_connections) < 1 or idle_timeout <= 0:
+        if (
+            min(max_message_bytes, max_recipients, max_connections, max_guests) < 1
+            or idle_timeout <= 0
+            or guest_timeout <= 0
+        ):
             raise InvalidArgument(
                 "SMTP sink limits must be positive: max_message_bytes "
                 f"{max_message_bytes}, max_recipients {max_recipients}, "
-                f"max_connections {max_connections}, idle_timeout {idle_timeout}"
+                f"max_connections {max_connections}, idle_timeout {idle_timeout}, "
+                f"max_guests {max_guests}, guest_timeout {guest_timeout}"
             )
         self.handle, self.token, self.on_refused = handle, token, on_refused
+        self.admits = admits
+        self.max_guests, self.guest_timeout = max_guests, guest_timeout
         self.host, self.port = "127.0.0.1", 0
         self.max_message_bytes, self.max_recipients = max_message_bytes, max_recipients
         self.max_connections, self.idle_timeout = max_connections, idle_timeout
@@ -168,6 +189,7 @@ class SmtpSink:
         self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._sessions: set[_Session] = set()
+        self._guests: set[_Session] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -223,7 +245,7 @@ class SmtpSink:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        for s in list(self._sessions):
+        for s in [*self._sessions, *self._guests]:
             if isinstance(s.transport, asyncio.WriteTransport):
                 s.transport.abort()
         if self._server is not None:
@@ -251,6 +273,8 @@ class SmtpSink:
     def _authenticate(
         self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
     ) -> AuthResult:
+        if isinstance(server, _Session) and server.trusted:
+            return AuthResult(success=True)  # the trial's own process: any credentials
         ok = isinstance(auth_data, LoginPassword) and hmac.compare_digest(
             auth_data.password, self.token.encode()
         )
@@ -344,23 +368,60 @@ class _Session(SMTP):
         self.sink = sink
         self._dropped = False
         self._refused_unauth = False
+        #: a session of the trial's own processes (no login needed, any login accepted)
+        self.trusted = False
+        self._guest_timer: asyncio.TimerHandle | None = None
+
+    def _vouched(self, thorough: bool) -> bool:
+        peer: Any = self.session.peer if self.session is not None else None
+        if self.sink.admits is None or not (isinstance(peer, tuple) and len(peer) >= 2):
+            return False
+        with contextlib.suppress(Exception):  # a failure to look is "not vouched for"
+            return self.sink.admits(int(peer[1]), self.sink.port, thorough)
+        return False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.sink._sessions.add(self)
-        if len(self.sink._sessions) > self.sink.max_connections:
+        self.trusted = self._vouched(False)
+        pool = self.sink._sessions if self.trusted else self.sink._guests
+        limit = self.sink.max_connections if self.trusted else self.sink.max_guests
+        pool.add(self)
+        if len(pool) > limit:
             self.sink._refuse(
-                "connections",
-                f"SMTP from {_peer(self.session)}: refused (421): "
-                f"over {self.sink.max_connections} sessions",
+                "connections" if self.trusted else "guests",
+                f"SMTP from {_peer(self.session)}: refused (421): over {limit} "
+                + ("sessions" if self.trusted else "sessions from outside the trial"),
             )
             self._dropped = True  # nothing else is said on it
             assert isinstance(transport, asyncio.WriteTransport)
             transport.write(b"421 4.7.0 Too many connections, try again later\r\n")
             transport.close()
+            return
+        if not self.trusted:
+            self._guest_timer = asyncio.get_running_loop().call_later(
+                self.sink.guest_timeout, self._guest_expired
+            )
+
+    def _guest_expired(self) -> None:
+        """A guest that has not logged in with the token in time is closed."""
+        if self.trusted or (self.session is not None and self.session.authenticated):
+            return
+        if self.transport is not None and not self._dropped:
+            self.sink._refuse(
+                "idle",
+                f"SMTP from {_peer(self.session)}: closed (421): no login with the trial's "
+                f"token within {self.sink.guest_timeout:g} s",
+            )
+            self._dropped = True
+            assert isinstance(self.transport, asyncio.WriteTransport)
+            self.transport.write(b"421 4.7.0 Login timeout, closing connection\r\n")
+            self.transport.close()
 
     def connection_lost(self, error: Exception | None) -> None:
         self.sink._sessions.discard(self)
+        self.sink._guests.discard(self)
+        if self._guest_timer is not None:
+            self._guest_timer.cancel()
         super().connection_lost(error)
 
     def drop(self) -> None:
@@ -383,16 +444,23 @@ class _Session(SMTP):
     async def check_auth_needed(self, caller_method: str) -> bool:
         """MAIL, RCPT and DATA ask this: the sink says so itself rather than trust a private
         flag of aiosmtpd's to keep meaning "AUTH required"."""
-        if self.session is not None and self.session.authenticated:
+        if self.trusted or (self.session is not None and self.session.authenticated):
             return False
+        if not self._refused_unauth and self.sink.admits is not None:
+            # a process the harness started a moment ago may not have been registered yet
+            loop = asyncio.get_running_loop()
+            if await loop.run_in_executor(self.sink._pool, self._vouched, True):
+                self.trusted = True
+                self.sink._guests.discard(self)
+                self.sink._sessions.add(self)
+                return False
         if not self._refused_unauth:
             self._refused_unauth = True  # once per session
             self.sink._refuse(
                 "auth",
                 f"SMTP from {_peer(self.session)}: {caller_method} "
-                "without AUTH refused (530): the sink takes mail only "
-                "from a session that authenticated with the trial's "
-                "token",
+                "without AUTH refused (530): not the trial's process, and "
+                "no login with the trial's token (CRASHPOINT_SMTP_PASSWORD)",
             )
         await self.push("530 5.7.0 Authentication required")
         return True
