@@ -288,6 +288,11 @@ def dbos_child(dsn: str, steps: int, rep: int, mode: str, out: str) -> int:
     return 0
 
 
+#: How the DBOS child gets its DSN: in the environment, since the DSN carries the server's
+#: password and a command line is world readable.
+DSN_VAR = "CRASHPOINT_BENCH_DSN"
+
+
 def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[str, Any]:
     out = os.path.join(work, f"dbos-{rep}.json")
     proc = subprocess.Popen(
@@ -295,7 +300,6 @@ def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[
             sys.executable,
             os.path.abspath(__file__),
             "--dbos-child",
-            dsn,
             str(steps),
             str(rep),
             mode,
@@ -304,6 +308,7 @@ def dbos_in_child(dsn: str, steps: int, rep: int, mode: str, work: str) -> dict[
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env={**os.environ, DSN_VAR: dsn},
     )
     try:
         log, _ = proc.communicate(timeout=180)
@@ -589,14 +594,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--dbos-child",
-        nargs=5,
-        metavar=("DSN", "STEPS", "REP", "MODE", "OUT"),
+        nargs=4,
+        metavar=("STEPS", "REP", "MODE", "OUT"),
         help=argparse.SUPPRESS,
     )
     args = ap.parse_args(argv)
     if args.dbos_child:
-        dsn, n, rep, mode, out = args.dbos_child
-        return dbos_child(dsn, int(n), int(rep), mode, out)
+        n, rep, mode, out = args.dbos_child
+        return dbos_child(os.environ[DSN_VAR], int(n), int(rep), mode, out)
     if args.steps < 1 or args.repeat < 1:
         ap.error("--steps and --repeat must be at least 1")
     r = bench(args.steps, args.repeat, log=lambda s: print(s, flush=True))

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import psutil
 import pytest
@@ -57,6 +58,10 @@ def worker(
     think: float = 0.0,
     extra: tuple[str, ...] = (),
 ) -> Child:
+    # the password goes in the environment (PGPASSWORD), not in argv, which any user reads
+    url = urlsplit(dsn)
+    password = unquote(url.password or "")
+    dsn = url._replace(netloc=f"{url.username}@{url.hostname}:{url.port}").geturl()
     return children.spawn(
         [
             sys.executable,
@@ -82,7 +87,12 @@ def worker(
             dsn,
             "{run_id}",
         ],
-        env={"CRASHPOINT_LEDGER": target.address, "FLEET_LEASE": LEASE, "FLEET_THINK": str(think)},
+        env={
+            "CRASHPOINT_LEDGER": target.address,
+            "FLEET_LEASE": LEASE,
+            "FLEET_THINK": str(think),
+            "PGPASSWORD": password,
+        },
     )
 
 

@@ -1,18 +1,21 @@
 """The gate against an agent whose state lives in PostgreSQL, as a user runs it: the demo agent
 on a real server (``--store postgresql://...``), killed at every boundary and raced by two
 resumers. State outside the trial's folders is named by ``{trial_id}``: fresh for each trial, so
-no trial resumes another's run."""
+no trial resumes another's run. The URL in the command line has no password: the agent gets it
+in ``agent.env`` (``PGPASSWORD``), as a user should pass one (argv is world readable)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
 
-def _demo(dsn: str, run_id: str) -> AgentSpec:
+def _demo(pg_server: Any, dsn: str, run_id: str) -> AgentSpec:
+    bare = pg_server.dsn(dsn.rsplit("/", 1)[1], password=False)
     return AgentSpec(
         command=(
             "{python}",
@@ -21,16 +24,17 @@ def _demo(dsn: str, run_id: str) -> AgentSpec:
             "--state",
             "{state_dir}",
             "--store",
-            dsn,
+            bare,
             "--run-id",
             run_id,
         ),
         timeout=60,
+        env=(("PGPASSWORD", pg_server.password),),
     )
 
 
 def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
-    pg_dsn: str, tmp_path: Path
+    pg_server: Any, pg_dsn: str, tmp_path: Path
 ) -> None:
     from crashpoint.checkpoint import open_store
 
@@ -38,7 +42,7 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
         family_from_spec({"kill": {"at": "every-boundary"}}),
         family_from_spec({"resumers": {"count": 1}}),
     ]
-    result = Campaign(_demo(pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()
+    result = Campaign(_demo(pg_server, pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()
     s = result.summary()
     assert result.ok, s["failures"] or result.unexercised()
     assert s["duplicate_effects"] == 0
@@ -49,12 +53,14 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
     assert {r.status for r in runs} == {"completed"}
 
 
-def test_a_run_id_shared_by_every_trial_is_caught(pg_dsn: str, tmp_path: Path) -> None:
+def test_a_run_id_shared_by_every_trial_is_caught(
+    pg_server: Any, pg_dsn: str, tmp_path: Path
+) -> None:
     """The same campaign naming its run ``{run_id}`` (one id for all trials): every trial finds
     the golden run's finished run and sends nothing, and the gate says the effects were lost
     (a shared outside state is never a silent pass)."""
     families = [family_from_spec({"kill": {"at": "random", "count": 2}})]
-    result = Campaign(_demo(pg_dsn, "{run_id}"), families, str(tmp_path), seed=7).run()
+    result = Campaign(_demo(pg_server, pg_dsn, "{run_id}"), families, str(tmp_path), seed=7).run()
     assert not result.ok
     assert result.summary()["lost_effects"] > 0
 

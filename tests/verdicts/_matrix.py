@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psutil
 import yaml
@@ -241,7 +242,8 @@ def render_all(out: Path = SCENARIOS) -> list[Path]:
 
 @contextlib.contextmanager
 def postgres() -> Iterator[str]:
-    """A throw-away PostgreSQL server's base URL (``postgresql://user@host:port``)."""
+    """A throw-away PostgreSQL server's base URL (``postgresql://user:password@host:port``;
+    :func:`run_cell` puts it in argv without the password and the password in agent.env)."""
     from crashpoint.harness._standins._postgres import PostgresServer
 
     with PostgresServer.start() as server:
@@ -266,7 +268,14 @@ def run_cell(
     if not renderable(cell):
         if pg is None:
             return CellResult(cell, SKIPPED, "skipped", reason="needs a PostgreSQL URL")
-        text = text.replace("{pg}", pg)
+        # the URL goes in argv without its password; the agent gets that in agent.env
+        # (PGPASSWORD, which libpq reads, and reports redact), as a user should pass it
+        url = urlsplit(pg)
+        bare = url._replace(netloc=f"{url.username}@{url.hostname}:{url.port}").geturl()
+        text = text.replace("{pg}", bare)
+        if url.password:
+            env = f"  env: {{PGPASSWORD: {json.dumps(unquote(url.password))}}}\n"
+            text = text.replace("\nagent:\n", "\nagent:\n" + env, 1)
     text = text.replace("{scenario_dir}", str(SCENARIOS))
     out.mkdir(parents=True, exist_ok=True)
     scenario = out / f"{cell.file_stem}.scenario.yaml"

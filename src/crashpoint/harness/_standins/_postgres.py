@@ -2,13 +2,27 @@
 
 PostgreSQL refuses to run as root, and CI runs as root: when the effective uid is 0 the server is
 started as an unprivileged account (``postgres`` by default, any other by name) in a temporary
-data folder that account owns. Without root it runs as the current user. It listens on
-``127.0.0.1`` at a free port and on a Unix socket inside its own folder, trusts local
-connections (the folder is 0700 and the port loopback-only), and is stopped, process group and
-all, when the context exits. Nothing outside its own folder is touched.
+data folder that account owns. Without root it runs as the current user. It is stopped,
+process group and all, when the context exits. Nothing outside its own folder is touched.
 
-    with PostgresServer.start() as pg:          # or PostgresServer.unavailable() -> reason
-        dsn = pg.create_database("t1")           # postgresql://crashpoint@127.0.0.1:PORT/t1
+No other local user can log in (a superuser can run shell commands as the server's account,
+``COPY ... FROM PROGRAM``, so a login is as good as a shell):
+
+- TCP, on ``127.0.0.1`` only at a free port, needs the superuser's password: a fresh random one
+  per server (:attr:`PostgresServer.password`), set at ``initdb`` from a 0600 file that is removed
+  at once, checked by ``scram-sha-256``. ``settings`` cannot widen ``listen_addresses`` or move
+  the access files and the socket.
+- The Unix socket lives in a 0700 folder of the server's account inside its 0700 private folder:
+  only that account and root reach it, and only there does ``pg_hba.conf`` trust a login.
+
+The DSNs (:meth:`PostgresServer.dsn`, :meth:`PostgresServer.create_database`) carry the password:
+hand them to tests and agents in the environment, not in argv (``/proc/PID/cmdline`` is world
+readable, ``/proc/PID/environ`` is not). Where a URL must go on a command line, use
+``dsn(name, password=False)`` and give the client :meth:`PostgresServer.client_env` (``PGPASSFILE``,
+a 0600 libpq password file that libpq and psycopg read by themselves).
+
+    with PostgresServer.start() as pg:     # or unavailable() -> the reason it cannot
+        dsn = pg.create_database("t1")      # postgresql://crashpoint:PASSWORD@127.0.0.1:PORT/t1
 
 :func:`unavailable` says, in one line, why a server cannot be started here (no binaries, no
 unprivileged account when root), so tests skip with the reason instead of failing.
@@ -20,6 +34,8 @@ import contextlib
 import glob
 import os
 import pwd
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -29,12 +45,41 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
+from urllib.parse import quote
 
 from crashpoint.errors import InvalidArgument, StandInError
 
 __all__ = ["PostgresServer", "find_binaries", "unavailable"]
 
 SUPERUSER = "crashpoint"
+
+#: Who may log in how: trust only through the socket in the 0700 folder (the server's account and
+#: root), a password over loopback TCP; nothing else (not even replication).
+HBA = """\
+# written by crashpoint: a throw-away cluster that no other local user may log in to
+local   all   all                  trust
+host    all   all   127.0.0.1/32   scram-sha-256
+host    all   all   ::1/128        scram-sha-256
+"""
+
+#: Settings a caller may not pass: they would let other users in or move the access files.
+_GUARDED = frozenset(
+    {
+        "hba_file",
+        "ident_file",
+        "config_file",
+        "data_directory",
+        "unix_socket_directories",
+        "unix_socket_group",
+        "unix_socket_permissions",
+        "password_encryption",
+        "include",
+        "include_dir",
+        "include_if_exists",
+    }
+)
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+_LOOPBACK = ("127.0.0.1", "::1")
 
 
 def find_binaries() -> str | None:
@@ -100,6 +145,31 @@ def _plain_name(name: str) -> str:
     return name
 
 
+def _check_settings(settings: dict[str, str]) -> None:
+    """Refuse settings that would open the server to other users (see the module doc)."""
+    for key, value in settings.items():
+        where = f"settings[{key!r}]"
+        if not isinstance(key, str) or not _SETTING_NAME.match(key):
+            raise InvalidArgument(f"{where}: not a PostgreSQL setting name; use letters, _ and .")
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            raise InvalidArgument(
+                f"{where} = {value!r}: a value is one line of text (no newline or NUL)"
+            )
+        name = key.lower()
+        if name in _GUARDED:
+            raise InvalidArgument(
+                f"{where}: the throw-away server keeps its own access settings (socket folder, "
+                "pg_hba.conf, password hashing) so no other user can log in; drop this setting"
+            )
+        if name == "listen_addresses":
+            hosts = [h.strip() for h in value.strip().strip("'").split(",")]
+            if "127.0.0.1" not in hosts or any(h not in _LOOPBACK for h in hosts):
+                raise InvalidArgument(
+                    f"{where} = {value!r}: the throw-away server listens on loopback only "
+                    "('127.0.0.1', optionally with '::1'); drop the setting"
+                )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -110,13 +180,20 @@ def _free_port() -> int:
 class PostgresServer:
     """A throw-away PostgreSQL server on loopback, run as the unprivileged ``postgres`` account
     in a private folder (CI runs as root), one database per test. Use :meth:`start` (a context
-    manager) rather than the constructor."""
+    manager) rather than the constructor.
+
+    Locked down (see the module doc): over TCP the superuser needs :attr:`password`, fresh per
+    server; the socket folder is 0700. The DSNs carry the password: pass them to clients in
+    the environment, never in argv (or pass ``dsn(name, password=False)`` with
+    :meth:`client_env`)."""
 
     folder: str
     port: int
     bindir: str
     process: subprocess.Popen[bytes] | None = None
     account: pwd.struct_passwd | None = None
+    #: the superuser's password over TCP (random, per server); kept out of ``repr``
+    password: str = field(default="", repr=False)
     _databases: list[str] = field(default_factory=list)
 
     @property
@@ -131,9 +208,27 @@ class PostgresServer:
     def log_path(self) -> str:
         return os.path.join(self.folder, "server.log")
 
-    def dsn(self, dbname: str = "postgres") -> str:
-        """A libpq URI for ``dbname`` over loopback TCP (the form users paste)."""
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+    @property
+    def pgpass(self) -> str:
+        """A libpq password file (0600, owned by the user who started the server) that logs
+        the superuser in over loopback TCP, at any port (a proxy in front of it too)."""
+        return os.path.join(self.folder, "pgpass")
+
+    def dsn(self, dbname: str = "postgres", *, password: bool = True) -> str:
+        """A libpq URI for ``dbname`` over loopback TCP (the form users paste).
+
+        It carries the password: give it to a client in its environment (or a 0600 file), not
+        in argv, where every local user reads it. ``password=False`` leaves it out, for a
+        command line; the client then needs :meth:`client_env`."""
+        user = SUPERUSER
+        if password and self.password:
+            user += ":" + quote(self.password, safe="")
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
+
+    def client_env(self) -> dict[str, str]:
+        """Environment variables that let a libpq client (psql, psycopg, SQLAlchemy) log in
+        with a DSN that has no password: ``PGPASSFILE`` naming :attr:`pgpass`."""
+        return {"PGPASSFILE": self.pgpass}
 
     @classmethod
     @contextlib.contextmanager
@@ -149,8 +244,12 @@ class PostgresServer:
         """Initialise a data folder, start the server, yield it, stop it and delete the folder.
 
         ``fsync=False`` trades durability of the *server* for speed (tests that kill clients,
-        not the server, lose nothing by it); benchmarks keep the default.
+        not the server, lose nothing by it); benchmarks keep the default. ``settings`` are
+        extra ``postgresql.conf`` lines (name -> value as PostgreSQL spells it); ones that would
+        let another user in (``listen_addresses`` beyond loopback, the socket folder and its
+        permissions, ``hba_file`` ...) raise :class:`InvalidArgument`.
         """
+        _check_settings(settings or {})
         reason = unavailable(user)
         if reason:
             raise StandInError(reason)
@@ -158,7 +257,8 @@ class PostgresServer:
         assert bindir is not None
         account = _run_as(user)
         folder = tempfile.mkdtemp(prefix="crashpoint-pg-", dir=base)
-        server = cls(folder=folder, port=0, bindir=bindir, account=account)
+        password = secrets.token_urlsafe(24)  # fresh per server; URL- and pgpass-safe
+        server = cls(folder=folder, port=0, bindir=bindir, account=account, password=password)
         try:
             os.chmod(folder, 0o700)
             os.mkdir(server.socket_dir, 0o700)
@@ -173,6 +273,7 @@ class PostgresServer:
                         f"{parent} is not searchable by {account.pw_name!r}; pass base= a "
                         "folder it can reach (e.g. /tmp)"
                     )
+            server._write_pgpass()
             server._initdb(fsync=fsync, settings=settings or {})
             server._launch(timeout)
             yield server
@@ -195,28 +296,60 @@ class PostgresServer:
             kw.update(user=self.account.pw_uid, group=self.account.pw_gid, extra_groups=[])
         return kw
 
+    def _secret_file(self, path: str, text: str, owner: pwd.struct_passwd | None) -> None:
+        """Write ``text`` to a new 0600 file owned by ``owner`` (None: whoever we are)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            if owner is not None:
+                os.fchown(fd, owner.pw_uid, owner.pw_gid)
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    def _write_pgpass(self) -> None:
+        # the client's, not the server account's: only root and whoever started the server
+        # read it; any port, so a client through a proxy (faults.TcpProxy) finds it too
+        lines = "".join(
+            f"{host}:*:*:{SUPERUSER}:{self.password}\n" for host in ("127.0.0.1", "localhost")
+        )
+        self._secret_file(self.pgpass, lines, None)
+
     def _initdb(self, *, fsync: bool, settings: dict[str, str]) -> None:
+        # the password reaches initdb in a 0600 file of the server's account, removed at once
+        pwfile = os.path.join(self.folder, "pwfile")
+        self._secret_file(pwfile, self.password + "\n", self.account)
         argv = [
             os.path.join(self.bindir, "initdb"),
             "-D",
             self.data_dir,
             "-U",
             SUPERUSER,
-            "--auth=trust",
+            f"--pwfile={pwfile}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
             "-E",
             "UTF8",
             "--locale=C",
         ]
         if not fsync:
             argv.append("--no-sync")
-        done = subprocess.run(
-            argv, capture_output=True, text=True, check=False, timeout=300, **self._popen_kw()
-        )  # type: ignore[call-overload]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, check=False, timeout=300, **self._popen_kw()
+            )  # type: ignore[call-overload]
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pwfile)
         if done.returncode != 0:
             raise StandInError(f"initdb failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        # initdb's own pg_hba.conf (0600, the account's) also lets replication in: keep ours
+        with open(os.path.join(self.data_dir, "pg_hba.conf"), "w") as f:
+            f.write(HBA)
         conf = {
             "listen_addresses": "'127.0.0.1'",
             "unix_socket_directories": f"'{self.socket_dir}'",
+            "unix_socket_permissions": "0700",
+            "password_encryption": "'scram-sha-256'",
             "fsync": "on" if fsync else "off",
             "synchronous_commit": "on" if fsync else "off",
             "full_page_writes": "on" if fsync else "off",
@@ -301,7 +434,8 @@ class PostgresServer:
             return ""
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:
-        """Run one SQL command through ``psql`` (no driver needed); return its output."""
+        """Run one SQL command through ``psql`` (no driver needed) over loopback TCP, the
+        password from :attr:`pgpass`; return its output."""
         psql = self._tool("psql")
         if psql is None:
             raise StandInError("psql not found beside the server binaries or on PATH")
@@ -309,6 +443,7 @@ class PostgresServer:
             [
                 psql,
                 "-X",
+                "-w",
                 "-q",
                 "-v",
                 "ON_ERROR_STOP=1",
@@ -328,14 +463,15 @@ class PostgresServer:
             text=True,
             check=False,
             timeout=120,
-            env=self._env(),
+            env={**self._env(), **self.client_env()},
         )
         if done.returncode != 0:
             raise StandInError(f"psql failed: {done.stderr.strip()}")
         return done.stdout
 
     def create_database(self, name: str) -> str:
-        """Create an empty database (the name must be a plain identifier); return its DSN."""
+        """Create an empty database (the name must be a plain identifier); return its DSN,
+        password included (see :meth:`dsn`: environment, not argv)."""
         _plain_name(name)
         self.psql(f'CREATE DATABASE "{name}"')
         self._databases.append(name)
