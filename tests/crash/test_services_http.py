@@ -9,9 +9,14 @@ a key derived from its own state, the service deduplicates it and the campaign p
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -209,3 +214,88 @@ def test_a_curl_agent_against_http_is_judged_the_same_way(tmp_path: Path, keyed:
     assert root.name == "exactly_once"
     assert 'DUPLICATED POST /hook {"item":' in root.message
     assert "Idempotency-Key header" in root.hint
+
+
+ATTACKER = r"""
+import os, re, signal, sys, time, urllib.request, urllib.error
+port = sys.argv[1]
+hexes, codes = set(), []
+def done(*_):
+    print(len(hexes), " ".join(map(str, sorted(set(codes)))), len(codes), flush=True)
+    os._exit(0)
+signal.signal(signal.SIGTERM, done)
+while True:
+    for pid in os.listdir("/proc"):  # every token-looking string another user can read
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as fh:
+                    hexes.update(re.findall(rb"[0-9a-f]{32}", fh.read()))
+            except OSError:
+                pass
+    tries = [("/http/hook", {})]
+    for tok in sorted(hexes)[:20]:  # as a header, and as the first segment of the path
+        tries += [("/http/hook", {"X-Crashpoint-Token": tok.decode()}),
+                  (f"/{tok.decode()}/http/hook", {})]
+    for path, headers in tries:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", data=b'{"item": 0}', method="POST",
+            headers=headers)
+        try:
+            urllib.request.urlopen(req, timeout=5).close()
+            codes.append(200)
+        except urllib.error.HTTPError as e:
+            codes.append(e.code)
+            e.close()
+        except OSError:
+            codes.append(0)
+    time.sleep(0.05)
+"""
+
+
+def test_another_user_cannot_read_the_token_or_change_a_verdict(tmp_path: Path) -> None:
+    # while a campaign of a keyed agent runs, a process of user nobody reads every /proc
+    # cmdline and environ it can and posts the agent's effect, with and without each
+    # token-looking string it found: it is refused every time, and the campaign still passes
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the attacker as another user (CI runs as root)")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) not found: cannot run the attacker as another user")
+    nobody = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run([*nobody, sys.executable, "-c", ""], check=False).returncode != 0:
+        pytest.skip("cannot run Python as user nobody here")
+    spec = AgentSpec(  # the base URL in its command line, as {http} is meant to be used
+        command=(
+            "sh",
+            "-c",
+            'CRASHPOINT_HTTP="$0" "$1" "$2" "$3" --keyed',  # sh stays, its argv too
+            "{http}",
+            "{python}",
+            str(AGENT),
+            "{state_dir}",
+        ),
+        timeout=30,
+    )
+    with TrialRunner(spec, str(tmp_path / "warm")) as runner:  # the port the campaign uses
+        port = str(urllib.parse.urlsplit(runner.ledger(str(tmp_path / "warm.jsonl")).http_url).port)
+        attacker = subprocess.Popen(
+            [*nobody, sys.executable, "-c", ATTACKER, port],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            golden = runner.golden()
+            trials = [
+                runner.run(Plan((Fault.make("kill", 1, op="effect", phase=ph),), "k", 1, i), golden)
+                for i, ph in enumerate(("before", "in_doubt"))
+            ]
+        finally:
+            time.sleep(0.3)  # at least one more round against the last trial's token
+            attacker.terminate()
+            out, _ = attacker.communicate(timeout=60)
+    codes, tries = out.split()[1:-1], int(out.split()[-1])
+    assert tries > 0, out
+    assert codes == ["403"], out  # every injection refused, none applied
+    assert [e["kind"] for e in golden.events] == ["POST /hook"] * 3  # only the agent's
+    assert all(t.ok for t in trials), [str(c) for t in trials for c in t.failed]
