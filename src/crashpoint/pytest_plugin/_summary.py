@@ -75,8 +75,10 @@ def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") 
     return out
 
 
-def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
-    """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
+def _outside_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """What agents wrote outside their folders: a line per campaign whose agent wrote to its
+    private TMPDIRs or (its own processes, each path with how that is known) to the system
+    temp folders; then at most one quiet line counting what other processes changed there."""
     out = []
     for s in summaries:
         name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
@@ -85,12 +87,27 @@ def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
             size = harness.human_size(int(ow.get("tmp_bytes", 0)))
             line = f"outside its folders: {name}: {size} in private TMPDIRs (removed)"
             if ow.get("system_tmp"):
+                by = ow.get("system_tmp_by") or {}
+                paths = [f"{p} (by {by[p]})" if by.get(p) else str(p) for p in ow["system_tmp"][:5]]
                 line += (
-                    f"; appeared in the system temp folders during "
-                    f"{ow['trials_writing_system_tmp']} trial(s) (the agent's or another "
-                    f"process's; not removed): {', '.join(ow['system_tmp'][:5])}"
+                    f"; written to the system temp folders by its own processes during "
+                    f"{ow['trials_writing_system_tmp']} trial(s) (not removed): {', '.join(paths)}"
                 )
             out.append(line)
+    others = sum(int((s.get("outside_writes") or {}).get("unattributed", 0)) for s in summaries)
+    if others:
+        out.append(
+            f"outside its folders: {others} change(s) in the system temp folders by other "
+            "processes were not attributed to the trials (not listed)"
+        )
+    return out
+
+
+def _limits_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """What agents wrote outside their folders, evidence cut at its limit, ledger refusals."""
+    out = _outside_lines(summaries)
+    for s in summaries:
+        name = f"{s.get('scenario', s.get('name'))} [{s.get('family', '')}]"
         ev = s.get("evidence") or {}
         if ev.get("trials_cut"):
             out.append(

@@ -618,6 +618,7 @@ class TrialAttempts:
         sampler: _Sampler | None = None
         usage: UsageSampler | None = None
         tokens: list[str] = []
+        walls: list[tuple[float, float, list[str]]] = []  # each one's start, end (wall), argv
         try:
             if runner.deadline is not None and time.monotonic() >= runner.deadline:
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
@@ -634,7 +635,7 @@ class TrialAttempts:
                     argv, env = rec.wrap(argv), rec.environ(env)
                 tokens.append(env[REAP_VAR])
                 LIVE.add_token(tokens[-1])  # before it starts (see TrialRunner.golden)
-                t_spawn = time.monotonic()
+                t_spawn, wall = time.monotonic(), time.time()
                 if started.barrier is not None:
                     started.barrier.spawned[num] = t_spawn
                 with shielded():  # started and recorded as one step
@@ -647,6 +648,7 @@ class TrialAttempts:
                         os.path.join(self.tdir, f"attempt-{num}"),
                     )
                     started.procs.append((num, p, t_spawn))
+                    walls.append((wall, 0.0, argv))
                     out = strace_output_of(argv)
                     if out:  # the attempt ends with the agent, not its last helper
                         detachers.append(Detacher(p.pid, out))
@@ -670,6 +672,7 @@ class TrialAttempts:
                 end = p.wait(timeout=runner.time_limit(t_spawn))
                 d = detachers[j] if j < len(detachers) else None
                 started.exits.append((num, d.exit(end) if d is not None else end))
+                walls[j] = (walls[j][0], time.time(), walls[j][2])  # its whole tree is gone
         finally:
             with shielded():  # stopped (a signal, the budget, an error): nothing left behind
                 if started.barrier is not None:
@@ -694,6 +697,13 @@ class TrialAttempts:
                     LIVE.drop_token(token)
                 if s.ns is not None:
                     s.ns.close()
+                if runner.scope is not None:  # when each ran: what it wrote in the system
+                    now = time.time()  # temp folders is told from what others did
+                    for j, (wall, ended, argv) in enumerate(walls):
+                        waited = j < len(started.exits)
+                        runner.scope.ran(
+                            wall, ended if waited else now, argv if waited else None, self.cwd
+                        )
         return started
 
     def _start_timers(

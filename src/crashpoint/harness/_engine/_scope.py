@@ -1,18 +1,25 @@
 """What a trial keeps while it runs: its private temp folders, its secrets, its evidence.
 
 One :class:`TrialScope` per trial (and per golden run): the attempts' private TMPDIRs (measured
-and removed after), the system temp folders' entries before it (what appeared outside is
-reported), the secrets evidence must never hold, and the evidence budget its crash copies and
-outputs share.
+and removed after), the system temp folders' entries before it and when each attempt ran (what
+the trial's own processes wrote outside is reported), the secrets evidence must never hold, and
+the evidence budget its crash copies and outputs share.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crashpoint.harness._engine._outside import PrivateTmp, Snapshot, temp_entries
+from crashpoint.harness._engine._outside import (
+    PrivateTmp,
+    Snapshot,
+    Window,
+    attempt_window,
+    temp_entries,
+)
 from crashpoint.harness._report import EvidenceBudget, copy_tree_bounded, tree_size
 
 __all__ = ["TrialScope", "copy_state", "dir_size"]
@@ -43,7 +50,8 @@ def copy_state(src: str, dst: str, scope: TrialScope | None = None) -> None:
 @dataclass
 class TrialScope:
     """What the runner keeps for the trial (or golden run) under way: the attempts' private
-    TMPDIRs, the system temp folders' entries before it, its secrets, its evidence budget."""
+    TMPDIRs, the system temp folders' entries before it, when its attempts ran (``windows``),
+    its secrets, its evidence budget."""
 
     folder: str
     secrets: dict[str, str]
@@ -51,10 +59,17 @@ class TrialScope:
     whole_copies: bool = False  # a stale-copy corruption reads the copies
     tmp: PrivateTmp = field(init=False)
     temp_before: Snapshot = field(init=False)
+    windows: list[Window] = field(init=False)
 
     def __post_init__(self) -> None:
         self.tmp = PrivateTmp(os.path.join(self.folder, "tmp"))
         self.temp_before = temp_entries()
+        self.windows = []
+
+    def ran(self, start: float, end: float, argv: Sequence[str] | None, cwd: str) -> None:
+        """An attempt ran from ``start`` to ``end`` (wall clock) as ``argv`` in ``cwd`` (None:
+        it did not end normally, its trace is not read): see :func:`attempt_window`."""
+        self.windows.append(attempt_window(start, end, argv, cwd))
 
     def allowance(self, dst: str) -> int:
         """Bytes a new copy at ``dst`` may take: the limit minus the evidence already there

@@ -231,21 +231,23 @@ class TrialRunner:
         return self.scope
 
     def _end_scope(self, result: TrialResult | None, ledger: Ledger) -> None:
-        """The trial's attempts are over: measure and remove their TMPDIRs, list what appeared
-        in the system temp folders, note what the ledger refused, redact the messages."""
+        """The trial's attempts are over: measure and remove their TMPDIRs, list what its own
+        processes wrote in the system temp folders (and count what others did), note what the
+        ledger refused, redact the messages."""
         scope = self.scope
         if scope is None:
             return
         sizes = scope.tmp.finish()
-        outside = new_temp_entries(scope.temp_before)
         if result is None:
             return
+        outside = new_temp_entries(scope.temp_before, scope.windows)
         for att in result.attempts:
             att.tmp_bytes = sizes.get(att.number, 0)
             # what reports quote of it (the summary's stderr tail) is evidence too
             att.stderr = redact_bytes(att.stderr, scope.secrets)
         result.tmp_bytes = sum(sizes.values())
-        result.outside_writes = [redact_text(o, scope.secrets) for o in outside]
+        result.outside_writes = [redact_text(o, scope.secrets) for o in outside.attributed]
+        result.outside_unattributed = outside.unattributed
         result.ledger_refused = {k: n for k, n in sorted(ledger.refused.items()) if n}
         result.checks = [
             dataclasses.replace(

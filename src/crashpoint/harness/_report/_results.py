@@ -177,15 +177,7 @@ class CampaignResult:
                 "duration_s": round(self.golden.duration, 3),
             },
             "duration_s": round(self.duration, 3),
-            "outside_writes": {
-                "tmp_bytes": sum(t.tmp_bytes for t in ran),
-                "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
-                # one line a path (each trial's entry says its size then)
-                "system_tmp": sorted({o.rsplit(" (", 1)[0] for t in ran for o in t.outside_writes})[
-                    :20
-                ],
-                "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes),
-            },
+            "outside_writes": self._outside_writes(ran),
             "evidence": {
                 "bytes": sum(t.evidence_bytes for t in self.trials),
                 "trials_cut": sum(1 for t in self.trials if t.evidence_omitted),
@@ -247,6 +239,32 @@ class CampaignResult:
         )
         return paths
 
+    @staticmethod
+    def _outside_writes(ran: list[TrialResult]) -> dict[str, Any]:
+        """What the trials wrote outside their folders: bytes in their private TMPDIRs; the
+        paths their own processes wrote in the system temp folders (one a path, at most 20;
+        each trial's entry says its size), each with how that is known (``system_tmp_by``:
+        ``syscall trace``, or ``owner and time``), and how many there were in all; and how
+        many changes by other processes were seen there during the trials (counted per trial,
+        not listed)."""
+        by: dict[str, str] = {}
+        for t in ran:  # each entry: "/tmp/x (1.0 MiB, new; by syscall trace)"
+            for o in t.outside_writes:
+                path, _, rest = o.rpartition(" (")
+                how = rest.rpartition("; by ")[2].removesuffix(")") if "; by " in rest else ""
+                if by.get(path) != "syscall trace":  # the trace is the stronger word
+                    by[path] = how
+        paths = sorted(by)[:20]
+        return {
+            "tmp_bytes": sum(t.tmp_bytes for t in ran),
+            "tmp_bytes_max_trial": max((t.tmp_bytes for t in ran), default=0),
+            "system_tmp": paths,
+            "system_tmp_by": {p: by[p] for p in paths},
+            "system_tmp_paths": len(by),
+            "trials_writing_system_tmp": sum(1 for t in ran if t.outside_writes),
+            "unattributed": sum(t.outside_unattributed for t in ran),
+        }
+
     def junit(self) -> ET.Element:
         unexercised = self.unexercised()
         suite = ET.Element(
@@ -268,6 +286,9 @@ class CampaignResult:
                 name=f"exercised[{name}]",
                 value=f"{d['exercised']}/{d['planned']}",
             )
+        ow = self._outside_writes([t for t in self.trials if not t.skipped])
+        for key in ("system_tmp_paths", "unattributed"):  # what the agent wrote in /tmp
+            ET.SubElement(props, "property", name=f"outside_writes[{key}]", value=str(ow[key]))
         for msg in unexercised:  # the family's verdict: a failure of its own
             case = ET.SubElement(
                 suite,

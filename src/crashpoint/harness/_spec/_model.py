@@ -667,7 +667,10 @@ class TrialResult:
     skipped: str = ""  # a reason the trial could not run here (e.g. no tmpfs)
     resume_times: list[float] = field(default_factory=list)
     tmp_bytes: int = 0  # bytes its attempts left in their private TMPDIRs (since removed)
-    outside_writes: list[str] = field(default_factory=list)  # new in the system temp folders
+    #: what its own processes made or changed in the system temp folders, each with its size
+    #: and how that is known; and how many other changes were seen there meanwhile (not listed)
+    outside_writes: list[str] = field(default_factory=list)
+    outside_unattributed: int = 0
     ledger_refused: dict[str, int] = field(default_factory=dict)  # what the ledger's limits hit
     evidence_bytes: int = 0  # size of the trial's folder as kept (0: not kept)
     evidence_omitted: list[str] = field(default_factory=list)  # left out over the limit
@@ -748,6 +751,7 @@ class TrialResult:
             "folder": self.folder,
             "tmp_bytes": self.tmp_bytes,
             "outside_writes": self.outside_writes,
+            "outside_unattributed": self.outside_unattributed,
             "ledger_refused": self.ledger_refused,
             "evidence_bytes": self.evidence_bytes,
             "evidence_omitted": self.evidence_omitted,
