@@ -299,3 +299,83 @@ def test_another_user_cannot_read_the_token_or_change_a_verdict(tmp_path: Path) 
     assert codes == ["403"], out  # every injection refused, none applied
     assert [e["kind"] for e in golden.events] == ["POST /hook"] * 3  # only the agent's
     assert all(t.ok for t in trials), [str(c) for t in trials for c in t.failed]
+
+
+HOLDER = r"""
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held = []
+for port in map(int, sys.argv[1:]):
+    for i in range(300):
+        s = socket.create_connection(("127.0.0.1", port))
+        if i % 3 == 1:
+            s.sendall(b"POST /http/publish HTTP/1.1\r\nContent-Length: 99\r\n")  # half-sent
+        elif i % 3 == 2:
+            s.sendall(b"EHLO outsider\r\n")
+        held.append(s)
+print(len(held), flush=True)
+while True:  # keep them open; reopen what the stand-ins closed, as a flood would
+    time.sleep(0.2)
+    for k, s in enumerate(held):
+        try:
+            s.setblocking(False)
+            if s.recv(4096) == b"":
+                raise OSError
+        except BlockingIOError:
+            continue
+        except OSError:
+            s.close()
+            try:
+                held[k] = socket.create_connection(("127.0.0.1", int(sys.argv[1 + k // 300])))
+            except OSError:
+                pass
+"""
+
+
+def test_300_idle_outside_connections_to_each_stand_in_do_not_change_a_verdict(
+    tmp_path: Path,
+) -> None:
+    spec = AgentSpec(
+        command=(
+            "{python}",
+            "-m",
+            "crashpoint.agents.demo",
+            "--state",
+            "{state_dir}",
+            "--smtp",
+            "{smtp}",
+            "--webhook",
+            "{http}/publish",
+        ),
+        timeout=60,
+    )
+    with TrialRunner(spec, str(tmp_path / "trials")) as runner:
+        ledger = runner.ledger(str(tmp_path / "warm.jsonl"))
+        assert ledger.smtp is not None
+        ports = [str(urllib.parse.urlsplit(ledger.http_url).port), str(ledger.smtp.port)]
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, *ports],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "600"
+            golden = runner.golden()
+            trials = [
+                runner.run(Plan((Fault.make("kill", 1, op="effect", phase=ph),), "k", 1, i), golden)
+                for i, ph in enumerate(("before", "in_doubt"))
+            ]
+            smtp_refused = dict(ledger.smtp.refused)
+        finally:
+            os.killpg(holder.pid, 9)
+            holder.wait()
+            holder.stdout.close()  # type: ignore[union-attr]
+    kinds = sorted({str(e.get("kind")) for e in golden.events if e["op"] == "effect"})
+    assert kinds == ["POST /publish", "mail"], kinds
+    assert all(t.ok for t in trials), [str(c) for t in trials for c in t.failed]
+    # the flood was there: both stand-ins turned outsiders away (they were never the agent)
+    assert sum(t.ledger_refused.get("guests", 0) for t in trials) > 0
+    assert smtp_refused.get("guests", 0) > 200, smtp_refused
