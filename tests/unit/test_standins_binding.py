@@ -120,10 +120,11 @@ def test_identify_names_the_process_and_its_attempt(bound: Ledger) -> None:
         owner = socket_owner(mine, port)
         assert owner is not None
         assert owner[1] == os.geteuid()
-        peer = identify(mine, port, {7: os.getpgid(0)})
+        assert identify(mine, port, {7: os.getpgid(0)}).attempt is None  # not a leader's tree
+        peer = identify(mine, port, {7: os.getpgid(0)}, ancestry=True)  # the machine's scan
         assert peer == Peer(attempt=7, uid=os.geteuid(), known=True, pid=os.getpid())
         assert "attempt 7" in peer.describe()
-        outside = identify(mine, port, {7: 999_999_999})
+        outside = identify(mine, port, {7: 999_999_999}, ancestry=True)
         assert outside.attempt is None
         assert outside.known
         assert not outside.other_user

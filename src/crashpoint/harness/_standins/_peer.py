@@ -3,10 +3,12 @@
 The stand-in services listen on ``127.0.0.1``, where every local user can connect. What admits
 a request is where it comes from, not a secret in the URL (a URL is in the agent's command line,
 and ``/proc/*/cmdline`` is readable by everyone): the client's TCP port names its socket in
-``/proc/net/tcp`` (its inode and the uid that opened it), and the process holding that socket
-belongs to one of the trial's attempts when it runs in that attempt's session or process group
-(each attempt is started in its own; its children inherit both), or descends from a process
-that does (a child that started a session of its own).
+the kernel's socket table (its inode and the uid that opened it: one ``sock_diag`` netlink
+lookup, else ``/proc/net/tcp``), and the process holding that socket belongs to one of the
+trial's attempts when it descends from the attempt's leader (found cheaply, walking down the
+trial's own process tree), or, looked for across the machine when that fails, runs in that
+attempt's session or process group (each attempt is started in its own; its children inherit
+both) or has a parent chain that reaches one that does.
 
 :func:`identify` answers with a :class:`Peer`: ``attempt`` (the trial's, or None), ``uid``
 (the socket owner's, None when unknown), ``known`` (False when the machine cannot tell: no
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -58,9 +62,50 @@ class Peer:
         return f"{who} outside the trial (uid {self.uid})"
 
 
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_LOOPBACK = socket.inet_aton("127.0.0.1")
+
+
+def _diag_owner(client_port: int, server_port: int) -> tuple[str, int] | None:
+    """(inode, uid) of the IPv4 loopback socket 127.0.0.1:client_port -> :server_port, asked
+    of the kernel by netlink (``sock_diag``: one exact lookup, where reading /proc/net/tcp
+    walks every socket of the machine). None if there is no such socket; OSError if the
+    kernel does not answer this way."""
+    sockid = (
+        struct.pack(">HH", client_port, server_port)
+        + _LOOPBACK
+        + bytes(12)
+        + _LOOPBACK
+        + bytes(12)
+        + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)  # any interface, no cookie
+    )
+    req = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
+    msg = struct.pack("=IHHII", 16 + len(req), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + req
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(2.0)
+        nl.sendto(msg, (0, 0))
+        data = nl.recv(8192)
+    if len(data) < 16:
+        raise OSError("short netlink reply")
+    kind = struct.unpack_from("=H", data, 4)[0]
+    if kind != _SOCK_DIAG_BY_FAMILY:  # NLMSG_ERROR: -ENOENT when there is no such socket
+        err = struct.unpack_from("=i", data, 16)[0] if len(data) >= 20 else -1
+        if err == -2:
+            return None
+        raise OSError(-err, "sock_diag refused the lookup")
+    # nlmsghdr (16), then inet_diag_msg: family..retrans (4), sockid (48), expires, rqueue,
+    # wqueue (12), uid, inode
+    uid, inode = struct.unpack_from("=II", data, 16 + 4 + 48 + 12)
+    return (str(inode), uid) if inode else None
+
+
 def socket_owner(client_port: int, server_port: int) -> tuple[str, int] | None:
     """(inode, uid) of the loopback socket whose local port is ``client_port`` and whose peer
     port is ``server_port`` (the client side of a connection to us), or None."""
+    with contextlib.suppress(OSError, ValueError, struct.error):
+        return _diag_owner(client_port, server_port)
     want_local, want_remote = f"{client_port:04X}", f"{server_port:04X}"
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -115,11 +160,52 @@ def _pids() -> list[int]:
         return []
 
 
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (a child belongs to the thread that made it)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        with (
+            contextlib.suppress(OSError, ValueError),
+            open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh,
+        ):
+            out += [int(x) for x in fh.read().split()]
+    return out
+
+
+def _in_trees(inode: str, groups: Mapping[int, int]) -> tuple[int | None, int | None]:
+    """(attempt, pid) found by walking down from each attempt's leader (started in a session
+    of its own: its pid is the group's and the session's id): the processes of the trial only,
+    not the machine's. Misses a process whose parent chain to the leader is broken (an orphan)."""
+    target = f"socket:[{inode}]"
+    for attempt, root in groups.items():
+        st = _stat(root)
+        if st is None or st[2] != root:  # gone, or a pid reused by something else
+            continue
+        seen: set[int] = set()
+        frontier = [root]
+        while frontier and len(seen) < 4096:
+            pid = frontier.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if _holds(pid, target):
+                return attempt, pid
+            frontier += _children(pid)
+    return None, None
+
+
 def _find(inode: str, groups: Mapping[int, int], ancestry: bool) -> tuple[int | None, int | None]:
-    """(attempt, pid holding the socket) among the processes of ``groups``' sessions and
-    process groups; with ``ancestry``, also any process (of this user) whose parent chain
-    reaches one of them (a child that left the session). Costs one ``stat`` read per process,
-    and a look at the descriptors of the candidates only."""
+    """(attempt, pid holding the socket): first among the descendants of each attempt's
+    leader (cheap); with ``ancestry``, then among every process of ``groups``' sessions and
+    process groups, and any process (of this user) whose parent chain reaches one of them.
+    That costs one ``stat`` read per process of the machine."""
+    found = _in_trees(inode, groups)
+    if found[0] is not None or not ancestry:
+        return found
     by_group = {g: a for a, g in groups.items()}
     target = f"socket:[{inode}]"
     stats: dict[int, tuple[int, int, int]] = {}
@@ -131,8 +217,6 @@ def _find(inode: str, groups: Mapping[int, int], ancestry: bool) -> tuple[int | 
         attempt = by_group.get(st[1], by_group.get(st[2]))
         if attempt is not None and _holds(pid, target):
             return attempt, pid
-    if not ancestry:
-        return None, None
     me = os.geteuid()
     for pid, st in stats.items():
         if by_group.get(st[1], by_group.get(st[2])) is not None:
@@ -179,4 +263,4 @@ def attempt_of(client_port: int, server_port: int, groups: Mapping[int, int]) ->
     owner = socket_owner(client_port, server_port)
     if owner is None or not groups:
         return None
-    return _find(owner[0], groups, ancestry=False)[0]
+    return _find(owner[0], groups, ancestry=True)[0]
