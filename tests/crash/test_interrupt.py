@@ -307,6 +307,8 @@ def test_plain_pytest_sigterm_with_crash_harness_fixture(
         "test_agent.py",
         "--crashpoint-report",
         str(report),
+        "--junitxml",
+        str(project / "junit.xml"),
     )
     wait_for(lambda: len(agents(private_tmp, "fixture")) >= 3, why="the agent and its sleeps")
     os.kill(child.pid, signal.SIGTERM)
@@ -315,6 +317,12 @@ def test_plain_pytest_sigterm_with_crash_harness_fixture(
     gate = json.loads((report / "gate.json").read_text())
     assert (gate["ok"], gate["incomplete"], gate["interrupted_by"]) == (False, True, "SIGTERM")
     assert gate["campaigns"][0]["scenario"] == "test_agent.py::test_agent"
+    suite = junit_suite(project / "junit.xml")  # the user's own --junitxml: the test cut short
+    assert suite.get("errors") == "1"
+    [case] = suite.iter("testcase")
+    assert (case.get("classname"), case.get("name")) == ("test_agent", "test_agent")
+    assert case.find("error").get("message") == "interrupted before this trial finished"
+    assert not (report / "junit.xml").exists()  # the report folder's marker: removed
 
 
 def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
