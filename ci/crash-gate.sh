@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The crash-recovery gate, for any CI: install crashpoint if needed, run the scenarios, write the
-# reports, and exit with the gate's code (0 every trial passed, 1 a trial failed or a scenario
-# file is malformed, 2 bad usage).
+# reports, and exit with the gate's code (0 every trial passed, 1 a trial failed, 2 bad usage or
+# a malformed scenario file, 3 the gate could not judge: no scenario found, a fault family whose
+# faults never fired; 130/143 stopped by SIGINT/SIGTERM).
 #
 #   bash ci/crash-gate.sh [PATH-or-OPTION ...]      (default: scenarios/)
 #

@@ -17,6 +17,7 @@ import signal
 import sys
 import textwrap
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,6 +157,32 @@ def agents(tmp: Path, name: str) -> list[psutil.Process]:
     return out
 
 
+#: a previous run's junit.xml: all green
+GREEN_JUNIT = (
+    '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" '
+    'failures="0" skipped="0" tests="1"><testcase classname="old" name="passed"/></testsuite>'
+    "</testsuites>"
+)
+
+
+def junit_suite(path: Path) -> ET.Element:
+    root = ET.parse(path).getroot()  # noqa: S314 - the gate's own report
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None
+    return suite
+
+
+def assert_running_markers(report: Path) -> None:
+    """The previous run's outputs are replaced by markers no CI reads as green."""
+    assert json.loads((report / "gate.json").read_text())["ok"] is False
+    suite = junit_suite(report / "junit.xml")
+    assert suite.get("errors") == "1"
+    [error] = suite.iter("error")
+    assert "still running, or was killed before it wrote them" in error.get("message", "")
+    assert "PASS" not in (report / "report.html").read_text()
+    assert "no results" in (report / "report.html").read_text()
+
+
 def check_clean(tmp: Path, tmp_path: Path) -> None:
     left = ours(tmp)
     assert not left, "processes left: " + "; ".join(
@@ -193,6 +220,8 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
     report = tmp_path / "report"
     report.mkdir()
     (report / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
+    (report / "junit.xml").write_text(GREEN_JUNIT)
+    (report / "report.html").write_text("<html>PASS</html>")
     child = cli(
         children, private_tmp, tmp_path, "crashpoint", "run", str(sc), "--report", str(report)
     )
@@ -219,6 +248,7 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
     assert live_entries(private_tmp) == [f"{child.pid}.json"]
     gate = json.loads((report / "gate.json").read_text())
     assert gate == {"ok": False, "incomplete": True, "status": "running"}  # no stale success
+    assert_running_markers(report)
 
     os.kill(child.pid, sig)
     code = child.wait(60)
@@ -229,8 +259,21 @@ def test_crashpoint_run_interrupted_cleans_up_and_exits_128_plus_signal(
     assert gate["ok"] is False
     assert gate["incomplete"] is True
     assert gate["interrupted_by"] == name
+    assert (gate["verdict"], gate["exit_code"]) == ("interrupted", 128 + sig)
     [camp] = gate["campaigns"]
     assert (camp["incomplete"], camp["interrupted_by"], camp["not_run"]) == (True, name, 2)
+    # the partial junit.xml: the interrupted item is an error, never a pass (nor absent)
+    suite = junit_suite(report / "junit.xml")
+    assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
+    [case] = [c for c in suite.iter("testcase") if c.find("error") is not None]
+    assert case.get("classname", "").endswith(f"{kind}.scenario.yaml"), case.attrib
+    assert case.get("name") == camp["family"]
+    assert case.find("error").get("message") == "interrupted before this trial finished"
+    assert all(c.get("name") for c in suite.iter("testcase"))
+    # the campaign's own junit.xml: its 2 trials that never ran are errors too
+    [own] = (report / "scenarios").glob("*/junit.xml")
+    own_suite = junit_suite(own)
+    assert (own_suite.get("errors"), own_suite.get("skipped")) == ("2", "0")
     lines = []
     while (line := child.read_line(10)) is not None:
         lines.append(line)
@@ -264,6 +307,8 @@ def test_plain_pytest_sigterm_with_crash_harness_fixture(
         "test_agent.py",
         "--crashpoint-report",
         str(report),
+        "--junitxml",
+        str(project / "junit.xml"),
     )
     wait_for(lambda: len(agents(private_tmp, "fixture")) >= 3, why="the agent and its sleeps")
     os.kill(child.pid, signal.SIGTERM)
@@ -272,6 +317,12 @@ def test_plain_pytest_sigterm_with_crash_harness_fixture(
     gate = json.loads((report / "gate.json").read_text())
     assert (gate["ok"], gate["incomplete"], gate["interrupted_by"]) == (False, True, "SIGTERM")
     assert gate["campaigns"][0]["scenario"] == "test_agent.py::test_agent"
+    suite = junit_suite(project / "junit.xml")  # the user's own --junitxml: the test cut short
+    assert suite.get("errors") == "1"
+    [case] = suite.iter("testcase")
+    assert (case.get("classname"), case.get("name")) == ("test_agent", "test_agent")
+    assert case.find("error").get("message") == "interrupted before this trial finished"
+    assert not (report / "junit.xml").exists()  # the report folder's marker: removed
 
 
 def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
@@ -303,6 +354,11 @@ def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
     check_clean(private_tmp, tmp_path)
     gate = json.loads((report / "gate.json").read_text())
     assert (gate["ok"], gate["incomplete"], gate["interrupted_by"]) == (False, True, "SIGTERM")
+    # the controller collects nothing itself: its workers' items, both cut short, are errors
+    suite = junit_suite(report / "junit.xml")
+    errors = [c for c in suite.iter("testcase") if c.find("error") is not None]
+    assert sorted(c.get("classname", "").rsplit(".", 3)[-3] for c in errors) == ["one", "two"]
+    assert suite.get("errors") == "2"
 
 
 # -- SIGKILL, then the next run reaps -----------------------------------------------------------
@@ -539,8 +595,13 @@ def test_budget_stops_a_hanging_family_and_fails_it(
     assert (gate["ok"], gate["interrupted_by"]) == (False, None)
     [camp] = gate["campaigns"]
     assert (camp["ok"], camp["not_run"], camp["ran"]) == (False, 3, 0)
-    junit = (report / "scenarios").glob("*/junit.xml")
-    assert any('skipped="3"' in p.read_text() for p in junit)
+    # the trials the budget cut are errors in the campaign's junit.xml: never read as green
+    [junit] = (report / "scenarios").glob("*/junit.xml")
+    suite = junit_suite(junit)
+    assert (suite.get("errors"), suite.get("skipped")) == ("3", "0")
+    assert [e.get("message", "")[:38] for e in suite.iter("error")] == [
+        "not run: the campaign's time budget of"
+    ] * 3
 
 
 @pytest.mark.parametrize(
@@ -671,3 +732,31 @@ def test_a_gate_that_cannot_start_leaves_no_old_success(
         for ln in lines + child.stderr_text().splitlines()
     ), lines
     assert not (report / "gate.json").exists()
+
+
+def test_a_gate_killed_outright_leaves_markers_not_the_previous_success(
+    children: Children, private_tmp: Path, tmp_path: Path
+) -> None:
+    """A passing gate, then one SIGKILLed mid-run (no clean-up can run): its report folder
+    holds "running" markers, never the passing run's gate.json, junit.xml or report.html."""
+    sc = tmp_path / "scenarios"
+    scenario(sc, "quick", PROBE + "exit 0", "kill: {at: every-boundary}")
+    report = tmp_path / "report"
+    first = cli(
+        children, private_tmp, tmp_path, "crashpoint", "run", str(sc), "--report", str(report)
+    )
+    assert first.wait(120) == 0, first.stderr_text()
+    assert json.loads((report / "gate.json").read_text())["ok"] is True
+    assert junit_suite(report / "junit.xml").get("errors") == "0"
+    assert "PASS" in (report / "report.html").read_text()
+
+    (sc / "quick.scenario.yaml").unlink()
+    scenario(sc, "slow", SLOW, "kill: {at: time, count: 2}")
+    child = cli(
+        children, private_tmp, tmp_path, "crashpoint", "run", str(sc), "--report", str(report)
+    )
+    wait_for(lambda: len(agents(private_tmp, "slow")) >= 2, why="the agent's sleeps")
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait(30) == -signal.SIGKILL
+    kill_all(ours(private_tmp))  # what the killed gate left: the next session would reap it
+    assert_running_markers(report)

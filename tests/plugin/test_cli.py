@@ -109,12 +109,19 @@ def test_replay_of_a_hand_edited_plan_is_a_usage_error(inner: Any) -> None:
     assert "Traceback" not in result.stderr.str()
 
 
-def test_no_scenario_found_exits_1_with_a_message(inner: Any) -> None:
+def test_no_scenario_found_exits_3_could_not_judge(inner: Any) -> None:
     (inner.path / "empty").mkdir()
     (inner.path / "empty" / "notes.yaml").write_text("name: not a scenario\n")
-    result = crashpoint(inner, "run", "empty", "--report", inner.path / "out")
-    assert result.ret == 1
-    result.stderr.fnmatch_lines(["crashpoint: no *.scenario.yaml found under empty"])
+    out = inner.path / "out"
+    out.mkdir(mode=0o700)
+    (out / "gate.json").write_text('{"ok": true, "campaigns": []}')  # a previous run's
+    result = crashpoint(inner, "run", "empty", "--report", out)
+    assert result.ret == 3, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(
+        ["crashpoint: no *.scenario.yaml found under empty: nothing was judged"]
+    )
+    assert not (out / "gate.json").exists()  # the old success is gone, no marker is left
+    assert not (out / "report.html").exists()
 
 
 def test_missing_path_exits_2(inner: Any) -> None:
@@ -124,19 +131,92 @@ def test_missing_path_exits_2(inner: Any) -> None:
     assert not (inner.path / "crashpoint-report").exists()
 
 
-def test_bad_scenario_file_fails_the_gate_naming_file_and_line(inner: Any) -> None:
+def test_bad_scenario_file_exits_2_naming_file_line_and_key(inner: Any) -> None:
     bad = inner.path / "gate" / "bad.scenario.yaml"
     bad.parent.mkdir()
     bad.write_text("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: sometimes}\n")
     result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
-    assert result.ret == 1
+    assert result.ret == 2, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(
         [
             f"crashpoint scenario error: {bad}:5 (key 'faults?0?.kill.at'"
             "): kill.at must be one of every-boundary, *, got 'sometimes'"
         ]
     )
-    result.stderr.fnmatch_lines(["crashpoint: the gate did not run cleanly (pytest exit 2)*"])
+    result.stderr.fnmatch_lines(
+        [
+            "crashpoint: gate verdict: bad input (exit 2): gate/bad.scenario.yaml:5 "
+            "(key 'faults?0?.kill.at'): kill.at must be one of *"
+        ]
+    )
+    gate = json.loads((inner.path / "out" / "gate.json").read_text())
+    assert (gate["ok"], gate["verdict"], gate["exit_code"]) == (False, "bad input", 2)
+    assert gate["reasons"][0].startswith("gate/bad.scenario.yaml:5 (key 'faults[0].kill.at'): ")
+
+
+def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
+    inner.scenario(
+        "nothing",
+        'corrupt: {path: "{state_dir}/no-such-*", how: [truncate], count: 1}',
+        folder="gate",
+        command=inner.command(inner.tiny_agent),
+    )
+    out = inner.path / "out"
+    result = crashpoint(inner, "run", "gate", "--report", out, "--quiet")
+    assert result.ret == 3, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(
+        ["crashpoint: gate verdict: not judged (exit 3): nothing ?corrupt@truncate?: family *"]
+    )
+    gate = json.loads((out / "gate.json").read_text())
+    assert (gate["ok"], gate["verdict"], gate["exit_code"]) == (False, "not judged", 3)
+    assert "none of its 1 trial(s) was exercised" in gate["reasons"][0]
+
+
+def test_an_agent_that_reports_no_boundary_exits_3(inner: Any) -> None:
+    inner.scenario(
+        "silent",
+        "kill: {at: random, count: 1}",
+        folder="gate",
+        command='["{python}", "-c", "pass"]',
+    )
+    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
+    assert result.ret == 3, result.stdout.str() + result.stderr.str()
+    gate = json.loads((inner.path / "out" / "gate.json").read_text())
+    assert (gate["verdict"], gate["exit_code"]) == ("not judged", 3)
+    assert "reported no event" in gate["reasons"][0]
+
+
+def test_precedence_bad_scenario_over_failed_trial_over_not_judged(inner: Any) -> None:
+    """Several at once: a failed trial (1) beats a family that proved nothing (3); a
+    malformed scenario file (2) beats both. -n 2: each file's collection on its own worker,
+    so the good files run beside the bad one."""
+    inner.scenario(
+        "nothing",
+        'corrupt: {path: "{state_dir}/no-such-*", how: [truncate], count: 1}',
+        folder="gate",
+        command=inner.command(inner.tiny_agent),
+    )
+    inner.scenario(
+        "broken", "kill: {at: random, count: 1}", folder="gate", extra="seed: 1",
+        command=inner.command(inner.broken_agent),
+    )  # fmt: skip
+    out = inner.path / "out"
+    failed = crashpoint(inner, "run", "gate", "-n", "2", "--report", out, "--quiet")
+    assert failed.ret == 1, failed.stdout.str() + failed.stderr.str()
+    gate = json.loads((out / "gate.json").read_text())
+    assert (gate["verdict"], gate["exit_code"]) == ("fail", 1)
+    assert [r.split(":")[0] for r in gate["reasons"]] == [
+        "broken [kill@random]",
+        "nothing [corrupt@truncate]",
+    ]
+    (inner.path / "gate" / "bad.scenario.yaml").write_text(
+        "name: x\nagent: {command: [a]}\nnope: 1\n"
+    )
+    bad = crashpoint(inner, "run", "gate", "-n", "2", "--report", out, "--quiet")
+    assert bad.ret == 2, bad.stdout.str() + bad.stderr.str()
+    gate = json.loads((out / "gate.json").read_text())
+    assert (gate["verdict"], gate["exit_code"]) == ("bad input", 2)
+    assert gate["reasons"][0].startswith("gate/bad.scenario.yaml:3 (key 'nope')"), gate["reasons"]
 
 
 def test_bad_option_value_exits_2(inner: Any) -> None:
@@ -221,7 +301,8 @@ def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any)
         "faults:\n  - kill: {at: random, count: 2}\n  - corrupt: {how: [bitflip]}\n"
     )
     result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
-    assert result.ret == 1
+    assert result.ret == 1  # the agent failed with no fault at all: a failure, not bad input
+    result.stderr.fnmatch_lines(["crashpoint: gate verdict: fail (exit 1): *the golden run*"])
     out = result.stdout.str()
     # the stderr tail, once among the failures (pytest's short summary repeats each failure's
     # message, whole where it detects CI)

@@ -18,9 +18,10 @@ The ``checkpoints`` group is declared here because two rooms put commands in it 
 maintenance in ``_checkpoints``, the lifecycle in ``_lifecycle``).
 
 Exit codes: 0 success (nothing found), 1 the command found a problem (damage, a stale run, a
-corrupt run), 2 the command could not do its job (bad usage or input, no store, unknown run, an
-OS error), 130 interrupted (SIGINT, Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the
-output went away (``| head``).
+corrupt run, a failed trial), 2 the command could not do its job (bad usage or input, a
+malformed scenario file, no store, unknown run, an OS error), 3 ``run`` only: the gate could not
+judge (no scenario found, a family none of whose faults fired), 130 interrupted (SIGINT,
+Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the output went away (``| head``).
 
 Imports: the standard library and the public faces :mod:`crashpoint` (the version),
 :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors` and :mod:`crashpoint.harness` (its lazy
@@ -49,6 +50,7 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_FOUND",
     "EXIT_INTERRUPTED",
+    "EXIT_NOT_JUDGED",
     "EXIT_OK",
     "EXIT_TERMINATED",
     "EXIT_USAGE",
@@ -71,6 +73,7 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_USAGE = 2
+EXIT_NOT_JUDGED = 3  # `run`: the gate could not judge (no scenario found, a family not exercised)
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by SIGTERM (cleanly: KeyboardInterrupt path)
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE
@@ -112,6 +115,7 @@ class _Command:
     description: str
     args: tuple[Arg, ...]
     func: Handler
+    epilog: str = ""
 
 
 _GROUPS: dict[str, _Group] = {}
@@ -125,11 +129,12 @@ def group(name: str, *, help: str, description: str = "", args: Iterable[Arg] = 
 
 
 def command(
-    *path: str, help: str, description: str = "", args: Iterable[Arg] = ()
+    *path: str, help: str, description: str = "", args: Iterable[Arg] = (), epilog: str = ""
 ) -> Callable[[Handler], Handler]:
     """Register ``func`` as the command at ``path``: ``("checkpoints", "list")`` or ``("run",)``.
 
-    A two-part path needs its group declared with :func:`group` first.
+    A two-part path needs its group declared with :func:`group` first. ``epilog``: text shown
+    after the options in ``--help`` (e.g. the command's exit codes).
     """
     if not 1 <= len(path) <= 2:
         raise InvalidArgument(f"a command path has one or two names, got {path!r}")
@@ -137,7 +142,7 @@ def command(
         raise InvalidArgument(f"declare the group {path[0]!r} with group() before its commands")
 
     def register(func: Handler) -> Handler:
-        _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func)
+        _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func, epilog)
         return func
 
     return register
@@ -164,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Crash-proof checkpoints for agents, and a harness that proves it.",
-        epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run), 2 the command "
-        "could not do its job (bad usage or input, no store, an OS error).",
+        epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run, a failed "
+        "trial), 2 the command could not do its job (bad usage or input, a malformed scenario "
+        "file, no store, an OS error), 3 `run` could not judge (see `crashpoint run --help`), "
+        "130/143 interrupted by SIGINT/SIGTERM.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     top = parser.add_subparsers(
@@ -181,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for path, c in _COMMANDS.items():
         where = top if len(path) == 1 else subs[path[0]]
-        cp = where.add_parser(path[-1], help=c.help, description=c.description)
+        cp = where.add_parser(
+            path[-1], help=c.help, description=c.description, epilog=c.epilog or None
+        )
         if len(path) == 2:
             for a in _GROUPS[path[0]].args:
                 _add(cp, a, suppress_default=True)

@@ -24,6 +24,7 @@ from typing import Any
 from crashpoint import harness
 from crashpoint.cli._framework import (
     EXIT_FOUND,
+    EXIT_NOT_JUDGED,
     EXIT_OK,
     EXIT_USAGE,
     PROG,
@@ -36,16 +37,32 @@ from crashpoint.errors import ReplayError, ScenarioError, UnsafeReportFolder, Us
 
 __all__: list[str] = []
 
+#: ``crashpoint run --help``'s epilog (README.md and docs/reference/cli.md have the same table)
+_RUN_EXIT_CODES = (
+    "Exit codes: 0 every trial passed (and every fault family had trials whose faults "
+    "fired); 1 a trial failed a check, a golden (fault-free) run failed, or a campaign ran "
+    "out of its time budget; 2 bad usage or a bad scenario file (the message names the file, "
+    "the line and the key) or option; 3 the gate could not judge: no scenario found under "
+    "PATH, a fault family none of whose trials was exercised, every trial of a campaign "
+    "skipped, an agent that reports no boundary; 130 / 143 interrupted by SIGINT / SIGTERM "
+    "(the report marked incomplete, junit.xml with an error per unfinished item). When "
+    "several apply, the first in this order wins: 130/143, 2, 1, 3. gate.json says the same "
+    "in its verdict, exit_code and reasons fields."
+)
+
 
 @command(
     "run",
     help="the crash-recovery gate: run scenario files, print a table, write reports",
     description="Runs every *.scenario.yaml under PATH (default: scenarios/) through pytest "
     "with the crashpoint plugin (one engine, two doors), shows progress, ends "
-    "with a table per scenario, writes JSON, JUnit and HTML reports to --report, "
-    "and exits 0 if every trial passed, 1 otherwise. SIGINT (Ctrl-C) or SIGTERM "
-    "stops it cleanly (agents killed, temporary folders removed, the report "
-    "marked incomplete): exit 130 or 143.",
+    "with a table per scenario, writes JSON, JUnit and HTML reports to --report "
+    "(the previous run's gate.json, junit.xml and report.html are replaced by "
+    "'running' markers first, so a gate killed before it writes never leaves "
+    "them looking current), and exits with a code a CI can read (below). SIGINT "
+    "(Ctrl-C) or SIGTERM stops it cleanly (agents killed, temporary folders "
+    "removed, the report marked incomplete).",
+    epilog=_RUN_EXIT_CODES,
     args=[
         arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
         arg("--seed", type=count, help="campaign seed (default: each scenario's own)"),
@@ -84,8 +101,6 @@ __all__: list[str] = []
     ],
 )
 def _run(ctx: Context) -> int:
-    import pytest  # here, not at the top: only the gate pays for pytest's start-up
-
     a = ctx.args
     paths = a.paths or ["scenarios"]
     for p in paths:
@@ -145,23 +160,31 @@ def _run(ctx: Context) -> int:
     # SIGTERM as well as SIGINT stops the gate cleanly: the plugin session kills the agents,
     # removes mounts and temporary folders, writes the report marked incomplete
     restore = harness.install_signal_handlers()
+    verdicts = _Verdicts()
+    started = False
     try:
+        _safe_report_folder(report)
+        # first of all: the previous run's outputs are never left looking current
+        harness.mark_report_running(report)
+        started = True
         reaped = harness.reap_stale()
         if reaped.harnesses:
             ctx.note(
                 f"{PROG}: reaped what {reaped.harnesses} killed harness(es) left: "
                 f"{reaped.describe()}"
             )
-        _safe_report_folder(report)
         if baseline is not None:
             argv += ["--crashpoint-baseline", _keep_baseline(baseline, report)]
-        _gate_running(report, on=True)
-        code = int(pytest.main(argv))
+        import pytest  # here, not at the top: only the gate pays for pytest's start-up
+
+        code = int(pytest.main(argv, plugins=[verdicts]))
     finally:
         if harness.received() is not None:
             harness.cleanup_all()
         restore()
-    _gate_running(report, on=False)
+        if started:  # what the session did not replace (pytest stopped early): no marker left
+            with contextlib.suppress(OSError):
+                harness.clear_report_running(report)
     sig = harness.received()
     if sig is not None:
         ctx.note(
@@ -169,14 +192,52 @@ def _run(ctx: Context) -> int:
             f"folders removed; the report in {report} is marked incomplete"
         )
         return 128 + sig
-    if code == int(pytest.ExitCode.NO_TESTS_COLLECTED):
-        ctx.note(f"{PROG}: no *.scenario.yaml found under {' '.join(paths)}")
-        return EXIT_FOUND
-    if code == int(pytest.ExitCode.USAGE_ERROR):
+    return _exit_code(ctx, code, verdicts.verdict, paths, a.keyword)
+
+
+class _Verdicts:
+    """A plugin object given to ``pytest.main``: keeps the gate's verdict the crashpoint
+    plugin announces at the end of the session (``pytest_crashpoint_gate_finished``)."""
+
+    def __init__(self) -> None:
+        self.verdict: Any = None
+
+    def pytest_crashpoint_gate_finished(self, config: Any, verdict: Any) -> None:
+        self.verdict = verdict
+
+
+#: pytest's exit statuses (pytest.ExitCode), named here so that the mapping reads plainly
+_PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED = 0, 1, 2
+_PYTEST_INTERNAL, _PYTEST_USAGE, _PYTEST_NO_TESTS = 3, 4, 5
+
+
+def _exit_code(ctx: Context, code: int, verdict: Any, paths: list[str], keyword: str | None) -> int:
+    """The gate's exit code from pytest's status and the crashpoint plugin's verdict (see
+    :data:`_RUN_EXIT_CODES`), with a line on stderr saying why when it is not 0."""
+    if code == _PYTEST_USAGE:
         return EXIT_USAGE  # a bad option value: the message is above
-    if code not in (0, 1):
+    if code == _PYTEST_NO_TESTS:
+        where = " ".join(paths)
+        also = f" (or none of them matched -k {keyword})" if keyword else ""
+        ctx.note(f"{PROG}: no *.scenario.yaml found under {where}{also}: nothing was judged")
+        return EXIT_NOT_JUDGED
+    if verdict is None or (verdict.code == EXIT_OK and code != _PYTEST_OK):
+        # no verdict (the plugin did not end its session), or pytest saw a problem it did not
+        if code == _PYTEST_OK:
+            return EXIT_OK
+        if code == _PYTEST_FAILED:
+            return EXIT_FOUND
         ctx.note(f"{PROG}: the gate did not run cleanly (pytest exit {code}); see above")
-    return EXIT_OK if code == 0 else EXIT_FOUND
+        return EXIT_NOT_JUDGED
+    if verdict.code != EXIT_OK:
+        why = verdict.reasons[0] if verdict.reasons else ""
+        more = len(verdict.reasons) - 1
+        ctx.note(
+            f"{PROG}: gate verdict: {verdict.verdict} (exit {verdict.code})"
+            + (f": {harness.one_line(why, 300)}" if why else "")
+            + (f" (and {more} more: see gate.json)" if more > 0 else "")
+        )
+    return int(verdict.code)
 
 
 def _default_workers(paths: list[str]) -> str | None:
@@ -225,10 +286,6 @@ def _keep_baseline(baseline: tuple[str, dict[str, Any]], report: str) -> str:
     return kept
 
 
-#: gate.json while the gate runs (the plugin writes the same at the start of its session)
-_GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
-
-
 def _safe_report_folder(report: str) -> None:
     """The report folder, created 0700 without following a link, and refused (exit 2) if
     another user owns it or can write in it; pytest's own ``--junitxml`` would write through a
@@ -247,29 +304,14 @@ def _safe_report_folder(report: str) -> None:
             )
 
 
-def _gate_running(report: str, *, on: bool) -> None:
-    """Replace gate.json by :data:`_GATE_RUNNING` (``on``); afterwards remove that marker if no
-    session replaced it (pytest stopped before running anything, e.g. a bad option value).
-    Either way an earlier run's ``"ok": true`` is never left behind. The folder is safe by
-    then (:func:`_safe_report_folder`); a link planted at gate.json is refused, not followed."""
-    path = os.path.join(report, "gate.json")
-    with contextlib.suppress(OSError, ValueError):
-        if on:
-            harness.write_file(path, json.dumps(_GATE_RUNNING))
-            return
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as f:
-            still = json.load(f) == _GATE_RUNNING
-        if still:
-            os.unlink(path)
-
-
 @command(
     "replay",
     help="re-run exactly one failing trial from its folder and print its checks",
     description="FOLDER is a failing trial's folder (it holds plan.json, golden.json, "
     "runner.json and REPLAY). The same plan runs again against the same golden "
-    "run; exit 1 if a check fails again (reproduced), 0 if every check passes.",
+    "run; exit 1 if a check fails again (reproduced), 0 if every check passes, 3 if every "
+    "check passes but a planned fault did not take effect this time (nothing was judged), "
+    "2 if FOLDER is not a trial folder or its plan cannot be replayed.",
     args=[arg("folder", metavar="FOLDER", help="a trial folder from a report")],
 )
 def _replay(ctx: Context) -> int:
@@ -295,12 +337,12 @@ def _replay(ctx: Context) -> int:
         ctx.print(f"  {c}")
     ctx.print(f"evidence: {result.folder}")
     if result.ok:
-        how = (
-            "every check passed this time"
-            if result.exercised
-            else "every check passed, but a planned fault did not take effect this time"
-        )
-        ctx.print(f"did not reproduce: {how}")
+        if not result.exercised:  # as in the gate: a fault that did not fire proves nothing
+            ctx.print(
+                "not judged: every check passed, but a planned fault did not take effect this time"
+            )
+            return EXIT_NOT_JUDGED
+        ctx.print("did not reproduce: every check passed this time")
         return EXIT_OK
     ctx.print(f"reproduced: {', '.join(c.name for c in result.failed)} failed")
     return EXIT_FOUND

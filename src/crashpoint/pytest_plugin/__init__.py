@@ -18,6 +18,7 @@ the hook or fixture that uses them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,8 @@ from crashpoint.pytest_plugin._campaigns import (
 )
 from crashpoint.pytest_plugin._options import (
     BOARD,
+    GATE_NOTES,
+    ITEMS,
     MARKER,
     OPTIONS,
     SETTINGS,
@@ -99,6 +102,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.stash[SETTINGS] = resolve_settings(config)
     config.stash[SUMMARIES] = []
+    notes: dict[str, list[str]] = {"bad_input": [], "failed": [], "not_judged": []}
+    config.stash[GATE_NOTES] = notes
+    items: dict[str, list[str]] = {"collected": [], "finished": []}
+    config.stash[ITEMS] = items
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
     # scenario errors, for the step summary and GitHub annotations (imported when used)
     from crashpoint.pytest_plugin._annotations import ScenarioErrors
@@ -200,17 +207,27 @@ def _interrupted_by(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write gate.json (marked incomplete if interrupted); exit 128 + the signal if one came."""
+    """Write gate.json (marked incomplete if interrupted, with the gate's verdict); call
+    ``pytest_crashpoint_gate_finished``; exit 128 + the signal if one came."""
     config = session.config
     sig = _received(config)
     if sig is not None and config.pluginmanager.hasplugin("dsession"):
         _forward_to_workers(sig)  # xdist: `kill PID` reaches only the controller
     by = _interrupted_by(config)
     report = config.stash[SETTINGS].report
+    summaries = config.stash[SUMMARIES]
+    used = bool(summaries) or config.stash.get(_USED, False)
+    verdict = None
+    if not _is_worker(config) and (used or by or _explicit(config) or _has_news(config, by)):
+        # imported when used: keeps loading the plugin cheap
+        from crashpoint.pytest_plugin._summary import session_verdict
+
+        verdict = session_verdict(config, interrupted_by=by)
     if report and not _is_worker(config):
         # imported when used: keeps loading the plugin cheap
         from crashpoint.pytest_plugin._annotations import session_errors
         from crashpoint.pytest_plugin._summary import (
+            has_notes,
             remove_gate_running,
             session_changes,
             write_session_reports,
@@ -218,13 +235,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         changes = session_changes(config)  # --crashpoint-baseline: what changed since
 
-        summaries = config.stash[SUMMARIES]
-        if summaries or by:
+        if summaries or by or has_notes(config):
             config.stash[_REPORT_PATHS] = write_session_reports(
-                report, summaries, interrupted_by=by, changes=changes, errors=session_errors(config)
+                report,
+                summaries,
+                interrupted_by=by,
+                changes=changes,
+                errors=session_errors(config),
+                verdict=verdict,
             )
         else:
             remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
+    if verdict is not None:
+        config.hook.pytest_crashpoint_gate_finished(config=config, verdict=verdict)
     if not _is_worker(config) and _has_news(config, by):
         # imported when used: keeps loading the plugin cheap
         from crashpoint.pytest_plugin._summary import write_ci_summary
@@ -247,6 +270,31 @@ def _has_news(config: pytest.Config, interrupted_by: str) -> bool:
     return bool(annotations and config.stash.get(annotations.BAD_SCENARIOS, []))
 
 
+def _finish_junit(config: pytest.Config) -> None:
+    """After pytest wrote junit.xml (its sessionfinish runs after ours): an interrupted
+    session's unfinished items become errors in it; a "running" marker the session put in its
+    report folder and nobody replaced (no --junitxml there) is removed."""
+    by = _interrupted_by(config)
+    xmlpath = getattr(config.option, "xmlpath", None)
+    report = config.stash[SETTINGS].report
+    if not (by and xmlpath) and not report:
+        return
+    # imported when used: keeps loading the plugin cheap
+    from crashpoint.pytest_plugin._summary import mark_junit_unfinished, remove_gate_running
+
+    if by and xmlpath:
+        items = config.stash[ITEMS]
+        with contextlib.suppress(OSError):
+            mark_junit_unfinished(
+                os.path.abspath(xmlpath),
+                items["collected"],
+                items["finished"],
+                interrupted_by=by,
+            )
+    if report:
+        remove_gate_running(report, ("junit.xml",))
+
+
 def _forward_to_workers(sig: int) -> None:
     """Send ``sig`` to this process's children (the xdist workers: they clean up too)."""
     harness.signal_children(sig)
@@ -256,6 +304,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     watcher = config.stash.get(WATCHER, None)
     if watcher is not None:
         watcher.close()
+    if not _is_worker(config) and SETTINGS in config.stash:
+        _finish_junit(config)
 
     if _received(config) is not None:
         harness.cleanup_all()  # whatever the interrupted session's finally blocks did not reach
@@ -630,6 +680,8 @@ def _is_crashpoint_item(item: pytest.Item) -> bool:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     _note_lookalikes(session)
+    if session.items:  # an xdist controller collects none: its workers' ids come by a hook
+        session.config.stash[ITEMS]["collected"] = [i.nodeid for i in session.items]
     count = sum(1 for i in session.items if _is_crashpoint_item(i))
     session.config.stash[_USED] = count > 0
     if count or any(i.get_closest_marker("crashpoint") for i in session.items):
@@ -696,11 +748,35 @@ class _SummaryCollector:
         self.config = config
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.config.stash[ITEMS]["finished"].append(report.nodeid)
+        if report.failed and report.nodeid.split("::", 1)[0].endswith(".scenario.yaml"):
+            # imported when a scenario item failed: loading the plugin stays cheap
+            from crashpoint.pytest_plugin._summary import note_item_report
+
+            note_item_report(self.config, report)
         if report.when != "call":
             return
         for key, value in report.user_properties:
             if key == "crashpoint":
                 self.config.stash[SUMMARIES].append(json.loads(str(value)))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # a malformed scenario file (or any collection error of a crashpoint session): bad input
+        if report.failed and (
+            report.nodeid.split("::", 1)[0].endswith(".scenario.yaml") or _explicit(self.config)
+        ):
+            # imported when collection failed: loading the plugin stays cheap
+            from crashpoint.pytest_plugin._summary import note_collect_report
+
+            note_collect_report(self.config, report)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """xdist controller: the items its workers collected (it collects none itself)."""
+        collected = self.config.stash[ITEMS]["collected"]
+        seen = set(collected)  # every worker collects the same items: kept once each
+        collected.extend(i for i in ids if i not in seen)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

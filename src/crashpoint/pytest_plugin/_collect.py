@@ -153,6 +153,8 @@ class ScenarioItem(pytest.Item):
             parent.stash[GOLDEN_FAILED] = self.name
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
         except NoBoundaries as exc:  # the agent reports nothing: the campaign tests nothing
+            # the gate could not judge it (exit 3), which a failure of the agent's is not
+            self.user_properties.append(("crashpoint_not_judged", "no boundary"))
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
         except CampaignInterrupted as exc:  # what ran goes into the (incomplete) gate report
             record_interrupted(

@@ -25,6 +25,8 @@ __all__ = [
     "BASELINE_DESC",
     "BOARD",
     "BUDGET_DESC",
+    "GATE_NOTES",
+    "ITEMS",
     "MARKER",
     "MODE_DESC",
     "OPTIONS",
@@ -111,6 +113,15 @@ SETTINGS = pytest.StashKey[Settings]()
 SUMMARIES = pytest.StashKey[list[dict[str, Any]]]()
 BOARD = pytest.StashKey[Any]()  # crashpoint.pytest_plugin._board.Board
 WORKER_FILE = pytest.StashKey[Any]()  # an xdist worker's _board.WorkerFile
+#: what the session's reports said besides the campaigns, for the gate's verdict: "bad_input"
+#: (collection errors: a malformed scenario file), "failed" (a scenario item that failed
+#: without a campaign: its golden run failed), "not_judged" (an agent with no boundary); one
+#: line each
+GATE_NOTES = pytest.StashKey[dict[str, list[str]]]()
+#: the session's items: "collected" (node ids, in order; an xdist controller's from its
+#: workers) and "finished" (those whose teardown was reported): after an interrupt, the rest
+#: are errors in junit.xml
+ITEMS = pytest.StashKey[dict[str, list[str]]]()
 
 
 def _parse(name: str, raw: Any, where: str) -> Any:

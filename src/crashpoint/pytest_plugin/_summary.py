@@ -9,27 +9,40 @@ import json
 import os
 import stat
 import sys
-from typing import Any
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from crashpoint import harness
-from crashpoint.pytest_plugin._annotations import BAD_SCENARIOS, CHANGES, ci_lines, session_errors
-from crashpoint.pytest_plugin._options import SETTINGS, SUMMARIES
+from crashpoint.pytest_plugin._annotations import (
+    BAD_SCENARIOS,
+    CHANGES,
+    bad_scenario_from_report,
+    ci_lines,
+    session_errors,
+)
+from crashpoint.pytest_plugin._options import GATE_NOTES, SETTINGS, SUMMARIES
+
+if TYPE_CHECKING:
+    from crashpoint.harness import GateVerdict
 
 __all__ = [
+    "INTERRUPTED_MESSAGE",
     "ci_end_lines",
+    "has_notes",
+    "mark_junit_unfinished",
+    "note_collect_report",
+    "note_item_report",
     "remove_gate_running",
     "session_changes",
+    "session_verdict",
     "summary_table",
     "write_ci_summary",
     "write_gate_running",
     "write_session_reports",
     "write_step_summary",
 ]
-
-#: gate.json while a session runs: a killed gate never leaves an old "ok": true behind
-GATE_RUNNING = {"ok": False, "incomplete": True, "status": "running"}
 
 
 def summary_table(summaries: list[dict[str, Any]], *, interrupted_by: str = "") -> list[str]:
@@ -132,6 +145,7 @@ def write_session_reports(
     interrupted_by: str = "",
     changes: dict[str, Any] | None = None,
     errors: list[str] | None = None,
+    verdict: GateVerdict | None = None,
 ) -> list[str]:
     """gate.json (every campaign) and report.html (tables + a timeline per failing trial).
 
@@ -140,7 +154,11 @@ def write_session_reports(
     re-render knows where the evidence was), ``campaigns`` (each campaign's summary), and, when
     a baseline was given, ``changes`` (:func:`crashpoint.harness.compare_gates`; report.html
     shows them in a "What changed" section), and, when some could not be run,
-    ``scenario_errors`` (one line per scenario file: where and why).
+    ``scenario_errors`` (one line per scenario file: where and why). With ``verdict``
+    (:func:`crashpoint.harness.gate_verdict`): ``verdict`` (``pass``, ``fail``, ``bad input``,
+    ``not judged``, ``interrupted``), ``exit_code`` (what ``crashpoint run`` exits with: 0, 1,
+    2, 3, 130, 143) and ``reasons`` (why it is not a pass, one line each); ``ok`` is then
+    true only for a pass.
 
     ``interrupted_by`` (a signal's name): the session was stopped, gate.json says so
     (``"ok": false, "incomplete": true``). The folder is created 0700 without following a link
@@ -158,6 +176,9 @@ def write_session_reports(
         "report_dir": os.path.abspath(folder),
         "campaigns": summaries,
     }
+    if verdict is not None:
+        gate.update(verdict.to_json())
+        gate["ok"] = ok and verdict.ok
     if changes is not None:
         gate["changes"] = changes
     if errors:
@@ -210,25 +231,147 @@ def write_step_summary(
     return ""
 
 
-def write_gate_running(folder: str) -> str:
-    """Replace any gate.json in ``folder`` by :data:`GATE_RUNNING` (before any trial runs)."""
-    path = os.path.join(folder, "gate.json")
-    _write_json(path, GATE_RUNNING)
-    return path
+def write_gate_running(folder: str) -> list[str]:
+    """Before any trial runs: the previous run's gate.json, junit.xml and report.html in
+    ``folder`` replaced by "running" markers (:func:`crashpoint.harness.mark_report_running`):
+    a gate killed before it writes never leaves an old ``"ok": true`` or a green junit.xml."""
+    harness.secure_dir(folder)
+    return harness.mark_report_running(folder)
 
 
-def remove_gate_running(folder: str) -> None:
-    """Remove gate.json if it is still :data:`GATE_RUNNING` (the session ran no campaign)."""
-    path = os.path.join(folder, "gate.json")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            data = json.loads(f.read(4096) or b"null")
-    except (OSError, ValueError):
+def remove_gate_running(folder: str, names: tuple[str, ...] = ("gate.json", "report.html")) -> None:
+    """Remove those of ``names`` that still hold their "running" marker (the session wrote no
+    gate: no campaign ran). junit.xml is pytest's, written after this: see
+    :func:`mark_junit_unfinished`'s caller."""
+    with contextlib.suppress(OSError):
+        harness.clear_report_running(folder, names)
+
+
+# -- the gate's verdict -----------------------------------------------------------------------
+
+
+def _notes(config: pytest.Config) -> dict[str, list[str]]:
+    return config.stash.setdefault(GATE_NOTES, {"bad_input": [], "failed": [], "not_judged": []})
+
+
+def _is_scenario_node(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0].endswith(harness.SUFFIX)
+
+
+def _report_line(report: Any) -> str:
+    """A failed report as one line: the scenario error's file, line and key where it names
+    them, else the node id and the first line of what went wrong."""
+    bad = bad_scenario_from_report(report)
+    if bad is not None:
+        return bad.describe()
+    text = str(getattr(report, "longrepr", "") or "").strip().splitlines()
+    return f"{report.nodeid or '.'}: {harness.one_line(text[-1] if text else 'failed', 300)}"
+
+
+def note_collect_report(config: pytest.Config, report: Any) -> None:
+    """A failed collection (a malformed scenario file, an import error): bad input."""
+    if report.failed:
+        _notes(config)["bad_input"].append(_report_line(report))
+
+
+def note_item_report(config: pytest.Config, report: Any) -> None:
+    """A scenario item that failed with no campaign behind it (its golden run failed, its
+    agent reports no boundary): a failure, or, for an agent with nothing to judge it by, not
+    judged. Items with a campaign are judged by the campaign's summary."""
+    if not report.failed or report.when not in ("setup", "call"):
         return
-    if data == GATE_RUNNING:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    if not _is_scenario_node(report.nodeid):
+        return
+    props = dict(report.user_properties)
+    if "crashpoint" in props:
+        return
+    line = _report_line(report)
+    if "crashpoint_not_judged" in props:
+        _notes(config)["not_judged"].append(line)
+    else:
+        _notes(config)["failed"].append(line)
+
+
+def session_verdict(config: pytest.Config, *, interrupted_by: str = "") -> GateVerdict:
+    """The session's gate verdict (:func:`crashpoint.harness.gate_verdict`): its campaigns and
+    what its reports said besides."""
+    notes = _notes(config)
+    summaries: list[dict[str, Any]] = config.stash[SUMMARIES]
+    return harness.gate_verdict(
+        summaries,
+        bad_input=notes["bad_input"],
+        failed=notes["failed"],
+        not_judged=notes["not_judged"],
+        interrupted_by=interrupted_by,
+    )
+
+
+def has_notes(config: pytest.Config) -> bool:
+    """Did the reports say anything for the verdict besides the campaigns?"""
+    return any(_notes(config).values())
+
+
+# -- junit.xml after an interrupt -------------------------------------------------------------
+
+#: the error each unfinished item gets in junit.xml after an interrupt
+INTERRUPTED_MESSAGE = "interrupted before this trial finished"
+
+
+def _junit_names(nodeid: str) -> tuple[str, str]:
+    """(classname, name) of a node id, as pytest's junitxml spells them."""
+    path, *names = nodeid.split("::")
+    path = path.replace("/", ".")
+    if path.endswith(".py"):
+        path = path[:-3]
+    parts = [path, *names]
+    return ".".join(parts[:-1]), parts[-1]
+
+
+def mark_junit_unfinished(
+    path: str, collected: list[str], finished: list[str], *, interrupted_by: str
+) -> int:
+    """After an interrupt: every collected item of junit.xml at ``path`` that did not finish
+    gets a testcase with ``<error message="interrupted before this trial finished">`` (one
+    for the gate itself if none is known), and the testsuite counts them as errors, so a CI
+    never reads an interrupted run as green. Read and rewritten whole, never through a link;
+    returns the errors added (0: the file is not there or not pytest's)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(fd)
+    try:
+        root = ET.fromstring(data)  # noqa: S314 - pytest's report, in our own 0700 folder
+    except ET.ParseError:
+        return 0
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return 0
+    for case in list(suite.findall("testcase")):
+        if case.get("name") is None and not len(case):  # pytest's empty one for the cut item
+            suite.remove(case)
+    seen = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase")}
+    done = set(finished)
+    missing = [n for n in dict.fromkeys(collected) if n not in done]
+    cases = [_junit_names(n) for n in missing]
+    cases = [c for c in cases if c not in seen] or [("crashpoint", "gate")]
+    why = (
+        f"the gate was stopped by {interrupted_by} before this item finished: its trials that "
+        "ran are in gate.json (marked incomplete), the others never ran"
+    )
+    for classname, name in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0.000")
+        ET.SubElement(case, "error", message=INTERRUPTED_MESSAGE).text = why
+    suite.set("errors", str(int(suite.get("errors", "0") or 0) + len(cases)))
+    suite.set("tests", str(int(suite.get("tests", "0") or 0) + len(cases)))
+    harness.write_file(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+    return len(cases)
 
 
 def _write_json(path: str, data: Any) -> None:

@@ -26,3 +26,10 @@ def pytest_crashpoint_plan(
 
 def pytest_crashpoint_campaign_finished(config: pytest.Config, name: str, result: Any) -> None:
     """Called with each finished :class:`crashpoint.harness.CampaignResult`."""
+
+
+def pytest_crashpoint_gate_finished(config: pytest.Config, verdict: Any) -> None:
+    """Called once at the end of a session that used crashpoint (on the xdist controller), with
+    the gate's :class:`crashpoint.harness.GateVerdict`: its exit code (0 pass, 1 fail, 2 bad
+    input, 3 not judged, 130/143 interrupted), its word and its reasons. ``crashpoint run``
+    exits with ``verdict.code``; pytest's own exit status is left as it is."""

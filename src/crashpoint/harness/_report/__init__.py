@@ -6,7 +6,9 @@ nobody else controls, no symlink followed, files 0600 written whole) and redacts
 ``_evidence`` is a failing trial's folder (with its one-line replay command); ``_results`` a
 campaign's result and its JSON and JUnit reports; ``_html`` the gate's self-contained HTML page;
 ``_markdown`` the gate's Markdown summary (a CI's own page); ``_baseline`` a gate.json read back
-and compared with a new gate (what changed).
+and compared with a new gate (what changed); ``_verdict`` the gate's verdict as the exit code a
+CI reads (0 pass, 1 fail, 2 bad input, 3 not judged, 130/143 interrupted); ``_running`` the
+"running" markers that replace the previous run's outputs while a gate runs.
 """
 
 from crashpoint.harness._report._baseline import (
@@ -37,6 +39,10 @@ from crashpoint.harness._report._markdown import (
 from crashpoint.harness._report._results import (
     CampaignResult,
 )
+from crashpoint.harness._report._running import (
+    clear_report_running,
+    mark_report_running,
+)
 from crashpoint.harness._report._safe import (
     DIR_MODE,
     FILE_MODE,
@@ -61,6 +67,10 @@ from crashpoint.harness._report._safe import (
     unredact_json,
     write_file,
 )
+from crashpoint.harness._report._verdict import (
+    GateVerdict,
+    gate_verdict,
+)
 
 __all__ = [
     "DIR_MODE",
@@ -70,6 +80,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "CampaignResult",
     "EvidenceBudget",
+    "GateVerdict",
     "Scrubber",
     "UnsafeReportFolder",
     "atomic_writer",
@@ -77,11 +88,14 @@ __all__ = [
     "changes_html",
     "changes_lines",
     "check_report_folder",
+    "clear_report_running",
     "compare_gates",
     "copy_tree_bounded",
+    "gate_verdict",
     "human_size",
     "is_plain_path",
     "load_gate",
+    "mark_report_running",
     "marker",
     "one_line",
     "redact_bytes",

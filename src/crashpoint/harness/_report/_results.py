@@ -272,10 +272,10 @@ class CampaignResult:
             name=f"crashpoint.{self.name}",
             tests=str(len(self.trials) + len(self.not_run) + len(unexercised)),
             failures=str(len(self.failures) + len(unexercised)),
-            skipped=str(
-                sum(1 for t in self.trials if t.status in ("skipped", "not exercised"))
-                + len(self.not_run)
-            ),
+            # a trial the campaign never finished (a signal, its budget) is an error: a CI must
+            # never read a cut-short campaign as green
+            errors=str(len(self.not_run)),
+            skipped=str(sum(1 for t in self.trials if t.status in ("skipped", "not exercised"))),
             time=f"{self.duration:.3f}",
         )
         props = ET.SubElement(suite, "properties")
@@ -330,7 +330,12 @@ class CampaignResult:
                 name=f"trial-{p.index:04d} {p.describe()}",
                 time="0.000",
             )
-            ET.SubElement(case, "skipped", message=f"not run: {self.incomplete}")
+            message = (
+                "interrupted before this trial finished"
+                if self.interrupted_by
+                else f"not run: {self.incomplete}"
+            )
+            ET.SubElement(case, "error", message=message).text = self.incomplete
         return suite
 
 

@@ -647,6 +647,12 @@ class Ledger:
         try:
             return self.handle(msg)
         except Exception as exc:  # the reply carries it to the agent
+            if isinstance(exc, OverflowError) and isinstance(msg.get("attempt"), float):
+                # "attempt": 1e400 is inf to the decoder, and int(inf) overflows
+                return {
+                    "ok": False,
+                    "error": f"attempt must be an integer, got {msg.get('attempt')!r}",
+                }
             return {
                 "ok": False,
                 "error": f"the ledger failed on this request: {type(exc).__name__}: {exc}",
@@ -738,14 +744,21 @@ class Ledger:
                 self.end_attempt(conn_attempt)
 
     def _answer(self, line: bytes, conn_attempt: int) -> tuple[dict[str, Any] | None, int]:
+        """The reply to one request line (None: the agent was killed) and the connection's
+        attempt. Whatever the line holds (not JSON, JSON nested too deeply to decode, a
+        number too large for an integer), the agent gets an error line: never a dropped
+        connection without a word."""
         try:
             msg = json.loads(line)
             if not isinstance(msg, dict):
                 raise ValueError("not an object")
-        except ValueError as exc:
+        except RecursionError:
+            return {"ok": False, "error": "bad request: JSON nested too deeply"}, conn_attempt
+        except ValueError as exc:  # UnicodeDecodeError too
             return {"ok": False, "error": f"bad request: {exc}"}, conn_attempt
         if msg.get("op") == "hello":
-            with contextlib.suppress(TypeError, ValueError):
+            # 1e400 is inf: int() raises OverflowError; such a hello names no attempt
+            with contextlib.suppress(TypeError, ValueError, OverflowError):
                 conn_attempt = int(msg.get("attempt") or 0)
         elif conn_attempt and "attempt" not in msg:
             msg["attempt"] = conn_attempt
