@@ -9,6 +9,7 @@ the built-in checks (:data:`BUILTIN_CHECKS`: each ``(TrialFacts) -> CheckResult`
 
 from crashpoint.harness._checker._checks import BUILTIN_CHECKS, run_checks, scan_for_bytes
 from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._checker._loop import loop_text
 from crashpoint.harness._checker._verdict import disk_trouble, explain
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "TrialFacts",
     "disk_trouble",
     "explain",
+    "loop_text",
     "run_checks",
     "scan_for_bytes",
 ]

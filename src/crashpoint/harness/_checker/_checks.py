@@ -14,6 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._checker._loop import check_crash_loop, gave_up
 from crashpoint.harness._checker._verdict import explain
 from crashpoint.harness._checker._writers import judge_writes
 from crashpoint.harness._spec import CheckResult, call_of, call_outcome, canonical
@@ -40,6 +41,9 @@ def check_completes(f: TrialFacts) -> CheckResult:
             True,
             f"refused corrupt state ({f.expect.refusal(fin.returncode, fin.stderr)})",
         )
+    stopped = gave_up(f)  # a fault on every attempt: giving up is the right end (crash_loop)
+    if stopped:
+        return CheckResult("completes", True, stopped)
     tail = [fin.error_line()]  # the error, not a Node.js agent's last stack frame
     return CheckResult(
         "completes",
@@ -53,6 +57,10 @@ def check_same_output(f: TrialFacts) -> CheckResult:
     if not f.completed:
         if f.refused:
             return CheckResult("same_output", True, "refused corrupt state", skipped=True)
+        if gave_up(f):
+            return CheckResult(
+                "same_output", True, "gave up under a fault on every attempt", skipped=True
+            )
         return CheckResult("same_output", False, "no output: the agent did not complete")
     out = f.attempts[-1].stdout
     if out == f.golden.output:
@@ -165,10 +173,11 @@ def golden_effect_problems(
 def check_exactly_once(f: TrialFacts) -> CheckResult:
     lost, dup, extra = [], [], []
     golden_problems, golden_dups = golden_effect_problems(f.golden.events)
+    stopped = f.refused or bool(gave_up(f))  # effects a clear stop prevented are not lost
     for (kind, payload), n0 in f.golden.effects.items():
         n = n0 - golden_dups.get((kind, payload), 0)  # a golden duplicate is no baseline
         got = f.applied.get((kind, payload), 0)
-        if got < n and not f.refused:
+        if got < n and not stopped:
             lost.append(f"{kind} {payload[:80]} applied {got}x, golden {n}x")
         elif got > n:
             dup.append(_dup_text(f, kind, payload, got, n))
@@ -829,6 +838,7 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "corruption_detected": check_corruption_detected,
     "no_repeated_llm_calls": check_no_repeated_llm_calls,
     "no_retry_storm": check_no_retry_storm,
+    "crash_loop": check_crash_loop,
 }
 
 
@@ -848,6 +858,8 @@ def run_checks(
             ("no_orphans", e.no_orphans),
             ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"),
             ("no_retry_storm", e.no_retry_storm),
+            # judged only where a fault hits every attempt (a family's every_attempt)
+            ("crash_loop", e.crash_loop and any(x.arg("every") for x in facts.plan.faults)),
         )
         if not on
     }

@@ -240,6 +240,9 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
         and "neither repaired nor refused" in by["corruption_detected"].message
     ):
         cause["completes"] = top = "corruption_detected"
+    # a crash loop: not finishing is what looping until the restarts ran out looks like
+    if "crash_loop" in failed and "completes" in failed and "completes" not in cause:
+        cause["completes"] = "crash_loop"
     if "completes" in failed:
         if "same_output" in failed and "did not complete" in by["same_output"].message:
             cause["same_output"] = top
@@ -274,6 +277,8 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _completes_hint(facts, disk)
         elif c.name == "same_output":
             hint = _same_output_hint(facts)
+        elif c.name == "crash_loop":
+            hint = c.hint  # the check knows which way the stop went wrong
         elif c.name == "resumes_from_last_completed" and "re-made a completed call" in c.message:
             hint = _RESUME_BY_CALLS_HINT
         elif c.name == "no_repeated_llm_calls" and "in the golden run (crash-free)" in c.message:

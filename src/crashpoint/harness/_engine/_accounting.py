@@ -9,6 +9,7 @@ to make it fire. A trial with a fault that did not fire is *not exercised*: neve
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from crashpoint.harness._spec import (
     event_name,
 )
 
-__all__ = ["ACCOUNTANTS", "account", "kill_at", "net_fault"]
+__all__ = ["ACCOUNTANTS", "account", "fold_persistent", "kill_at", "net_fault"]
 
 Evidence = dict[str, Any]
 
@@ -544,3 +545,68 @@ def account(
             continue
         out.append(fn(i, f, attempts, events, killed, notes.get(i, {}), golden))
     return out
+
+
+#: At most this many attempts' landings are named in a persistent fault's outcome.
+_LANDINGS_SHOWN = 4
+
+
+def fold_persistent(
+    plan: Plan, ran: Plan, origin: list[int], outcomes: list[Outcome], attempts: list[Attempt]
+) -> tuple[list[Outcome], dict[int, str]]:
+    """The outcomes of ``ran`` (``plan`` with each persistent fault repeated for every attempt:
+    :func:`crashpoint.harness._spec.persist`, ``origin`` mapping each of its faults to the
+    planned one it repeats) folded back into one per planned fault. A persistent fault fired
+    when it took effect in at least one attempt that ran ("fired in k of n attempts", where it
+    landed in each); in none, it did not fire (and the trial is not exercised). Also returns,
+    for each attempt a persistent fault hit, where it landed (what ``crash_loop`` judges)."""
+    if ran is plan:
+        return outcomes, {}
+    numbers = {a.number for a in attempts}
+    copies: dict[int, list[tuple[Fault, Outcome]]] = {}
+    for j, o in enumerate(outcomes):
+        copies.setdefault(origin[j], []).append((ran.faults[j], o))
+    out: list[Outcome] = []
+    hits: dict[int, str] = {}
+    for i, f in enumerate(plan.faults):
+        mine = copies.get(i, [])
+        if not f.arg("every") or not mine:
+            first = mine[0][1] if mine else Outcome(i, f.kind, False, why_not="not accounted")
+            out.append(dataclasses.replace(first, fault=i))
+            continue
+        tried = [(c, o) for c, o in mine if c.attempt in numbers]
+        fired = [(c, o) for c, o in tried if o.fired]
+        for c, o in fired:
+            hits.setdefault(c.attempt, o.where)
+        n = len(tried)
+        if fired:
+            shown = "; ".join(o.where for _c, o in fired[:_LANDINGS_SHOWN])
+            more = (
+                f"; and {len(fired) - _LANDINGS_SHOWN} more" if len(fired) > _LANDINGS_SHOWN else ""
+            )
+            quiet = [c.attempt for c, o in tried if not o.fired]
+            not_in = (
+                f" (not in attempt{'s' if len(quiet) > 1 else ''} {', '.join(map(str, quiet))})"
+                if quiet
+                else ""
+            )
+            out.append(
+                Outcome(
+                    i,
+                    f.kind,
+                    True,
+                    f"fired in {len(fired)} of {n} attempt{'s' if n != 1 else ''}{not_in}: "
+                    f"{shown}{more}",
+                )
+            )
+            continue
+        why = (tried or mine)[0][1].why_not
+        out.append(
+            Outcome(
+                i,
+                f.kind,
+                False,
+                why_not=f"a fault on every attempt that fired in 0 of {n} attempts: {why}",
+            )
+        )
+    return out, hits

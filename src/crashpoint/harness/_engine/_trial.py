@@ -34,9 +34,14 @@ from crashpoint._proc import (
 )
 from crashpoint.errors import AgentStartError, BudgetExceeded, GoldenRunFailed
 from crashpoint.faults import Detacher, disk_capabilities, strace_available, strace_output_of
-from crashpoint.harness._checker import TrialFacts, run_checks
+from crashpoint.harness._checker import TrialFacts, loop_text, run_checks
 from crashpoint.harness._engine import _power
-from crashpoint.harness._engine._accounting import account, kill_at, net_fault
+from crashpoint.harness._engine._accounting import (
+    account,
+    fold_persistent,
+    kill_at,
+    net_fault,
+)
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
 from crashpoint.harness._engine._outside import new_temp_entries
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
@@ -63,10 +68,12 @@ from crashpoint.harness._spec import (
     CheckResult,
     Expect,
     Golden,
+    Outcome,
     Plan,
     TrialResult,
     dumps,
     parse_services,
+    persist,
 )
 from crashpoint.harness._standins import Ledger
 
@@ -588,14 +595,16 @@ class TrialRunner:
         skipped = self._unsupported(plan, golden)
         t0 = time.monotonic()
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
+        # a persistent fault (every_attempt) is planned once and repeated for every attempt
+        ran, origin = persist(plan, golden, self.restarts)
         ledger.kills = [
             kill_at(f)
-            for f in plan.faults
+            for f in ran.faults
             if f.kind == "kill" or (f.kind == "power_loss" and f.arg("op"))
         ]
-        nets = {i: net_fault(f) for i, f in enumerate(plan.faults) if f.kind == "network"}
+        nets = {i: net_fault(f) for i, f in enumerate(ran.faults) if f.kind == "network"}
         ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
-        run = TrialAttempts(self, plan, golden, ledger, state, work, tdir, canary)
+        run = TrialAttempts(self, ran, golden, ledger, state, work, tdir, canary)
         if not skipped:
             run.run()
         attempts, notes = run.attempts, run.notes
@@ -607,6 +616,16 @@ class TrialRunner:
         run.saw_size(dir_size(state))
         copies = [a.state_copy for a in attempts if a.state_copy]
         power = next((nt["power"] for nt in notes.values() if "power" in nt), None)
+        outcomes: list[Outcome] = []
+        hits: dict[int, str] = {}
+        if not skipped:
+            outcomes, hits = fold_persistent(
+                plan,
+                ran,
+                origin,
+                account(ran, attempts, events, list(ledger.killed), notes, golden),
+                attempts,
+            )
         facts = TrialFacts(
             golden,
             plan,
@@ -617,12 +636,21 @@ class TrialRunner:
             canary,
             [state, *copies],
             run.max_state_bytes,
-            {"ended": dict(ledger.ended), "power": power, "race": run.race},
+            {
+                "ended": dict(ledger.ended),
+                "power": power,
+                "race": run.race,
+                "hits": hits,
+                "restarts": self.restarts,
+            },
         )
         if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
             checks: list[CheckResult] = []  # evidence to judge; the accounting says why
         else:
             checks = run_checks(facts, self.extra_checks)
+            story = loop_text(facts)  # a fault on every attempt: each attempt's story
+            if story:
+                write_file(os.path.join(tdir, "loop.txt"), story, durable=False)
         result = TrialResult(
             plan,
             attempts,
@@ -638,8 +666,7 @@ class TrialRunner:
             skipped,
             run.resume_times,
         )
-        if not skipped:
-            result.outcomes = account(plan, attempts, events, list(ledger.killed), notes, golden)
+        result.outcomes = outcomes
         self._end_scope(result, ledger)
         if result.ok and not self.keep_passing:  # evidence is for failures (and replays)
             shutil.rmtree(tdir, ignore_errors=True)

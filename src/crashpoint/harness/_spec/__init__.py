@@ -37,6 +37,7 @@ from crashpoint.harness._spec._families import (
     KILL_FAILPOINTS,
     MAX_FILEOP,
     NET_FAILS,
+    PERSISTENT_KINDS,
     FaultFamily,
     family_from_spec,
     net_points,
@@ -83,6 +84,7 @@ from crashpoint.harness._spec._network import (
     pick,
 )
 from crashpoint.harness._spec._plans import (
+    persist,
     plan_for,
 )
 from crashpoint.harness._spec._power import (
@@ -140,6 +142,7 @@ __all__ = [
     "NET_FAILS",
     "OPS",
     "PASS_ENV",
+    "PERSISTENT_KINDS",
     "REFUSE_PATTERNS",
     "ROOT_ORDER",
     "RULE_KEYS",
@@ -186,6 +189,7 @@ __all__ = [
     "parse_llm_script",
     "parse_reply",
     "parse_services",
+    "persist",
     "pick",
     "plan_for",
     "points",

@@ -42,6 +42,7 @@ __all__ = [
     "KILL_FAILPOINTS",
     "MAX_FILEOP",
     "NET_FAILS",
+    "PERSISTENT_KINDS",
     "FaultFamily",
     "family_from_spec",
     "net_points",
@@ -95,6 +96,12 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "network": ("call", "fail", "nth", "times", "count"),
 }
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
+#: The kinds that take ``every_attempt: true`` (a persistent fault: it hits every attempt of
+#: the trial, not only the first; see :func:`crashpoint.harness._spec._plans.persist`). A
+#: corruption, a full disk, a power cut or two resumers change what the next attempt starts
+#: from, so repeating them is not "the same fault again"; ``kill: {at: recovery}`` already
+#: kills twice.
+PERSISTENT_KINDS = ("kill", "signal", "hang", "network")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 KILL_FAILPOINTS = (
     "journal.after_write",
@@ -396,7 +403,8 @@ class FaultFamily:
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
-            parts.append(f"{kind}@{tag}" if tag else kind)
+            name = f"{kind}@{tag}" if tag else kind
+            parts.append(f"{name}@every_attempt" if o.get("every_attempt") else name)
         return "+".join(parts)
 
     @property
@@ -461,7 +469,12 @@ class FaultFamily:
             o = dict(opts)
             if kind == "kill" and o.get("at") == "fileop":
                 out.add("fileops")
-            if kind == "kill" and o.get("at", "random") in REPLAYED_KILLS and o.get("replay", True):
+            if (
+                kind == "kill"
+                and o.get("at", "random") in REPLAYED_KILLS
+                and o.get("replay", True)
+                and not o.get("every_attempt")  # a persistent kill is real in every attempt
+            ):
                 out.add("killreplay")
             if (
                 kind == "disk_full"
@@ -523,14 +536,18 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
         if opts is not None and not isinstance(opts, Mapping):
             raise err(f"{kind}: options must be a mapping, e.g. {{{kind}: {{count: 3}}}}")
         opts = dict(opts or {})
+        every = _every_attempt(kind, opts, j == len(items) - 1, err)
         unknown = sorted(map(str, set(opts) - set(FAMILY_OPTIONS[kind])))
         if unknown:
             raise err(
                 f"{kind}: unknown option(s) {', '.join(unknown)}; allowed: "
-                f"{', '.join(FAMILY_OPTIONS[kind])}",
+                f"{', '.join(FAMILY_OPTIONS[kind])}"
+                + (", every_attempt" if kind in PERSISTENT_KINDS else ""),
                 unknown[0],
             )
         _check_options(kind, opts, j == len(items) - 1, err)
+        if every:
+            opts["every_attempt"] = True
         chain.append(
             (
                 kind,
@@ -538,6 +555,39 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
             )
         )
     return FaultFamily(tuple(chain))
+
+
+def _every_attempt(
+    kind: str, opts: dict[str, Any], last: bool, err: Callable[[str, str], FaultSpecError]
+) -> bool:
+    """Take ``every_attempt`` out of ``opts`` (any persistent kind takes it): True when set."""
+    if "every_attempt" not in opts:
+        return False
+    v = opts.pop("every_attempt")
+    if not isinstance(v, bool):
+        raise err(f"{kind}.every_attempt must be true or false, got {v!r}", "every_attempt")
+    if not v:
+        return False
+    if kind not in PERSISTENT_KINDS:
+        raise err(
+            f"{kind}.every_attempt: only {', '.join(PERSISTENT_KINDS)} can hit every attempt "
+            f"(a {kind} changes what the next attempt starts from, so it is not the same "
+            "fault again); make the persistent fault a kill, signal, hang or network fault",
+            "every_attempt",
+        )
+    if kind == "kill" and opts.get("at") == "recovery":
+        raise err(
+            "kill.every_attempt does not go with at: recovery (which already kills two "
+            "attempts); use at: every-boundary or random with every_attempt: true",
+            "every_attempt",
+        )
+    if not last:
+        raise err(
+            f"{kind}.every_attempt: put the persistent fault last in a chain (it hits its "
+            "attempt and every one after it)",
+            "every_attempt",
+        )
+    return True
 
 
 #: How to give a campaign boundaries (the message of :class:`NoBoundaries`).

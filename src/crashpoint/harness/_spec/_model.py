@@ -54,6 +54,7 @@ CHECKS = (
     "corruption_detected",
     "no_repeated_llm_calls",
     "no_retry_storm",
+    "crash_loop",
 )
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
@@ -63,6 +64,7 @@ CHECKS = (
 ROOT_ORDER = (
     "single_writer",
     "resumes_from_last_completed",
+    "crash_loop",
     "exactly_once",
     "no_repeated_llm_calls",
     "corruption_detected",
@@ -513,8 +515,20 @@ class Expect:
     #: the trial still passes), "fail", "off", or a whole number: the budget of re-billed
     #: tokens (over it: fail; within it: warn)
     no_repeated_llm_calls: str | int = "warn"
+    #: crash_loop, judged in trials with a persistent fault (a family's ``every_attempt``):
+    #: the agent must stop (give up, dead-letter, refuse) instead of looping; False: off
+    crash_loop: bool = True
+    #: crash_loop: the attempt by which it must have stopped (counted from the first attempt
+    #: the persistent fault hits); None: the last one the restarts allow
+    crash_loop_within: int | None = None
 
     def __post_init__(self) -> None:
+        w = self.crash_loop_within
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 2):
+            raise InvalidArgument(
+                f"crash_loop_within is the attempt by which the agent must have stopped, a "
+                f"whole number from 2 (attempt 1 is the one the fault hits first), not {w!r}"
+            )
         p = self.no_repeated_llm_calls
         if isinstance(p, bool) or not (p in LLM_POLICIES or (isinstance(p, int) and p >= 0)):
             raise InvalidArgument(

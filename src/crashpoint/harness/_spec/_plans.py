@@ -38,7 +38,7 @@ from crashpoint.harness._spec._families import (
 )
 from crashpoint.harness._spec._model import Fault, Golden, Plan
 
-__all__ = ["plan_for"]
+__all__ = ["persist", "plan_for"]
 
 #: Picks the index of one of the recorded file operations for a trial (a draw without
 #: replacement).
@@ -378,9 +378,12 @@ def plan_for(
     faults: list[Fault] = []
     attempt = 1
     for kind, opts in family.chain:
+        o = dict(opts)
+        if o.get("every_attempt"):  # persistent: a real kill in every attempt, none replayed
+            o["replay"] = False
         drawn = _draw(
             kind,
-            dict(opts),
+            o,
             attempt,
             golden,
             rng,
@@ -389,6 +392,56 @@ def plan_for(
             faults,
             pick,
         )
+        if o.get("every_attempt"):
+            drawn = [Fault.make(f.kind, f.attempt, **dict(f.args), every=True) for f in drawn]
         faults += drawn
         attempt = max(f.attempt for f in drawn) + 1
     return Plan(tuple(faults), family.name, seed, index)
+
+
+def _golden_index(golden: Golden, f: Fault) -> int | None:
+    """The golden event a kill of attempt 1 names by identity (op, name, nth), or None."""
+    seen = 0
+    for j, ev in enumerate(golden.events):
+        if ev["op"] == f.arg("op") and event_name(ev) == f.arg("name"):
+            seen += 1
+            if seen == int(f.arg("nth", 1)):
+                return j
+    return None
+
+
+def _again(f: Fault, attempt: int, golden: Golden) -> Fault:
+    """Persistent fault ``f`` planned once more, for ``attempt``: the same fault at the same
+    point. A kill at an event of attempt 1 lands on the same event, its occurrence counted
+    from where a resumed attempt begins (after the last step completed before it), as a kill
+    after a restart is (:func:`_later_kill`)."""
+    args = dict(f.args)
+    if f.kind == "kill" and f.arg("op") and f.attempt == 1:
+        j = _golden_index(golden, f)
+        if j is not None:
+            k = _kill_at(
+                attempt, golden, j, str(f.arg("phase", "before")), _resume_point(golden, j)
+            )
+            args["nth"] = k.arg("nth")
+    args.pop("replay", None)
+    return Fault.make(f.kind, attempt, **args)
+
+
+def persist(plan: Plan, golden: Golden, restarts: int) -> tuple[Plan, list[int]]:
+    """The plan as a trial runs it: each persistent fault (``every``: a family's
+    ``every_attempt: true``) repeated for every attempt after its own, up to the last one the
+    restarts allow (``1 + restarts``). Also, for each fault of the result, the index of the
+    planned fault it repeats (the accounting reports each planned fault once: "fired in k of
+    n attempts"). A plan without a persistent fault comes back as it is."""
+    faults: list[Fault] = []
+    origin: list[int] = []
+    for i, f in enumerate(plan.faults):
+        faults.append(f)
+        origin.append(i)
+        if f.arg("every"):
+            for a in range(f.attempt + 1, restarts + 2):
+                faults.append(_again(f, a, golden))
+                origin.append(i)
+    if len(faults) == len(plan.faults):
+        return plan, origin
+    return Plan(tuple(faults), plan.family, plan.seed, plan.index), origin

@@ -71,6 +71,7 @@ EXPECT_KEYS = (
     "no_repeated_llm_calls",
     "no_retry_storm",
     "max_retries",
+    "crash_loop",
 )
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
@@ -339,6 +340,15 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raise doc.err("mode", f"must be systematic or random, got {mode!r}")
     seed = _int(doc, "seed", 0, 0, MAX_SEED)
     restarts = _int(doc, "restarts", 3, 0, MAX_RESTARTS)
+    within = expect.crash_loop_within
+    if within is not None and within > 1 + restarts:
+        edoc = _Doc(p, doc.items["expect"][0], "expect")
+        raise edoc.err(
+            "crash_loop",
+            f"crash_loop.within is {within}, but with restarts: {restarts} a trial runs at "
+            f"most {1 + restarts} attempts, so attempt {within} never comes and a crash loop "
+            f"could not fail; raise restarts to {within - 1} or more, or lower within",
+        )
     trials = _int(
         doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
     )
@@ -630,6 +640,8 @@ def _expect(doc: _Doc) -> Expect:
         v = doc.value(key)
         if key == "no_repeated_llm_calls":
             kw[key] = _llm_policy(doc)
+        elif key == "crash_loop":
+            kw[key], kw["crash_loop_within"] = _crash_loop(doc)
         elif key == "max_state_bytes":
             try:
                 kw[key] = parse_size(v, what="expect.max_state_bytes")
@@ -674,6 +686,34 @@ def _expect(doc: _Doc) -> Expect:
                 raise doc.err(key, f"must be true or false, got {v!r}")
             kw[key] = v
     return Expect(**kw)
+
+
+def _crash_loop(doc: _Doc) -> tuple[bool, int | None]:
+    """``expect.crash_loop``: true (the default), false (off) or {within: N}."""
+    key = "crash_loop"
+    node = doc.items[key][0]
+    usage = (
+        "use true (the default: the agent must stop before the restarts run out), false "
+        "(off), or {within: N} (it must have stopped by attempt N)"
+    )
+    if isinstance(node, yaml.MappingNode):
+        sub = _Doc(doc.path, node, doc._k(key))
+        sub.check_keys(("within",))
+        if "within" not in sub.items:
+            raise doc.err(key, f"a mapping needs within: {usage}")
+        return True, _int(
+            sub,
+            "within",
+            2,
+            2,
+            MAX_RESTARTS + 1,
+            " (the attempt by which the agent must have stopped; attempt 1 is the one the "
+            "persistent fault hits first)",
+        )
+    v = doc.value(key)
+    if isinstance(v, bool):
+        return v, None
+    raise doc.err(key, f"got {v!r}: {usage}")
 
 
 def _llm_policy(doc: _Doc) -> str | int:

@@ -1,0 +1,140 @@
+"""Persistent faults (``every_attempt: true``) and the ``crash_loop`` check, end to end.
+
+``tests/agents/reboot_loop.py`` (urllib, no crashpoint import) runs update, reboot, report as
+POSTs to the HTTP stand-in. The fault kills it in the reboot request's in-doubt window on every
+attempt (the reboot takes the host down with it). Without a cap it re-sends the reboot after
+every restart until the restarts run out: ``crash_loop`` fails, attempt by attempt. With
+``--max-attempts 2`` it counts its starts durably and gives up at the third (exit 69, a line on
+stderr), and refuses again when started after that: it passes, and so do ``completes`` and
+``exactly_once`` (the report it never sent is not "lost": it gave up clearly). Each way a stop
+can go wrong fails with its own message: a stop that says nothing, one that re-sends the reboot
+on its way out, one that does not stick. A fault on every attempt that never lands is not
+exercised, never a pass.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CheckResult,
+    Expect,
+    TrialResult,
+    family_from_spec,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "tests" / "agents" / "reboot_loop.py"
+#: the golden run's boundaries: POST /update (before, in doubt), POST /reboot (before, in
+#: doubt), POST /report (before, in doubt); index 3 is the reboot's in-doubt window
+REBOOT_IN_DOUBT = 3
+EVERY_BOUNDARY = {"kill": {"at": "every-boundary", "every_attempt": True}}
+
+
+def trial(
+    tmp_path: Path,
+    *flags: str,
+    fault: dict[str, Any] | None = None,
+    only: int = REBOOT_IN_DOUBT,
+    **expect: Any,
+) -> TrialResult:
+    agent = AgentSpec(command=(sys.executable, str(AGENT), "{state_dir}", *flags), timeout=20)
+    result = Campaign(
+        agent,
+        [family_from_spec(fault or EVERY_BOUNDARY)],
+        str(tmp_path / "report"),
+        name="loop",
+        seed=1,
+        restarts=3,
+        expect=Expect(**expect),
+    ).run(only=[only])
+    (t,) = result.trials
+    return t
+
+
+def check(t: TrialResult, name: str = "crash_loop") -> CheckResult:
+    return next(c for c in t.checks if c.name == name)
+
+
+def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> None:
+    t = trial(tmp_path)
+    assert t.plan.describe() == "kill attempt 1 at effect:POST /reboot (in_doubt)"
+    assert [a.signal for a in t.attempts] == [9, 9, 9, 9]  # restarts: 3, all used up
+    assert t.exercised
+    assert "fired in 4 of 4 attempts" in t.landed()
+    assert t.status == "failed"
+    assert t.root_cause is not None and t.root_cause.name == "crash_loop"
+    c = check(t)
+    assert "crash loop: the fault on every attempt hit 4 of 4 attempts up to attempt 4" in c.message
+    assert "a blind re-run" in c.message
+    for n in (2, 3, 4):  # the evidence tells each attempt: what it did, how it ended
+        assert f'attempt {n}: POST /reboot {{"command":"reboot","host":"web-1"}} applied again' in (
+            c.message
+        )
+    assert "dead-letter" in c.hint and "cap the attempts" in c.hint
+    assert check(t, "completes").cause == "crash_loop"
+    loop = (Path(t.folder) / "loop.txt").read_text()
+    assert "attempt 4 [hit]" in loop and "POST /reboot" in loop
+
+
+def test_within_fails_the_loop_at_that_attempt(tmp_path: Path) -> None:
+    t = trial(tmp_path, "--max-attempts", "2", "--keyed", crash_loop_within=2)
+    c = check(t)
+    assert not c.ok  # it stopped at attempt 3, one too late
+    assert "up to attempt 2" in c.message
+
+
+def test_an_agent_that_counts_its_attempts_and_gives_up_passes(tmp_path: Path) -> None:
+    t = trial(tmp_path, "--max-attempts", "2", "--keyed")
+    assert t.status == "passed", [str(c) for c in t.failed]
+    assert [a.returncode for a in t.attempts] == [None, None, 69, 69]
+    assert "fired in 2 of 4 attempts (not in attempts 3, 4)" in t.landed()
+    c = check(t)
+    assert c.ok and not c.skipped
+    assert "stopped at attempt 3" in c.message
+    assert "gave up after 2 attempts" in c.message
+    assert "refused each time (attempt 4)" in c.message
+    assert check(t, "completes").ok
+    assert check(t, "same_output").skipped
+    assert check(t, "exactly_once").ok  # the report it never sent is not counted lost
+
+
+def test_a_stop_that_says_nothing_fails(tmp_path: Path) -> None:
+    t = trial(tmp_path, "--max-attempts", "2", "--keyed", "--quiet-stop")
+    c = check(t)
+    assert not c.ok
+    assert "said nothing" in c.message
+    assert "say why on stderr" in c.hint
+
+
+def test_a_stop_that_resends_the_command_fails(tmp_path: Path) -> None:
+    t = trial(tmp_path, "--max-attempts", "2", "--resend")
+    c = check(t)
+    assert not c.ok
+    assert "attempt 3 stopped" in c.message
+    assert "on its way out applied again POST /update" in c.message
+    assert "do not repeat the effects" in c.hint
+
+
+def test_a_give_up_that_does_not_stick_fails(tmp_path: Path) -> None:
+    t = trial(tmp_path, "--max-attempts", "1", "--keyed", "--forgetful")
+    c = check(t)
+    assert not c.ok, c
+    assert "attempt 2 stopped" in c.message and "attempt 3 ran into the fault again" in c.message
+    assert "did not stick" in c.hint
+
+
+def test_a_fault_on_every_attempt_that_never_fires_is_not_exercised(tmp_path: Path) -> None:
+    # failpoints live in crashpoint.checkpoint only: this agent never reaches one
+    fault = {"kill": {"at": "failpoint", "every_attempt": True, "count": 1}}
+    t = trial(tmp_path, fault=fault, only=0)
+    assert t.status == "not exercised"
+    assert not t.exercised
+    (o,) = t.outcomes
+    assert not o.fired
+    assert "fired in 0 of 1 attempts" in o.why_not
+    assert check(t).skipped
