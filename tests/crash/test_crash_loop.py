@@ -25,6 +25,7 @@ from crashpoint.harness import (
     Expect,
     TrialResult,
     family_from_spec,
+    replay,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,9 @@ def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> No
     assert check(t, "completes").cause == "crash_loop"
     loop = (Path(t.folder) / "loop.txt").read_text()
     assert "attempt 4 [hit]" in loop and "POST /reboot" in loop
+    again = replay(t.folder)  # the folder's plan holds the fault once; the replay repeats it
+    assert not check(again).ok
+    assert "fired in 4 of 4 attempts" in again.landed()
 
 
 def test_within_fails_the_loop_at_that_attempt(tmp_path: Path) -> None:
