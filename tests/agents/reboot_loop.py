@@ -13,8 +13,8 @@ saying so, exit 69 (the reference library's "dead-lettered"), no command sent; t
 so every later start refuses the same way. ``--keyed`` sends each command with an
 ``Idempotency-Key`` (the run id and the command), so a re-sent command is deduplicated.
 ``--quiet-stop`` gives up with exit 1 and nothing on stderr (a stop that says nothing).
-``--resend`` gives up only after sending its first command (``/update``) once more, keyless. ``--forgetful``
-resets its count when it gives up, so the next start runs (and loops) again.
+``--resend`` gives up only after sending its first command (``/update``) once more, keyless.
+``--forgetful`` resets its count when it gives up, so the next start runs (and loops) again.
 
 Usage: reboot_loop.py STATE_DIR [--max-attempts K] [--keyed] [--quiet-stop] [--resend]
                       [--forgetful]

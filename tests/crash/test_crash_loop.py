@@ -68,7 +68,8 @@ def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> No
     assert t.exercised
     assert "fired in 4 of 4 attempts" in t.landed()
     assert t.status == "failed"
-    assert t.root_cause is not None and t.root_cause.name == "crash_loop"
+    assert t.root_cause is not None
+    assert t.root_cause.name == "crash_loop"
     c = check(t)
     assert "crash loop: the fault on every attempt hit 4 of 4 attempts up to attempt 4" in c.message
     assert "a blind re-run" in c.message
@@ -76,10 +77,12 @@ def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> No
         assert f'attempt {n}: POST /reboot {{"command":"reboot","host":"web-1"}} applied again' in (
             c.message
         )
-    assert "dead-letter" in c.hint and "cap the attempts" in c.hint
+    assert "dead-letter" in c.hint
+    assert "cap the attempts" in c.hint
     assert check(t, "completes").cause == "crash_loop"
     loop = (Path(t.folder) / "loop.txt").read_text()
-    assert "attempt 4 [hit]" in loop and "POST /reboot" in loop
+    assert "attempt 4 [hit]" in loop
+    assert "POST /reboot" in loop
     again = replay(t.folder)  # the folder's plan holds the fault once; the replay repeats it
     assert not check(again).ok
     assert "fired in 4 of 4 attempts" in again.landed()
@@ -98,7 +101,8 @@ def test_an_agent_that_counts_its_attempts_and_gives_up_passes(tmp_path: Path) -
     assert [a.returncode for a in t.attempts] == [None, None, 69, 69]
     assert "fired in 2 of 4 attempts (not in attempts 3, 4)" in t.landed()
     c = check(t)
-    assert c.ok and not c.skipped
+    assert c.ok
+    assert not c.skipped
     assert "stopped at attempt 3" in c.message
     assert "gave up after 2 attempts" in c.message
     assert "refused each time (attempt 4)" in c.message
@@ -128,7 +132,8 @@ def test_a_give_up_that_does_not_stick_fails(tmp_path: Path) -> None:
     t = trial(tmp_path, "--max-attempts", "1", "--keyed", "--forgetful")
     c = check(t)
     assert not c.ok, c
-    assert "attempt 2 stopped" in c.message and "attempt 3 ran into the fault again" in c.message
+    assert "attempt 2 stopped" in c.message
+    assert "attempt 3 ran into the fault again" in c.message
     assert "did not stick" in c.hint
 
 
@@ -142,3 +147,29 @@ def test_a_fault_on_every_attempt_that_never_fires_is_not_exercised(tmp_path: Pa
     assert not o.fired
     assert "fired in 0 of 1 attempts" in o.why_not
     assert check(t).skipped
+
+
+def test_the_example_ops_agent_dead_letters_through_the_library(tmp_path: Path) -> None:
+    """examples/crash-loop/agent.py (the gate's crash-loop scenario): the library's Supervisor
+    counts the attempts in the run's journal and dead-letters it; started again, it refuses."""
+    example = ROOT / "examples" / "crash-loop" / "agent.py"
+    agent = AgentSpec(
+        command=(sys.executable, str(example), "--state", "{state_dir}", "--max-attempts", "2"),
+        timeout=20,
+    )
+    result = Campaign(
+        agent,
+        [family_from_spec(EVERY_BOUNDARY)],
+        str(tmp_path / "report"),
+        name="example",
+        seed=1,
+        restarts=3,
+        expect=Expect(crash_loop_within=3),
+    ).run(only=[6])
+    (t,) = result.trials
+    assert t.plan.describe() == "kill attempt 1 at effect:POST /reboot (in_doubt)"
+    assert t.status == "passed", [str(c) for c in t.failed]
+    assert [a.returncode for a in t.attempts] == [None, None, 69, 69]
+    c = check(t)
+    assert "stopped at attempt 3" in c.message
+    assert "dead-lettered after 2 attempts" in c.message

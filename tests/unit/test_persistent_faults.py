@@ -60,7 +60,8 @@ def test_persist_repeats_a_kill_at_the_same_event_counted_from_where_a_resume_be
     fam = family_from_spec({"kill": {"at": "every-boundary", "every_attempt": True}})
     plan = plan_for(fam, golden(), 1, 0, boundary=6)  # the reboot's in-doubt window
     (f,) = plan.faults
-    assert f.arg("every") is True and f.arg("replay") is None
+    assert f.arg("every") is True
+    assert f.arg("replay") is None
     ran, origin = persist(plan, golden(), restarts=3)
     assert [g.attempt for g in ran.faults] == [1, 2, 3, 4]
     assert origin == [0, 0, 0, 0]
@@ -132,3 +133,16 @@ def test_expect_refuses_a_within_below_two() -> None:
     with pytest.raises(ValueError, match="a whole number from 2"):
         Expect(crash_loop_within=1)
     assert Expect.from_json(Expect(crash_loop_within=3).to_json()).crash_loop_within == 3
+
+
+def test_the_docs_crash_loop_example_is_the_shipped_scenario() -> None:
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "concepts" / "harness.md").read_text()
+    section = page.split("### Crash loops: a fault on every attempt", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    shipped = root / "scenarios" / "crash-loop.scenario.yaml"
+    assert block in shipped.read_text()
+    sc = load_scenario(shipped)
+    (fam,) = sc.families
+    assert fam.family.name == "kill@random@every_attempt"
+    assert sc.expect.crash_loop_within == 3

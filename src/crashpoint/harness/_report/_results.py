@@ -132,14 +132,19 @@ class CampaignResult:
             t.plan.index
             for t in ran
             for c in t.checks
-            if c.name == "corruption_detected" and c.ok and c.message.startswith("refused")
+            if c.ok
+            and (
+                (c.name == "corruption_detected" and c.message.startswith("refused"))
+                # gave up under a fault on every attempt: what it never sent is not lost
+                or (c.name == "crash_loop" and not c.skipped and c.message.startswith("stopped"))
+            )
         }
         lost = sum(
             max(0, n - t.applied.get(k, 0))
             for t in ran
             if t.plan.index not in refused
             for k, n in self.golden.effects.items()
-        )  # a clear refusal loses nothing
+        )  # a clear refusal (or give-up) loses nothing
         dup = sum(
             max(0, t.applied.get(k, 0) - n) for t in ran for k, n in self.golden.effects.items()
         )
