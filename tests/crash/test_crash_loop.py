@@ -173,3 +173,18 @@ def test_the_example_ops_agent_dead_letters_through_the_library(tmp_path: Path) 
     c = check(t)
     assert "stopped at attempt 3" in c.message
     assert "dead-lettered after 2 attempts" in c.message
+
+
+def test_a_service_that_stays_down_is_a_fault_on_every_attempt(tmp_path: Path) -> None:
+    """network with every_attempt: the reboot request gets a 503 in every attempt; the agent
+    (no retry) crashes each time. Uncapped it loops; capped it gives up at its third start."""
+    down = {"network": {"call": "POST /reboot", "fail": 503, "every_attempt": True, "count": 1}}
+    looped = trial(tmp_path / "a", fault=down, only=0)
+    assert "fired in 4 of 4 attempts" in looped.landed()
+    assert [a.returncode for a in looped.attempts] == [1, 1, 1, 1]  # HTTP 503: a traceback
+    assert not check(looped).ok
+    assert "hit 4 of 4 attempts" in check(looped).message
+    capped = trial(tmp_path / "b", "--max-attempts", "2", fault=down, only=0)
+    assert capped.status == "passed", [str(c) for c in capped.failed]
+    assert "fired in 2 of 4 attempts" in capped.landed()
+    assert "stopped at attempt 3" in check(capped).message

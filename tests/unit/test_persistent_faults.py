@@ -27,7 +27,8 @@ EVENTS = [
 
 
 def golden() -> Golden:
-    return Golden(["update", "reboot"], [dict(e) for e in EVENTS], Counter(), b"ok\n", 0.1)
+    events = [{**e, "attempt": 1, "i": i} for i, e in enumerate(EVENTS)]
+    return Golden(["update", "reboot"], events, Counter(), b"ok\n", 0.1)
 
 
 @pytest.mark.parametrize(
@@ -146,3 +147,37 @@ def test_the_docs_crash_loop_example_is_the_shipped_scenario() -> None:
     (fam,) = sc.families
     assert fam.family.name == "kill@random@every_attempt"
     assert sc.expect.crash_loop_within == 3
+
+
+def facts(ends: list[tuple[int | None, int | None, bytes]], **expect: Any) -> Any:
+    """A trial under a kill on every attempt whose attempts ended as ``ends`` (returncode,
+    signal, stderr); no ``hits`` from the engine: a killed attempt counts as hit."""
+    from crashpoint.harness import Attempt, TrialFacts
+
+    plan = Plan((Fault.make("kill", 1, index=0, every=True),))
+    attempts = [
+        Attempt(n, [], rc, sig, False, 0.1, b"", err) for n, (rc, sig, err) in enumerate(ends, 1)
+    ]
+    return TrialFacts(golden(), plan, Expect(**expect), attempts, [], Counter(), "c", [], 0)
+
+
+def test_crash_loop_judges_from_exits_alone_and_can_be_switched_off() -> None:
+    from crashpoint.harness._checker import run_checks
+    from crashpoint.harness._checker._loop import check_crash_loop, gave_up
+
+    looped = facts([(None, 9, b"")] * 4)
+    assert not check_crash_loop(looped).ok
+    assert "hit 4 of 4 attempts up to attempt 4" in check_crash_loop(looped).message
+    stopped = facts([(None, 9, b""), (69, None, b"dead-lettered\n"), (69, None, b"x\n")])
+    assert check_crash_loop(stopped).ok
+    assert gave_up(stopped).startswith("attempt 2 stopped")
+    names = {c.name: c for c in run_checks(stopped)}
+    assert names["completes"].ok
+    off = facts([(None, 9, b""), (69, None, b"dead-lettered\n")], crash_loop=False)
+    names = {c.name: c for c in run_checks(off)}
+    assert "crash_loop" not in names
+    assert not names["completes"].ok  # off: a stop is judged as any other exit
+    quiet = Plan((Fault.make("kill", 1, index=0),))
+    plain = facts([(0, None, b"")])
+    plain.plan = quiet
+    assert "crash_loop" not in {c.name for c in run_checks(plain)}

@@ -339,7 +339,10 @@ def check_crash_loop(f: TrialFacts) -> CheckResult:
 
 def gave_up(f: TrialFacts) -> str:
     """How the agent stopped cleanly under a persistent fault (it gave up, dead-lettered or
-    refused, and :func:`check_crash_loop` passes), or "" (no such fault, or no clean stop)."""
+    refused, and :func:`check_crash_loop` passes), or "" (no such fault, no clean stop, or
+    ``expect.crash_loop`` off: then a stop is judged as any other exit)."""
+    if not f.expect.crash_loop:
+        return ""
     loop = loop_of(f)
     if loop is None or not f.attempts or f.attempts[-1].returncode == 0:
         return ""
