@@ -77,10 +77,15 @@ from crashpoint.harness._spec._model import (
     dumps,
 )
 from crashpoint.harness._spec._network import (
+    HALF,
     HOWS,
+    STREAM_FAILS,
     Failure,
     NetFault,
     pick,
+    planned,
+    stream_fail,
+    stream_failure,
 )
 from crashpoint.harness._spec._plans import (
     plan_for,
@@ -129,6 +134,7 @@ __all__ = [
     "FAMILY_KINDS",
     "FAMILY_OPTIONS",
     "FAULT_KINDS",
+    "HALF",
     "HOWS",
     "HTTP_EVENT_OPS",
     "IN_DOUBT_OPS",
@@ -147,6 +153,7 @@ __all__ = [
     "SERVICE_ONLY",
     "SERVICE_PLACEHOLDERS",
     "SMTP_USER",
+    "STREAM_FAILS",
     "SUFFIX",
     "WARM_IMPORTS",
     "AgentSpec",
@@ -188,7 +195,10 @@ __all__ = [
     "parse_services",
     "pick",
     "plan_for",
+    "planned",
     "points",
     "size_text",
     "states",
+    "stream_fail",
+    "stream_failure",
 ]
