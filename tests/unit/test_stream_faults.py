@@ -5,7 +5,7 @@ LLM stand-in, on real loopback sockets, sends the first events and fails the str
 reply that was not streamed, or too short to cut, is served whole and the fault did not fire;
 ``no_repeated_llm_calls`` takes the retry of a cut stream for a retry, and ``same_output``
 names the cut stream when the partial reply became the answer. The end-to-end tests with real
-agents (the OpenAI SDK) are in tests/crash/test_stream_faults.py."""
+agents (the OpenAI SDK) are in tests/crash/test_stream_agents.py."""
 
 from __future__ import annotations
 
@@ -402,3 +402,18 @@ def test_a_stream_fault_fires_only_where_the_stand_in_cut() -> None:
     (out,) = account(plan, [att], [], [], {0: {"net_fired": 0, "net_missed": why}}, golden())
     assert not out.fired
     assert out.why_not == f"attempt 1 exited 0; {why}"
+
+
+def test_the_readme_example_is_the_shipped_scenarios_faults() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "scenarios" / "README.md").read_text()
+    section = readme.split("#### Stream failures", 1)[1]
+    block = section.split("```yaml", 1)[1].split("```", 1)[0]
+    shipped = (root / "scenarios" / "stream-cut.scenario.yaml").read_text()
+    assert block.strip() in shipped  # the example shown is the one the gate runs
+    sc = load_scenario(root / "scenarios" / "stream-cut.scenario.yaml")
+    assert [f.family.name for f in sc.families] == [
+        "network@llm:cut 3|stall 1s after 4|reset_after 2",
+        "network@llm:cut",
+        "kill@every-boundary",
+    ]

@@ -87,7 +87,7 @@ def _cut_cause(f: TrialFacts, out: bytes) -> str:
         lines = [ln for ln in got.splitlines() if text.splitlines()[-1] in ln]
         if lines and not all(ln in golden for ln in lines):
             return (
-                f"; the LLM stand-in cut a streamed reply ({_call_text(e)} at {_where(e)}: "
+                f"; the LLM stand-in cut a streamed reply ({_call_text(e)} at {_at(e)}: "
                 f"{e.get('failed')}) and the output holds its partial text "
                 f"{text[-60:]!r}: the agent kept the partial reply as the answer (a cut "
                 "stream ends without a finish_reason and without [DONE]: ask again)"
@@ -95,8 +95,12 @@ def _cut_cause(f: TrialFacts, out: bytes) -> str:
     e = cuts[0]
     return (
         f"; {len(cuts)} streamed reply(ies) cut in this trial (first: {_call_text(e)} at "
-        f"{_where(e)}: {e.get('failed')}): was a partial reply kept?"
+        f"{_at(e)}: {e.get('failed')}): was a partial reply kept?"
     )
+
+
+def _at(ev: dict[str, Any]) -> str:
+    return f"attempt {ev.get('attempt')} event #{ev.get('i')}"
 
 
 def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
