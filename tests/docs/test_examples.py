@@ -249,6 +249,7 @@ BASE = {
         "howto-fileop-faults-fragment",
         "howto-services-fragment",
         "howto-network-fragment",
+        "howto-stream-fragment",
         "howto-langgraph-faults-fragment",
     ],
 )

@@ -69,8 +69,46 @@ def check_same_output(f: TrialFacts) -> CheckResult:
         "same_output",
         False,
         f"final output differs from the golden run: got "
-        f"{out[:160]!r}, expected {f.golden.output[:160]!r}",
+        f"{out[:160]!r}, expected {f.golden.output[:160]!r}" + _cut_cause(f, out),
     )
+
+
+def cut_streams(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``llm_call`` events whose streamed reply the stand-in cut part-way (a ``network``
+    stream failure: ``partial_reply`` says how much was delivered)."""
+    return [e for e in events if e["op"] == "llm_call" and isinstance(e.get("partial_reply"), dict)]
+
+
+def _cut_cause(f: TrialFacts, out: bytes) -> str:
+    """Why the output may differ: a streamed reply cut part-way whose delivered text the
+    output holds, on a line the golden run's output does not have (the partial reply kept as
+    the answer); or, failing that, that a stream was cut at all."""
+    cuts = cut_streams(f.events)
+    if not cuts:
+        return ""
+    got = out.decode("utf-8", "replace")
+    golden = set(f.golden.output.decode("utf-8", "replace").splitlines())
+    for e in cuts:
+        text = str(e["partial_reply"].get("text") or "").strip()
+        if not text or text not in got:
+            continue
+        lines = [ln for ln in got.splitlines() if text.splitlines()[-1] in ln]
+        if lines and not all(ln in golden for ln in lines):
+            return (
+                f"; the LLM stand-in cut a streamed reply ({_call_text(e)} at {_at(e)}: "
+                f"{e.get('failed')}) and the output holds its partial text "
+                f"{text[-60:]!r}: the agent kept the partial reply as the answer (a cut "
+                "stream ends without a finish_reason and without [DONE]: ask again)"
+            )
+    e = cuts[0]
+    return (
+        f"; {len(cuts)} streamed reply(ies) cut in this trial (first: {_call_text(e)} at "
+        f"{_at(e)}: {e.get('failed')}): was a partial reply kept?"
+    )
+
+
+def _at(ev: dict[str, Any]) -> str:
+    return f"attempt {ev.get('attempt')} event #{ev.get('i')}"
 
 
 def _sends(f: TrialFacts, kind: str, payload: str) -> list[dict[str, Any]]:
@@ -534,6 +572,14 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
             f"attempt ended before doing anything else (the window before the first durable "
             f"write, which no agent can close)"
             for e in window[:3]
+        )
+    cuts = cut_streams(f.events)
+    if cuts:
+        sent = sum(int(e.get("completion_tokens") or 0) for e in cuts)
+        note += (
+            f"; {len(cuts)} streamed reply(ies) cut part-way (billed the prompt and the "
+            f"{sent} completion token(s) delivered): asking again after a cut is a retry, "
+            "not a repeat"
         )
     golden_again = [(fp, n) for fp, n in golden.items() if n > 1]
     total = sum(golden.values())

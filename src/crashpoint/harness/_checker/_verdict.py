@@ -205,9 +205,16 @@ def _completes_hint(facts: TrialFacts, disk: str) -> str:
     return "its last attempt failed: see its stderr (attempt-N.stderr in the trial folder)"
 
 
-def _same_output_hint(facts: TrialFacts) -> str:
+def _same_output_hint(facts: TrialFacts, message: str = "") -> str:
     if not facts.completed:
         return ""
+    if "cut a streamed reply" in message or "streamed reply(ies) cut" in message:
+        return (
+            "a cut stream ends without a finish_reason (chat: choices[0].finish_reason; "
+            "responses: no response.completed event) and without data: [DONE]; the OpenAI "
+            "SDK ends the iteration without an error there: check it, throw the partial text "
+            "away and ask again (a retry after a cut is not a re-billed call)"
+        )
     got = facts.attempts[-1].stdout.decode("utf-8", "replace").splitlines()
     want = facts.golden.output.decode("utf-8", "replace").splitlines()
     for k, (g, w) in enumerate(zip(got, want, strict=False)):
@@ -276,7 +283,7 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
         elif c.name == "completes":
             hint = _completes_hint(facts, disk)
         elif c.name == "same_output":
-            hint = _same_output_hint(facts)
+            hint = _same_output_hint(facts, c.message)
         elif c.name == "crash_loop":
             hint = c.hint  # the check knows which way the stop went wrong
         elif c.name == "resumes_from_last_completed" and "re-made a completed call" in c.message:

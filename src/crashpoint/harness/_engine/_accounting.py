@@ -26,6 +26,7 @@ from crashpoint.harness._spec import (
     Plan,
     call_of,
     event_name,
+    stream_failure,
 )
 
 __all__ = ["ACCOUNTANTS", "account", "fold_persistent", "kill_at", "net_fault"]
@@ -55,8 +56,10 @@ def net_fault(f: Fault) -> NetFault:
         if fail in (429, 503):
             headers += (("Retry-After", "1"),)
         failure = Failure("status", fail, body, headers)
-    else:
+    elif fail in ("timeout", "reset"):
         failure = Failure("timeout", applied=True) if fail == "timeout" else Failure("reset")
+    else:  # a stream failure of the LLM stand-in: "cut 3", "stall 5s after 2", ...
+        failure = stream_failure(str(fail))
     return NetFault(
         str(f.arg("call", "")), failure, int(f.arg("nth", 1)), f.attempt, int(f.arg("times", 1))
     )
@@ -481,15 +484,29 @@ def _net(
         )
     fired = int(notes.get("net_fired", 0))
     times, nth = int(f.arg("times", 1)), int(f.arg("nth", 1))
+    failure = net_fault(f).failure
     if fired:
         fail = f.arg("fail")
-        what = f"HTTP {fail}" if isinstance(fail, int) else str(fail)
+        what = failure.describe()
         where = f"{what} for {call} #{nth} in attempt {f.attempt}"
         if fail == "timeout":
             where += " (applied, reply withheld)"
+        cuts = [e["partial_reply"] for e in _events_of(events, f.attempt) if "partial_reply" in e]
+        if failure.mid_stream and cuts and isinstance(cuts[0], dict):
+            where += (
+                f" ({cuts[0].get('chunks_sent')} of {cuts[0].get('chunks')} events sent, "
+                "no end of stream)"
+            )
         if times > 1:
             where += f", {fired} of {times} requests failed"
         return Outcome(i, f.kind, True, where)
+    if notes.get("net_missed"):  # a stream failure on a reply it could not cut
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=f"attempt {f.attempt} {_ended(a)}; {notes['net_missed']}",
+        )
     mine = [e for e in _events_of(events, f.attempt) if call_of(e) == call]
     made = sorted({call_of(e) for e in golden.events if call_of(e)})
     if mine:

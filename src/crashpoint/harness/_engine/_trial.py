@@ -610,6 +610,8 @@ class TrialRunner:
         attempts, notes = run.attempts, run.notes
         for i, nf in nets.items():  # how many requests each failed: fault accounting
             notes.setdefault(i, {})["net_fired"] = nf.fired
+            if nf.missed:  # a stream failure on a reply it could not cut
+                notes[i]["net_missed"] = nf.missed
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
         duplicates = sum(e.duplicates for e in ledger.effects.values())

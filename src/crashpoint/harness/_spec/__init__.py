@@ -78,10 +78,15 @@ from crashpoint.harness._spec._model import (
     dumps,
 )
 from crashpoint.harness._spec._network import (
+    HALF,
     HOWS,
+    STREAM_FAILS,
     Failure,
     NetFault,
     pick,
+    planned,
+    stream_fail,
+    stream_failure,
 )
 from crashpoint.harness._spec._plans import (
     persist,
@@ -131,6 +136,7 @@ __all__ = [
     "FAMILY_KINDS",
     "FAMILY_OPTIONS",
     "FAULT_KINDS",
+    "HALF",
     "HOWS",
     "HTTP_EVENT_OPS",
     "IN_DOUBT_OPS",
@@ -150,6 +156,7 @@ __all__ = [
     "SERVICE_ONLY",
     "SERVICE_PLACEHOLDERS",
     "SMTP_USER",
+    "STREAM_FAILS",
     "SUFFIX",
     "WARM_IMPORTS",
     "AgentSpec",
@@ -192,7 +199,10 @@ __all__ = [
     "persist",
     "pick",
     "plan_for",
+    "planned",
     "points",
     "size_text",
     "states",
+    "stream_fail",
+    "stream_failure",
 ]

@@ -44,10 +44,11 @@ OPS = ("step_started", "step_completed", "effect", "event", "llm_call")
 IN_DOUBT_OPS = ("effect", "llm_call")
 #: The ops the HTTP front takes as ``POST /events/<op>`` (effects go to ``/effects/<kind>``).
 HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
-#: Fields only the stand-in services set (a request they failed; one whose reply they lost):
-#: from the agent (the probe socket, the ledger's HTTP front) they are dropped, or an agent
-#: could mark its own duplicate "failed" and have it never count as applied.
-SERVICE_ONLY = ("failed", "reply_lost")
+#: Fields only the stand-in services set (a request they failed; one whose reply they lost; a
+#: streamed reply they cut part-way): from the agent (the probe socket, the ledger's HTTP
+#: front) they are dropped, or an agent could mark its own duplicate "failed" and have it
+#: never count as applied.
+SERVICE_ONLY = ("failed", "reply_lost", "partial_reply")
 
 #: What a call (an effect, a model call) came to, from the reply the agent got (or not):
 #:

@@ -23,11 +23,12 @@ from typing import Any
 from crashpoint._failpoints import FAILPOINTS
 from crashpoint._placeholders import fields, fill
 from crashpoint._units import parse_duration, parse_size
-from crashpoint.errors import FaultSpecError, PlaceholderError, UnitError
+from crashpoint.errors import FaultSpecError, InvalidArgument, PlaceholderError, UnitError
 from crashpoint.faults import CORRUPTIONS, POWER_MODELS, disk_capabilities
 from crashpoint.harness._spec import _power
 from crashpoint.harness._spec._events import call_of
 from crashpoint.harness._spec._model import Golden
+from crashpoint.harness._spec._network import stream_fail
 
 __all__ = [
     "ADD_PROBE_CALLS",
@@ -336,6 +337,7 @@ def _check_network(
 ) -> None:
     """``network`` options: ``call`` (``METHOD /path``, ``llm``, ``mail`` or ``any``),
     ``fail`` (one of :data:`NET_FAILS` or a list), ``nth``, ``times``."""
+    given = "call" in opts
     call = opts.get("call", "any")
     if not isinstance(call, str) or not (call == "any" or _NET_CALL.match(call)):
         raise at("call")(
@@ -345,7 +347,8 @@ def _check_network(
         )
     opts["call"] = call
     fails = opts.get("fail", "timeout")
-    fails = [fails] if isinstance(fails, (str, int)) and not isinstance(fails, bool) else fails
+    one = isinstance(fails, (str, int, Mapping)) and not isinstance(fails, bool)
+    fails = [fails] if one else fails
     allowed = ", ".join(map(str, NET_FAILS))
     if not isinstance(fails, list) or not fails:
         raise at("fail")(
@@ -353,19 +356,34 @@ def _check_network(
             f"got {opts.get('fail')!r}"
         )
     norm: list[str | int] = []
+    streams = False
     for v in fails:
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
-        if isinstance(v, bool) or v not in NET_FAILS:
+        try:  # a stream failure of the LLM stand-in: {cut: 3}, {stall: 5s}, {reset_after: 2}
+            sv = stream_fail(v)
+        except InvalidArgument as exc:
+            raise at("fail")(f"network.fail: {exc}") from None
+        if sv is not None:
+            v, streams = sv, True
+        elif isinstance(v, bool) or v not in NET_FAILS:
             raise at("fail")(
                 f"network.fail: unknown failure {v!r}; use {allowed} (reset: "
                 f"the connection is closed unanswered; timeout: the request is "
                 f"applied and no reply comes; a status: answered before "
-                f"applying)"
+                f"applying), or a stream failure of the LLM stand-in's streamed replies: "
+                f"{{cut: N}}, {{reset_after: N}}, {{stall: 5s, after: N}} (N: events sent)"
             )
         if v not in norm:
             norm.append(v)
     opts["fail"] = tuple(norm)
+    if streams and not given:
+        opts["call"] = "llm"
+    if streams and opts["call"] != "llm":
+        raise at("call")(
+            f"network.fail: a stream failure (cut, stall, reset_after) cuts a streamed reply "
+            f"of the LLM stand-in: give call: llm (or leave call out), not {opts['call']!r}"
+        )
     if "nth" in opts:
         _whole(opts["nth"], 1, MAX_NET_NTH, "network.nth", err=at("nth"))
     if "times" in opts:

@@ -286,7 +286,8 @@ class Fault:
       ``attempt`` is not run; the crash state is materialised and the next attempt resumes
     - network: a request to a stand-in service fails: ``call`` (``"POST /hook"``, ``llm``,
       ``mail``; "" when the golden run made none, with a ``label`` saying so), ``fail``
-      (``reset``, ``timeout`` or an HTTP status such as 503), ``nth`` (its occurrence among
+      (``reset``, ``timeout``, an HTTP status such as 503, or a stream failure of ``llm``:
+      ``cut 3``, ``stall 5s after 2``, ``reset_after 1``), ``nth`` (its occurrence among
       the attempt's requests of that call, from 1), ``times`` (consecutive requests failed)
     """
 

@@ -30,6 +30,13 @@ closed with an RST, no reply), ``timeout`` (no reply until the client gives up, 
 ledger's ``idle_timeout``), ``status`` (4xx/5xx). A failed request reached the service, so it
 is recorded (with ``failed``), but it is not an applied effect: the service did not act on it.
 A scripted reply with a 4xx/5xx status is such a failure too (the service refused the request).
+
+A planned *stream failure* (``cut``, ``stall``, ``reset`` after some events; see
+:mod:`crashpoint.harness._spec._network`) lets a streamed model reply start and fails it
+part-way. Its ``llm_call`` event is recorded ``failed`` with ``partial_reply`` (``how``,
+``chunks_sent``, ``chunks``, ``complete: false``, the full reply's ``completion_tokens`` and the
+delivered ``text``), billed the prompt and the completion tokens delivered. A reply that was
+not streamed, or too short to cut, is served whole and the fault says why it did not fire.
 """
 
 from __future__ import annotations
@@ -50,14 +57,21 @@ from crashpoint.harness._spec import (
     Failure,
     agent_message,
     pick,
+    planned,
     size_text,
 )
+from crashpoint.harness._standins._llm import count_tokens, streamed_text
 from crashpoint.harness._standins._peer import Peer, attempt_of
 
 if TYPE_CHECKING:
     from crashpoint.harness._standins._ledger import Ledger
 
 __all__ = ["ServiceHandler"]
+
+#: A cut stream's delivered text kept in its ``llm_call`` event (characters).
+_PARTIAL_TEXT = 500
+#: Seconds between a reset stream's last event and its RST (the client reads the events).
+_RESET_DRAIN = 0.05
 
 
 def _payload(raw: bytes) -> Any:
@@ -319,7 +333,8 @@ class ServiceHandler(BaseHTTPRequestHandler):
             return
         attempt = self._attempt()
         nth = self.ledger.count_call(attempt, "llm") if self.command == "POST" else 0
-        failure = pick(self.ledger.net_faults, "llm", nth, attempt) if nth else None
+        fault = planned(self.ledger.net_faults, "llm", nth, attempt) if nth else None
+        failure = fault.failure if fault is not None else None
         try:
             result = self.ledger.llm().handle(self.command, path, raw)
         except Exception as exc:  # a bug of the stand-in: the agent hears it
@@ -333,8 +348,29 @@ class ServiceHandler(BaseHTTPRequestHandler):
                 },
             )
             return
+        streamed = result.status == 200 and result.content_type.startswith("text/event-stream")
+        sent = 0  # a stream failure: the events sent before it
+        if fault is not None and failure is not None and failure.mid_stream:
+            sent = failure.sent(len(result.chunks))
+            if not streamed:
+                fault.miss(
+                    f"LLM call #{nth} was not streamed (the request had no stream: true, or "
+                    f"was answered {result.status}): a {failure.describe()} cuts only a "
+                    "streamed reply; have the agent stream, or fail a call it streams (nth)"
+                )
+                failure = None
+            elif sent >= len(result.chunks):
+                fault.miss(
+                    f"the streamed reply of LLM call #{nth} had only {len(result.chunks)} "
+                    f"event(s), all sent: nothing left to cut after {sent}; cut after fewer "
+                    "events, or script a longer reply (services.llm)"
+                )
+                failure = None
+        if fault is not None and failure is not None:
+            fault.fire()
         billed = self.command == "POST" and result.status == 200
         if billed or failure is not None:
+            full = failure is None or failure.applied or failure.mid_stream
             msg = {
                 **self._who(),
                 "attempt": attempt,
@@ -342,12 +378,24 @@ class ServiceHandler(BaseHTTPRequestHandler):
                 "name": result.model,
                 "path": path,
                 "fingerprint": result.fingerprint,
-                "prompt_tokens": result.prompt_tokens if failure is None or failure.applied else 0,
-                "completion_tokens": result.completion_tokens
-                if failure is None or failure.applied
-                else 0,
+                "prompt_tokens": result.prompt_tokens if full else 0,
+                "completion_tokens": result.completion_tokens if full else 0,
             }
-            if failure is not None:
+            if failure is not None and failure.mid_stream:
+                # billed the prompt and what was delivered; failed: the agent never had the
+                # whole reply, so asking again is a retry, not a re-billed duplicate
+                text = streamed_text(result.chunks[:sent])
+                msg["completion_tokens"] = count_tokens(text) if text else 0
+                msg["failed"] = f"{failure.describe()}: {sent} of {len(result.chunks)} events sent"
+                msg["partial_reply"] = {
+                    "how": failure.how,
+                    "chunks_sent": sent,
+                    "chunks": len(result.chunks),
+                    "complete": False,
+                    "completion_tokens": result.completion_tokens,
+                    "text": text[:_PARTIAL_TEXT],
+                }
+            elif failure is not None:
                 msg["failed"] = _describe(failure)
                 if failure.applied:  # billed, then the reply is lost (_network)
                     msg["reply_lost"] = True
@@ -366,11 +414,13 @@ class ServiceHandler(BaseHTTPRequestHandler):
                     },
                 )
                 return
-        if failure is not None:
+        if failure is not None and not failure.mid_stream:
             self._fail(failure)
             return
         headers = (("Content-Type", result.content_type),)
-        if result.content_type.startswith("text/event-stream"):
+        if failure is not None:
+            self._stream_cut(result.status, result.chunks[:sent], headers, failure)
+        elif streamed:
             self._stream(result.status, result.chunks, headers)
         else:
             self._send(result.status, b"".join(result.chunks), headers)
@@ -524,6 +574,23 @@ class ServiceHandler(BaseHTTPRequestHandler):
             for c in chunks:
                 self.wfile.write(c)
                 self.wfile.flush()
+
+    def _stream_cut(
+        self,
+        code: int,
+        chunks: tuple[bytes, ...],
+        headers: tuple[tuple[str, str], ...],
+        failure: Failure,
+    ) -> None:
+        """The first events of a stream, then the failure: a ``cut`` closes the connection
+        (FIN: the body just ends), a ``stall`` waits ``pause`` seconds and then closes, a
+        ``reset`` sends an RST (a moment after the events, so that they are read first)."""
+        self._stream(code, chunks, headers)
+        if failure.how == "stall":
+            self._hold(failure.pause)  # False: the client gave up first, or the trial ended
+        elif failure.how == "reset":
+            self._hold(_RESET_DRAIN)
+            self._reset()
 
     def _drop(self) -> None:
         """The agent was killed at this request: close without a reply."""

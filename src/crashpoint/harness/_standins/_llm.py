@@ -56,6 +56,7 @@ __all__ = [
     "LLMStandIn",
     "count_tokens",
     "request_view",
+    "streamed_text",
 ]
 
 #: Every reply's ``created``: a constant, so outputs built from a reply are the same in every
@@ -207,6 +208,40 @@ def _error(
 def _sse(obj: Any, event: str | None = None) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+
+def streamed_text(chunks: tuple[bytes, ...] | list[bytes]) -> str:
+    """The text a client has from these server-sent events of a streamed reply: the content
+    deltas (``/chat/completions``; ``/responses``: ``output_text`` deltas), then the tool
+    calls' names and argument deltas, as the stand-in's token count sees a reply. What a
+    cut stream delivered, and is billed for."""
+    text: list[str] = []
+    calls: list[str] = []
+    for raw in chunks:
+        for line in raw.decode("utf-8", "replace").splitlines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            try:
+                ev = json.loads(line[6:])
+            except ValueError:
+                continue
+            if not isinstance(ev, dict):
+                continue
+            kind = ev.get("type")
+            if kind == "response.output_text.delta":
+                text.append(str(ev.get("delta", "")))
+            elif kind == "response.output_item.added" and ev.get("item", {}).get("name"):
+                calls.append(str(ev["item"]["name"]))
+            elif kind == "response.function_call_arguments.delta":
+                calls.append(str(ev.get("delta", "")))
+            for choice in ev.get("choices") or []:
+                delta = (choice.get("delta") or {}) if isinstance(choice, dict) else {}
+                if isinstance(delta.get("content"), str):
+                    text.append(delta["content"])
+                for tc in delta.get("tool_calls") or []:
+                    fn = (tc.get("function") or {}) if isinstance(tc, dict) else {}
+                    calls += [str(fn[k]) for k in ("name", "arguments") if fn.get(k)]
+    return "".join(text) + "".join(calls)
 
 
 def _pieces(text: str) -> list[str]:
