@@ -198,7 +198,7 @@ def test_readme_scenario_runs_as_written(tmp_path: Path) -> None:
     shutil.move(tmp_path / "my-agent.scenario.yaml", tmp_path / "my-agent.yml")
     out = _ok(_sh("crashpoint run my-agent.yml", tmp_path, env), rc=2)
     assert "Did you mean `my-agent.scenario.yaml`?" in out
-    out = _ok(_sh("crashpoint run .", tmp_path, env), rc=1)
+    out = _ok(_sh("crashpoint run .", tmp_path, env), rc=3)  # nothing judged
     assert "crashpoint: note: my-agent.yml looks like a crashpoint scenario" in out
 
 

@@ -120,7 +120,13 @@ def test_identify_names_the_process_and_its_attempt(bound: Ledger) -> None:
         owner = socket_owner(mine, port)
         assert owner is not None
         assert owner[1] == os.geteuid()
-        assert identify(mine, port, {7: os.getpgid(0)}).attempt is None  # not a leader's tree
+        with subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+        ) as other:  # another session's tree does not hold our socket
+            try:
+                assert identify(mine, port, {7: other.pid}).attempt is None
+            finally:
+                other.kill()
         peer = identify(mine, port, {7: os.getpgid(0)}, ancestry=True)  # the machine's scan
         assert peer == Peer(attempt=7, uid=os.geteuid(), known=True, pid=os.getpid())
         assert "attempt 7" in peer.describe()
