@@ -178,7 +178,8 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._due: dict[int, tuple[float, int, tuple[int, int], _Conn]] = {}
         self._seq = 0
-        self._wake = math.inf
+        self._wake = math.inf  # when the thread looks next
+        self._floor = math.inf  # the shortest limit armed so far
         self._started = False
 
     def arm(self, fd: int, seconds: float, conn: _Conn) -> int:
@@ -194,6 +195,7 @@ class _Watchdog:
         with self._cond:
             self._seq += 1
             self._due[self._seq] = (deadline, fd, (st.st_dev, st.st_ino), conn)
+            self._floor = min(self._floor, seconds)
             if deadline < self._wake:  # sooner than the thread means to look: wake it
                 self._wake = deadline
                 self._cond.notify()
@@ -213,8 +215,11 @@ class _Watchdog:
                         del self._due[key]
                         conn._cp_fired = True
                         _cut(fd, ident)
-                self._wake = min((d[0] for d in self._due.values()), default=math.inf)
-                cond.wait(None if self._wake == math.inf else self._wake - now)
+                # idle, it still looks every `floor` seconds: a call armed meanwhile has a
+                # deadline at least that far off, so arming never has to wake the thread (no
+                # context switch per query)
+                self._wake = min((d[0] for d in self._due.values()), default=now + self._floor)
+                cond.wait(None if self._wake == math.inf else max(0.0, self._wake - now))
 
 
 def _cut(fd: int, ident: tuple[int, int]) -> None:
@@ -1567,15 +1572,13 @@ class PgJournal:
         with self._write("appending a record") as cur:
             if store._budget_check(cur, n, self.folder):
                 raise store._budget_error(self.folder, n)
-            cur.execute(
+            cur.execute(  # the row and the run's size in one round trip
                 store._q(
-                    "INSERT INTO {records} (run_id, seq, generation, frame) VALUES (%s, %s, %s, %s)"
+                    "WITH i AS (INSERT INTO {records} (run_id, seq, generation, frame) "
+                    "VALUES (%(r)s, %(s)s, %(g)s, %(f)s)) "
+                    "UPDATE {runs} SET size = size + %(n)s, updated = now() WHERE run_id = %(r)s"
                 ),
-                (self.run_id, seq, self.generation, frame),
-            )
-            cur.execute(
-                store._q("UPDATE {runs} SET size = size + %s, updated = now() WHERE run_id = %s"),
-                (n, self.run_id),
+                {"r": self.run_id, "s": seq, "g": self.generation, "f": frame, "n": n},
             )
             _failpoint("journal.after_write", self.folder)  # in the transaction, uncommitted
         store.bytes_written += n
