@@ -1475,14 +1475,21 @@ class PgJournal:
         except CheckpointError:
             return None
         try:
+            if self._backend is not None:
+                try:  # the same role may end its own backends; if not, the wait below does it
+                    with conn.transaction(), conn.cursor() as cur:
+                        cur.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid = %s AND backend_start = %s",
+                            self._backend,
+                        )
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error:
+                    pass
             with conn.transaction(), conn.cursor() as cur:
-                if self._backend is not None:
-                    cur.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE pid = %s AND backend_start = %s",
-                        self._backend,
-                    )
-                # the old transaction held this row FOR SHARE: this waits until it is over
+                # the old transaction held this row FOR SHARE: this waits until it is over (ended
+                # above, or by the server's idle-in-transaction timeout)
                 cur.execute(
                     store._q("SELECT 1 FROM {leases} WHERE run_id = %s FOR UPDATE"),
                     (self.run_id,),
