@@ -689,3 +689,37 @@ def test_the_cli_lists_retries_and_clears_dead_letters(
     assert main([*base, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
     s.close()
+
+
+def test_the_watchdog_cuts_only_the_socket_it_was_armed_for() -> None:
+    """Past its deadline the watchdog shuts the armed socket down (the blocked reader sees
+    EOF); a socket whose fd number was reused since (another inode) is left alone."""
+    import os
+    import socket
+
+    from crashpoint.checkpoint.postgres._store import _WATCHDOG, _cut
+
+    class Conn:
+        _cp_fired = False
+
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        other = os.fstat(c.fileno())
+        _cut(a.fileno(), (other.st_dev, other.st_ino))  # a's fd, c's inode: a reused fd
+        b.sendall(b"x")
+        assert a.recv(1) == b"x"  # untouched
+        conn = Conn()
+        start = time.monotonic()
+        _WATCHDOG.arm(a.fileno(), 0.3, conn)  # type: ignore[arg-type]
+        assert a.recv(1) == b""  # blocked until the watchdog shut it down
+        assert 0.2 < time.monotonic() - start < 5
+        assert conn._cp_fired
+        key = _WATCHDOG.arm(c.fileno(), 0.3, Conn())  # type: ignore[arg-type]
+        _WATCHDOG.disarm(key)  # the call came back in time: nothing is cut
+        time.sleep(0.5)
+        d.sendall(b"y")
+        assert c.recv(1) == b"y"
+    finally:
+        for s in (a, b, c, d):
+            s.close()
