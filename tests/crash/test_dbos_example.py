@@ -337,21 +337,22 @@ class _Invoices:
 
 
 @pytest.mark.parametrize(
-    ("second_id", "posts"),
+    ("second_id", "posts", "in_flight"),
     [
-        # slow: the case to avoid, shown once; fast cover of the fix: "own"
-        pytest.param("A", 3, id="one-id", marks=pytest.mark.slow),
-        pytest.param("B", 2, id="own"),
+        # slow: the case to avoid, shown once (a long POST: the second resumer must start
+        # while it is in flight); fast cover of the fix: "own"
+        pytest.param("A", 3, 8.0, id="one-id", marks=pytest.mark.slow),
+        pytest.param("B", 2, 4.0, id="own"),
     ],
 )
 def test_two_resumers_need_an_executor_id_each(
-    children: Any, tmp_path: Path, second_id: str, posts: int
+    children: Any, tmp_path: Path, second_id: str, posts: int, in_flight: float
 ) -> None:
     """The workflow is left PENDING by executor A, killed inside ``send``. Resumer A recovers
     it and posts again; resumer two starts while that POST is in flight. With the same id it
     re-enqueues the running workflow and posts the invoice once more; with its own id it leaves
     the workflow alone and waits for A's result. Both resumers print the same result."""
-    hook = _Invoices(slow=4.0)
+    hook = _Invoices(slow=in_flight)
     state = tmp_path / "state"
     state.mkdir()
     argv = [str(EXAMPLE / "agent.py"), "--state", str(state), "--webhook", hook.url, "--fixed"]

@@ -304,6 +304,9 @@ def main() -> None:
                 os.write(fd, f"{name} {os.getpid()}\\n".encode())
                 os.close(fd)
                 time.sleep(0.4)
+                hold = os.environ.get("HOLD_UNTIL")  # the test says when this body may end
+                while hold and not os.path.exists(hold):
+                    time.sleep(0.05)
                 return name
 
             run.step(name, body)
@@ -360,13 +363,15 @@ def test_a_worker_id_from_the_environment_is_refused_while_another_process_holds
     script.write_text(AGENT.replace("lock_timeout=60", "lock_timeout=0"))
     log = tmp_path / "bodies.log"
     env = {"TEST_DSN": pg_dsn, "CRASHPOINT_WORKER": "w-same"}
-    first = children.python(script, "r", log, env=env)
+    hold = tmp_path / "go-on"
+    first = children.python(script, "r", log, env={**env, "HOLD_UNTIL": str(hold)})
     deadline = time.monotonic() + 60
-    while not (log.exists() and log.read_text()):
+    while not (log.exists() and log.read_text()):  # the first is inside step a's body
         assert time.monotonic() < deadline, first.stderr_text()
         time.sleep(0.05)
     second = children.python(script, "r", log, env=env)
     assert second.wait(60) == 73, second.stderr_text()
     assert "w-same in another process or store (instance " in second.stderr_text()
+    hold.touch()
     assert first.wait(60) == 0, first.stderr_text()
     assert sorted(ln.split()[0] for ln in log.read_text().splitlines()) == ["a", "b", "c"]
