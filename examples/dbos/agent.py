@@ -15,7 +15,12 @@ The only crashpoint line: ``@crashpoint_step()`` in place of ``@DBOS.step()``, w
 each step's start, its return (side effect done, checkpoint pending) and its durable
 completion to the harness.
 
-    python agent.py --state DIR --webhook URL [--fixed]
+Several resumers: DBOS recovers, at launch, the PENDING workflows of its own executor id
+(``--executor-id``, else ``$DBOS__VMID``, else ``local``). Two processes with one id both
+recover the same workflow, and one started while the other runs it runs its step again; give
+each process its own id, the same in every restart of that process's slot.
+
+    python agent.py --state DIR --webhook URL [--fixed] [--executor-id ID]
 """
 
 from __future__ import annotations
@@ -75,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state", required=True, help="folder for DBOS's SQLite system database")
     ap.add_argument("--webhook", required=True, help="URL the invoice is posted to")
     ap.add_argument("--fixed", action="store_true", help="post with an idempotency key")
+    ap.add_argument(
+        "--executor-id",
+        default=None,
+        help="this process's DBOS executor id (default $DBOS__VMID, else 'local'): "
+        "one per resumer, stable across its restarts",
+    )
     args = ap.parse_args(argv)
     WEBHOOK, FIXED = args.webhook, args.fixed
     db = os.path.join(os.path.abspath(args.state), "dbos.sqlite")
@@ -82,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "name": "crashpoint-dbos-example",
         "system_database_url": f"sqlite:///{db}",
         "log_level": "WARNING",
+        "executor_id": args.executor_id,  # None: $DBOS__VMID, else "local"
     }
     DBOS(config=config)
     DBOS.launch()  # recovers this executor's PENDING workflows (a crashed earlier run)

@@ -69,6 +69,7 @@ __all__ = [
     "ServiceSpecError",
     "StandInError",
     "StepOutOfOrder",
+    "StoreTimeout",
     "UnitError",
     "UnsafeReportFolder",
     "UsageError",
@@ -276,6 +277,38 @@ class LeaseLost(RunLocked):
             type(self),
             (self.run_id, self.path, self.holder, self.waited, self.generation, self.current),
         )
+
+
+class StoreTimeout(CheckpointError, TimeoutError):
+    """A checkpoint store's database gave no answer in time (``PostgresStore``): the server is
+    down, unreachable, or the network dropped the connection without telling anyone.
+
+    ``where`` is the store (and run), ``what`` the call that waited, ``seconds`` the limit and
+    ``option`` the constructor option that sets it; ``outcome`` says what became of a write
+    (stored, not stored, or unknown until the run is reopened).
+    """
+
+    def __init__(
+        self, where: str, what: str, seconds: float, option: str, outcome: str = ""
+    ) -> None:
+        self.where = where
+        self.what = what
+        self.seconds = seconds
+        self.option = option
+        self.outcome = outcome
+        super().__init__(where, what, seconds, option, outcome)
+
+    def __str__(self) -> str:
+        outcome = f" {self.outcome}." if self.outcome else ""
+        return (
+            f"{self.where}: {self.what}: the database gave no answer within {self.seconds:g}s "
+            f"({self.option}): the server is down or unreachable, or the network dropped the "
+            f"connection silently.{outcome} Check the server and the network; to change the "
+            f"limit, pass PostgresStore(..., {self.option}=SECONDS)."
+        )
+
+    def __reduce__(self) -> tuple[type[StoreTimeout], tuple[str, str, float, str, str]]:
+        return (type(self), (self.where, self.what, self.seconds, self.option, self.outcome))
 
 
 class RunOwned(RunLocked):

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -279,3 +280,93 @@ def test_the_sqlite_system_database_under_power_loss_and_corruption(tmp_path: Pa
         assert result.ok, [
             f"{t.plan.describe()}: {[str(c) for c in t.failed]}" for t in result.failures
         ]
+
+
+# -- several resumers: one executor id per process (issue 25) ------------------------------------
+
+
+class _Invoices:
+    """A webhook that counts POSTs; ``hang`` makes it never answer (the process posting is
+    killed there), ``slow`` seconds keeps a resumer's POST in flight."""
+
+    def __init__(self, slow: float) -> None:
+        import http.server
+        import threading
+
+        self.posts = 0
+        self.hang = True
+        self.slow = slow
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.posts += 1
+                if outer.hang:
+                    outer.release.wait(60)
+                    return
+                outer.release.wait(outer.slow)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/invoices"
+
+    def wait_for(self, n: int, timeout: float) -> bool:
+        import time
+
+        end = time.monotonic() + timeout
+        while self.posts < n:
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize(
+    ("second_id", "posts", "in_flight"),
+    [
+        # slow: the case to avoid, shown once (a long POST: the second resumer must start
+        # while it is in flight); fast cover of the fix: "own"
+        pytest.param("A", 3, 8.0, id="one-id", marks=pytest.mark.slow),
+        pytest.param("B", 2, 4.0, id="own"),
+    ],
+)
+def test_two_resumers_need_an_executor_id_each(
+    children: Any, tmp_path: Path, second_id: str, posts: int, in_flight: float
+) -> None:
+    """The workflow is left PENDING by executor A, killed inside ``send``. Resumer A recovers
+    it and posts again; resumer two starts while that POST is in flight. With the same id it
+    re-enqueues the running workflow and posts the invoice once more; with its own id it leaves
+    the workflow alone and waits for A's result. Both resumers print the same result."""
+    hook = _Invoices(slow=in_flight)
+    state = tmp_path / "state"
+    state.mkdir()
+    argv = [str(EXAMPLE / "agent.py"), "--state", str(state), "--webhook", hook.url, "--fixed"]
+    try:
+        first = children.python(*argv, "--executor-id", "A")
+        assert hook.wait_for(1, 60), first.stderr_text()
+        first.kill_tree()
+        hook.hang = False
+        a = children.python(*argv, "--executor-id", "A")
+        assert hook.wait_for(2, 60), a.stderr_text()  # A's re-send is in flight now
+        other = children.python(*argv, "--executor-id", second_id)
+        assert a.wait(60) == 0, a.stderr_text()
+        assert other.wait(60) == 0, other.stderr_text()
+        assert hook.posts == posts
+        assert a.read_line() == other.read_line() == "invoice 1042 for 4200 cents sent (200)"
+    finally:
+        hook.close()

@@ -495,3 +495,231 @@ def test_appending_writes_only_the_new_record(pg_dsn: str) -> None:
     assert s.bytes_written == total
     assert s.usage() == total
     s.close()
+
+
+# -- issue 25: a lease bound to a process instance, a rollback that deletes nothing, dead
+#    letters through the API and the CLI
+
+
+def test_one_worker_id_in_two_stores_is_still_one_writer(pg_dsn: str) -> None:
+    """The lease binds a process instance, not a name: a second store (a second process, in
+    effect) with the same worker id is refused while the first holds the run."""
+    a = PostgresStore(pg_dsn, worker="w")
+    b = PostgresStore(pg_dsn, worker="w")
+    assert a.instance != b.instance
+    with a.open("r") as j:
+        j.append(1)
+        with pytest.raises(RunLocked, match="another process"):
+            b.open("r", lock_timeout=0.2)
+        assert a.lease("r").instance == a.instance  # type: ignore[union-attr]
+    with b.open("r") as j:  # released: b takes it (a new generation)
+        assert j.generation == 2
+        assert [j.append(2)] == [2]
+    a.close()
+    b.close()
+
+
+def test_a_claim_is_adopted_by_one_process_at_a_time_and_handed_back(pg_dsn: str) -> None:
+    """A fleet worker's claim (no instance bound) is adopted by the first process of that
+    worker id; the second waits; the first one's close hands it back, so the worker's next
+    process (a multi-process agent) adopts it at the same generation."""
+    s = PostgresStore(pg_dsn, worker="w")
+    s.open("r").close()
+    [(rid, gen)] = s.claim("w")
+    lease = s.lease(rid)
+    assert lease is not None
+    assert lease.instance == ""
+    a = PostgresStore(pg_dsn, worker="w")
+    b = PostgresStore(pg_dsn, worker="w")
+    ja = a.open(rid)
+    assert ja.adopted
+    assert ja.generation == gen
+    with pytest.raises(RunLocked, match="another process"):
+        b.open(rid)
+    ja.close()
+    after = s.lease(rid)
+    assert after is not None
+    assert (after.holder, after.generation, after.instance) == ("w", gen, "")
+    with b.open(rid) as jb:
+        assert jb.adopted
+        assert jb.generation == gen
+        jb.append("x")
+    assert s.renew(rid, "w", gen)  # the worker still holds its claim
+    for x in (s, a, b):
+        x.close()
+
+
+def test_a_writer_whose_instance_was_replaced_is_fenced(pg_dsn: str) -> None:
+    """Defence in depth: a write checks the lease's instance too, not only its generation."""
+    s = PostgresStore(pg_dsn, worker="w")
+    j = s.open("r")
+    j.append(1)
+    rows(pg_dsn, "UPDATE crashpoint.leases SET instance = 'someone-else' RETURNING 1")
+    with pytest.raises(LeaseLost, match="another process"):
+        j.append(2)
+    j.close()
+    assert s.read("r").state == {"records": [1]}
+    s.close()
+
+
+def test_a_reused_pid_is_a_dead_holder() -> None:
+    """The lease's local key carries the holder's start time: a live pid whose process started
+    at another time is a reused pid, and its lease may be taken at once."""
+    import os
+
+    from crashpoint.checkpoint.postgres._store import _local_dead, _local_key
+
+    me = _local_key()
+    assert me is not None
+    assert "@" in me
+    assert not _local_dead(me)  # this process: alive
+    parent = _local_key(os.getppid())
+    assert parent is not None
+    assert not _local_dead(parent)
+    assert _local_dead(parent.rsplit("@", 1)[0] + "@1")  # same pid, another start: reused
+    assert not _local_dead("another-boot:1:" + me.rsplit(":", 1)[1])  # another machine
+
+
+def test_rollback_past_damage_moves_rows_aside_and_deletes_none(pg_dsn: str) -> None:
+    """on_corrupt='rollback' keeps the valid prefix; the damaged record and the acknowledged
+    records after it are moved, bytes intact, to the damaged table: never deleted."""
+    s = PostgresStore(pg_dsn, snapshots=SnapshotPolicy(enabled=False))
+    with s.open("r") as j:
+        for i in range(5):
+            j.append({"i": i})
+    before = dict(rows(pg_dsn, "SELECT seq, frame FROM crashpoint.records ORDER BY seq"))
+    rows(
+        pg_dsn,
+        "UPDATE crashpoint.records SET frame = overlay(frame placing '\\x00'::bytea "
+        "from 18 for 1) WHERE seq = 3 RETURNING 1",
+    )
+    damaged3 = rows(pg_dsn, "SELECT frame FROM crashpoint.records WHERE seq = 3")[0][0]
+    r = PostgresStore(pg_dsn, on_corrupt="rollback")
+    with r.open("r") as j:
+        assert j.seq == 2
+        assert j.recovery.lost_from_seq == 3
+        assert [m.split()[-5:-3] for m in j.recovery.moved_aside] == [
+            ["record", "#3"],
+            ["record", "#4"],
+            ["record", "#5"],
+        ]
+        assert j.append({"i": "new"}) == 3
+    got = rows(pg_dsn, "SELECT seq, kind, frame, reason FROM crashpoint.damaged ORDER BY seq, kind")
+    assert [(seq, kind) for seq, kind, _f, _r in got] == [
+        (3, "record"),
+        (4, "record"),
+        (5, "record"),
+    ]
+    assert bytes(got[0][2]) == bytes(damaged3)
+    assert [bytes(f) for _s, _k, f, _r in got[1:]] == [bytes(before[4]), bytes(before[5])]
+    assert "record #3" in got[0][3]
+    assert [x["i"] for x in r.read("r").state["records"]] == [0, 1, "new"]
+    r.remove("r")  # the run's moved-aside rows go with it
+    assert rows(pg_dsn, "SELECT count(*) FROM crashpoint.damaged") == [(0,)]
+    s.close()
+    r.close()
+
+
+def test_dead_letters_are_listed_retried_and_cleared(pg_dsn: str) -> None:
+    from crashpoint.checkpoint.postgres import submit
+    from crashpoint.errors import RunStateError
+
+    s = PostgresStore(pg_dsn)
+    for rid in ("p", "ok"):
+        submit(s, rid)
+    assert s.record_attempt("p", "boom") == 1
+    s.dead_letter("p", "failed on all 1 attempts; last: boom")
+    assert s.dead_lettered() == [("p", 1, "failed on all 1 attempts; last: boom")]
+    assert [rid for rid, _ in s.claim("w", limit=5)] == ["ok"]  # never the dead letter
+    with pytest.raises(RunStateError, match="not dead-lettered"):
+        s.retry_dead_letter("ok")
+    with pytest.raises(RunNotFound):
+        s.retry_dead_letter("nope")
+    assert s.retry_dead_letter("p") == 1
+    assert s.dead_lettered() == []
+    assert s.rows("p") == 0  # the journal is untouched
+    [(rid, gen)] = s.claim("w2")
+    assert rid == "p"
+    s.dead_letter("p", "again")
+    with pytest.raises(RunLocked):  # a live lease holds it: nothing changes
+        s.clear_dead_letter("p")
+    s.release("p", "w2", gen)
+    with pytest.raises(RunStateError):
+        s.clear_dead_letter("ok")
+    s.clear_dead_letter("p")
+    assert not s.exists("p")
+    assert s.exists("ok")
+    s.close()
+
+
+def test_the_cli_lists_retries_and_clears_dead_letters(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crashpoint.checkpoint.postgres import submit
+    from crashpoint.cli import main
+
+    s = PostgresStore(pg_dsn)
+    for rid in ("a", "b", "fine"):
+        submit(s, rid)
+        if rid != "fine":
+            s.record_attempt(rid, "exit 1: boom")
+            s.dead_letter(rid, "failed on all 1 attempts; last: exit 1: boom")
+    with open_run(s, "sup", steps=["x"]) as run:  # a supervisor's dead letter: in the journal
+        run.journal.append({"t": "finish", "status": "dead", "reason": "failed 3x"})
+        run.journal.set_meta(status="dead", reason="failed 3x", resumes=3)
+    base = ["checkpoints", "--store", pg_dsn, "dead"]
+    assert main(base) == 1
+    out = capsys.readouterr().out
+    assert "a: dead-lettered by a fleet after 1 attempt: failed on all 1 attempts" in out
+    assert "sup: dead-lettered by a supervisor after 3 attempts: failed 3x" in out
+    assert "fine" not in out
+    assert main([*base, "--retry", "fine"]) == 2  # not a dead letter: refused, nothing changes
+    assert "not dead-lettered" in capsys.readouterr().err
+    assert main([*base, "--retry", "sup"]) == 2
+    assert "rollback" in capsys.readouterr().err
+    assert len(s.dead_lettered()) == 2
+    assert main([*base, "--retry", "a", "--clear", "b", "sup"]) == 0
+    out = capsys.readouterr().out
+    assert "a: retried (it had 1 attempt)" in out
+    assert "b: cleared" in out
+    assert s.dead_lettered() == []
+    assert not s.exists("b")
+    assert not s.exists("sup")
+    assert sorted(rid for rid, _ in s.claim("w", limit=5)) == ["a", "fine"]
+    assert main([*base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    s.close()
+
+
+def test_the_watchdog_cuts_only_the_socket_it_was_armed_for() -> None:
+    """Past its deadline the watchdog shuts the armed socket down (the blocked reader sees
+    EOF); a socket whose fd number was reused since (another inode) is left alone."""
+    import os
+    import socket
+
+    from crashpoint.checkpoint.postgres._store import _WATCHDOG, _cut
+
+    class Conn:
+        _cp_fired = False
+
+    a, b = socket.socketpair()
+    c, d = socket.socketpair()
+    try:
+        other = os.fstat(c.fileno())
+        _cut(a.fileno(), (other.st_dev, other.st_ino))  # a's fd, c's inode: a reused fd
+        b.sendall(b"x")
+        assert a.recv(1) == b"x"  # untouched
+        conn = Conn()
+        start = time.monotonic()
+        _WATCHDOG.arm(a.fileno(), 0.3, conn)  # type: ignore[arg-type]
+        assert a.recv(1) == b""  # blocked until the watchdog shut it down
+        assert 0.2 < time.monotonic() - start < 5
+        assert conn._cp_fired
+        key = _WATCHDOG.arm(c.fileno(), 0.3, Conn())  # type: ignore[arg-type]
+        _WATCHDOG.disarm(key)  # the call came back in time: nothing is cut
+        time.sleep(0.5)
+        d.sendall(b"y")
+        assert c.recv(1) == b"y"
+    finally:
+        for s in (a, b, c, d):
+            s.close()

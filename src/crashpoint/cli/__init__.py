@@ -9,10 +9,10 @@ its own modules, never another package's private module. Its rooms:
   and its arguments, the parser built from it, the context a command receives, the exit codes,
   the shared argument types); it imports no command module;
 - one room per command group, each importing the frame and registering its commands:
-  ``_checkpoints`` (``checkpoints list|show|verify|prune|stale|approve|rollback|plan``: a store's
-  upkeep), ``_lifecycle`` (``checkpoints start|step|effect|status|complete``: checkpoints for an
-  agent in any language), ``_fleet`` (``fleet work|submit|dead``: workers over a PostgreSQL
-  store), ``_gate`` (``run`` and ``replay``: the crash-recovery gate);
+  ``_checkpoints`` (``checkpoints list|show|verify|prune|stale|approve|rollback|plan|dead``: a
+  store's upkeep), ``_lifecycle`` (``checkpoints start|step|effect|status|complete``:
+  checkpoints for an agent in any language), ``_fleet`` (``fleet work|submit|dead``: workers
+  over a PostgreSQL store), ``_gate`` (``run`` and ``replay``: the crash-recovery gate);
 - ``_main``: :func:`main`, which imports the rooms (so they register) and runs a command.
 
 The lifecycle commands run once per step of a shell agent, so start-up is kept cheap: no room

@@ -1,10 +1,10 @@
-"""``crashpoint checkpoints list|show|verify|prune|stale|approve|rollback|plan``: a store's upkeep.
+"""``crashpoint checkpoints list|show|verify|prune|stale|approve|rollback|plan|dead``: upkeep.
 
 The commands an operator runs against a checkpoint store: read it (``list``, ``show``,
 ``verify``, ``stale``, ``plan``: no lock taken, safe while agents write), and change it
 (``prune`` removes finished runs, ``approve`` records a human decision, ``rollback`` discards the
-steps after one). Registered with the frame (:mod:`crashpoint.cli._framework`) when
-:mod:`crashpoint.cli._main` imports this module.
+steps after one, ``dead`` lists, retries and clears dead-lettered runs). Registered with the
+frame (:mod:`crashpoint.cli._framework`) when :mod:`crashpoint.cli._main` imports this module.
 
 Imports: the frame, and the public faces :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors`
 and :mod:`crashpoint.harness` (its lazy face, for the formatting of sizes and durations only).
@@ -731,3 +731,90 @@ def _plan(ctx: Context) -> int:
         for ln in lines:
             ctx.print(f"{ln.action.ljust(width)}  {ln.what}: {ln.why}")
     return EXIT_OK
+
+
+# -- dead letters (issue 25): list, retry, clear -------------------------------------------------
+
+
+def _dead_letters(store: Any) -> list[dict[str, Any]]:
+    """Dead-lettered runs: a fleet's (a PostgresStore marks them; its journal is untouched)
+    and a supervisor's (the run's journal ended as ``dead``), by run id."""
+    out: dict[str, dict[str, Any]] = {}
+    if hasattr(store, "dead_lettered"):
+        for rid, attempts, reason in store.dead_lettered():
+            out[rid] = {"run_id": rid, "by": "fleet", "attempts": attempts, "reason": reason}
+    for r in store.runs():
+        if r.status == "dead" and r.run_id not in out and is_run_folder(r.path):
+            attempts = r.meta.get("resumes", 0)
+            out[r.run_id] = {
+                "run_id": r.run_id,
+                "by": "supervisor",
+                "attempts": attempts if isinstance(attempts, int) else 0,
+                "reason": str(r.meta.get("reason", "")),
+            }
+    return [out[k] for k in sorted(out)]
+
+
+@command(
+    "checkpoints",
+    "dead",
+    help="list dead-lettered runs, --retry or --clear them (exit 1 if any is left)",
+    description="A run that failed on every attempt allowed is dead-lettered: by a fleet (a "
+    "PostgreSQL store marks the run and never claims it again; its journal is untouched) or by "
+    "a supervisor (the run's journal ends as 'dead'). Without options, lists them with their "
+    "attempts and last reason. --retry RUN gives a fleet's dead letter another chance: the mark "
+    "is cleared and its attempt count starts again at 0, so the next free worker resumes it "
+    "from its last completed step (a supervisor's dead run is re-opened with `rollback`). "
+    "--clear RUN gives a dead letter up: the run is deleted (refused while a live process "
+    "holds it). A run that is not dead-lettered is refused (exit 2) and nothing changes. "
+    "Exit 0 if no dead letter is left, 1 if some are.",
+    args=[
+        arg("--retry", nargs="+", default=[], metavar="RUN", help="retry these dead letters"),
+        arg("--clear", nargs="+", default=[], metavar="RUN", help="delete these dead letters"),
+        _JSON,
+    ],
+)
+def _dead(ctx: Context) -> int:
+    store: Any = ctx.store()
+    both = set(ctx.args.retry) & set(ctx.args.clear)
+    if both:
+        raise UsageError(f"--retry and --clear both name {', '.join(sorted(both))}: pick one")
+    dead = {d["run_id"]: d for d in _dead_letters(store)}
+    for rid in [*ctx.args.retry, *ctx.args.clear]:
+        try:
+            validate_run_id(rid)
+        except InvalidRunId as exc:
+            raise UsageError(str(exc)) from None
+        if rid not in dead:
+            raise UsageError(
+                f"run {rid!r} in {store.root} is not dead-lettered (nothing changed); "
+                f"dead letters: {', '.join(sorted(dead)[:10]) or 'none'}"
+            )
+        if rid in ctx.args.retry and dead[rid]["by"] != "fleet":
+            raise UsageError(
+                f"run {rid!r} was dead-lettered by a supervisor (its journal ended as dead; "
+                f"nothing changed): re-open it with `crashpoint checkpoints rollback {rid} "
+                "--to STEP`, and a supervisor resumes it"
+            )
+    say = ctx.note if ctx.args.json else ctx.print
+    for rid in ctx.args.retry:
+        had = store.retry_dead_letter(rid)
+        say(f"{rid}: retried (it had {plural(had, 'attempt')}); a free worker claims it next")
+    for rid in ctx.args.clear:
+        if dead[rid]["by"] == "fleet":
+            store.clear_dead_letter(rid)
+        else:
+            store.remove(rid)
+        say(f"{rid}: cleared (the run is deleted)")
+    left = _dead_letters(store)
+    if ctx.args.json:
+        ctx.json(left)
+    elif not (ctx.args.retry or ctx.args.clear):
+        if not left:
+            ctx.print(f"no dead letters in {store.root}")
+        for d in left:
+            ctx.print(
+                f"{d['run_id']}: dead-lettered by a {d['by']} after "
+                f"{plural(d['attempts'], 'attempt')}: {d['reason'] or 'no reason recorded'}"
+            )
+    return EXIT_FOUND if left else EXIT_OK
