@@ -4,6 +4,7 @@ with the parent's supersteps, and a node stopped by ``interrupt()`` starts again
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -118,7 +119,7 @@ def test_each_saved_checkpoint_is_reported_with_its_parent_so_a_fork_can_be_seen
     g.invoke({"done": []}, {"configurable": {"thread_id": "t"}})
     assert [e["name"] for e in saved] == [f"langgraph:checkpoint:{n}" for n in (-1, 0, 1, 2)]
     assert saved[0]["parent"] is None  # the thread's first checkpoint
-    for before, after in zip(saved, saved[1:], strict=False):
+    for before, after in itertools.pairwise(saved):
         assert after["parent"] == before["checkpoint"], (before, after)
     assert {e["thread"] for e in saved} == {"t"}
     assert {e["ns"] for e in saved} == {""}
