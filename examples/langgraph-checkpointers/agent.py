@@ -93,7 +93,9 @@ def load_factory(spec: str) -> Any:
 
 def report_on_durable_put(saver: Any, already: list[str]) -> None:
     """Send ``step_completed`` for each node whose update is in a checkpoint once ``put``
-    returned (wraps this instance's ``put``; any saver)."""
+    returned (wraps this instance's ``put``; any saver). Each carries the checkpoint's id and
+    its parent's (the config ``put`` is given names the parent), so the harness's history
+    checker can tell two successors of one checkpoint (a fork)."""
     from crashpoint import probe
 
     reported = list(already)
@@ -102,8 +104,15 @@ def report_on_durable_put(saver: Any, already: list[str]) -> None:
     def durable_put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         out = put(config, checkpoint, metadata, new_versions)
         done = checkpoint.get("channel_values", {}).get("done") or []
+        conf = config.get("configurable") or {}
         for name in done[len(reported) :]:
-            probe.step_completed(name)
+            probe.event(
+                "step_completed",
+                step=name,
+                checkpoint=checkpoint.get("id"),
+                parent=conf.get("checkpoint_id"),
+                thread=conf.get("thread_id"),
+            )
             reported.append(name)
         return out
 

@@ -6,6 +6,7 @@ SqliteSaver lets two resumers of one thread run at once)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,33 @@ def test_two_resumers_on_sqlite_saver_race_every_time_and_fail_single_writer(
     assert ours["verdict"] == "PASS", ours
 
 
+@pytest.mark.slow
+def test_eight_resumers_on_sqlite_saver_show_the_duplicate_with_a_witness(tmp_path: Path) -> None:
+    """Issue 28: eight resumers of one thread released together. SqliteSaver takes no lock:
+    several run the graph, and single_writer names a step completed by two of them with the
+    two events that show it (the trial folder's anomalies.txt lists every anomaly).
+    CrashpointSaver's lock lets one proceed and refuses the seven others: it passes."""
+    (sqlite,) = _run("savers:sqlite", "many-resumers", tmp_path / "sqlite", count=1)
+    assert sqlite["exercised"] == 1, sqlite
+    assert sqlite["failed"] == 1, sqlite
+    assert "single_writer" in sqlite["failed_checks"], sqlite
+    text = next((tmp_path / "sqlite").rglob("anomalies.txt")).read_text()
+    found = re.search(
+        r"\nconsume_once: step '(\w+)' completed (\d) times by attempts [\d, -]+ \(the golden "
+        r"run completed it once\): two attempts did the same step of the run\n"
+        r"  (attempt \d event #\d+ step_completed '\w+'.*)\n  (attempt \d event #\d+ .*)\n",
+        text,
+    )
+    assert found, text
+    assert int(found[2]) >= 2
+    first, second = found[3], found[4]
+    assert f"step_completed '{found[1]}' checkpoint " in first, first  # the ids, in the folder
+    assert first.split()[1] != second.split()[1], (first, second)  # two attempts
+    (ours,) = _run("savers:crashpoint", "many-resumers", tmp_path / "ours", count=1)
+    assert ours["exercised"] == 1, ours
+    assert ours["verdict"] == "PASS", ours
+
+
 def test_every_cell_loads_and_names_its_saver() -> None:
     from crashpoint.harness import load_scenario
 
@@ -111,6 +139,7 @@ def test_every_cell_loads_and_names_its_saver() -> None:
         "disk-full",
         "kill-every-boundary",
         "kill-fileop",
+        "many-resumers",
         "power-loss",
         "two-resumers",
     ]

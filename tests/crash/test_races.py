@@ -221,3 +221,53 @@ def test_the_reference_library_keeps_one_writer_and_its_lock_files_are_not_judge
         sw = _check(trial)
         assert not sw.skipped, sw
         assert "lock files, not judged: {state_dir}/checkpoints/.store-lock" in sw.message, sw
+
+
+# -- k resumers at once -------------------------------------------------------------------------
+
+
+def _k_trial(name: str, tmp_path: Path, k: int = 3) -> TrialResult:
+    result = Campaign(
+        _probe_agent(name),
+        [family_from_spec({"resumers": {"count": 1, "processes": k}})],
+        report_dir=str(tmp_path / "report"),
+        name=name,
+        seed=1,
+        restarts=k,
+    ).run()
+    (trial,) = result.trials
+    return trial
+
+
+def test_three_resumers_without_a_lock_are_released_together_and_fail_with_a_witness(
+    tmp_path: Path,
+) -> None:
+    trial = _k_trial("no_lock", tmp_path)
+    (outcome,) = trial.outcomes
+    assert outcome.fired, _explain(trial)
+    assert re.match(r"[23] of 3 attempts raced \(", outcome.where), outcome
+    assert "released together at their first boundaries" in outcome.where, outcome
+    assert {int(e["attempt"]) for e in trial.events} == {1, 2, 3}
+    sw = _check(trial)
+    assert not sw.ok, _explain(trial)
+    assert "executed steps at the same time" in sw.message, sw.message
+    race = json.loads((Path(trial.folder) / "race.json").read_text())
+    assert race["attempts"] == [1, 2, 3]
+    assert race["barrier"]["how"] == "together", race["barrier"]
+    assert set(race["barrier"]["arrived"]) == {"1", "2", "3"}
+    text = (Path(trial.folder) / "anomalies.txt").read_text()
+    assert text.startswith("history check: "), text
+    assert "\nsingle_writer: attempts " in text, text
+    assert re.search(r"\n  attempt \d event #\d+ step_started 'fetch' at \+", text), text
+
+
+def test_three_resumers_with_an_flock_take_turns_and_pass(tmp_path: Path) -> None:
+    trial = _k_trial("good_agent", tmp_path)
+    (outcome,) = trial.outcomes
+    assert outcome.fired, _explain(trial)
+    assert re.match(r"3 of 3 attempts raced \(", outcome.where), outcome
+    assert trial.ok, _explain(trial)
+    sw = _check(trial)
+    assert not sw.skipped, sw
+    assert "no file was changed by two while both were at work" in sw.message, sw
+    assert [a.number for a in trial.attempts] == [1, 2, 3]

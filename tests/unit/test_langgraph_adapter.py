@@ -4,6 +4,7 @@ with the parent's supersteps, and a node stopped by ``interrupt()`` starts again
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -91,3 +92,41 @@ def test_a_node_stopped_by_interrupt_starts_again_on_resume(
         ("started", "approve"),
         ("completed", "approve"),
     ]
+
+
+def test_each_saved_checkpoint_is_reported_with_its_parent_so_a_fork_can_be_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crashpoint.harness._checker import check_history
+
+    saved: list[dict[str, Any]] = []
+
+    def event(op: str, **fields: Any) -> dict[str, Any]:
+        if str(fields.get("name", "")).startswith("langgraph:checkpoint:"):
+            saved.append({"op": op, **fields})
+        return {"ok": True}
+
+    monkeypatch.setattr(probe, "event", event)
+    monkeypatch.setattr(probe, "step_started", lambda s: None)
+    monkeypatch.setattr(probe, "step_completed", lambda s: None)
+    b = StateGraph(S)
+    b.add_node("plan", node("plan"))
+    b.add_node("act", node("act"))
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "act")
+    b.add_edge("act", END)
+    g = instrument(b.compile(checkpointer=InMemorySaver()))
+    g.invoke({"done": []}, {"configurable": {"thread_id": "t"}})
+    assert [e["name"] for e in saved] == [f"langgraph:checkpoint:{n}" for n in (-1, 0, 1, 2)]
+    assert saved[0]["parent"] is None  # the thread's first checkpoint
+    for before, after in itertools.pairwise(saved):
+        assert after["parent"] == before["checkpoint"], (before, after)
+    assert {e["thread"] for e in saved} == {"t"}
+    assert {e["ns"] for e in saved} == {""}
+    # as the ledger records them: one line of history, no fork; a second successor is one
+    events = [{**e, "i": n, "attempt": 1} for n, e in enumerate(saved)]
+    assert check_history(events).ok
+    other = {**saved[2], "checkpoint": "another", "i": 4, "attempt": 2}
+    (fork,) = check_history([*events, other]).anomalies
+    assert fork.kind == "fork"
+    assert fork.witness == (events[2], other)

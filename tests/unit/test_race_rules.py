@@ -203,3 +203,108 @@ def test_a_loopback_connection_is_attributed_to_the_session_that_holds_it(
         assert attempt_of(ports[0], port, {9: 1}) is None  # not a process of any attempt
     finally:
         server.close()
+
+
+# -- k resumers: resumers: {processes: k} -------------------------------------------------------
+
+
+def test_k_resumers_are_planned_as_one_fault_and_two_stay_the_plan_of_today() -> None:
+    from crashpoint.harness import Fault, family_from_spec, plan_for
+
+    golden = Golden(["s"], [{"op": "step_started", "step": "s"}], Counter(), b"", 0.1)
+    assert plan_for(family_from_spec({"resumers": {}}), golden, 1, 0).faults == (
+        Fault.make("resumers", 1),
+    )
+    assert plan_for(family_from_spec({"resumers": {"processes": 2}}), golden, 1, 0).faults == (
+        Fault.make("resumers", 1),
+    )
+    fam = family_from_spec({"resumers": {"processes": 8, "count": 2}})
+    assert fam.name == "resumers@processes=8"
+    (f,) = plan_for(fam, golden, 1, 0).faults
+    assert (f.processes, str(f)) == (8, "resumers: attempts 1 to 8 at once")
+    # in a chain, what follows the group hits the attempt after all of it
+    chain = family_from_spec([{"resumers": {"processes": 3}}, {"kill": {"at": "random"}}])
+    assert [x.attempt for x in plan_for(chain, golden, 1, 0).faults] == [1, 4]
+
+
+def k_note(
+    live: dict[int, tuple[float, float]],
+    events: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    writes: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    codes: dict[int, int] | None = None,
+) -> tuple[bool, str, str]:
+    attempts = {n: att(n, (codes or {}).get(n, 0), b"locked\n") for n in live}
+    barrier = {"how": "together", "patience": 1.0}
+    return race_note(tuple(live), live, list(events), list(writes), barrier, 1.0, attempts)
+
+
+def test_k_resumers_fired_when_two_of_them_raced_and_the_note_says_how_each_took_part() -> None:
+    live = {1: (0.0, 2.0), 2: (0.0, 0.2), 3: (0.0, 2.0), 4: (0.0, 0.2)}
+    fired, where, _ = k_note(
+        live,
+        events=[ev(1, 0.5), ev(1, 0.9), ev(3, 0.7), ev(3, 1.0)],
+        codes={2: 73, 4: 73},
+    )
+    assert fired
+    assert where.startswith(
+        "4 of 4 attempts raced (overlapped: attempts 1, 3; refused: attempts 2, 4); first: "
+    ), where
+
+
+def test_k_resumers_that_never_worked_at_once_are_not_exercised() -> None:
+    live = {1: (0.0, 1.0), 2: (1.0, 2.0), 3: (2.0, 3.0)}
+    fired, _, why = k_note(
+        live, events=[ev(1, 0.2), ev(1, 0.3), ev(2, 1.2), ev(2, 1.3), ev(3, 2.2), ev(3, 2.3)]
+    )
+    assert not fired
+    assert why.startswith("no two of the 3 attempts raced: attempts 1 and 2 ran at the same"), why
+    fired, _, why = k_note({1: (0.0, 1.0), 2: (0.0, 1.0), 3: (0.0, 1.0)})
+    assert not fired
+    assert why.startswith("none of the 3 attempts 1 to 3 sent an event or changed a file"), why
+
+
+def test_k_resumers_accounting_needs_two_of_them_at_once() -> None:
+    from crashpoint.harness import Fault
+    from crashpoint.harness._engine._accounting import _resumers
+
+    f = Fault.make("resumers", 1, processes=3)
+    golden = Golden([], [], Counter(), b"", 0.0)
+    apart = {"spans": [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]}
+    out = _resumers(0, f, [att(1), att(2), att(3)], [], [], apart, golden)
+    assert not out.fired
+    assert out.why_not == "no two of attempts 1 to 3 ran at the same time"
+    raced = {"spans": [(0.0, 1.0), (2.0, 3.0), (2.5, 4.0)], "race": (True, "raced", "")}
+    assert _resumers(0, f, [att(1), att(2), att(3)], [], [], raced, golden).fired
+
+
+def k_facts(writes: list[dict[str, Any]], live: dict[int, tuple[float, float]]) -> TrialFacts:
+    f = facts([], writes, live)
+    f.extra["race"]["attempts"] = sorted(live)
+    del f.extra["race"]["pair"]
+    return f
+
+
+def test_k_resumers_two_of_which_change_one_file_at_once_fail_naming_them() -> None:
+    live = {1: (0.0, 1.0), 2: (1.0, 3.0), 3: (1.0, 3.0)}
+    writes = [wr(1, 0.5), wr(2, 1.2), wr(3, 1.3, "{state_dir}/other"), wr(3, 1.5), wr(2, 1.6)]
+    r = check_single_writer(k_facts(writes, live))
+    assert not r.ok
+    assert r.message.startswith(
+        "attempts 2 and 3 both changed {state_dir}/state.json while both were at work: attempt "
+        "3 write at +1.500s, attempt 2 write at +1.600s"  # 1.2: before 3 was at work (1.3)
+    ), r.message
+    assert r.message.endswith(
+        "of the 3 attempts started at once, 2 changed a file another was changing while both "
+        "were at work: 2, 3"
+    ), r.message
+
+
+def test_k_resumers_taking_turns_at_one_file_pass() -> None:
+    live = {1: (0.0, 1.0), 2: (0.0, 2.0), 3: (0.0, 3.0)}
+    writes = [wr(1, 0.5), wr(2, 1.5), wr(3, 2.5)]  # each waited for the one before to end
+    r = check_single_writer(k_facts(writes, live))
+    assert r.ok, r
+    assert r.message == (
+        "judged from file operations (strace): files changed per attempt (attempt 1: 1, "
+        "attempt 2: 1, attempt 3: 1); no file was changed by two while both were at work"
+    )

@@ -106,6 +106,9 @@ FAULT_CASES = [
     ("corrupt: {how: 3}", "faults[0].corrupt.how", 6, "must be a corruption"),
     ("corrupt: {how: [shred]}", "faults[0].corrupt.how", 6, "unknown how ['shred']"),
     ("resumers: {count: 0}", "faults[0].resumers.count", 6, "at least 1"),
+    ("resumers: {processes: 1}", "faults[0].resumers.processes", 6, "must be at least 2, got 1"),
+    ("resumers: {processes: 33}", "faults[0].resumers.processes", 6, "above the cap of 32"),
+    ("resumers: {processes: all}", "faults[0].resumers.processes", 6, "whole number from 2"),
     ("hang: {count: -1}", "faults[0].hang.count", 6, "at least 1"),
 ]
 
@@ -121,6 +124,21 @@ def test_a_bad_fault_option_is_refused_at_its_line(
     assert (err.line, err.key) == (line, key), str(err)
     assert f"{path}:{line} (key '{key}'):" in str(err)
     assert says in err.message
+
+
+def test_k_resumers_need_restarts_for_the_group_and_one_attempt_after_it(
+    tmp_path: Path,
+) -> None:
+    fault = "resumers: {processes: 8}"
+    err = refused(write(tmp_path, BASE.replace("FAULT", fault) + "restarts: 3\n"))
+    assert (err.line, err.key) == (7, "restarts"), str(err)
+    assert "the 8 attempts started at once count as 8" in err.message
+    assert err.message.endswith("raise restarts to 8 or more")
+    chain = "[kill: {at: random}, resumers: {processes: 3}]"
+    err = refused(write(tmp_path, BASE.replace("FAULT", chain) + "restarts: 3\n"))
+    assert "(after 1 before them in the chain)" in err.message, err.message
+    assert load_scenario(write(tmp_path, BASE.replace("FAULT", fault) + "restarts: 8\n"))
+    assert load_scenario(write(tmp_path, BASE.replace("FAULT", "resumers: {}") + "restarts: 0\n"))
 
 
 def test_a_bad_option_on_its_own_line_is_pointed_at(tmp_path: Path) -> None:

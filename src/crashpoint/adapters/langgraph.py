@@ -16,7 +16,9 @@ the graph then reports:
   done), in the node's thread, before LangGraph hands its writes to the saver: a kill there is
   the boundary "after the effect, before the checkpoint";
 * ``event "langgraph:checkpoint:<step>"`` once the saver's ``put``/``aput`` of a superstep's
-  checkpoint has returned (durable);
+  checkpoint has returned (durable), with the ids ``checkpoint``, ``parent`` (the checkpoint
+  it follows; none for a thread's first), ``thread`` and ``ns`` (its namespace): two
+  checkpoints saved with one parent are a fork, which the harness's history checker reports;
 * ``step_completed(node)`` once the node's result is durable in the checkpointer: the saver's
   ``put_writes``/``aput_writes`` of its task has returned and so has the ``put`` of the
   checkpoint those writes hang on (LangGraph does not re-run a task whose writes it finds on
@@ -343,8 +345,16 @@ class ProbedSaver(BaseCheckpointSaver[Any]):
         ``durability="async"`` it may be saved before their own writes) and the nodes whose
         saved writes hang on it. A subgraph counts its own supersteps in its own namespace."""
         step = metadata.get("step") if isinstance(metadata, dict) else None
-        ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
-        probe.event("event", name=f"langgraph:checkpoint:{step}")
+        conf = config.get("configurable") or {}
+        ns = str(conf.get("checkpoint_ns") or "")
+        probe.event(  # the ids let the harness's history checker see a fork
+            "event",
+            name=f"langgraph:checkpoint:{step}",
+            checkpoint=checkpoint.get("id"),
+            parent=conf.get("checkpoint_id"),
+            thread=conf.get("thread_id"),
+            ns=ns,
+        )
         for node in self.tracker.checkpoint_saved(checkpoint.get("id"), step, ns):
             probe.step_completed(node)
 

@@ -14,6 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._checker._history import History, history_of, ran_at_once
 from crashpoint.harness._checker._loop import check_crash_loop, gave_up
 from crashpoint.harness._checker._verdict import explain
 from crashpoint.harness._checker._writers import judge_writes
@@ -624,30 +625,51 @@ def check_no_repeated_llm_calls(f: TrialFacts) -> CheckResult:
 
 
 def check_single_writer(f: TrialFacts) -> CheckResult:
-    """Two live attempts of one run never work at once, judged from what evidence there is.
+    """Live attempts of one run never work at once, judged from what evidence there is.
 
-    From step events: no attempt starts a step while another live attempt is inside one, and
-    no attempt goes back to work after another took over (an attempt's open step ends with its
-    step_completed, or when the attempt went away: its probe connection closed). From the
-    files two resumers changed (:func:`judge_writes`): no file changed by both while both were
-    at work. Either failing fails the check. With step events from fewer than two attempts and
-    no file changes recorded, nothing was judged: the result is skipped ("not judged: ..."),
-    never a pass."""
+    From the history of step events (:func:`check_history`, over every attempt at once): no
+    attempt starts a step while another live attempt is inside one, and no attempt goes back to
+    work after another took over (an attempt's open step ends with its step_completed, or when
+    the attempt went away: its probe connection closed). Where attempts ran at once
+    (``resumers``) the same pass also finds a step completed by two attempts more often than in
+    the golden run (consume-once), a step acknowledged before an attempt began and started
+    again by it, two successors of one checkpoint (a fork), and an effect applied by two
+    attempts; each anomaly is named with its witness (the few events that show it). From the
+    files the resumers changed (:func:`judge_writes`): no file changed by two while both were
+    at work. Any of them failing fails the check. With step events from fewer than two
+    attempts, no anomaly and no file changes recorded, nothing was judged: the result is
+    skipped ("not judged: ..."), never a pass."""
     name = "single_writer"
-    by_events = _single_writer_by_events(f)
+    history = history_of(f)
+    by_events = _single_writer_by_events(history)
+    others = [a for a in history.anomalies if a.kind != "single_writer"]
     by_files = judge_writes(f)
-    if by_files is not None and not by_files.ok:
-        if not by_events.ok:  # the file first: it names what the two clobbered
-            return CheckResult(name, False, f"{by_files.message}; and {by_events.message}")
-        return by_files
-    if not by_events.ok:
-        return by_events
+    failed = [
+        r.message for r in (by_files, by_events) if r is not None and not r.ok
+    ]  # the file first: it names what the two clobbered
+    if others:
+        rest = Counter(a.kind for a in others[1:])
+        more = (
+            f"; and {len(others) - 1} more ("
+            + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in rest.items())
+            + "; all in anomalies.txt)"
+            if rest
+            else ""
+        )
+        failed.append(f"the history shows two writers of one run: {others[0].text()}{more}")
+    if failed:
+        return CheckResult(name, False, "; and ".join(failed))
     stepped = sorted(
         {int(e["attempt"]) for e in f.events if e["op"] in ("step_started", "step_completed")}
     )
     judged = []
     if len(stepped) >= 2:
         judged.append(f"judged from the step events of attempts {', '.join(map(str, stepped))}")
+        if ran_at_once(f):
+            judged.append(
+                f"history of {history.events} events: no step completed by two attempts, no "
+                "acknowledged step started again, no fork, no effect applied by two attempts"
+            )
     if by_files is not None and not by_files.skipped:
         judged.append(by_files.message)
     if judged:
@@ -665,45 +687,19 @@ def check_single_writer(f: TrialFacts) -> CheckResult:
     return CheckResult(name, True, f"not judged: {steps}, and {files}", skipped=True)
 
 
-def _single_writer_by_events(f: TrialFacts) -> CheckResult:
+def _single_writer_by_events(history: History) -> CheckResult:
+    """The single-writer rules of the history (the first that broke), with how many attempts
+    were inside steps at once when more than two were."""
     name = "single_writer"
-    ended: dict[int, float] = f.extra.get("ended", {})
-    inside: dict[int, dict[str, Any]] = {}  # attempt -> its open step_started event
-    order: list[int] = []
-    for ev in f.events:
-        if ev["op"] not in ("step_started", "step_completed", "effect"):
-            continue
-        a = int(ev["attempt"])
-        t = ev.get("t")
-        for b in [b for b in inside if t is not None and b in ended and ended[b] <= t]:
-            del inside[b]  # b went away mid-step: its step is over
-        if ev["op"] == "step_started":
-            others = [b for b in inside if b != a]
-            if others:
-                b = others[0]
-                return CheckResult(
-                    name,
-                    False,
-                    f"attempts {b} and {a} executed steps at the same time: attempt "
-                    f"{a} started {ev.get('step')!r} at {_where(ev)} while attempt "
-                    f"{b} was still inside {inside[b].get('step')!r} (started at "
-                    f"{_where(inside[b])}); two live writers of one run",
-                )
-            inside[a] = ev
-        elif ev["op"] == "step_completed":
-            inside.pop(a, None)
-        if order and order[-1] == a:
-            continue
-        if a in order:
-            return CheckResult(
-                name,
-                False,
-                f"attempts {order[-1]} and {a} executed steps at the same time: "
-                f"attempt {a} went on at {_where(ev)} after attempt {order[-1]} "
-                "had started working (two live writers of one run)",
-            )
-        order.append(a)
-    return CheckResult(name, True)
+    found = history.of("single_writer")
+    if not found:
+        return CheckResult(name, True)
+    most = (
+        f"; up to {history.most_inside} attempts were inside steps at once"
+        if history.most_inside > 2
+        else ""
+    )
+    return CheckResult(name, False, found[0].summary + most)
 
 
 def _file_contents(folders: list[str]) -> Iterator[tuple[str, bytes]]:

@@ -321,14 +321,21 @@ def _resumers(
     notes: Evidence,
     golden: Golden,
 ) -> Outcome:
-    """Two attempts started at once fired only if they raced: their work overlapped, or one
-    waited or was refused (:func:`crashpoint.harness._engine._races.race_note`); two that
-    merely ran at the same time are not exercised."""
+    """Attempts started at once (two, or k) fired only if they raced: the work of two of them
+    overlapped, or one waited or was refused
+    (:func:`crashpoint.harness._engine._races.race_note`); attempts that merely ran at the
+    same time are not exercised."""
     spans = notes.get("spans") or []
+    k = f.processes
     if len(spans) < 2:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
-    (s1, e1), (s2, e2) = spans[:2]
-    overlap = min(e1, e2) - max(s1, s2)
+    # the longest time two of them ran at once: by start, each against the latest end before
+    overlap, end = 0.0, None
+    for s, e in sorted(spans):
+        if end is not None:
+            overlap = max(overlap, min(e, end) - s)
+        end = e if end is None else max(end, e)
+    last = f.attempt + k - 1
     if overlap <= 0:
         return Outcome(
             i,
@@ -337,6 +344,8 @@ def _resumers(
             why_not=(
                 f"attempt {f.attempt} ended before attempt {f.attempt + 1} started: they never "
                 "ran at the same time"
+                if k == 2
+                else f"no two of attempts {f.attempt} to {last} ran at the same time"
             ),
         )
     race = notes.get("race")
@@ -348,6 +357,9 @@ def _resumers(
             why_not=(
                 f"attempts {f.attempt} and {f.attempt + 1} ran at the same time for "
                 f"{overlap:.3f}s, but what they did was not recorded"
+                if k == 2
+                else f"attempts {f.attempt} to {last} ran at the same time (two of them for "
+                f"{overlap:.3f}s), but what they did was not recorded"
             ),
         )
     return Outcome(i, f.kind, bool(race[0]), str(race[1]), str(race[2]))

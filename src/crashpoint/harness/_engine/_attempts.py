@@ -4,8 +4,8 @@
 stops as documented, or runs out of restarts. Each attempt is prepared by one method per fault
 kind that acts before or while it runs (a corruption of its files, armed failpoints, a kill at a
 file operation, a full disk, a power cut during recovery, signals and kills at an instant), then
-started (two at once for ``resumers``), waited for, and recorded. A power cut planned for
-attempt 1 replaces that attempt by the golden run cut at the instant.
+started (k at once for ``resumers``: two by default), waited for, and recorded. A power cut
+planned for attempt 1 replaces that attempt by the golden run cut at the instant.
 
 For every planned fault (by its index in the plan) :attr:`TrialAttempts.notes` collects the
 evidence of whether it took effect; the accounting (:mod:`._accounting`) reads it.
@@ -231,7 +231,7 @@ class _Sampler:
 
 @dataclass
 class _Setup:
-    """How one attempt (two, for ``resumers``) starts: its number, the faults planned for it
+    """How one attempt (k, for ``resumers``) starts: its number, the faults planned for it
     (with their index in the plan), and what they changed: its argv (wrapped by a tmpfs
     namespace, strace, an armed file-operation kill), its extra environment, a file-size
     limit, the tmpfs it writes into, the full-disk watch, a power cut during recovery."""
@@ -254,13 +254,18 @@ class _Setup:
         return [(i, f) for i, f in self.mine if f.kind in kinds]
 
 
+def _group(s: _Setup) -> int:
+    """How many attempts start at once: k for ``resumers`` (2 by default), else 1."""
+    return max((f.processes for f in s.faults), default=1)
+
+
 @dataclass
 class _Started:
-    """The processes of one attempt (or two) while they run, and how they ended."""
+    """The processes of one attempt (or k resumers) while they run, and how they ended."""
 
     procs: list[tuple[int, AgentProcess, float]] = field(default_factory=list)  # (num, p, t)
     exits: list[tuple[int, Exit]] = field(default_factory=list)
-    #: ``resumers``: the barrier that released the two together, and each one's recorder
+    #: ``resumers``: the barrier that released them together, and each one's recorder
     barrier: Barrier | None = None
     recorders: dict[int, WriteRecorder] = field(default_factory=dict)
     ends: EndWatch | None = None
@@ -298,7 +303,7 @@ class TrialAttempts:
     max_state_bytes: int = 0
     #: per planned fault (its index in the plan): the evidence of whether it took effect
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: ``resumers``: what the two live attempts did (``single_writer`` judges it): ``pair``,
+    #: ``resumers``: what the live attempts did (``single_writer`` judges it): ``attempts``,
     #: ``live`` (attempt -> [spawned, ended], monotonic), ``writes`` (each a dict: attempt,
     #: t, op, path), ``by`` (how they were recorded), ``why_not`` (why not, if not)
     race: dict[str, Any] = field(default_factory=dict)
@@ -591,16 +596,17 @@ class TrialAttempts:
     # -- running ------------------------------------------------------------------------------
 
     def _start_and_wait(self, s: _Setup) -> _Started:
-        """Start the attempt (``resumers``: two at once), arm what acts while it runs (timed
+        """Start the attempt (``resumers``: k at once), arm what acts while it runs (timed
         signals, the full-disk kill, file-operation watches, the size sampler), wait for it
         within its time limit, and leave nothing behind whatever happens."""
         runner, ledger, plan = self.runner, self.ledger, self.plan
-        together = any(f.kind == "resumers" for f in s.faults)
-        numbers = [s.n, s.n + 1] if together else [s.n]
+        group = _group(s)
+        together = group > 1
+        numbers = list(range(s.n, s.n + group))
         started = _Started()
         if together:
             started.barrier = Barrier(
-                (s.n, s.n + 1), patience_for(self.golden, runner.agent.timeout), started.alive
+                tuple(numbers), patience_for(self.golden, runner.agent.timeout), started.alive
             )
             started.recorders = {
                 num: WriteRecorder(
@@ -774,7 +780,7 @@ class TrialAttempts:
     def _account(self, s: _Setup, started: _Started) -> int:
         """Note where the attempt's faults landed (a full disk, a file-operation kill, the
         span of each resumer); stop the trial if the budget ended it. The number of the last
-        attempt that ran (``resumers`` ran two)."""
+        attempt that ran (``resumers`` ran k)."""
         n = s.n
         exits = started.exits
         if s.disk is not None:
@@ -787,14 +793,14 @@ class TrialAttempts:
                 note["landed"] = tuple(fileop_landing(note.pop("armed"), attempt=n))
         if any(self.runner.cut_by_budget(ex, t) for _num, ex, t in started.pairs()):
             raise BudgetExceeded(f"trial {self.plan.index} was stopped")
-        if any(f.kind == "resumers" for f in s.faults):
-            n += 1
+        if _group(s) > 1:
+            n += _group(s) - 1
             self._account_race(s, started)
         return n
 
     def _account_race(self, s: _Setup, started: _Started) -> None:
-        """``resumers``: what each of the two attempts changed on disk, and whether they
-        raced (:func:`race_note`: overlapped, one waited, or one was refused)."""
+        """``resumers``: what each of the attempts started at once changed on disk, and
+        whether they raced (:func:`race_note`: overlapped, one waited, or one was refused)."""
         pairs = started.pairs()
         spans = [(t, t + ex.duration) for _num, ex, t in pairs]
         ended = started.ends.ended if started.ends is not None else {}
@@ -813,16 +819,16 @@ class TrialAttempts:
         barrier = started.barrier.note() if started.barrier is not None else {}
         patience = started.barrier.patience if started.barrier is not None else 0.0
         mine = {a.number: a for a in self._attempts_of(started)}
-        pair = (s.n, s.n + 1)
+        group = tuple(range(s.n, s.n + _group(s)))
         for i, _f in s.of("resumers"):
             note: dict[str, Any] = {"spans": spans, "barrier": barrier}
-            if len(live) == 2:
+            if len(live) == len(group):
                 note["race"] = race_note(
-                    pair, live, list(self.ledger.events), writes, barrier, patience, mine
+                    group, live, list(self.ledger.events), writes, barrier, patience, mine
                 )
             self.notes[i] = note
         self.race = {
-            "pair": list(pair),
+            "attempts": list(group),
             "live": {num: list(span) for num, span in live.items()},
             "writes": writes,
             "by": by,
@@ -831,7 +837,7 @@ class TrialAttempts:
         }
         t0 = min((span[0] for span in live.values()), default=0.0)
         evidence = {  # times in seconds from the first start
-            "pair": list(pair),
+            "attempts": list(group),
             "recorded_by": by or why_not,
             "lock_files": sorted(locked),
             "live": {num: [round(x - t0, 4) for x in span] for num, span in live.items()},

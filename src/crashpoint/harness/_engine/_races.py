@@ -1,11 +1,12 @@
-"""Two resumers that really race: released together, their writes recorded, the race judged.
+"""Resumers that really race: released together, their writes recorded, the race judged.
 
-The ``resumers`` family starts two attempts of one run at once. Started at once is not racing:
+The ``resumers`` family starts two attempts of one run at once (k with ``processes: k``, up to
+32). Started at once is not racing:
 an agent whose start-up dominates (an interpreter, a framework's imports) may finish its work in
 one process before the other has done anything. Three parts make the race real and seen:
 
 - :class:`Barrier`: the ledger holds each attempt at its *first boundary* (its first probe
-  event or stand-in request, before it is recorded) until both have arrived, then releases both
+  event or stand-in request, before it is recorded) until all have arrived, then releases them
   at once. It gives up waiting after its *patience* (counted from the first arrival: at least
   1 s, three times the golden run's start-up, three times the first arrival's own start-up),
   or as soon as the missing attempt has ended: an attempt that blocks on a lock before its
@@ -89,9 +90,10 @@ def patience_for(golden: Golden, timeout: float) -> float:
 
 
 class Barrier:
-    """Holds each of ``attempts`` at its first boundary until all have arrived (see the module
-    docstring). ``alive(n)``: attempt ``n``'s process still runs; ``spawned``: when each was
-    started (``time.monotonic()``), filled in by the engine as it starts them."""
+    """Holds each of ``attempts`` at its first boundary until all have arrived, or every one
+    missing has ended, or the patience ran out (see the module docstring). ``alive(n)``:
+    attempt ``n``'s process still runs; ``spawned``: when each was started
+    (``time.monotonic()``), filled in by the engine as it starts them."""
 
     def __init__(
         self, attempts: tuple[int, ...], patience: float, alive: Callable[[int], bool]
@@ -126,7 +128,7 @@ class Barrier:
                     self._open("together")
                 elif now - first >= patience:
                     self._open("patience")
-                elif any(not self.alive(b) for b in missing):
+                elif not any(self.alive(b) for b in missing):  # the rest went away
                     self._open("ended")
                 else:
                     self._cond.wait(0.01)
@@ -312,11 +314,22 @@ class WriteRecorder:
         return out
 
 
-def _acts(num: int, events: list[dict[str, Any]], writes: list[dict[str, Any]]) -> list[float]:
-    """When attempt ``num`` did something: its events and its writes."""
-    ts = [float(e["t"]) for e in events if int(e["attempt"]) == num and e.get("t") is not None]
-    ts += [float(w["t"]) for w in writes if int(w["attempt"]) == num]
-    return sorted(ts)
+def _acts_of(
+    group: tuple[int, ...], events: list[dict[str, Any]], writes: list[dict[str, Any]]
+) -> dict[int, list[float]]:
+    """When each attempt of ``group`` did something (its events and its writes), in one pass."""
+    acts: dict[int, list[float]] = {n: [] for n in group}
+    for e in events:
+        ts = acts.get(int(e["attempt"]))
+        if ts is not None and e.get("t") is not None:
+            ts.append(float(e["t"]))
+    for w in writes:
+        ts = acts.get(int(w["attempt"]))
+        if ts is not None:
+            ts.append(float(w["t"]))
+    for ts in acts.values():
+        ts.sort()
+    return acts
 
 
 def _what(num: int, t: float, events: list[dict[str, Any]], writes: list[dict[str, Any]]) -> str:
@@ -342,7 +355,7 @@ def _ended(a: Attempt | None) -> str:
 
 
 def race_note(
-    pair: tuple[int, int],
+    group: tuple[int, ...],
     live: Mapping[int, tuple[float, float]],
     events: list[dict[str, Any]],
     writes: list[dict[str, Any]],
@@ -350,7 +363,8 @@ def race_note(
     patience: float,
     attempts: Mapping[int, Attempt],
 ) -> tuple[bool, str, str]:
-    """Did the two resumers race? ``(fired, where, why_not)`` for the accounting.
+    """Did the resumers race? ``(fired, where, why_not)`` for the accounting. ``group``: the
+    attempts started at once (two, or k with ``processes``).
 
     An attempt's *activity* is its events and its writes (see :class:`WriteRecorder`). The
     race happened, and the fault *fired*, when one of these holds (checked in this order):
@@ -366,21 +380,93 @@ def race_note(
     - **overlapped**: an activity of one attempt lies strictly between the first and the last
       activity of the other (their work interleaved).
 
+    With k attempts the rule is judged for each two of them: the fault fired when at least
+    one pair raced, and ``where`` says how many of the k took part and how (each pair is
+    looked at once: k is at most 32).
+
     Otherwise the two merely ran at the same time (one finished before the other started to
     work): not exercised, and ``why_not`` says what each did. ``live``: attempt -> (spawned,
     ended), ``time.monotonic()``; ``barrier``: :meth:`Barrier.note` (empty without one);
     ``attempts``: how each ended (its exit code and stderr word a refusal)."""
-    a, b = pair
-    acts = {n: _acts(n, events, writes) for n in pair}
+    acts = _acts_of(group, events, writes)
+    if len(group) == 2:
+        return _pair(group[0], group[1], acts, live, events, writes, barrier, patience, attempts)[
+            :3
+        ]
+    roles: dict[int, set[str]] = {n: set() for n in group}
+    first: tuple[bool, str, str] | None = None
+    why_first = ""
+    for j, a in enumerate(group):
+        for b in group[j + 1 :]:
+            fired, where, why, role = _pair(
+                a, b, acts, live, events, writes, barrier, patience, attempts
+            )
+            if fired:
+                first = first or (fired, where, why)
+                for n, r in role.items():
+                    roles[n].add(r)
+            elif not why_first and (acts[a] or acts[b]):
+                why_first = why
+    k = len(group)
+    raced = [n for n in group if roles[n]]
+    if first is None:
+        if not any(acts.values()):
+            return (
+                False,
+                "",
+                f"none of the {k} attempts {group[0]} to {group[-1]} sent an event or changed "
+                "a file under {state_dir} or {workdir}: nothing shows that they raced (send a "
+                "probe event or reach a stand-in before the work, or pass the agent its state "
+                "folder)",
+            )
+        return False, "", f"no two of the {k} attempts raced: {why_first}"
+    kinds = []
+    for r in ("overlapped", "waited", "refused"):
+        who = [n for n in group if r in roles[n]]
+        if who:
+            kinds.append(f"{r}: {_numbers(who)}")
+    return (
+        True,
+        f"{len(raced)} of {k} attempts raced ({'; '.join(kinds)}); first: {first[1]}",
+        "",
+    )
+
+
+def _numbers(nums: list[int]) -> str:
+    """``1, 2, 3`` as ``attempts 1-3``, ``1, 4`` as ``attempts 1, 4``."""
+    runs: list[str] = []
+    for n in nums:
+        if runs and n == int(runs[-1].rsplit("-", 1)[-1]) + 1:
+            runs[-1] = f"{runs[-1].split('-')[0]}-{n}"
+        else:
+            runs.append(str(n))
+    return ("attempt " if len(nums) == 1 else "attempts ") + ", ".join(runs)
+
+
+def _pair(
+    a: int,
+    b: int,
+    acts: Mapping[int, list[float]],
+    live: Mapping[int, tuple[float, float]],
+    events: list[dict[str, Any]],
+    writes: list[dict[str, Any]],
+    barrier: Mapping[str, Any],
+    patience: float,
+    attempts: Mapping[int, Attempt],
+) -> tuple[bool, str, str, dict[int, str]]:
+    """:func:`race_note` for two attempts, and how each took part when they raced
+    (``overlapped``, ``waited``, ``refused``)."""
+    pair = (a, b)
     together = barrier.get("how") == "together"
     held = "; released together at their first boundaries" if together else ""
-    if not any(acts.values()):
+    if not acts[a] and not acts[b]:
         return (
             False,
             "",
             f"neither attempt {a} nor {b} sent an event or changed a file under {{state_dir}} "
             "or {workdir}: nothing shows that they raced (send a probe event or reach a "
             "stand-in before the work, or pass the agent its state folder)",
+            {},
         )
     for x, y in ((a, b), (b, a)):  # refused
         ay = attempts.get(y)
@@ -393,6 +479,7 @@ def race_note(
                 + ("without doing anything" if not acts[y] else "after its first boundary")
                 + f" while attempt {x} was at work{held}",
                 "",
+                {y: "refused", x: "worked"},
             )
     for x, y in ((a, b), (b, a)):  # waited
         if len(acts[x]) < 2 or live[y][0] > acts[x][0] or live[y][1] < acts[x][-1]:
@@ -416,6 +503,7 @@ def race_note(
                 f"attempt {y} waited: live and silent for {silent:.3f}s while attempt {x} "
                 f"worked{held}; {then}",
                 "",
+                {y: "waited", x: "worked"},
             )
     for x, y in ((a, b), (b, a)):  # overlapped
         if len(acts[x]) >= 2:
@@ -428,6 +516,7 @@ def race_note(
                     f"attempt {y}'s {_what(y, inside[0], events, writes)} came while attempt "
                     f"{x} was at work{held}",
                     "",
+                    {x: "overlapped", y: "overlapped"},
                 )
     w = min((n for n in pair if acts[n]), key=lambda n: acts[n][0])
     o = b if w == a else a
@@ -455,4 +544,5 @@ def race_note(
         + (f"; {how}" if how else "")
         + ": send a probe event or make a stand-in request before the agent's work, so the "
         "barrier can release both attempts together",
+        {},
     )

@@ -34,7 +34,7 @@ from crashpoint._proc import (
 )
 from crashpoint.errors import AgentStartError, BudgetExceeded, GoldenRunFailed
 from crashpoint.faults import Detacher, disk_capabilities, strace_available, strace_output_of
-from crashpoint.harness._checker import TrialFacts, loop_text, run_checks
+from crashpoint.harness._checker import TrialFacts, history_text, loop_text, run_checks
 from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import (
     account,
@@ -653,6 +653,9 @@ class TrialRunner:
             story = loop_text(facts)  # a fault on every attempt: each attempt's story
             if story:
                 write_file(os.path.join(tdir, "loop.txt"), story, durable=False)
+            witness = history_text(facts)  # two writers: each anomaly and its witness
+            if witness:
+                write_file(os.path.join(tdir, "anomalies.txt"), witness, durable=False)
         result = TrialResult(
             plan,
             attempts,

@@ -91,7 +91,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
-    "resumers": ("count",),
+    "resumers": ("processes", "count"),
     "hang": ("count",),
     "power_loss": ("model", "count"),
     "network": ("call", "fail", "nth", "times", "count"),
@@ -124,6 +124,8 @@ MAX_CAPACITY = 1 << 30  # disk_full: {capacity: ...}: 1 GiB (a tmpfs lives in me
 MAX_SIGNAL_WAIT = 600.0  # signal: {grace, pause}: 10 minutes
 MAX_NET_NTH = 10_000  # network: {nth: N}
 MAX_NET_TIMES = 100  # network: {times: N}
+#: resumers: {processes: k}: how many attempts of one run start at once (2: the default)
+MIN_RESUMERS, MAX_RESUMERS = 2, 32
 #: network: how a call can fail (a status: answered with that HTTP status)
 NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
 #: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
@@ -330,6 +332,15 @@ def _check_options(
         opts["model"] = text("model", POWER_MODELS, "posix")
     elif kind == "network":
         _check_network(opts, at)
+    elif kind == "resumers" and "processes" in opts:
+        _whole(
+            opts["processes"],
+            MIN_RESUMERS,
+            MAX_RESUMERS,
+            "resumers.processes",
+            err=at("processes"),
+            cap=" attempts started at once",
+        )
 
 
 def _check_network(
@@ -419,6 +430,8 @@ class FaultFamily:
             )
             if kind == "network":
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
+            if kind == "resumers" and o.get("processes", MIN_RESUMERS) != MIN_RESUMERS:
+                tag = f"processes={o['processes']}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             name = f"{kind}@{tag}" if tag else kind

@@ -279,7 +279,8 @@ class Fault:
     - signal: ``sig`` TERM|STOP, ``seconds``, ``grace`` (TERM) / ``pause`` (STOP then CONT)
     - corrupt: ``how``, ``path`` glob, ``seed``
     - disk_full: ``capacity`` bytes, ``mechanism`` tmpfs|rlimit|failpoint
-    - resumers: start ``attempt`` and ``attempt + 1`` at once
+    - resumers: start ``attempt`` and ``attempt + 1`` at once; with ``processes`` k (2 to
+      32; absent: 2), the k attempts ``attempt`` to ``attempt + k - 1``
     - power_loss: ``model`` (posix|ext4-ordered), ``upto`` (the golden run's file operations
       performed when the power went), ``events`` (its events that happened before),
       ``mutation`` (crashpoint.faults._powercut.Mutation as JSON), ``label``: attempt
@@ -297,6 +298,12 @@ class Fault:
 
     def arg(self, name: str, default: Any = None) -> Any:
         return dict(self.args).get(name, default)
+
+    @property
+    def processes(self) -> int:
+        """How many attempts this fault starts at once: ``resumers``' k (2 by default), else
+        1."""
+        return int(self.arg("processes", 2)) if self.kind == "resumers" else 1
 
     @classmethod
     def make(cls, kind: str, attempt: int = 1, **args: Any) -> Fault:
@@ -343,6 +350,14 @@ class Fault:
             times = int(a.get("times", 1))
             return f"{what} for {a['call']} #{a.get('nth', 1)} in attempt {self.attempt}" + (
                 f" ({times} times)" if times != 1 else ""
+            )
+        if self.kind == "resumers":
+            k = int(a.get("processes", 2))
+            last = self.attempt + k - 1
+            return (
+                f"resumers: attempts {self.attempt} to {last} at once"
+                if k > 2
+                else (f"resumers(attempt {self.attempt})")
             )
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"

@@ -250,8 +250,9 @@ def _draw(
             nth = int(opts.get("nth", rng.randint(2, 6)))
             return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech, nth=nth)]
         return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
-    if kind == "resumers":
-        return [Fault.make("resumers", attempt)]
+    if kind == "resumers":  # k attempts at once; 2 (today's pair) leaves the plan as it was
+        group = int(opts.get("processes", 2))
+        return [Fault.make("resumers", attempt, **({"processes": group} if group != 2 else {}))]
     if kind == "power_loss":
         model = str(opts.get("model", "posix"))
         if attempt == 1:
@@ -395,7 +396,8 @@ def plan_for(
         if o.get("every_attempt"):
             drawn = [Fault.make(f.kind, f.attempt, **dict(f.args), every=True) for f in drawn]
         faults += drawn
-        attempt = max(f.attempt for f in drawn) + 1
+        # the next item hits the attempt after these (after every one of a resumers group)
+        attempt = max(f.attempt + f.processes - 1 for f in drawn) + 1
     return Plan(tuple(faults), family.name, seed, index)
 
 

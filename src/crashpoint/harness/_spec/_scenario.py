@@ -349,6 +349,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
             f"most {1 + restarts} attempts, so attempt {within} never comes and a crash loop "
             f"could not fail; raise restarts to {within - 1} or more, or lower within",
         )
+    _resumers_fit(doc, families, restarts)
     trials = _int(
         doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
     )
@@ -629,6 +630,28 @@ def _families(doc: _Doc) -> Iterator[ScenarioFamily]:
         except (ValueError, TypeError) as exc:
             raise ScenarioError(doc.path, iline, f"faults[{i}]", str(exc)) from exc
         yield ScenarioFamily(fam, iline)
+
+
+def _resumers_fit(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
+    """``resumers: {processes: k}`` starts k attempts at once, and they count as k of the
+    ``1 + restarts`` a trial may run; one more must fit after them (the last of the group may
+    be the one refused, and the run then resumes). Checked only where ``processes`` is given
+    (a pair, today's default, runs whatever ``restarts`` says)."""
+    for fam in families:
+        for j, (kind, opts) in enumerate(fam.family.chain):
+            k = dict(opts).get("processes")
+            if kind != "resumers" or k is None or restarts >= j + int(k):
+                continue
+            raise ScenarioError(
+                doc.path,
+                doc.line("restarts") if "restarts" in doc.items else fam.line,
+                "restarts",
+                f"resumers.processes is {k}, but with restarts: {restarts} a trial runs at "
+                f"most {1 + restarts} attempts: the {k} attempts started at once count as {k}"
+                + (f" (after {j} before them in the chain)" if j else "")
+                + f", and one more must fit after them to finish a run the last of them may "
+                f"have been refused; raise restarts to {j + int(k)} or more",
+            )
 
 
 def _expect(doc: _Doc) -> Expect:
