@@ -298,9 +298,9 @@ class InvalidRunId(CheckpointError, ValueError):
 
     def __str__(self) -> str:
         return (
-            f"invalid run id {self.run_id!r}: {self.why}. Use 1-200 characters without '/', "
-            "'\\', NUL or control characters, not '.' or '..' (letters, digits, '-', '_', '.', "
-            "':' are safe)."
+            f"invalid run id {self.run_id!r}: {self.why}. Use 1-200 printable UTF-8 characters "
+            "without '/', '\\', control characters or bidirectional formatting, not starting "
+            "with '.' (letters, digits, '-', '_', '.', ':' are safe)."
         )
 
     def __reduce__(self) -> tuple[type[InvalidRunId], tuple[str, str]]:

@@ -144,6 +144,35 @@ def test_bad_requests_get_one_clear_line_and_a_distinct_code(
     assert words in err
 
 
+@pytest.mark.parametrize(
+    ("run_id", "words"),
+    [
+        ("r\udcff", "character 2 is the byte 0xff, which is not UTF-8"),  # argv byte 0xff
+        ("r\x85x", "character 2 is U+0085, a C1 control character"),
+        ("r\u202ex", "character 2 is U+202E, a bidirectional formatting character"),
+        ("r\u2067x", "character 2 is U+2067, a bidirectional formatting character"),
+    ],
+)
+def test_an_unsafe_run_id_is_refused_before_anything_is_created(
+    tmp_path: Path, run_id: str, words: str
+) -> None:
+    """Checked before the store's folder (which ``start`` creates) or the run's exist: one line
+    saying which character, where and how to fix it; exit 2; nothing on disk."""
+    store = tmp_path / "store"
+    commands = [("start", run_id, "--steps", "a")]
+    if run_id == "r\udcff":  # every command, once
+        commands += [("status", run_id), ("step", run_id, "a"), ("effect", run_id, "k")]
+        commands += [("complete", run_id)]
+    for args in commands:
+        rc, out, err = cli(store, *args)
+        assert (rc, out) == (2, ""), err
+        one_line_error(err)
+        assert words in err, err
+        assert "remove it" in err
+    assert not store.exists()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_step_recorded_twice_is_refused_and_the_run_unchanged(tmp_path: Path) -> None:
     store = tmp_path / "store"
     cli(store, "start", "r", "--steps", "a,b")

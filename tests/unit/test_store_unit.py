@@ -191,10 +191,18 @@ def test_durability_parse_rejects(spec: str, message: str) -> None:
         ("..", "starts with '.'"),
         (".", "starts with '.'"),
         (".hidden", "starts with '.'"),
-        ("a\x00b", "NUL or a control character"),
-        ("a\nb", "NUL or a control character"),
-        ("tab\there", "NUL or a control character"),
-        ("del\x7f", "NUL or a control character"),
+        ("a\x00b", "character 2 is U+0000, a control character"),
+        ("a\nb", "character 2 is U+000A, a control character"),
+        ("tab\there", "character 4 is U+0009, a control character"),
+        ("del\x7f", "character 4 is U+007F, a control character"),
+        ("c1\x85", "character 3 is U+0085, a C1 control character"),
+        ("c1\x9b[2J", "character 3 is U+009B, a C1 control character"),
+        ("evil\u202etxt.exe", "character 5 is U+202E, a bidirectional formatting"),
+        ("iso\u2066x\u2069", "character 4 is U+2066, a bidirectional formatting"),
+        ("mark\u200f", "U+200F, a bidirectional formatting"),
+        ("line\u2028sep", "U+2028, a line or paragraph separator"),
+        ("raw\udcffbyte", "character 4 is the byte 0xff, which is not UTF-8"),
+        ("lone\ud800", "U+D800, a lone surrogate"),
         ("x" * 201, "201 characters (max 200)"),
         ("", "it is empty"),
     ],
@@ -213,7 +221,18 @@ def test_invalid_run_ids(run_id: str, why: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "run_id",
-    ["run-1", "a.b", "2024-01-01T00:00:00", "ünï-ラン", "x" * 200, "a..b", "UPPER_lower-123"],
+    [
+        "run-1",
+        "a.b",
+        "2024-01-01T00:00:00",
+        "ünï-ラン",
+        "x" * 200,
+        "a..b",
+        "UPPER_lower-123",
+        "مرحبا-1",  # right-to-left letters are text; only formatting characters are refused
+        "dev-\U0001f469\u200d\U0001f4bb",  # an emoji joined by a zero-width joiner
+        "nbsp\u00a0and space",
+    ],
 )
 def test_valid_run_ids(run_id: str, tmp_path: Path) -> None:
     assert validate_run_id(run_id) == run_id

@@ -69,22 +69,55 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 ACTIVE_STATUSES = frozenset({"created", "running", "paused", "decided", "failed"})
 #: Only runs in these statuses are ever pruned.
 PRUNABLE_STATUSES = frozenset({"completed", "denied", "dead"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: What a run id may not hold: C0 and C1 controls and DEL, line and paragraph separators, the
+#: bidirectional formatting characters (marks, embeddings, overrides, isolates: they make a name
+#: display in another order than it is stored) and lone surrogates (how Python holds a byte
+#: that is not UTF-8, e.g. from a command line).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]"
+)
 _BATCH = re.compile(r"^batch\((\d+)\)$|^batch:(\d+)$")
+_MAX_RUN_ID = 200
+
+
+def _unsafe_char(ch: str) -> str:
+    """What the character ``ch`` (one :data:`_UNSAFE` matches) is, for an error message."""
+    n = ord(ch)
+    if 0xDC80 <= n <= 0xDCFF:
+        return f"the byte 0x{n - 0xDC00:02x}, which is not UTF-8 (a run id is UTF-8 text)"
+    if 0xD800 <= n <= 0xDFFF:
+        return f"U+{n:04X}, a lone surrogate (not UTF-8)"
+    if n < 0x20 or n == 0x7F:
+        return f"U+{n:04X}, a control character"
+    if n <= 0x9F:
+        return f"U+{n:04X}, a C1 control character"
+    if n in (0x2028, 0x2029):
+        return f"U+{n:04X}, a line or paragraph separator"
+    return f"U+{n:04X}, a bidirectional formatting character (text would display reordered)"
 
 
 def validate_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it is a safe folder name under the store; raise InvalidRunId if not."""
+    """Return ``run_id`` if it is a safe folder name under the store; raise InvalidRunId if not.
+
+    A run id is 1-200 printable characters of valid UTF-8: no path separator, no control
+    character (C0, DEL, C1), no line separator, no bidirectional formatting character, no
+    byte that is not UTF-8; it does not start with ``.``. Checked before anything is created."""
     if not isinstance(run_id, str):
         raise InvalidRunId(repr(run_id), "a run id must be a string")
     if not run_id:
         raise InvalidRunId(run_id, "it is empty")
-    if len(run_id) > 200:
-        raise InvalidRunId(run_id[:40] + "...", f"it is {len(run_id)} characters (max 200)")
+    if len(run_id) > _MAX_RUN_ID:
+        raise InvalidRunId(
+            run_id[:40] + "...", f"it is {len(run_id)} characters (max {_MAX_RUN_ID})"
+        )
     if "/" in run_id or "\\" in run_id:
         raise InvalidRunId(run_id, "it contains a path separator")
-    if "\x00" in run_id or _CONTROL.search(run_id):
-        raise InvalidRunId(run_id, "it contains NUL or a control character")
+    bad = _UNSAFE.search(run_id)
+    if bad is not None:
+        raise InvalidRunId(
+            run_id, f"character {bad.start() + 1} is {_unsafe_char(bad.group())}; remove it"
+        )
     if run_id in {".", ".."} or run_id.startswith("."):
         raise InvalidRunId(run_id, "it starts with '.' (reserved for the store's temp files)")
     return run_id
