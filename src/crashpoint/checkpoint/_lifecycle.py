@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint.checkpoint._run import _init_state, run_reducer
+from crashpoint.checkpoint._run import _init_state, any_reducer, is_run_state
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     ResumeMismatch,
@@ -47,7 +47,6 @@ __all__ = [
     "StepOutOfOrder",
     "complete_run",
     "exists_or_raise",
-    "lifecycle_reducer",
     "record_effect",
     "record_step",
     "run_status",
@@ -61,11 +60,16 @@ LOCK_WAIT = 10.0
 _FINISHED = ("completed", "denied", "dead")
 
 
-def lifecycle_reducer(state: dict[str, Any], rec: Any) -> None:
-    """:func:`run_reducer`, plus the owner an ``open`` record names (the lease)."""
-    run_reducer(state, rec)
-    if isinstance(rec, dict) and rec.get("t") == "open" and "owner" in rec:
-        state["owner"] = rec["owner"]
+def _a_run(run_id: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (read with :func:`any_reducer`, as ``verify`` reads), if it is a run's."""
+    if not is_run_state(state):
+        raise RunStateError(
+            f"run {run_id!r} holds a journal of other records, not a run's (its first record "
+            "is not an 'open' record): it was not started with `crashpoint checkpoints start` "
+            "or open_run(); use another run id"
+        )
+    _init_state(state)
+    return state
 
 
 # -- the owner: the caller's process group ------------------------------------------------------
@@ -175,13 +179,13 @@ def _status(run_id: str, state: dict[str, Any]) -> LifecycleStatus:
 
 def run_status(store: Store, run_id: str) -> LifecycleStatus:
     """The run's status, read without a lock and without changing anything."""
-    return _status(run_id, store.read(run_id, reducer=lifecycle_reducer).state)
+    return _status(run_id, _a_run(run_id, store.read(run_id, reducer=any_reducer).state))
 
 
 def _open(store: Store, run_id: str, me: str) -> RunJournal:
-    journal = store.open(run_id, reducer=lifecycle_reducer, create=False, lock_timeout=LOCK_WAIT)
+    journal = store.open(run_id, reducer=any_reducer, create=False, lock_timeout=LOCK_WAIT)
     try:
-        _init_state(journal.state)
+        _a_run(run_id, journal.state)
         _check_owner(journal, me)
         if not journal.state.get("steps"):
             raise RunStateError(
@@ -207,10 +211,9 @@ def start_run(store: Store, run_id: str, steps: Sequence[str] | None) -> Lifecyc
     exists = store.exists(run_id)
     if not exists and not steps:
         raise RunStateError(f"run {run_id!r} does not exist yet: give its steps, `--steps A,B,...`")
-    journal = store.open(run_id, reducer=lifecycle_reducer, lock_timeout=LOCK_WAIT)
+    journal = store.open(run_id, reducer=any_reducer, lock_timeout=LOCK_WAIT)
     with journal:
-        st = journal.state
-        _init_state(st)
+        st = _a_run(run_id, journal.state)
         recorded = st.get("steps")
         declared = list(steps) if steps else None
         if declared is not None and recorded and list(recorded) != declared:

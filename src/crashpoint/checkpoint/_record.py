@@ -202,22 +202,32 @@ def decode_json(payload: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def decode_many(payloads: Sequence[bytes]) -> list[Any] | None:
-    """Decode many payloads with one C call (a JSON array of them); ``None`` if any does not
-    decode, or is not exactly one value: decode those one by one to learn which and why."""
+    """``[decode_json(p) for p in payloads]``, faster; ``None`` if any payload would not decode
+    that way (decode those one by one to learn which and why), never a different answer.
+
+    Each payload is scanned on its own, from its first byte, and must end exactly at its last:
+    payloads are never joined into one document, where two fragments invalid alone (a record
+    cut after a comma, the next holding the rest) would read as valid records."""
     if not payloads:
         return []
     for p in payloads:
         if _deeper_than(p, MAX_DEPTH):
             return None
-    joined = b"[" + b",".join(payloads) + b"]"
+    everything = b",".join(payloads)  # the batch-wide checks: each one's verdict, or stricter
+    # the decoder's scanner (set by JSONDecoder.__init__; typeshed does not declare it)
+    scan: Any = _decoder(_may_overflow(everything)).scan_once  # type: ignore[attr-defined]
+    out: list[Any] = []
+    append = out.append
     try:
-        text = joined.decode("utf-8")
-        out = _decoder(_may_overflow(joined)).decode(text)
-        _check_text(joined, out)
-    except ValueError:  # PayloadError, JSONDecodeError, UnicodeDecodeError
+        for p in payloads:
+            text = p.decode("utf-8")
+            obj, end = scan(text, 0)
+            if end != len(text):
+                return None  # more than one value, or whitespace after it: decode_json says
+            append(obj)
+        _check_text(everything, out)
+    except (ValueError, StopIteration):  # PayloadError, JSONDecodeError, UnicodeDecodeError
         return None
-    if not isinstance(out, list) or len(out) != len(payloads):
-        return None  # a payload that is not one JSON value
     return out
 
 

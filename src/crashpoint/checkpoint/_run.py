@@ -27,7 +27,12 @@ from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
-from crashpoint.checkpoint._journal import PayloadError, register_state_check
+from crashpoint.checkpoint._journal import (
+    PayloadError,
+    _check_records_state,
+    records_reducer,
+    register_state_check,
+)
 from crashpoint.checkpoint._notify import notify_event
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
@@ -55,6 +60,7 @@ __all__ = [
     "Run",
     "RunDenied",
     "StateAt",
+    "any_reducer",
     "decide",
     "exit_code",
     "open_run",
@@ -187,6 +193,7 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
     "kind": (str,),
     "step": (str,),
     "pos": (int,),
+    "owner": (str,),  # an ``open`` record of the lifecycle commands: the owning process group
 }
 
 
@@ -259,6 +266,8 @@ def _check_run_state(state: dict[str, Any]) -> None:
         raise bad("attempts", "a count")
     if state.get("steps") is not None and not _is_str_list(state["steps"]):
         raise bad("steps", "a list of step names")
+    if type(state.get("owner", "")) is not str:
+        raise bad("owner", "a string")
     rollbacks = state.get("rollbacks", [])
     if type(rollbacks) is not list or not all(
         type(r) is int and 0 <= r <= _MAX_ATTEMPTS for r in rollbacks
@@ -282,6 +291,8 @@ def run_reducer(state: dict[str, Any], rec: Any) -> None:
         state["attempts"] = int(rec.get("attempt", state["attempts"] + 1))
         if "steps" not in state:
             state["steps"] = rec.get("steps")
+        if "owner" in rec:  # the lifecycle commands' lease: the caller's process group
+            state["owner"] = rec["owner"]
         if state["status"] in ("created", "failed"):
             state["status"] = "running"
     elif t == "intent":
@@ -428,6 +439,38 @@ class Rollback:
 
 
 register_state_check(run_reducer, _check_run_state)
+
+
+def any_reducer(state: dict[str, Any], rec: Any) -> None:
+    """Replay any journal: a run's with :func:`run_reducer`, any other with
+    :func:`~crashpoint.checkpoint.records_reducer`.
+
+    A journal is a run's when its first record is an ``open`` record (what :func:`open_run`
+    and ``crashpoint checkpoints start`` write first), or its snapshot holds a run's state;
+    from then on every record must be a run's. ``crashpoint checkpoints verify`` and the
+    lifecycle commands read every run with this one reducer, so they agree on every input: the
+    commands refuse a run as corrupt exactly when verify reports damage."""
+    if "records" in state:
+        records_reducer(state, rec)
+    elif state or (type(rec) is dict and rec.get("t") == "open"):
+        run_reducer(state, rec)
+    else:
+        records_reducer(state, rec)
+
+
+def _check_any_state(state: dict[str, Any]) -> None:
+    if "records" in state:
+        _check_records_state(state)
+    elif state:
+        _check_run_state(state)
+
+
+register_state_check(any_reducer, _check_any_state)
+
+
+def is_run_state(state: dict[str, Any]) -> bool:
+    """True for the state :func:`any_reducer` built from a run's journal (or from no record)."""
+    return "records" not in state
 
 
 class Run:
