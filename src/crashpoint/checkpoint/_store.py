@@ -58,6 +58,10 @@ __all__ = [
     "RunJournal",
     "SnapshotPolicy",
     "Store",
+    "atomic_write",
+    "is_store_url",
+    "makedirs_durable",
+    "open_store",
     "validate_run_id",
 ]
 
@@ -74,8 +78,7 @@ PRUNABLE_STATUSES = frozenset({"completed", "denied", "dead"})
 #: display in another order than it is stored) and lone surrogates (how Python holds a byte
 #: that is not UTF-8, e.g. from a command line).
 _UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 _BATCH = re.compile(r"^batch\((\d+)\)$|^batch:(\d+)$")
 _MAX_RUN_ID = 200
@@ -1250,3 +1253,33 @@ def opened(store: Store, run_id: str, **kw: Any) -> Iterator[RunJournal]:
         yield j
     finally:
         j.close()
+
+
+def is_store_url(url_or_path: str | os.PathLike[str]) -> bool:
+    """True for a ``postgresql://`` or ``postgres://`` URL (a PostgresStore), else a folder."""
+    s = os.fspath(url_or_path)
+    return isinstance(s, str) and s.lower().startswith(("postgresql://", "postgres://"))
+
+
+def open_store(url_or_path: str | os.PathLike[str], **kw: Any) -> Any:
+    """A :class:`PostgresStore` for a ``postgresql://`` / ``postgres://`` URL, else a file
+    :class:`Store` for the folder; ``kw`` are the store's options."""
+    if is_store_url(url_or_path):
+        # imported here, not above: the PostgreSQL room loads psycopg, which a file store's
+        # agent never needs (its face says which extra to install without it)
+        from crashpoint.checkpoint.postgres import PostgresStore
+
+        return PostgresStore(os.fspath(url_or_path), **kw)
+    return Store(url_or_path, **kw)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, whole
+    (same-folder temp file, fsync, ``os.replace``, fsync the folder)."""
+    REAL.write_atomic(os.fspath(path), data)
+
+
+def makedirs_durable(path: str | os.PathLike[str]) -> None:
+    """Create the folder ``path`` and its missing parents so that a power cut keeps them
+    (each new folder fsynced into its parent), 0700."""
+    REAL.makedirs_durable(os.fspath(path))

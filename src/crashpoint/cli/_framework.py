@@ -24,9 +24,9 @@ output went away (``| head``).
 
 Imports: the standard library and the public faces :mod:`crashpoint` (the version),
 :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors` and :mod:`crashpoint.harness` (its lazy
-face, for the units of sizes and durations only: no harness module is loaded). This module is
-imported by every command, the lifecycle commands a shell agent runs once per step included:
-keep it cheap.
+face: the units of sizes and durations and the session's signal handlers, each loaded when first
+used; no harness module). This module is imported by every command, the lifecycle commands a
+shell agent runs once per step included: keep it cheap.
 """
 
 from __future__ import annotations
@@ -40,10 +40,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TextIO
 
-from crashpoint import __version__
+from crashpoint import __version__, harness
 from crashpoint.checkpoint import Store, is_store_url, open_store
-from crashpoint.errors import InvalidArgument, UnitError, UsageError
-from crashpoint.harness import parse_duration, parse_size
+from crashpoint.errors import CrashpointError, InvalidArgument, UnitError, UsageError
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -53,6 +52,7 @@ __all__ = [
     "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PROG",
+    "ROOMS",
     "STORE_ENV",
     "Arg",
     "Context",
@@ -65,6 +65,7 @@ __all__ = [
     "group",
     "is_run_folder",
     "plural",
+    "run",
     "size",
 ]
 
@@ -159,8 +160,18 @@ def _add(parser: argparse.ArgumentParser, a: Arg, *, suppress_default: bool = Fa
     parser.add_argument(*a.flags, **kwargs)
 
 
+#: the rooms in the order their commands are listed (whatever order they were imported in: the
+#: fast path imports the lifecycle's room alone, maybe before the others in one process)
+ROOMS = ("_checkpoints", "_fleet", "_gate", "_init", "_lifecycle")
+
+
+def _room_rank(item: tuple[tuple[str, ...], _Command]) -> int:
+    room = item[1].func.__module__.rpartition(".")[2]
+    return ROOMS.index(room) if room in ROOMS else len(ROOMS)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, built from the table."""
+    """The whole command line, built from the table (the commands of the rooms imported)."""
     parser = _Parser(
         prog=PROG,
         description="Crash-proof checkpoints for agents, and a harness that proves it.",
@@ -179,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         subs[g.name] = gp.add_subparsers(
             dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=_Parser
         )
-    for path, c in _COMMANDS.items():
+    for path, c in sorted(_COMMANDS.items(), key=_room_rank):
         where = top if len(path) == 1 else subs[path[0]]
         cp = where.add_parser(path[-1], help=c.help, description=c.description)
         if len(path) == 2:
@@ -189,6 +200,53 @@ def build_parser() -> argparse.ArgumentParser:
             _add(cp, a)
         cp.set_defaults(_handler=c.func)
     return parser
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str], *, signals: bool = True) -> int:
+    """Parse ``argv``, run its command and return the exit code; what goes wrong becomes one
+    line on stderr and a code (see the module's docstring), never a traceback.
+
+    ``signals``: SIGINT and SIGTERM end in the command's ``finally`` blocks (the session's
+    handlers). Without (the lifecycle commands), SIGTERM ends the process as its default does:
+    a journal needs no ``finally`` block (an append cut short is a torn tail, repaired on the
+    next open) and a shell reports 143 either way."""
+    try:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version end here
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        handler: Handler = args._handler
+        if not signals:
+            return handler(Context(args))
+        restore = harness.install_signal_handlers()  # SIGTERM, too, ends in the finally blocks
+        try:
+            return handler(Context(args))
+        finally:
+            restore()
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `crashpoint checkpoints list | head`: the reader left, not an error
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except (CrashpointError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        if not signals:
+            return EXIT_INTERRUPTED  # without the session's handlers only SIGINT gets here
+        return harness.exit_status(EXIT_INTERRUPTED)  # 130 SIGINT, 143 SIGTERM
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (captured in a test): nothing to flush
+        pass
 
 
 # -- what a command receives ----------------------------------------------------------------
@@ -306,7 +364,7 @@ def _check_store(root: str, where: str) -> None:
 def duration(text: str) -> float:
     """``30m``, ``2h``, ``90s``, ``7d``: seconds."""
     try:
-        return parse_duration(text, what="")
+        return harness.parse_duration(text, what="")
     except UnitError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -314,7 +372,7 @@ def duration(text: str) -> float:
 def size(text: str) -> int:
     """``64KiB``, ``10MB``, ``1GiB``: bytes."""
     try:
-        return parse_size(text, what="")
+        return harness.parse_size(text, what="")
     except UnitError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
