@@ -18,6 +18,9 @@ it to the probe with its key (under the harness, that is the outside world apply
 says "send" (exit 0). The agent then performs it with the same key. Completing the step (or
 ``effect --done``) settles it. On a retry after a crash an effect already settled says "skip"
 (exit :data:`EXIT_SKIP`); one in doubt (intent, no settlement) says "send" again, same key.
+Without ``--key`` a retry must carry the same payload: a different one under the same default
+key is another effect of that kind in that step, refused (:class:`EffectMismatch`, exit 70),
+never sent under the first one's key.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashpoint.checkpoint._record import encode_json
 from crashpoint.checkpoint._run import _init_state, any_reducer, is_run_state
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
+    EffectMismatch,
     ResumeMismatch,
     RunDeadLettered,
     RunNotFound,
@@ -326,11 +331,16 @@ def record_effect(
     done: bool = False,
     result: Any = None,
 ) -> EffectAnswer:
-    """Announce (or, with ``done``, settle) one effect; see the module's docstring."""
+    """Announce (or, with ``done``, settle) one effect; see the module's docstring.
+
+    Without ``key`` (the default key), a payload that differs from the one the effect under
+    that key was announced with, and not settled, raises :class:`EffectMismatch`: that is
+    another effect (two of one kind in one step), never sent under the first one's key."""
     with _open(store, run_id, _me()) as journal:
         st = journal.state
         if st["status"] in _FINISHED:
             raise RunStateError(f"run {run_id!r} is {st['status']}; it performs no more effects")
+        default = key is None
         if key is None:
             key = _default_key(run_id, st, kind)
         rec = st["effects"].get(key)
@@ -350,6 +360,8 @@ def record_effect(
             )
             return EffectAnswer("recorded", key, kind, result=result)
         stored = store.redactor.redact(payload)
+        if default and rec is not None and encode_json(stored) != encode_json(rec.get("payload")):
+            raise EffectMismatch(run_id, key, kind, len(st["order"]))
         if rec is None:
             pos = len(st["order"])
             steps = st["steps"]
