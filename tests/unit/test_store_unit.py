@@ -21,6 +21,7 @@ from crashpoint.checkpoint import (
     SnapshotPolicy,
     Store,
     _record,
+    open_run,
     validate_run_id,
 )
 from crashpoint.checkpoint._record import (
@@ -39,12 +40,15 @@ from crashpoint.errors import (
     CrashpointError,
     DiskBudgetExceeded,
     EffectInDoubt,
+    EffectMismatch,
+    InvalidArgument,
     InvalidRunId,
     ResumeMismatch,
     RunDeadLettered,
     RunLocked,
     RunNotFound,
     RunPaused,
+    WrongArgumentType,
 )
 
 # -- framing ----------------------------------------------------------------------------------
@@ -512,6 +516,7 @@ ERRORS: list[CrashpointError] = [
     RunNotFound("no run 'x' in /s"),
     ResumeMismatch("run", 3, "fetch", "parse"),
     EffectInDoubt("run", "run:send:0", "send_email"),
+    EffectMismatch("run", "run:0.a:send_email:0", "send_email", 0),
     RunPaused("run", "approve", "needs a human"),
     RunDeadLettered("run", 5, "boom"),
 ]
@@ -630,3 +635,52 @@ def test_a_sudden_drop_in_free_space_is_seen_within_a_mebibyte(
         with pytest.raises(DiskBudgetExceeded):
             keep_writing()
         assert store.bytes_written < 3 << 20  # noticed within about a MiB of our own writes
+
+
+# -- data JSON cannot hold: the library's own errors, never a bare one ------------------------
+
+
+def _nested(depth: int) -> list[Any]:
+    top: list[Any] = []
+    inner = top
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+def _holds_itself() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "words"),
+    [
+        (_nested(300), InvalidArgument, "nests deeper than 191 levels"),
+        (_nested(5_000), InvalidArgument, "nests deeper than 191 levels"),  # RecursionError
+        (_nested(200_000), InvalidArgument, "nests deeper than 191 levels"),
+        (_holds_itself(), InvalidArgument, "holds itself"),
+        ({"x": float("nan")}, InvalidArgument, "NaN and infinity are not JSON numbers"),
+        ({"x": "raw \udcff byte"}, InvalidArgument, "lone surrogate"),
+        ({"x": {1, 2}}, WrongArgumentType, "Object of type set is not JSON serializable"),
+        (b"bytes", WrongArgumentType, "store lists, objects with string keys"),
+    ],
+)
+def test_data_json_cannot_hold_is_refused_with_the_library_s_error(
+    tmp_path: Path, data: Any, error: type[Exception], words: str
+) -> None:
+    """Before, deep data raised RecursionError, NaN a bare ValueError, a set a bare TypeError;
+    nothing is written either way, and the run goes on."""
+    store = Store(tmp_path / "s", reserve_bytes=0)
+    with store.open("r") as j:
+        j.append({"before": 1})
+        with pytest.raises(error) as info:
+            j.append(data)
+        assert isinstance(info.value, CrashpointError)
+        assert words in str(info.value)
+        j.append({"after": 2})
+    assert store.read("r").state["records"] == [{"before": 1}, {"after": 2}]
+    with open_run(store, "run") as run, pytest.raises(error):
+        run.step("a", lambda: data)

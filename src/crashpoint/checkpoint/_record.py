@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from crashpoint.errors import InvalidArgument, PayloadError
+from crashpoint.errors import InvalidArgument, PayloadError, WrongArgumentType
 
 __all__ = [
     "HEADER",
@@ -50,6 +50,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_PAYLOAD",
     "MAX_WRITE_DEPTH",
+    "TOO_DEEP",
     "VERSION",
     "PayloadError",
     "ScanResult",
@@ -93,10 +94,39 @@ _C_ENCODE: Any = (
 
 
 def encode_json(obj: Any) -> bytes:
-    """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    if _C_ENCODE is not None:
-        return "".join(_C_ENCODE(obj, 0)).encode("utf-8")
-    return _ENCODER.encode(obj).encode("utf-8")
+    """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN.
+
+    Data JSON cannot hold raises the library's own errors, never a bare ValueError,
+    TypeError or RecursionError: :class:`InvalidArgument` for data nested too deep (or holding
+    itself), NaN or infinity, a lone surrogate; :class:`WrongArgumentType` for a value that is
+    not a list, an object with string keys, a string, a number, a boolean or null."""
+    try:
+        if _C_ENCODE is not None:
+            return "".join(_C_ENCODE(obj, 0)).encode("utf-8")
+        return _ENCODER.encode(obj).encode("utf-8")
+    except RecursionError:
+        raise InvalidArgument(TOO_DEEP) from None
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"a string holds {exc.object[exc.start : exc.end]!r}, a lone surrogate UTF-8 cannot "
+            "hold (text decoded with errors='surrogateescape'?); store bytes as base64 text"
+        ) from None
+    except ValueError as exc:  # NaN or infinity (allow_nan=False), a list that holds itself
+        raise InvalidArgument(
+            f"the data cannot be stored as JSON: {exc} (NaN and infinity are not JSON numbers)"
+        ) from None
+    except TypeError as exc:
+        raise WrongArgumentType(
+            f"the data cannot be stored as JSON: {exc}; store lists, objects with string keys, "
+            "strings, numbers, booleans and null"
+        ) from None
+
+
+#: why data nested too deep is refused (when written, and when redacted before that)
+TOO_DEEP = (
+    f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists and objects (or a "
+    "list or object holds itself); flatten it (deeper data could not be read back safely)"
+)
 
 
 def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
@@ -104,10 +134,7 @@ def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise InvalidArgument(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     if kind == KIND_RECORD and _deeper_than(payload, MAX_WRITE_DEPTH):
-        raise InvalidArgument(
-            f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
-            "and objects; flatten it (deeper data could not be read back safely)"
-        )
+        raise InvalidArgument(TOO_DEEP)
     head = _HEAD12.pack(MAGIC, VERSION, kind, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from itertools import pairwise
 from typing import Any, Generic, TypeVar
 
-from crashpoint.errors import WrongArgumentType
+from crashpoint.checkpoint._record import MAX_DEPTH, TOO_DEEP
+from crashpoint.errors import InvalidArgument, WrongArgumentType
 
 __all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
 
@@ -88,19 +89,32 @@ class Redactor:
         return hit
 
     def redact(self, value: Any) -> Any:
-        """A copy of ``value`` with every :class:`Secret` and secret-named field redacted."""
+        """A copy of ``value`` with every :class:`Secret` and secret-named field redacted.
+
+        Data nested deeper than a record may be (or holding itself) raises
+        :class:`~crashpoint.errors.InvalidArgument`, never RecursionError."""
+        return self._redact(value, 0)
+
+    def _redact(self, value: Any, depth: int) -> Any:
         t = type(value)
         if t is str or t is int or t is float or t is bool or value is None:
             return value  # the common leaves, without the cost of ABC isinstance checks
+        if depth > MAX_DEPTH:
+            raise InvalidArgument(TOO_DEEP)
+        depth += 1
         if t is dict:
             out_: dict[str, Any] = {}
             for k, v in value.items():
                 if type(k) is not str:
                     raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
-                out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
+                out_[k] = (
+                    REDACTED
+                    if (v is not None and self.is_secret_name(k))
+                    else self._redact(v, depth)
+                )
             return out_
         if t is list:
-            return [self.redact(v) for v in value]
+            return [self._redact(v, depth) for v in value]
         if isinstance(value, Secret):
             return REDACTED
         if isinstance(value, Mapping):
@@ -108,8 +122,12 @@ class Redactor:
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
-                out[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
+                out[k] = (
+                    REDACTED
+                    if (v is not None and self.is_secret_name(k))
+                    else self._redact(v, depth)
+                )
             return out
         if isinstance(value, (list, tuple)):
-            return [self.redact(v) for v in value]
+            return [self._redact(v, depth) for v in value]
         return value
