@@ -21,6 +21,10 @@ from crashpoint._lazy import attach
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
 
 if TYPE_CHECKING:
+    from crashpoint.checkpoint._facts import (
+        Recovery,
+        RunInfo,
+    )
     from crashpoint.checkpoint._http import (
         http_effect,
     )
@@ -60,7 +64,6 @@ if TYPE_CHECKING:
         Secret,
     )
     from crashpoint.checkpoint._run import (
-        EXIT_CODES,
         Checkpointing,
         Decision,
         EffectPolicy,
@@ -68,23 +71,24 @@ if TYPE_CHECKING:
         Rollback,
         Run,
         StateAt,
-        any_reducer,
         decide,
-        exit_code,
         open_run,
         plan,
         rollback,
         run_main,
-        run_reducer,
         state_at,
+    )
+    from crashpoint.checkpoint._runstate import (
+        EXIT_CODES,
+        any_reducer,
+        exit_code,
+        run_reducer,
     )
     from crashpoint.checkpoint._store import (
         ACTIVE_STATUSES,
         PRUNABLE_STATUSES,
         Durability,
-        Recovery,
         Retention,
-        RunInfo,
         RunJournal,
         SnapshotPolicy,
         Store,
@@ -120,7 +124,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "ACTIVE_STATUSES": "crashpoint.checkpoint._store",
     "DEFAULT_SECRET_NAMES": "crashpoint.checkpoint._redact",
-    "EXIT_CODES": "crashpoint.checkpoint._run",
+    "EXIT_CODES": "crashpoint.checkpoint._runstate",
     "EXIT_SKIP": "crashpoint.checkpoint._lifecycle",
     "NOTIFY_ENV": "crashpoint.checkpoint._notify",
     "PRUNABLE_STATUSES": "crashpoint.checkpoint._store",
@@ -141,14 +145,14 @@ _WHERE = {
     "PayloadError": "crashpoint.errors",
     "PlanLine": "crashpoint.checkpoint._run",
     "PostgresStore": "crashpoint.checkpoint.postgres",
-    "Recovery": "crashpoint.checkpoint._store",
+    "Recovery": "crashpoint.checkpoint._facts",
     "Redactor": "crashpoint.checkpoint._redact",
     "ResumeOutcome": "crashpoint.checkpoint._supervisor",
     "Retention": "crashpoint.checkpoint._store",
     "Rollback": "crashpoint.checkpoint._run",
     "Run": "crashpoint.checkpoint._run",
     "RunDenied": "crashpoint.errors",
-    "RunInfo": "crashpoint.checkpoint._store",
+    "RunInfo": "crashpoint.checkpoint._facts",
     "RunJournal": "crashpoint.checkpoint._store",
     "Secret": "crashpoint.checkpoint._redact",
     "SnapshotPolicy": "crashpoint.checkpoint._store",
@@ -156,13 +160,13 @@ _WHERE = {
     "Store": "crashpoint.checkpoint._store",
     "Supervisor": "crashpoint.checkpoint._supervisor",
     "TornTail": "crashpoint.checkpoint._journal",
-    "any_reducer": "crashpoint.checkpoint._run",
+    "any_reducer": "crashpoint.checkpoint._runstate",
     "atomic_write": "crashpoint.checkpoint._store",
     "complete_run": "crashpoint.checkpoint._lifecycle",
     "decide": "crashpoint.checkpoint._run",
     "decode_json": "crashpoint.checkpoint._record",
     "exists_or_raise": "crashpoint.checkpoint._lifecycle",
-    "exit_code": "crashpoint.checkpoint._run",
+    "exit_code": "crashpoint.checkpoint._runstate",
     "http_effect": "crashpoint.checkpoint._http",
     "interrupted_runs": "crashpoint.checkpoint._supervisor",
     "is_store_url": "crashpoint.checkpoint._store",
@@ -179,7 +183,7 @@ _WHERE = {
     "resume_interrupted": "crashpoint.checkpoint._supervisor",
     "rollback": "crashpoint.checkpoint._run",
     "run_main": "crashpoint.checkpoint._run",
-    "run_reducer": "crashpoint.checkpoint._run",
+    "run_reducer": "crashpoint.checkpoint._runstate",
     "run_status": "crashpoint.checkpoint._lifecycle",
     "smtp_effect": "crashpoint.checkpoint._mail",
     "stale_runs": "crashpoint.checkpoint._supervisor",

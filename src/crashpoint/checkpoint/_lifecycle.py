@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from crashpoint.checkpoint._record import encode_json
-from crashpoint.checkpoint._run import _init_state, any_reducer, is_run_state
+from crashpoint.checkpoint._runstate import _init_state, any_reducer, is_run_state
 from crashpoint.checkpoint._store import RunJournal, Store
+from crashpoint.checkpoint._value import Value
 from crashpoint.errors import (
     EffectMismatch,
     ResumeMismatch,
@@ -42,6 +41,10 @@ from crashpoint.errors import (
     RunStateError,
     StepOutOfOrder,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "EXIT_SKIP",
@@ -131,18 +134,39 @@ def _check_owner(journal: RunJournal, me: str) -> None:
 # -- facts ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LifecycleStatus:
+class LifecycleStatus(Value):
     """Where a run stands: what to do next, and what is done."""
 
-    run_id: str
-    status: str
-    steps: list[str]
-    completed: list[str]
-    results: list[Any]
-    attempts: int
-    effects: dict[str, Any] = field(default_factory=dict)
-    output: Any = None
+    __slots__ = (
+        "attempts",
+        "completed",
+        "effects",
+        "output",
+        "results",
+        "run_id",
+        "status",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        steps: list[str],
+        completed: list[str],
+        results: list[Any],
+        attempts: int,
+        effects: dict[str, Any] | None = None,
+        output: Any = None,
+    ) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.steps = steps
+        self.completed = completed
+        self.results = results
+        self.attempts = attempts
+        self.effects: dict[str, Any] = {} if effects is None else effects
+        self.output = output
 
     @property
     def next(self) -> str | None:
@@ -296,16 +320,20 @@ def record_step(store: Store, run_id: str, name: str, result: Any) -> LifecycleS
         return _status(run_id, st)
 
 
-@dataclass(frozen=True, slots=True)
-class EffectAnswer:
+class EffectAnswer(Value):
     """What ``effect`` decided: ``send`` (perform it now, with ``key``), ``skip`` (already
     done) or ``recorded`` (``--done``: its result is now recorded)."""
 
-    action: str
-    key: str
-    kind: str
-    in_doubt: bool = False  # "send" again: an earlier attempt announced it and then crashed
-    result: Any = None
+    __slots__ = ("action", "in_doubt", "key", "kind", "result")
+
+    def __init__(
+        self, action: str, key: str, kind: str, in_doubt: bool = False, result: Any = None
+    ) -> None:
+        self.action = action
+        self.key = key
+        self.kind = kind
+        self.in_doubt = in_doubt  # "send" again: an earlier attempt announced it, then crashed
+        self.result = result
 
 
 def _default_key(run_id: str, st: dict[str, Any], kind: str) -> str:

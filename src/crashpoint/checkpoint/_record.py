@@ -36,11 +36,14 @@ import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
 
+from crashpoint.checkpoint._value import Value
 from crashpoint.errors import InvalidArgument, PayloadError, WrongArgumentType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "HEADER",
@@ -147,7 +150,7 @@ _SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed byte
 # overflow to inf has a three-digit exponent or over 300 digits (strings may match too: then
 # floats are checked one by one, slower, never wrong)
 _NUMBERS = bytes.maketrans(b"0123456789E", b"0000000000e")
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # an escaped surrogate (maybe a lone one)
+_SURROGATE = rb"\\u[dD][89a-fA-F]"  # an escaped surrogate (maybe a lone one); compiled on use
 
 
 def _may_overflow(payload: bytes) -> bool:
@@ -203,10 +206,10 @@ def _decoder(big_floats: bool) -> json.JSONDecoder:
 
 def _check_text(raw: bytes, obj: Any) -> None:
     """Escaped surrogates decode to lone ones the encoder cannot write back: refuse those."""
-    if (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE.search(raw) is not None:
+    if (b"\\ud" in raw or b"\\uD" in raw) and re.search(_SURROGATE, raw) is not None:
         try:
             encode_json(obj)
-        except UnicodeEncodeError:
+        except InvalidArgument:  # what encode_json makes of the UnicodeEncodeError
             raise PayloadError("a string holds a lone surrogate (\\ud800-\\udfff)") from None
 
 
@@ -263,14 +266,18 @@ def decode_payload(payload: bytes) -> Any:
     return decode_json(payload)
 
 
-@dataclass(frozen=True, slots=True)
-class ScanResult:
+class ScanResult(Value):
     """What :func:`scan` found: the good records and, if it stopped early, where and why."""
 
-    records: list[tuple[int, int, bytes]]  # (offset, kind, payload) of each intact record
-    end: int  # offset just past the last intact record
-    stop: str  # "end" (clean), "torn" or "damage"
-    reason: str = ""
+    __slots__ = ("end", "reason", "records", "stop")
+
+    def __init__(
+        self, records: list[tuple[int, int, bytes]], end: int, stop: str, reason: str = ""
+    ) -> None:
+        self.records = records  # (offset, kind, payload) of each intact record
+        self.end = end  # offset just past the last intact record
+        self.stop = stop  # "end" (clean), "torn" or "damage"
+        self.reason = reason
 
 
 def _all_zero(buf: bytes | memoryview, start: int) -> bool:

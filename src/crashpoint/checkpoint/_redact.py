@@ -5,14 +5,29 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
-from typing import Any, Generic, TypeVar
 
 from crashpoint.checkpoint._record import MAX_DEPTH, TOO_DEEP
 from crashpoint.errors import InvalidArgument, WrongArgumentType
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Generic, TypeVar
+
+    T = TypeVar("T")
+
+    class _Generic(Generic[T]):
+        __slots__ = ()
+else:  # Secret[str] at run time without importing typing (every store imports this module)
+
+    class _Generic:
+        __slots__ = ()
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
+
 __all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
 
-T = TypeVar("T")
 REDACTED = "[redacted]"
 
 #: A field is secret when one of the words of its name (split on ``_ - .`` and camelCase) is
@@ -43,7 +58,7 @@ DEFAULT_SECRET_NAMES = frozenset(
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
-class Secret(Generic[T]):
+class Secret(_Generic["T"]):
     """A value that must never be written to disk or printed.
 
     ``Secret("sk-...")`` is stored as ``"[redacted]"``; read the value with :meth:`reveal`.

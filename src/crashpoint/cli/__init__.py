@@ -38,24 +38,25 @@ __all__ = ["main"]
 _LIFECYCLE = frozenset({"complete", "effect", "start", "status", "step"})
 
 
-def _is_lifecycle(argv: Sequence[str]) -> bool:
-    """Does ``argv`` name a lifecycle command (``checkpoints [--store DIR] NAME ...``)?"""
+def _lifecycle_command(argv: Sequence[str]) -> str | None:
+    """The lifecycle command ``argv`` names (``checkpoints [--store DIR] NAME ...``), or None."""
     if not argv or argv[0] != "checkpoints":
-        return False
+        return None
     i = 1
     while i < len(argv) and argv[i].startswith("--store"):  # the group's one option
         i += 1 if "=" in argv[i] else 2
-    return i < len(argv) and argv[i] in _LIFECYCLE
+    return argv[i] if i < len(argv) and argv[i] in _LIFECYCLE else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (the console script exits with it)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if _is_lifecycle(args):
+    command = _lifecycle_command(args)
+    if command is not None:
         # imported here, not above, for the cost: a lifecycle command loads its own room only
         from crashpoint.cli._fast import main as fast
 
-        return fast(args)
+        return fast(args, command)
     # imported here, not above, for the cost: importing this face loads nothing (the console
     # script does it before main runs)
     from crashpoint.cli._main import main as full

@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint.checkpoint import (
@@ -52,6 +51,10 @@ from crashpoint.errors import (
     UsageError,
 )
 from crashpoint.probe import ProbeError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
 __all__: list[str] = []
 

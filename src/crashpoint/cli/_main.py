@@ -7,7 +7,7 @@ and an exit code (see the frame for the codes), never a traceback; SIGINT and SI
 the commands' ``finally`` blocks. The lifecycle commands take the fast path instead
 (:mod:`crashpoint.cli._fast`); :func:`crashpoint.cli.main` chooses.
 
-Imports: the frame and the rooms.
+Imports: the frame, its argparse parser and the rooms.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 # the command rooms, imported for the commands they register; a group's help lists its commands
 # in the order they register: _checkpoints (list ... plan) before _lifecycle (start ... complete)
 from crashpoint.cli import _checkpoints, _fleet, _gate, _init, _lifecycle  # noqa: F401
-from crashpoint.cli._framework import build_parser, run
+from crashpoint.cli._framework import run
+from crashpoint.cli._parser import build_parser
 
 __all__ = ["main", "parser"]
 
@@ -35,4 +36,5 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (the console script exits with it)."""
-    return run(parser(), list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run(lambda: parser().parse_args(args))
