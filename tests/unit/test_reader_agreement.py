@@ -16,6 +16,7 @@ Reproduce a case from its message: ``_craft(random.Random(SEED * 100_003 + index
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import itertools
 import json
@@ -39,6 +40,11 @@ STATUS_CODES = {0, 1, 2, 65}
 START_CODES = {0, 1, 2, 65, 69, 70, 73}
 DEAD_OWNER = "999999999:1"  # a process group that cannot exist: the run is free to take over
 WRONG = [5, -1, 2**63, "x", "", None, True, False, [], {}, ["a", 1], 1.5, {"a": []}, [[["deep"]]]]
+
+
+def _wrong(rng: random.Random) -> Any:
+    """A value of a wrong type, a fresh copy (a shared list could end up holding itself)."""
+    return copy.deepcopy(rng.choice(WRONG))
 
 
 # -- framing (what the store writes, by hand, so that anything can be written) ---------------------
@@ -123,7 +129,7 @@ def _a_record(records: list[Any], rng: random.Random) -> dict[str, Any]:
 def _wrong_type(records: list[Any], rng: random.Random) -> str:
     rec = _a_record(records, rng)
     key = rng.choice([*rec, "t", "owner", "steps", "attempt", "key", "name", "pos", "status"])
-    rec[key] = rng.choice(WRONG)
+    rec[key] = _wrong(rng)
     return f"{rec.get('t')!r}.{key} = {rec[key]!r}"
 
 
@@ -143,7 +149,7 @@ def _deep(records: list[Any], rng: random.Random) -> str:
 
 def _not_a_record(records: list[Any], rng: random.Random) -> str:
     i = rng.randrange(len(records))
-    records[i] = rng.choice(WRONG)
+    records[i] = _wrong(rng)
     return f"record {i + 1} is {records[i]!r}"
 
 
@@ -252,7 +258,7 @@ def _write_folder(
         seq, gen = k, 1
         if rng.random() < 0.3:
             key = rng.choice(["order", "results", "effects", "status", "attempts", "steps"])
-            state[key] = rng.choice(WRONG)
+            state[key] = _wrong(rng)
             notes.append(f"snapshot state {key} = {state[key]!r}")
         if rng.random() < 0.1:
             seq += rng.choice([-1, 1])
