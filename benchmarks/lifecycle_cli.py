@@ -13,7 +13,9 @@ floor no command can go under) and one command of the full command line (``check
 list``: every room loaded, for contrast). Each command is timed from spawn to exit (wall
 clock), run the way the ``crashpoint`` console script runs it (the same stub pip writes), on
 the filesystem of ``--dir`` (its fdatasync is part of ``step``). Figures are medians (and
-p90) over all rounds. Also: the modules a ``step`` loads. Benchmarks are not tests: nothing
+p90) over all rounds, of the wall time and of the process's CPU time (user + system: what the
+command itself costs, less sensitive than the wall time to other jobs on the machine). Also:
+the modules a ``step`` loads. Benchmarks are not tests: nothing
 here asserts a timing (tests/contract/test_lean_lifecycle.py keeps the import set small).
 ``--write-docs`` stores the result in benchmarks/results/lifecycle_cli.json; run.py renders it
 into docs/BENCHMARKS.md (``python benchmarks/run.py --only lifecycle`` runs this and does both).
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,10 +59,17 @@ def _env() -> dict[str, str]:
     return env
 
 
+_CPU: list[float] = []  # the CPU time (user + system) of each process _timed ran
+
+
 def _timed(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> float:
+    """Run ``argv``; its wall time from spawn to exit (its CPU time goes to ``_CPU``)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, check=False)
     took = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     if proc.returncode not in ok:
         raise SystemExit(
             f"{' '.join(argv[2:])} exited {proc.returncode}: {proc.stderr.decode()[-400:]}"
@@ -75,7 +85,15 @@ def measure(rounds: int, steps: int, base: str) -> dict[str, Any]:
     store = os.path.join(base, "store")
     cp = [sys.executable, script, "checkpoints", "--store", store]
     times: dict[str, list[float]] = {k: [] for k in ORDER}
+    cpu: dict[str, list[float]] = {k: [] for k in ORDER}
     trial: list[float] = []
+
+    def timed(name: str, argv: list[str]) -> float:
+        took = _timed(argv, env)
+        times[name].append(took)
+        cpu[name].append(_CPU[-1])
+        return took
+
     names = [f"s{i}" for i in range(steps)]
     subprocess.run(  # writes the bytecode caches, as any first run does
         [*cp, "start", "warm-up", "--steps", "a"], env=env, check=True, capture_output=True
@@ -83,26 +101,16 @@ def measure(rounds: int, steps: int, base: str) -> dict[str, Any]:
     for r in range(rounds):
         run = f"r{r}"
         total = 0.0
-        times["python -c pass"].append(_timed([sys.executable, "-c", "pass"], env))
-        took = _timed([*cp, "start", run, "--steps", ",".join(names)], env)
-        times["start"].append(took)
-        total += took
+        timed("python -c pass", [sys.executable, "-c", "pass"])
+        total += timed("start", [*cp, "start", run, "--steps", ",".join(names)])
         for i, name in enumerate(names):
-            took = _timed([*cp, "status", run, "--next"], env)
-            times["status"].append(took)
-            total += took
+            total += timed("status", [*cp, "status", run, "--next"])
             payload = json.dumps({"to": "ops@example.com", "n": i})
-            took = _timed([*cp, "effect", run, "email", "--payload", payload], env)
-            times["effect"].append(took)
-            total += took
-            took = _timed([*cp, "step", run, name, "--result", json.dumps({"i": i})], env)
-            times["step"].append(took)
-            total += took
-        took = _timed([*cp, "complete", run, "--output", '{"done": true}'], env)
-        times["complete"].append(took)
-        total += took
+            total += timed("effect", [*cp, "effect", run, "email", "--payload", payload])
+            total += timed("step", [*cp, "step", run, name, "--result", json.dumps({"i": i})])
+        total += timed("complete", [*cp, "complete", run, "--output", '{"done": true}'])
         trial.append(total)
-        times["list (full CLI)"].append(_timed([*cp, "list"], env))
+        timed("list (full CLI)", [*cp, "list"])
     code = (
         "import sys; before = set(sys.modules); from crashpoint.cli import main\n"
         f"main(['checkpoints', '--store', {store!r}, 'step', 'mods', 's0'])\n"
@@ -120,6 +128,7 @@ def measure(rounds: int, steps: int, base: str) -> dict[str, Any]:
         k: {
             "p50_ms": round(statistics.median(v), 1),
             "p90_ms": round(v[min(len(v) - 1, round(0.9 * (len(v) - 1)))], 1),
+            "cpu_p50_ms": round(1000 * statistics.median(cpu[k]), 1),
             "n": len(v),
         }
         for k, v in ms.items()
@@ -183,12 +192,15 @@ def saved_markdown() -> list[str]:
         "Reproduce: `python benchmarks/lifecycle_cli.py --write-docs` (or `python "
         "benchmarks/run.py --only lifecycle`).",
         "",
-        "| command | p50 (ms) | p90 (ms) | runs |",
-        "|---|---:|---:|---:|",
+        "| command | wall p50 (ms) | wall p90 (ms) | CPU p50 (ms) | runs |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name in ORDER:
         row = c[name]
-        lines.append(f"| `{name}` | {row['p50_ms']} | {row['p90_ms']} | {row['n']} |")
+        lines.append(
+            f"| `{name}` | {row['p50_ms']} | {row['p90_ms']} | {row.get('cpu_p50_ms', '-')} "
+            f"| {row['n']} |"
+        )
     verdict = "met" if r["step_within_target"] else "**missed**"
     lines += [
         "",
@@ -240,7 +252,10 @@ def main() -> int:
     width = max(map(len, ORDER))
     for name in ORDER:
         row = result["commands"][name]
-        print(f"{name:<{width}}  p50 {row['p50_ms']:7.1f} ms   p90 {row['p90_ms']:7.1f} ms")
+        print(
+            f"{name:<{width}}  p50 {row['p50_ms']:7.1f} ms   p90 {row['p90_ms']:7.1f} ms   "
+            f"CPU p50 {row['cpu_p50_ms']:6.1f} ms"
+        )
     print(
         f"step: {result['step_modules']} modules loaded ({result['step_crashpoint_modules']} "
         f"crashpoint); a {args.steps}-step shell run: {result['trial_p50_ms']} ms; target "
