@@ -54,6 +54,9 @@ if TYPE_CHECKING:
         NOTIFY_ENV,
         notify_event,
     )
+    from crashpoint.checkpoint._open import (
+        open_store,
+    )
     from crashpoint.checkpoint._record import (
         decode_json,
     )
@@ -95,7 +98,6 @@ if TYPE_CHECKING:
         atomic_write,
         is_store_url,
         makedirs_durable,
-        open_store,
         validate_run_id,
     )
     from crashpoint.checkpoint._supervisor import (
@@ -175,7 +177,7 @@ _WHERE = {
     "message_id_for": "crashpoint.checkpoint._mail",
     "notify_event": "crashpoint.checkpoint._notify",
     "open_run": "crashpoint.checkpoint._run",
-    "open_store": "crashpoint.checkpoint._store",
+    "open_store": "crashpoint.checkpoint._open",
     "plan": "crashpoint.checkpoint._run",
     "record_effect": "crashpoint.checkpoint._lifecycle",
     "record_step": "crashpoint.checkpoint._lifecycle",

@@ -64,7 +64,6 @@ __all__ = [
     "atomic_write",
     "is_store_url",
     "makedirs_durable",
-    "open_store",
     "validate_run_id",
 ]
 
@@ -1268,18 +1267,6 @@ def is_store_url(url_or_path: str | os.PathLike[str]) -> bool:
     """True for a ``postgresql://`` or ``postgres://`` URL (a PostgresStore), else a folder."""
     s = os.fspath(url_or_path)
     return isinstance(s, str) and s.lower().startswith(("postgresql://", "postgres://"))
-
-
-def open_store(url_or_path: str | os.PathLike[str], **kw: Any) -> Any:
-    """A :class:`PostgresStore` for a ``postgresql://`` / ``postgres://`` URL, else a file
-    :class:`Store` for the folder; ``kw`` are the store's options."""
-    if is_store_url(url_or_path):
-        # imported here, not above: the PostgreSQL room loads psycopg, which a file store's
-        # agent never needs (its face says which extra to install without it)
-        from crashpoint.checkpoint.postgres import PostgresStore
-
-        return PostgresStore(os.fspath(url_or_path), **kw)
-    return Store(url_or_path, **kw)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
