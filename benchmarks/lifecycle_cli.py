@@ -52,9 +52,8 @@ if __name__ == "__main__":
 ORDER = ("python -c pass", "start", "status", "effect", "step", "complete", "list (full CLI)")
 
 
-def _env() -> dict[str, str]:
+def _env(src: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
-    src = os.path.join(ROOT, "src")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     return env
 
@@ -77,71 +76,99 @@ def _timed(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> 
     return took
 
 
-def measure(rounds: int, steps: int, base: str) -> dict[str, Any]:
-    env = _env()
+def _summary(times: dict[str, list[float]], cpu: dict[str, list[float]]) -> dict[str, Any]:
+    out = {}
+    for k, v in times.items():
+        ms = sorted(1000 * x for x in v)
+        out[k] = {
+            "p50_ms": round(statistics.median(ms), 1),
+            "p90_ms": round(ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))], 1),
+            "cpu_p50_ms": round(1000 * statistics.median(cpu[k]), 1),
+            "n": len(ms),
+        }
+    return out
+
+
+def measure(rounds: int, steps: int, base: str, compare: str | None = None) -> dict[str, Any]:
+    """The commands of this checkout (and, interleaved round by round, of ``compare``: another
+    checkout's ``src`` folder, the same commands on a store of its own)."""
+    variants = {"this": os.path.join(ROOT, "src"), **({"compare": compare} if compare else {})}
     script = os.path.join(base, "crashpoint")
     with open(script, "w") as f:
         f.write(CONSOLE_SCRIPT)
-    store = os.path.join(base, "store")
-    cp = [sys.executable, script, "checkpoints", "--store", store]
-    times: dict[str, list[float]] = {k: [] for k in ORDER}
-    cpu: dict[str, list[float]] = {k: [] for k in ORDER}
-    trial: list[float] = []
+    names = [f"s{i}" for i in range(steps)]
+    got: dict[str, Any] = {}
+    for label, src in variants.items():
+        env = _env(src)
+        cp = [sys.executable, script, "checkpoints", "--store", os.path.join(base, label)]
+        subprocess.run(  # writes the bytecode caches, as any first run does
+            [*cp, "start", "warm-up", "--steps", "a"], env=env, check=True, capture_output=True
+        )
+        got[label] = {
+            "env": env,
+            "cp": cp,
+            "times": {k: [] for k in ORDER},
+            "cpu": {k: [] for k in ORDER},
+            "trial": [],
+        }
 
-    def timed(name: str, argv: list[str]) -> float:
-        took = _timed(argv, env)
-        times[name].append(took)
-        cpu[name].append(_CPU[-1])
+    def timed(v: dict[str, Any], name: str, argv: list[str]) -> float:
+        took = _timed(argv, v["env"])
+        v["times"][name].append(took)
+        v["cpu"][name].append(_CPU[-1])
         return took
 
-    names = [f"s{i}" for i in range(steps)]
-    subprocess.run(  # writes the bytecode caches, as any first run does
-        [*cp, "start", "warm-up", "--steps", "a"], env=env, check=True, capture_output=True
-    )
     for r in range(rounds):
-        run = f"r{r}"
-        total = 0.0
-        timed("python -c pass", [sys.executable, "-c", "pass"])
-        total += timed("start", [*cp, "start", run, "--steps", ",".join(names)])
-        for i, name in enumerate(names):
-            total += timed("status", [*cp, "status", run, "--next"])
-            payload = json.dumps({"to": "ops@example.com", "n": i})
-            total += timed("effect", [*cp, "effect", run, "email", "--payload", payload])
-            total += timed("step", [*cp, "step", run, name, "--result", json.dumps({"i": i})])
-        total += timed("complete", [*cp, "complete", run, "--output", '{"done": true}'])
-        trial.append(total)
-        timed("list (full CLI)", [*cp, "list"])
+        for v in got.values():
+            cp, run, total = v["cp"], f"r{r}", 0.0
+            timed(v, "python -c pass", [sys.executable, "-c", "pass"])
+            total += timed(v, "start", [*cp, "start", run, "--steps", ",".join(names)])
+            for i, name in enumerate(names):
+                total += timed(v, "status", [*cp, "status", run, "--next"])
+                payload = json.dumps({"to": "ops@example.com", "n": i})
+                total += timed(v, "effect", [*cp, "effect", run, "email", "--payload", payload])
+                result = json.dumps({"i": i})
+                total += timed(v, "step", [*cp, "step", run, name, "--result", result])
+            total += timed(v, "complete", [*cp, "complete", run, "--output", '{"done": true}'])
+            v["trial"].append(total)
+            timed(v, "list (full CLI)", [*cp, "list"])
+    this = got["this"]
     code = (
         "import sys; before = set(sys.modules); from crashpoint.cli import main\n"
-        f"main(['checkpoints', '--store', {store!r}, 'step', 'mods', 's0'])\n"
+        "main(sys.argv[1:])\n"
         "new = sorted(set(sys.modules) - before); print(len(new)); "
         "print(len([m for m in new if m.startswith('crashpoint')]))"
     )
+    env, cp = this["env"], this["cp"]
     subprocess.run(
         [*cp, "start", "mods", "--steps", "s0"], env=env, check=True, capture_output=True
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        [sys.executable, "-c", code, *cp[2:], "step", "mods", "s0"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
-    ms = {k: sorted(1000 * x for x in v) for k, v in times.items()}
-    commands = {
-        k: {
-            "p50_ms": round(statistics.median(v), 1),
-            "p90_ms": round(v[min(len(v) - 1, round(0.9 * (len(v) - 1)))], 1),
-            "cpu_p50_ms": round(1000 * statistics.median(cpu[k]), 1),
-            "n": len(v),
-        }
-        for k, v in ms.items()
-    }
-    return {
+    commands = _summary(this["times"], this["cpu"])
+    result: dict[str, Any] = {
         "commands": commands,
-        "trial_p50_ms": round(1000 * statistics.median(trial), 1),
+        "trial_p50_ms": round(1000 * statistics.median(this["trial"]), 1),
         "trial_commands": 2 + 3 * steps,
         "step_modules": int(out[-2]),
         "step_crashpoint_modules": int(out[-1]),
         "target_ms": TARGET_MS,
         "step_within_target": commands["step"]["p50_ms"] <= TARGET_MS,
     }
+    if compare:
+        c = got["compare"]
+        result["compare"] = {
+            "src": compare,
+            "label": compare,
+            "commands": _summary(c["times"], c["cpu"]),
+            "trial_p50_ms": round(1000 * statistics.median(c["trial"]), 1),
+        }
+    return result
 
 
 def _machine() -> dict[str, Any]:
@@ -188,28 +215,48 @@ def saved_markdown() -> list[str]:
         f"`crashpoint` console script runs it; {r['rounds']} rounds of a {r['steps']}-step run "
         f"(per step: `status --next`, `effect`, `step`), store on `{r['filesystem']}` (`step` "
         f"fdatasyncs). Measured {r['date']} on {m['cpus']} CPUs ({m['cpu']}), Python "
-        f"{m['python']}, load average {m['load_start']} at start and {m['load_end']} at end. "
+        f"{m['python']}, load average (1, 5, 15 min) {_load(m['load_start'])} at start and "
+        f"{_load(m['load_end'])} at end. "
         "Reproduce: `python benchmarks/lifecycle_cli.py --write-docs` (or `python "
         "benchmarks/run.py --only lifecycle`).",
         "",
-        "| command | wall p50 (ms) | wall p90 (ms) | CPU p50 (ms) | runs |",
-        "|---|---:|---:|---:|---:|",
+        "| command | wall p50 (ms) | wall p90 (ms) | CPU p50 (ms) | runs |"
+        + (" before: wall p50 (ms) | before: CPU p50 (ms) |" if "compare" in r else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|---:|" if "compare" in r else ""),
     ]
     for name in ORDER:
         row = c[name]
-        lines.append(
+        line = (
             f"| `{name}` | {row['p50_ms']} | {row['p90_ms']} | {row.get('cpu_p50_ms', '-')} "
             f"| {row['n']} |"
         )
+        if "compare" in r:
+            old = r["compare"]["commands"][name]
+            line += f" {old['p50_ms']} | {old['cpu_p50_ms']} |"
+        lines.append(line)
+    if "compare" in r:
+        lines += [
+            "",
+            f"*Before*: the same commands of another checkout ({r['compare']['label']}), run "
+            "in the same rounds, interleaved, on a store of their own (`--compare SRC`); its "
+            f"{r['steps']}-step shell run cost {r['compare']['trial_p50_ms']} ms (p50).",
+        ]
     verdict = "met" if r["step_within_target"] else "**missed**"
     lines += [
         "",
         f"A `step` loads {r['step_modules']} modules ({r['step_crashpoint_modules']} of "
         f"crashpoint's); a whole {r['steps']}-step run of the shell agent "
         f"({r['trial_commands']} commands) costs {r['trial_p50_ms']} ms (p50). Target: a `step` "
-        f"in at most {r['target_ms']:g} ms, {verdict} ({c['step']['p50_ms']} ms p50).",
+        f"in at most {r['target_ms']:g} ms, {verdict} ({c['step']['p50_ms']} ms p50, of which "
+        f"the bare interpreter, `python -c pass`, takes {c['python -c pass']['p50_ms']} ms on "
+        "this machine at this load).",
+        "",
     ]
     return lines
+
+
+def _load(xs: list[float]) -> str:
+    return " / ".join(f"{x:g}" for x in xs)
 
 
 def main() -> int:
@@ -222,6 +269,16 @@ def main() -> int:
         "--dir",
         default=os.path.join(HERE, ".work"),
         help="where the store is written (its filesystem's fdatasync is part of `step`)",
+    )
+    ap.add_argument(
+        "--compare",
+        metavar="SRC",
+        help="also run another checkout's commands (its src folder), interleaved: before/after",
+    )
+    ap.add_argument(
+        "--compare-label",
+        metavar="TEXT",
+        help="how the docs name the --compare checkout (default: its path)",
     )
     ap.add_argument("--json", metavar="PATH", help="also write the result here")
     ap.add_argument(
@@ -236,7 +293,9 @@ def main() -> int:
     base = tempfile.mkdtemp(dir=args.dir)
     load_start = [round(x, 2) for x in os.getloadavg()]
     try:
-        result = measure(args.rounds, args.steps, base)
+        result = measure(args.rounds, args.steps, base, args.compare)
+        if args.compare and args.compare_label:
+            result["compare"]["label"] = args.compare_label
     finally:
         shutil.rmtree(base, ignore_errors=True)
     machine = _machine()
@@ -250,12 +309,16 @@ def main() -> int:
         machine=machine,
     )
     width = max(map(len, ORDER))
-    for name in ORDER:
-        row = result["commands"][name]
-        print(
-            f"{name:<{width}}  p50 {row['p50_ms']:7.1f} ms   p90 {row['p90_ms']:7.1f} ms   "
-            f"CPU p50 {row['cpu_p50_ms']:6.1f} ms"
-        )
+    for title, rows in [("this checkout", result["commands"])] + (
+        [(f"compare: {args.compare}", result["compare"]["commands"])] if args.compare else []
+    ):
+        print(title)
+        for name in ORDER:
+            row = rows[name]
+            print(
+                f"  {name:<{width}}  p50 {row['p50_ms']:7.1f} ms   p90 {row['p90_ms']:7.1f} ms   "
+                f"CPU p50 {row['cpu_p50_ms']:6.1f} ms"
+            )
     print(
         f"step: {result['step_modules']} modules loaded ({result['step_crashpoint_modules']} "
         f"crashpoint); a {args.steps}-step shell run: {result['trial_p50_ms']} ms; target "
