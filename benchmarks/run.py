@@ -2,7 +2,7 @@
 """crashpoint benchmarks: one entry point, ratios measured in one run on one machine.
 
     python benchmarks/run.py [--quick] [--no-peers] [--no-pg] [--dir DIR] [--rounds N]
-                             [--only powerloss|fileop|pg|checkpointers] [--render]
+                             [--only powerloss|fileop|pg|checkpointers|lifecycle] [--render]
 
 Peers (LangGraph's SqliteSaver, DBOS, ckpt-chaos) come from benchmarks/requirements.txt and
 are installed into benchmarks/.venv, never into the project's runtime dependencies: without them
@@ -16,7 +16,9 @@ row into benchmarks/results/latest.json and rewrites docs/BENCHMARKS.md, where e
 which run, machine and load it comes from. ``--only pg`` runs benchmarks/pg_store.py
 (crashpoint's PostgresStore vs LangGraph's PostgresSaver vs DBOS on one real PostgreSQL server;
 skipped with the reason when no server can be started), which a full run also does unless
-``--no-pg``. A full run replaces latest.json whole: one run, one machine.
+``--no-pg``. ``--only lifecycle`` runs benchmarks/lifecycle_cli.py (what one lifecycle command
+costs a shell agent, each a fresh process), which a full run also does. A full run replaces
+latest.json whole: one run, one machine.
 Variants run in interleaved rounds on the same filesystem; every figure is a median (p50) or
 p99 over all rounds, the same statistic on both sides of a ratio. Harness rows give the time
 to verdict (the whole run, its golden run included) beside their rate. Benchmarks are not
@@ -49,7 +51,7 @@ PAYLOAD = "x" * 200  # what one step adds to the state
 NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent, for both tools
 #: the file-operation sweep's agents: the naive one, and its kill-safe twin (both tools pass it)
 FILEOP_AGENTS = {"naive": NAIVE_AGENT, "atomic": os.path.join(HERE, "naive_agent_atomic.py")}
-SECTIONS = ("powerloss", "fileop", "pg", "checkpointers")  # what --only can run alone
+SECTIONS = ("powerloss", "fileop", "pg", "checkpointers", "lifecycle")  # what --only runs
 #: the step-cost variants run at the peers' number of steps (the like-for-like comparison)
 PEER_N = ("ours_run_step_peer_n", "sqlitesaver_step", "dbos_step")
 Sample = tuple[list[float], float]  # per-step seconds (may be empty), the run's seconds / step
@@ -1017,6 +1019,10 @@ def main() -> int:
         with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
             f.write(markdown(results))
         return 0
+    if args.only == "lifecycle":  # its own script: saves benchmarks/results/lifecycle_cli.json
+        rc = run_lifecycle(args.quick, args.dir)
+        render_latest()
+        return rc
     if args.only == "checkpointers":  # LangGraph savers side by side (benchmarks/checkpointers.py)
         return subprocess.run(
             [
@@ -1101,6 +1107,7 @@ def main() -> int:
         fo["env"] = env_end(fenv)
         if not args.no_pg:
             run_pg_store(args.quick)
+        run_lifecycle(args.quick, args.dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = summarize(cost, grow, res, har, sizes, args, fs_type(os.path.abspath(args.dir)))
@@ -1117,6 +1124,33 @@ def main() -> int:
     print(json.dumps(results["headline"], indent=2))
     print(f"whole run: {results['run_s']} s", flush=True)
     return 0
+
+
+def run_lifecycle(quick: bool, work: str) -> int:
+    """benchmarks/lifecycle_cli.py (each lifecycle command in a fresh process); it saves
+    benchmarks/results/lifecycle_cli.json, which markdown() renders."""
+    print(
+        "lifecycle commands: one fresh process each (benchmarks/lifecycle_cli.py) ...", flush=True
+    )
+    argv = [
+        sys.executable,
+        os.path.join(HERE, "lifecycle_cli.py"),
+        "--write-docs",
+        "--dir",
+        work,
+        *(["--rounds", "3"] if quick else []),
+    ]
+    return subprocess.run(argv, check=False).returncode
+
+
+def render_latest() -> None:
+    """Rewrite docs/BENCHMARKS.md from latest.json, if there is one (after a row run alone)."""
+    latest = os.path.join(HERE, "results", "latest.json")
+    if os.path.exists(latest):
+        with open(latest) as f:
+            results = json.load(f)
+        with open(os.path.join(ROOT, "docs", "BENCHMARKS.md"), "w") as f:
+            f.write(markdown(results))
 
 
 def run_pg_store(quick: bool) -> int:
@@ -1460,6 +1494,11 @@ def markdown(r: dict[str, Any]) -> str:
                 "header line gives its date and machine.*",
                 *pg,
             ]
+    with contextlib.suppress(ImportError):  # the lifecycle commands, if they were measured
+        sys.path.insert(0, HERE)
+        import lifecycle_cli
+
+        lines += lifecycle_cli.saved_markdown()
     notes = os.path.join(HERE, "NOTES.md")
     if os.path.exists(notes):
         with open(notes, encoding="utf-8") as f:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import signal
 
 from crashpoint.errors import FailpointSpecError
 
@@ -62,7 +61,9 @@ LOG_ENV = "CRASHPOINT_FAILPOINTS_LOG"
 #: The harness's per-attempt token (``crashpoint._proc._process.REAP_VAR``; the library does
 #: not import the harness): failpoints in the environment are armed only where it is set.
 TOKEN_ENV = "CRASHPOINT_REAP_TOKEN"  # noqa: S105 (a variable name, not a secret)
-_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+# patterns, compiled on first use (by re's cache): the store imports this module in every
+# lifecycle command, where no failpoint is ever armed
+_TOKEN_PATTERN = r"[0-9a-f]{32}"  # noqa: S105 (a pattern, not a secret)
 
 FAILPOINTS = (
     "journal.write",
@@ -74,7 +75,7 @@ FAILPOINTS = (
     "step.after_complete",
 )
 
-_ACTION = re.compile(r"^(kill|abort|enospc|eio|efbig|exit(?:\((\d{1,3})\))?)$")
+_ACTION = r"(kill|abort|enospc|eio|efbig|exit(?:\((\d{1,3})\))?)"
 _ERRNOS = {"enospc": errno.ENOSPC, "eio": errno.EIO, "efbig": errno.EFBIG}
 
 
@@ -97,7 +98,7 @@ def parse(spec: str) -> dict[str, tuple[str, int]]:
                 f"{ENV}: {item!r} is not NAME=ACTION[@N]; known names: {', '.join(FAILPOINTS)}"
             )
         action, _, nth_s = rest.strip().partition("@")
-        if not _ACTION.match(action):
+        if not re.fullmatch(_ACTION, action):
             raise FailpointSpecError(
                 f"{ENV}: unknown action {action!r} for {name}; use kill, abort, exit, exit(CODE), "
                 "enospc, eio or efbig"
@@ -116,7 +117,7 @@ def armed_here(environ: os._Environ[str] | dict[str, str] | None = None) -> bool
     """Whether failpoints in the environment apply to this process: it runs inside a harness
     attempt (it carries the attempt's token)."""
     env = os.environ if environ is None else environ
-    return bool(_TOKEN.match(env.get(TOKEN_ENV, "")))
+    return bool(re.fullmatch(_TOKEN_PATTERN, env.get(TOKEN_ENV, "")))
 
 
 def reload(spec: str | None = None) -> None:
@@ -159,12 +160,12 @@ def failpoint(name: str, path: str = "") -> None:
     if n != nth:
         return
     _log(f"{name} {action} {nth} {os.getpid()} {path}".rstrip())
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif action == "abort":
-        os.kill(os.getpid(), signal.SIGABRT)
+    if action in ("kill", "abort"):
+        import signal  # only when a failpoint fires: the store imports this module
+
+        os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGABRT)
     elif action.startswith("exit"):
-        m = _ACTION.match(action)
+        m = re.fullmatch(_ACTION, action)
         code = int(m.group(2)) if m and m.group(2) else 70
         os._exit(code)
     else:

@@ -8,10 +8,10 @@ test can rebuild the disk as a power cut would leave it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
-import tempfile
 
 from crashpoint._failpoints import failpoint
 
@@ -109,14 +109,13 @@ class FsOps:
         """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole.
 
         Temp file in the same folder, fsync it, ``os.replace``, fsync the folder. The temp name
-        is unique to this call (``.NAME.<pid>.<random>.tmp``, created with ``O_EXCL`` by
-        :func:`tempfile.mkstemp`), so threads and processes replacing one path never share
-        a temp file; a crash leaves at most a ``.NAME.*.tmp`` that :func:`is_temp_of` names.
+        is unique to this call (``.NAME.<pid>.<random>.tmp``, created with ``O_EXCL``, 0600,
+        as :func:`tempfile.mkstemp` does, without importing it: the lifecycle commands start
+        fast), so threads and processes replacing one path never share a temp file; a crash
+        leaves at most a ``.NAME.*.tmp`` that :func:`is_temp_of` names.
         """
         folder = os.path.dirname(path) or "."
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder
-        )
+        fd, tmp = _temp_file(folder, f".{os.path.basename(path)}.{os.getpid()}.")
         try:
             self._note_open(tmp, fd)
             self.write(fd, data)
@@ -139,18 +138,35 @@ class FsOps:
         """Hook for recorders: ``fd`` now refers to ``path``."""
 
 
-_TEMP = re.compile(r"^\.(?P<name>.+)\.\d+\.[A-Za-z0-9_]+\.tmp$|^\.(?P<old>.+)\.\d+\.tmp$")
+#: compiled on first use (by re's cache): most folders hold no temp file to ask about
+_TEMP = r"^\.(?P<name>.+)\.\d+\.[A-Za-z0-9_]+\.tmp$|^\.(?P<old>.+)\.\d+\.tmp$"
 
 
 def is_temp_of(name: str, targets: tuple[str, ...] = ()) -> bool:
     """True if ``name`` is a temp file :meth:`FsOps.write_atomic` leaves when killed
     (``.NAME.<pid>.<random>.tmp``, or the older ``.NAME.<pid>.tmp``), for a NAME that starts
     with one of ``targets`` (any NAME if none given)."""
-    m = _TEMP.match(name)
+    if not name.startswith("."):
+        return False
+    m = re.match(_TEMP, name)
     if m is None:
         return False
     base = m.group("name") or m.group("old") or ""
     return not targets or base.startswith(targets)
+
+
+_O_TEMP = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+
+
+def _temp_file(folder: str, prefix: str) -> tuple[int, str]:
+    """A new file ``folder/<prefix><random>.tmp``, 0600, created with ``O_EXCL``: (fd, path)."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f"{prefix}{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, _O_TEMP, FILE_MODE), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", folder)
 
 
 def _unlink_quietly(path: str) -> None:

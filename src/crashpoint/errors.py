@@ -40,6 +40,7 @@ __all__ = [
     "CrashpointError",
     "DiskBudgetExceeded",
     "EffectInDoubt",
+    "EffectMismatch",
     "EntryError",
     "FailpointSpecError",
     "FaultSpecError",
@@ -331,9 +332,9 @@ class InvalidRunId(CheckpointError, ValueError):
 
     def __str__(self) -> str:
         return (
-            f"invalid run id {self.run_id!r}: {self.why}. Use 1-200 characters without '/', "
-            "'\\', NUL or control characters, not '.' or '..' (letters, digits, '-', '_', '.', "
-            "':' are safe)."
+            f"invalid run id {self.run_id!r}: {self.why}. Use 1-200 printable UTF-8 characters "
+            "without '/', '\\', control characters or bidirectional formatting, not starting "
+            "with '.' (letters, digits, '-', '_', '.', ':' are safe)."
         )
 
     def __reduce__(self) -> tuple[type[InvalidRunId], tuple[str, str]]:
@@ -401,6 +402,30 @@ class StepOutOfOrder(ResumeMismatch):
             type(self),
             (self.run_id, self.position, self.recorded, self.requested, self.completed),
         )
+
+
+class EffectMismatch(ResumeMismatch):
+    """``effect`` without ``--key`` whose payload differs from the effect already announced,
+    and not settled, under the same default key (exit 70, as a mismatch): another effect, not
+    a retry of that one, so it is refused, never sent under that key."""
+
+    def __init__(self, run_id: str, key: str, kind: str, position: int = 0) -> None:
+        super().__init__(run_id, position, key, kind)
+        self.key = key
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r}: effect {self.kind!r} is refused, not sent: an effect of that "
+            f"kind was already announced under the default key {self.key!r} with a different "
+            "payload and is not settled (in doubt). A retry of an effect sends the same "
+            "payload; two effects of one kind in one step need a --key each (stable across "
+            f"attempts), or settle the first with `crashpoint checkpoints effect {self.run_id} "
+            f"{self.kind} --done` before announcing the next"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.key, self.kind, self.position))
 
 
 class EffectInDoubt(CheckpointError, RuntimeError):

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,35 @@ def test_bad_requests_get_one_clear_line_and_a_distinct_code(
     assert words in err
 
 
+@pytest.mark.parametrize(
+    ("run_id", "words"),
+    [
+        ("r\udcff", "character 2 is the byte 0xff, which is not UTF-8"),  # argv byte 0xff
+        ("r\x85x", "character 2 is U+0085, a C1 control character"),
+        ("r\u202ex", "character 2 is U+202E, a bidirectional formatting character"),
+        ("r\u2067x", "character 2 is U+2067, a bidirectional formatting character"),
+    ],
+)
+def test_an_unsafe_run_id_is_refused_before_anything_is_created(
+    tmp_path: Path, run_id: str, words: str
+) -> None:
+    """Checked before the store's folder (which ``start`` creates) or the run's exist: one line
+    saying which character, where and how to fix it; exit 2; nothing on disk."""
+    store = tmp_path / "store"
+    commands = [("start", run_id, "--steps", "a")]
+    if run_id == "r\udcff":  # every command, once
+        commands += [("status", run_id), ("step", run_id, "a"), ("effect", run_id, "k")]
+        commands += [("complete", run_id)]
+    for args in commands:
+        rc, out, err = cli(store, *args)
+        assert (rc, out) == (2, ""), err
+        one_line_error(err)
+        assert words in err, err
+        assert "remove it" in err
+    assert not store.exists()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_step_recorded_twice_is_refused_and_the_run_unchanged(tmp_path: Path) -> None:
     store = tmp_path / "store"
     cli(store, "start", "r", "--steps", "a,b")
@@ -230,6 +260,74 @@ def test_an_effect_settled_with_done_is_skipped_and_keeps_its_result(tmp_path: P
     ).stdout
     assert "in-doubt" not in plan
     assert "replay  #0 pay" in plan
+
+
+def test_an_effect_without_a_key_and_another_payload_is_refused_not_sent(
+    tmp_path: Path,
+) -> None:
+    """Without --key a retry carries the same payload; another payload under the same default
+    key is another effect: exit 70, one line, nothing recorded and nothing sent."""
+    store = tmp_path / "store"
+    cli(store, "start", "r", "--steps", "mail")
+    first = json.loads(cli(store, "effect", "r", "email", "--payload", '{"to": "a"}', "--json")[1])
+    assert (first["action"], first["key"]) == ("send", "r:0.mail:email:0")
+    again = json.loads(cli(store, "effect", "r", "email", "--payload", '{"to":"a"}', "--json")[1])
+    assert (again["action"], again["in_doubt"]) == ("send", True)  # a retry: same payload
+    rc, out, err = cli(store, "effect", "r", "email", "--payload", '{"to": "b"}', "--json")
+    assert (rc, out) == (70, "")
+    one_line_error(err)
+    assert "refused, not sent" in err
+    assert "'r:0.mail:email:0'" in err
+    assert "--key" in err
+    effects = status(store, "r")["effects"]
+    assert list(effects) == ["r:0.mail:email:0"]  # the refused one left no record
+    # its own key, or the first one settled: then it is the next effect of that kind
+    assert cli(store, "effect", "r", "email", "--payload", '{"to": "b"}', "--key", "b")[0] == 0
+    assert cli(store, "effect", "r", "email", "--done")[0] == 0
+    nxt = json.loads(cli(store, "effect", "r", "email", "--payload", '{"to": "c"}', "--json")[1])
+    assert (nxt["action"], nxt["key"]) == ("send", "r:0.mail:email:1")
+
+
+def test_sixteen_parallel_keyless_effects_with_sixteen_payloads_send_at_most_one(
+    tmp_path: Path,
+) -> None:
+    """16 processes of one agent (one process group, as a script's background jobs are) each
+    announce an effect of one kind without --key, each with its own payload: one is sent, the
+    other 15 are refused (exit 70); before, all 16 said "send" under one key."""
+    store = tmp_path / "store"
+    script = tmp_path / "fan.sh"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            cp() { "$PY" -m crashpoint checkpoints --store "$STORE" "$@"; }
+            cp start r --steps fan >/dev/null || exit 9
+            i=0
+            while [ $i -lt 16 ]; do
+                (cp effect r email --payload "{\\"n\\": $i}" --json >"$OUT/$i.json" \\
+                    2>"$OUT/$i.err"; echo $? >"$OUT/$i.rc") &
+                i=$((i + 1))
+            done
+            wait
+            """
+        )
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    env = base_env(PY=sys.executable, STORE=str(store), OUT=str(out))
+    ex = AgentProcess([SH, str(script)], env, timeout=120).start().wait()
+    assert ex.returncode == 0, ex.stderr
+    codes = [int((out / f"{i}.rc").read_text()) for i in range(16)]
+    sent = [i for i in range(16) if codes[i] == 0]
+    assert len(sent) == 1, codes
+    assert sorted(codes) == [0] + [70] * 15, codes
+    for i in range(16):
+        if i not in sent:
+            one_line_error((out / f"{i}.err").read_text())
+    winner = json.loads((out / f"{sent[0]}.json").read_text())
+    assert winner["action"] == "send"
+    assert status(store, "r")["effects"] == {
+        winner["key"]: {"kind": "email", "status": "intent", "step": "fan"}
+    }
 
 
 def test_a_step_is_durable_before_the_command_returns(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from crashpoint.checkpoint import (
     SnapshotPolicy,
     Store,
     _record,
+    open_run,
     validate_run_id,
 )
 from crashpoint.checkpoint._record import (
@@ -39,12 +40,15 @@ from crashpoint.errors import (
     CrashpointError,
     DiskBudgetExceeded,
     EffectInDoubt,
+    EffectMismatch,
+    InvalidArgument,
     InvalidRunId,
     ResumeMismatch,
     RunDeadLettered,
     RunLocked,
     RunNotFound,
     RunPaused,
+    WrongArgumentType,
 )
 
 # -- framing ----------------------------------------------------------------------------------
@@ -191,10 +195,18 @@ def test_durability_parse_rejects(spec: str, message: str) -> None:
         ("..", "starts with '.'"),
         (".", "starts with '.'"),
         (".hidden", "starts with '.'"),
-        ("a\x00b", "NUL or a control character"),
-        ("a\nb", "NUL or a control character"),
-        ("tab\there", "NUL or a control character"),
-        ("del\x7f", "NUL or a control character"),
+        ("a\x00b", "character 2 is U+0000, a control character"),
+        ("a\nb", "character 2 is U+000A, a control character"),
+        ("tab\there", "character 4 is U+0009, a control character"),
+        ("del\x7f", "character 4 is U+007F, a control character"),
+        ("c1\x85", "character 3 is U+0085, a C1 control character"),
+        ("c1\x9b[2J", "character 3 is U+009B, a C1 control character"),
+        ("evil\u202etxt.exe", "character 5 is U+202E, a bidirectional formatting"),
+        ("iso\u2066x\u2069", "character 4 is U+2066, a bidirectional formatting"),
+        ("mark\u200f", "U+200F, a bidirectional formatting"),
+        ("line\u2028sep", "U+2028, a line or paragraph separator"),
+        ("raw\udcffbyte", "character 4 is the byte 0xff, which is not UTF-8"),
+        ("lone\ud800", "U+D800, a lone surrogate"),
         ("x" * 201, "201 characters (max 200)"),
         ("", "it is empty"),
     ],
@@ -213,7 +225,18 @@ def test_invalid_run_ids(run_id: str, why: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "run_id",
-    ["run-1", "a.b", "2024-01-01T00:00:00", "ünï-ラン", "x" * 200, "a..b", "UPPER_lower-123"],
+    [
+        "run-1",
+        "a.b",
+        "2024-01-01T00:00:00",
+        "ünï-ラン",
+        "x" * 200,
+        "a..b",
+        "UPPER_lower-123",
+        "مرحبا-1",  # right-to-left letters are text; only formatting characters are refused
+        "dev-\U0001f469\u200d\U0001f4bb",  # an emoji joined by a zero-width joiner
+        "nbsp\u00a0and space",
+    ],
 )
 def test_valid_run_ids(run_id: str, tmp_path: Path) -> None:
     assert validate_run_id(run_id) == run_id
@@ -493,6 +516,7 @@ ERRORS: list[CrashpointError] = [
     RunNotFound("no run 'x' in /s"),
     ResumeMismatch("run", 3, "fetch", "parse"),
     EffectInDoubt("run", "run:send:0", "send_email"),
+    EffectMismatch("run", "run:0.a:send_email:0", "send_email", 0),
     RunPaused("run", "approve", "needs a human"),
     RunDeadLettered("run", 5, "boom"),
 ]
@@ -611,3 +635,52 @@ def test_a_sudden_drop_in_free_space_is_seen_within_a_mebibyte(
         with pytest.raises(DiskBudgetExceeded):
             keep_writing()
         assert store.bytes_written < 3 << 20  # noticed within about a MiB of our own writes
+
+
+# -- data JSON cannot hold: the library's own errors, never a bare one ------------------------
+
+
+def _nested(depth: int) -> list[Any]:
+    top: list[Any] = []
+    inner = top
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return top
+
+
+def _holds_itself() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "words"),
+    [
+        (_nested(300), InvalidArgument, "nests deeper than 191 levels"),
+        (_nested(5_000), InvalidArgument, "nests deeper than 191 levels"),  # RecursionError
+        (_nested(200_000), InvalidArgument, "nests deeper than 191 levels"),
+        (_holds_itself(), InvalidArgument, "holds itself"),
+        ({"x": float("nan")}, InvalidArgument, "NaN and infinity are not JSON numbers"),
+        ({"x": "raw \udcff byte"}, InvalidArgument, "lone surrogate"),
+        ({"x": {1, 2}}, WrongArgumentType, "Object of type set is not JSON serializable"),
+        (b"bytes", WrongArgumentType, "store lists, objects with string keys"),
+    ],
+)
+def test_data_json_cannot_hold_is_refused_with_the_library_s_error(
+    tmp_path: Path, data: Any, error: type[Exception], words: str
+) -> None:
+    """Before, deep data raised RecursionError, NaN a bare ValueError, a set a bare TypeError;
+    nothing is written either way, and the run goes on."""
+    store = Store(tmp_path / "s", reserve_bytes=0)
+    with store.open("r") as j:
+        j.append({"before": 1})
+        with pytest.raises(error) as info:
+            j.append(data)
+        assert isinstance(info.value, CrashpointError)
+        assert words in str(info.value)
+        j.append({"after": 2})
+    assert store.read("r").state["records"] == [{"before": 1}, {"after": 2}]
+    with open_run(store, "run") as run, pytest.raises(error):
+        run.step("a", lambda: data)

@@ -6,83 +6,107 @@ imports this and nothing else. Its rooms: the store and its journal (``_store``,
 ``_record``, ``_lock``), runs and effects (``_run``, ``_http``, ``_mail``, ``_redact``,
 ``_notify``), the lifecycle the command line drives for agents in any language
 (``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with its fleet
-(:mod:`crashpoint.checkpoint.postgres`, whose names are imported here on first use: psycopg is
-loaded only by an agent that uses them).
+(:mod:`crashpoint.checkpoint.postgres`: psycopg is loaded only by an agent that uses it).
+
+This face is lazy (:mod:`crashpoint._lazy`): a name is imported from its module on first use.
+The lifecycle commands (``crashpoint checkpoints start|step|effect|status|complete``) run once
+per step of a shell agent and load only the store, the journal and the run; the effects over
+HTTP and SMTP (urllib, smtplib, email), the supervisor and PostgreSQL stay unloaded.
 """
 
-import os as _os
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+from __future__ import annotations
 
-from crashpoint._fsio import REAL as _REAL
-from crashpoint.checkpoint._http import http_effect
-from crashpoint.checkpoint._journal import (
-    Damage,
-    Loaded,
-    TornTail,
-    list_files,
-    records_reducer,
-)
-from crashpoint.checkpoint._lifecycle import (
-    EXIT_SKIP,
-    EffectAnswer,
-    LifecycleStatus,
-    complete_run,
-    exists_or_raise,
-    record_effect,
-    record_step,
-    run_status,
-    start_run,
-)
-from crashpoint.checkpoint._mail import message_id_for, smtp_effect
-from crashpoint.checkpoint._notify import NOTIFY_ENV, notify_event
-from crashpoint.checkpoint._record import decode_json
-from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, REDACTED, Redactor, Secret
-from crashpoint.checkpoint._run import (
-    EXIT_CODES,
-    Checkpointing,
-    Decision,
-    EffectPolicy,
-    PlanLine,
-    Rollback,
-    Run,
-    StateAt,
-    decide,
-    exit_code,
-    open_run,
-    plan,
-    rollback,
-    run_main,
-    run_reducer,
-    state_at,
-)
-from crashpoint.checkpoint._store import (
-    ACTIVE_STATUSES,
-    PRUNABLE_STATUSES,
-    Durability,
-    Recovery,
-    Retention,
-    RunInfo,
-    RunJournal,
-    SnapshotPolicy,
-    Store,
-    validate_run_id,
-)
-from crashpoint.checkpoint._supervisor import (
-    ResumeOutcome,
-    Supervisor,
-    interrupted_runs,
-    resume_interrupted,
-    stale_runs,
-)
-from crashpoint.errors import (
-    HttpEffectError,
-    MailEffectError,
-    PayloadError,
-    RunDenied,
-)
+from crashpoint._lazy import attach
 
-if _TYPE_CHECKING:
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+
+if TYPE_CHECKING:
+    from crashpoint.checkpoint._facts import (
+        Recovery,
+        RunInfo,
+    )
+    from crashpoint.checkpoint._http import (
+        http_effect,
+    )
+    from crashpoint.checkpoint._journal import (
+        Damage,
+        Loaded,
+        TornTail,
+        list_files,
+        records_reducer,
+    )
+    from crashpoint.checkpoint._lifecycle import (
+        EXIT_SKIP,
+        EffectAnswer,
+        LifecycleStatus,
+        complete_run,
+        exists_or_raise,
+        record_effect,
+        record_step,
+        run_status,
+        start_run,
+    )
+    from crashpoint.checkpoint._mail import (
+        message_id_for,
+        smtp_effect,
+    )
+    from crashpoint.checkpoint._notify import (
+        NOTIFY_ENV,
+        notify_event,
+    )
+    from crashpoint.checkpoint._open import (
+        open_store,
+    )
+    from crashpoint.checkpoint._record import (
+        decode_json,
+    )
+    from crashpoint.checkpoint._redact import (
+        DEFAULT_SECRET_NAMES,
+        REDACTED,
+        Redactor,
+        Secret,
+    )
+    from crashpoint.checkpoint._run import (
+        Checkpointing,
+        Decision,
+        EffectPolicy,
+        PlanLine,
+        Rollback,
+        Run,
+        StateAt,
+        decide,
+        open_run,
+        plan,
+        rollback,
+        run_main,
+        state_at,
+    )
+    from crashpoint.checkpoint._runstate import (
+        EXIT_CODES,
+        any_reducer,
+        exit_code,
+        run_reducer,
+    )
+    from crashpoint.checkpoint._store import (
+        ACTIVE_STATUSES,
+        PRUNABLE_STATUSES,
+        Durability,
+        Retention,
+        RunJournal,
+        SnapshotPolicy,
+        Store,
+        atomic_write,
+        is_store_url,
+        makedirs_durable,
+        validate_run_id,
+    )
+    from crashpoint.checkpoint._supervisor import (
+        ResumeOutcome,
+        Supervisor,
+        interrupted_runs,
+        resume_interrupted,
+        stale_runs,
+    )
     from crashpoint.checkpoint.postgres import (
         FleetOutcome,
         FleetWorker,
@@ -90,44 +114,88 @@ if _TYPE_CHECKING:
         PostgresStore,
         submit,
     )
+    from crashpoint.errors import (
+        HttpEffectError,
+        MailEffectError,
+        PayloadError,
+        RunDenied,
+    )
 
-#: the PostgreSQL room's names: imported on first use (PostgresStore needs psycopg)
-_LAZY = ("FleetOutcome", "FleetWorker", "Lease", "PostgresStore", "submit")
+#: where each public name lives; imported on first use (the PostgreSQL room's names need
+#: psycopg: without it, they say which extra to install)
+_WHERE = {
+    "ACTIVE_STATUSES": "crashpoint.checkpoint._store",
+    "DEFAULT_SECRET_NAMES": "crashpoint.checkpoint._redact",
+    "EXIT_CODES": "crashpoint.checkpoint._runstate",
+    "EXIT_SKIP": "crashpoint.checkpoint._lifecycle",
+    "NOTIFY_ENV": "crashpoint.checkpoint._notify",
+    "PRUNABLE_STATUSES": "crashpoint.checkpoint._store",
+    "REDACTED": "crashpoint.checkpoint._redact",
+    "Checkpointing": "crashpoint.checkpoint._run",
+    "Damage": "crashpoint.checkpoint._journal",
+    "Decision": "crashpoint.checkpoint._run",
+    "Durability": "crashpoint.checkpoint._store",
+    "EffectAnswer": "crashpoint.checkpoint._lifecycle",
+    "EffectPolicy": "crashpoint.checkpoint._run",
+    "FleetOutcome": "crashpoint.checkpoint.postgres",
+    "FleetWorker": "crashpoint.checkpoint.postgres",
+    "HttpEffectError": "crashpoint.errors",
+    "Lease": "crashpoint.checkpoint.postgres",
+    "LifecycleStatus": "crashpoint.checkpoint._lifecycle",
+    "Loaded": "crashpoint.checkpoint._journal",
+    "MailEffectError": "crashpoint.errors",
+    "PayloadError": "crashpoint.errors",
+    "PlanLine": "crashpoint.checkpoint._run",
+    "PostgresStore": "crashpoint.checkpoint.postgres",
+    "Recovery": "crashpoint.checkpoint._facts",
+    "Redactor": "crashpoint.checkpoint._redact",
+    "ResumeOutcome": "crashpoint.checkpoint._supervisor",
+    "Retention": "crashpoint.checkpoint._store",
+    "Rollback": "crashpoint.checkpoint._run",
+    "Run": "crashpoint.checkpoint._run",
+    "RunDenied": "crashpoint.errors",
+    "RunInfo": "crashpoint.checkpoint._facts",
+    "RunJournal": "crashpoint.checkpoint._store",
+    "Secret": "crashpoint.checkpoint._redact",
+    "SnapshotPolicy": "crashpoint.checkpoint._store",
+    "StateAt": "crashpoint.checkpoint._run",
+    "Store": "crashpoint.checkpoint._store",
+    "Supervisor": "crashpoint.checkpoint._supervisor",
+    "TornTail": "crashpoint.checkpoint._journal",
+    "any_reducer": "crashpoint.checkpoint._runstate",
+    "atomic_write": "crashpoint.checkpoint._store",
+    "complete_run": "crashpoint.checkpoint._lifecycle",
+    "decide": "crashpoint.checkpoint._run",
+    "decode_json": "crashpoint.checkpoint._record",
+    "exists_or_raise": "crashpoint.checkpoint._lifecycle",
+    "exit_code": "crashpoint.checkpoint._runstate",
+    "http_effect": "crashpoint.checkpoint._http",
+    "interrupted_runs": "crashpoint.checkpoint._supervisor",
+    "is_store_url": "crashpoint.checkpoint._store",
+    "list_files": "crashpoint.checkpoint._journal",
+    "makedirs_durable": "crashpoint.checkpoint._store",
+    "message_id_for": "crashpoint.checkpoint._mail",
+    "notify_event": "crashpoint.checkpoint._notify",
+    "open_run": "crashpoint.checkpoint._run",
+    "open_store": "crashpoint.checkpoint._open",
+    "plan": "crashpoint.checkpoint._run",
+    "record_effect": "crashpoint.checkpoint._lifecycle",
+    "record_step": "crashpoint.checkpoint._lifecycle",
+    "records_reducer": "crashpoint.checkpoint._journal",
+    "resume_interrupted": "crashpoint.checkpoint._supervisor",
+    "rollback": "crashpoint.checkpoint._run",
+    "run_main": "crashpoint.checkpoint._run",
+    "run_reducer": "crashpoint.checkpoint._runstate",
+    "run_status": "crashpoint.checkpoint._lifecycle",
+    "smtp_effect": "crashpoint.checkpoint._mail",
+    "stale_runs": "crashpoint.checkpoint._supervisor",
+    "start_run": "crashpoint.checkpoint._lifecycle",
+    "state_at": "crashpoint.checkpoint._run",
+    "submit": "crashpoint.checkpoint.postgres",
+    "validate_run_id": "crashpoint.checkpoint._store",
+}
 
-
-def __getattr__(name: str) -> _Any:
-    if name in _LAZY:  # imported on first use: the PostgreSQL room loads psycopg (its face
-        from crashpoint.checkpoint import postgres  # says which extra to install without it)
-
-        return getattr(postgres, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def is_store_url(url_or_path: str | _os.PathLike[str]) -> bool:
-    """True for a ``postgresql://`` or ``postgres://`` URL (a PostgresStore), else a folder."""
-    s = _os.fspath(url_or_path)
-    return isinstance(s, str) and s.lower().startswith(("postgresql://", "postgres://"))
-
-
-def open_store(url_or_path: str | _os.PathLike[str], **kw: _Any) -> _Any:
-    """A :class:`PostgresStore` for a ``postgresql://`` / ``postgres://`` URL, else a file
-    :class:`Store` for the folder; ``kw`` are the store's options."""
-    if is_store_url(url_or_path):
-        return __getattr__("PostgresStore")(_os.fspath(url_or_path), **kw)
-    return Store(url_or_path, **kw)
-
-
-def atomic_write(path: str | _os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, whole
-    (same-folder temp file, fsync, ``os.replace``, fsync the folder)."""
-    _REAL.write_atomic(_os.fspath(path), data)
-
-
-def makedirs_durable(path: str | _os.PathLike[str]) -> None:
-    """Create the folder ``path`` and its missing parents so that a power cut keeps them
-    (each new folder fsynced into its parent), 0700."""
-    _REAL.makedirs_durable(_os.fspath(path))
-
+__getattr__, __dir__ = attach(__name__, _WHERE)
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -168,6 +236,7 @@ __all__ = [
     "Store",
     "Supervisor",
     "TornTail",
+    "any_reducer",
     "atomic_write",
     "complete_run",
     "decide",

@@ -27,8 +27,6 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from crashpoint.checkpoint._record import (
     HEADER,
@@ -40,7 +38,14 @@ from crashpoint.checkpoint._record import (
     decode_many,
     scan,
 )
+from crashpoint.checkpoint._value import Value
 from crashpoint.errors import CheckpointCorrupt
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any
+else:
+    Any = object  # at run time only in the type aliases below, never checked: no typing
 
 __all__ = [
     "Damage",
@@ -101,13 +106,15 @@ def _check_records_state(state: dict[str, Any]) -> None:
 register_state_check(records_reducer, _check_records_state)
 
 
-@dataclass(frozen=True, slots=True)
-class Damage:
+class Damage(Value):
     """Bytes that failed a check: where, and what did not match."""
 
-    path: str
-    offset: int
-    reason: str
+    __slots__ = ("offset", "path", "reason")
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
 
     def __str__(self) -> str:
         return f"{self.path} at byte {self.offset}: {self.reason}"
@@ -116,14 +123,16 @@ class Damage:
         return CheckpointCorrupt(self.path, self.offset, self.reason)
 
 
-@dataclass(frozen=True, slots=True)
-class TornTail:
+class TornTail(Value):
     """The partial last record a crash left at the end of the last segment."""
 
-    path: str
-    offset: int
-    dropped: int
-    reason: str
+    __slots__ = ("dropped", "offset", "path", "reason")
+
+    def __init__(self, path: str, offset: int, dropped: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.dropped = dropped
+        self.reason = reason
 
     def __str__(self) -> str:
         return (
@@ -132,23 +141,55 @@ class TornTail:
         )
 
 
-@dataclass(slots=True)
-class Loaded:
+class Loaded(Value):
     """A run's state as read from disk, and what was found on the way."""
 
-    state: dict[str, Any]
-    seq: int = 0
-    generation: int = 0
-    snapshot_seq: int = 0
-    snapshot_bytes: int = 0
-    bytes_since_snapshot: int = 0
-    last_segment: str | None = None  # the segment a writer appends to (None: start a new one)
-    last_segment_end: int = 0  # offset just past its last valid record (a torn tail follows)
-    torn: TornTail | None = None
-    damage: list[Damage] = field(default_factory=list)
-    lost_from_seq: int | None = None  # with damage: the first sequence number not recovered
-    unusable: list[str] = field(default_factory=list)  # files a rollback moves aside
-    covered: list[str] = field(default_factory=list)  # segments/snapshots a snapshot covers
+    __slots__ = (
+        "bytes_since_snapshot",
+        "covered",
+        "damage",
+        "generation",
+        "last_segment",
+        "last_segment_end",
+        "lost_from_seq",
+        "seq",
+        "snapshot_bytes",
+        "snapshot_seq",
+        "state",
+        "torn",
+        "unusable",
+    )
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __init__(
+        self,
+        state: dict[str, Any],
+        seq: int = 0,
+        generation: int = 0,
+        snapshot_seq: int = 0,
+        snapshot_bytes: int = 0,
+        bytes_since_snapshot: int = 0,
+        last_segment: str | None = None,
+        last_segment_end: int = 0,
+        torn: TornTail | None = None,
+        damage: list[Damage] | None = None,
+        lost_from_seq: int | None = None,
+        unusable: list[str] | None = None,
+        covered: list[str] | None = None,
+    ) -> None:
+        self.state = state
+        self.seq = seq
+        self.generation = generation
+        self.snapshot_seq = snapshot_seq
+        self.snapshot_bytes = snapshot_bytes
+        self.bytes_since_snapshot = bytes_since_snapshot
+        self.last_segment = last_segment  # the segment a writer appends to (None: a new one)
+        self.last_segment_end = last_segment_end  # just past its last valid record
+        self.torn = torn
+        self.damage: list[Damage] = [] if damage is None else damage
+        self.lost_from_seq = lost_from_seq  # with damage: the first sequence number not read
+        self.unusable: list[str] = [] if unusable is None else unusable  # moved aside on rollback
+        self.covered: list[str] = [] if covered is None else covered  # a snapshot covers these
 
 
 def list_files(folder: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:

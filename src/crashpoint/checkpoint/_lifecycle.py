@@ -18,18 +18,22 @@ it to the probe with its key (under the harness, that is the outside world apply
 says "send" (exit 0). The agent then performs it with the same key. Completing the step (or
 ``effect --done``) settles it. On a retry after a crash an effect already settled says "skip"
 (exit :data:`EXIT_SKIP`); one in doubt (intent, no settlement) says "send" again, same key.
+Without ``--key`` a retry must carry the same payload: a different one under the same default
+key is another effect of that kind in that step, refused (:class:`EffectMismatch`, exit 70),
+never sent under the first one's key.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from crashpoint.checkpoint._run import _init_state, run_reducer
+from crashpoint.checkpoint._record import encode_json
+from crashpoint.checkpoint._runstate import _init_state, any_reducer, is_run_state
 from crashpoint.checkpoint._store import RunJournal, Store
+from crashpoint.checkpoint._value import Value
 from crashpoint.errors import (
+    EffectMismatch,
     ResumeMismatch,
     RunDeadLettered,
     RunNotFound,
@@ -37,6 +41,10 @@ from crashpoint.errors import (
     RunStateError,
     StepOutOfOrder,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "EXIT_SKIP",
@@ -47,7 +55,6 @@ __all__ = [
     "StepOutOfOrder",
     "complete_run",
     "exists_or_raise",
-    "lifecycle_reducer",
     "record_effect",
     "record_step",
     "run_status",
@@ -61,11 +68,16 @@ LOCK_WAIT = 10.0
 _FINISHED = ("completed", "denied", "dead")
 
 
-def lifecycle_reducer(state: dict[str, Any], rec: Any) -> None:
-    """:func:`run_reducer`, plus the owner an ``open`` record names (the lease)."""
-    run_reducer(state, rec)
-    if isinstance(rec, dict) and rec.get("t") == "open" and "owner" in rec:
-        state["owner"] = rec["owner"]
+def _a_run(run_id: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (read with :func:`any_reducer`, as ``verify`` reads), if it is a run's."""
+    if not is_run_state(state):
+        raise RunStateError(
+            f"run {run_id!r} holds a journal of other records, not a run's (its first record "
+            "is not an 'open' record): it was not started with `crashpoint checkpoints start` "
+            "or open_run(); use another run id"
+        )
+    _init_state(state)
+    return state
 
 
 # -- the owner: the caller's process group ------------------------------------------------------
@@ -122,18 +134,39 @@ def _check_owner(journal: RunJournal, me: str) -> None:
 # -- facts ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LifecycleStatus:
+class LifecycleStatus(Value):
     """Where a run stands: what to do next, and what is done."""
 
-    run_id: str
-    status: str
-    steps: list[str]
-    completed: list[str]
-    results: list[Any]
-    attempts: int
-    effects: dict[str, Any] = field(default_factory=dict)
-    output: Any = None
+    __slots__ = (
+        "attempts",
+        "completed",
+        "effects",
+        "output",
+        "results",
+        "run_id",
+        "status",
+        "steps",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        steps: list[str],
+        completed: list[str],
+        results: list[Any],
+        attempts: int,
+        effects: dict[str, Any] | None = None,
+        output: Any = None,
+    ) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.steps = steps
+        self.completed = completed
+        self.results = results
+        self.attempts = attempts
+        self.effects: dict[str, Any] = {} if effects is None else effects
+        self.output = output
 
     @property
     def next(self) -> str | None:
@@ -175,13 +208,13 @@ def _status(run_id: str, state: dict[str, Any]) -> LifecycleStatus:
 
 def run_status(store: Store, run_id: str) -> LifecycleStatus:
     """The run's status, read without a lock and without changing anything."""
-    return _status(run_id, store.read(run_id, reducer=lifecycle_reducer).state)
+    return _status(run_id, _a_run(run_id, store.read(run_id, reducer=any_reducer).state))
 
 
 def _open(store: Store, run_id: str, me: str) -> RunJournal:
-    journal = store.open(run_id, reducer=lifecycle_reducer, create=False, lock_timeout=LOCK_WAIT)
+    journal = store.open(run_id, reducer=any_reducer, create=False, lock_timeout=LOCK_WAIT)
     try:
-        _init_state(journal.state)
+        _a_run(run_id, journal.state)
         _check_owner(journal, me)
         if not journal.state.get("steps"):
             raise RunStateError(
@@ -207,10 +240,9 @@ def start_run(store: Store, run_id: str, steps: Sequence[str] | None) -> Lifecyc
     exists = store.exists(run_id)
     if not exists and not steps:
         raise RunStateError(f"run {run_id!r} does not exist yet: give its steps, `--steps A,B,...`")
-    journal = store.open(run_id, reducer=lifecycle_reducer, lock_timeout=LOCK_WAIT)
+    journal = store.open(run_id, reducer=any_reducer, lock_timeout=LOCK_WAIT)
     with journal:
-        st = journal.state
-        _init_state(st)
+        st = _a_run(run_id, journal.state)
         recorded = st.get("steps")
         declared = list(steps) if steps else None
         if declared is not None and recorded and list(recorded) != declared:
@@ -288,16 +320,20 @@ def record_step(store: Store, run_id: str, name: str, result: Any) -> LifecycleS
         return _status(run_id, st)
 
 
-@dataclass(frozen=True, slots=True)
-class EffectAnswer:
+class EffectAnswer(Value):
     """What ``effect`` decided: ``send`` (perform it now, with ``key``), ``skip`` (already
     done) or ``recorded`` (``--done``: its result is now recorded)."""
 
-    action: str
-    key: str
-    kind: str
-    in_doubt: bool = False  # "send" again: an earlier attempt announced it and then crashed
-    result: Any = None
+    __slots__ = ("action", "in_doubt", "key", "kind", "result")
+
+    def __init__(
+        self, action: str, key: str, kind: str, in_doubt: bool = False, result: Any = None
+    ) -> None:
+        self.action = action
+        self.key = key
+        self.kind = kind
+        self.in_doubt = in_doubt  # "send" again: an earlier attempt announced it, then crashed
+        self.result = result
 
 
 def _default_key(run_id: str, st: dict[str, Any], kind: str) -> str:
@@ -323,11 +359,16 @@ def record_effect(
     done: bool = False,
     result: Any = None,
 ) -> EffectAnswer:
-    """Announce (or, with ``done``, settle) one effect; see the module's docstring."""
+    """Announce (or, with ``done``, settle) one effect; see the module's docstring.
+
+    Without ``key`` (the default key), a payload that differs from the one the effect under
+    that key was announced with, and not settled, raises :class:`EffectMismatch`: that is
+    another effect (two of one kind in one step), never sent under the first one's key."""
     with _open(store, run_id, _me()) as journal:
         st = journal.state
         if st["status"] in _FINISHED:
             raise RunStateError(f"run {run_id!r} is {st['status']}; it performs no more effects")
+        default = key is None
         if key is None:
             key = _default_key(run_id, st, kind)
         rec = st["effects"].get(key)
@@ -347,6 +388,8 @@ def record_effect(
             )
             return EffectAnswer("recorded", key, kind, result=result)
         stored = store.redactor.redact(payload)
+        if default and rec is not None and encode_json(stored) != encode_json(rec.get("payload")):
+            raise EffectMismatch(run_id, key, kind, len(st["order"]))
         if rec is None:
             pos = len(st["order"])
             steps = st["steps"]

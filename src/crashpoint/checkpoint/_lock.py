@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import time
-from dataclasses import dataclass
 
 from crashpoint._fsio import FsOps, is_regular_file
 from crashpoint.checkpoint._journal import parse_lock
@@ -26,12 +25,19 @@ __all__ = ["RunLock", "acquire", "write_holder"]
 _SLOT = 64
 
 
-@dataclass(slots=True)
 class RunLock:
-    path: str
-    fd: int
-    generation: int
-    fs: FsOps
+    """A run's lock, held: its file, descriptor and the fencing generation it got."""
+
+    __slots__ = ("fd", "fs", "generation", "path")
+
+    def __init__(self, path: str, fd: int, generation: int, fs: FsOps) -> None:
+        self.path = path
+        self.fd = fd
+        self.generation = generation
+        self.fs = fs
+
+    def __repr__(self) -> str:
+        return f"RunLock({self.path!r}, fd={self.fd}, generation={self.generation})"
 
     def release(self) -> None:
         if self.fd < 0:

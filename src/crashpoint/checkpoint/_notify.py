@@ -17,19 +17,23 @@ fails the run: it is logged on the ``crashpoint.notify`` logger (a warning).
 from __future__ import annotations
 
 import json
-import logging
 import os
-import shlex
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from crashpoint.errors import InvalidArgument
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
     from crashpoint.checkpoint._store import Store
+
+    #: A hook: a callable given the event, or a command (a word list, or a string split like
+    #: one).
+    Notify = Callable[[dict[str, Any]], Any] | str | Sequence[str] | None
+else:  # at run time only annotations name it (they are not evaluated): no typing to import
+    Notify = None
 
 __all__ = ["NOTIFY_ENV", "NOTIFY_TIMEOUT", "Notify", "notify_event"]
 
@@ -38,10 +42,7 @@ NOTIFY_ENV = "CRASHPOINT_NOTIFY"
 #: Seconds a notification command may run before its process group is killed.
 NOTIFY_TIMEOUT = 10.0
 
-#: A hook: a callable given the event, or a command (a word list, or a string split like one).
-Notify = Callable[[dict[str, Any]], Any] | str | Sequence[str] | None
-
-log = logging.getLogger("crashpoint.notify")
+_LOGGER = "crashpoint.notify"
 
 
 def _hook(store: Store) -> Notify:
@@ -52,6 +53,8 @@ def _hook(store: Store) -> Notify:
 
 
 def _argv(hook: str | Sequence[str]) -> list[str]:
+    import shlex  # only when a hook runs: every store imports this module
+
     argv = shlex.split(hook) if isinstance(hook, str) else [str(a) for a in hook]
     if not argv:
         raise InvalidArgument("the notification command is empty")
@@ -70,6 +73,9 @@ def run_command(
     after ``timeout`` seconds; None if it exited with a code in ``ok``, else why it did not
     (the last line of its stderr included). Used for notification hooks and supervised
     attempts alike."""
+    import signal  # only when a command runs: every store imports this module
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             argv,
@@ -124,7 +130,9 @@ def notify_event(store: Store, event: str, run_id: str, **fields: Any) -> bool:
         why = f"{type(exc).__name__}: {exc}"
     if why is None:
         return True
-    log.warning(
+    import logging  # only when a hook failed: every store imports this module
+
+    logging.getLogger(_LOGGER).warning(
         "crashpoint: the notification hook failed for the %s event of run %r: %s",
         event,
         run_id,

@@ -36,11 +36,14 @@ import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
 
-from crashpoint.errors import InvalidArgument, PayloadError
+from crashpoint.checkpoint._value import Value
+from crashpoint.errors import InvalidArgument, PayloadError, WrongArgumentType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "HEADER",
@@ -50,6 +53,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_PAYLOAD",
     "MAX_WRITE_DEPTH",
+    "TOO_DEEP",
     "VERSION",
     "PayloadError",
     "ScanResult",
@@ -93,10 +97,39 @@ _C_ENCODE: Any = (
 
 
 def encode_json(obj: Any) -> bytes:
-    """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    if _C_ENCODE is not None:
-        return "".join(_C_ENCODE(obj, 0)).encode("utf-8")
-    return _ENCODER.encode(obj).encode("utf-8")
+    """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN.
+
+    Data JSON cannot hold raises the library's own errors, never a bare ValueError,
+    TypeError or RecursionError: :class:`InvalidArgument` for data nested too deep (or holding
+    itself), NaN or infinity, a lone surrogate; :class:`WrongArgumentType` for a value that is
+    not a list, an object with string keys, a string, a number, a boolean or null."""
+    try:
+        if _C_ENCODE is not None:
+            return "".join(_C_ENCODE(obj, 0)).encode("utf-8")
+        return _ENCODER.encode(obj).encode("utf-8")
+    except RecursionError:
+        raise InvalidArgument(TOO_DEEP) from None
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"a string holds {exc.object[exc.start : exc.end]!r}, a lone surrogate UTF-8 cannot "
+            "hold (text decoded with errors='surrogateescape'?); store bytes as base64 text"
+        ) from None
+    except ValueError as exc:  # NaN or infinity (allow_nan=False), a list that holds itself
+        raise InvalidArgument(
+            f"the data cannot be stored as JSON: {exc} (NaN and infinity are not JSON numbers)"
+        ) from None
+    except TypeError as exc:
+        raise WrongArgumentType(
+            f"the data cannot be stored as JSON: {exc}; store lists, objects with string keys, "
+            "strings, numbers, booleans and null"
+        ) from None
+
+
+#: why data nested too deep is refused (when written, and when redacted before that)
+TOO_DEEP = (
+    f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists and objects (or a "
+    "list or object holds itself); flatten it (deeper data could not be read back safely)"
+)
 
 
 def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
@@ -104,10 +137,7 @@ def encode(payload: bytes, kind: int = KIND_RECORD) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise InvalidArgument(f"record payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
     if kind == KIND_RECORD and _deeper_than(payload, MAX_WRITE_DEPTH):
-        raise InvalidArgument(
-            f"record data nests deeper than {MAX_WRITE_DEPTH - 1} levels of lists "
-            "and objects; flatten it (deeper data could not be read back safely)"
-        )
+        raise InvalidArgument(TOO_DEEP)
     head = _HEAD12.pack(MAGIC, VERSION, kind, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head)) + payload
 
@@ -120,7 +150,7 @@ _SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed byte
 # overflow to inf has a three-digit exponent or over 300 digits (strings may match too: then
 # floats are checked one by one, slower, never wrong)
 _NUMBERS = bytes.maketrans(b"0123456789E", b"0000000000e")
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # an escaped surrogate (maybe a lone one)
+_SURROGATE = rb"\\u[dD][89a-fA-F]"  # an escaped surrogate (maybe a lone one); compiled on use
 
 
 def _may_overflow(payload: bytes) -> bool:
@@ -176,10 +206,10 @@ def _decoder(big_floats: bool) -> json.JSONDecoder:
 
 def _check_text(raw: bytes, obj: Any) -> None:
     """Escaped surrogates decode to lone ones the encoder cannot write back: refuse those."""
-    if (b"\\ud" in raw or b"\\uD" in raw) and _SURROGATE.search(raw) is not None:
+    if (b"\\ud" in raw or b"\\uD" in raw) and re.search(_SURROGATE, raw) is not None:
         try:
             encode_json(obj)
-        except UnicodeEncodeError:
+        except InvalidArgument:  # what encode_json makes of the UnicodeEncodeError
             raise PayloadError("a string holds a lone surrogate (\\ud800-\\udfff)") from None
 
 
@@ -202,22 +232,32 @@ def decode_json(payload: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def decode_many(payloads: Sequence[bytes]) -> list[Any] | None:
-    """Decode many payloads with one C call (a JSON array of them); ``None`` if any does not
-    decode, or is not exactly one value: decode those one by one to learn which and why."""
+    """``[decode_json(p) for p in payloads]``, faster; ``None`` if any payload would not decode
+    that way (decode those one by one to learn which and why), never a different answer.
+
+    Each payload is scanned on its own, from its first byte, and must end exactly at its last:
+    payloads are never joined into one document, where two fragments invalid alone (a record
+    cut after a comma, the next holding the rest) would read as valid records."""
     if not payloads:
         return []
     for p in payloads:
         if _deeper_than(p, MAX_DEPTH):
             return None
-    joined = b"[" + b",".join(payloads) + b"]"
+    everything = b",".join(payloads)  # the batch-wide checks: each one's verdict, or stricter
+    # the decoder's scanner (set by JSONDecoder.__init__; typeshed does not declare it)
+    scan: Any = _decoder(_may_overflow(everything)).scan_once  # type: ignore[attr-defined]
+    out: list[Any] = []
+    append = out.append
     try:
-        text = joined.decode("utf-8")
-        out = _decoder(_may_overflow(joined)).decode(text)
-        _check_text(joined, out)
-    except ValueError:  # PayloadError, JSONDecodeError, UnicodeDecodeError
+        for p in payloads:
+            text = p.decode("utf-8")
+            obj, end = scan(text, 0)
+            if end != len(text):
+                return None  # more than one value, or whitespace after it: decode_json says
+            append(obj)
+        _check_text(everything, out)
+    except (ValueError, StopIteration):  # PayloadError, JSONDecodeError, UnicodeDecodeError
         return None
-    if not isinstance(out, list) or len(out) != len(payloads):
-        return None  # a payload that is not one JSON value
     return out
 
 
@@ -226,14 +266,18 @@ def decode_payload(payload: bytes) -> Any:
     return decode_json(payload)
 
 
-@dataclass(frozen=True, slots=True)
-class ScanResult:
+class ScanResult(Value):
     """What :func:`scan` found: the good records and, if it stopped early, where and why."""
 
-    records: list[tuple[int, int, bytes]]  # (offset, kind, payload) of each intact record
-    end: int  # offset just past the last intact record
-    stop: str  # "end" (clean), "torn" or "damage"
-    reason: str = ""
+    __slots__ = ("end", "reason", "records", "stop")
+
+    def __init__(
+        self, records: list[tuple[int, int, bytes]], end: int, stop: str, reason: str = ""
+    ) -> None:
+        self.records = records  # (offset, kind, payload) of each intact record
+        self.end = end  # offset just past the last intact record
+        self.stop = stop  # "end" (clean), "torn" or "damage"
+        self.reason = reason
 
 
 def _all_zero(buf: bytes | memoryview, start: int) -> bool:

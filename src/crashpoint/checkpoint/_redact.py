@@ -5,13 +5,29 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
-from typing import Any, Generic, TypeVar
 
-from crashpoint.errors import WrongArgumentType
+from crashpoint.checkpoint._record import MAX_DEPTH, TOO_DEEP
+from crashpoint.errors import InvalidArgument, WrongArgumentType
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Generic, TypeVar
+
+    T = TypeVar("T")
+
+    class _Generic(Generic[T]):
+        __slots__ = ()
+else:  # Secret[str] at run time without importing typing (every store imports this module)
+
+    class _Generic:
+        __slots__ = ()
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
 
 __all__ = ["DEFAULT_SECRET_NAMES", "REDACTED", "Redactor", "Secret"]
 
-T = TypeVar("T")
 REDACTED = "[redacted]"
 
 #: A field is secret when one of the words of its name (split on ``_ - .`` and camelCase) is
@@ -42,7 +58,7 @@ DEFAULT_SECRET_NAMES = frozenset(
 _WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
-class Secret(Generic[T]):
+class Secret(_Generic["T"]):
     """A value that must never be written to disk or printed.
 
     ``Secret("sk-...")`` is stored as ``"[redacted]"``; read the value with :meth:`reveal`.
@@ -88,19 +104,32 @@ class Redactor:
         return hit
 
     def redact(self, value: Any) -> Any:
-        """A copy of ``value`` with every :class:`Secret` and secret-named field redacted."""
+        """A copy of ``value`` with every :class:`Secret` and secret-named field redacted.
+
+        Data nested deeper than a record may be (or holding itself) raises
+        :class:`~crashpoint.errors.InvalidArgument`, never RecursionError."""
+        return self._redact(value, 0)
+
+    def _redact(self, value: Any, depth: int) -> Any:
         t = type(value)
         if t is str or t is int or t is float or t is bool or value is None:
             return value  # the common leaves, without the cost of ABC isinstance checks
+        if depth > MAX_DEPTH:
+            raise InvalidArgument(TOO_DEEP)
+        depth += 1
         if t is dict:
             out_: dict[str, Any] = {}
             for k, v in value.items():
                 if type(k) is not str:
                     raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
-                out_[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
+                out_[k] = (
+                    REDACTED
+                    if (v is not None and self.is_secret_name(k))
+                    else self._redact(v, depth)
+                )
             return out_
         if t is list:
-            return [self.redact(v) for v in value]
+            return [self._redact(v, depth) for v in value]
         if isinstance(value, Secret):
             return REDACTED
         if isinstance(value, Mapping):
@@ -108,8 +137,12 @@ class Redactor:
             for k, v in value.items():
                 if not isinstance(k, str):
                     raise WrongArgumentType(f"checkpoint keys must be strings, got {k!r}")
-                out[k] = REDACTED if (v is not None and self.is_secret_name(k)) else self.redact(v)
+                out[k] = (
+                    REDACTED
+                    if (v is not None and self.is_secret_name(k))
+                    else self._redact(v, depth)
+                )
             return out
         if isinstance(value, (list, tuple)):
-            return [self.redact(v) for v in value]
+            return [self._redact(v, depth) for v in value]
         return value

@@ -1,18 +1,8 @@
 """Runs: resume from the last completed step, perform every effect exactly once.
 
-A run is a journal of records of these kinds (``"t"``)::
-
-    open      an attempt began (attempt number, the declared step list)
-    step      a step completed, with its position, name and result
-    intent    an effect is about to be performed (key, kind, payload, policy)
-    effect    the effect's result (how it was settled: call, reconcile, human)
-    pause     the run waits for a human decision
-    decision  a human decided (approved or denied, with a note)
-    finish    the run ended: completed (with its output), denied, failed or dead
-    rollback  an operator rolled the run back to a completed step: later steps, effects and
-              pauses are discarded from the state (they stay in the journal as history)
-
-Replaying them in order gives the run's state; :func:`run_reducer` is that replay.
+:class:`Run` (opened with :func:`open_run`) writes a run's records and :func:`run_reducer`
+replays them (both described in ``_runstate``, which every reader of a run shares); here are
+the steps, effects, approvals, rollbacks, the state at a step and the plan of a resume.
 """
 
 from __future__ import annotations
@@ -27,20 +17,25 @@ from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
-from crashpoint.checkpoint._journal import PayloadError, register_state_check
 from crashpoint.checkpoint._notify import notify_event
+from crashpoint.checkpoint._runstate import (
+    EXIT_CODES,
+    _after,
+    _epoch,
+    _init_state,
+    any_reducer,
+    exit_code,
+    run_reducer,
+)
 from crashpoint.checkpoint._store import RunJournal, Store
 from crashpoint.errors import (
     CheckpointCorrupt,
     CheckpointError,
-    CheckpointWriteError,
-    DiskBudgetExceeded,
     EffectInDoubt,
     InvalidArgument,
     ResumeMismatch,
     RunDeadLettered,
     RunDenied,
-    RunLocked,
     RunPaused,
     RunStateError,
 )
@@ -55,6 +50,7 @@ __all__ = [
     "Run",
     "RunDenied",
     "StateAt",
+    "any_reducer",
     "decide",
     "exit_code",
     "open_run",
@@ -67,37 +63,6 @@ __all__ = [
 
 EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
 _POLICIES = ("retry", "reconcile", "ask", "fail")
-
-#: Documented exit codes (sysexits-style) for a run that stops without completing.
-EXIT_CODES = {
-    "paused": 75,  # EX_TEMPFAIL: waiting for a human decision; start again after it
-    "locked": 73,  # another live process holds the run
-    "denied": 77,  # EX_NOPERM: a human denied the approval; the run ended as denied
-    "corrupt": 65,  # EX_DATAERR: a checkpoint failed its checksums (on_corrupt="raise")
-    "disk": 74,  # EX_IOERR: ENOSPC / EFBIG / EIO / disk budget; nothing acknowledged lost
-    "in_doubt": 76,  # an effect is in doubt and its policy is "fail"
-    "mismatch": 70,  # EX_SOFTWARE: the code's steps differ from the journal's
-    "dead": 69,  # EX_UNAVAILABLE: dead-lettered after too many attempts
-}
-
-
-def exit_code(exc: BaseException) -> int:
-    """The documented exit code for an exception that stops a run (1 for anything else)."""
-    table: list[tuple[type[BaseException], str]] = [
-        (RunPaused, "paused"),
-        (RunLocked, "locked"),
-        (RunDenied, "denied"),
-        (CheckpointCorrupt, "corrupt"),
-        (CheckpointWriteError, "disk"),
-        (DiskBudgetExceeded, "disk"),
-        (EffectInDoubt, "in_doubt"),
-        (ResumeMismatch, "mismatch"),
-        (RunDeadLettered, "dead"),
-    ]
-    for cls, name in table:
-        if isinstance(exc, cls):
-            return EXIT_CODES[name]
-    return 1
 
 
 def run_main(main: Callable[[], Any]) -> None:
@@ -155,236 +120,6 @@ class Checkpointing:
         return cls("hybrid", n, seconds, **kw)
 
 
-def _init_state(state: dict[str, Any]) -> None:
-    state.setdefault("order", [])  # [(name, kind)] of completed steps, by position
-    state.setdefault("results", [])
-    state.setdefault("effects", {})
-    state.setdefault("pauses", {})
-    state.setdefault("status", "created")
-    state.setdefault("attempts", 0)
-
-
-_FINISHED = ("completed", "denied", "failed", "dead")
-_MAX_ATTEMPTS = (1 << 31) - 1
-# the fields each record kind must have (name: the types it may be) and may have
-_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
-    "step": {"name": (str,)},
-    "open": {},
-    "intent": {"key": (str,), "kind": (str,)},
-    "effect": {"key": (str,)},
-    "pause": {"name": (str,)},
-    "decision": {"name": (str,), "approved": (bool,)},
-    "finish": {"status": (str,)},
-    "rollback": {"pos": (int,)},
-}
-_OPTIONAL: dict[str, tuple[type, ...]] = {
-    "attempt": (int,),
-    "policy": (str,),
-    "via": (str,),
-    "reason": (str,),
-    "note": (str,),
-    "by": (str,),
-    "kind": (str,),
-    "step": (str,),
-    "pos": (int,),
-}
-
-
-def _fail(what: str) -> PayloadError:
-    return PayloadError(what)
-
-
-def _is_str_list(v: Any) -> bool:
-    return type(v) is list and all(type(x) is str for x in v)
-
-
-def _check_run_record(rec: Any) -> None:
-    """Raise PayloadError for a record :class:`Run` never writes (checked before it is applied,
-    so a bad record leaves the state as it was: the valid prefix)."""
-    if type(rec) is not dict:
-        raise _fail(f"a run record is an object, not {type(rec).__name__}")
-    t = rec.get("t")
-    if type(t) is not str:
-        raise _fail("a run record has a string 't'")
-    need = _REQUIRED.get(t)
-    if need is None:
-        return  # a kind this version does not know: ignored, as before
-    for name, types in need.items():
-        if type(rec.get(name)) not in types:
-            raise _fail(f"a {t!r} record needs {name!r} of type {types[0].__name__}")
-    for name, types in _OPTIONAL.items():
-        if name in rec and name not in need and type(rec[name]) not in types:
-            raise _fail(f"{name!r} of a {t!r} record is not of type {types[0].__name__}")
-    if t == "open":
-        if "attempt" in rec and not 0 <= rec["attempt"] <= _MAX_ATTEMPTS:
-            raise _fail(f"attempt {str(rec['attempt'])[:20]} is out of range")
-        if rec.get("steps") is not None and not _is_str_list(rec["steps"]):
-            raise _fail("an 'open' record's steps are a list of names")
-    elif t == "rollback" and not 0 <= rec["pos"] <= _MAX_ATTEMPTS:
-        raise _fail(f"a rollback to position {str(rec['pos'])[:20]} is out of range")
-    elif t == "finish" and rec["status"] not in _FINISHED:
-        raise _fail(f"a run cannot finish as {rec['status'][:40]!r}")
-
-
-def _check_run_state(state: dict[str, Any]) -> None:
-    """Raise PayloadError for a snapshot state :func:`run_reducer` never builds."""
-
-    def bad(key: str, what: str) -> PayloadError:
-        return _fail(f"the run state's {key!r} is not {what}")
-
-    if "order" in state and not _is_str_list(state["order"]):
-        raise bad("order", "a list of step names")
-    if type(state.get("results", [])) is not list:
-        raise bad("results", "a list")
-    if len(state.get("order", [])) != len(state.get("results", [])):
-        raise _fail("the run state has a result for each completed step")
-    effects, pauses = state.get("effects", {}), state.get("pauses", {})
-    if type(effects) is not dict or not all(type(e) is dict for e in effects.values()):
-        raise bad("effects", "an object of objects")
-    if type(pauses) is not dict or not all(type(p) is dict for p in pauses.values()):
-        raise bad("pauses", "an object of objects")
-    for p in pauses.values():
-        d = p.get("decision")
-        if d is not None and (
-            type(d) is not dict
-            or type(d.get("approved")) is not bool
-            or type(d.get("note", "")) is not str
-            or type(d.get("by", "")) is not str
-        ):
-            raise bad("pauses", "decisions with 'approved', 'note' and 'by'")
-    if type(state.get("status", "created")) is not str:
-        raise bad("status", "a string")
-    attempts = state.get("attempts", 0)
-    if type(attempts) is not int or not 0 <= attempts <= _MAX_ATTEMPTS:
-        raise bad("attempts", "a count")
-    if state.get("steps") is not None and not _is_str_list(state["steps"]):
-        raise bad("steps", "a list of step names")
-    rollbacks = state.get("rollbacks", [])
-    if type(rollbacks) is not list or not all(
-        type(r) is int and 0 <= r <= _MAX_ATTEMPTS for r in rollbacks
-    ):
-        raise bad("rollbacks", "a list of positions")
-
-
-def run_reducer(state: dict[str, Any], rec: Any) -> None:
-    """Replay one run record into ``state`` (the reducer the run's journal is opened with).
-
-    A record of a shape :class:`Run` never writes raises :class:`PayloadError` before the
-    state changes: the load reports it as damage at that record."""
-    _check_run_record(rec)
-    if "effects" not in state:
-        _init_state(state)
-    t = rec.get("t")
-    if t == "step":  # the common record first
-        state["order"].append(rec["name"])
-        state["results"].append(rec.get("result"))
-    elif t == "open":
-        state["attempts"] = int(rec.get("attempt", state["attempts"] + 1))
-        if "steps" not in state:
-            state["steps"] = rec.get("steps")
-        if state["status"] in ("created", "failed"):
-            state["status"] = "running"
-    elif t == "intent":
-        state["effects"][rec["key"]] = {
-            "kind": rec["kind"],
-            "step": rec.get("step"),
-            "payload": rec.get("payload"),
-            "policy": rec.get("policy", "retry"),
-            "status": "intent",
-            "at": len(state["order"]),
-        }
-    elif t == "effect":
-        eff = state["effects"].setdefault(rec["key"], {"kind": rec.get("kind")})
-        eff["status"] = "done"
-        eff["result"] = rec.get("result")
-        eff["via"] = rec.get("via", "call")
-    elif t == "pause":
-        state["pauses"][rec["name"]] = {
-            "reason": rec.get("reason", ""),
-            "request": rec.get("request"),
-            "decision": None,
-            "at": len(state["order"]),
-        }
-        state["status"] = "paused"
-    elif t == "decision":
-        p = state["pauses"].setdefault(rec["name"], {"reason": "", "request": None})
-        p["decision"] = {
-            "approved": bool(rec["approved"]),
-            "note": rec.get("note", ""),
-            "by": rec.get("by", ""),
-        }
-        state["status"] = "running"
-    elif t == "finish":
-        state["status"] = rec["status"]
-        if "output" in rec:
-            state["output"] = rec["output"]
-        if rec.get("reason"):
-            state["reason"] = rec["reason"]
-    elif t == "rollback":
-        pos = rec.get("pos")
-        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
-            raise InvalidArgument(f"a rollback record needs a step position, got {pos!r}")
-        _apply_rollback(state, pos + 1)
-
-
-_KEY_POS = re.compile(r":(\d+)\.[^:]*:[^:]*:\d+(?:@r\d+)?$")
-
-
-def _effect_at(key: str, eff: Any) -> int | None:
-    """The position an effect was recorded at: ``at`` in its state, else the position in its
-    default key; None if unknown (an explicit key in a journal older than ``at``)."""
-    at = eff.get("at") if isinstance(eff, dict) else None
-    if isinstance(at, int) and not isinstance(at, bool):
-        return at
-    m = _KEY_POS.search(key)
-    return int(m.group(1)) if m else None
-
-
-def _after(state: dict[str, Any], keep: int) -> tuple[list[str], list[str]]:
-    """Keys of effects and names of pauses recorded after the first ``keep`` steps."""
-    effects = [
-        k for k, e in state["effects"].items() if (at := _effect_at(k, e)) is None or at >= keep
-    ]
-    kept = set(state["order"][:keep])
-    pauses = []
-    for name, p in state["pauses"].items():
-        at = p.get("at") if isinstance(p, dict) else None
-        if isinstance(at, int) and not isinstance(at, bool):
-            if at >= keep:
-                pauses.append(name)
-        elif name not in kept and not (
-            str(name).startswith("effect:") and str(name)[7:] not in effects
-        ):
-            pauses.append(name)
-    return effects, pauses
-
-
-def _apply_rollback(state: dict[str, Any], keep: int) -> None:
-    """Keep the first ``keep`` completed steps and what was recorded before their end."""
-    effects, pauses = _after(state, keep)
-    state["order"] = state["order"][:keep]
-    state["results"] = state["results"][:keep]
-    for k in effects:
-        del state["effects"][k]
-    for n in pauses:
-        del state["pauses"][n]
-    state["rollbacks"] = [*_rollbacks(state), keep]
-    state["status"] = "running"
-    state.pop("output", None)
-    state.pop("reason", None)
-
-
-def _rollbacks(state: dict[str, Any]) -> list[int]:
-    """The first re-run position of each rollback so far, oldest first."""
-    rb = state.get("rollbacks")
-    return [n for n in rb if isinstance(n, int)] if isinstance(rb, list) else []
-
-
-def _epoch(state: dict[str, Any], pos: int) -> int:
-    """How many rollbacks re-opened position ``pos`` (0: never re-run)."""
-    return max((i + 1 for i, first in enumerate(_rollbacks(state)) if first <= pos), default=0)
-
-
 @dataclass(frozen=True, slots=True)
 class Rollback:
     """What a rollback did: the step kept last, the steps discarded, and the effects recorded
@@ -425,9 +160,6 @@ class Rollback:
         )
         lines.append(f"the next start replays #0..#{self.position} and runs from {nxt}")
         return "\n".join(lines)
-
-
-register_state_check(run_reducer, _check_run_state)
 
 
 class Run:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+import _thread  # its RLock is threading's, without importing threading
 import errno
 import fcntl
 import json
 import os
 import re
-import secrets
-import shutil
 import stat
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
 
 from crashpoint._failpoints import failpoint
 from crashpoint._fsio import REAL, FsOps, is_temp_of
@@ -39,6 +35,7 @@ from crashpoint.checkpoint._lock import RunLock, acquire, flock_within, is_locke
 from crashpoint.checkpoint._notify import Notify
 from crashpoint.checkpoint._record import KIND_SNAPSHOT, decode_json, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
+from crashpoint.checkpoint._value import Value
 from crashpoint.errors import (
     CheckpointError,
     CheckpointWriteError,
@@ -47,6 +44,12 @@ from crashpoint.errors import (
     InvalidRunId,
     RunNotFound,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    from crashpoint.checkpoint._facts import Recovery, RunInfo
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -58,8 +61,22 @@ __all__ = [
     "RunJournal",
     "SnapshotPolicy",
     "Store",
+    "atomic_write",
+    "is_store_url",
+    "makedirs_durable",
     "validate_run_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`RunInfo` and :class:`Recovery` (in ``_facts``), imported on first use: they are
+    dataclasses, and opening a run imports none."""
+    if name in ("Recovery", "RunInfo"):
+        from crashpoint.checkpoint import _facts  # on first use, for the cost (see above)
+
+        return getattr(_facts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MiB = 1 << 20
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -69,29 +86,69 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 ACTIVE_STATUSES = frozenset({"created", "running", "paused", "decided", "failed"})
 #: Only runs in these statuses are ever pruned.
 PRUNABLE_STATUSES = frozenset({"completed", "denied", "dead"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_BATCH = re.compile(r"^batch\((\d+)\)$|^batch:(\d+)$")
+#: What a run id may not hold, beyond C0 and C1 controls and DEL and lone surrogates (how Python
+#: holds a byte that is not UTF-8, e.g. from a command line): line and paragraph separators and
+#: the bidirectional formatting characters (marks, embeddings, overrides, isolates: they make a
+#: name display in another order than it is stored).
+_UNSAFE = frozenset(
+    [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+_BATCH = r"^batch\((\d+)\)$|^batch:(\d+)$"  # compiled on first use
+_MAX_RUN_ID = 200
+
+
+def _unsafe_at(run_id: str) -> int:
+    """The index of the first character a run id may not hold, or -1."""
+    if run_id.isascii() and run_id.isprintable():  # the common case, at C speed
+        return -1
+    for i, ch in enumerate(run_id):
+        n = ord(ch)
+        if n < 0x20 or 0x7F <= n <= 0x9F or 0xD800 <= n <= 0xDFFF or n in _UNSAFE:
+            return i
+    return -1
+
+
+def _unsafe_char(ch: str) -> str:
+    """What the character ``ch`` (one :func:`_unsafe_at` finds) is, for an error message."""
+    n = ord(ch)
+    if 0xDC80 <= n <= 0xDCFF:
+        return f"the byte 0x{n - 0xDC00:02x}, which is not UTF-8 (a run id is UTF-8 text)"
+    if 0xD800 <= n <= 0xDFFF:
+        return f"U+{n:04X}, a lone surrogate (not UTF-8)"
+    if n < 0x20 or n == 0x7F:
+        return f"U+{n:04X}, a control character"
+    if n <= 0x9F:
+        return f"U+{n:04X}, a C1 control character"
+    if n in (0x2028, 0x2029):
+        return f"U+{n:04X}, a line or paragraph separator"
+    return f"U+{n:04X}, a bidirectional formatting character (text would display reordered)"
 
 
 def validate_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it is a safe folder name under the store; raise InvalidRunId if not."""
+    """Return ``run_id`` if it is a safe folder name under the store; raise InvalidRunId if not.
+
+    A run id is 1-200 printable characters of valid UTF-8: no path separator, no control
+    character (C0, DEL, C1), no line separator, no bidirectional formatting character, no
+    byte that is not UTF-8; it does not start with ``.``. Checked before anything is created."""
     if not isinstance(run_id, str):
         raise InvalidRunId(repr(run_id), "a run id must be a string")
     if not run_id:
         raise InvalidRunId(run_id, "it is empty")
-    if len(run_id) > 200:
-        raise InvalidRunId(run_id[:40] + "...", f"it is {len(run_id)} characters (max 200)")
+    if len(run_id) > _MAX_RUN_ID:
+        raise InvalidRunId(
+            run_id[:40] + "...", f"it is {len(run_id)} characters (max {_MAX_RUN_ID})"
+        )
     if "/" in run_id or "\\" in run_id:
         raise InvalidRunId(run_id, "it contains a path separator")
-    if "\x00" in run_id or _CONTROL.search(run_id):
-        raise InvalidRunId(run_id, "it contains NUL or a control character")
+    at = _unsafe_at(run_id)
+    if at >= 0:
+        raise InvalidRunId(run_id, f"character {at + 1} is {_unsafe_char(run_id[at])}; remove it")
     if run_id in {".", ".."} or run_id.startswith("."):
         raise InvalidRunId(run_id, "it starts with '.' (reserved for the store's temp files)")
     return run_id
 
 
-@dataclass(frozen=True, slots=True)
-class Durability:
+class Durability(Value):
     """When an append is durable.
 
     ``always`` (default): fdatasync every record before ``append`` returns.
@@ -100,8 +157,11 @@ class Durability:
     For tests and scratch runs only.
     """
 
-    mode: Literal["always", "batch", "none"] = "always"
-    every: int = 1
+    __slots__ = ("every", "mode")
+
+    def __init__(self, mode: Literal["always", "batch", "none"] = "always", every: int = 1) -> None:
+        self.mode = mode
+        self.every = every
 
     @classmethod
     def always(cls) -> Durability:
@@ -127,7 +187,7 @@ class Durability:
             return cls.always()
         if s == "none":
             return cls.none()
-        if m := _BATCH.match(s):
+        if m := re.match(_BATCH, s):
             return cls.batch(int(m.group(1) or m.group(2)))
         raise InvalidArgument(f"unknown durability {spec!r}: use 'always', 'batch(N)' or 'none'")
 
@@ -135,8 +195,7 @@ class Durability:
         return f"batch({self.every})" if self.mode == "batch" else self.mode
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotPolicy:
+class SnapshotPolicy(Value):
     """Snapshot when the journal since the last snapshot reaches ``max(min_bytes, ratio x last
     snapshot size)``. Growing the interval with the state keeps total bytes written O(N): the
     snapshots of a run add at most ``(1 + ratio) / ratio`` times its final state in writes.
@@ -147,68 +206,37 @@ class SnapshotPolicy:
     that, at most 1.5x the state is rewritten in total. Lower ``min_bytes`` for state that is
     overwritten often."""
 
-    min_bytes: int = 8 * 1024 * 1024
-    ratio: float = 2.0
-    enabled: bool = True
+    __slots__ = ("enabled", "min_bytes", "ratio")
+
+    def __init__(
+        self, min_bytes: int = 8 * 1024 * 1024, ratio: float = 2.0, enabled: bool = True
+    ) -> None:
+        self.min_bytes = min_bytes
+        self.ratio = ratio
+        self.enabled = enabled
 
     def due(self, since: int, last_snapshot: int) -> bool:
         return self.enabled and since >= max(self.min_bytes, int(self.ratio * last_snapshot))
 
 
-@dataclass(frozen=True, slots=True)
-class Retention:
+class Retention(Value):
     """What pruning may remove: completed (or denied, or dead-lettered) runs only.
 
     ``max_age``: seconds since a finished run was last written; ``max_runs`` / ``max_bytes``:
     keep at most this many finished runs / bytes of them (oldest removed first).
     """
 
-    max_age: float | None = None
-    max_runs: int | None = None
-    max_bytes: int | None = None
+    __slots__ = ("max_age", "max_bytes", "max_runs")
 
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """One run as ``crashpoint checkpoints list`` shows it."""
-
-    run_id: str
-    path: str
-    status: str
-    size: int
-    updated: float
-    generation: int
-    locked: bool
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def age(self) -> float:
-        return max(0.0, time.time() - self.updated)
-
-
-@dataclass(frozen=True, slots=True)
-class Recovery:
-    """What opening a run repaired or rolled back. Falsy when nothing was found."""
-
-    torn_tail: TornTail | None = None
-    damage: tuple[Damage, ...] = ()
-    lost_from_seq: int | None = None
-    moved_aside: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.torn_tail is not None or bool(self.damage)
-
-    def describe(self) -> str:
-        parts = []
-        if self.torn_tail:
-            parts.append(f"repaired a torn tail: {self.torn_tail}")
-        for d in self.damage:
-            parts.append(f"rolled back past damage: {d}")
-        if self.lost_from_seq is not None:
-            parts.append(f"records from #{self.lost_from_seq} on were not recovered")
-        for p in self.moved_aside:
-            parts.append(f"moved aside {p}")
-        return "; ".join(parts) or "clean"
+    def __init__(
+        self,
+        max_age: float | None = None,
+        max_runs: int | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.max_age = max_age
+        self.max_runs = max_runs
+        self.max_bytes = max_bytes
 
 
 def _dir_size(path: str) -> int:
@@ -318,7 +346,7 @@ class Store:
         self._free_seen = 0  # free bytes at the last statvfs
         self._since_statvfs = MiB + 1  # bytes written since (forces a first reading)
         self._statvfs_every = 0  # the window granted at the last reading (see _violation)
-        self._mutex = threading.RLock()  # threads of this object, around the store's flock
+        self._mutex = _thread.RLock()  # threads of this object, around the store's flock
         self._held: _Ledger | None = None
         self._claimed: list[Any] = []
         self._slock_fd = -1
@@ -426,6 +454,9 @@ class Store:
     # -- listing, verifying, pruning ------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
+        # imported here, not above: a dataclass, and opening a run imports no dataclasses
+        from crashpoint.checkpoint._facts import RunInfo
+
         self._finish_removals()  # an interrupted removal's leftovers are never runs
         out = []
         for rid in self.run_ids():
@@ -568,7 +599,7 @@ class Store:
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
-                aside = f"{aside}-{secrets.token_hex(4)}"
+                aside = f"{aside}-{os.urandom(4).hex()}"
                 os.rename(folder, aside)
             self.fs.fsync_dir(self.root)  # from here on the run is gone, even after power loss
             _rmtree(aside)
@@ -607,6 +638,9 @@ class Store:
         """Finished runs that retention (or a need for ``need`` more bytes) allows removing,
         oldest first. "Finished" is read from each run's journal (its last word is a finish
         record), never from meta.json. Never an active, paused, unknown or locked run."""
+        # imported here, not above: RunInfo is a dataclass (opening a run imports none)
+        from dataclasses import replace
+
         now = time.time() if now is None else now
         done = []
         for r in self.runs():
@@ -742,15 +776,17 @@ STORE_LOCK = ".store-lock"
 REMOVING = ".removing-"
 
 
-@dataclass(slots=True)
 class _Ledger:
     """The store-wide facts kept in ``.store-lock``, read and written under its ``flock``:
     the bytes in use by all writers, and the free-space windows granted to live writers."""
 
-    fd: int
-    usage: int | None = None
-    grants: dict[str, int] = field(default_factory=dict)
-    dirty: bool = False
+    __slots__ = ("dirty", "fd", "grants", "usage")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.usage: int | None = None
+        self.grants: dict[str, int] = {}
+        self.dirty = False
 
     def others(self, me: str) -> int:
         total = 0
@@ -831,6 +867,8 @@ def _still_at(fd: int, path: str) -> bool:
 def _rmtree(path: str) -> None:
     """Delete a folder tree without following links (``shutil.rmtree`` works on descriptors);
     what cannot be deleted now is left for the next prune."""
+    import shutil  # only when a run is removed: the lifecycle commands start without it
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -959,9 +997,15 @@ class RunJournal:
             raise CheckpointWriteError(
                 exc.errno or errno.EIO, folder, "recovering the run"
             ) from exc
-        self.recovery = Recovery(
-            loaded.torn, tuple(loaded.damage), loaded.lost_from_seq, tuple(moved)
-        )
+        self._recovered = (loaded.torn, tuple(loaded.damage), loaded.lost_from_seq, tuple(moved))
+
+    @property
+    def recovery(self) -> Recovery:
+        """What opening the run repaired or rolled back (falsy: nothing)."""
+        # imported here, not above: a dataclass, and opening a run imports no dataclasses
+        from crashpoint.checkpoint._facts import Recovery
+
+        return Recovery(*self._recovered)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -1217,3 +1261,21 @@ def opened(store: Store, run_id: str, **kw: Any) -> Iterator[RunJournal]:
         yield j
     finally:
         j.close()
+
+
+def is_store_url(url_or_path: str | os.PathLike[str]) -> bool:
+    """True for a ``postgresql://`` or ``postgres://`` URL (a PostgresStore), else a folder."""
+    s = os.fspath(url_or_path)
+    return isinstance(s, str) and s.lower().startswith(("postgresql://", "postgres://"))
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old file or the new one, whole
+    (same-folder temp file, fsync, ``os.replace``, fsync the folder)."""
+    REAL.write_atomic(os.fspath(path), data)
+
+
+def makedirs_durable(path: str | os.PathLike[str]) -> None:
+    """Create the folder ``path`` and its missing parents so that a power cut keeps them
+    (each new folder fsynced into its parent), 0700."""
+    REAL.makedirs_durable(os.fspath(path))

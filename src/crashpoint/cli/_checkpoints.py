@@ -25,6 +25,7 @@ from crashpoint.checkpoint import (
     RunInfo,
     Store,
     TornTail,
+    any_reducer,
     decide,
     is_store_url,
     list_files,
@@ -380,7 +381,9 @@ def _show_head(ctx: Context, head: dict[str, Any]) -> None:
 
 
 def _verify_one(store: Store, run_id: str) -> tuple[list[Damage], list[TornTail]]:
-    return store.verify(run_id)[run_id]
+    # the reducer the lifecycle commands read with: a run's records are checked as a run's,
+    # so verify reports damage exactly when the commands refuse the run as corrupt
+    return store.verify(run_id, reducer=any_reducer)[run_id]
 
 
 def _checked_files(folder: str, store: Any = None, run_id: str = "") -> int:

@@ -25,26 +25,26 @@ Ctrl-C), 143 stopped by SIGTERM, 141 the reader of the output went away (``| hea
 
 Imports: the standard library and the public faces :mod:`crashpoint` (the version),
 :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors` and :mod:`crashpoint.harness` (its lazy
-face, for the units of sizes and durations only: no harness module is loaded). This module is
-imported by every command, the lifecycle commands a shell agent runs once per step included:
-keep it cheap.
+face: the units of sizes and durations and the session's signal handlers, each loaded when first
+used; no harness module). This module is imported by every command, the lifecycle commands a
+shell agent runs once per step included: keep it cheap.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, NoReturn, TextIO
 
-from crashpoint import __version__
 from crashpoint.checkpoint import Store, is_store_url, open_store
-from crashpoint.errors import InvalidArgument, UnitError, UsageError
-from crashpoint.harness import parse_duration, parse_size
+from crashpoint.errors import CrashpointError, InvalidArgument, UnitError, UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, TextIO
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -57,16 +57,20 @@ __all__ = [
     "PROG",
     "STORE_ENV",
     "Arg",
+    "Command",
     "Context",
+    "Group",
     "Handler",
     "arg",
-    "build_parser",
     "command",
+    "commands",
     "count",
     "duration",
     "group",
+    "groups",
     "is_run_folder",
     "plural",
+    "run",
     "size",
 ]
 
@@ -84,12 +88,17 @@ PROG = "crashpoint"
 # -- the command table ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class Arg:
     """One ``add_argument`` call, kept for later: flags and keyword arguments."""
 
-    flags: tuple[str, ...]
-    kwargs: dict[str, Any]
+    __slots__ = ("flags", "kwargs")
+
+    def __init__(self, flags: tuple[str, ...], kwargs: dict[str, Any]) -> None:
+        self.flags = flags
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"Arg({self.flags!r}, {self.kwargs!r})"
 
 
 def arg(*flags: str, **kwargs: Any) -> Arg:
@@ -100,32 +109,48 @@ def arg(*flags: str, **kwargs: Any) -> Arg:
 Handler = Callable[["Context"], int]
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    name: str
-    help: str
-    description: str
-    args: tuple[Arg, ...]
+# (plain classes, not dataclasses: the lifecycle commands start without importing dataclasses)
+class Group:
+    __slots__ = ("args", "description", "help", "name")
+
+    def __init__(self, name: str, help: str, description: str, args: tuple[Arg, ...]) -> None:
+        self.name, self.help, self.description, self.args = name, help, description, args
 
 
-@dataclass(frozen=True, slots=True)
-class _Command:
-    path: tuple[str, ...]
-    help: str
-    description: str
-    args: tuple[Arg, ...]
-    func: Handler
-    epilog: str = ""
+class Command:
+    __slots__ = ("args", "description", "epilog", "func", "help", "path")
+
+    def __init__(
+        self,
+        path: tuple[str, ...],
+        help: str,
+        description: str,
+        args: tuple[Arg, ...],
+        func: Handler,
+        epilog: str = "",
+    ) -> None:
+        self.path, self.help, self.description, self.args = path, help, description, args
+        self.func, self.epilog = func, epilog
 
 
-_GROUPS: dict[str, _Group] = {}
-_COMMANDS: dict[tuple[str, ...], _Command] = {}
+_GROUPS: dict[str, Group] = {}
+_COMMANDS: dict[tuple[str, ...], Command] = {}
 
 
 def group(name: str, *, help: str, description: str = "", args: Iterable[Arg] = ()) -> None:
     """Declare a top-level command that holds subcommands (``checkpoints``); ``args`` are
     accepted both before and after the subcommand's name."""
-    _GROUPS[name] = _Group(name, help, description or help, tuple(args))
+    _GROUPS[name] = Group(name, help, description or help, tuple(args))
+
+
+def groups() -> dict[str, Group]:
+    """The command groups declared so far, by name."""
+    return _GROUPS
+
+
+def commands() -> dict[tuple[str, ...], Command]:
+    """The commands registered so far (by the rooms imported), by path."""
+    return _COMMANDS
 
 
 def command(
@@ -142,74 +167,80 @@ def command(
         raise InvalidArgument(f"declare the group {path[0]!r} with group() before its commands")
 
     def register(func: Handler) -> Handler:
-        _COMMANDS[path] = _Command(path, help, description or help, tuple(args), func, epilog)
+        _COMMANDS[path] = Command(path, help, description or help, tuple(args), func, epilog)
         return func
 
     return register
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors exit 2 with the subcommand's usage line, as argparse does, but through
-    ``main`` rather than ``sys.exit`` deep inside argparse."""
+def run(parse: Callable[[], Any], *, signals: bool = True) -> int:
+    """Parse the command line with ``parse()`` (an argparse parser's ``parse_args``, or the
+    lifecycle's fast parser), run its command and return the exit code; what goes wrong becomes
+    one line on stderr and a code (see the module's docstring), never a traceback.
 
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        raise UsageError(message)
+    ``signals``: SIGINT and SIGTERM end in the command's ``finally`` blocks (the session's
+    handlers). Without (the lifecycle commands), SIGTERM ends the process as its default does:
+    a journal needs no ``finally`` block (an append cut short is a torn tail, repaired on the
+    next open) and a shell reports 143 either way."""
+    try:
+        try:
+            args = parse()
+        except SystemExit as exc:  # --help and --version end here
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        handler: Handler = args._handler
+        if not signals:
+            return handler(Context(args))
+        from crashpoint import harness  # its lazy face: the fast path never loads it
+
+        restore = harness.install_signal_handlers()  # SIGTERM, too, ends in the finally blocks
+        try:
+            return handler(Context(args))
+        finally:
+            restore()
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `crashpoint checkpoints list | head`: the reader left, not an error
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except (CrashpointError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        if not signals:
+            return EXIT_INTERRUPTED  # without the session's handlers only SIGINT gets here
+        from crashpoint import harness  # its lazy face: the fast path never loads it
+
+        return harness.exit_status(EXIT_INTERRUPTED)  # 130 SIGINT, 143 SIGTERM
 
 
-def _add(parser: argparse.ArgumentParser, a: Arg, *, suppress_default: bool = False) -> None:
-    kwargs = dict(a.kwargs)
-    if suppress_default:  # a subparser's default must not overwrite the value given before it
-        kwargs["default"] = argparse.SUPPRESS
-    parser.add_argument(*a.flags, **kwargs)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, built from the table."""
-    parser = _Parser(
-        prog=PROG,
-        description="Crash-proof checkpoints for agents, and a harness that proves it.",
-        epilog="Exit codes: 0 ok, 1 a problem was found (damage, a stale run, a failed "
-        "trial), 2 the command could not do its job (bad usage or input, a malformed scenario "
-        "file, no store, an OS error), 3 `run` could not judge (see `crashpoint run --help`), "
-        "130/143 interrupted by SIGINT/SIGTERM.",
-    )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    top = parser.add_subparsers(
-        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
-    )
-    subs: dict[str, argparse._SubParsersAction[_Parser]] = {}
-    for g in _GROUPS.values():
-        gp = top.add_parser(g.name, help=g.help, description=g.description)
-        for a in g.args:
-            _add(gp, a)
-        subs[g.name] = gp.add_subparsers(
-            dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=_Parser
-        )
-    for path, c in _COMMANDS.items():
-        where = top if len(path) == 1 else subs[path[0]]
-        cp = where.add_parser(
-            path[-1], help=c.help, description=c.description, epilog=c.epilog or None
-        )
-        if len(path) == 2:
-            for a in _GROUPS[path[0]].args:
-                _add(cp, a, suppress_default=True)
-        for a in c.args:
-            _add(cp, a)
-        cp.set_defaults(_handler=c.func)
-    return parser
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (captured in a test): nothing to flush
+        pass
 
 
 # -- what a command receives ----------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class Context:
-    """The parsed arguments and the streams; :meth:`store` opens the store the user named."""
+    """The parsed arguments (an :class:`argparse.Namespace`, or the fast path's namespace with
+    the same attributes) and the streams; :meth:`store` opens the store the user named."""
 
-    args: argparse.Namespace
-    out: TextIO = field(default_factory=lambda: sys.stdout)
-    err: TextIO = field(default_factory=lambda: sys.stderr)
+    __slots__ = ("args", "err", "out")
+
+    def __init__(self, args: Any, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.args = args
+        self.out: TextIO = sys.stdout if out is None else out
+        self.err: TextIO = sys.stderr if err is None else err
+
+    def __repr__(self) -> str:
+        return f"Context({self.args!r})"
 
     def print(self, *parts: object) -> None:
         print(*parts, file=self.out)
@@ -251,7 +282,7 @@ class Context:
 
 
 #: The names a run's folder holds (moved-aside damaged files keep their prefix).
-_RUN_FILE = re.compile(r"^(lock|meta\.json|seg-\d{12}\.log|snap-\d{12}\.cps)")
+_RUN_FILE = r"(lock|meta\.json|seg-\d{12}\.log|snap-\d{12}\.cps)"  # compiled on first use
 
 
 def is_run_folder(path: str) -> bool:
@@ -260,7 +291,7 @@ def is_run_folder(path: str) -> bool:
     if is_store_url(path):
         return True
     try:
-        return any(_RUN_FILE.match(n) for n in os.listdir(path))
+        return any(re.match(_RUN_FILE, n) for n in os.listdir(path))
     except OSError:
         return False
 
@@ -312,20 +343,30 @@ def _check_store(root: str, where: str) -> None:
 # -- argument types (argparse names each by its function: invalid count value) ----------------
 
 
+def _type_error(message: str) -> argparse.ArgumentTypeError:
+    import argparse  # loaded already: argparse calls the types below
+
+    return argparse.ArgumentTypeError(message)
+
+
 def duration(text: str) -> float:
     """``30m``, ``2h``, ``90s``, ``7d``: seconds."""
+    from crashpoint import harness  # only for an option that takes one: not the lifecycle's
+
     try:
-        return parse_duration(text, what="")
+        return harness.parse_duration(text, what="")
     except UnitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _type_error(str(exc)) from None
 
 
 def size(text: str) -> int:
     """``64KiB``, ``10MB``, ``1GiB``: bytes."""
+    from crashpoint import harness  # only for an option that takes one: not the lifecycle's
+
     try:
-        return parse_size(text, what="")
+        return harness.parse_size(text, what="")
     except UnitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _type_error(str(exc)) from None
 
 
 def count(text: str) -> int:
@@ -333,9 +374,9 @@ def count(text: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise _type_error(f"{text!r} is not a whole number") from None
     if n < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative; give 0 or more")
+        raise _type_error(f"{text} is negative; give 0 or more")
     return n
 
 

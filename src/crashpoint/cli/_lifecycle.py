@@ -9,8 +9,9 @@ the record is durable and the run closed). Registered with the frame
 
 Exit codes: 0 done (``effect``: send it now), 3 ``effect``: already done, skip it, 2 bad usage
 or input (bad JSON, no store, no such run), 1 the run's state does not allow it (finished, steps
-left), and the run's documented codes: 65 corrupt, 69 dead-lettered, 70 not the next step or a
-different step list, 73 another live agent owns the run, 74 disk full or I/O error.
+left), and the run's documented codes: 65 corrupt, 69 dead-lettered, 70 not the next step, a
+different step list, or an ``effect`` without ``--key`` whose payload differs from the one
+announced under its default key, 73 another live agent owns the run, 74 disk full or I/O error.
 
 Imports: the frame, and the public faces :mod:`crashpoint.checkpoint`, :mod:`crashpoint.errors`
 and :mod:`crashpoint.probe`. A shell agent runs one of these per step: nothing here may pull in
@@ -23,7 +24,6 @@ import json
 import os
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint.checkpoint import (
@@ -51,6 +51,10 @@ from crashpoint.errors import (
     UsageError,
 )
 from crashpoint.probe import ProbeError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
 __all__: list[str] = []
 
@@ -204,7 +208,9 @@ def _step(ctx: Context) -> int:
     "earlier attempt: skip it'. An effect announced by an attempt that then crashed "
     "says 'send' again with the same key: the receiver must deduplicate by key. "
     "Completing the step settles the step's effects; `--done` settles one now. "
-    "Without --key the key is derived from the run, the step and the kind.",
+    "Without --key the key is derived from the run, the step and the kind, and a payload "
+    "that differs from the one announced under that key (not yet settled) is another "
+    "effect: refused with exit 70, never sent; give each effect its own --key.",
     args=[
         _RUN,
         arg("kind", metavar="KIND", help="what the effect is, e.g. send_email"),
