@@ -10,9 +10,9 @@ its own modules, never another package's private module. Its rooms:
   the shared argument types); it imports no command module;
 - one room per command group, each importing the frame and registering its commands:
   ``_checkpoints`` (``checkpoints list|show|verify|prune|stale|approve|rollback|plan|dead``: a
-  store's upkeep), ``_lifecycle`` (``checkpoints start|step|effect|status|complete``: checkpoints for an
-  agent in any language), ``_fleet`` (``fleet work|submit|dead``: workers over a PostgreSQL
-  store), ``_gate`` (``run`` and ``replay``: the crash-recovery gate);
+  store's upkeep), ``_lifecycle`` (``checkpoints start|step|effect|status|complete``:
+  checkpoints for an agent in any language), ``_fleet`` (``fleet work|submit|dead``: workers
+  over a PostgreSQL store), ``_gate`` (``run`` and ``replay``: the crash-recovery gate);
 - ``_main``: the full entry, which imports every room (so they register) and runs a command;
   ``_fast``: the lifecycle commands' entry, which imports only theirs.
 
