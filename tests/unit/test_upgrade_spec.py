@@ -5,6 +5,7 @@ line of the key under ``to``), and the ``replay_divergence`` check on hand-made 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -354,3 +355,30 @@ def test_only_resumed_trials_are_judged() -> None:
     off = facts(5, E[5:])
     off.expect = Expect(replay_divergence=False)
     assert "replay_divergence" not in {c.name for c in run_checks(off)}
+
+
+def test_a_long_loop_is_compared_in_one_pass_per_start() -> None:
+    """A step repeated 5,000 times (15,000 events): every ``step_started`` is a possible start,
+    yet only those near the resume point are tried; the one changed payload is found."""
+    n = 5000
+    evs: list[dict[str, Any]] = []
+    for j in range(n):
+        evs += [started("s"), effect("e", j=j), completed("s")]
+    loop = golden(*evs)
+    i = 3 * (n // 2)  # killed before the 2,501st start
+    kill = Fault.make("kill", 1, op="step_started", name="s", nth=n // 2 + 1)
+    plan = Plan((kill, Fault.make("always_replay", 2)), "always_replay", 1, 0)
+    first = [dict(e, attempt=1, ai=k) for k, e in enumerate(loop.events[:i])]
+    rest = [dict(e, attempt=2, ai=k) for k, e in enumerate(loop.events[i:])]
+    rest[3751] = dict(rest[3751], payload={"j": -1})
+    f = TrialFacts(
+        loop, plan, Expect(), [attempt(1, None), attempt(2)], first + rest, Counter(), "c", [], 0
+    )
+    t0 = time.monotonic()
+    c = check_replay_divergence(f)
+    assert time.monotonic() - t0 < 5
+    assert not c.ok
+    assert "after 3751 matching event(s): expected 'effect e {\"j\":3750}' (golden event " in (
+        c.message
+    )
+    assert '    +effect e {"j":-1}' in c.message.splitlines()

@@ -38,6 +38,13 @@ NAME = "replay_divergence"
 _CALLS = ("effect", "llm_call")
 #: Lines of the diff shown in the message (the rest is cut, and the cut said).
 _DIFF_LINES = 24
+#: Events around where the two part that a diff (and a tie-break) looks at.
+_WINDOW = 200
+#: How many golden events before the expected resume point a resume may start at (a step
+#: re-run; from scratch, event 0, is always tried).
+_BACK = 64
+#: Starts with the same common prefix compared further (by a diff) to pick the best.
+_TIES = 4
 #: Characters of an effect's payload shown on its line.
 _PAYLOAD_SHOWN = 90
 
@@ -82,24 +89,10 @@ def event_line(ev: dict[str, Any]) -> str:
     return f"{ev['op']} {event_name(ev)}"
 
 
-def _align(
-    golden: list[dict[str, Any]],
-    got: list[dict[str, Any]],
-    s: int,
-    last: int,
-    partial: bool,
-    before: Counter[str],
-) -> tuple[list[tuple[int, dict[str, Any]]], list[dict[str, Any]]]:
-    """The golden continuation from ``s`` without the calls the golden run had made up to the
-    crash (``last``: the last golden event applied before it), and the resumed events without
-    (the first of) the calls the earlier attempts had applied (``before``, by identity); with
-    ``partial``, the continuation only as long as the resumed events."""
+def _resumed_events(got: list[dict[str, Any]], before: Counter[str]) -> list[dict[str, Any]]:
+    """The resumed attempt's events without (the first of) the calls the earlier attempts had
+    applied (``before``, by identity): made again or skipped, they were done before."""
     optional = Counter(before)
-    exp = [
-        (k, golden[k])
-        for k in range(s, len(golden))
-        if not (k <= last and golden[k]["op"] in _CALLS)
-    ]
     mine: list[dict[str, Any]] = []
     for ev in got:
         ident = event_identity(ev)
@@ -107,33 +100,40 @@ def _align(
             optional[ident] -= 1
             continue
         mine.append(ev)
-    if partial:
-        exp = exp[: len(mine)]
-    return exp, mine
+    return mine
 
 
-def _same(exp: list[tuple[int, dict[str, Any]]], mine: list[dict[str, Any]]) -> tuple[int, int]:
-    """How many events from the start the two sequences share, and how many they share in
-    all (in order, as a diff matches them)."""
-    a = [event_identity(g) for _k, g in exp]
-    b = [event_identity(e) for e in mine]
+def _prefix(a: list[str], b: list[str]) -> int:
+    """How many items from the start ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return n, sum(m.size for m in matcher.get_matching_blocks())
+    return n
+
+
+def _common(a: list[str], b: list[str]) -> int:
+    """How many items the two share in order, as a diff matches them (within a window)."""
+    matcher = difflib.SequenceMatcher(None, a[:_WINDOW], b[:_WINDOW], autojunk=False)
+    return sum(m.size for m in matcher.get_matching_blocks())
 
 
 def _diff(
-    exp: list[tuple[int, dict[str, Any]]], mine: list[dict[str, Any]], source: str, target: str
+    exp: list[tuple[int, dict[str, Any]]],
+    mine: list[dict[str, Any]],
+    k: int,
+    source: str,
+    target: str,
 ) -> list[str]:
+    """A unified diff of event lines around position ``k`` where the two part."""
+    lo = max(0, k - 3)
+    shown = exp[lo : k + _WINDOW]
     lines = list(
         difflib.unified_diff(
-            [event_line(g) for _k, g in exp],
-            [event_line(e) for e in mine],
-            source,
+            [event_line(g) for _k, g in shown],
+            [event_line(e) for e in mine[lo : k + _WINDOW]],
+            f"{source}, from golden event #{shown[0][0] if shown else '-'}",
             target,
             n=3,
             lineterm="",
@@ -191,15 +191,37 @@ def check_replay_divergence(f: TrialFacts) -> CheckResult:
         if int(e["attempt"]) < r and e["op"] in _CALLS and call_outcome(e) in ("acked", "in_doubt")
     )
     partial = att.returncode != 0
-    # (shared from the start, shared in all, -distance from the resume point, start)
-    best: tuple[int, int, int, int] | None = None
-    for s in range(min(i + 1, len(golden)) + 1):
-        exp, mine = _align(golden, got, s, last, partial, before)
-        shared, common = _same(exp, mine)
-        if shared == len(exp) == len(mine):
+    ids = [event_identity(e) for e in golden]
+    # the golden run without the calls made up to the crash (applied then: optional after it)
+    keep = [k for k in range(len(golden)) if not (k <= last and golden[k]["op"] in _CALLS)]
+    mine = _resumed_events(got, before)
+    mids = [event_identity(e) for e in mine]
+    # a resume starts at golden event 0 to i + 1: at position p of ``keep``, 0 to ``top``
+    top = next((p for p, k in enumerate(keep) if k >= i + 1), len(keep))
+    at_resume = next((p for p, k in enumerate(keep) if k >= resume), len(keep))
+    # tried: from scratch, the expected resume point, and the starts near it (a few steps back,
+    # up to just after the kill) whose first event is the resumed attempt's first
+    starts = {
+        p
+        for p in range(max(0, at_resume - _BACK), top + 1)
+        if p == len(keep) or (mids and ids[keep[p]] == mids[0])
+    }
+    starts |= {0, at_resume, top}
+
+    def expected(p: int) -> list[int]:
+        ks = keep[p:]
+        return ks[: len(mids)] if partial else ks
+
+    # (shared from the start, shared in all, -distance from the resume point, -position)
+    scored: list[tuple[int, int, int, int]] = []
+    for p in sorted(starts):
+        exp_ids = [ids[k] for k in expected(p)]
+        shared = _prefix(exp_ids, mids)
+        if shared == len(exp_ids) == len(mids):
             upgrade = marker.kind == "upgrade"
             who = f"attempt {r}" + (" (version B)" if upgrade else "")
             cut = f" as far as it went ({att.describe()})" if partial else ""
+            s = keep[p] if p < len(keep) else len(golden)
             return CheckResult(
                 NAME,
                 True,
@@ -207,13 +229,17 @@ def check_replay_divergence(f: TrialFacts) -> CheckResult:
                 f"{len(mine)} event(s) compared"
                 + (f"; {_versions(f)[0]}" if upgrade and f.extra.get("upgrade") else ""),
             )
-        key = (shared, common, -abs(s - resume), s)
-        if best is None or key > best:
-            best = key
-    assert best is not None
-    s = best[3]
-    exp, mine = _align(golden, got, s, last, partial, before)
-    k = best[0]
+        scored.append((shared, 0, -abs(p - at_resume), -p))
+    scored.sort(reverse=True)
+    ties = [x for x in scored if x[0] == scored[0][0]][:_TIES]
+    if len(ties) > 1:  # the same prefix: the start that has the most in common
+        ties = sorted(
+            ((x[0], _common([ids[k] for k in expected(-x[3])], mids), x[2], x[3]) for x in ties),
+            reverse=True,
+        )
+    k, p = ties[0][0], -ties[0][3]
+    exp = [(j, golden[j]) for j in expected(p)]
+    s = keep[p] if p < len(keep) else len(golden)
     if marker.kind == "upgrade":
         label = str(marker.arg("label", ""))
         source, target = "golden run (version A)", f"attempt {r} (version B: {label})"
@@ -237,12 +263,13 @@ def check_replay_divergence(f: TrialFacts) -> CheckResult:
         f"({event_line(golden[i])}), parted from the golden run's continuation after {k} "
         f"matching event(s): expected {expected}, got {seen}"
     )
-    body = _diff(exp, mine, f"{source}, from golden event #{s}", target)
+    body = _diff(exp, mine, k, source, target)
     skipped = sum(1 for k2 in range(s, last + 1) if golden[k2]["op"] in _CALLS)
+    again = len(got) - len(mine)  # the calls made before the crash that it made again
     note = (
-        f"(calls made before the crash are left out on both sides: {skipped} of the golden run's, "
-        f"{sum(before.values())} of attempt {r - 1}'s; made again or not, they were applied)"
-        if skipped or before
+        f"(calls made before the crash are left out: {skipped} of the golden run's, {again} "
+        f"made again by attempt {r}; made again or not, they were applied)"
+        if skipped or again
         else ""
     )
     text = head + "".join(f"\n    {line}" for line in [*body, *([note] if note else [])])
