@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from crashpoint.errors import ReplayError
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -101,6 +104,26 @@ def test_an_upgrade_that_renames_a_step_is_caught_with_the_diff(tmp_path: Path) 
     assert {x.name for x in again.failed} == {"replay_divergence"}
 
 
+def test_version_b_secrets_stay_out_of_the_evidence_and_replay_takes_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-version-b-0123456789"  # noqa: S105 (a fake secret, to be redacted)
+    spec = to("--rename")
+    spec["upgrade"]["to"]["env"] = {"API_TOKEN": secret}
+    (t,) = campaign(tmp_path, spec, only=[BEFORE_CHARGE]).trials
+    assert t.status == "failed"
+    folder = Path(t.folder)
+    leaked = [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    assert "<redacted:API_TOKEN_B>" in (folder / "plan.json").read_text()
+    with pytest.raises(ReplayError, match="API_TOKEN are redacted"):
+        replay(str(folder))
+    monkeypatch.setenv("API_TOKEN", secret)
+    again = replay(str(folder))
+    assert {x.name for x in again.failed} == {"replay_divergence"}
+    assert again.attempts[1].argv[-1] == "--rename"
+
+
 def test_an_upgrade_that_reorders_two_effects_is_caught(tmp_path: Path) -> None:
     r = campaign(tmp_path, to("--reorder"), only=[BEFORE_NOTIFY, EMAIL_IN_DOUBT])
     before, in_doubt = r.trials
@@ -121,7 +144,7 @@ def test_a_nondeterministic_agent_is_caught_by_always_replay(tmp_path: Path) -> 
     failed = [t for t in r.trials if not divergence(t).ok]
     assert failed, "three resumes of six notifications in set order all matched by chance"
     c = divergence(failed[0])
-    assert "effect notify {\"channel\":" in c.message
+    assert 'effect notify {"channel":' in c.message
     assert "+++ attempt 2 (resumed from attempt 1's crash)" in c.message
     assert "set or dict order" in c.hint
 
@@ -163,9 +186,7 @@ def test_an_upgrade_whose_crash_never_happens_is_not_exercised(tmp_path: Path) -
         up = Fault.make("upgrade", 2, to={"env": {"V": "2"}}, label="env V")
         return Plan((never, up), fam.name, seed, index)
 
-    r = campaign(
-        tmp_path, {"upgrade": {"to": {"env": {"V": "2"}}}}, only=[0], plan_hook=plan
-    )
+    r = campaign(tmp_path, {"upgrade": {"to": {"env": {"V": "2"}}}}, only=[0], plan_hook=plan)
     (t,) = r.trials
     assert t.status == "not exercised"
     assert "attempt 2 never ran: attempt 1 completed (exit 0) first" in t.landed()

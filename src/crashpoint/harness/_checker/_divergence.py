@@ -247,7 +247,7 @@ def check_replay_divergence(f: TrialFacts) -> CheckResult:
     else:
         source, target = "golden run", f"attempt {r} (resumed from attempt {r - 1}'s crash)"
         versions, hint = "", HINT_NONDETERMINISM
-    expected = (
+    wanted = (
         f"{event_line(exp[k][1])!r} (golden event #{exp[k][0]})"
         if k < len(exp)
         else "nothing more (the golden run ended)"
@@ -261,7 +261,7 @@ def check_replay_divergence(f: TrialFacts) -> CheckResult:
     head = (
         f"replay diverged: attempt {r}, resuming after the kill {at} golden event #{i} "
         f"({event_line(golden[i])}), parted from the golden run's continuation after {k} "
-        f"matching event(s): expected {expected}, got {seen}"
+        f"matching event(s): expected {wanted}, got {seen}"
     )
     body = _diff(exp, mine, k, source, target)
     skipped = sum(1 for k2 in range(s, last + 1) if golden[k2]["op"] in _CALLS)

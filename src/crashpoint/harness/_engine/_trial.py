@@ -663,7 +663,6 @@ class TrialRunner:
         state, work = os.path.join(tdir, "state"), os.path.join(tdir, "work")
         secure_dir(state, root=self.folder)
         secure_dir(work, root=self.folder)
-        write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()), durable=False)
         skipped = self._unsupported(plan, golden)
         marker = resumed_attempt(plan)  # upgrade / always_replay: the attempt that resumes
         upgrade: tuple[int, AgentSpec] | None = None
@@ -676,7 +675,10 @@ class TrialRunner:
             golden_b, broken = self.upgrade_golden(agent_b)  # once per version
             upgrade = (marker.attempt, agent_b)
         canary = canary_for(plan.seed, plan.index)
-        self._new_scope(tdir, canary, plan)
+        scope = self._new_scope(tdir, canary, plan)
+        # (version B's env values, in an upgrade's ``to``, are secrets like agent.env's)
+        plan_json = redact_json(plan.to_json(), scope.secrets)
+        write_file(os.path.join(tdir, "plan.json"), dumps(plan_json), durable=False)
         t0 = time.monotonic()
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
         # a persistent fault (every_attempt) is planned once and repeated for every attempt
