@@ -230,6 +230,15 @@ def test_a_bad_version_b_is_an_error_at_its_line(
     assert "\n" not in str(err)
 
 
+def test_a_resume_needs_a_restart(tmp_path: Path) -> None:
+    path = scenario(tmp_path, 'env: {V: "2"}')
+    path.write_text(path.read_text() + "restarts: 0\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert (info.value.line, info.value.key) == (9, "restarts")
+    assert "raise restarts to 1 or more" in info.value.message
+
+
 def test_expect_replay_divergence_is_a_switch(tmp_path: Path) -> None:
     path = scenario(tmp_path, 'env: {V: "2"}')
     path.write_text(path.read_text() + "expect:\n  replay_divergence: false\n")

@@ -38,7 +38,7 @@ from crashpoint.harness._spec._families import (
 )
 from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, WARM_IMPORTS, AgentSpec, Expect
 from crashpoint.harness._spec._services import parse_services
-from crashpoint.harness._spec._upgrade import upgraded
+from crashpoint.harness._spec._upgrade import REPLAY_KINDS, upgraded
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioFamily", "load_scenario"]
 
@@ -352,6 +352,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
             f"could not fail; raise restarts to {within - 1} or more, or lower within",
         )
     _resumers_fit(doc, families, restarts)
+    _resume_fits(doc, families, restarts)
     trials = _int(
         doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
     )
@@ -704,6 +705,20 @@ def _python_script(doc: _Doc, agent: AgentSpec) -> None:
     script = _known(agent, rest[0])
     if script is not None:
         _existing_file(doc, agent, "the script", script)
+
+
+def _resume_fits(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
+    """``upgrade`` and ``always_replay`` resume a crash: a trial needs a restart."""
+    fam = next((f for f in families if f.family.chain[0][0] in REPLAY_KINDS), None)
+    if fam is None or restarts >= 1:
+        return
+    raise ScenarioError(
+        doc.path,
+        doc.line("restarts"),
+        "restarts",
+        f"{fam.family.chain[0][0]} resumes a crash in the attempt after it, but restarts: 0 "
+        "runs one attempt per trial; raise restarts to 1 or more",
+    )
 
 
 def _resumers_fit(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
