@@ -177,7 +177,8 @@ class ScenarioItem(pytest.Item):
                     "crashpoint_launch",
                     f"fork mode: {harness.launcher.forks - forks} of "
                     f"{attempts} attempts forked from a warm interpreter (others need a fresh one: "
-                    "fileop kills, rlimit disk-full, tmpfs, a recorded golden run)",
+                    "fileop kills, rlimit disk-full, tmpfs, a recorded golden run, an upgrade's "
+                    "version B)",
                 )
             )
         launch = "; ".join(str(v) for k, v in self.user_properties if k == "crashpoint_launch")

@@ -13,12 +13,19 @@ from collections.abc import Callable, Iterator
 from itertools import pairwise
 from typing import Any
 
+from crashpoint.harness._checker._divergence import check_replay_divergence
 from crashpoint.harness._checker._facts import TrialFacts
 from crashpoint.harness._checker._history import History, history_of, ran_at_once
 from crashpoint.harness._checker._loop import check_crash_loop, gave_up
 from crashpoint.harness._checker._verdict import explain
 from crashpoint.harness._checker._writers import judge_writes
-from crashpoint.harness._spec import CheckResult, call_of, call_outcome, canonical
+from crashpoint.harness._spec import (
+    CheckResult,
+    call_of,
+    call_outcome,
+    canonical,
+    resumed_attempt,
+)
 
 __all__ = ["BUILTIN_CHECKS", "run_checks", "scan_for_bytes"]
 
@@ -881,6 +888,7 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "no_repeated_llm_calls": check_no_repeated_llm_calls,
     "no_retry_storm": check_no_retry_storm,
     "crash_loop": check_crash_loop,
+    "replay_divergence": check_replay_divergence,
 }
 
 
@@ -902,6 +910,8 @@ def run_checks(
             ("no_retry_storm", e.no_retry_storm),
             # judged only where a fault hits every attempt (a family's every_attempt)
             ("crash_loop", e.crash_loop and any(x.arg("every") for x in facts.plan.faults)),
+            # judged only where a crash is resumed to be compared (upgrade, always_replay)
+            ("replay_divergence", e.replay_divergence and resumed_attempt(facts.plan) is not None),
         )
         if not on
     }

@@ -284,8 +284,8 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = _completes_hint(facts, disk)
         elif c.name == "same_output":
             hint = _same_output_hint(facts, c.message)
-        elif c.name == "crash_loop":
-            hint = c.hint  # the check knows which way the stop went wrong
+        elif c.name in ("crash_loop", "replay_divergence"):
+            hint = c.hint  # the check knows which way it went wrong
         elif c.name == "resumes_from_last_completed" and "re-made a completed call" in c.message:
             hint = _RESUME_BY_CALLS_HINT
         elif c.name == "no_repeated_llm_calls" and "in the golden run (crash-free)" in c.message:

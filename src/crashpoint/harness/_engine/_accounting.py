@@ -538,6 +538,28 @@ def _net(
     )
 
 
+def _resumed(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """``upgrade`` / ``always_replay``: the attempt after the crash ran (under version B, for
+    an upgrade), so there is a resumed run to compare with the golden run."""
+    a = _attempt(attempts, f.attempt)
+    if a is None:
+        return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
+    sent = len(_events_of(events, f.attempt))
+    if f.kind == "upgrade":
+        where = f"attempt {f.attempt} resumed under version B ({f.arg('label', '')})"
+    else:
+        where = f"attempt {f.attempt} resumed from attempt {f.attempt - 1}'s crash"
+    return Outcome(i, f.kind, True, f"{where}, {_ended(a)} after {sent} event(s)")
+
+
 Accountant = Callable[
     [int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence, Golden], Outcome
 ]
@@ -554,6 +576,8 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "disk_full": _disk,
     "power_loss": _power_loss,
     "network": _net,
+    "upgrade": _resumed,
+    "always_replay": _resumed,
 }
 
 

@@ -75,7 +75,15 @@ from crashpoint.harness._engine._races import (
 )
 from crashpoint.harness._engine._scope import copy_state, dir_size
 from crashpoint.harness._report import write_file
-from crashpoint.harness._spec import Attempt, Fault, Golden, Plan, oplog_of
+from crashpoint.harness._spec import (
+    REPLAY_KINDS,
+    AgentSpec,
+    Attempt,
+    Fault,
+    Golden,
+    Plan,
+    oplog_of,
+)
 from crashpoint.harness._standins import Ledger
 
 if TYPE_CHECKING:
@@ -245,6 +253,8 @@ class _Setup:
     disk: _DiskWatch | None = None
     armed: Armed | None = None
     recovery: tuple[int, _power.Recovery] | None = None
+    #: ``upgrade``: version B, which this attempt runs (None: the scenario's agent)
+    agent: AgentSpec | None = None
 
     @property
     def faults(self) -> list[Fault]:
@@ -307,6 +317,8 @@ class TrialAttempts:
     #: ``live`` (attempt -> [spawned, ended], monotonic), ``writes`` (each a dict: attempt,
     #: t, op, path), ``by`` (how they were recorded), ``why_not`` (why not, if not)
     race: dict[str, Any] = field(default_factory=dict)
+    #: ``upgrade``: (the first attempt that runs version B, version B); None: no upgrade
+    upgrade: tuple[int, AgentSpec] | None = None
 
     @property
     def roots(self) -> dict[str, str]:
@@ -326,6 +338,9 @@ class TrialAttempts:
         """Run the attempts until the agent completes, stops as documented, or the restarts
         run out (a power cut at attempt 1 with nothing to cut runs none)."""
         argv0 = self.runner.agent_argv(self.state, self.work, self.ledger)
+        argv_b: list[str] = []
+        if self.upgrade is not None:  # version B, with the same folders and {trial_id}
+            argv_b = self.runner.argv_of(self.upgrade[1], self.state, self.work, self.ledger)
         n, one_resume = 0, False
         first = [f for f in self.plan.faults if f.attempt == 1]
         for i, f in enumerate(self.plan.faults):
@@ -341,6 +356,8 @@ class TrialAttempts:
             n += 1
             s = _Setup(n, [(i, f) for i, f in enumerate(self.plan.faults) if f.attempt == n], [])
             s.argv = list(argv0)
+            if self.upgrade is not None and n >= self.upgrade[0]:  # from here on: version B
+                s.agent, s.argv = self.upgrade[1], list(argv_b)
             self._corrupt(s)
             self._arm_failpoints(s)
             self._arm_fileop_kills(s)
@@ -621,6 +638,8 @@ class TrialAttempts:
         timers: list[threading.Timer] = []
         watches: list[Watch] = []
         detachers: list[Detacher] = []
+        cwd = (s.agent.cwd or self.work) if s.agent is not None else self.cwd
+        limit = s.agent.timeout if s.agent is not None else None
         sampler: _Sampler | None = None
         usage: UsageSampler | None = None
         tokens: list[str] = []
@@ -630,7 +649,7 @@ class TrialAttempts:
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
             for num in numbers:
                 env = runner.environment(
-                    ledger, num, self.canary, f"{plan.seed}:{plan.index}", s.extra
+                    ledger, num, self.canary, f"{plan.seed}:{plan.index}", s.extra, s.agent
                 )
                 for note in self.notes.values():
                     if note.get("armed") is not None:
@@ -648,10 +667,11 @@ class TrialAttempts:
                     p = runner.spawn(
                         argv,
                         env,
-                        self.cwd,
+                        cwd,
                         s.rlimit,
                         functools.partial(ledger.begin_attempt, num),
                         os.path.join(self.tdir, f"attempt-{num}"),
+                        agent=s.agent,
                     )
                     started.procs.append((num, p, t_spawn))
                     walls.append((wall, 0.0, argv))
@@ -675,7 +695,7 @@ class TrialAttempts:
             if runner.expect.max_state_bytes:
                 sampler = _Sampler(self.state, self.saw_size)
             for j, (num, p, t_spawn) in enumerate(started.procs):
-                end = p.wait(timeout=runner.time_limit(t_spawn))
+                end = p.wait(timeout=runner.time_limit(t_spawn, limit))
                 d = detachers[j] if j < len(detachers) else None
                 started.exits.append((num, d.exit(end) if d is not None else end))
                 walls[j] = (walls[j][0], time.time(), walls[j][2])  # its whole tree is gone
@@ -708,7 +728,7 @@ class TrialAttempts:
                     for j, (wall, ended, argv) in enumerate(walls):
                         waited = j < len(started.exits)
                         runner.scope.ran(
-                            wall, ended if waited else now, argv if waited else None, self.cwd
+                            wall, ended if waited else now, argv if waited else None, cwd
                         )
         return started
 
@@ -880,7 +900,9 @@ class TrialAttempts:
                 k = killed[-1]
                 why = f"killed at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
             elif ex.signal is not None:
-                why = next((str(f) for f in s.faults if f.kind != "corrupt"), "")
+                why = next(
+                    (str(f) for f in s.faults if f.kind not in ("corrupt", *REPLAY_KINDS)), ""
+                )
             # its stdout/stderr are in attempt-N.stdout/.stderr already (streamed, capped)
             att = Attempt(
                 num,

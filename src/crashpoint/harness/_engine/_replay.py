@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -31,8 +32,10 @@ def replay(folder: str) -> TrialResult:
                 f"{folder} is not a crashpoint trial folder: {name} is missing (a failing "
                 "trial's folder holds plan.json, runner.json, golden.json and REPLAY)"
             )
-    plan = Plan.from_json(load_json(os.path.join(folder, "plan.json")))
     agent, golden, runner_cfg = replay_inputs(folder)  # agent.env values are redacted there
+    raw = load_json(os.path.join(folder, "plan.json"))
+    source = str(runner_cfg.get("scenario") or "")
+    plan = Plan.from_json(unredact_json(raw, _upgrade_values(raw, source, folder)))
     out = os.path.join(folder, "replays", time.strftime("%Y%m%dT%H%M%S"))
     with TrialRunner(
         agent,
@@ -43,6 +46,37 @@ def replay(folder: str) -> TrialResult:
         source=str(runner_cfg.get("scenario") or ""),
     ) as runner:
         return runner.run(plan, golden)
+
+
+def _upgrade_values(plan: Any, source: str, folder: str) -> dict[str, str]:
+    """The values of version B's ``to.env`` that plan.json holds redacted (``<redacted:
+    NAME_B>``): from the scenario file's ``upgrade`` families, else this process's
+    environment (``NAME``); a value found in neither is a :class:`ReplayError`."""
+    names = sorted(set(re.findall(r"<redacted:([A-Za-z_]\w*)_B>", json.dumps(plan))))
+    if not names:
+        return {}
+    known: dict[str, str] = {}
+    if source and os.path.isfile(source):
+        try:
+            families = load_scenario(source).families
+        except ScenarioError as exc:
+            raise ReplayError(f"cannot take version B's env values from {source}: {exc}") from None
+        for fam in families:
+            for kind, opts in fam.family.chain:
+                env = dict(dict(opts).get("to") or {}).get("env") or {} if kind == "upgrade" else {}
+                known.update({f"{k}_B": str(v) for k, v in env.items() if k in names})
+    known.update(
+        {f"{k}_B": os.environ[k] for k in names if f"{k}_B" not in known and k in os.environ}
+    )
+    missing = [k for k in names if f"{k}_B" not in known]
+    if missing:
+        raise ReplayError(
+            f"{os.path.join(folder, 'plan.json')}: version B's env value(s) of "
+            f"{', '.join(missing)} are redacted (evidence never holds them) and the scenario "
+            f"file does not set them. Set them in the environment and replay again, e.g. "
+            f"{missing[0]}=... crashpoint replay {folder}"
+        )
+    return known
 
 
 def replay_inputs(folder: str) -> tuple[AgentSpec, Golden, dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -74,6 +75,8 @@ from crashpoint.harness._spec import (
     dumps,
     parse_services,
     persist,
+    resumed_attempt,
+    upgraded,
 )
 from crashpoint.harness._standins import Ledger
 
@@ -131,6 +134,13 @@ EVIDENCE_PER_TRIAL = 64 << 20
 EVIDENCE_PER_CAMPAIGN = 512 << 20
 
 
+#: How to fix an upgrade family whose version B does not run at all.
+UPGRADE_BROKEN_HINT = (
+    "run version B alone (the command in the message) until it completes crash-free; the "
+    "trials need it to resume runs A began"
+)
+
+
 def canary_for(seed: int, index: int) -> str:
     h = hashlib.sha256(f"crashpoint-canary:{seed}:{index}".encode()).hexdigest()[:24]
     return f"sk-crashpoint-canary-{h}"
@@ -165,6 +175,9 @@ class TrialRunner:
         self.scope: TrialScope | None = None  # the trial (or golden run) under way
         self._trial_id = RUN_ID  # {trial_id}: set anew by golden() and each trial
         self.evidence_used = 0  # bytes of the trial folders kept so far
+        #: version B's golden run per version (``upgrade`` families): (golden, why it failed)
+        self._upgrades: dict[str, tuple[Golden | None, str]] = {}
+        self._upgrade_env: tuple[tuple[str, str], ...] = ()  # version B's env: secrets too
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
@@ -210,6 +223,9 @@ class TrialRunner:
         ``agent.env`` entry of the same name, as in the environment);
         a trial's messages also quote the golden run's output, so its canary too."""
         out = {k: v for k, v in self.agent.env if not is_plain_path(k, v)}
+        for k, v in self._upgrade_env:  # version B's values that A's do not have
+            if (k, v) not in self.agent.env and not is_plain_path(k, v):
+                out[f"{k}_B"] = v
         if self._ledger is not None:  # the services' token is in the agent's environment
             out["CRASHPOINT_TOKEN"] = self._ledger.token
         out[CANARY_VAR] = canary
@@ -277,14 +293,20 @@ class TrialRunner:
     # -- environment ----------------------------------------------------------------------------
 
     def environment(
-        self, ledger: Ledger, attempt: int, canary: str, trial: str, extra: dict[str, str]
+        self,
+        ledger: Ledger,
+        attempt: int,
+        canary: str,
+        trial: str,
+        extra: dict[str, str],
+        agent: AgentSpec | None = None,
     ) -> dict[str, str]:
         """The environment of attempt ``attempt``: the harness's own variables that pass
-        (:data:`PASS_ENV`), ``agent.env``, the ledger's, the trial's ids and canary, the
-        private bytecode cache (:mod:`._pycache`), a private TMPDIR, ``extra``, and a fresh
-        reap token."""
+        (:data:`PASS_ENV`), ``agent.env`` (of ``agent``, version B of an upgrade, if given),
+        the ledger's, the trial's ids and canary, the private bytecode cache
+        (:mod:`._pycache`), a private TMPDIR, ``extra``, and a fresh reap token."""
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-        env.update(dict(self.agent.env))
+        env.update(dict((agent or self.agent).env))
         env.update(ledger.env())
         env.update(
             {
@@ -313,6 +335,7 @@ class TrialRunner:
         on_start: Callable[[int], None],
         output: str | None = None,
         counted: bool | None = None,
+        agent: AgentSpec | None = None,
     ) -> AgentProcess:
         """Start an attempt; ``on_start(pid)`` registers it before it can send an event.
         ``output``: stream its stdout and stderr to ``output + ".stdout"`` / ``".stderr"``.
@@ -325,18 +348,24 @@ class TrialRunner:
         strace, an RLIMIT_FSIZE, or the injected sitecustomize of a fileop kill. Then it is
         spawned. An attempt under strace or the audit hook runs without the bytecode cache
         (:func:`~._pycache.uncached_env`): its counts of file operations must not depend on
-        what the cache held.
+        what the cache held. ``agent``: version B of an upgrade (another program, another
+        interpreter), always spawned with its own timeout.
         """
+        upgraded = agent is not None and agent is not self.agent
+        agent = agent or self.agent
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         if counted is None:
             counted = bool(_FRESH_INTERPRETER & set(env)) or any(
                 os.path.basename(a) == "strace" for a in argv
             )
         if counted:
-            env = uncached_env(env, dict(self.agent.env))  # its file operations are counted
+            env = uncached_env(env, dict(agent.env))  # its file operations are counted
         prefix = [*ENTRY_ARGV, self.agent.entry]
         forkable = (
-            self.launcher is not None and rlimit is None and not _FRESH_INTERPRETER & set(env)
+            self.launcher is not None
+            and rlimit is None
+            and not _FRESH_INTERPRETER & set(env)
+            and not upgraded  # A's warm interpreter holds A's code
         )
         main = (
             self.launcher.main_of(argv)
@@ -362,7 +391,7 @@ class TrialRunner:
             argv,
             env,
             cwd=cwd,
-            timeout=self.agent.timeout,
+            timeout=agent.timeout,
             rlimit_fsize=rlimit,
             stdout_path=out,
             stderr_path=err,
@@ -372,11 +401,13 @@ class TrialRunner:
         on_start(proc.pid)
         return proc
 
-    def time_limit(self, t_spawn: float) -> float:
-        """How long an attempt started at ``t_spawn`` may run: its timeout, within the budget."""
+    def time_limit(self, t_spawn: float, timeout: float | None = None) -> float:
+        """How long an attempt started at ``t_spawn`` may run: its timeout (``timeout``, or the
+        agent's), within the budget."""
+        limit = self.agent.timeout if timeout is None else timeout
         if self.deadline is None:
-            return self.agent.timeout
-        return max(0.0, min(self.agent.timeout, self.deadline - t_spawn))
+            return limit
+        return max(0.0, min(limit, self.deadline - t_spawn))
 
     def cut_by_budget(self, ex: Exit | None, t_spawn: float) -> bool:
         """True if the budget, not the agent's own timeout, ended this attempt."""
@@ -567,6 +598,38 @@ class TrialRunner:
             bool(self.agent.command) and self.agent.command[0] == "{python}"
         )
 
+    # -- upgrade ----------------------------------------------------------------------------------
+
+    def upgrade_golden(self, agent: AgentSpec) -> tuple[Golden | None, str]:
+        """Version B's own golden run (once per version): what B does crash-free, which the
+        ``replay_divergence`` check sets beside A's. (None, why) when it failed: then every
+        trial of the family fails with why, never a pass."""
+        key = json.dumps(agent.to_json(), sort_keys=True, default=str)
+        if key not in self._upgrades:
+            sub = TrialRunner(
+                agent,
+                os.path.join(self.folder, f"upgrade-{len(self._upgrades) + 1}"),
+                restarts=0,
+                expect=self.expect,
+                deadline=self.deadline,
+                evidence_per_trial=self.evidence_per_trial,
+                evidence_per_campaign=self.evidence_per_campaign,
+                source=self.source,
+                keep_head=self.keep_head,
+                keep_tail=self.keep_tail,
+            )
+            try:
+                self._upgrades[key] = (sub.golden(), "")
+            except GoldenRunFailed as exc:
+                self._upgrades[key] = (
+                    None,
+                    f"version B ({agent.describe()}) failed its own crash-free run, so no "
+                    f"crash can be resumed under it: {exc}",
+                )
+            finally:
+                sub.close()
+        return self._upgrades[key]
+
     # -- trial ------------------------------------------------------------------------------------
 
     def agent_argv(self, state: str, work: str, ledger: Ledger) -> list[str]:
@@ -574,6 +637,17 @@ class TrialRunner:
         ``{trial_id}`` (the same for each of the trial's attempts)."""
         self._trial_id = new_trial_id()
         return self.agent.argv(
+            state_dir=state,
+            workdir=work,
+            run_id=RUN_ID,
+            urls=ledger.urls(),
+            trial_id=self._trial_id,
+        )
+
+    def argv_of(self, agent: AgentSpec, state: str, work: str, ledger: Ledger) -> list[str]:
+        """``agent``'s argv (version B of an upgrade) in the trial under way: its folders,
+        run id and ``{trial_id}``, as the scenario's agent gets them."""
+        return agent.argv(
             state_dir=state,
             workdir=work,
             run_id=RUN_ID,
@@ -589,10 +663,22 @@ class TrialRunner:
         state, work = os.path.join(tdir, "state"), os.path.join(tdir, "work")
         secure_dir(state, root=self.folder)
         secure_dir(work, root=self.folder)
-        write_file(os.path.join(tdir, "plan.json"), dumps(plan.to_json()), durable=False)
-        canary = canary_for(plan.seed, plan.index)
-        self._new_scope(tdir, canary, plan)
         skipped = self._unsupported(plan, golden)
+        marker = resumed_attempt(plan)  # upgrade / always_replay: the attempt that resumes
+        upgrade: tuple[int, AgentSpec] | None = None
+        golden_b: Golden | None = None
+        broken = ""  # why version B cannot be tried (its own golden run failed)
+        self._upgrade_env = ()
+        if marker is not None and marker.kind == "upgrade" and not skipped:
+            agent_b = upgraded(self.agent, marker.arg("to") or {})
+            self._upgrade_env = agent_b.env  # the trial's secrets include B's env values
+            golden_b, broken = self.upgrade_golden(agent_b)  # once per version
+            upgrade = (marker.attempt, agent_b)
+        canary = canary_for(plan.seed, plan.index)
+        scope = self._new_scope(tdir, canary, plan)
+        # (version B's env values, in an upgrade's ``to``, are secrets like agent.env's)
+        plan_json = redact_json(plan.to_json(), scope.secrets)
+        write_file(os.path.join(tdir, "plan.json"), dumps(plan_json), durable=False)
         t0 = time.monotonic()
         ledger = self.ledger(os.path.join(tdir, "history.jsonl"))
         # a persistent fault (every_attempt) is planned once and repeated for every attempt
@@ -604,8 +690,8 @@ class TrialRunner:
         ]
         nets = {i: net_fault(f) for i, f in enumerate(ran.faults) if f.kind == "network"}
         ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
-        run = TrialAttempts(self, ran, golden, ledger, state, work, tdir, canary)
-        if not skipped:
+        run = TrialAttempts(self, ran, golden, ledger, state, work, tdir, canary, upgrade=upgrade)
+        if not skipped and not broken:
             run.run()
         attempts, notes = run.attempts, run.notes
         for i, nf in nets.items():  # how many requests each failed: fault accounting
@@ -620,7 +706,11 @@ class TrialRunner:
         power = next((nt["power"] for nt in notes.values() if "power" in nt), None)
         outcomes: list[Outcome] = []
         hits: dict[int, str] = {}
-        if not skipped:
+        if broken:
+            outcomes = [
+                Outcome(i, f.kind, False, why_not=broken) for i, f in enumerate(plan.faults)
+            ]
+        elif not skipped:
             outcomes, hits = fold_persistent(
                 plan,
                 ran,
@@ -629,7 +719,9 @@ class TrialRunner:
                 attempts,
             )
         facts = TrialFacts(
-            golden,
+            # a run finished by version B prints what B prints (its own golden output); its
+            # effects are judged against A's golden run, where the run began
+            golden if golden_b is None else dataclasses.replace(golden, output=golden_b.output),
             plan,
             self.expect,
             attempts,
@@ -644,10 +736,18 @@ class TrialRunner:
                 "race": run.race,
                 "hits": hits,
                 "restarts": self.restarts,
+                **(
+                    {"upgrade": {"agent": upgrade[1].describe(), "golden": golden_b.events}}
+                    if upgrade is not None and golden_b is not None
+                    else {}
+                ),
             },
         )
-        if skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
-            checks: list[CheckResult] = []  # evidence to judge; the accounting says why
+        checks: list[CheckResult] = []
+        if broken:  # version B does not run even without a crash: nothing can be resumed
+            checks = [CheckResult("replay_divergence", False, broken, hint=UPGRADE_BROKEN_HINT)]
+        elif skipped or not attempts:  # nothing ran (a power cut with nothing to cut): no
+            pass  # evidence to judge; the accounting says why
         else:
             checks = run_checks(facts, self.extra_checks)
             story = loop_text(facts)  # a fault on every attempt: each attempt's story
@@ -656,6 +756,13 @@ class TrialRunner:
             witness = history_text(facts)  # two writers: each anomaly and its witness
             if witness:
                 write_file(os.path.join(tdir, "anomalies.txt"), witness, durable=False)
+            div = next((c for c in checks if c.name == "replay_divergence" and not c.ok), None)
+            if div is not None:  # where the resumed run parted from the golden run
+                write_file(
+                    os.path.join(tdir, "divergence.txt"),
+                    f"{div.message}\n\nhint: {div.hint}\n",
+                    durable=False,
+                )
         result = TrialResult(
             plan,
             attempts,

@@ -115,6 +115,15 @@ from crashpoint.harness._spec._services import (
     ServicesSpec,
     parse_services,
 )
+from crashpoint.harness._spec._upgrade import (
+    REPLAY_AT,
+    REPLAY_KINDS,
+    UPGRADE_KEYS,
+    crash_index,
+    describe_to,
+    resumed_attempt,
+    upgraded,
+)
 
 __all__ = [
     "ADD_PROBE_CALLS",
@@ -150,6 +159,8 @@ __all__ = [
     "PASS_ENV",
     "PERSISTENT_KINDS",
     "REFUSE_PATTERNS",
+    "REPLAY_AT",
+    "REPLAY_KINDS",
     "ROOT_ORDER",
     "RULE_KEYS",
     "SCRIPT_KEYS",
@@ -158,6 +169,7 @@ __all__ = [
     "SMTP_USER",
     "STREAM_FAILS",
     "SUFFIX",
+    "UPGRADE_KEYS",
     "WARM_IMPORTS",
     "AgentSpec",
     "Attempt",
@@ -184,6 +196,8 @@ __all__ = [
     "call_of",
     "call_outcome",
     "canonical",
+    "crash_index",
+    "describe_to",
     "draw",
     "dumps",
     "event_name",
@@ -201,8 +215,10 @@ __all__ = [
     "plan_for",
     "planned",
     "points",
+    "resumed_attempt",
     "size_text",
     "states",
     "stream_fail",
     "stream_failure",
+    "upgraded",
 ]

@@ -29,6 +29,7 @@ from crashpoint.harness._spec import _power
 from crashpoint.harness._spec._events import call_of
 from crashpoint.harness._spec._model import Golden
 from crashpoint.harness._spec._network import stream_fail
+from crashpoint.harness._spec._upgrade import REPLAY_KINDS, check_replay_options
 
 __all__ = [
     "ADD_PROBE_CALLS",
@@ -84,6 +85,8 @@ FAMILY_KINDS = (
     "hang",
     "power_loss",
     "network",
+    "upgrade",
+    "always_replay",
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -95,6 +98,8 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "hang": ("count",),
     "power_loss": ("model", "count"),
     "network": ("call", "fail", "nth", "times", "count"),
+    "upgrade": ("to", "at", "count", "replay"),
+    "always_replay": ("at", "count", "replay"),
 }
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: The kinds that take ``every_attempt: true`` (a persistent fault: it hits every attempt of
@@ -197,7 +202,11 @@ def _within(v: Any, what: str, err: Callable[[str], FaultSpecError]) -> float:
 
 
 def _check_options(
-    kind: str, opts: dict[str, Any], last: bool, err: Callable[[str, str], FaultSpecError]
+    kind: str,
+    opts: dict[str, Any],
+    last: bool,
+    err: Callable[[str, str], FaultSpecError],
+    chained: bool = False,
 ) -> None:
     """Validate (and normalise, in place) the options of one fault of kind ``kind``."""
 
@@ -210,6 +219,8 @@ def _check_options(
             raise err(f"{kind}.{option} must be one of {', '.join(allowed)}, got {v!r}", option)
         return v
 
+    if kind in REPLAY_KINDS:
+        check_replay_options(kind, opts, not last or chained, err)
     if "count" in opts:
         if not last:
             raise err(
@@ -453,6 +464,8 @@ class FaultFamily:
             return at == "every-boundary" or (at == "fileop" and "count" not in o)
         if kind in ("power_loss", "network"):
             return "count" not in o
+        if kind in REPLAY_KINDS:
+            return bool(o.get("at", "every-boundary") == "every-boundary")
         return (
             kind == "disk_full"
             and "capacity" not in o
@@ -500,6 +513,8 @@ class FaultFamily:
             o = dict(opts)
             if kind == "kill" and o.get("at") == "fileop":
                 out.add("fileops")
+            if kind in REPLAY_KINDS and o.get("replay", True):
+                out.add("killreplay")  # attempt 1's kill (under version A) is a kill's
             if (
                 kind == "kill"
                 and o.get("at", "random") in REPLAYED_KILLS
@@ -576,7 +591,7 @@ def family_from_spec(spec: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> F
                 + (", every_attempt" if kind in PERSISTENT_KINDS else ""),
                 unknown[0],
             )
-        _check_options(kind, opts, j == len(items) - 1, err)
+        _check_options(kind, opts, j == len(items) - 1, err, chained)
         if every:
             opts["every_attempt"] = True
         chain.append(

@@ -55,6 +55,7 @@ CHECKS = (
     "no_repeated_llm_calls",
     "no_retry_storm",
     "crash_loop",
+    "replay_divergence",
 )
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
@@ -63,6 +64,7 @@ CHECKS = (
 #: ones; a check not listed (a custom one) comes last.
 ROOT_ORDER = (
     "single_writer",
+    "replay_divergence",
     "resumes_from_last_completed",
     "crash_loop",
     "exactly_once",
@@ -88,6 +90,8 @@ FAULT_KINDS = (
     "resumers",
     "power_loss",
     "network",
+    "upgrade",
+    "always_replay",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
@@ -146,6 +150,9 @@ class AgentSpec:
     ``warm``: fork mode (scenario key ``agent.warm``): None spawns every attempt; a tuple of
     module names has a warm zygote import them once and fork each attempt (``"*"``: the
     script's own top-level imports); see :func:`crashpoint.harness._engine._zygote.fork_plan`.
+    ``python``: the interpreter ``{python}`` becomes (and an entry agent runs under); empty:
+    the harness's own (``sys.executable``). Set for version B of an ``upgrade`` family that
+    runs in another virtual environment.
     """
 
     command: tuple[str, ...] = ()
@@ -157,6 +164,7 @@ class AgentSpec:
     scenario_dir: str = ""
     services: Any = field(default=None, hash=False)
     warm: tuple[str, ...] | None = None
+    python: str = ""
 
     def __post_init__(self) -> None:
         parse_services(self.services)  # a ServiceSpecError is a ValueError
@@ -185,7 +193,7 @@ class AgentSpec:
         trial_id: str = "",
     ) -> list[str]:
         subst = {
-            "python": sys.executable,
+            "python": self.python or sys.executable,
             "state_dir": state_dir,
             "workdir": workdir,
             "run_id": run_id,
@@ -218,7 +226,8 @@ class AgentSpec:
         ``trial_id``: ``{trial_id}``, fresh for each trial (``run_id`` if not given)."""
         if self.entry:
             return [
-                *ENTRY_ARGV,
+                self.python or ENTRY_ARGV[0],
+                *ENTRY_ARGV[1:],
                 self.entry,
                 *self._fill(self.args, state_dir, workdir, run_id, urls, trial_id),
             ]
@@ -245,6 +254,7 @@ class AgentSpec:
             "scenario_dir": self.scenario_dir,
             "services": self.services,
             "warm": list(self.warm) if self.warm is not None else None,
+            **({"python": self.python} if self.python else {}),
         }
 
     @classmethod
@@ -259,6 +269,7 @@ class AgentSpec:
             str(d.get("scenario_dir") or ""),
             d.get("services"),
             tuple(str(w) for w in d["warm"]) if d.get("warm") is not None else None,
+            str(d.get("python") or ""),
         )
 
 
@@ -290,6 +301,10 @@ class Fault:
       (``reset``, ``timeout``, an HTTP status such as 503, or a stream failure of ``llm``:
       ``cut 3``, ``stall 5s after 2``, ``reset_after 1``), ``nth`` (its occurrence among
       the attempt's requests of that call, from 1), ``times`` (consecutive requests failed)
+    - upgrade: attempt ``attempt`` and every one after it run version B: ``to`` (what B
+      changes of the agent, see :func:`crashpoint.harness._spec._upgrade.upgraded`), ``label``
+    - always_replay: attempt ``attempt`` resumes the crash of the one before (no other
+      change); both mark the attempt ``replay_divergence`` compares with the golden run
     """
 
     kind: str
@@ -359,6 +374,10 @@ class Fault:
                 if k > 2
                 else (f"resumers(attempt {self.attempt})")
             )
+        if self.kind == "upgrade":
+            return f"resume under version B from attempt {self.attempt} ({a.get('label', '')})"
+        if self.kind == "always_replay":
+            return f"attempt {self.attempt} resumes, compared with the golden run"
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return (
@@ -537,6 +556,9 @@ class Expect:
     #: crash_loop: the attempt by which it must have stopped (counted from the first attempt
     #: the persistent fault hits); None: the last one the restarts allow
     crash_loop_within: int | None = None
+    #: replay_divergence, judged in ``upgrade`` and ``always_replay`` trials: the resumed
+    #: attempt continues as the golden run did from the crash; False: off
+    replay_divergence: bool = True
 
     def __post_init__(self) -> None:
         w = self.crash_loop_within

@@ -37,6 +37,7 @@ from crashpoint.harness._spec._families import (
     net_requests,
 )
 from crashpoint.harness._spec._model import Fault, Golden, Plan
+from crashpoint.harness._spec._upgrade import REPLAY_KINDS, describe_to
 
 __all__ = ["persist", "plan_for"]
 
@@ -273,6 +274,20 @@ def _draw(
         ]
     if kind == "network":
         return [_net_draw(opts, attempt, golden, rng, boundary)]
+    if kind in REPLAY_KINDS:  # a kill's plan, then the resumed attempt (under version B)
+        kill = _draw(
+            "kill",
+            {"at": opts.get("at", "every-boundary"), "replay": opts.get("replay", True)},
+            attempt,
+            golden,
+            rng,
+            boundary,
+            mode,
+        )
+        if kind == "always_replay":
+            return [*kill, Fault.make("always_replay", attempt + 1)]
+        to = dict(opts["to"])
+        return [*kill, Fault.make("upgrade", attempt + 1, to=to, label=describe_to(to))]
     if kind == "hang":
         return [
             Fault.make(

@@ -38,6 +38,7 @@ from crashpoint.harness._spec._families import (
 )
 from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, WARM_IMPORTS, AgentSpec, Expect
 from crashpoint.harness._spec._services import parse_services
+from crashpoint.harness._spec._upgrade import REPLAY_KINDS, upgraded
 
 __all__ = ["SUFFIX", "Scenario", "ScenarioFamily", "load_scenario"]
 
@@ -72,6 +73,7 @@ EXPECT_KEYS = (
     "no_retry_storm",
     "max_retries",
     "crash_loop",
+    "replay_divergence",
 )
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
@@ -326,7 +328,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     agent = _agent(agent_doc, scenario_dir)
     if "services" in doc.items:
         agent = dataclasses.replace(agent, services=_services(doc))
-    families = tuple(_families(doc))
+    families = tuple(_upgrades(doc, agent, _families(doc)))
     expect = (
         _expect(_Doc(p, doc.items["expect"][0], "expect")) if "expect" in doc.items else Expect()
     )
@@ -350,6 +352,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
             f"could not fail; raise restarts to {within - 1} or more, or lower within",
         )
     _resumers_fit(doc, families, restarts)
+    _resume_fits(doc, families, restarts)
     trials = _int(
         doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
     )
@@ -630,6 +633,92 @@ def _families(doc: _Doc) -> Iterator[ScenarioFamily]:
         except (ValueError, TypeError) as exc:
             raise ScenarioError(doc.path, iline, f"faults[{i}]", str(exc)) from exc
         yield ScenarioFamily(fam, iline)
+
+
+def _upgrades(
+    doc: _Doc, agent: AgentSpec, families: Iterator[ScenarioFamily]
+) -> Iterator[ScenarioFamily]:
+    """Each ``upgrade`` family with its version B resolved as the agent is: ``to.cwd`` taken
+    from the scenario's folder, ``{scenario_dir}`` filled in ``to.env`` values, ``to.python``
+    an existing interpreter, and B's program, script or module found (first contact), each
+    error at the line of its key under ``to``."""
+    faults = doc.items["faults"][0]
+    for i, sf in enumerate(families):
+        kind, opts = sf.family.chain[0]
+        if kind != "upgrade":
+            yield sf
+            continue
+        o = dict(opts)
+        to = dict(o["to"])
+        item = faults.value[i] if isinstance(faults, yaml.SequenceNode) else faults
+        node = _find(_find(item, "upgrade"), "to")
+        tdoc = _Doc(doc.path, node, f"faults[{i}].upgrade.to") if node is not None else None
+        if tdoc is None:  # cannot happen for a file: family_from_spec required it
+            yield sf
+            continue
+        if "cwd" in to:
+            to["cwd"] = _cwd(tdoc, agent.scenario_dir)
+        if "env" in to:
+            to["env"] = {
+                k: v.replace("{scenario_dir}", agent.scenario_dir) for k, v in to["env"].items()
+            }
+        if "python" in to:
+            _template(tdoc, "python", to["python"], ("scenario_dir",))
+            py = fill(to["python"], {"scenario_dir": agent.scenario_dir})
+            py = os.path.join(agent.scenario_dir, py) if os.sep in py else py
+            full = py if os.sep in py else shutil.which(py)
+            if full is None or not os.path.isfile(full) or not os.access(full, os.X_OK):
+                raise tdoc.err(
+                    "python",
+                    f"{to['python']!r} is not an executable interpreter (give the python of "
+                    "version B's virtual environment, e.g. /path/to/venv/bin/python; a relative "
+                    "path is taken from the scenario file's folder)",
+                )
+            to["python"] = os.path.normpath(full)
+        b = upgraded(agent, to)
+        if to.get("python"):
+            _python_script(tdoc, b)  # modules: another interpreter's, not looked up here
+        else:
+            _first_contact(tdoc, b)
+        o["to"] = to
+        yield ScenarioFamily(
+            FaultFamily(((kind, tuple(sorted(o.items()))), *sf.family.chain[1:])), sf.line
+        )
+
+
+def _find(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    """The value of ``key`` in the YAML mapping ``node`` (None if absent)."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    return next(
+        (v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None
+    )
+
+
+def _python_script(doc: _Doc, agent: AgentSpec) -> None:
+    """First contact for a version B run by another interpreter: its script must exist."""
+    if not agent.command or agent.command[0] != "{python}":
+        return
+    rest = [a for a in agent.command[1:] if not a.startswith("-")]
+    if not rest or "-m" in agent.command[1:2]:
+        return
+    script = _known(agent, rest[0])
+    if script is not None:
+        _existing_file(doc, agent, "the script", script)
+
+
+def _resume_fits(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
+    """``upgrade`` and ``always_replay`` resume a crash: a trial needs a restart."""
+    fam = next((f for f in families if f.family.chain[0][0] in REPLAY_KINDS), None)
+    if fam is None or restarts >= 1:
+        return
+    raise ScenarioError(
+        doc.path,
+        doc.line("restarts"),
+        "restarts",
+        f"{fam.family.chain[0][0]} resumes a crash in the attempt after it, but restarts: 0 "
+        "runs one attempt per trial; raise restarts to 1 or more",
+    )
 
 
 def _resumers_fit(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
