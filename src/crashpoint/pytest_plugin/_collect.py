@@ -29,6 +29,7 @@ from crashpoint.harness import (
     ZygoteError,
     fork_plan,
     load_scenario,
+    postgres_unavailable,
 )
 from crashpoint.pytest_plugin._campaigns import make_harness, record_campaign, record_interrupted
 from crashpoint.pytest_plugin._options import SETTINGS
@@ -106,6 +107,10 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         sc = self.scenario
+        if sc.agent.uses("postgres"):  # the harness's PostgreSQL, where one can run
+            why = postgres_unavailable()
+            if why:
+                pytest.skip(f"the agent uses {{postgres}}, and no PostgreSQL can run here: {why}")
         settings = self.config.stash[SETTINGS]
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{sc.slug}-{self.name}").strip("_")
         base = settings.report or os.path.join(

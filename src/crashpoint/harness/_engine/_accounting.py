@@ -538,6 +538,23 @@ def _net(
     )
 
 
+def _backing(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """A backing-service outage fired when it was in place while the agent was inside a step
+    and the agent met it (:meth:`crashpoint.harness._engine._backing.Outage.verdict`)."""
+    noted = _noted(i, f, attempts, notes, "backing")
+    if noted is not None:
+        return noted
+    return Outcome(i, f.kind, False, why_not=f"the outage of attempt {f.attempt} never began")
+
+
 Accountant = Callable[
     [int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence, Golden], Outcome
 ]
@@ -554,6 +571,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "disk_full": _disk,
     "power_loss": _power_loss,
     "network": _net,
+    "backing": _backing,
 }
 
 

@@ -55,6 +55,7 @@ CHECKS = (
     "no_repeated_llm_calls",
     "no_retry_storm",
     "crash_loop",
+    "no_silent_failure",
 )
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
@@ -68,6 +69,7 @@ ROOT_ORDER = (
     "exactly_once",
     "no_repeated_llm_calls",
     "corruption_detected",
+    "no_silent_failure",
     "completes",
     "same_output",
     "no_secret_leak",
@@ -88,10 +90,12 @@ FAULT_KINDS = (
     "resumers",
     "power_loss",
     "network",
+    "backing",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
-#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
+#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv; {postgres}:
+#: the DSN of the harness's PostgreSQL, a database per trial, without its password).
 AGENT_PLACEHOLDERS = (
     "python",
     "state_dir",
@@ -102,11 +106,12 @@ AGENT_PLACEHOLDERS = (
     "http",
     "llm",
     "smtp",
+    "postgres",
 )
 #: A command-line part shown quoted (placeholders' braces are not).
 _NEEDS_QUOTES = re.compile(r"[\s'\"\\$`;&|<>*?]")
 #: The placeholders that name a stand-in service.
-SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
+SERVICE_PLACEHOLDERS = ("http", "llm", "smtp", "postgres")
 
 #: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
 WARM_IMPORTS = "*"
@@ -290,6 +295,13 @@ class Fault:
       (``reset``, ``timeout``, an HTTP status such as 503, or a stream failure of ``llm``:
       ``cut 3``, ``stall 5s after 2``, ``reset_after 1``), ``nth`` (its occurrence among
       the attempt's requests of that call, from 1), ``times`` (consecutive requests failed)
+    - backing: a backing service goes away while the agent is inside a step: ``service``
+      (sqlite|postgres), ``do`` (lock|restart|partition), ``for`` (seconds it lasts), where it
+      begins (``op``/``name``/``nth``: before the agent is answered at that event, as a kill
+      names it; or ``seconds`` after the attempt's first event), ``path`` (SQLite: a glob in
+      the trial's folders), ``lock`` (immediate|exclusive), ``how`` (a partition:
+      reset|blackhole), ``shutdown`` (a restart: immediate|fast), ``then`` (kill: the agent is
+      killed at its first step report after the outage began; continue), ``label``
     """
 
     kind: str
@@ -359,6 +371,20 @@ class Fault:
                 if k > 2
                 else (f"resumers(attempt {self.attempt})")
             )
+        if self.kind == "backing":
+            service = a.get("service", "sqlite")
+            what = (
+                f"SQLite lock of {a.get('path', '{state_dir}/**')}"
+                if service == "sqlite"
+                else f"PostgreSQL {a.get('do', 'restart')}"
+            )
+            when = (
+                f"at {a['op']}:{a.get('name', '')}"
+                + (f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else "")
+                if a.get("op")
+                else f"{float(a.get('seconds', 0)):.3f}s after its first event"
+            )
+            return f"{what} for {float(a.get('for', 1.0)):g}s in attempt {self.attempt} {when}"
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return (
@@ -537,6 +563,9 @@ class Expect:
     #: crash_loop: the attempt by which it must have stopped (counted from the first attempt
     #: the persistent fault hits); None: the last one the restarts allow
     crash_loop_within: int | None = None
+    #: no_silent_failure: an attempt that exits 0 must have done the golden run's work
+    #: (every step it started completed, no step of the golden run left undone)
+    no_silent_failure: bool = True
 
     def __post_init__(self) -> None:
         w = self.crash_loop_within

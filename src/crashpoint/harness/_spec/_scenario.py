@@ -72,6 +72,7 @@ EXPECT_KEYS = (
     "no_retry_storm",
     "max_retries",
     "crash_loop",
+    "no_silent_failure",
 )
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
