@@ -1,6 +1,6 @@
 """An agent that keeps its progress in SQLite, one row per step (the standard library only).
 
-    python sqlite_steps.py STATE_DIR [--busy-timeout S] [--swallow | --bail] [--wal]
+    python sqlite_steps.py STATE_DIR [--busy-timeout S] [--swallow | --bail] [--wal] [--aux]
 
 Five steps; each reports ``step_started``, works a little, inserts its result into
 ``STATE_DIR/progress.db`` and commits, then reports ``step_completed``. A restart reads the
@@ -15,6 +15,9 @@ How it meets a write lock another connection holds (a second writer, or the harn
   anyway and the run goes on to exit 0. The step's row was never written.
 - ``--bail`` (the bug reported of agent sessions): the error is printed, and the agent returns
   normally: exit 0 with the run half done.
+
+``--aux`` also creates ``STATE_DIR/aux.db`` at the start and never writes it again: a lock held
+on it meets no write (the fault does not fire).
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ def main() -> int:
     ap.add_argument("--swallow", action="store_true")
     ap.add_argument("--bail", action="store_true")
     ap.add_argument("--wal", action="store_true")
+    ap.add_argument("--aux", action="store_true")
     a = ap.parse_args()
+    if a.aux:
+        aux = sqlite3.connect(os.path.join(a.state, "aux.db"))
+        aux.execute("CREATE TABLE IF NOT EXISTS settings (k TEXT, v TEXT)")
+        aux.commit()
+        aux.close()
     db = sqlite3.connect(os.path.join(a.state, "progress.db"), timeout=a.busy_timeout)
     if a.wal:
         db.execute("PRAGMA journal_mode=WAL")

@@ -63,6 +63,8 @@ class ScenarioFile(pytest.File):
             for f, c in zip(scenario.families, _split_trials(scenario), strict=True)
         ]
         names: dict[str, int] = {}
+        # the harness's own PostgreSQL ({postgres}), where one can run: else skipped, saying why
+        why = postgres_unavailable() if scenario.agent.uses("postgres") else None
         for fam, count in zip(scenario.families, counts, strict=True):
             base = fam.family.name
             names[base] = names.get(base, 0) + 1
@@ -70,6 +72,9 @@ class ScenarioFile(pytest.File):
             item = ScenarioItem.from_parent(
                 self, name=name, scenario=scenario, family=fam, count=count
             )
+            if why:
+                reason = f"the agent uses {{postgres}}, and no PostgreSQL can run here: {why}"
+                item.add_marker(pytest.mark.skip(reason=reason))
             for mark in scenario.marks:
                 try:
                     item.add_marker(getattr(pytest.mark, mark))
@@ -107,10 +112,6 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         sc = self.scenario
-        if sc.agent.uses("postgres"):  # the harness's PostgreSQL, where one can run
-            why = postgres_unavailable()
-            if why:
-                pytest.skip(f"the agent uses {{postgres}}, and no PostgreSQL can run here: {why}")
         settings = self.config.stash[SETTINGS]
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{sc.slug}-{self.name}").strip("_")
         base = settings.report or os.path.join(

@@ -1,11 +1,12 @@
 """Backing services: the PostgreSQL an agent gets as ``{postgres}``, and the ``backing`` faults.
 
-:class:`PostgresService` is the runner's throw-away PostgreSQL server (started once per
-runner, when the agent uses ``{postgres}``) behind a :class:`~crashpoint.faults.TcpProxy`: each
-trial (and the golden run) gets a database of its own, named by its ``{trial_id}`` and owned by
-an unprivileged role; the agent gets the DSN through the proxy without a password
-(``{postgres}``, ``$CRASHPOINT_POSTGRES``) and the password in its environment only
-(``$PGPASSWORD``, which libpq and psycopg read).
+:class:`PostgresService` is the runner's throw-away PostgreSQL (when the agent uses
+``{postgres}``) behind a :class:`~crashpoint.faults.TcpProxy` of its own: each trial (and the
+golden run) gets a database of its own, named by its ``{trial_id}`` and owned by an
+unprivileged role; the agent gets the DSN through the proxy without a password (``{postgres}``,
+``$CRASHPOINT_POSTGRES``) and the password in its environment only (``$PGPASSWORD``, which
+libpq and psycopg read). The server is started at the runner's first golden run (``initdb``: a few
+seconds) and stopped, its folder removed, when the runner closes.
 
 :class:`Outage` is one ``backing`` fault of an attempt: at the planned boundary (the ledger
 calls :meth:`Outage.before_reply` before it answers the agent's event, so the outage is in place
@@ -125,8 +126,7 @@ class PostgresService:
                 self.proxy.heal()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.drop_database()
+        """Stop the proxy and the server (its folder removed): nothing is left running."""
         self._stack.close()
         self.server, self.proxy = None, None
 
