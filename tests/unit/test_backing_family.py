@@ -107,6 +107,15 @@ def test_a_scenario_names_the_line_and_key(tmp_path: Path) -> None:
     sc = load_scenario(good)
     assert sc.agent.uses("postgres")
     assert not sc.expect.no_silent_failure
+    # then: kill needs an attempt after the kill
+    again = tmp_path / "z.scenario.yaml"
+    again.write_text(good.read_text().replace("expect:", "restarts: 0\nexpect:"))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(again)
+    assert "(key 'restarts')" in str(info.value)
+    assert "raise restarts to 1 or more, or set then: continue" in str(info.value)
+    again.write_text(again.read_text().replace("500ms}", "500ms, then: continue}"))
+    assert load_scenario(again).restarts == 0
 
 
 # -- plans ------------------------------------------------------------------------------------
@@ -274,7 +283,7 @@ def test_the_lock_waits_out_a_writer_then_says_why(tmp_path: Path) -> None:
     t0 = time.monotonic()
     why = SqliteLock(str(path)).acquire(timeout=0.2)
     assert time.monotonic() - t0 >= 0.15
-    assert "held the write lock of a.db itself" in why
+    assert "held a lock of a.db itself" in why
     writer.execute("ROLLBACK")
     writer.close()
     assert "is gone" in SqliteLock(str(tmp_path / "none.db")).acquire()

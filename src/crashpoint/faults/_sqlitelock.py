@@ -124,7 +124,7 @@ class SqliteLock:
                 conn.close()
             held = "locked" in str(exc) or "busy" in str(exc).lower()
             return (
-                f"the agent held the write lock of {os.path.basename(self.path)} itself for "
+                f"the agent held a lock of {os.path.basename(self.path)} itself for "
                 f"{timeout:g}s (inside a transaction of its own)"
                 if held
                 else f"could not lock {self.path}: {exc}"

@@ -310,7 +310,12 @@ class Outage:
         spans += [(n, s, attempt_end) for n, starts in open_.items() for s in starts]
         for name, s, c in sorted(spans, key=lambda x: x[1]):
             if s <= t1 and c >= t0:
-                return name
+                return repr(name)
+        named = any(
+            e["op"] == "step_started" for e in events if int(e.get("attempt", 0)) == self.attempt
+        )
+        if not named and attempt_end >= t0:  # an agent that names no step: its whole run
+            return "none named: the attempt was at work"
         return ""
 
     def verdict(self, events: list[dict[str, Any]], attempt_end: float) -> tuple[bool, str, str]:
@@ -346,7 +351,7 @@ class Outage:
                 f"{where}, but attempt {self.attempt} was inside no step meanwhile (it had "
                 "ended, or was between steps)",
             )
-        where += f", inside step {step!r}"
+        where += f", inside step {step}"
         if self.service_name == "sqlite":
             name = os.path.basename(self.database)
             if self.trace is None:  # no evidence either way: a write then could not succeed
