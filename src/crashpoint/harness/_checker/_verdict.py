@@ -315,7 +315,7 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             hint = f"after the power cut ({power.get('label')}): {why}" + (
                 f"; then: {hint}" if hint else ""
             )
-        backing = facts.extra.get("backing") or []
+        backing = [o for o in facts.extra.get("backing") or [] if o.get("where")]
         if (
             backing
             and c.name == "resumes_from_last_completed"

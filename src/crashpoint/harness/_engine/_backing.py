@@ -157,6 +157,7 @@ class Outage:
     database: str = ""  # SQLite: the file locked
     contact: dict[str, int] = field(default_factory=dict)  # PostgreSQL: cut, refused, hung
     killed: str = ""  # then: kill: the event it was killed at
+    trouble: str = ""  # the service did not come back after the outage
     _lock: SqliteLock | None = None
     _timer: threading.Timer | None = None
     _base: dict[str, int] = field(default_factory=dict)
@@ -287,7 +288,10 @@ class Outage:
                     else dropped,
                     "hung": p.hung - self._base.get("hung", 0),
                 }
-                svc.ensure_up()  # (a restart: the server accepts again when this returns)
+                try:  # (a restart: the server accepts again when this returns)
+                    svc.ensure_up()
+                except StandInError as exc:  # (in a timer's thread: said, never raised)
+                    self.trouble = f"PostgreSQL did not come back: {exc}"
             self.ended = time.time()
 
     # -- did it take effect ------------------------------------------------------------------
@@ -343,6 +347,8 @@ class Outage:
         held = max(0.0, self.ended - self.began)
         short = " (cut short: the attempt ended)" if held < 0.9 * self.seconds else ""
         where = f"{what} at {self.where}, for {held:.2f}s{short}"
+        if self.trouble:
+            where += f" ({self.trouble})"
         step = self._in_step(events, attempt_end)
         if not step:
             return (
