@@ -133,7 +133,7 @@ def _run(ctx: Context) -> int:
         "no:cacheprovider",
         "--assert=plain",
         "-q",
-        "-rfE",
+        "-rfEs",  # failures, errors, and why an item was skipped (no PostgreSQL here)
         "--crashpoint-report",
         report,
         f"--junitxml={os.path.join(report, 'junit.xml')}",

@@ -21,7 +21,10 @@ and says whether the fault took effect:
 - **syscall traces** with strace: the capability probe, the argv wrapper, the parser
   (``_strace``);
 - **a network partition** between a client and a server: a TCP proxy that resets or
-  blackholes (``_partition``).
+  blackholes (``_partition``);
+- **a second writer on an agent's SQLite database**: a connection of the harness that holds
+  its write lock for a while, and the agent's refused lock requests read from a trace
+  (``_sqlitelock``).
 
 Names that would be ambiguous outside their module carry a qualifier here
 (``strace_available`` is ``_strace.available``, ``WRITE_POINT_MECHANISMS`` is
@@ -79,6 +82,11 @@ from crashpoint.faults._powercut import SYSCALLS as POWER_SYSCALLS
 from crashpoint.faults._powercut import oplog as build_oplog
 from crashpoint.faults._powercut import rebuild as rebuild_crash_state
 from crashpoint.faults._powercut import snapshot as snapshot_roots
+from crashpoint.faults._sqlitelock import LOCK_MODES as SQLITE_LOCK_MODES
+from crashpoint.faults._sqlitelock import LOCK_SYSCALLS as SQLITE_LOCK_SYSCALLS
+from crashpoint.faults._sqlitelock import SqliteLock
+from crashpoint.faults._sqlitelock import find_database as find_sqlite_database
+from crashpoint.faults._sqlitelock import lock_refusals as sqlite_lock_refusals
 from crashpoint.faults._strace import Detacher, Syscall, Trace
 from crashpoint.faults._strace import available as strace_available
 from crashpoint.faults._strace import output_of as strace_output_of
@@ -111,6 +119,8 @@ __all__ = [
     "POWER_MODELS",
     "POWER_STRSIZE",
     "POWER_SYSCALLS",
+    "SQLITE_LOCK_MODES",
+    "SQLITE_LOCK_SYSCALLS",
     "WRITE_POINT_MECHANISMS",
     "WRITE_SYSCALLS",
     "Armed",
@@ -126,6 +136,7 @@ __all__ = [
     "Mutation",
     "OpLog",
     "PartitionMode",
+    "SqliteLock",
     "Syscall",
     "TcpProxy",
     "TmpfsNamespace",
@@ -150,6 +161,7 @@ __all__ = [
     "fileop_recorder",
     "fileop_seqs",
     "fileop_times",
+    "find_sqlite_database",
     "kill_calls_after",
     "kill_points",
     "kill_state",
@@ -163,6 +175,7 @@ __all__ = [
     "record_fileops",
     "rlimit_argv",
     "snapshot_roots",
+    "sqlite_lock_refusals",
     "strace_available",
     "strace_output_of",
     "strace_wrap",

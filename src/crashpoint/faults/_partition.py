@@ -73,6 +73,8 @@ class TcpProxy:
         self._finished: list[threading.Event] = []
         self.connections = 0  # accepted so far (forwarded or not)
         self.dropped = 0  # connections reset by partitions or refused while partitioned
+        self.cut = 0  # live connections a partition reset or froze when it began
+        self.hung = 0  # connections accepted into a blackhole and left hanging
         self._thread = threading.Thread(
             target=self._serve, name=f"crashpoint-pgproxy-{self.port}", daemon=True
         )
@@ -98,6 +100,11 @@ class TcpProxy:
         """Connections being forwarded now."""
         with self._lock:
             return sum(1 for p in self._pairs if not p.frozen)
+
+    def retarget(self, host: str, port: int) -> None:
+        """Forward new connections to ``host:port`` (a server restarted at another port);
+        live ones keep their link to the old address."""
+        self.target = (host, port)
 
     def partition(self, mode: PartitionMode = "reset") -> None:
         """Cut the link (see the module doc); returns once live connections are cut."""
@@ -177,6 +184,7 @@ class TcpProxy:
             else:
                 self._mode = what  # type: ignore[assignment]
                 for p in list(self._pairs):
+                    self.cut += 0 if p.frozen else 1
                     if what == "reset":
                         self._close(p, reset=True)
                     else:
@@ -199,6 +207,7 @@ class TcpProxy:
             self._pairs.add(pair)
         if self._mode == "blackhole":
             pair.frozen = True  # accepted, never answered
+            self.hung += 1
             return
         try:
             server = socket.create_connection(self.target, timeout=5)

@@ -132,6 +132,7 @@ if TYPE_CHECKING:
     from crashpoint.harness._standins import (
         Ledger,
         PostgresServer,
+        postgres_unavailable,
     )
 
 _WHERE = {
@@ -164,6 +165,7 @@ _WHERE = {
     "run_checks": "crashpoint.harness._checker",
     "Ledger": "crashpoint.harness._standins",
     "PostgresServer": "crashpoint.harness._standins",
+    "postgres_unavailable": "crashpoint.harness._standins",
     "CampaignResult": "crashpoint.harness._report",
     "GateVerdict": "crashpoint.harness._report",
     "gate_verdict": "crashpoint.harness._report",
@@ -297,6 +299,7 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "plan_for",
+    "postgres_unavailable",
     "reap_stale",
     "received",
     "redact_env_secrets",

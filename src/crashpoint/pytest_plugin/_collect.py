@@ -29,6 +29,7 @@ from crashpoint.harness import (
     ZygoteError,
     fork_plan,
     load_scenario,
+    postgres_unavailable,
 )
 from crashpoint.pytest_plugin._campaigns import make_harness, record_campaign, record_interrupted
 from crashpoint.pytest_plugin._options import SETTINGS
@@ -62,6 +63,8 @@ class ScenarioFile(pytest.File):
             for f, c in zip(scenario.families, _split_trials(scenario), strict=True)
         ]
         names: dict[str, int] = {}
+        # the harness's own PostgreSQL ({postgres}), where one can run: else skipped, saying why
+        why = postgres_unavailable() if scenario.agent.uses("postgres") else None
         for fam, count in zip(scenario.families, counts, strict=True):
             base = fam.family.name
             names[base] = names.get(base, 0) + 1
@@ -69,6 +72,9 @@ class ScenarioFile(pytest.File):
             item = ScenarioItem.from_parent(
                 self, name=name, scenario=scenario, family=fam, count=count
             )
+            if why:
+                reason = f"the agent uses {{postgres}}, and no PostgreSQL can run here: {why}"
+                item.add_marker(pytest.mark.skip(reason=reason))
             for mark in scenario.marks:
                 try:
                     item.add_marker(getattr(pytest.mark, mark))

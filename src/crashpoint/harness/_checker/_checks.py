@@ -17,6 +17,7 @@ from crashpoint.harness._checker._divergence import check_replay_divergence
 from crashpoint.harness._checker._facts import TrialFacts
 from crashpoint.harness._checker._history import History, history_of, ran_at_once
 from crashpoint.harness._checker._loop import check_crash_loop, gave_up
+from crashpoint.harness._checker._silent import check_no_silent_failure
 from crashpoint.harness._checker._verdict import explain
 from crashpoint.harness._checker._writers import judge_writes
 from crashpoint.harness._spec import (
@@ -889,6 +890,7 @@ BUILTIN_CHECKS: dict[str, Callable[[TrialFacts], CheckResult]] = {
     "no_retry_storm": check_no_retry_storm,
     "crash_loop": check_crash_loop,
     "replay_divergence": check_replay_divergence,
+    "no_silent_failure": check_no_silent_failure,
 }
 
 
@@ -908,6 +910,7 @@ def run_checks(
             ("no_orphans", e.no_orphans),
             ("no_repeated_llm_calls", e.no_repeated_llm_calls != "off"),
             ("no_retry_storm", e.no_retry_storm),
+            ("no_silent_failure", e.no_silent_failure),
             # judged only where a fault hits every attempt (a family's every_attempt)
             ("crash_loop", e.crash_loop and any(x.arg("every") for x in facts.plan.faults)),
             # judged only where a crash is resumed to be compared (upgrade, always_replay)

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from crashpoint.harness._checker._facts import TrialFacts
+from crashpoint.harness._checker._silent import HINT_SILENT_FAILURE
 from crashpoint.harness._spec import CheckResult, canonical
 
 __all__ = ["disk_trouble", "explain"]
@@ -39,6 +40,7 @@ _HINTS = {
     "corruption_detected": "check the state when loading it (checksums) and either roll back "
     "to the last good checkpoint or refuse with a clear error (a "
     "message saying the state is corrupt, or exit 65)",
+    "no_silent_failure": HINT_SILENT_FAILURE,
     "no_retry_storm": "cap the retries of a failing request (e.g. 3 tries) and back off "
     "between them (exponential, with jitter; honour Retry-After), then "
     "give up with an error: a restart resumes the run",
@@ -262,6 +264,12 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
         and "wrong effects" in by["corruption_detected"].message
     ):
         cause["corruption_detected"] = "exactly_once"
+    # exit 0 with work undone: the missing output and effects follow from it
+    if "no_silent_failure" in failed:
+        if "same_output" in failed:
+            cause.setdefault("same_output", "no_silent_failure")
+        if only_lost:
+            cause.setdefault("exactly_once", "no_silent_failure")
     # a step reported completed ran again: its effects ran again with it
     rerun = "resumes_from_last_completed" in failed and any(
         w in by["resumes_from_last_completed"].message
@@ -306,6 +314,22 @@ def explain(facts: TrialFacts, results: list[CheckResult]) -> list[CheckResult]:
             why = power.get("explain") or "the power cut lost data that was not fsynced"
             hint = f"after the power cut ({power.get('label')}): {why}" + (
                 f"; then: {hint}" if hint else ""
+            )
+        backing = [o for o in facts.extra.get("backing") or [] if o.get("where")]
+        if (
+            backing
+            and c.name == "resumes_from_last_completed"
+            and "re-ran a completed step" in c.message
+            and not cause.get(c.name)
+        ):
+            o = backing[0]
+            c = dataclasses.replace(c, message="acknowledged but not durable: " + c.message)
+            hint = (
+                f"after the {o['what']} at {o['where']}: a step whose write failed meanwhile "
+                "was reported completed; report step_completed only once its write committed: "
+                "retry the write (SQLite: a busy timeout, e.g. sqlite3.connect(path, "
+                "timeout=30); PostgreSQL: reconnect and run the transaction again, with "
+                "backoff) or let the error end the attempt with a non-zero exit"
             )
         if disk and c.name != "completes" and disk not in hint:
             hint = f"{hint}; note: {disk}" if hint else f"note: {disk}"

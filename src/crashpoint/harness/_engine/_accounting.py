@@ -560,6 +560,23 @@ def _resumed(
     return Outcome(i, f.kind, True, f"{where}, {_ended(a)} after {sent} event(s)")
 
 
+def _backing(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """A backing-service outage fired when it was in place while the agent was inside a step
+    and the agent met it (:meth:`crashpoint.harness._engine._backing.Outage.verdict`)."""
+    noted = _noted(i, f, attempts, notes, "backing")
+    if noted is not None:
+        return noted
+    return Outcome(i, f.kind, False, why_not=f"the outage of attempt {f.attempt} never began")
+
+
 Accountant = Callable[
     [int, Fault, list[Attempt], list[Evidence], list[Evidence], Evidence, Golden], Outcome
 ]
@@ -578,6 +595,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "network": _net,
     "upgrade": _resumed,
     "always_replay": _resumed,
+    "backing": _backing,
 }
 
 

@@ -41,6 +41,7 @@ from crashpoint._proc import (
 from crashpoint.errors import BudgetExceeded
 from crashpoint.faults import (
     INJECT_DIR,
+    SQLITE_LOCK_SYSCALLS,
     WRITE_SYSCALLS,
     Armed,
     Detacher,
@@ -66,6 +67,7 @@ from crashpoint.faults import (
 )
 from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import kill_at
+from crashpoint.harness._engine._backing import Outage
 from crashpoint.harness._engine._races import (
     Barrier,
     EndWatch,
@@ -255,6 +257,7 @@ class _Setup:
     recovery: tuple[int, _power.Recovery] | None = None
     #: ``upgrade``: version B, which this attempt runs (None: the scenario's agent)
     agent: AgentSpec | None = None
+    outages: list[Outage] = field(default_factory=list)
 
     @property
     def faults(self) -> list[Fault]:
@@ -262,6 +265,15 @@ class _Setup:
 
     def of(self, *kinds: str) -> list[tuple[int, Fault]]:
         return [(i, f) for i, f in self.mine if f.kind in kinds]
+
+
+def _outages_before_reply(outages: list[Outage], ev: dict[str, Any]) -> None:
+    for o in outages:
+        o.before_reply(ev)
+
+
+def _outages_kill_when(outages: list[Outage], ev: dict[str, Any]) -> str:
+    return next((k for o in outages if (k := o.kill_when(ev))), "")
 
 
 def _group(s: _Setup) -> int:
@@ -313,6 +325,8 @@ class TrialAttempts:
     max_state_bytes: int = 0
     #: per planned fault (its index in the plan): the evidence of whether it took effect
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: ``backing``: each outage as it happened (:meth:`Outage.note`; the checks read it)
+    backing: list[dict[str, Any]] = field(default_factory=list)
     #: ``resumers``: what the live attempts did (``single_writer`` judges it): ``attempts``,
     #: ``live`` (attempt -> [spawned, ended], monotonic), ``writes`` (each a dict: attempt,
     #: t, op, path), ``by`` (how they were recorded), ``why_not`` (why not, if not)
@@ -366,6 +380,7 @@ class TrialAttempts:
             if s.armed is not None:
                 s.argv = s.armed.wrap(s.argv)
             self._cut_power_in_recovery(s)
+            self._arm_backing(s)
             started = self._start_and_wait(s)
             n = self._account(s, started)
             self._record(s, started)
@@ -610,6 +625,24 @@ class TrialAttempts:
             s.argv = rec.wrap(s.argv)
             s.recovery = (i, rec)
 
+    def _arm_backing(self, s: _Setup) -> None:
+        """``backing``: the outages of the attempt (begun by the ledger at the planned event,
+        or at an instant); an SQLite lock's attempt is traced for its lock requests (strace
+        ``fcntl``), where strace runs and nothing else traces it, to see that it met the
+        lock."""
+        for i, f in s.of("backing"):
+            o = Outage(i, f, s.n, self.roots, self.runner.postgres)
+            if o.service_name == "sqlite":
+                ok, why = strace_available()
+                if ok and strace_output_of(s.argv) is None:
+                    o.trace = os.path.join(self.tdir, f"attempt-{s.n}.locks.strace")
+                    s.argv = strace_wrap(
+                        s.argv, o.trace, syscalls=SQLITE_LOCK_SYSCALLS, timestamps=True
+                    )
+                else:
+                    o.untraced = why or "the attempt is traced for another fault"
+            s.outages.append(o)
+
     # -- running ------------------------------------------------------------------------------
 
     def _start_and_wait(self, s: _Setup) -> _Started:
@@ -635,6 +668,9 @@ class TrialAttempts:
                 for num in numbers
             }
             ledger.hold_first, ledger.together = started.barrier.wait, True
+        if s.outages:  # before the agent starts: the first event may be where one begins
+            ledger.before_reply = functools.partial(_outages_before_reply, s.outages)
+            ledger.kill_when = functools.partial(_outages_kill_when, s.outages)
         timers: list[threading.Timer] = []
         watches: list[Watch] = []
         detachers: list[Detacher] = []
@@ -708,6 +744,9 @@ class TrialAttempts:
                 ledger.hold_first, ledger.together = None, False
                 ledger.on_first_event = None
                 ledger.kill_when = None
+                ledger.before_reply = None
+                for o in s.outages:  # the service is back before anything else runs
+                    o.end()
                 for w in watches:
                     w.stop()
                 for d in detachers:
@@ -811,6 +850,13 @@ class TrialAttempts:
             note = self.notes.get(i, {})
             if note.get("armed") is not None:
                 note["landed"] = tuple(fileop_landing(note.pop("armed"), attempt=n))
+        if s.outages:
+            ends = [t + ex.duration for _num, ex, t in started.pairs()]
+            events = list(self.ledger.events)
+            for o in s.outages:
+                end = max(ends, default=time.monotonic())
+                self.notes.setdefault(o.index, {})["backing"] = o.verdict(events, end)
+                self.backing.append(o.note())
         if any(self.runner.cut_by_budget(ex, t) for _num, ex, t in started.pairs()):
             raise BudgetExceeded(f"trial {self.plan.index} was stopped")
         if _group(s) > 1:

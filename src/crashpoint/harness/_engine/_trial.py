@@ -33,7 +33,7 @@ from crashpoint._proc import (
     new_reap_token,
     shielded,
 )
-from crashpoint.errors import AgentStartError, BudgetExceeded, GoldenRunFailed
+from crashpoint.errors import AgentStartError, BudgetExceeded, GoldenRunFailed, StandInError
 from crashpoint.faults import Detacher, disk_capabilities, strace_available, strace_output_of
 from crashpoint.harness._checker import TrialFacts, history_text, loop_text, run_checks
 from crashpoint.harness._engine import _power
@@ -44,6 +44,7 @@ from crashpoint.harness._engine._accounting import (
     net_fault,
 )
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
+from crashpoint.harness._engine._backing import PostgresService
 from crashpoint.harness._engine._outside import new_temp_entries
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
 from crashpoint.harness._engine._recording import GoldenRecording
@@ -178,6 +179,8 @@ class TrialRunner:
         #: version B's golden run per version (``upgrade`` families): (golden, why it failed)
         self._upgrades: dict[str, tuple[Golden | None, str]] = {}
         self._upgrade_env: tuple[tuple[str, str], ...] = ()  # version B's env: secrets too
+        #: the PostgreSQL of an agent that uses {postgres} (started at its first golden run)
+        self.postgres: PostgresService | None = None
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
@@ -208,6 +211,23 @@ class TrialRunner:
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
+        if self.postgres is not None:
+            self.postgres.close()
+            self.postgres = None
+
+    def _urls(self, ledger: Ledger) -> dict[str, str]:
+        """The stand-ins' addresses for a new trial (or golden run): the ledger's, and for an
+        agent that uses {postgres} a fresh database named by the trial's id (the server
+        started at the first call; StandInError saying why it cannot be)."""
+        urls = dict(ledger.urls())
+        if self.agent.uses("postgres"):
+            if self.postgres is None:
+                service = PostgresService()
+                service.start()  # (closes what it started if it fails)
+                self.postgres = service
+                weakref.finalize(self, PostgresService.close, service)
+            urls["postgres"] = self.postgres.open_database(self._trial_id)
+        return urls
 
     def __enter__(self) -> TrialRunner:
         return self
@@ -228,6 +248,8 @@ class TrialRunner:
                 out[f"{k}_B"] = v
         if self._ledger is not None:  # the services' token is in the agent's environment
             out["CRASHPOINT_TOKEN"] = self._ledger.token
+        if self.postgres is not None:  # and the password of its PostgreSQL role
+            out["PGPASSWORD"] = self.postgres.password
         out[CANARY_VAR] = canary
         if canary != canary_for(0, -1):
             out[f"{CANARY_VAR}_GOLDEN"] = canary_for(0, -1)
@@ -308,6 +330,8 @@ class TrialRunner:
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.update(dict((agent or self.agent).env))
         env.update(ledger.env())
+        if self.postgres is not None:  # the DSN and the password: never in argv
+            env.update(self.postgres.env())
         env.update(
             {
                 "CRASHPOINT_ATTEMPT": str(attempt),
@@ -467,11 +491,15 @@ class TrialRunner:
         # it in the golden run too, or its golden run records no effect
         ledger = self.ledger(os.path.join(folder, "history.jsonl"))
         self._trial_id = new_trial_id()
+        try:
+            urls = self._urls(ledger)
+        except StandInError as exc:
+            raise GoldenRunFailed(f"the golden run (no faults) could not start: {exc}") from None
         argv = self.agent.argv(
             state_dir=state,
             workdir=work,
             run_id=RUN_ID,
-            urls=ledger.urls(),
+            urls=urls,
             trial_id=self._trial_id,
         )
         scope = self._new_scope(folder, canary_for(0, -1))
@@ -590,6 +618,11 @@ class TrialRunner:
                 "the agent is given {trial_id}, so it may keep state outside its folders, "
                 "which a replay cannot restore"
             )
+        if self.agent.uses("postgres"):
+            return (
+                "the agent keeps state in the harness's PostgreSQL ({postgres}), which a "
+                "replay cannot restore"
+            )
         return ""
 
     def _python_agent(self) -> bool:
@@ -640,7 +673,7 @@ class TrialRunner:
             state_dir=state,
             workdir=work,
             run_id=RUN_ID,
-            urls=ledger.urls(),
+            urls=self._urls(ledger),
             trial_id=self._trial_id,
         )
 
@@ -741,6 +774,7 @@ class TrialRunner:
                     if upgrade is not None and golden_b is not None
                     else {}
                 ),
+                "backing": run.backing,
             },
         )
         checks: list[CheckResult] = []

@@ -33,6 +33,8 @@ from crashpoint.harness._spec._upgrade import REPLAY_KINDS, check_replay_options
 
 __all__ = [
     "ADD_PROBE_CALLS",
+    "BACKING_AT",
+    "BACKING_DO",
     "BUDGET_HOW",
     "CORRUPT_ROOTS",
     "DEFAULT_BUDGET",
@@ -50,6 +52,7 @@ __all__ = [
     "net_points",
     "net_requests",
     "parse_budget",
+    "step_points",
 ]
 
 #: A campaign's time budget (seconds) unless the scenario, an option or the caller says.
@@ -87,6 +90,7 @@ FAMILY_KINDS = (
     "network",
     "upgrade",
     "always_replay",
+    "backing",
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -100,7 +104,30 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "network": ("call", "fail", "nth", "times", "count"),
     "upgrade": ("to", "at", "count", "replay"),
     "always_replay": ("at", "count", "replay"),
+    "backing": (
+        "service",
+        "do",
+        "at",
+        "within",
+        "for",
+        "path",
+        "lock",
+        "how",
+        "shutdown",
+        "then",
+        "count",
+    ),
 }
+#: backing: what each service's outage can be (the first is the default)
+BACKING_DO: dict[str, tuple[str, ...]] = {
+    "sqlite": ("lock",),
+    "postgres": ("restart", "partition"),
+}
+#: backing: where the outage begins: a step drawn at random, each step of the golden run in
+#: turn, or an instant after the attempt's first event
+BACKING_AT = ("random", "every-step", "time")
+#: backing: how long an outage lasts at most (``for``)
+MAX_OUTAGE = 600.0
 DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: The kinds that take ``every_attempt: true`` (a persistent fault: it hits every attempt of
 #: the trial, not only the first; see :func:`crashpoint.harness._spec._plans.persist`). A
@@ -159,35 +186,38 @@ def _whole(
     return v
 
 
-def _corrupt_path(path: Any, err: Callable[[str], FaultSpecError]) -> str:
-    """A ``corrupt`` path that can only reach the trial's own folders: it starts with
-    ``{state_dir}`` or ``{workdir}``, then ``/`` and a glob without ``..``."""
+def _corrupt_path(
+    path: Any, err: Callable[[str], FaultSpecError], what: str = "corrupt.path"
+) -> str:
+    """A ``corrupt`` path (or another fault's, named ``what``) that can only reach the trial's
+    own folders: it starts with ``{state_dir}`` or ``{workdir}``, then ``/`` and a glob
+    without ``..``."""
     how_to = (
-        "; a corruption touches only the trial's own folders: write e.g. "
+        f"; a {what.partition('.')[0]} fault touches only the trial's own folders: write e.g. "
         '"{state_dir}/**" or "{workdir}/cache/*.json"'
     )
     if not isinstance(path, str) or not path:
-        raise err(f"corrupt.path must be a glob string, got {path!r}{how_to}")
+        raise err(f"{what} must be a glob string, got {path!r}{how_to}")
     if "\0" in path:
-        raise err(f"corrupt.path contains a NUL byte: {path!r}")
+        raise err(f"{what} contains a NUL byte: {path!r}")
     try:
         names = fields(path, CORRUPT_ROOTS)
     except PlaceholderError as exc:
-        raise err(f"corrupt.path: {exc}") from None
+        raise err(f"{what}: {exc}") from None
     first = next(iter(string.Formatter().parse(path)))
     if first[0] != "" or first[1] not in CORRUPT_ROOTS or len(names) != 1:
         raise err(
-            f"corrupt.path must start with {{state_dir}} or {{workdir}} and name no "
+            f"{what} must start with {{state_dir}} or {{workdir}} and name no "
             f"other placeholder, got {path!r}{how_to}"
         )
     rest = fill(path, dict.fromkeys(CORRUPT_ROOTS, ""))
     if rest and not rest.startswith("/"):
         raise err(
-            f"corrupt.path: {path!r} names a sibling of {{{first[1]}}}, not a path "
+            f"{what}: {path!r} names a sibling of {{{first[1]}}}, not a path "
             f"inside it (a '/' must follow the placeholder){how_to}"
         )
     if os.pardir in rest.split("/"):
-        raise err(f"corrupt.path: {path!r} climbs out with '..'{how_to}")
+        raise err(f"{what}: {path!r} climbs out with '..'{how_to}")
     return path
 
 
@@ -343,6 +373,8 @@ def _check_options(
         opts["model"] = text("model", POWER_MODELS, "posix")
     elif kind == "network":
         _check_network(opts, at)
+    elif kind == "backing":
+        _check_backing(opts, at)
     elif kind == "resumers" and "processes" in opts:
         _whole(
             opts["processes"],
@@ -352,6 +384,64 @@ def _check_options(
             err=at("processes"),
             cap=" attempts started at once",
         )
+
+
+def _check_backing(
+    opts: dict[str, Any], at: Callable[[str], Callable[[str], FaultSpecError]]
+) -> None:
+    """``backing`` options: ``service`` (sqlite|postgres, required), ``do`` (what its outage
+    is), ``at``/``within`` (where it begins), ``for`` (how long), and each outage's own:
+    ``path``/``lock`` (sqlite), ``how`` (partition), ``shutdown`` (restart); ``then``."""
+    service = opts.get("service")
+    if service not in BACKING_DO:
+        raise at("service")(
+            f"backing.service must be sqlite (a second connection holds the write lock of the "
+            f"agent's database) or postgres (the harness's PostgreSQL, which the agent gets "
+            f"as {{postgres}}), got {service!r}"
+        )
+    does = BACKING_DO[service]
+    do = opts.setdefault("do", does[0])
+    if do not in does:
+        raise at("do")(f"backing.do for service {service} must be {' or '.join(does)}, got {do!r}")
+    own = {"path": "sqlite", "lock": "sqlite", "how": "partition", "shutdown": "restart"}
+    for option, goes in own.items():
+        if option in opts and goes not in (service, do):
+            raise at(option)(
+                f"backing.{option} goes with "
+                + ("service: sqlite" if goes == "sqlite" else f"service: postgres, do: {goes}")
+            )
+    choices = {
+        "at": BACKING_AT,
+        "lock": ("immediate", "exclusive"),
+        "how": ("reset", "blackhole"),
+        "shutdown": ("immediate", "fast"),
+        "then": ("kill", "continue"),
+    }
+    for option, allowed in choices.items():
+        if option in opts and opts[option] not in allowed:
+            raise at(option)(
+                f"backing.{option} must be one of {', '.join(allowed)}, got {opts[option]!r}"
+            )
+    if "within" in opts:
+        if opts.get("at") != "time":
+            raise at("within")(
+                "backing.within goes with at: time (the window after the first event in which "
+                "the instant is drawn)"
+            )
+        opts["within"] = _within(opts["within"], "backing.within", at("within"))
+    if "for" in opts:
+        try:
+            secs = parse_duration(opts["for"], what="backing.for")
+        except UnitError as exc:
+            raise at("for")(str(exc)) from None
+        if not 0 < secs <= MAX_OUTAGE:
+            raise at("for")(
+                f"backing.for (how long the outage lasts) must be more than 0 and at most "
+                f"{MAX_OUTAGE:g}s, got {opts['for']!r}"
+            )
+        opts["for"] = secs
+    if "path" in opts:
+        _corrupt_path(opts["path"], at("path"), "backing.path")
 
 
 def _check_network(
@@ -443,6 +533,10 @@ class FaultFamily:
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if kind == "resumers" and o.get("processes", MIN_RESUMERS) != MIN_RESUMERS:
                 tag = f"processes={o['processes']}"
+            if kind == "backing":
+                tag = f"{o.get('service')}:{o.get('do')}" + (
+                    f"@{o['at']}" if o.get("at", "random") != "random" else ""
+                )
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             name = f"{kind}@{tag}" if tag else kind
@@ -466,6 +560,8 @@ class FaultFamily:
             return "count" not in o
         if kind in REPLAY_KINDS:
             return bool(o.get("at", "every-boundary") == "every-boundary")
+        if kind == "backing":
+            return o.get("at") == "every-step"
         return (
             kind == "disk_full"
             and "capacity" not in o
@@ -495,6 +591,8 @@ class FaultFamily:
         if kind == "network":
             calls, fails = net_points(o, golden)
             return len(calls) * len(fails)
+        if kind == "backing":
+            return len(step_points(golden))
         if kind == "disk_full":
             mech = o.get("mechanism", "auto")
             if mech == "auto":
@@ -644,6 +742,13 @@ ADD_PROBE_CALLS = (
     "crashpoint.checkpoint calls them for you; other languages speak the wire protocol, or "
     "POST to $CRASHPOINT_LEDGER_HTTP: see docs/reference/wire-protocol.md)"
 )
+
+
+def step_points(golden: Golden) -> list[int]:
+    """Where a ``backing`` outage can begin: the golden run's ``step_started`` events (their
+    indices), or every event of an agent that names no step."""
+    steps = [i for i, e in enumerate(golden.events) if e["op"] == "step_started"]
+    return steps or list(range(len(golden.events)))
 
 
 def net_requests(golden: Golden) -> list[tuple[str, int]]:

@@ -56,6 +56,7 @@ CHECKS = (
     "no_retry_storm",
     "crash_loop",
     "replay_divergence",
+    "no_silent_failure",
 )
 
 #: Which failure is a trial's root cause when several are not consequences of one another:
@@ -70,6 +71,7 @@ ROOT_ORDER = (
     "exactly_once",
     "no_repeated_llm_calls",
     "corruption_detected",
+    "no_silent_failure",
     "completes",
     "same_output",
     "no_secret_leak",
@@ -92,10 +94,12 @@ FAULT_KINDS = (
     "network",
     "upgrade",
     "always_replay",
+    "backing",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
-#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv).
+#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv; {postgres}:
+#: the DSN of the harness's PostgreSQL, a database per trial, without its password).
 AGENT_PLACEHOLDERS = (
     "python",
     "state_dir",
@@ -106,11 +110,12 @@ AGENT_PLACEHOLDERS = (
     "http",
     "llm",
     "smtp",
+    "postgres",
 )
 #: A command-line part shown quoted (placeholders' braces are not).
 _NEEDS_QUOTES = re.compile(r"[\s'\"\\$`;&|<>*?]")
 #: The placeholders that name a stand-in service.
-SERVICE_PLACEHOLDERS = ("http", "llm", "smtp")
+SERVICE_PLACEHOLDERS = ("http", "llm", "smtp", "postgres")
 
 #: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
 WARM_IMPORTS = "*"
@@ -305,6 +310,13 @@ class Fault:
       changes of the agent, see :func:`crashpoint.harness._spec._upgrade.upgraded`), ``label``
     - always_replay: attempt ``attempt`` resumes the crash of the one before (no other
       change); both mark the attempt ``replay_divergence`` compares with the golden run
+    - backing: a backing service goes away while the agent is inside a step: ``service``
+      (sqlite|postgres), ``do`` (lock|restart|partition), ``for`` (seconds it lasts), where it
+      begins (``op``/``name``/``nth``: before the agent is answered at that event, as a kill
+      names it; or ``seconds`` after the attempt's first event), ``path`` (SQLite: a glob in
+      the trial's folders), ``lock`` (immediate|exclusive), ``how`` (a partition:
+      reset|blackhole), ``shutdown`` (a restart: immediate|fast), ``then`` (kill: the agent is
+      killed at its first step report after the outage began; continue), ``label``
     """
 
     kind: str
@@ -378,6 +390,20 @@ class Fault:
             return f"resume under version B from attempt {self.attempt} ({a.get('label', '')})"
         if self.kind == "always_replay":
             return f"attempt {self.attempt} resumes, compared with the golden run"
+        if self.kind == "backing":
+            service = a.get("service", "sqlite")
+            what = (
+                f"SQLite lock of {a.get('path', '{state_dir}/**')}"
+                if service == "sqlite"
+                else f"PostgreSQL {a.get('do', 'restart')}"
+            )
+            when = (
+                f"at {a['op']}:{a.get('name', '')}"
+                + (f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else "")
+                if a.get("op")
+                else f"{float(a.get('seconds', 0)):.3f}s after its first event"
+            )
+            return f"{what} for {float(a.get('for', 1.0)):g}s in attempt {self.attempt} {when}"
         if self.kind == "kill_at_time":
             origin = "start" if a.get("anchor") == "start" else "first event"
             return (
@@ -559,6 +585,9 @@ class Expect:
     #: replay_divergence, judged in ``upgrade`` and ``always_replay`` trials: the resumed
     #: attempt continues as the golden run did from the crash; False: off
     replay_divergence: bool = True
+    #: no_silent_failure: an attempt that exits 0 must have done the golden run's work
+    #: (every step it started completed, no step of the golden run left undone)
+    no_silent_failure: bool = True
 
     def __post_init__(self) -> None:
         w = self.crash_loop_within

@@ -35,6 +35,7 @@ from crashpoint.harness._spec._families import (
     FaultFamily,
     net_points,
     net_requests,
+    step_points,
 )
 from crashpoint.harness._spec._model import Fault, Golden, Plan
 from crashpoint.harness._spec._upgrade import REPLAY_KINDS, describe_to
@@ -288,6 +289,8 @@ def _draw(
             return [*kill, Fault.make("always_replay", attempt + 1)]
         to = dict(opts["to"])
         return [*kill, Fault.make("upgrade", attempt + 1, to=to, label=describe_to(to))]
+    if kind == "backing":
+        return [_backing_draw(opts, attempt, golden, rng, boundary, prior)]
     if kind == "hang":
         return [
             Fault.make(
@@ -330,6 +333,37 @@ def _net_draw(
             label="no network call in the golden run",
         )
     return Fault.make("network", attempt, call=call, fail=fail, nth=nth, times=times)
+
+
+#: The options a ``backing`` fault carries into its plan as they are.
+_BACKING_ARGS = ("service", "do", "for", "path", "lock", "how", "shutdown", "then")
+
+
+def _backing_draw(
+    opts: dict[str, Any],
+    attempt: int,
+    golden: Golden,
+    rng: random.Random,
+    boundary: int | None,
+    prior: Sequence[Fault],
+) -> Fault:
+    """One ``backing`` fault: at a step of the golden run (a sweep's point, or drawn; after
+    a kill earlier in the chain, among the steps from where the attempt resumes, its
+    occurrence counted from there), or at an instant after the attempt's first event."""
+    args = {k: opts[k] for k in _BACKING_ARGS if k in opts}
+    if opts.get("at") == "time":
+        return Fault.make("backing", attempt, **args, **_instant(opts, golden, rng))
+    start = _resume_point(golden, _last_kill_index(golden, prior)) if prior else 0
+    points = [j for j in step_points(golden) if j >= start] or step_points(golden)
+    if not points:
+        raise NoBoundaries(
+            "backing faults begin at a step of the golden run, and it reported no event. "
+            f"{ADD_PROBE_CALLS}. Or use at: time."
+        )
+    j = points[boundary] if boundary is not None else rng.choice(points)
+    k = _kill_at(attempt, golden, j, "before", start)
+    where = {a: v for a, v in k.args if a in ("op", "name", "nth", "label")}
+    return Fault.make("backing", attempt, **args, **where)
 
 
 def _fileop_label(op: dict[str, Any]) -> str:

@@ -74,6 +74,7 @@ EXPECT_KEYS = (
     "max_retries",
     "crash_loop",
     "replay_divergence",
+    "no_silent_failure",
 )
 
 #: Bounds of a scenario file and its values (beyond them: a ScenarioError naming the bound).
@@ -353,6 +354,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         )
     _resumers_fit(doc, families, restarts)
     _resume_fits(doc, families, restarts)
+    _backing_restarts(doc, families, restarts)
     trials = _int(
         doc, "trials", 50, 1, MAX_TRIALS, " (the trials shared by the families without a count)"
     )
@@ -740,6 +742,23 @@ def _resumers_fit(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int
                 + (f" (after {j} before them in the chain)" if j else "")
                 + f", and one more must fit after them to finish a run the last of them may "
                 f"have been refused; raise restarts to {j + int(k)} or more",
+            )
+
+
+def _backing_restarts(doc: _Doc, families: tuple[ScenarioFamily, ...], restarts: int) -> None:
+    """``backing`` with ``then: kill`` (the default) kills the attempt the outage hit at its
+    next step report: an attempt must follow it (that it resumes after the step is the test)."""
+    for fam in families:
+        for j, (kind, opts) in enumerate(fam.family.chain):
+            if kind != "backing" or dict(opts).get("then", "kill") != "kill" or restarts > j:
+                continue
+            raise ScenarioError(
+                doc.path,
+                doc.line("restarts") if "restarts" in doc.items else fam.line,
+                "restarts",
+                f"a backing fault kills the agent at its next step report after the outage "
+                f"(then: kill), and with restarts: {restarts} no attempt follows to show the "
+                f"step was durable; raise restarts to {j + 1} or more, or set then: continue",
             )
 
 

@@ -180,9 +180,14 @@ class Ledger:
         #: called (outside the lock) with the attempt number when an attempt sends its first
         #: event: what starts a kill at an instant "after the first event"
         self.on_first_event: Callable[[int], None] | None = None
-        #: asked (under the lock) about each event not planned for a kill: True kills the
-        #: agent before it (e.g. its first event after the disk refused a write)
-        self.kill_when: Callable[[dict[str, Any]], bool] | None = None
+        #: asked (under the lock) about each event not planned for a kill: True (or a label,
+        #: what ``killed`` names) kills the agent before it (e.g. its first event after the
+        #: disk refused a write)
+        self.kill_when: Callable[[dict[str, Any]], bool | str] | None = None
+        #: called (outside the lock) with each recorded event the agent is about to be
+        #: answered (not killed), and may block: a backing-service outage put in place
+        #: before the agent goes on
+        self.before_reply: Callable[[dict[str, Any]], None] | None = None
         #: called (outside the lock, before it is recorded) with the attempt number of an
         #: attempt's first event, and may block: the barrier that releases two resumers
         #: together once each has reached its first boundary
@@ -440,6 +445,7 @@ class Ledger:
             self._keyless = 0
             self.first_event = {}
             self.kill_when = None
+            self.before_reply = None
             self.hold_first = None
             self.together = False
             self.net_faults = []
@@ -587,14 +593,18 @@ class Ledger:
             reply = self._act(ev, op, msg)
         if first and self.on_first_event is not None:
             self.on_first_event(attempt)
+        if reply is not None and self.before_reply is not None:
+            self.before_reply(ev)
         return reply
 
     def _act(self, ev: dict[str, Any], op: str, msg: dict[str, Any]) -> dict[str, Any] | None:
         """Apply a recorded event (under the lock): kill before it, apply an effect, kill in
         its in-doubt window. None: the agent was killed."""
         k: KillAt | str | None = self._kill_for(ev, "before")
-        if k is None and self.kill_when is not None and self.kill_when(ev):
-            k = "disk_full"
+        if k is None and self.kill_when is not None:
+            label = self.kill_when(ev)
+            if label:
+                k = label if isinstance(label, str) else "disk_full"
         if k is not None:
             ev["killed"] = "before"
             self._write(ev)

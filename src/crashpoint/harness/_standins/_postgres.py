@@ -362,10 +362,10 @@ class PostgresServer:
             for k, v in conf.items():
                 f.write(f"{k} = {v}\n")
 
-    def _launch(self, timeout: float) -> None:
+    def _launch(self, timeout: float, *, keep_port: bool = False) -> None:
         deadline = time.monotonic() + timeout
-        for _ in range(5):  # a free port can be taken between the probe and the bind
-            self.port = _free_port()
+        for k in range(5):  # a free port can be taken between the probe and the bind
+            self.port = self.port if keep_port and k == 0 and self.port else _free_port()
             log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
             try:
                 self.process = subprocess.Popen(
@@ -433,9 +433,10 @@ class PostgresServer:
         except OSError:
             return ""
 
-    def psql(self, sql: str, dbname: str = "postgres") -> str:
+    def psql(self, sql: str, dbname: str = "postgres", *, secret: bool = False) -> str:
         """Run one SQL command through ``psql`` (no driver needed) over loopback TCP, the
-        password from :attr:`pgpass`; return its output."""
+        password from :attr:`pgpass`; return its output. ``secret``: the command holds a secret
+        (a role's password), so it goes through psql's standard input, not its argv."""
         psql = self._tool("psql")
         if psql is None:
             raise StandInError("psql not found beside the server binaries or on PATH")
@@ -456,9 +457,9 @@ class PostgresServer:
                 SUPERUSER,
                 "-d",
                 dbname,
-                "-c",
-                sql,
+                *(("-f", "-") if secret else ("-c", sql)),
             ],
+            input=sql if secret else None,
             capture_output=True,
             text=True,
             check=False,
@@ -492,6 +493,38 @@ class PostgresServer:
             sql += f" AND datname = '{dbname}'"
         out = self.psql(sql)
         return [int(x) for x in out.split()]
+
+    def shutdown(self, mode: str = "immediate") -> None:
+        """Stop the server as an outage does: ``immediate`` (SIGQUIT: every backend ends at
+        once, no checkpoint; the next start recovers from the WAL, as after a crash) or
+        ``fast`` (SIGINT: sessions are ended, a checkpoint is written). Start it again with
+        :meth:`relaunch`. Clients see their connections end and new ones refused."""
+        if mode not in ("immediate", "fast"):
+            raise InvalidArgument(f"shutdown mode {mode!r}: use 'immediate' or 'fast'")
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGQUIT if mode == "immediate" else signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # backends it left (none normally)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def relaunch(self, timeout: float = 60.0) -> None:
+        """Start the server again on its data folder after :meth:`shutdown` (the same port
+        when it is free, else another: :attr:`port` says which)."""
+        if self.running:
+            return
+        self._launch(timeout, keep_port=True)
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then SIGKILL of the whole process group after 10 s."""
