@@ -86,27 +86,36 @@ def _loaded(store: Path, *argv: str) -> tuple[int, list[str]]:
     return int(rc), list(mods)
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("lean") / "store"
+#: a shell agent's run, command by command; each test replays the ones before its own, so the
+#: tests do not depend on each other's order (pytest-xdist spreads them over workers)
+RUN: list[tuple[str, ...]] = [
+    ("start", "r", "--steps", "a,b"),
+    ("status", "r", "--next"),
+    ("effect", "r", "email", "--payload", '{"to": "ops@example.com"}'),
+    ("step", "r", "a", "--result", '{"rows": [1, 2]}'),
+    ("step", "r", "b"),
+    ("complete", "r", "--output", '{"sent": true}', "--print"),
+]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def _run_up_to(store: Path, n: int) -> None:
+    """The first ``n`` commands of :data:`RUN`, each in a fresh process as a shell runs them."""
+    for argv in RUN[:n]:
+        rc, _mods = _loaded(store, *argv)
+        assert rc == 0, argv
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [
-        ("start", "r", "--steps", "a,b"),
-        ("status", "r", "--next"),
-        ("effect", "r", "email", "--payload", '{"to": "ops@example.com"}'),
-        ("step", "r", "a", "--result", '{"rows": [1, 2]}'),
-        ("step", "r", "b"),
-        ("complete", "r", "--output", '{"sent": true}', "--print"),
-    ],
-    ids=lambda argv: argv[0] if isinstance(argv, tuple) else str(argv),
+    "n", range(len(RUN)), ids=[f"{a[0]}{i}" if a[0] == "step" else a[0] for i, a in enumerate(RUN)]
 )
-def test_a_lifecycle_command_imports_the_store_and_little_else(
-    store: Path, argv: tuple[str, ...]
-) -> None:
-    rc, mods = _loaded(store, *argv)
+def test_a_lifecycle_command_imports_the_store_and_little_else(store: Path, n: int) -> None:
+    _run_up_to(store, n)
+    rc, mods = _loaded(store, *RUN[n])
     assert rc == 0
     assert "crashpoint.checkpoint._store" in mods  # it did the work
     assert not HEAVY & set(mods), sorted(HEAVY & set(mods))
@@ -118,6 +127,7 @@ def test_a_lifecycle_command_imports_the_store_and_little_else(
 
 def test_help_and_errors_still_come_from_argparse(store: Path) -> None:
     """What the fast parser leaves to argparse loads argparse, and only then."""
+    _run_up_to(store, 1)
     rc, mods = _loaded(store, "status", "r", "--nex")  # an abbreviation: argparse's rule
     assert rc == 0
     assert "argparse" in mods
@@ -125,6 +135,7 @@ def test_help_and_errors_still_come_from_argparse(store: Path) -> None:
 
 
 def test_the_other_commands_still_load_every_room(store: Path) -> None:
+    _run_up_to(store, 1)
     rc, mods = _loaded(store, "list")
     assert rc == 0
     assert {"crashpoint.cli._main", "crashpoint.cli._checkpoints", "argparse"} <= set(mods)
