@@ -10,7 +10,8 @@ each side, this:
    crashpoint itself from this checkout (editable, so a change here needs no new environment);
 2. starts what the entry needs (``needs: [postgres]``: one throw-away PostgreSQL server for the
    run, a database of its own per side) and fills the scenario's ``{pg}`` (the database's URL,
-   without a password) and ``{pgpassfile}`` (the password file libpq reads);
+   without a password), ``{pgpassfile}`` (the password file libpq reads) and ``{pgpassword}``
+   (for clients that read only ``$PGPASSWORD``);
 3. runs the gate, ``python -m crashpoint run SCENARIO``, with that environment's Python, and
    reads its ``gate.json``: the verdict, the checks that failed and their messages;
 4. judges it: the broken side is **caught** when the gate fails with the entry's expected check
@@ -35,8 +36,10 @@ entry could not be run (its environment could not be built, or offline and not c
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -46,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +108,16 @@ def _pip(venv: Path, *args: str, log: Path) -> None:
 
 
 def ensure_venv(freeze: Path, *, offline: bool) -> tuple[Path | None, str]:
-    """The side's environment, built if needed: ``(path, how)``, or ``(None, why not)``."""
+    """The side's environment, built if needed: ``(path, how)``, or ``(None, why not)``.
+    Two runs (a benchmark and a test) wanting the same one take turns: an flock per key."""
     key = freeze_key(freeze)
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / f"{key}.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_venv(freeze, key, offline=offline)
+
+
+def _ensure_venv(freeze: Path, key: str, *, offline: bool) -> tuple[Path | None, str]:
     venv = cache_root() / key
     ready = venv / "corpus-ready.json"
     if ready.is_file():
@@ -135,10 +146,39 @@ def ensure_venv(freeze: Path, *, offline: bool) -> tuple[Path | None, str]:
         keep = venv.with_name(venv.name + ".failed.log")
         shutil.copyfile(log, keep)
         shutil.rmtree(venv, ignore_errors=True)
-        raise RuntimeError(f"could not build the environment of {freeze.name}; see {keep}") from None
+        raise RuntimeError(
+            f"could not build the environment of {freeze.name}; see {keep}"
+        ) from None
     marker = {"freeze": str(freeze.relative_to(ROOT)), "key": key, "checkout": str(ROOT)}
     ready.write_text(json.dumps(marker, indent=1), encoding="utf-8")
     return venv, f"built in {time.monotonic() - t0:.0f} s ({key})"
+
+
+def build_envs(
+    folder: Path, entry: dict[str, Any], sides: tuple[str, ...], *, offline: bool, head: str
+) -> dict[str, tuple[Path | None, str]]:
+    """Both sides' environments, built side by side (pip waits on the network most of the
+    time): ``{side: (path or None, how or why not)}``."""
+
+    def one(side: str) -> tuple[Path | None, str]:
+        try:
+            return ensure_venv(folder / entry[side]["freeze"], offline=offline)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+            return None, f"could not build the environment: {e}"
+
+    todo = [
+        s
+        for s in sides
+        if not (
+            cache_root() / freeze_key(folder / entry[s]["freeze"]) / "corpus-ready.json"
+        ).is_file()
+    ]
+    if todo and not offline:
+        progress(f"{head}: building the environment of {', '.join(todo)} (pip; cached after)")
+    unique = {freeze_key(folder / entry[s]["freeze"]): s for s in sides}  # a control may share
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        built = dict(zip(unique, pool.map(one, unique.values()), strict=True))
+    return {s: built[freeze_key(folder / entry[s]["freeze"])] for s in sides}
 
 
 # -- services ----------------------------------------------------------------------------------
@@ -182,6 +222,8 @@ def side_fills(entry: dict[str, Any], side: str, services: Services) -> dict[str
         pg.create_database(name)
         fills["pg"] = pg.dsn(name, password=False)
         fills["pgpassfile"] = pg.client_env().get("PGPASSFILE", "")
+        # for a client that ignores the password file (DBOS < 1 reads $PGPASSWORD)
+        fills["pgpassword"] = urllib.parse.urlsplit(pg.dsn(name)).password or ""
     return fills
 
 
@@ -235,8 +277,13 @@ def run_side(
     with log.open("w", encoding="utf-8") as out:
         try:
             code = subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=_agent_env(),
-                cwd=str(folder), timeout=GATE_TIMEOUT, check=False,
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_agent_env(),
+                cwd=str(folder),
+                timeout=GATE_TIMEOUT,
+                check=False,
             ).returncode
         except subprocess.TimeoutExpired:
             code = -1
@@ -282,7 +329,10 @@ def judge(entry: dict[str, Any], broken: dict[str, Any], other: dict[str, Any]) 
             f"({exp['message']!r}): {broken['message']}"
         )
     elif broken["verdict"] == "pass":
-        outcome, reason = "missed", f"the broken side passed: no check fired ({broken['trials']} trials)"
+        outcome, reason = (
+            "missed",
+            f"the broken side passed: no check fired ({broken['trials']} trials)",
+        )
     else:
         outcome, reason = "error", f"the broken side could not be judged: {broken['error']}"
     false_alarm = other["verdict"] == "fail"
@@ -303,13 +353,18 @@ def run_ground_truth(
         fills = side_fills(entry, side + "_gt", services)
         cmd += ["--database", fills["pg"]]
         env["PGPASSFILE"] = fills["pgpassfile"]
+        env["PGPASSWORD"] = fills["pgpassword"]
     t0 = time.monotonic()
     r = subprocess.run(
         cmd, capture_output=True, text=True, env=env, cwd=str(folder), timeout=600, check=False
     )
     last = (r.stdout.strip().splitlines() or [""])[-1]
-    return {"exit": r.returncode, "shows_bug": r.returncode == 1, "last_line": last[:200],
-            "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "exit": r.returncode,
+        "shows_bug": r.returncode == 1,
+        "last_line": last[:200],
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 # -- the scoreboard ----------------------------------------------------------------------------
@@ -324,8 +379,13 @@ def scoreboard(results: list[dict[str, Any]]) -> dict[str, Any]:
         f"{n} entries, {len(runtimes)} runtimes: caught {caught}/{n} broken, "
         f"{alarms}/{n} false alarms on fixed"
     )
-    return {"entries": n, "runtimes": runtimes, "caught": caught, "false_alarms": alarms,
-            "line": line}
+    return {
+        "entries": n,
+        "runtimes": runtimes,
+        "caught": caught,
+        "false_alarms": alarms,
+        "line": line,
+    }
 
 
 def _cell(text: Any) -> str:
@@ -438,15 +498,15 @@ def main(argv: list[str] | None = None) -> int:
                 and not a.force
                 and all(old.get(s, {}).get("freeze_key") == keys[s] for s in keys)
             ):
-                progress(f"{head}: already in {a.out.name} for these freezes ({old['outcome']}); "
-                         "--force to re-run")
+                progress(
+                    f"{head}: already in {a.out.name} for these freezes ({old['outcome']}); "
+                    "--force to re-run"
+                )
                 continue
             sides: dict[str, Any] = {}
+            envs = build_envs(folder, entry, ("broken", other), offline=a.offline, head=head)
             for side in ("broken", other):
-                try:
-                    venv, how = ensure_venv(folder / entry[side]["freeze"], offline=a.offline)
-                except RuntimeError as e:
-                    venv, how = None, str(e)
+                venv, how = envs[side]
                 if venv is None:
                     progress(f"{head} {side}: SKIPPED, environment missing: {how}")
                     status = max(status, 3)
@@ -463,9 +523,15 @@ def main(argv: list[str] | None = None) -> int:
                     status = max(status, 3)
                     break
                 s = sides[side]
-                fired = f" ({s['check']}{' as expected' if s['expected'] else ''})" if s["check"] else ""
-                progress(f"{head} {side}: {s['verdict'].upper()}{fired}, {s['trials']} trials, "
-                         f"{s['seconds']} s")
+                fired = (
+                    f" ({s['check']}{' as expected' if s['expected'] else ''})"
+                    if s["check"]
+                    else ""
+                )
+                progress(
+                    f"{head} {side}: {s['verdict'].upper()}{fired}, {s['trials']} trials, "
+                    f"{s['seconds']} s"
+                )
             else:
                 verdict = judge(entry, sides["broken"], sides[other])
                 rep = entry["report"]
@@ -484,9 +550,11 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 }
                 write_outputs(data, a.out)
-                progress(f"{head}: {verdict['outcome'].upper()}"
-                         + (" + FALSE ALARM" if verdict["false_alarm"] else "")
-                         + f" ({verdict['reason'][:160]})")
+                progress(
+                    f"{head}: {verdict['outcome'].upper()}"
+                    + (" + FALSE ALARM" if verdict["false_alarm"] else "")
+                    + f" ({verdict['reason'][:160]})"
+                )
                 if verdict["outcome"] != "caught" or verdict["false_alarm"]:
                     status = max(status, 1)
     if data["entries"]:

@@ -20,7 +20,7 @@ Stdlib and PyYAML only. The format is documented in ``docs/corpus.md``; in short
     needs: [postgres]                      # optional: services benchmarks/corpus.py provides
     expect: {check: exactly_once, message: "DUPLICATED POST /charges"}
     broken: {pin: dbos==2.7.0, freeze: broken.txt, scenario: broken.scenario.yaml}
-    fixed:                                 # or control: (then `workaround` and `why` instead of `by`)
+    fixed:                                 # or control: (with `workaround` and `why`, no `by`)
       pin: dbos==2.8.0
       freeze: fixed.txt
       scenario: fixed.scenario.yaml
@@ -237,7 +237,9 @@ def check_entry(folder: Path) -> list[str]:
         c.err("bug", f"{doc.get('bug')!r}: must be one of {', '.join(BUG_KINDS)}")
     agent = c.file(doc.get("agent"), "agent", ".py")
     if agent is not None and _IMPORTS_CRASHPOINT.search(agent.read_text(encoding="utf-8")):
-        c.err("agent", f"{agent.name} imports crashpoint: a corpus agent is written the ordinary way")
+        c.err(
+            "agent", f"{agent.name} imports crashpoint: a corpus agent is written the ordinary way"
+        )
     c.file(doc.get("ground_truth"), "ground_truth")
     needs = doc.get("needs", [])
     if not isinstance(needs, list) or any(n not in NEEDS for n in needs):
@@ -249,7 +251,11 @@ def check_entry(folder: Path) -> list[str]:
         c.text(expect.get("message"), "expect.message")
     c.side(doc.get("broken"), "broken", _SIDE)
     if ("fixed" in doc) == ("control" in doc):
-        c.err("fixed", "exactly one of `fixed` (a release with the fix) and `control` (the documented workaround)")
+        c.err(
+            "fixed",
+            "exactly one of `fixed` (a release with the fix) and `control` "
+            "(the documented workaround)",
+        )
     elif "fixed" in doc:
         c.side(doc["fixed"], "fixed", _FIXED)
     else:

@@ -4,8 +4,8 @@ PostgreSQL system database, and count the charges the payment service received.
 A small HTTP server in this script plays the payment service. It holds each process's first
 request (POST /charges) until both processes have sent theirs, or until 3 s have passed since
 the first (a process that DBOS told to wait for the other's result never sends one), as a
-payment call that takes a moment would, and counts every POST. Run it with the Python of the environment under
-test:
+payment call that takes a moment would, and counts every POST. Run it with the Python of the
+environment under test:
 
     .venv-broken/bin/python ground_truth.py --database postgresql://USER@HOST:PORT/DBNAME
 
@@ -43,7 +43,7 @@ def main() -> int:
             self.end_headers()
             self.wfile.write(b"{}")
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path == "/charges":
                 with lock:

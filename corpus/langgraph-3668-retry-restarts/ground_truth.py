@@ -32,7 +32,7 @@ def main() -> int:
     victim: list[subprocess.Popen[bytes]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             posts[self.path] += 1
             if self.path == "/reports" and victim:
