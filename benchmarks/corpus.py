@@ -47,7 +47,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -313,6 +312,7 @@ def run_side(
         "exercised": gate["exercised"],
         "seconds": seconds,
         "error": "" if verdict != "error" else (gate["status"] or tail[0])[:300],
+        "report_dir": str(report),
     }
 
 
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     with contextlib.ExitStack() as stack:
         services = Services(stack)
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crashpoint-corpus-")))
+        work = cache_root() / "runs"  # each entry's last reports and logs, kept to be read
         for n, folder in enumerate(chosen, 1):
             entry = schema.load(folder)
             other = "fixed" if "fixed" in entry else "control"
@@ -503,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--force to re-run"
                 )
                 continue
+            shutil.rmtree(work / entry["id"], ignore_errors=True)
             sides: dict[str, Any] = {}
             envs = build_envs(folder, entry, ("broken", other), offline=a.offline, head=head)
             for side in ("broken", other):

@@ -121,3 +121,22 @@ def test_scoreboard_line_and_table_keep_misses(bench: ModuleType) -> None:
     table = bench.table(rs)
     assert "| `b` | langgraph |" in table
     assert "missed: the broken side passed" in table
+
+
+def test_offline_names_what_is_not_cached_and_runs_nothing(
+    bench: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "corpus.json"
+    argv = ["--offline", "--only", "langgraph-3668-retry-restarts", "--out", str(out)]
+    assert bench.main(argv) == 3
+    text = capsys.readouterr().out
+    assert "broken: SKIPPED, environment missing: not cached: " in text
+    assert "corpus/langgraph-3668-retry-restarts/broken.txt" in text
+    assert not out.exists()
+    assert not (tmp_path / "cache" / "crashpoint" / "corpus" / "runs").exists() or not any(
+        (tmp_path / "cache" / "crashpoint" / "corpus" / "runs").iterdir()
+    )
