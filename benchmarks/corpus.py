@@ -346,8 +346,11 @@ def judge(entry: dict[str, Any], broken: dict[str, Any], other: dict[str, Any]) 
 def run_ground_truth(
     entry: dict[str, Any], folder: Path, side: str, venv: Path, services: Services
 ) -> dict[str, Any]:
-    """The side's ground-truth script (``exit 1``: the bug shown; ``0``: not shown)."""
+    """The side's ground-truth script (``exit 1``: the bug shown; ``0``: not shown), given
+    ``--control`` on a control side and ``--database URL`` when the entry needs PostgreSQL."""
     cmd = [str(venv / "bin" / "python"), str(folder / entry["ground_truth"])]
+    if side == "control":  # the same release: the script applies the workaround
+        cmd.append("--control")
     env = _agent_env()
     if "postgres" in entry.get("needs", []):
         fills = side_fills(entry, side + "_gt", services)
