@@ -274,22 +274,26 @@ def run_side(
     cmd += ["--report", str(report)]
     t0 = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
+        gate_proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=_agent_env(), cwd=str(folder)
+        )
         try:
-            code = subprocess.run(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_agent_env(),
-                cwd=str(folder),
-                timeout=GATE_TIMEOUT,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
+            code = gate_proc.wait(timeout=GATE_TIMEOUT)
+        except subprocess.TimeoutExpired:  # SIGTERM: the gate kills its agents, then exits 143
+            gate_proc.terminate()
+            try:
+                gate_proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                gate_proc.kill()
+                gate_proc.wait()
             code = -1
     seconds = round(time.monotonic() - t0, 1)
     gate = read_gate(report)
     verdict = {0: "pass", 1: "fail"}.get(code, "error")
-    tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    said = [ln for ln in lines if ln.startswith("crashpoint: gate verdict")] or lines[-1:] or [""]
+    if verdict == "fail" and not gate["failed"]:  # failed before any trial: a golden run, ...
+        verdict = "error"
     expect = entry["expect"]
     hit = [
         (name, msg)
@@ -311,14 +315,15 @@ def run_side(
         "trials": gate["trials"],
         "exercised": gate["exercised"],
         "seconds": seconds,
-        "error": "" if verdict != "error" else (gate["status"] or tail[0])[:300],
+        "error": "" if verdict != "error" else said[-1][:300],
         "report_dir": str(report),
     }
 
 
 def judge(entry: dict[str, Any], broken: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     """The entry's outcome: caught / missed (with why) on the broken side, clean / false alarm
-    on the other."""
+    on the other; error when a side could not be judged (the gate failed before any trial,
+    e.g. its golden run, or did not run)."""
     exp = entry["expect"]
     if broken["verdict"] == "fail" and broken["expected"]:
         outcome, reason = "caught", f"{exp['check']}: {broken['message']}"
@@ -336,7 +341,7 @@ def judge(entry: dict[str, Any], broken: dict[str, Any], other: dict[str, Any]) 
     else:
         outcome, reason = "error", f"the broken side could not be judged: {broken['error']}"
     false_alarm = other["verdict"] == "fail"
-    if other["verdict"] == "error" and outcome == "caught":
+    if other["verdict"] == "error" and outcome != "error":
         outcome, reason = "error", f"the other side could not be judged: {other['error']}"
     if false_alarm:
         reason += f"; FALSE ALARM on the other side: {other['check']}: {other['message']}"

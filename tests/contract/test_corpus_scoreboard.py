@@ -60,6 +60,9 @@ def test_another_check_or_a_pass_is_a_miss_with_its_reason(bench: ModuleType) ->
     assert "the broken side passed" in v["reason"]
     v = bench.judge(ENTRY, _side("error", []), _side("pass", []))
     assert v["outcome"] == "error"
+    v = bench.judge(ENTRY, other, _side("error", []))  # the fixed side's golden run failed
+    assert v["outcome"] == "error"
+    assert v["false_alarm"] is False
 
 
 def test_a_failure_on_the_fixed_side_is_a_false_alarm(bench: ModuleType) -> None:
