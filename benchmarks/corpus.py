@@ -98,6 +98,8 @@ def freeze_key(freeze: Path) -> str:
 
 def _pip(venv: Path, *args: str, log: Path) -> None:
     cmd = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", *args]
+    if args[0] == "install":  # bytecode is compiled on first import instead (faster builds)
+        cmd.append("--no-compile")
     with log.open("a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()

@@ -5,7 +5,8 @@ gate on both sides, and must find the broken side caught by its expected check a
 side passing. The rest of the corpus is a benchmark (python benchmarks/corpus.py), not a test.
 
 The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
-first run builds the environments (about two minutes); later runs take about 30 s."""
+first run builds the environments (95 s in all here, pip's download cache warm); later runs
+take about 30 s."""
 
 from __future__ import annotations
 
