@@ -3,11 +3,11 @@
 Layer 2: imports the base (:mod:`crashpoint.errors`, :mod:`crashpoint.probe`, the low-level file
 I/O and failpoints) and the standard library, never the harness, the faults or pytest: an agent
 imports this and nothing else. Its rooms: the store and its journal (``_store``, ``_journal``,
-``_record``, ``_lock``), runs and effects (``_run``, ``_http``, ``_mail``, ``_redact``,
-``_notify``), the lifecycle the command line drives for agents in any language
-(``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with its fleet
-(:mod:`crashpoint.checkpoint.postgres`, whose names are imported here on first use: psycopg is
-loaded only by an agent that uses them).
+``_record``, ``_lock``; ``_history`` reads it record by record), runs and effects (``_run``,
+``_http``, ``_mail``, ``_redact``, ``_notify``), the lifecycle the command line drives for agents
+in any language (``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with
+its fleet (:mod:`crashpoint.checkpoint.postgres`, whose names are imported here on first use:
+psycopg is loaded only by an agent that uses them).
 """
 
 import os as _os
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from crashpoint._fsio import REAL as _REAL
+from crashpoint.checkpoint._history import JournalReader
 from crashpoint.checkpoint._http import http_effect
 from crashpoint.checkpoint._journal import (
     Damage,
@@ -22,6 +23,7 @@ from crashpoint.checkpoint._journal import (
     TornTail,
     list_files,
     records_reducer,
+    register_history_index,
 )
 from crashpoint.checkpoint._lifecycle import (
     EXIT_SKIP,
@@ -146,6 +148,7 @@ __all__ = [
     "FleetOutcome",
     "FleetWorker",
     "HttpEffectError",
+    "JournalReader",
     "Lease",
     "LifecycleStatus",
     "Loaded",
@@ -187,6 +190,7 @@ __all__ = [
     "record_effect",
     "record_step",
     "records_reducer",
+    "register_history_index",
     "resume_interrupted",
     "rollback",
     "run_main",
