@@ -94,6 +94,9 @@ RESET = 4
 #: ``SNAPSHOT_RATIO`` times the snapshot's size): what opening a thread replays.
 SNAPSHOT_MIN = 8 * 1024
 SNAPSHOT_RATIO = 4
+#: Segment size of the stores this saver makes (``path=``): ``list()`` walks the newest
+#: segment's headers before its first item, so smaller is quicker to start, larger fewer files.
+SEGMENT_BYTES = 1 << 20
 #: Checkpoints whose record this saver remembers per thread (read or written lately).
 KNOWN = 1024
 #: Namespaces whose channel map and delta bases this saver keeps per thread.
@@ -389,6 +392,8 @@ def _delta(base: bytes, new: bytes) -> tuple[int, int, int] | None:
     None if it is not. Tries heads of a few bytes only (serialization headers)."""
     if len(new) < len(base):
         return None
+    if len(base) >= 32 and new.startswith(base):  # grew at its end, no length header
+        return 0, 0, len(base)
     p = _common_prefix(base, new)
     for j in range(p, min(p + 10, len(base) - 31)):  # at least 32 bytes to share
         rest = len(base) - j
@@ -619,6 +624,7 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
                 durability=durability,
                 lock_timeout=lock_timeout,
                 on_corrupt=on_corrupt,  # type: ignore[arg-type]
+                segment_bytes=SEGMENT_BYTES,
             )
         self.store = store
         self.lock_on_read = lock_on_read

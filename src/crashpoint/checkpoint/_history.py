@@ -111,7 +111,7 @@ class JournalReader:
         *,
         check: RecordCheck | None = None,
         keep_open: int = 8,
-        keep_known: int = 256,
+        keep_known: int = 32,
     ) -> None:
         self.folder = folder
         self.check = check
@@ -325,6 +325,8 @@ class JournalReader:
             base = seg.first
             for i in range(k, max(first, base) - base - 1, -1):
                 yield base + i, self._decode(seg, i, base + i)
+            seg.offsets, seg.end = [], 0  # done with it: a long walk holds one segment's
+            self._shut(seg)
             seq = base - 1
 
     def close(self) -> None:

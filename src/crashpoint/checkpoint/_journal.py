@@ -300,15 +300,25 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool = Fa
     over: the segment is read from its start.
     """
     if reducer in _HISTORY_INDEXES and not full:
-        try:
-            return _load(folder, reducer, stop_on_damage=stop_on_damage, full=False, tail=True)
-        except _TailMiss:
-            pass
+        for tail in (True, False):
+            try:
+                out = _load(folder, reducer, stop_on_damage=stop_on_damage, full=False, tail=tail)
+            except _TailMiss:
+                continue
+            except CheckpointCorrupt:  # maybe the index's fault (a record does not fit it)
+                break
+            if not out.damage:
+                return out
+            break
+        # the journal does not reach the snapshot (an older copy of a segment), or something
+        # did not fit: every record replayed, no snapshot trusted (real damage shows again)
+        full = True
     return _load(folder, reducer, stop_on_damage=stop_on_damage, full=full, tail=False)
 
 
 class _TailMiss(Exception):
-    """A snapshot's tail does not lead to its next record (a stale or damaged hint)."""
+    """A history index's snapshot does not fit the journal: its tail does not lead to its next
+    record, or the records it covers are not all there (a stale or damaged hint)."""
 
 
 def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, tail: bool) -> Loaded:
@@ -320,6 +330,7 @@ def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, ta
     if index and full:
         ignored, snaps = snaps, []
     resume: tuple[int, int] | None = None  # (segment, offset) the snapshot's records end at
+    reached = 0  # the last record found on disk (a history index needs its snapshot's)
 
     def hit(d: Damage) -> None:
         if stop_on_damage:
@@ -374,8 +385,9 @@ def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, ta
         covered = not is_last and segs[i + 1][0] <= out.snapshot_seq + 1
         if resume is not None and first < resume[0] and not is_last:
             covered = True
-        if covered and index:
-            continue  # history the snapshot indexes: read record by record when asked for
+        if covered and index:  # history the snapshot indexes: read record by record later
+            reached = max(reached, segs[i + 1][0] - 1)  # its name says these records exist
+            continue
         start = resume[1] if resume is not None and first == resume[0] else 0
         if start:
             try:
@@ -383,6 +395,7 @@ def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, ta
                     raise _TailMiss
             except OSError:
                 raise _TailMiss from None
+            reached = max(reached, out.snapshot_seq)  # its records end where the tail begins
         try:
             buf = _read(path, start=start)
         except _NotAFile as exc:
@@ -412,6 +425,7 @@ def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, ta
             if start and j == 0 and s != out.snapshot_seq + 1:
                 raise _TailMiss
             file_max_seq = s
+            reached = max(reached, s)
             if s <= out.snapshot_seq:
                 continue  # covered by the snapshot
             if s != out.seq + 1:
@@ -468,6 +482,10 @@ def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, ta
             out.covered.append(path)
     if ignored and out.damage:  # a rollback keeps the prefix: no snapshot past it may stay
         out.unusable += [p for s, p in ignored if s > out.seq]
+    elif ignored:  # snapshots past the journal's end index records that are not there
+        out.covered += [p for s, p in ignored if s > out.seq]
+    if index and out.snapshot_seq and reached < out.snapshot_seq and not out.damage:
+        raise _TailMiss  # an index of records that are not all there: replay what is
     return out
 
 

@@ -1090,9 +1090,7 @@ class RunJournal:
         an index a crash may lose, rebuilt from the records.
         """
         try:
-            if self._history:
-                if self._unsynced:
-                    self.sync()  # the records it covers are durable before it is written
+            if self._history:  # no sync: opening checks that the records it covers are there
                 first = int(os.path.basename(self._path)[4:16])
                 self._write_snapshot((first, self._end))
                 self._drop_covered()
