@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import operator
 import os
 import random
 import shutil
@@ -20,7 +21,7 @@ import sys
 import textwrap
 import types
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -478,3 +479,167 @@ def test_a_long_chain_is_read_in_few_records(tmp_path: Path) -> None:
         assert tup is not None
         assert len(tup.checkpoint["channel_values"]["items"]) == 1200
         assert th.reader.records_read - before <= 3 + 3 * 6  # head, writes, a chain of 1,200
+
+
+# -- against LangGraph's own in-memory saver ------------------------------------------------------
+
+
+def _workflow(saver: Any) -> Any:
+    """A graph with a subgraph (its checkpoints in a namespace of their own), a growing list
+    and an interrupt in the subgraph."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    class S(TypedDict):
+        log: Annotated[list[str], operator.add]
+        n: int
+
+    def inner_a(s: S) -> dict[str, Any]:
+        return {"log": [f"inner-a {s['n']}"], "n": s["n"] + 1}
+
+    def inner_b(s: S) -> dict[str, Any]:
+        answer = interrupt(f"approve {s['n']}?") if s["n"] % 3 == 0 else "auto"
+        return {"log": [f"inner-b {answer}"], "n": s["n"] + 1}
+
+    sub = StateGraph(S)
+    sub.add_node("a", inner_a)
+    sub.add_node("b", inner_b)
+    sub.add_edge(START, "a")
+    sub.add_edge("a", "b")
+    sub.add_edge("b", END)
+
+    def outer(s: S) -> dict[str, Any]:
+        return {"log": ["outer " + "x" * 80], "n": s["n"] + 1}
+
+    g = StateGraph(S)
+    g.add_node("outer", outer)
+    g.add_node("sub", sub.compile())
+    g.add_edge(START, "outer")
+    g.add_edge("outer", "sub")
+    g.add_conditional_edges("sub", lambda s: END if s["n"] >= 14 else "outer")
+    return g.compile(checkpointer=saver)
+
+
+def _drive(make: Any) -> list[Any]:
+    """Run the workflow through its interrupts, time-travel to an early checkpoint and run a
+    fork from there; ``make()`` gives the saver (a new one each time: a reopen). Returns what
+    a user sees: values, next nodes and the history, newest first."""
+    from langgraph.types import Command
+
+    cfg: Any = {"configurable": {"thread_id": "w"}}
+    seen: list[Any] = []
+    saver = make()
+    out = _workflow(saver).invoke({"log": [], "n": 0}, cfg)
+    for i in range(10):
+        if "__interrupt__" not in out:
+            break
+        saver = make()
+        out = _workflow(saver).invoke(Command(resume=f"yes-{i}"), cfg)
+    graph = _workflow(make())
+    state = graph.get_state(cfg, subgraphs=True)
+    seen.append((state.values, state.next))
+    history = list(graph.get_state_history(cfg))
+    seen.append([(h.values, h.next, h.metadata.get("step")) for h in history])
+    early = history[-4].config  # time travel: a fork from an early checkpoint
+    forked = graph.update_state(early, {"log": ["forked"]})
+    out = _workflow(make()).invoke(None, forked)
+    for i in range(10):
+        if "__interrupt__" not in out:
+            break
+        out = _workflow(make()).invoke(Command(resume=f"again-{i}"), cfg)
+    graph = _workflow(make())
+    seen.append(graph.get_state(cfg).values)
+    seen.append([(h.values, h.next) for h in graph.get_state_history(cfg)])
+    seen.append([(h.values, h.next) for h in graph.get_state_history(cfg, limit=3)])
+    return seen
+
+
+def test_a_workflow_reads_as_on_langgraphs_own_saver_across_reopens(tmp_path: Path) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    memory = InMemorySaver()
+    expected = _drive(lambda: memory)
+    opened: list[CrashpointSaver] = []
+
+    def make() -> CrashpointSaver:
+        for s in opened:  # a reopen: the previous saver lets go of the thread
+            s.close()
+        opened.append(CrashpointSaver(store=Store(tmp_path, durability="none")))
+        return opened[-1]
+
+    try:
+        got = _drive(make)
+    finally:
+        for s in opened:
+            s.close()
+    assert got == expected
+
+
+def test_a_format_1_thread_reads_back_and_goes_on(tmp_path: Path) -> None:
+    """A thread written before the index (no record references, format-1 deltas, no thread
+    format): found by reading back, listed sorted, and new checkpoints go on from it."""
+    serde = CrashpointSaver(tmp_path / "x").serde
+
+    def typed(v: Any) -> list[str]:
+        return lgs._enc(serde.dumps_typed(v))
+
+    store = Store(tmp_path / "state", durability="none")
+    values = [[f"item {i:03d} " + "y" * 40 for i in range(k)] for k in (3, 4, 5)]
+    with store.open(run_id_for("t"), reducer=lgs.saver_reducer) as j:
+        j.append({"t": "thread", "thread_id": "t"}, redact=False)
+        parent = None
+        ids = []
+        for i, v in enumerate(values):
+            cp = empty_checkpoint()
+            vk = lgs._vkey(i + 1)
+            cp["channel_versions"] = {"items": i + 1, "n": 1}
+            c = dict(cp)
+            c.pop("channel_values")
+            raw = serde.dumps_typed(v)
+            if i == 0:
+                blob: Any = lgs._enc(raw)
+                blobs = {"items": [vk, blob], "n": [lgs._vkey(1), typed(7)]}
+            else:
+                base = serde.dumps_typed(values[i - 1])[1]
+                k, skip, end = lgs._delta(base, raw[1]) or (0, 0, 0)
+                b64 = lgs.base64.b64encode
+                head, tail = b64(raw[1][:k]).decode(), b64(raw[1][end:]).decode()
+                blobs = {"items": [vk, [raw[0], head, lgs._vkey(i), skip, tail]]}
+            j.append(
+                {
+                    "t": "cp",
+                    "ns": "",
+                    "id": cp["id"],
+                    "parent": parent,
+                    "cp": typed(c),
+                    "md": typed({"step": i}),
+                    "blobs": blobs,
+                },
+                redact=False,
+            )
+            j.append(
+                {"t": "w", "ns": "", "cid": cp["id"], "w": [["task", 0, "n", typed(i), ""]]},
+                redact=False,
+            )
+            parent = cp["id"]
+            ids.append(cp["id"])
+    with CrashpointSaver(store=Store(tmp_path / "state", durability="none")) as saver:
+        tup = saver.get_tuple(_cfg())
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == {"items": values[2], "n": 7}
+        assert [w[1:] for w in tup.pending_writes] == [("n", 2)]
+        old = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": ids[1]}})
+        assert old is not None
+        assert old.checkpoint["channel_values"] == {"items": values[1], "n": 7}
+        assert [t.checkpoint["id"] for t in saver.list(_cfg())] == ids[::-1]
+        steps = Steps(saver)
+        steps.config, steps.versions = tup.config, dict(tup.checkpoint["channel_versions"])
+        steps.values = dict(tup.checkpoint["channel_values"])
+        new = steps.put(items=[*values[2], "one more " + "z" * 40])
+    with CrashpointSaver(tmp_path / "state") as saver:
+        tup = saver.get_tuple(_cfg())
+        assert tup is not None
+        assert tup.checkpoint["id"] == new
+        assert tup.checkpoint["channel_values"]["items"][-1].startswith("one more")
+        assert tup.checkpoint["channel_values"]["n"] == 7
+        assert [t.checkpoint["id"] for t in saver.list(_cfg())] == [new, *ids[::-1]]
