@@ -643,3 +643,50 @@ def test_a_format_1_thread_reads_back_and_goes_on(tmp_path: Path) -> None:
         assert tup.checkpoint["channel_values"]["items"][-1].startswith("one more")
         assert tup.checkpoint["channel_values"]["n"] == 7
         assert [t.checkpoint["id"] for t in saver.list(_cfg())] == [new, *ids[::-1]]
+
+
+def test_a_resume_that_only_reads_syncs_nothing_and_a_write_syncs_the_generation_first(
+    tmp_path: Path,
+) -> None:
+    """Taking the thread's lock bumps its fencing generation; that generation is made durable
+    before the first record written under it, not at open: reading the latest checkpoint costs
+    no fsync (a second resumer is still refused at once: the lock is held)."""
+    from crashpoint._fsio import FsOps
+
+    class Recording(FsOps):
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def _name(self, fd: int) -> str:
+            return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+
+        def fsync(self, fd: int) -> None:
+            self.calls.append(("fsync", self._name(fd)))
+            super().fsync(fd)
+
+        def fdatasync(self, fd: int) -> None:
+            self.calls.append(("fdatasync", self._name(fd)))
+            super().fdatasync(fd)
+
+        def fsync_dir(self, path: str) -> None:
+            self.calls.append(("fsync_dir", os.path.basename(path)))
+            super().fsync_dir(path)
+
+        def write(self, fd: int, data: bytes) -> None:
+            self.calls.append(("write", self._name(fd)))
+            super().write(fd, data)
+
+    root = tmp_path / "state"
+    with CrashpointSaver(root) as saver:
+        Steps(saver).run(20)
+    fs = Recording()
+    with CrashpointSaver(store=Store(root, fs=fs)) as saver:
+        tup = saver.get_tuple(_cfg())
+        assert tup is not None
+        assert fs.calls == [], fs.calls  # no sync, no write: the lock file's pwrite only
+        config = tup.config
+        saver.put_writes(config, [("n", 1)], "task")
+    assert fs.calls[0] == ("fsync", "lock"), fs.calls  # the generation, before the record
+    assert fs.calls[1][0] == "write"
+    assert fs.calls[1][1].startswith("seg-")
+    assert fs.calls[2] == ("fdatasync", fs.calls[1][1])

@@ -664,7 +664,12 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
     def _open_journal(self, thread_id: str, *, full: bool = False) -> RunJournal:
         """The thread's journal, opened (lock + generation, torn tail repaired, the index
         loaded); ``full``: the index rebuilt from every record."""
-        j = self.store.open(run_id_for(thread_id), reducer=saver_reducer, full=full)
+        # the lock is taken at once (a second resumer waits or is refused before any node
+        # runs); its new generation is synced with the first write, so a resume that only
+        # reads costs no fsync
+        j = self.store.open(
+            run_id_for(thread_id), reducer=saver_reducer, full=full, defer_sync=True
+        )
         try:
             st = j.state
             if "thread_id" not in st:

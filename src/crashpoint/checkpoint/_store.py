@@ -353,13 +353,17 @@ class Store:
         create: bool = True,
         lock_timeout: float | None = None,
         full: bool = False,
+        defer_sync: bool = False,
     ) -> RunJournal:
         """Open a run for writing: take its lock (and a fencing generation no writer of the run
         had before), repair a torn tail, load its state.
 
         A run folder that is a symbolic link or belongs to another user is refused. ``full``:
         for a history index, replay every record, not the newest snapshot and what follows
-        (see :func:`~crashpoint.checkpoint.register_history_index`)."""
+        (see :func:`~crashpoint.checkpoint.register_history_index`). ``defer_sync``: the new
+        generation is fsynced with the first write rather than before this returns (an opener
+        that only reads, such as a LangGraph resume reading its latest checkpoint, costs no
+        fsync)."""
         folder = self.path(run_id)
         lock_path = os.path.join(folder, "lock")
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
@@ -372,7 +376,7 @@ class Store:
                 before = os.lstat(lock_path).st_size
             except OSError:
                 before = 0
-            lock = acquire(lock_path, run_id, fs=self.fs, timeout=timeout)
+            lock = acquire(lock_path, run_id, fs=self.fs, timeout=timeout, sync=not defer_sync)
             grown = os.fstat(lock.fd).st_size - before  # a lock file of an older version
             if grown:
                 self._account(grown)
@@ -385,7 +389,9 @@ class Store:
                 "is a prune running in a loop?"
             )
         try:
-            return RunJournal(self, run_id, folder, reducer, lock, full=full)
+            return RunJournal(
+                self, run_id, folder, reducer, lock, full=full, lock_synced=not defer_sync
+            )
         except BaseException:
             lock.release()
             raise
@@ -912,6 +918,7 @@ class RunJournal:
         lock: RunLock,
         *,
         full: bool = False,
+        lock_synced: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -919,6 +926,7 @@ class RunJournal:
         self.fs = store.fs
         self._reducer = reducer
         self._lock = lock
+        self._lock_synced = lock_synced  # the generation in the lock file is durable
         self._fd = -1
         self._broken: OSError | None = None
         self._unsynced = 0
@@ -936,7 +944,7 @@ class RunJournal:
         self.seq = loaded.seq
         if loaded.generation >= lock.generation:  # the lock file was torn; records fence
             lock.generation = loaded.generation + 1
-            write_holder(self.fs, lock.fd, lock.generation)
+            write_holder(self.fs, lock.fd, lock.generation, sync=lock_synced)
         self.generation = lock.generation
         self._since_snapshot = loaded.bytes_since_snapshot
         self._snapshot_size = loaded.snapshot_bytes
@@ -1011,6 +1019,8 @@ class RunJournal:
         if sync is None:
             every = self._sync_every
             sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
+        if not self._lock_synced:
+            self._sync_generation()
         held = store._claim(n, self._path)  # room for all writers; raises before writing
         try:
             written = 0
@@ -1047,6 +1057,16 @@ class RunJournal:
                     f"starting a new segment after record {self.seq}",
                 ) from exc
         return self.seq
+
+    def _sync_generation(self) -> None:
+        """Make this writer's generation durable before its first write (see ``defer_sync``)."""
+        try:
+            self.fs.fsync(self._lock.fd)
+        except OSError as exc:
+            raise CheckpointWriteError(
+                exc.errno or errno.EIO, self._lock.path, "making the run's generation durable"
+            ) from exc
+        self._lock_synced = True
 
     def sync(self) -> None:
         """Make every appended record durable now (group commit)."""
@@ -1109,6 +1129,8 @@ class RunJournal:
             self.snapshot_error = exc
 
     def _write_snapshot(self, tail: tuple[int, int] | None = None) -> None:
+        if not self._lock_synced:
+            self._sync_generation()
         snap: dict[str, Any] = {"seq": self.seq, "gen": self.generation, "state": self.state}
         if self._history:  # where the records after it begin (a rollback: a new segment)
             snap["tail"] = list(tail or (self.seq + 1, 0))
