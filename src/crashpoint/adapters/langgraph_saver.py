@@ -7,25 +7,31 @@ O(size of the step) bytes, history is never rewritten. A call returns once its r
 fdatasync'ed (durability ``always``, the default).
 
 Resuming does not replay the history. The run's state is a small index (the newest checkpoint of
-each namespace and where its record is, the writes made to it), snapshotted every 64 KiB or so
-of journal; opening a thread reads that snapshot and the records after it, and a checkpoint is
-read from its own record, which says where each channel value it needs lies (``at``). Values
-that grew at their end (LangGraph's list channels: messages, ``operator.add``) are stored as
-byte deltas against an earlier version, chosen as "skip deltas" so that reading any version
-follows a short chain (its base-4 digit sum: at most 19 records below 5,000 versions) while
-each step still writes O(its growth). ``list()`` walks the journal newest first, record by record.
-What the index points at is checked when read (the record's number, kind, namespace, id,
-channel and version); anything that does not match, or a damaged snapshot, falls back to
-replaying the whole journal (which raises :class:`~crashpoint.errors.CheckpointCorrupt` on
-damage, or rolls back with ``on_corrupt="rollback"``): never a wrong answer.
+each namespace, where its record is, the writes made to it), snapshotted every 8 KiB or so of
+journal with the offset the next record goes to (a history index:
+:func:`~crashpoint.checkpoint.register_history_index`); opening a thread reads that snapshot and
+the few records after it, and a checkpoint is read from its own record, which references
+(``[record number, byte offset]``) every record holding a value it needs (``at``), its parent
+(``up``) and the writes made to it. Values that grew at their end (LangGraph's list channels:
+messages, ``operator.add``) are stored as byte deltas against an earlier version, chosen as
+"skip deltas" so that reading any version follows a short chain (its base-4 digit sum: at most
+19 records below 5,000 versions) while a step writes its growth about log4(i) times; text-like
+bytes are stored as latin-1 text, other bytes as base64. ``list()`` reads the journal newest
+first as it is consumed. What a reference leads to is checked when read (the record's number,
+kind, namespace, id, channel and version); anything that does not match, or a damaged snapshot,
+makes the whole journal replay (which raises :class:`~crashpoint.errors.CheckpointCorrupt` on
+damage, or rolls back with ``on_corrupt="rollback"``): never a wrong answer. Memory: the index,
+the newest bytes of each channel written (the base of its next delta) and bounded caches, never
+the history.
 
 One writer per thread: the first call that touches a thread (``get_tuple``, ``put``,
-``put_writes``) takes the run's OS lock and a fencing generation, and keeps them until
-:meth:`CrashpointSaver.close` (or :meth:`release`). A second process resuming the same thread
-waits ``lock_timeout`` seconds, then gets :class:`crashpoint.errors.RunLocked`.
+``put_writes``) takes the run's OS lock and a fencing generation (made durable with the first
+write), and keeps them until :meth:`CrashpointSaver.close` (or :meth:`release`). A second
+process resuming the same thread waits ``lock_timeout`` seconds, then gets
+:class:`crashpoint.errors.RunLocked`.
 
-Values go through LangGraph's own serde (``self.serde.dumps_typed``), stored base64-encoded in
-the JSON records; nothing is pickled by this module, and loading a journal runs no code.
+Values go through LangGraph's own serde (``self.serde.dumps_typed``), stored in the JSON records
+as text or base64; nothing is pickled by this module, and loading a journal runs no code.
 
     >>> from crashpoint.adapters.langgraph_saver import CrashpointSaver   # doctest: +SKIP
     >>> with CrashpointSaver("state/") as saver:                          # doctest: +SKIP
@@ -406,7 +412,7 @@ def _delta(base: bytes, new: bytes) -> tuple[int, int, int] | None:
 def _rebuild(whole: bytes, deltas: Sequence[tuple[bytes, int, bytes]]) -> bytes:
     """The value after applying ``deltas`` (oldest first; each makes ``head + value[skip:] +
     tail``) to ``whole``, copying the large middle once, not once per delta."""
-    prefix, base, off = b"", whole, 0
+    prefix, base, off = b"", memoryview(whole), 0
     tails: list[bytes] = []
     for head, skip, tail in deltas:
         # the value is prefix + base[off:] + tails
@@ -416,11 +422,11 @@ def _rebuild(whole: bytes, deltas: Sequence[tuple[bytes, int, bytes]]) -> bytes:
             off += skip - len(prefix)
             prefix = b""
         else:  # the cut reaches into the tails: join once, go on from there
-            whole_now = prefix + base[off:] + b"".join(tails)
-            prefix, base, off, tails = b"", whole_now[skip:], 0, []
+            now = b"".join([prefix, base[off:], *tails])
+            prefix, base, off, tails = b"", memoryview(now)[skip:], 0, []
         prefix = head + prefix
         tails.append(tail)
-    return prefix + base[off:] + b"".join(tails)
+    return b"".join([prefix, base[off:], *tails])
 
 
 def _b64len(text: str) -> int:
@@ -731,19 +737,20 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
             th = self._hold(thread_id)
             try:
                 return fn(th)
-            except CheckpointCorrupt:
-                return fn(self._hold(thread_id, full=True))
+            except (CheckpointCorrupt, PayloadError):
+                th = self._hold(thread_id, full=True)
+                return _corrupt_if_payload(th, fn)
         view = self._peek(thread_id)
         if view is None:
             return None
         try:
             return fn(view)
-        except CheckpointCorrupt:
+        except (CheckpointCorrupt, PayloadError):
             view.close()
             view = self._peek(thread_id, full=True)
             if view is None:
                 raise
-            return fn(view)
+            return _corrupt_if_payload(view, fn)
         finally:
             if view is not None:
                 view.close()
@@ -1351,6 +1358,19 @@ class CrashpointSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _corrupt_if_payload(v: _View, fn: Callable[[_View], _T]) -> _T:
+    """``fn(v)``; stored content that does not decode (a checksummed record the saver never
+    writes) raised as :class:`CheckpointCorrupt` naming the thread's folder."""
+    try:
+        return fn(v)
+    except CheckpointCorrupt:
+        raise
+    except PayloadError as exc:
+        raise CheckpointCorrupt(
+            v.reader.folder, 0, f"a stored value does not decode: {exc}"
+        ) from exc
 
 
 def _seed(typ: str, data: bytes, chain: Sequence[tuple[_Ref, str, _List[Any]]]) -> _Base | None:

@@ -1,8 +1,9 @@
 """Reading a run's journal record by record, without replaying it.
 
 A history index (:func:`~crashpoint.checkpoint.register_history_index`) keeps a run's segments
-after a snapshot and points into them by sequence number; :class:`JournalReader` fetches the
-record a pointer names, or walks the records newest first, reading only what it is asked for.
+after a snapshot and points into them by record number (and byte offset, a hint);
+:class:`JournalReader` fetches the record a pointer names, or walks the records newest first,
+reading only what it is asked for.
 
 Every read is total and checked as :func:`~crashpoint.checkpoint._journal.load` checks: the
 header's and the payload's checksums, the format, the record's kind, the envelope, and that the
@@ -242,8 +243,8 @@ class JournalReader:
             return _MISS
         if _HSIZE + length <= len(head):
             payload = head[_HSIZE : _HSIZE + length]
-        else:
-            payload = head[_HSIZE:] + os.pread(fd, length - len(head) + _HSIZE, off + len(head))
+        else:  # a large record: read it whole once (no copy joining two reads)
+            payload = os.pread(fd, length, off + _HSIZE)
         if len(payload) != length or zlib.crc32(payload) != pcrc or kind != KIND_RECORD:
             return _MISS
         try:
