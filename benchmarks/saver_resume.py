@@ -15,10 +15,11 @@ whole list at every step). For each saver, state and N, in fresh processes:
   a checkpointer) / N; writer memory growth is the child's resident set after the run minus
   before it (``VmRSS``, after a garbage collection; the graph's own output is held in both);
   peak is ``VmHWM`` after minus ``VmRSS`` before;
-* resume: ``--resumes`` more child processes each open the saver and read the thread's latest
-  checkpoint (``get_tuple``), timed from the saver's construction to the tuple in hand (wall
-  clock and the process's CPU time, steadier on a shared machine); the median is shown; each
-  checks the state read is the state written;
+* resume: ``--resumes`` more child processes per saver each open the saver and read the
+  thread's latest checkpoint (``get_tuple``), timed from the saver's construction to the tuple
+  in hand (wall clock and the process's CPU time, steadier on a shared machine); the savers'
+  resumes are interleaved (the order turning each round) so each sees the same machine; the
+  median is shown; each checks the state read is the state written;
 * bytes on disk after the run (PostgresSaver: ``pg_total_relation_size`` of its tables).
 
 PostgresSaver runs when a throw-away server can be started here
@@ -242,36 +243,39 @@ def postgres(wanted: bool) -> Iterator[tuple[Any, str | None]]:
         yield pg, None
 
 
-def one(saver: str, steps: int, state: str, work: str, resumes: int, pg: Any) -> dict[str, Any]:
+def written(saver: str, steps: int, state: str, work: str, pg: Any) -> dict[str, Any]:
+    """One saver's thread of ``steps`` steps, written in a child: its figures, folder, env."""
     folder = tempfile.mkdtemp(dir=work)
     env = dict(os.environ)
     dsn = None
-    try:
-        if saver == "postgres":
-            db = f"b_{state}_{steps}"
-            pg.create_database(db)
-            dsn = pg.dsn(db)
-            env[DSN_ENV] = dsn
-        w = in_child("write", saver, folder, steps, state, env)
-        if w["n"] != steps:
-            raise RuntimeError(f"{NAMES[saver]}: the run stopped at step {w['n']} of {steps}")
-        rs = [in_child("resume", saver, folder, steps, state, env) for _ in range(resumes)]
-        if not all(r["ok"] for r in rs):
-            raise RuntimeError(f"{NAMES[saver]}: the state read back is not the state written")
-        disk = pg_bytes(dsn) if dsn else dir_size(folder)
-        return {
-            "step_s": w["step_s"],
-            "rss_growth": w["rss_growth"],
-            "peak_growth": w["peak_growth"],
-            "bytes_written": w["bytes_written"],
-            "disk_bytes": disk,
-            "resume_s": statistics.median(r["resume_s"] for r in rs),
-            "resume_cpu_s": statistics.median(r["resume_cpu_s"] for r in rs),
-            "get_tuple_s": statistics.median(r["get_tuple_s"] for r in rs),
-            "resumes": [r["resume_s"] for r in rs],
-        }
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    if saver == "postgres":
+        db = f"b_{state}_{steps}"
+        pg.create_database(db)
+        dsn = pg.dsn(db)
+        env[DSN_ENV] = dsn
+    w = in_child("write", saver, folder, steps, state, env)
+    if w["n"] != steps:
+        raise RuntimeError(f"{NAMES[saver]}: the run stopped at step {w['n']} of {steps}")
+    disk = pg_bytes(dsn) if dsn else dir_size(folder)
+    return {"w": w, "folder": folder, "env": env, "disk": disk}
+
+
+def figures(saver: str, t: dict[str, Any], rs: list[dict[str, Any]]) -> dict[str, Any]:
+    if not all(r["ok"] for r in rs):
+        raise RuntimeError(f"{NAMES[saver]}: the state read back is not the state written")
+    w = t["w"]
+    return {
+        "step_s": w["step_s"],
+        "rss_growth": w["rss_growth"],
+        "peak_growth": w["peak_growth"],
+        "bytes_written": w["bytes_written"],
+        "disk_bytes": t["disk"],
+        "resume_s": statistics.median(r["resume_s"] for r in rs),
+        "resume_cpu_s": statistics.median(r["resume_cpu_s"] for r in rs),
+        "get_tuple_s": statistics.median(r["get_tuple_s"] for r in rs),
+        "resumes": [r["resume_s"] for r in rs],
+        "resumes_cpu": [r["resume_cpu_s"] for r in rs],
+    }
 
 
 def machine(work: str) -> dict[str, Any]:
@@ -316,12 +320,28 @@ def run(
         for state in states:
             for n in steps:
                 row: dict[str, Any] = {"state": state, "steps": n}
-                for saver in savers:
-                    if saver == "postgres" and pg is None:
-                        row[saver] = {"skipped": why}
-                        continue
-                    print(f"{state} x {n}: {NAMES[saver]} ...", file=sys.stderr, flush=True)
-                    row[saver] = one(saver, n, state, work, resumes, pg)
+                threads: dict[str, dict[str, Any]] = {}
+                try:
+                    for saver in savers:
+                        if saver == "postgres" and pg is None:
+                            row[saver] = {"skipped": why}
+                            continue
+                        print(f"{state} x {n}: {NAMES[saver]} ...", file=sys.stderr, flush=True)
+                        threads[saver] = written(saver, n, state, work, pg)
+                    # resumes interleaved, the order turning: each saver sees the same machine
+                    got: dict[str, list[dict[str, Any]]] = {s: [] for s in threads}
+                    order = list(threads)
+                    for r in range(resumes):
+                        for saver in order[r % len(order) :] + order[: r % len(order)]:
+                            t = threads[saver]
+                            got[saver].append(
+                                in_child("resume", saver, t["folder"], n, state, t["env"])
+                            )
+                    for saver, t in threads.items():
+                        row[saver] = figures(saver, t, got[saver])
+                finally:
+                    for t in threads.values():
+                        shutil.rmtree(t["folder"], ignore_errors=True)
                 rows.append(row)
     info = machine(os.path.realpath(work))
     if pg is not None:
