@@ -134,6 +134,26 @@ class FsOps:
         failpoint("atomic.after_rename", path)
         self.fsync_dir(folder)
 
+    def write_replace(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` as :meth:`write_atomic` does but with no fsync: for a
+        file a crash may lose or leave empty (an index rebuilt from the journal, a cache), so
+        readers must check it; a reader sees the old file or the new one, whole."""
+        folder = os.path.dirname(path) or "."
+        fd, tmp = _temp_file(folder, f".{os.path.basename(path)}.{os.getpid()}.")
+        try:
+            self._note_open(tmp, fd)
+            self.write(fd, data)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        self.close(fd)
+        try:
+            self.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+
     def _note_open(self, path: str, fd: int) -> None:
         """Hook for recorders: ``fd`` now refers to ``path``."""
 

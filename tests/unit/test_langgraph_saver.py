@@ -219,7 +219,7 @@ def test_kill_mid_put_leaves_last_durable_checkpoint(tmp_path: Path, children: A
     assert len(lines) >= 3, "the kill came before any put was acknowledged"
     last_id, last_i = lines[-1]
     with CrashpointSaver(state) as saver:
-        j = saver._journal("t")
+        j = saver._hold("t").journal
         assert j.recovery.torn_tail is not None, "the kill left no torn tail: not exercised"
         tup = saver.get_tuple(_cfg("t"))
         assert tup is not None

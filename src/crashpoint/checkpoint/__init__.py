@@ -3,10 +3,11 @@
 Layer 2: imports the base (:mod:`crashpoint.errors`, :mod:`crashpoint.probe`, the low-level file
 I/O and failpoints) and the standard library, never the harness, the faults or pytest: an agent
 imports this and nothing else. Its rooms: the store and its journal (``_store``, ``_journal``,
-``_record``, ``_lock``), runs and effects (``_run``, ``_http``, ``_mail``, ``_redact``,
-``_notify``), the lifecycle the command line drives for agents in any language
-(``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with its fleet
-(:mod:`crashpoint.checkpoint.postgres`: psycopg is loaded only by an agent that uses it).
+``_record``, ``_lock``; ``_history`` reads it record by record), runs and effects (``_run``,
+``_http``, ``_mail``, ``_redact``, ``_notify``), the lifecycle the command line drives for agents
+in any language (``_lifecycle``), auto-resume (``_supervisor``), and the PostgreSQL store with
+its fleet (:mod:`crashpoint.checkpoint.postgres`, whose names are imported here on first use:
+psycopg is loaded only by an agent that uses them).
 
 This face is lazy (:mod:`crashpoint._lazy`): a name is imported from its module on first use.
 The lifecycle commands (``crashpoint checkpoints start|step|effect|status|complete``) run once
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
         Recovery,
         RunInfo,
     )
+    from crashpoint.checkpoint._history import (
+        JournalReader,
+    )
     from crashpoint.checkpoint._http import (
         http_effect,
     )
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
         TornTail,
         list_files,
         records_reducer,
+        register_history_index,
     )
     from crashpoint.checkpoint._lifecycle import (
         EXIT_SKIP,
@@ -140,6 +145,7 @@ _WHERE = {
     "FleetOutcome": "crashpoint.checkpoint.postgres",
     "FleetWorker": "crashpoint.checkpoint.postgres",
     "HttpEffectError": "crashpoint.errors",
+    "JournalReader": "crashpoint.checkpoint._history",
     "Lease": "crashpoint.checkpoint.postgres",
     "LifecycleStatus": "crashpoint.checkpoint._lifecycle",
     "Loaded": "crashpoint.checkpoint._journal",
@@ -182,6 +188,7 @@ _WHERE = {
     "record_effect": "crashpoint.checkpoint._lifecycle",
     "record_step": "crashpoint.checkpoint._lifecycle",
     "records_reducer": "crashpoint.checkpoint._journal",
+    "register_history_index": "crashpoint.checkpoint._journal",
     "resume_interrupted": "crashpoint.checkpoint._supervisor",
     "rollback": "crashpoint.checkpoint._run",
     "run_main": "crashpoint.checkpoint._run",
@@ -214,6 +221,7 @@ __all__ = [
     "FleetOutcome",
     "FleetWorker",
     "HttpEffectError",
+    "JournalReader",
     "Lease",
     "LifecycleStatus",
     "Loaded",
@@ -256,6 +264,7 @@ __all__ = [
     "record_effect",
     "record_step",
     "records_reducer",
+    "register_history_index",
     "resume_interrupted",
     "rollback",
     "run_main",

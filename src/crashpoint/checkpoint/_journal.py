@@ -53,12 +53,14 @@ __all__ = [
     "PayloadError",
     "Reducer",
     "TornTail",
+    "is_history_index",
     "list_files",
     "load",
     "parse_lock",
     "read_lock",
     "read_meta",
     "records_reducer",
+    "register_history_index",
     "register_state_check",
     "segment_name",
     "snapshot_name",
@@ -77,12 +79,31 @@ MAX_LOCK_BYTES = 4096
 MAX_SEQ = (1 << 62) - 1
 StateCheck = Callable[[dict[str, Any]], None]
 _STATE_CHECKS: dict[Any, StateCheck] = {}
+_HISTORY_INDEXES: set[Any] = set()
 
 
 def register_state_check(reducer: Reducer, check: StateCheck) -> None:
     """Have :func:`load` call ``check(state)`` on a snapshot's state before ``reducer`` builds on
     it; ``check`` raises :class:`PayloadError` for a state ``reducer`` never produces."""
     _STATE_CHECKS[reducer] = check
+
+
+def register_history_index(reducer: Reducer, check: StateCheck | None = None) -> None:
+    """Declare ``reducer``'s state an index into the run's journal, not a replacement for it.
+
+    Its snapshots then keep the segments they cover (the history stays on disk, read record by
+    record with :class:`~crashpoint.checkpoint.JournalReader`); opening the run reads the newest
+    snapshot and the records after it only; a damaged snapshot is passed over (moved out of the
+    way on the next open), the journal replayed from its first record instead: an index is
+    rebuilt, never trusted over the records. ``check`` as for :func:`register_state_check`."""
+    _HISTORY_INDEXES.add(reducer)
+    if check is not None:
+        _STATE_CHECKS[reducer] = check
+
+
+def is_history_index(reducer: Reducer) -> bool:
+    """True if ``reducer`` was registered with :func:`register_history_index`."""
+    return reducer in _HISTORY_INDEXES
 
 
 def segment_name(first_seq: int) -> str:
@@ -149,6 +170,7 @@ class Loaded(Value):
         "covered",
         "damage",
         "generation",
+        "history",
         "last_segment",
         "last_segment_end",
         "lost_from_seq",
@@ -176,6 +198,7 @@ class Loaded(Value):
         lost_from_seq: int | None = None,
         unusable: list[str] | None = None,
         covered: list[str] | None = None,
+        history: bool = False,
     ) -> None:
         self.state = state
         self.seq = seq
@@ -190,6 +213,7 @@ class Loaded(Value):
         self.lost_from_seq = lost_from_seq  # with damage: the first sequence number not read
         self.unusable: list[str] = [] if unusable is None else unusable  # moved aside on rollback
         self.covered: list[str] = [] if covered is None else covered  # a snapshot covers these
+        self.history = history  # the snapshot indexes its segments (a tail): never delete them
 
 
 def list_files(folder: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
@@ -219,11 +243,11 @@ _O_READ = (
 )
 
 
-def _read(path: str, limit: int | None = None) -> bytes:
-    """The file's bytes, never through a symbolic link, never from a FIFO or a device: a link
-    planted where a segment or snapshot belongs (pointing at another run's files, or at
-    /dev/zero) is damage, not data, and opening a FIFO does not wait for a writer. A file over
-    ``limit`` bytes is refused before it is read."""
+def _read(path: str, limit: int | None = None, start: int = 0) -> bytes:
+    """The file's bytes (from offset ``start``), never through a symbolic link, never from a
+    FIFO or a device: a link planted where a segment or snapshot belongs (pointing at another
+    run's files, or at /dev/zero) is damage, not data, and opening a FIFO does not wait for a
+    writer. A file over ``limit`` bytes is refused before it is read."""
     try:
         fd = os.open(path, _O_READ)
     except OSError as exc:
@@ -240,6 +264,8 @@ def _read(path: str, limit: int | None = None) -> bytes:
             raise _NotAFile("not a regular file (a FIFO, device or folder)")
         if limit is not None and st.st_size > limit:
             raise _NotAFile(f"{st.st_size} bytes, more than the {limit} such a file can hold")
+        if start:
+            f.seek(start)
         data = f.read() if limit is None else f.read(limit + 1)
         if limit is not None and len(data) > limit:
             raise _NotAFile(f"more than the {limit} bytes such a file can hold")
@@ -271,7 +297,7 @@ def _envelope_of(env: Any) -> tuple[int, int, Any]:
 
 def _load_snapshot(
     path: str, seq: int, check: StateCheck | None = None
-) -> tuple[dict[str, Any], int, int] | Damage:
+) -> tuple[dict[str, Any], int, int, tuple[int, int] | None] | Damage:
     try:
         data = _read(path, HEADER.size + MAX_PAYLOAD)
     except _NotAFile as exc:
@@ -284,9 +310,14 @@ def _load_snapshot(
         return Damage(path, off, f"record kind {kind} is not a snapshot")
     try:
         obj = decode_json(payload)
-        if type(obj) is not dict or set(obj) != {"seq", "gen", "state"}:
-            raise PayloadError("a snapshot is an object of exactly seq, gen and state")
+        if type(obj) is not dict or set(obj) - {"tail"} != {"seq", "gen", "state"}:
+            raise PayloadError("a snapshot is an object of exactly seq, gen, state (and tail)")
         state, sseq, gen = obj["state"], obj["seq"], obj["gen"]
+        tail = obj.get("tail")  # a history index's: where the records after it begin
+        if tail is not None and (
+            type(tail) is not list or len(tail) != 2 or not all(_is_count(x) for x in tail)
+        ):
+            raise PayloadError("its tail is not [first record of a segment, offset]")
         if not _is_count(sseq) or not _is_count(gen) or type(state) is not dict:
             raise PayloadError(
                 f"its seq and gen must be integers from 0 to {MAX_SEQ} and its state an object"
@@ -297,18 +328,52 @@ def _load_snapshot(
             check(state)
     except PayloadError as exc:
         return Damage(path, off, f"snapshot payload does not decode: {exc}")
-    return state, gen, len(data)
+    return state, gen, len(data), None if tail is None else (tail[0], tail[1])
 
 
-def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
+def load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool = False) -> Loaded:
     """Rebuild a run's state from its folder. Never writes.
 
     With ``stop_on_damage`` the first damage raises :class:`CheckpointCorrupt`; otherwise the
     state is the longest valid prefix and ``damage`` / ``unusable`` say what was left out.
+    For a history index (:func:`register_history_index`) the records the snapshot covers are
+    not read (its ``tail`` says where the next ones begin), unless ``full``: then every
+    snapshot is ignored and every record replayed (what to do once a record the index points
+    at turned out missing or damaged). A tail that does not lead to the next record is passed
+    over: the segment is read from its start.
     """
+    if reducer in _HISTORY_INDEXES and not full:
+        for tail in (True, False):
+            try:
+                out = _load(folder, reducer, stop_on_damage=stop_on_damage, full=False, tail=tail)
+            except _TailMiss:
+                continue
+            except CheckpointCorrupt:  # maybe the index's fault (a record does not fit it)
+                break
+            if not out.damage:
+                return out
+            break
+        # the journal does not reach the snapshot (an older copy of a segment), or something
+        # did not fit: every record replayed, no snapshot trusted (real damage shows again)
+        full = True
+    return _load(folder, reducer, stop_on_damage=stop_on_damage, full=full, tail=False)
+
+
+class _TailMiss(Exception):
+    """A history index's snapshot does not fit the journal: its tail does not lead to its next
+    record, or the records it covers are not all there (a stale or damaged hint)."""
+
+
+def _load(folder: str, reducer: Reducer, *, stop_on_damage: bool, full: bool, tail: bool) -> Loaded:
     snaps, segs = list_files(folder)
     out = Loaded(state={})
     check = _STATE_CHECKS.get(reducer)
+    index = out.history = reducer in _HISTORY_INDEXES
+    ignored: list[tuple[int, str]] = []
+    if index and full:
+        ignored, snaps = snaps, []
+    resume: tuple[int, int] | None = None  # (segment, offset) the snapshot's records end at
+    reached = 0  # the last record found on disk (a history index needs its snapshot's)
 
     def hit(d: Damage) -> None:
         if stop_on_damage:
@@ -318,15 +383,23 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
     for i, (sseq, spath) in enumerate(snaps):
         got = _load_snapshot(spath, sseq, check)
         if isinstance(got, Damage):
+            if index:  # an index is rebuilt from the records: this one is removed on open
+                out.covered.append(spath)
+                continue
             hit(got)
             out.unusable.append(spath)
             continue
-        out.state, out.generation, out.snapshot_bytes = got
+        out.state, out.generation, out.snapshot_bytes, resume = got
         out.seq = out.snapshot_seq = sseq
+        # a snapshot with a tail is a history index's, whoever reads it: its segments stay
+        out.history = index or resume is not None
+        if not (index and tail):
+            resume = None
         for _s, older in snaps[i + 1 :]:  # covered; damage in them is reported all the same
-            old = _load_snapshot(older, _s, check)
-            if isinstance(old, Damage):
-                hit(old)
+            if not index:
+                old = _load_snapshot(older, _s, check)
+                if isinstance(old, Damage):
+                    hit(old)
             out.covered.append(older)
         break
 
@@ -353,8 +426,21 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
         # a segment the next one shows to end at or before the snapshot holds nothing needed:
         # damage in it is reported, but the records after it still load
         covered = not is_last and segs[i + 1][0] <= out.snapshot_seq + 1
+        if resume is not None and first < resume[0] and not is_last:
+            covered = True
+        if covered and index:  # history the snapshot indexes: read record by record later
+            reached = max(reached, segs[i + 1][0] - 1)  # its name says these records exist
+            continue
+        start = resume[1] if resume is not None and first == resume[0] else 0
+        if start:
+            try:
+                if os.lstat(path).st_size < start:
+                    raise _TailMiss
+            except OSError:
+                raise _TailMiss from None
+            reached = max(reached, out.snapshot_seq)  # its records end where the tail begins
         try:
-            buf = _read(path)
+            buf = _read(path, start=start)
         except _NotAFile as exc:
             hit(Damage(path, 0, str(exc)))
             out.unusable.append(path)
@@ -363,6 +449,8 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
                 stopped = True
             continue
         res = scan(buf)
+        if start and res.stop != "end":
+            raise _TailMiss  # not a torn tail to cut at a guessed offset: read it whole
         file_max_seq = first - 1
         envelopes = decode_many([p for _, _, p in res.records])
         bad = False
@@ -370,14 +458,17 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             try:
                 s, g, d = _envelope(payload) if envelopes is None else _envelope_of(envelopes[j])
             except PayloadError as exc:
-                hit(Damage(path, off, f"record does not decode: {exc}"))
+                hit(Damage(path, start + off, f"record does not decode: {exc}"))
                 bad = True
                 break
             if kind != KIND_RECORD:
-                hit(Damage(path, off, f"record kind {kind} in a journal segment"))
+                hit(Damage(path, start + off, f"record kind {kind} in a journal segment"))
                 bad = True
                 break
+            if start and j == 0 and s != out.snapshot_seq + 1:
+                raise _TailMiss
             file_max_seq = s
+            reached = max(reached, s)
             if s <= out.snapshot_seq:
                 continue  # covered by the snapshot
             if s != out.seq + 1:
@@ -389,14 +480,14 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
                     if s > out.seq + 1
                     else f"record {s} repeats (expected {out.seq + 1})"
                 )
-                hit(Damage(path, off, what))
+                hit(Damage(path, start + off, what))
                 bad = True
                 break
             if g < out.generation:
                 hit(
                     Damage(
                         path,
-                        off,
+                        start + off,
                         f"record {s} was written by generation {g} after "
                         f"generation {out.generation} (a fenced-out writer)",
                     )
@@ -406,21 +497,21 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
             try:
                 reducer(out.state, d)  # a reducer checks the data's shape before it applies it
             except PayloadError as exc:
-                hit(Damage(path, off, f"record {s} does not fit the run: {exc}"))
+                hit(Damage(path, start + off, f"record {s} does not fit the run: {exc}"))
                 bad = True
                 break
             out.seq = s
             out.generation = g
             out.bytes_since_snapshot += 16 + len(payload)
         if not bad and res.stop == "torn" and is_last:
-            out.torn = TornTail(path, res.end, len(buf) - res.end, res.reason)
+            out.torn = TornTail(path, start + res.end, len(buf) - res.end, res.reason)
         elif not bad and res.stop != "end":
             why = (
                 res.reason
                 if res.stop == "damage"
                 else f"{res.reason} in a segment that is not the last (not a crash artefact)"
             )
-            hit(Damage(path, res.end, why))
+            hit(Damage(path, start + res.end, why))
             bad = True
         if bad:
             out.unusable.append(path)
@@ -429,9 +520,15 @@ def load(folder: str, reducer: Reducer, *, stop_on_damage: bool) -> Loaded:
                 stopped = True
             continue
         if (is_last and file_max_seq > out.snapshot_seq) or (is_last and not res.records):
-            out.last_segment, out.last_segment_end = path, res.end  # the writer appends here
-        elif file_max_seq <= out.snapshot_seq:
+            out.last_segment, out.last_segment_end = path, start + res.end  # appended here
+        elif file_max_seq <= out.snapshot_seq and not out.history:
             out.covered.append(path)
+    if ignored and out.damage:  # a rollback keeps the prefix: no snapshot past it may stay
+        out.unusable += [p for s, p in ignored if s > out.seq]
+    elif ignored:  # snapshots past the journal's end index records that are not there
+        out.covered += [p for s, p in ignored if s > out.seq]
+    if index and out.snapshot_seq and reached < out.snapshot_seq and not out.damage:
+        raise _TailMiss  # an index of records that are not all there: replay what is
     return out
 
 

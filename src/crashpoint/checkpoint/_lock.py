@@ -56,13 +56,15 @@ def _read_holder(fd: int) -> tuple[int, str]:
         return 0, ""  # a torn lock file: the journal's generations still fence
 
 
-def write_holder(fs: FsOps, fd: int, generation: int) -> None:
-    """Write ``generation`` (and this pid) into the lock file in place, and fsync it."""
+def write_holder(fs: FsOps, fd: int, generation: int, *, sync: bool = True) -> None:
+    """Write ``generation`` (and this pid) into the lock file in place, and fsync it (unless
+    ``sync`` is False: the caller fsyncs ``fd`` before it writes anything under it)."""
     data = json.dumps({"generation": generation, "pid": os.getpid()}).encode().ljust(_SLOT)
     fs.pwrite(fd, data, 0)
     if os.fstat(fd).st_size > len(data):
         fs.truncate(fd, len(data))
-    fs.fsync(fd)
+    if sync:
+        fs.fsync(fd)
 
 
 def flock_within(fd: int, timeout: float, poll: float) -> bool:
@@ -88,6 +90,7 @@ def acquire(
     min_generation: int = 0,
     poll: float = 0.02,
     bump: bool = True,
+    sync: bool = True,
 ) -> RunLock:
     """Take the run's lock, waiting up to ``timeout`` seconds; return it with a new generation.
 
@@ -95,7 +98,10 @@ def acquire(
     is above both it and the one in the lock file. It is allocated under the lock and written
     and fsynced to the lock file before this returns, so no two openers of the run ever hold
     the same generation, even across a power cut. ``bump=False`` takes the lock only (to
-    remove the run): the generation is left as it is.
+    remove the run): the generation is left as it is. ``sync=False`` leaves the new generation
+    unsynced: the caller fsyncs the lock file before its first write under that generation (a
+    holder that writes nothing costs no fsync; a power cut may hand its generation out again,
+    which fences nothing since nothing carries it).
     """
     created = not os.path.lexists(path)
     try:
@@ -127,7 +133,7 @@ def acquire(
         # durable before use: a writer that never reaches the journal (it only reads, or dies
         # before its first record) still used its generation, and a power cut must not hand
         # it out again; the next opener also takes max(lock file, journal) + 1
-        write_holder(fs, fd, generation)
+        write_holder(fs, fd, generation, sync=sync)
         return RunLock(path, fd, generation, fs)
     except BaseException:
         os.close(fd)

@@ -22,6 +22,7 @@ from crashpoint.checkpoint._journal import (
     Loaded,
     Reducer,
     TornTail,
+    is_history_index,
     list_files,
     load,
     read_lock,
@@ -379,11 +380,18 @@ class Store:
         reducer: Reducer = records_reducer,
         create: bool = True,
         lock_timeout: float | None = None,
+        full: bool = False,
+        defer_sync: bool = False,
     ) -> RunJournal:
         """Open a run for writing: take its lock (and a fencing generation no writer of the run
         had before), repair a torn tail, load its state.
 
-        A run folder that is a symbolic link or belongs to another user is refused."""
+        A run folder that is a symbolic link or belongs to another user is refused. ``full``:
+        for a history index, replay every record, not the newest snapshot and what follows
+        (see :func:`~crashpoint.checkpoint.register_history_index`). ``defer_sync``: the new
+        generation is fsynced with the first write rather than before this returns (an opener
+        that only reads, such as a LangGraph resume reading its latest checkpoint, costs no
+        fsync)."""
         folder = self.path(run_id)
         lock_path = os.path.join(folder, "lock")
         timeout = self.lock_timeout if lock_timeout is None else lock_timeout
@@ -396,7 +404,7 @@ class Store:
                 before = os.lstat(lock_path).st_size
             except OSError:
                 before = 0
-            lock = acquire(lock_path, run_id, fs=self.fs, timeout=timeout)
+            lock = acquire(lock_path, run_id, fs=self.fs, timeout=timeout, sync=not defer_sync)
             grown = os.fstat(lock.fd).st_size - before  # a lock file of an older version
             if grown:
                 self._account(grown)
@@ -409,7 +417,9 @@ class Store:
                 "is a prune running in a loop?"
             )
         try:
-            return RunJournal(self, run_id, folder, reducer, lock)
+            return RunJournal(
+                self, run_id, folder, reducer, lock, full=full, lock_synced=not defer_sync
+            )
         except BaseException:
             lock.release()
             raise
@@ -437,7 +447,9 @@ class Store:
         finally:
             self._settle(held, written, data=False)
 
-    def read(self, run_id: str, *, reducer: Reducer = records_reducer) -> Loaded:
+    def read(
+        self, run_id: str, *, reducer: Reducer = records_reducer, full: bool = False
+    ) -> Loaded:
         """Load a run's state without locking or repairing anything (for inspection).
 
         Damage raises :class:`CheckpointCorrupt` unless the store rolls back, in which case the
@@ -446,7 +458,7 @@ class Store:
         folder = self.path(run_id)
         if not os.path.isdir(folder):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
-        return load(folder, reducer, stop_on_damage=self.on_corrupt == "raise")
+        return load(folder, reducer, stop_on_damage=self.on_corrupt == "raise", full=full)
 
     def meta(self, run_id: str) -> dict[str, Any]:
         return read_meta(self.path(run_id))
@@ -936,7 +948,15 @@ class RunJournal:
     """
 
     def __init__(
-        self, store: Store, run_id: str, folder: str, reducer: Reducer, lock: RunLock
+        self,
+        store: Store,
+        run_id: str,
+        folder: str,
+        reducer: Reducer,
+        lock: RunLock,
+        *,
+        full: bool = False,
+        lock_synced: bool = True,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -944,6 +964,7 @@ class RunJournal:
         self.fs = store.fs
         self._reducer = reducer
         self._lock = lock
+        self._lock_synced = lock_synced  # the generation in the lock file is durable
         self._fd = -1
         self._broken: OSError | None = None
         self._unsynced = 0
@@ -954,12 +975,14 @@ class RunJournal:
                     os.unlink(os.path.join(folder, name))
                 except OSError:
                     pass
-        loaded = load(folder, reducer, stop_on_damage=store.on_corrupt == "raise")
+        self._history = is_history_index(reducer)  # snapshots index segments, never replace
+        loaded = load(folder, reducer, stop_on_damage=store.on_corrupt == "raise", full=full)
+        self._history = loaded.history  # a history index's folder keeps its segments
         self.state: dict[str, Any] = loaded.state
         self.seq = loaded.seq
         if loaded.generation >= lock.generation:  # the lock file was torn; records fence
             lock.generation = loaded.generation + 1
-            write_holder(self.fs, lock.fd, lock.generation)
+            write_holder(self.fs, lock.fd, lock.generation, sync=lock_synced)
         self.generation = lock.generation
         self._since_snapshot = loaded.bytes_since_snapshot
         self._snapshot_size = loaded.snapshot_bytes
@@ -1040,6 +1063,8 @@ class RunJournal:
         if sync is None:
             every = self._sync_every
             sync = every == 1 or (every > 1 and self._unsynced + 1 >= every)
+        if not self._lock_synced:
+            self._sync_generation()
         held = store._claim(n, self._path)  # room for all writers; raises before writing
         try:
             written = 0
@@ -1077,6 +1102,16 @@ class RunJournal:
                 ) from exc
         return self.seq
 
+    def _sync_generation(self) -> None:
+        """Make this writer's generation durable before its first write (see ``defer_sync``)."""
+        try:
+            self.fs.fsync(self._lock.fd)
+        except OSError as exc:
+            raise CheckpointWriteError(
+                exc.errno or errno.EIO, self._lock.path, "making the run's generation durable"
+            ) from exc
+        self._lock_synced = True
+
     def sync(self) -> None:
         """Make every appended record durable now (group commit)."""
         if self._fd < 0 or self._broken is not None or not self._unsynced:
@@ -1093,13 +1128,38 @@ class RunJournal:
         """Records appended since the last fdatasync."""
         return self._unsynced
 
+    @property
+    def position(self) -> tuple[str, int]:
+        """The segment the next record goes to, and its offset there (a record's data may say
+        where it lies, for a :class:`~crashpoint.checkpoint.JournalReader` to find it at once)."""
+        return self._path, self._end
+
+    @property
+    def since_snapshot(self) -> int:
+        """Journal bytes appended since the last snapshot (what opening the run replays)."""
+        return self._since_snapshot
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Size of the last snapshot written or loaded (0: none)."""
+        return self._snapshot_size
+
     def snapshot(self, *, required: bool = True) -> None:
         """Write the state as a snapshot, start a new segment, and delete what it covers.
 
         With ``required=False`` (automatic snapshots) a failure is kept in ``snapshot_error``
-        instead of raised: the journal alone is still complete.
+        instead of raised: the journal alone is still complete. A history index's snapshot
+        (:func:`~crashpoint.checkpoint.register_history_index`) says where the next record
+        goes instead (no new segment, nothing deleted but older snapshots) and is not synced:
+        an index a crash may lose, rebuilt from the records.
         """
         try:
+            if self._history:  # no sync: opening checks that the records it covers are there
+                first = int(os.path.basename(self._path)[4:16])
+                self._write_snapshot((first, self._end))
+                self._drop_covered()
+                self.snapshot_error = None
+                return
             self._write_snapshot()
             self._roll(covered=True)
             self.snapshot_error = None
@@ -1112,13 +1172,21 @@ class RunJournal:
                 ) from exc
             self.snapshot_error = exc
 
-    def _write_snapshot(self) -> None:
-        payload = encode_json({"seq": self.seq, "gen": self.generation, "state": self.state})
-        frame = encode(payload, KIND_SNAPSHOT)
+    def _write_snapshot(self, tail: tuple[int, int] | None = None) -> None:
+        if not self._lock_synced:
+            self._sync_generation()
+        snap: dict[str, Any] = {"seq": self.seq, "gen": self.generation, "state": self.state}
+        if self._history:  # where the records after it begin (a rollback: a new segment)
+            snap["tail"] = list(tail or (self.seq + 1, 0))
+        frame = encode(encode_json(snap), KIND_SNAPSHOT)
         held = self.store._claim(len(frame), self.folder)
         written = 0
         try:
-            self.fs.write_atomic(os.path.join(self.folder, snapshot_name(self.seq)), frame)
+            path = os.path.join(self.folder, snapshot_name(self.seq))
+            if self._history:
+                self.fs.write_replace(path, frame)
+            else:
+                self.fs.write_atomic(path, frame)
             written = len(frame)
         finally:
             self.store._settle(held, written)
@@ -1140,15 +1208,17 @@ class RunJournal:
 
     def _drop_covered(self) -> None:
         """Delete every segment and snapshot the newest snapshot (at :attr:`seq`) covers, a
-        torn tail in an old segment included, so the next open has nothing to trip over."""
+        torn tail in an old segment included, so the next open has nothing to trip over. A
+        history index's snapshot replaces older snapshots only: its segments stay."""
         snaps, segs = list_files(self.folder)
         for s, p in segs:
-            if s <= self.seq:
+            if s <= self.seq and not self._history:
                 self._unlink(p, sync=False)
         for s, p in snaps:
             if s < self.seq:
                 self._unlink(p, sync=False)
-        self.fs.fsync_dir(self.folder)
+        if not self._history:  # an older index coming back after a crash is harmless
+            self.fs.fsync_dir(self.folder)
 
     def _new_segment(self) -> None:
         """Switch to a new segment only once its folder entry is durable; on error keep the
