@@ -144,8 +144,10 @@ def test_the_http_placeholder_and_a_stranger_without_the_token(tmp_path: Path) -
     assert [e["kind"] for e in golden.events] == ["POST /hook"] * 3  # only the agent's
     assert sum(golden.effects.values()) == 3
     ops = [json.loads(x)["op"] for x in hist]
-    assert "forbidden" in ops
     assert [o for o in ops if o != "forbidden"] == ["effect"] * 3
+    # the stranger's requests were refused and logged (in the history while the golden run
+    # was on; its first answer may come after the run, when only the ledger's list has it)
+    assert ledger.forbidden
 
 
 @pytest.mark.parametrize("how", ["reset", "timeout"])
@@ -366,6 +368,10 @@ def test_300_idle_outside_connections_to_each_stand_in_do_not_change_a_verdict(
         try:
             assert holder.stdout is not None
             assert holder.stdout.readline().strip() == "600"
+            deadline = time.monotonic() + 30  # the flood is there: the HTTP front turns it away
+            while ledger.refused["guests"] < 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ledger.refused["guests"] >= 200, dict(ledger.refused)
             golden = runner.golden()
             trials = [
                 runner.run(Plan((Fault.make("kill", 1, op="effect", phase=ph),), "k", 1, i), golden)
@@ -379,6 +385,5 @@ def test_300_idle_outside_connections_to_each_stand_in_do_not_change_a_verdict(
     kinds = sorted({str(e.get("kind")) for e in golden.events if e["op"] == "effect"})
     assert kinds == ["POST /publish", "mail"], kinds
     assert all(t.ok for t in trials), [str(c) for t in trials for c in t.failed]
-    # the flood was there: both stand-ins turned outsiders away (they were never the agent)
-    assert sum(t.ledger_refused.get("guests", 0) for t in trials) > 0
+    # the flood was there at the mail stand-in too (it never was the agent)
     assert smtp_refused.get("guests", 0) > 200, smtp_refused
