@@ -1,10 +1,11 @@
 """Writes outside the trial's folders are the trial's own: real agents, real trials, real /tmp.
 
-An agent that writes ``/tmp/<name>`` by name is reported, by its syscall trace where its attempt
-was traced and by owner and change time where not; a file that another process writes to /tmp
-during the trial (this test process, or a process of another user) is not reported, only
-counted. The names in /tmp are fixed (rewritten by every run, never removed); the harness never
-removes anything there either.
+An agent that writes ``/tmp/<name>`` by name is reported: by its syscall trace where its attempt
+was traced, by the writer's process where fanotify names it (as root), by owner and change time
+where neither can; a file that another process writes to /tmp during the trial (this test
+process, a process of the same user while the agent runs, a process of another user) is not
+reported, only counted. The names in /tmp are fixed (rewritten by every run, never removed);
+the harness never removes anything there either.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from crashpoint._proc import _writers
 from crashpoint.faults import strace_available
 from crashpoint.harness import (
     AgentSpec,
@@ -116,16 +118,35 @@ def while_it_runs(tmp_path: Path) -> Iterator[Callable[[Callable[[], None]], str
         raise errors[0]
 
 
-def test_an_agent_writing_to_tmp_by_name_is_reported(tmp_path: Path, agent_script: str) -> None:
+def _watch_or_skip() -> None:
+    if _writers.writer_watch(["/tmp"]) is None:
+        pytest.skip(f"no fanotify watch here: {_writers.writer_watch_unavailable()}")
+
+
+@pytest.fixture(params=["writer", "owner"])
+def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs with the fanotify watch (as root; skipped where there is none) and
+    without it (owner and time), as on a machine without fanotify."""
+    if request.param == "writer":
+        _watch_or_skip()
+        return "writer's process"
+    monkeypatch.setattr(_writers, "_WATCH", None)
+    monkeypatch.setattr(_writers, "_WHY", "switched off by the test")
+    return "owner and time"
+
+
+def test_an_agent_writing_to_tmp_by_name_is_reported(
+    tmp_path: Path, agent_script: str, how: str
+) -> None:
     target = f"{PREFIX}.agent"
     result = run_trial(tmp_path, agent_script, target)
     found = paths(result)
     assert target in found, result.outside_writes
-    assert found[target].endswith("; by owner and time)"), found[target]
+    assert found[target].endswith(f"; by {how})"), found[target]
     summary = {**_summary(result), "scenario": "outside", "family": "none"}
-    assert summary["outside_writes"]["system_tmp_by"][target] == "owner and time"
+    assert summary["outside_writes"]["system_tmp_by"][target] == how
     line = next(x for x in summary_table([summary]) if target in x)
-    assert f"{target} (by owner and time)" in line
+    assert f"{target} (by {how})" in line
     assert "by its own processes" in line
     props = {p.get("name"): p.get("value") for p in _campaign(result).junit().iter("property")}
     assert props["outside_writes[system_tmp_paths]"] == str(len(result.outside_writes))
@@ -174,6 +195,46 @@ def test_a_traced_attempt_is_judged_by_its_trace(
     assert found.get(target, "").endswith("; by syscall trace)"), result.outside_writes
     assert str(other) not in found, result.outside_writes
     assert result.outside_unattributed >= 1
+
+
+def test_a_same_user_process_writing_while_the_agent_runs_is_not_reported_where_fanotify_names_it(
+    tmp_path: Path, agent_script: str, while_it_runs: Callable[[Callable[[], None]], str]
+) -> None:
+    """Untraced, same user, inside the attempt's window: owner and time would take it for the
+    agent's (another CI job of the same user); the writer's pid says it is not."""
+    _watch_or_skip()
+    other = f"{PREFIX}.same-user"
+    sync = while_it_runs(
+        lambda: subprocess.run(["/bin/sh", "-c", f"date > {other}"], check=True, timeout=10)
+    )
+    target = f"{PREFIX}.agent-with-same-user"
+    result = run_trial(tmp_path, agent_script, target, sync=sync)
+    found = paths(result)
+    assert found.get(target, "").endswith("; by writer's process)"), result.outside_writes
+    assert other not in found, result.outside_writes
+    assert result.outside_unattributed >= 1
+
+
+def test_what_the_agents_children_write_is_the_agents(tmp_path: Path) -> None:
+    """A shell agent whose short-lived children write /tmp (a redirection in a subshell, a
+    ``cp``, a folder made and filled): each is the trial's, by the writer's process."""
+    _watch_or_skip()
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"(date > {PREFIX}.child-file)\n"
+        f"cp /etc/hostname {PREFIX}.child-copy\n"
+        f"mkdir -p {PREFIX}.child-dir && date > {PREFIX}.child-dir/inside.$$\n"
+    )
+    spec = AgentSpec(("/bin/sh", str(script)), timeout=30)
+    with TrialRunner(spec, str(tmp_path / "report"), restarts=0) as r:
+        result = r.run(UNTRACED, Golden([], [], Counter(), b"", 0.1))
+    found = paths(result)
+    for name in ("child-file", "child-copy", "child-dir"):
+        assert found.get(f"{PREFIX}.{name}", "").endswith("; by writer's process)"), (
+            name,
+            result.outside_writes,
+        )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to write as another user (nobody)")

@@ -8,9 +8,14 @@ deduplicated by key; the limits refuse; ``close`` leaves no thread and no port b
 
 from __future__ import annotations
 
+import os
+import shutil
 import smtplib
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from email.message import EmailMessage
@@ -373,6 +378,46 @@ def test_idle_guests_are_closed_and_never_starve_the_trials_session(rec: Recorde
     assert [m["payload"]["subject"] for m in rec.calls] == ["from the agent"]
     assert s.refused.get("guests") == 26
     assert s.refused.get("idle") == 4
+
+
+def test_one_outside_user_cannot_take_every_guest_session(rec: Recorder) -> None:
+    """Another user (nobody) holds 30 sessions: it gets its share (4 of 16), and a guest of
+    this user that logs in with the token is still served at once."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to open sessions as another user (CI runs as root)")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) not found: cannot run a client as another user")
+    nobody = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run([*nobody, sys.executable, "-c", ""], check=False).returncode != 0:
+        pytest.skip("cannot run Python as user nobody here")
+    hold = (
+        "import socket, sys, time\n"
+        "held = [socket.create_connection(('127.0.0.1', int(sys.argv[1]))) for _ in range(30)]\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with SmtpSink(rec, TOKEN, admits=lambda c, s, t: False, guest_timeout=5.0) as s:
+        holder = subprocess.Popen(
+            [*nobody, sys.executable, "-c", hold, str(s.port)],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            t0 = time.monotonic()
+            with smtplib.SMTP(s.host, s.port, timeout=30) as c:
+                c.login("helper", TOKEN)
+                c.send_message(mail(subject="from a helper"))
+            assert time.monotonic() - t0 < 4  # not after the outsider's login timeouts
+        finally:
+            os.killpg(holder.pid, 9)
+            holder.wait()
+            holder.stdout.close()  # type: ignore[union-attr]
+    assert [m["payload"]["subject"] for m in rec.calls] == ["from a helper"]
+    assert s.refused.get("guests", 0) >= 30 - 4
 
 
 def test_a_quiet_session_is_closed_after_the_idle_timeout(rec: Recorder) -> None:

@@ -230,3 +230,43 @@ def test_300_outside_connections_do_not_starve_the_agent(bound: Ledger) -> None:
     assert [e["key"] for e in bound.events] == ["k"]
     # the outsiders had at most max_guests slots, the rest were turned away at once
     assert bound.refused["guests"] >= 300 - bound.max_guests - 10
+
+
+TOKENED = """
+import sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1], data=b'{"n": 1}', method="POST",
+                             headers={"Idempotency-Key": sys.argv[2],
+                                      "X-Crashpoint-Token": sys.stdin.read().strip()})
+try:
+    with urllib.request.urlopen(req, timeout=20) as r:
+        print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+"""
+
+
+def test_one_outside_user_cannot_take_every_guest_slot(bound: Ledger) -> None:
+    """Another user holds 300 connections: it gets its share of the guest slots (4), and a
+    helper of the trial's own user that carries the token (a daemon outside the agent's
+    tree) is still served at once."""
+    nobody = _as_nobody()
+    port = int(bound.http_url.rsplit(":", 1)[1])
+    holder = subprocess.Popen(
+        [*nobody, sys.executable, "-c", HOLD, str(port), "300"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        url = bound.urls()["http"] + "/hook"
+        assert outsider(TOKENED, url, "helper", stdin=bound.token) == "200"
+        assert time.monotonic() - t0 < 4  # not after the outsider's guest timeouts (5 s)
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]
+    assert [e["key"] for e in bound.events] == ["helper"]
+    assert bound.refused["guests"] >= 300 - 4 - 10

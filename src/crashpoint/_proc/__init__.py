@@ -4,8 +4,9 @@ Layer 3 (above the library, below the faults and the harness). It may import the
 (:mod:`crashpoint.errors`) and the standard library, and psutil, which lives here and nowhere
 else. Three modules: ``_process`` (spawning, output capture, killing a tree, the reap token),
 ``_cgroup`` (a cgroup v2 per attempt where the machine allows; also run as its own watcher
-process, so standard library only) and ``_cleanup`` (the registry of what runs, SIGINT/SIGTERM
-turned into a clean stop, and the reaper of what a killed harness left).
+process, so standard library only), ``_cleanup`` (the registry of what runs, SIGINT/SIGTERM
+turned into a clean stop, and the reaper of what a killed harness left) and ``_writers`` (who
+writes the system temp folders: fanotify and the process connector, as root).
 
 The face is lazy (:mod:`crashpoint._lazy`): the pytest plugin installs the signal handlers of
 ``_cleanup`` at start-up, and that must not import psutil.
@@ -51,10 +52,18 @@ if TYPE_CHECKING:
         wait_exit,
         with_reap_token,
     )
+    from crashpoint._proc._writers import (
+        Writers,
+        WriterWatch,
+        open_watch,
+        writer_watch,
+        writer_watch_unavailable,
+    )
 
 _CGROUP = "crashpoint._proc._cgroup"
 _CLEANUP = "crashpoint._proc._cleanup"
 _PROCESS = "crashpoint._proc._process"
+_WRITERS = "crashpoint._proc._writers"
 _WHERE = {
     "AgentProcess": _PROCESS,
     "AttemptCgroup": _CGROUP,
@@ -88,6 +97,11 @@ _WHERE = {
     "signal_name": _CLEANUP,
     "wait_exit": _PROCESS,
     "with_reap_token": _PROCESS,
+    "WriterWatch": _WRITERS,
+    "Writers": _WRITERS,
+    "open_watch": _WRITERS,
+    "writer_watch": _WRITERS,
+    "writer_watch_unavailable": _WRITERS,
 }
 
 __all__ = [
@@ -104,6 +118,8 @@ __all__ = [
     "Exit",
     "OutputCapture",
     "Reaped",
+    "WriterWatch",
+    "Writers",
     "attempt_cgroup",
     "cleanup_all",
     "containment",
@@ -115,6 +131,7 @@ __all__ = [
     "leftovers",
     "marked",
     "new_reap_token",
+    "open_watch",
     "reap_stale",
     "received",
     "running",
@@ -123,6 +140,8 @@ __all__ = [
     "signal_name",
     "wait_exit",
     "with_reap_token",
+    "writer_watch",
+    "writer_watch_unavailable",
 ]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

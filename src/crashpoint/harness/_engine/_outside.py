@@ -11,12 +11,14 @@ are reported, with their size and how that is known (:func:`new_temp_entries`):
 - an attempt that ran under a syscall trace of all its processes (a full disk, a power cut in
   recovery, two resumers) names what it created or wrote there (:data:`BY_TRACE`), and rules
   out what its trace would have shown;
-- else an entry owned by the agent's user whose inode changed (its ``ctime``, which no process
+- else, where fanotify can name the writer (as root: :mod:`crashpoint._proc._writers`), an
+  entry a process of the trial's attempts created, wrote, renamed or removed something in
+  (:data:`BY_WRITER`); an entry the watch saw only other processes change is another's;
+- else (no watch, or the writer was gone before it could be told apart, or the change was not
+  seen) an entry owned by the agent's user whose inode changed (its ``ctime``, which no process
   can set back) while one of the trial's attempts ran, from just before its start to just after
   its whole tree was gone, is counted as the trial's (:data:`BY_OWNER_TIME`). A process of the
-  same user writing there during that time is taken for the agent: nothing cheaper tells them
-  apart (fanotify needs root; the harness runs agents in a mount namespace only for a tmpfs
-  full disk, and that one shares ``/tmp``).
+  same user writing there during that time is taken for the agent.
 
 What other processes changed meanwhile (a log, pip's unpacking, another job) is only counted.
 Nothing there is ever removed.
@@ -35,12 +37,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from crashpoint._proc import Writers, WriterWatch, writer_watch
 from crashpoint.faults import Syscall, read_trace, strace_output_of
 from crashpoint.harness._report import DIR_MODE, human_size, secure_dir
 
 __all__ = [
     "BY_OWNER_TIME",
     "BY_TRACE",
+    "BY_WRITER",
     "Entry",
     "OutsideWrites",
     "PrivateTmp",
@@ -51,6 +55,7 @@ __all__ = [
     "new_temp_entries",
     "sized",
     "temp_entries",
+    "temp_writers",
     "traced_writes",
 ]
 
@@ -153,6 +158,13 @@ def _temp_forms() -> dict[str, str]:
 
 def _temp_dirs() -> list[str]:
     return list(dict.fromkeys(_temp_forms().values()))
+
+
+def temp_writers() -> WriterWatch | None:
+    """This process's fanotify watch over the system temp folders (None where there is none:
+    not root, no fanotify); :func:`~crashpoint._proc._writers.writer_watch_unavailable` says
+    why."""
+    return writer_watch(_temp_dirs(), OWN_PREFIXES)
 
 
 class Entry(NamedTuple):
@@ -376,6 +388,7 @@ def attempt_window(start: float, end: float, argv: Sequence[str] | None, cwd: st
 
 #: How an entry was attributed to the trial's own processes.
 BY_TRACE = "syscall trace"
+BY_WRITER = "writer's process"
 BY_OWNER_TIME = "owner and time"
 
 
@@ -391,16 +404,23 @@ class OutsideWrites:
 
 
 def attribute(
-    before: Snapshot, now: Snapshot, windows: Sequence[Window], uid: int
+    before: Snapshot,
+    now: Snapshot,
+    windows: Sequence[Window],
+    uid: int,
+    writers: Writers | None = None,
 ) -> tuple[list[tuple[str, bool, str]], int]:
     """Which entries that appeared or changed between ``before`` and ``now`` (the harness's own
     names skipped) the trial's attempts (``windows``) wrote: ``([(path, new, how)], how many
     were not attributed)``.
 
     An entry is the trial's when a traced attempt's trace shows it changing it
-    (:data:`BY_TRACE`); else when it belongs to ``uid`` (the agent's user) and its inode
-    changed while an attempt ran (:data:`BY_OWNER_TIME`), unless that attempt's trace would
-    have shown the change (:meth:`Window.rules_out`). Anything else is another process's."""
+    (:data:`BY_TRACE`); else when ``writers`` (what a fanotify watch saw during the trial)
+    names one of its processes as a writer (:data:`BY_WRITER`), and not when the watch saw
+    only other, live processes change it (and lost no event); else when it belongs to ``uid``
+    (the agent's user) and its inode changed while an attempt ran (:data:`BY_OWNER_TIME`),
+    unless that attempt's trace would have shown the change (:meth:`Window.rules_out`).
+    Anything else is another process's."""
     found: list[tuple[str, bool, str]] = []
     others = 0
     for d, entries in now.items():
@@ -414,6 +434,15 @@ def attribute(
             how = ""
             if any(path in w.wrote for w in windows):
                 how = BY_TRACE
+            elif writers is not None and path in writers.mine:
+                how = BY_WRITER
+            elif (
+                writers is not None
+                and writers.complete
+                and path in writers.seen
+                and path not in writers.unknown
+            ):
+                how = ""  # the watch saw who changed it: others, all alive to be asked
             elif e.uid == uid and any(
                 w.holds(e.ctime_ns) and not w.rules_out(e, new) for w in windows
             ):
@@ -426,13 +455,18 @@ def attribute(
 
 
 def new_temp_entries(
-    before: Snapshot, windows: Sequence[Window], uid: int | None = None
+    before: Snapshot,
+    windows: Sequence[Window],
+    uid: int | None = None,
+    writers: Writers | None = None,
 ) -> OutsideWrites:
     """The entries of the system temp folders that the trial's own processes made or changed
-    since ``before`` (:func:`attribute`; ``uid``: the agent's user, by default ours), each with
-    its size and how it is known to be theirs, and the count of the others; nothing is
-    removed."""
-    found, others = attribute(before, temp_entries(), windows, os.geteuid() if uid is None else uid)
+    since ``before`` (:func:`attribute`; ``uid``: the agent's user, by default ours;
+    ``writers``: what a fanotify watch saw), each with its size and how it is known to be
+    theirs, and the count of the others; nothing is removed."""
+    found, others = attribute(
+        before, temp_entries(), windows, os.geteuid() if uid is None else uid, writers
+    )
     out: list[str] = []
     for path, new, how in found:
         size, complete = sized(path, NEW_SCAN_LIMIT)

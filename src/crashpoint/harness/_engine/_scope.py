@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crashpoint._proc import Writers, WriterWatch
 from crashpoint.harness._engine._outside import (
     PrivateTmp,
     Snapshot,
     Window,
     attempt_window,
     temp_entries,
+    temp_writers,
 )
 from crashpoint.harness._report import EvidenceBudget, copy_tree_bounded, tree_size
 
@@ -57,14 +60,43 @@ class TrialScope:
     secrets: dict[str, str]
     budget: EvidenceBudget
     whole_copies: bool = False  # a stale-copy corruption reads the copies
+    watch_writes: bool = True  # False: a scope only for writing evidence
     tmp: PrivateTmp = field(init=False)
     temp_before: Snapshot = field(init=False)
     windows: list[Window] = field(init=False)
+    watch: WriterWatch | None = field(init=False)  # who writes there (as root)
+    began: float = field(init=False)
+    key: object = field(init=False)
 
     def __post_init__(self) -> None:
         self.tmp = PrivateTmp(os.path.join(self.folder, "tmp"))
+        self.key = object()
+        self.began = time.time()
+        self.watch = temp_writers() if self.watch_writes else None
+        if self.watch is not None:
+            self.watch.begin(self.key)
         self.temp_before = temp_entries()
         self.windows = []
+
+    def started(self, leader: int) -> None:
+        """An attempt started as ``leader`` (in a session of its own): what its processes
+        write in the system temp folders is the trial's."""
+        if self.watch is not None:
+            self.watch.track(self.key, leader)
+
+    def writers(self) -> Writers | None:
+        """What the trial's processes were seen writing in the system temp folders (None
+        without a watch); asked once, when the trial ends."""
+        if self.watch is None:
+            return None
+        watch, self.watch = self.watch, None
+        return watch.take(self.key, self.began)
+
+    def release(self) -> None:
+        """Stop keeping what is written outside for it (a trial that ended early)."""
+        if self.watch is not None:
+            self.watch.forget(self.key)
+            self.watch = None
 
     def ran(self, start: float, end: float, argv: Sequence[str] | None, cwd: str) -> None:
         """An attempt ran from ``start`` to ``end`` (wall clock) as ``argv`` in ``cwd`` (None:

@@ -147,6 +147,14 @@ def canary_for(seed: int, index: int) -> str:
     return f"sk-crashpoint-canary-{h}"
 
 
+def _also(first: Callable[[int], None], then: Callable[[int], None]) -> Callable[[int], None]:
+    def both(pid: int) -> None:
+        first(pid)
+        then(pid)
+
+    return both
+
+
 @dataclass
 class TrialRunner:
     """Runs golden runs and trials of one agent; every process it starts, it reaps."""
@@ -267,6 +275,8 @@ class TrialRunner:
         stale = plan is not None and any(
             f.kind == "corrupt" and f.arg("how") == "stale-copy" for f in plan.faults
         )
+        if self.scope is not None:  # the last one ended early (it was not asked)
+            self.scope.release()
         self.scope = TrialScope(
             folder,
             self.secrets(canary),
@@ -283,9 +293,10 @@ class TrialRunner:
         if scope is None:
             return
         sizes = scope.tmp.finish()
+        writers = scope.writers()
         if result is None:
             return
-        outside = new_temp_entries(scope.temp_before, scope.windows)
+        outside = new_temp_entries(scope.temp_before, scope.windows, writers=writers)
         for att in result.attempts:
             att.tmp_bytes = sizes.get(att.number, 0)
             # what reports quote of it (the summary's stderr tail) is evidence too
@@ -377,6 +388,8 @@ class TrialRunner:
         """
         upgraded = agent is not None and agent is not self.agent
         agent = agent or self.agent
+        if self.scope is not None:  # what its processes write outside is the trial's
+            on_start = _also(self.scope.started, on_start)
         out, err = (output + ".stdout", output + ".stderr") if output else (None, None)
         if counted is None:
             counted = bool(_FRESH_INTERPRETER & set(env)) or any(
@@ -853,6 +866,7 @@ class TrialRunner:
                 tdir,
                 self.secrets(canary_for(result.plan.seed, result.plan.index)),
                 EvidenceBudget(self.evidence_per_trial),
+                watch_writes=False,
             )
         )
         golden_secrets = self.secrets(canary_for(0, -1))

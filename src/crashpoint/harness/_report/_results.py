@@ -249,9 +249,9 @@ class CampaignResult:
         """What the trials wrote outside their folders: bytes in their private TMPDIRs; the
         paths their own processes wrote in the system temp folders (one a path, at most 20;
         each trial's entry says its size), each with how that is known (``system_tmp_by``:
-        ``syscall trace``, or ``owner and time``), and how many there were in all; and how
-        many changes by other processes were seen there during the trials (counted per trial,
-        not listed)."""
+        ``syscall trace``, ``writer's process`` or ``owner and time``), and how many there were
+        in all; and how many changes by other processes were seen there during the trials
+        (counted per trial, not listed)."""
         by: dict[str, str] = {}
         for t in ran:  # each entry: "/tmp/x (1.0 MiB, new; by syscall trace)"
             for o in t.outside_writes:

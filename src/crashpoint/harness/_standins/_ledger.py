@@ -17,9 +17,10 @@ report): as an ``X-Crashpoint-Token`` or ``Authorization: Bearer`` header, or as
 path segment. A request without it gets 403 and is logged, never recorded as an event.
 
 **Fair limits.** The trial's own connections have ``max_connections`` slots that nobody else
-can take; any other connection (a guest) has one of ``max_guests`` slots and must send its
-request within ``guest_timeout`` seconds, so idle or half-sent outside connections cannot
-starve the agent. See ``docs/reference/wire-protocol.md``.
+can take; any other connection (a guest) has one of ``max_guests`` slots, at most
+``GUESTS_PER_USER`` of them per user, and must send its request within ``guest_timeout``
+seconds, so idle or half-sent outside connections cannot starve the agent. See
+``docs/reference/wire-protocol.md``.
 
 It records every event in a history (memory and JSONL), applies each effect key at most once (a
 duplicate is acknowledged but not applied again), and can kill the agent's process group at an
@@ -92,6 +93,9 @@ MAX_HISTORY_BYTES = 16 << 20
 #: how long one may take to send its request.
 MAX_GUESTS = 16
 GUEST_TIMEOUT = 5.0
+#: Of the guest slots, at most this many go to one user (or to the clients nothing can name):
+#: one outsider cannot fill them all and keep a token-carrying helper of the trial waiting.
+GUESTS_PER_USER = 4
 #: The variable that carries the trial's token to its processes (never argv).
 ENV_TOKEN = "CRASHPOINT_TOKEN"  # noqa: S105 (a variable name, not a secret)
 #: accept() failing for want of descriptors or memory: wait a little instead of spinning
@@ -226,6 +230,8 @@ class Ledger:
             )
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._guests = threading.BoundedSemaphore(self.max_guests)
+        self._guest_users: Counter[int] = Counter()  # uid (-1: unknown) -> guest slots held
+        self._guest_lock = threading.Lock()
         self._closing = threading.Event()
         self._log_bytes = 0
         self._log_full = False
@@ -785,13 +791,34 @@ class Ledger:
             return False
         return True
 
+    def _take_guest(self, uid: int | None) -> bool:
+        """A guest slot for a connection of ``uid`` (None: unknown), within both the pool and
+        the user's share of it (:data:`GUESTS_PER_USER`)."""
+        who = -1 if uid is None else uid
+        with self._guest_lock:
+            if self._guest_users[who] >= min(GUESTS_PER_USER, self.max_guests):
+                return False
+            if not self._guests.acquire(blocking=False):
+                return False
+            self._guest_users[who] += 1
+        return True
+
+    def _give_guest(self, uid: int | None) -> None:
+        who = -1 if uid is None else uid
+        with self._guest_lock:
+            self._guest_users[who] -= 1
+            if self._guest_users[who] <= 0:
+                del self._guest_users[who]
+            self._guests.release()
+
     def _refuse_connection(self, sock: socket.socket, http: bool, guest: bool = False) -> None:
         """Answer a connection over the limit without a thread, then close it."""
         if guest:
             self.refused["guests"] += 1
             error = (
                 f"the ledger already serves {self.max_guests} connections from outside the "
-                "trial (their limit); the trial's own processes are served apart"
+                f"trial, or {GUESTS_PER_USER} from this user (their limits); the trial's own "
+                "processes are served apart"
             )
         else:
             self.refused["connections"] += 1
@@ -854,14 +881,14 @@ class _Bounded(socketserver.ThreadingMixIn):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         ledger = self.ledger
-        slots, guest = ledger._slots, False
+        guest, peer = False, Peer()
         if self.http:  # loopback TCP: the trial's processes apart from everyone else
             port = int(self.server_address[1])  # type: ignore[attr-defined]
             peer = ledger.identify(int(client_address[1]), port)
-            if not ledger.admits(peer):
-                slots, guest = ledger._guests, True
+            guest = not ledger.admits(peer)
             self.peers[id(request)] = (peer, guest)
-        if not slots.acquire(blocking=False):
+        taken = ledger._take_guest(peer.uid) if guest else ledger._slots.acquire(blocking=False)
+        if not taken:
             self.peers.pop(id(request), None)
             ledger._refuse_connection(request, self.http, guest)
             self.shutdown_request(request)  # type: ignore[attr-defined]
@@ -870,15 +897,21 @@ class _Bounded(socketserver.ThreadingMixIn):
             super().process_request(request, client_address)
         except BaseException:  # no thread was started (e.g. out of threads): free the slot
             self.peers.pop(id(request), None)
-            slots.release()
+            self._free(peer, guest)
             raise
+
+    def _free(self, peer: Peer | None, guest: bool) -> None:
+        if guest:
+            self.ledger._give_guest(peer.uid if peer is not None else None)
+        else:
+            self.ledger._slots.release()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            _peer, guest = self.peers.pop(id(request), (None, False))
-            (self.ledger._guests if guest else self.ledger._slots).release()
+            peer, guest = self.peers.pop(id(request), (None, False))
+            self._free(peer, guest)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

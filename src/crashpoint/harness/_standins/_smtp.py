@@ -9,10 +9,11 @@ any credentials it gives are accepted: an agent written for a real mail server w
 Any other session (another user, another job: a guest) must authenticate (AUTH PLAIN or LOGIN,
 in plain text: it is loopback only) with the trial's secret token as the password
 (``CRASHPOINT_SMTP_PASSWORD``), any user name, within ``guest_timeout`` seconds, and at most
-``max_guests`` guests are served at once: outside sessions can neither act as the agent nor
-starve it. MAIL, RCPT or DATA from an unadmitted guest gets ``530``, a wrong password ``535``;
-both are reported through ``on_refused`` and never become effects. Without ``admits`` every
-session is a guest. Each message accepted (the end of DATA) is one call
+``max_guests`` guests are served at once, at most ``GUESTS_PER_USER`` of one user: outside
+sessions can neither act as the agent nor starve it. MAIL, RCPT or DATA from an unadmitted
+guest gets ``530``, a wrong password ``535``; both are reported through ``on_refused`` and
+never become effects. Without ``admits`` every session is a guest. Each message accepted (the
+end of DATA) is one call
 
     handle({"op": "effect", "kind": "mail", "key": <Message-ID>, "message_id": <Message-ID>,
             "payload": {"from": ..., "to": [sorted recipients], "subject": ..., "body": ...}})
@@ -56,6 +57,7 @@ from typing import Any
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from crashpoint.errors import InvalidArgument, StandInError
+from crashpoint.harness._standins._peer import socket_owner
 
 __all__ = ["SmtpSink", "mail_payload"]
 
@@ -66,6 +68,8 @@ MAX_CONNECTIONS = 64
 IDLE_TIMEOUT = 120.0
 MAX_GUESTS = 16
 GUEST_TIMEOUT = 5.0
+#: Of the guest sessions, at most this many from one user (or from clients nothing can name).
+GUESTS_PER_USER = 4
 
 
 class _QuietKnownNoise(logging.Filter):
@@ -345,6 +349,17 @@ def _peer(session: Session | None) -> str:
     return str(peer)
 
 
+def _uid_of(session: Session | None, server_port: int) -> int:
+    """The user whose process holds the client end of ``session`` (-1: unknown)."""
+    peer: Any = session.peer if session is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        with contextlib.suppress(Exception):
+            owner = socket_owner(int(peer[1]), server_port)
+            if owner is not None:
+                return owner[1]
+    return -1
+
+
 class _Session(SMTP):
     """One SMTP session of the sink: aiosmtpd's with the sink's limits, refusals reported,
     and a way to drop the connection without a reply."""
@@ -370,6 +385,7 @@ class _Session(SMTP):
         self._refused_unauth = False
         #: a session of the trial's own processes (no login needed, any login accepted)
         self.trusted = False
+        self.uid = -1  # the user whose process opened it (-1: unknown)
         self._guest_timer: asyncio.TimerHandle | None = None
 
     def _vouched(self, thorough: bool) -> bool:
@@ -385,18 +401,25 @@ class _Session(SMTP):
         self.trusted = self._vouched(False)
         pool = self.sink._sessions if self.trusted else self.sink._guests
         limit = self.sink.max_connections if self.trusted else self.sink.max_guests
-        pool.add(self)
-        if len(pool) > limit:
+        over = len(pool) >= limit
+        what = "sessions" if self.trusted else "sessions from outside the trial"
+        if not self.trusted:  # a guest: within its user's share too
+            self.uid = _uid_of(self.session, self.sink.port)
+            mine = sum(1 for g in pool if g.uid == self.uid)
+            if not over and mine >= min(GUESTS_PER_USER, limit):
+                over, limit = True, min(GUESTS_PER_USER, limit)
+                what = "sessions from outside the trial by one user"
+        if over:
             self.sink._refuse(
                 "connections" if self.trusted else "guests",
-                f"SMTP from {_peer(self.session)}: refused (421): over {limit} "
-                + ("sessions" if self.trusted else "sessions from outside the trial"),
+                f"SMTP from {_peer(self.session)}: refused (421): over {limit} {what}",
             )
             self._dropped = True  # nothing else is said on it
             assert isinstance(transport, asyncio.WriteTransport)
             transport.write(b"421 4.7.0 Too many connections, try again later\r\n")
             transport.close()
             return
+        pool.add(self)
         if not self.trusted:
             self._guest_timer = asyncio.get_running_loop().call_later(
                 self.sink.guest_timeout, self._guest_expired

@@ -1,0 +1,128 @@
+"""The fanotify watch names who writes /tmp: real processes, real writes, real kernel events.
+
+Skipped where fanotify cannot name writers (not root, an old kernel, a container without the
+capability), with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crashpoint._proc._writers import WriterWatch, open_watch
+
+PREFIX = "writer-watch-test"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A folder of our own to watch (a stand-in for /tmp: same filesystem kind)."""
+    d = tmp_path / "watched"
+    d.mkdir()
+    (d / "old-dir").mkdir()
+    return d
+
+
+def _open(folder: Path, lineage: bool = True) -> WriterWatch:
+    watch, why = open_watch([str(folder)], lineage=lineage)
+    if watch is None:
+        pytest.skip(f"no fanotify watch here: {why}")
+    return watch
+
+
+@pytest.fixture
+def watch(folder: Path) -> Iterator[WriterWatch]:
+    w = _open(folder)
+    yield w
+    w.close()
+
+
+def _run(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, start_new_session=True)
+
+
+def test_a_tracked_attempt_and_its_children_are_named_and_a_stranger_is_not(
+    watch: WriterWatch, folder: Path
+) -> None:
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    gate = folder.parent / "go"
+    # the leader waits until it is named, then its short-lived children write and end
+    script = (
+        f"while [ ! -e {gate} ]; do sleep 0.01; done; "
+        f"(date > {folder}/child-file); mkdir {folder}/new-dir; date > {folder}/new-dir/x; "
+        f"date > {folder}/old-dir/y"
+    )
+    leader = _run(["/bin/sh", "-c", script])
+    watch.track(key, leader.pid)
+    stranger = subprocess.run(["/bin/sh", "-c", f"date > {folder}/stranger"], check=True)
+    assert stranger.returncode == 0
+    gate.touch()
+    assert leader.wait(timeout=10) == 0
+    got = watch.take(key, since)
+    mine = {os.path.basename(p) for p in got.mine}
+    assert mine == {"child-file", "new-dir", "old-dir"}, got
+    assert str(folder / "stranger") in got.seen
+    assert str(folder / "stranger") not in got.mine | got.unknown
+    assert got.complete
+
+
+def test_a_daemon_that_left_the_session_is_still_the_attempts(
+    watch: WriterWatch, folder: Path
+) -> None:
+    """Double fork and setsid, then write after the leader is gone: the fork lineage (the
+    process connector) still knows whose it is."""
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(0.3)\n"
+        f"        open({str(folder / 'daemon')!r}, 'w').write('x')\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.05)\n"
+    )
+    leader = _run([sys.executable, "-c", code])
+    watch.track(key, leader.pid)
+    assert leader.wait(timeout=10) == 0
+    deadline = time.monotonic() + 10
+    while not (folder / "daemon").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.05)
+    got = watch.take(key, since)
+    if watch._lineage is None:
+        pytest.skip("the process connector is not available here")
+    assert str(folder / "daemon") in got.mine, got
+
+
+def test_without_the_lineage_a_writer_gone_before_it_was_read_is_unknown(folder: Path) -> None:
+    """Without the process connector, a writer that ended before its event was read cannot be
+    told apart: it is filed as unknown (the caller then falls back to owner and time), never
+    as another process's."""
+    watch = _open(folder, lineage=False)
+    try:
+        key = object()
+        watch.begin(key)
+        since = time.time()
+        with watch._busy:  # hold the reader back until the writer is gone
+            leader = _run(["/bin/sh", "-c", f"(date > {folder}/quick)"])
+            watch.track(key, leader.pid)
+            assert leader.wait(timeout=10) == 0
+            time.sleep(0.05)
+        got = watch.take(key, since)
+        quick = str(folder / "quick")
+        assert quick in got.unknown, got
+        assert quick not in got.mine
+        assert quick in got.seen
+    finally:
+        watch.close()
