@@ -172,6 +172,37 @@ def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
     assert "none of its 1 trial(s) was exercised" in gate["reasons"][0]
 
 
+@pytest.mark.parametrize("asked", [True, False], ids=["asked-for", "default"])
+def test_a_check_asked_for_by_name_with_nothing_to_judge_exits_3(inner: Any, asked: bool) -> None:
+    """The tiny agent makes no effect: ``expect: {exactly_once: true}`` asks for a check no
+    trial can judge, which is not a pass (3); left at its default, the check is skipped in
+    each trial (shown as such) and the gate passes on what it did judge."""
+    inner.scenario(
+        "no effects",
+        "kill: {at: every-boundary}",
+        folder="gate",
+        command=inner.command(inner.tiny_agent),
+        extra="expect: {exactly_once: true}" if asked else "",
+    )
+    out = inner.path / "out"
+    result = crashpoint(inner, "run", "gate", "--report", out, "--quiet")
+    gate = json.loads((out / "gate.json").read_text())
+    [campaign] = gate["campaigns"]
+    assert campaign["checks"]["exactly_once"]["skipped"] == campaign["ran"] > 0
+    assert campaign["checks"]["exactly_once"]["passed"] == 0
+    if not asked:
+        assert result.ret == 0, result.stdout.str() + result.stderr.str()
+        return
+    assert result.ret == 3, result.stdout.str() + result.stderr.str()
+    assert (gate["verdict"], gate["exit_code"]) == ("not judged", 3)
+    assert gate["reasons"] == [
+        f"no effects: expect.exactly_once asks for exactly_once, and none of its "
+        f"{campaign['ran']} trial(s) gave it anything to judge "
+        f"({campaign['checks']['exactly_once']['why_skipped']})"
+    ]
+    assert "nothing to judge" in gate["reasons"][0]
+
+
 def test_an_agent_that_reports_no_boundary_exits_3(inner: Any) -> None:
     inner.scenario(
         "silent",

@@ -33,6 +33,10 @@ FAILING = camp("fail", ok=False, failed=1)
 UNEXERCISED = camp("idle", ok=False, unexercised=["family kill@random: none of its 2 ..."])
 ALL_SKIPPED = camp("skip", ran=0, skipped=3, skip_reasons=["no strace"])
 BUDGET = camp("slow", ok=False, ran=0, stopped="the campaign's time budget of 6s ran out")
+NOTHING = {"passed": 0, "failed": 0, "skipped": 2, "why_skipped": "no effect: nothing to judge"}
+JUDGED = {"passed": 2, "failed": 0, "skipped": 0}
+ASKED_IDLE = camp("asked", required_checks=["exactly_once"], checks={"exactly_once": NOTHING})
+ASKED_OTHER_FAMILY = camp("asked", family="power", checks={"exactly_once": JUDGED})
 
 
 @pytest.mark.parametrize(
@@ -52,6 +56,12 @@ BUDGET = camp("slow", ok=False, ran=0, stopped="the campaign's time budget of 6s
         ([], {"bad_input": ["b.scenario.yaml:5 (key 'x'): bad"]}, 2, "bad input"),
         ([FAILING], {"bad_input": ["b"], "interrupted_by": "SIGTERM"}, 143, "interrupted"),
         ([camp(ok=False, interrupted_by="SIGINT")], {}, 130, "interrupted"),
+        # a check asked for by name that no trial of the scenario could judge
+        ([ASKED_IDLE], {}, 3, "not judged"),
+        ([ASKED_IDLE, ASKED_OTHER_FAMILY], {}, 0, "pass"),  # another family judged it
+        ([camp(required_checks=["crash_loop"], checks={})], {}, 3, "not judged"),  # never ran
+        ([{**ASKED_IDLE, "ok": False, "failed": 1}], {}, 1, "fail"),
+        ([camp(checks={"exactly_once": NOTHING})], {}, 0, "pass"),  # not asked for by name
     ],
 )
 def test_exit_code_and_precedence(
@@ -63,6 +73,14 @@ def test_exit_code_and_precedence(
     assert v.to_json() == {"verdict": verdict, "exit_code": code, "reasons": list(v.reasons)}
     if code:
         assert v.reasons, "a verdict other than pass says why"
+
+
+def test_a_check_with_nothing_to_judge_is_named_with_why() -> None:
+    v = gate_verdict([ASKED_IDLE])
+    assert v.reasons == (
+        "asked: expect.exactly_once asks for exactly_once, and none of its 2 trial(s) gave it "
+        "anything to judge (no effect: nothing to judge)",
+    )
 
 
 def test_reasons_name_the_campaign_and_why_the_winning_kind_first() -> None:

@@ -116,7 +116,7 @@ def load(tmp_path: Path, value: str) -> Any:
 def test_crash_loop_within_is_read_and_checked_against_the_restarts(tmp_path: Path) -> None:
     assert load(tmp_path, "{within: 3}").expect.crash_loop_within == 3
     assert load(tmp_path, "false").expect.crash_loop is False
-    assert load(tmp_path, "true").expect == Expect()
+    assert load(tmp_path, "true").expect == Expect(required=("crash_loop",))
     for value, says in (
         ("{within: 4}", "with restarts: 2 a trial runs at most 3 attempts"),
         ("{within: 1}", "must be from 2 to"),

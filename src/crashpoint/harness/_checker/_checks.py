@@ -218,6 +218,14 @@ def golden_effect_problems(
 
 
 def check_exactly_once(f: TrialFacts) -> CheckResult:
+    if not f.golden.effects and not any(f.applied.values()):
+        return CheckResult(
+            "exactly_once",
+            True,
+            "no effect reached the stand-ins, in the golden run or the trial: nothing to judge "
+            "(effects are seen when the agent's calls go to {http}, {smtp}, {llm} or the probe)",
+            skipped=True,
+        )
     lost, dup, extra = [], [], []
     golden_problems, golden_dups = golden_effect_problems(f.golden.events)
     stopped = f.refused or bool(gave_up(f))  # effects a clear stop prevented are not lost

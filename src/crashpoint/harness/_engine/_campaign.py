@@ -332,6 +332,7 @@ class Campaign:
             notes,
             runner.secrets(canary_for(0, -1)) if runner is not None else {},
             cache.to_json(),
+            self.expect.required,
         )
 
     def _over_budget(self, detail: str, ran: int, planned: int) -> str:

@@ -48,6 +48,8 @@ class CampaignResult:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     #: where the attempts' bytecode was cached: ``{"path": ..., "note": ...}`` (None: none)
     bytecode_cache: dict[str, str | None] = field(default_factory=dict)
+    #: the checks its scenario asked for by name (``Expect.required``)
+    required_checks: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -121,13 +123,15 @@ class CampaignResult:
         for t in ran:
             for f in t.plan.faults:
                 by_kind[f.kind] += 1
-        checks: dict[str, dict[str, int]] = {}
+        checks: dict[str, dict[str, Any]] = {}
         for t in ran:
             for c in t.checks:
                 d = checks.setdefault(c.name, {"passed": 0, "failed": 0, "skipped": 0})
                 d["skipped" if c.skipped else "passed" if c.ok else "failed"] += 1
                 if c.ok and c.warning:  # passed, with something to report
                     d["warned"] = d.get("warned", 0) + 1
+                if c.skipped and "why_skipped" not in d:  # what it had nothing to judge by
+                    d["why_skipped"] = c.message[:300]
         refused = {
             t.plan.index
             for t in ran
@@ -172,6 +176,7 @@ class CampaignResult:
             "skip_reasons": sorted({t.skipped for t in self.trials if t.skipped}),
             "faults_by_kind": dict(sorted(by_kind.items())),
             "checks": checks,
+            "required_checks": list(self.required_checks),
             "duplicate_effects": dup,
             "lost_effects": lost,
             "dedup_hits": sum(t.duplicates for t in ran),

@@ -14,7 +14,8 @@ code       verdict         when
                             campaign ran out of its time budget
 3          ``not judged``   the gate could not judge: no scenario found, a family none of whose
                             trials was exercised, every trial of a campaign skipped, an agent
-                            that reports no boundary, no trial at all
+                            that reports no boundary, a check the scenario asked for by name
+                            that no trial gave anything to judge, no trial at all
 0          ``pass``         every trial ran, was exercised where it counts, and passed
 =========  ==============  =====================================================================
 
@@ -78,6 +79,31 @@ def _signal_code(name: str) -> int:
         return 128 + int(signal.SIGINT)
 
 
+def _checks_without_anything_to_judge(campaigns: list[Mapping[str, Any]]) -> list[str]:
+    """A check a scenario asked for by name (``required_checks``) that none of the trials of
+    any of its campaigns judged (skipped in each, or never run): one line each. A scenario
+    with a failure, or one interrupted, is left to that."""
+    by_scenario: dict[str, list[Mapping[str, Any]]] = {}
+    for s in campaigns:
+        by_scenario.setdefault(str(s.get("scenario", s.get("name", "?"))), []).append(s)
+    out: list[str] = []
+    for scenario, group in by_scenario.items():
+        ran = sum(int(s.get("ran", 0) or 0) for s in group)
+        if not ran or any(s.get("interrupted_by") or int(s.get("failed", 0) or 0) for s in group):
+            continue
+        asked = dict.fromkeys(str(c) for s in group for c in s.get("required_checks") or ())
+        for check in asked:
+            counts = [(s.get("checks") or {}).get(check) or {} for s in group]
+            if any(int(c.get("passed", 0)) + int(c.get("failed", 0)) for c in counts):
+                continue
+            why = next((str(c["why_skipped"]) for c in counts if c.get("why_skipped")), "")
+            out.append(
+                f"{scenario}: expect.{check} asks for {check}, and none of its {ran} trial(s) "
+                "gave it anything to judge" + (f" ({why})" if why else " (it never ran)")
+            )
+    return out
+
+
 def gate_verdict(
     campaigns: Iterable[Mapping[str, Any]],
     *,
@@ -116,6 +142,7 @@ def gate_verdict(
         elif not ran and int(s.get("skipped", 0) or 0):
             reasons = "; ".join(str(r) for r in s.get("skip_reasons") or []) or "no reason given"
             unjudged.append(f"{name}: every trial was skipped: {reasons}")
+    unjudged += _checks_without_anything_to_judge(campaigns)
     judged = sum(int(s.get("ran", 0) or 0) for s in campaigns)
     if not judged and not (bad or fails or unjudged or by):
         unjudged.append(

@@ -588,6 +588,10 @@ class Expect:
     #: no_silent_failure: an attempt that exits 0 must have done the golden run's work
     #: (every step it started completed, no step of the golden run left undone)
     no_silent_failure: bool = True
+    #: the checks the scenario asked for by name (``exactly_once: true``, ``crash_loop:
+    #: {within: 3}``): if none of a scenario's trials gave one of them anything to judge, the
+    #: gate says it could not judge (exit 3), not pass
+    required: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         w = self.crash_loop_within
@@ -626,6 +630,7 @@ class Expect:
         d["fail_stop_codes"] = list(self.fail_stop_codes)
         d["refuse_codes"] = list(self.refuse_codes)
         d["refuse_patterns"] = list(self.refuse_patterns)
+        d["required"] = list(self.required)
         return d
 
     @classmethod
@@ -634,6 +639,7 @@ class Expect:
         d["fail_stop_codes"] = tuple(d.get("fail_stop_codes", ()))
         d["refuse_codes"] = tuple(d.get("refuse_codes", (65,)))
         d["refuse_patterns"] = tuple(d.get("refuse_patterns", REFUSE_PATTERNS))
+        d["required"] = tuple(d.get("required", ()))
         return cls(**d)
 
 

@@ -36,7 +36,13 @@ from crashpoint.harness._spec._families import (
     family_from_spec,
     parse_budget,
 )
-from crashpoint.harness._spec._model import AGENT_PLACEHOLDERS, WARM_IMPORTS, AgentSpec, Expect
+from crashpoint.harness._spec._model import (
+    AGENT_PLACEHOLDERS,
+    CHECKS,
+    WARM_IMPORTS,
+    AgentSpec,
+    Expect,
+)
 from crashpoint.harness._spec._services import parse_services
 from crashpoint.harness._spec._upgrade import REPLAY_KINDS, upgraded
 
@@ -816,6 +822,10 @@ def _expect(doc: _Doc) -> Expect:
             if not isinstance(v, bool):
                 raise doc.err(key, f"must be true or false, got {v!r}")
             kw[key] = v
+    # the checks asked for by name: one none of the trials could judge is not a pass
+    # (``true``, or crash_loop's ``{within: N}``; a policy such as no_repeated_llm_calls:
+    # fail says how to judge, not that there must be something to judge)
+    kw["required"] = tuple(k for k in CHECKS if kw.get(k) is True)
     return Expect(**kw)
 
 
