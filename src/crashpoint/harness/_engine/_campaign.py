@@ -319,6 +319,7 @@ class Campaign:
         cache = cache_for(dict(self.agent.env))
         # no cache at all (one asked for, or every place, refused): one of the notes too
         notes = [*self.notes, *([cache.note] if cache.note and not cache.path else [])]
+        notes += runner.launch_notes if runner is not None else []
         return CampaignResult(
             self.name,
             golden or Golden([], [], Counter(), b"", 0.0),

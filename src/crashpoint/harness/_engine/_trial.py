@@ -49,6 +49,7 @@ from crashpoint.harness._engine._outside import new_temp_entries
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
 from crashpoint.harness._engine._recording import GoldenRecording
 from crashpoint.harness._engine._scope import TrialScope, dir_size
+from crashpoint.harness._engine._zygote import LEARN_VAR
 from crashpoint.harness._report import (
     EvidenceBudget,
     bound_folder,
@@ -183,6 +184,8 @@ class TrialRunner:
         self._ledger: Ledger | None = None
         self.scope: TrialScope | None = None  # the trial (or golden run) under way
         self._trial_id = RUN_ID  # {trial_id}: set anew by golden() and each trial
+        #: what the fork-mode zygote learned from a golden run (see Zygote.learn), for the notes
+        self.launch_notes: list[str] = []
         self.evidence_used = 0  # bytes of the trial folders kept so far
         #: version B's golden run per version (``upgrade`` families): (golden, why it failed)
         self._upgrades: dict[str, tuple[Golden | None, str]] = {}
@@ -521,6 +524,15 @@ class TrialRunner:
             needs, os.path.join(folder, "record"), self.agent.cwd or work, self._python_agent()
         )
         argv, env = rec.wrap(argv), rec.environ(env)
+        learn = ""
+        launcher: Any = self.launcher
+        if (
+            getattr(launcher, "learned", True) is False
+            and getattr(launcher, "main", None)
+            and not os.environ.get("CRASHPOINT_NO_LEARN")
+        ):
+            learn = os.path.join(folder, "imports.learned")  # what a forked run imports
+            env = {**env, LEARN_VAR: learn}
         t0 = time.monotonic()
         token = env[REAP_VAR]
         LIVE.add_token(token)  # before it starts: a harness killed now leaves it to the reaper
@@ -583,6 +595,10 @@ class TrialRunner:
         self._bound_folder(folder, scope)
         events = [dict(e) for e in ledger.events]
         applied = Counter({k: n for k, n in ledger.applied_counts().items() if n})
+        if learn and ex.returncode == 0 and os.path.exists(learn):
+            note = self.launcher.learn(learn)  # the trials fork with what it imported
+            if note:
+                self.launch_notes.append(note)
         if ex.returncode != 0:
             stderr = ex.stderr.decode("utf-8", "replace")
             last = next((x.strip() for x in reversed(stderr.splitlines()) if x.strip()), "")

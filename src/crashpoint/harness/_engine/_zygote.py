@@ -71,6 +71,7 @@ of ``fileop`` kills) make the trial runner fall back to the spawn path for that 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import json
@@ -115,6 +116,7 @@ if TYPE_CHECKING:
     from crashpoint._entry import EntryFunction
 
 __all__ = [
+    "LEARN_VAR",
     "ForkPlan",
     "ForkedProcess",
     "Zygote",
@@ -124,6 +126,33 @@ __all__ = [
 
 #: Largest control message (a spawn carries the attempt's whole environment).
 MAX_MESSAGE = 1 << 20
+#: Set in a forked golden run's environment: the file it writes the modules it imported to
+#: (beyond the zygote's), so the zygote can import them before the trials (:meth:`Zygote.learn`).
+LEARN_VAR = "CRASHPOINT_LEARN_IMPORTS"
+#: At most this many learned modules are kept.
+MAX_LEARNED = 5000
+#: Imports the zygote's own modules, then each learned module in order, in a fresh
+#: interpreter, and prints the learned ones it could import without starting a thread (the
+#: zygote must stay single-threaded to fork safely); it stops at the first that starts one.
+_VET = """
+import importlib, sys, threading
+own, _, learned = sys.stdin.read().partition("--")
+for name in own.split():
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        pass
+ok = []
+for name in learned.split():
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        continue
+    if threading.active_count() > 1 or len(sys._current_frames()) > 1:
+        break
+    ok.append(name)
+sys.stdout.write("\\n".join(ok))
+"""
 _CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is on its stderr)
 _POLL_S = 0.01  # reaping interval when pidfds are not available
 _IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
@@ -338,6 +367,8 @@ class _Server:
         self.children: dict[int, int] = {}  # pid -> pidfd (-1: polled)
         self.threaded = ""  # why forking is no longer safe, once it is not
         self.skipped: list[str] = []  # best-effort warm modules that did not import
+        self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
+        self.learned_modules: list[str] = []  # those modules
         self.path0 = False  # did the zygote put the agent's folder first on sys.path?
 
     def warm(self, module: str, *, strict: bool) -> None:
@@ -434,6 +465,15 @@ class _Server:
                 raise ZygoteError("a control message was truncated")
             msg = json.loads(data)
             rid = msg.get("id")
+            if msg.get("op") == "warm":  # learned modules, vetted by the harness
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+                before = len(self.skipped)
+                for module in [str(m) for m in msg.get("modules") or ()]:
+                    self.warm(module, strict=False)
+                _send(self.sock, {"op": "warmed", "id": rid, "skipped": self.skipped[before:]})
+                return True
             if msg.get("op") != "spawn":
                 raise ZygoteError(f"unknown request {msg.get('op')!r}")
             if len(fds) != 3:
@@ -539,6 +579,13 @@ def _child(
             pass
         os.close(go)
         code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
+        learn = os.environ.get(LEARN_VAR, "")
+        if learn:  # what the run imports beyond the zygote's modules: written when it ends
+            own = [os.getcwd()]
+            main = msg.get("main") or ()
+            if main and main[0] == "path":  # the script's folder: its own modules
+                own.append(os.path.dirname(os.path.realpath(str(main[1]))))
+            atexit.register(_write_learned, learn, frozenset(sys.modules), own)
         random.seed()
         probe.reset()
         _failpoints.reload()
@@ -555,6 +602,26 @@ def _child(
         with contextlib.suppress(BaseException):
             traceback.print_exc()
     _finish(code)
+
+
+def _write_learned(path: str, before: frozenset[str], own: list[str]) -> None:
+    """Write the modules imported since ``before`` (in import order) that are not the agent's
+    own (nothing under ``own``: its working folder, its script's folder), one a line, to
+    ``path``."""
+    own = [os.path.realpath(d) for d in own]
+    names: list[str] = []
+    for name, mod in list(sys.modules.items()):
+        if name in before or name == "__main__" or mod is None:
+            continue
+        where = getattr(mod, "__file__", None)
+        if where and any(os.path.realpath(where).startswith(d + os.sep) for d in own):
+            continue
+        names.append(name)
+    with contextlib.suppress(OSError):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(n + "\n" for n in names[:MAX_LEARNED]))
+        os.replace(tmp, path)
 
 
 def _stamp_environ(token: str) -> bool:
@@ -765,6 +832,8 @@ class Zygote:
         self.forks = 0  # attempts forked so far (the rest of a runner's attempts were spawned)
         self.main: tuple[str, ...] = ()  # a {python} command agent's ("path"|"module", target)
         self.skipped: list[str] = []  # best-effort warm modules that did not import
+        self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
+        self.learned_modules: list[str] = []  # those modules
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @classmethod
@@ -884,6 +953,61 @@ class Zygote:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- learning what the agent imports ---------------------------------------------------------
+
+    def learn(self, path: str, timeout: float = 60.0) -> str:
+        """Pre-import in the zygote what a forked golden run (started with :data:`LEARN_VAR` =
+        ``path``) imported beyond it: each module first vetted in a fresh interpreter (one
+        that fails to import, or starts a thread, is left out). Once per zygote; returns a
+        note for the campaign ("" if nothing was learned)."""
+        if self.learned or self._proc is None:
+            return ""
+        self.learned = True
+        try:
+            with open(path, encoding="utf-8") as fh:
+                names = [n for n in fh.read().split() if n.replace(".", "_").isidentifier()]
+        except OSError:
+            return ""
+        if not names:
+            return ""
+        own = [item.lstrip("?").split(":", 1)[0] for item in self.preload]
+        try:
+            vetted = subprocess.run(
+                [self.python, "-c", _VET],
+                input=" ".join(own) + " -- " + " ".join(names),
+                capture_output=True,
+                text=True,
+                env=self.env,
+                cwd=self.cwd or None,
+                timeout=timeout,
+                check=False,
+                start_new_session=True,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        safe = vetted.stdout.split() if vetted.returncode == 0 else []
+        if not safe:
+            return ""
+        rid = self._new_id()
+        data = json.dumps({"op": "warm", "id": rid, "modules": safe}).encode()
+        if len(data) > MAX_MESSAGE:
+            return ""
+        with self._send_lock:
+            if self._dead or self._sock is None:
+                return ""
+            socket.send_fds(self._sock, [data], [])
+        reply = self._wait_reply(rid)
+        if reply.get("op") != "warmed":
+            raise ZygoteError(f"the fork-mode zygote could not pre-import: {reply.get('error')}")
+        skipped = [str(m) for m in reply.get("skipped") or ()]
+        self.skipped += skipped
+        self.learned_modules = [m for m in safe if m not in skipped]
+        return (
+            f"fork mode: {len(safe) - len(skipped)} module(s) the golden run imported are now "
+            "pre-imported for the trials"
+            + (f" ({len(skipped)} did not import in the zygote)" if skipped else "")
+        )
 
     # -- spawning ------------------------------------------------------------------------------
 
@@ -1031,7 +1155,7 @@ class Zygote:
                     self._live.add(int(msg["pid"]))
                     self._exits.pop(int(msg["pid"]), None)  # a recycled pid starts afresh
                     self._replies[int(msg["id"])] = msg
-                elif op == "refused":
+                elif op in ("refused", "warmed"):
                     self._replies[int(msg.get("id") or 0)] = msg
                 elif op == "exited":
                     self._live.discard(int(msg["pid"]))

@@ -1,0 +1,118 @@
+"""Fork mode learns what the agent imports: a forked golden run writes the modules it imported
+beyond the zygote's, the harness vets them in a fresh interpreter (one that starts a thread at
+import is left out, as the zygote must stay single-threaded), and the zygote imports the rest
+before the trials, so each forked attempt starts with them in memory (``Zygote.learn``).
+
+Each test's library module counts its own executions in a file: imported by the golden run,
+once to vet it and once in the zygote, never again by the attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+from crashpoint.harness._engine._zygote import WARM_IMPORTS, Zygote
+
+AGENT = textwrap.dedent("""
+    import os, sys
+    from crashpoint import probe
+
+    def main():
+        import cp_learn_lazy  # inside a function: no top-level import shows it
+        import cp_learn_own  # the agent's own module, beside it: never pre-imported
+        {extra}
+        state = sys.argv[1]
+        os.makedirs(state, exist_ok=True)
+        for i in range(3):
+            step = f"s{{i}}"
+            if os.path.exists(os.path.join(state, step)):
+                continue
+            probe.step_started(step)
+            with open(os.path.join(state, step), "w") as f:
+                f.write(cp_learn_lazy.VALUE)
+                f.flush()
+                os.fsync(f.fileno())
+            probe.step_completed(step)
+        print(cp_learn_own.VALUE)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+COUNTING = textwrap.dedent("""
+    import os
+    with open({log!r}, "a") as f:
+        f.write(f"{{os.getpid()}}\\n")
+    VALUE = "x"
+""")
+
+THREADED = textwrap.dedent("""
+    import threading, time
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+""")
+
+
+def _setup(tmp_path: Path, extra: str = "") -> tuple[AgentSpec, Path, Path]:
+    lib, here = tmp_path / "lib", tmp_path / "agent"
+    lib.mkdir()
+    here.mkdir()
+    log, own_log = tmp_path / "lazy.log", tmp_path / "own.log"
+    (lib / "cp_learn_lazy.py").write_text(COUNTING.format(log=str(log)))
+    (lib / "cp_learn_threaded.py").write_text(THREADED)
+    (here / "cp_learn_own.py").write_text(COUNTING.format(log=str(own_log)))
+    (here / "agent.py").write_text(AGENT.format(extra=extra))
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))}
+    agent = AgentSpec(
+        ("{python}", str(here / "agent.py"), "{state_dir}"),
+        timeout=60,
+        warm=(WARM_IMPORTS,),
+        env=tuple(env.items()),
+    )
+    return agent, log, own_log
+
+
+def _run(agent: AgentSpec, report: Path) -> tuple[Campaign, object, Zygote]:
+    families = [family_from_spec({"kill": {"at": "random", "count": 4}})]
+    with Zygote.for_agent(agent) as z:
+        campaign = Campaign(agent, families, str(report), seed=3, launcher=z)
+        result = campaign.run()
+        assert z.running
+    return campaign, result, z
+
+
+def _count(log: Path) -> int:
+    return len(log.read_text().split()) if log.exists() else 0
+
+
+def test_a_lazy_import_is_learned_once_and_not_repeated_by_the_attempts(tmp_path: Path) -> None:
+    agent, log, own_log = _setup(tmp_path)
+    _c, result, z = _run(agent, tmp_path / "report")
+    assert result.ok, result.summary()["failures"]  # type: ignore[attr-defined]
+    assert z.learned
+    forked = [a for t in result.trials for a in t.attempts]  # type: ignore[attr-defined]
+    assert len(forked) >= 4
+    # the golden run, the vetting interpreter, the zygote: nothing after
+    assert _count(log) == 3, log.read_text()
+    # the agent's own module is imported by every attempt that gets that far, never learned
+    assert _count(own_log) >= 2
+    assert "cp_learn_lazy" in z.learned_modules
+    assert "cp_learn_own" not in z.learned_modules
+    notes = result.summary()["notes"]  # type: ignore[attr-defined]
+    assert any("pre-imported for the trials" in n for n in notes), notes
+
+
+def test_a_learned_module_that_starts_a_thread_is_left_out_and_forks_go_on(
+    tmp_path: Path,
+) -> None:
+    agent, log, _own = _setup(tmp_path, extra="import cp_learn_threaded")
+    _c, result, z = _run(agent, tmp_path / "report")
+    assert result.ok, result.summary()["failures"]  # type: ignore[attr-defined]
+    assert z.learned
+    # learned and vetted: the lazy module came before the threaded one and was kept
+    assert _count(log) == 3, log.read_text()
+    assert "cp_learn_lazy" in z.learned_modules
+    assert "cp_learn_threaded" not in z.learned_modules
+    assert z.forks >= 4  # the zygote stayed single-threaded: every attempt was forked
