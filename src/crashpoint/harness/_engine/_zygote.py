@@ -137,7 +137,17 @@ _BOOT = (
 # -- what a zygote warms: the fork plan of an agent -------------------------------------------
 
 #: Placeholders that differ per trial: a script path using one cannot be read beforehand.
-_PER_TRIAL = ("state_dir", "workdir", "run_id", "trial_id", "http", "llm", "smtp", "postgres")
+_PER_TRIAL = (
+    "state_dir",
+    "workdir",
+    "run_id",
+    "trial_id",
+    "http",
+    "llm",
+    "anthropic",
+    "smtp",
+    "postgres",
+)
 
 
 @dataclass(frozen=True)

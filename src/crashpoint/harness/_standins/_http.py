@@ -9,8 +9,8 @@ processes.
   ``"METHOD /path"`` (the body its payload; ``Idempotency-Key`` honoured, else keyless and
   judged by content), a GET/HEAD/OPTIONS is an ``event`` of that name (no effect);
 - ``v1/<path>``: the LLM stand-in
-  (:class:`crashpoint.harness._standins._llm.LLMStandIn`), each billed call an ``llm_call``
-  event.
+  (:class:`crashpoint.harness._standins._llm.LLMStandIn`; ``v1/messages``: its
+  Anthropic-compatible face), each billed call an ``llm_call`` event.
 
 Every request is recorded through :meth:`Ledger.handle`, so it is a boundary like a probe
 event: killed before it is handled, or (an effect, an LLM call) after it was applied and
@@ -18,8 +18,9 @@ before the reply; either way the connection is dropped without a reply.
 
 A connection is served as is when a process of the trial holds its client end (see
 :mod:`._peer` and :class:`~._ledger.Ledger`); from anywhere else (another user, another job)
-the request must carry the trial's token (``CRASHPOINT_TOKEN``: an ``X-Crashpoint-Token`` or
-``Authorization: Bearer`` header, or the first path segment) and arrive within the ledger's
+the request must carry the trial's token (``CRASHPOINT_TOKEN``: an ``X-Crashpoint-Token``,
+``Authorization: Bearer`` or ``x-api-key`` (the Anthropic SDK's) header, or the first path
+segment) and arrive within the ledger's
 ``guest_timeout``. Without it: 403, counted (``refused["token"]``) and logged in the history as
 a ``forbidden`` line, never as an event: another local process cannot act as the agent.
 
@@ -145,7 +146,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
         """The request may be served without the token in its path: the trial's process
         holds the connection (looked at again, more thoroughly, for a guest: a process the
         harness started a moment ago), or a header carries the token."""
-        for name in ("X-Crashpoint-Token", "Authorization"):
+        for name in ("X-Crashpoint-Token", "Authorization", "X-Api-Key"):
             value = (self.headers.get(name) or "").strip()
             if name == "Authorization":
                 scheme, _, value = value.partition(" ")

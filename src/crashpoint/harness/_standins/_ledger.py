@@ -71,6 +71,7 @@ from crashpoint.harness._spec import (
     pick,
     size_text,
 )
+from crashpoint.harness._standins._anthropic import ENV_ANTHROPIC_KEY, ENV_ANTHROPIC_URL
 from crashpoint.harness._standins._http import ServiceHandler
 from crashpoint.harness._standins._llm import LLMStandIn
 from crashpoint.harness._standins._peer import Peer, identify
@@ -295,7 +296,10 @@ class Ledger:
             env[ENV_TOKEN] = self.token
         if self.http_url:
             env[ENV_LEDGER_HTTP] = self.http_url
-            env.update({ENV_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
+            urls = self.urls()
+            env.update({ENV_HTTP: urls["http"], ENV_LLM: urls["llm"]})
+            # the Anthropic SDK's base URL, and its key: the trial's token (sent as x-api-key)
+            env.update({ENV_ANTHROPIC_URL: urls["anthropic"], ENV_ANTHROPIC_KEY: self.token})
         if self.smtp is not None:
             env.update(
                 {
@@ -309,13 +313,15 @@ class Ledger:
 
     def urls(self) -> dict[str, str]:
         """The stand-ins' addresses, as the agent's placeholders give them: ``http`` (the HTTP
-        stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``smtp``
-        (host:port, "" without the sink). None carries a secret."""
+        stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``anthropic`` (the
+        Anthropic base URL: the SDK adds /v1/messages), ``smtp`` (host:port, "" without the
+        sink). None carries a secret."""
         if not self.http_url:
-            return {"http": "", "llm": "", "smtp": ""}
+            return {"http": "", "llm": "", "anthropic": "", "smtp": ""}
         return {
             "http": self.http_url + "/http",
             "llm": self.http_url + "/v1",
+            "anthropic": self.http_url,
             "smtp": f"{self.smtp.host}:{self.smtp.port}" if self.smtp is not None else "",
         }
 
