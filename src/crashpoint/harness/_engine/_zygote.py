@@ -146,6 +146,8 @@ _PER_TRIAL = (
     "llm",
     "anthropic",
     "smtp",
+    "mcp",
+    "mcp_stdio",
     "postgres",
 )
 
