@@ -12,8 +12,9 @@ the agent.
 
 A dropped connection (the agent killed at the call, a planned ``reset`` or ``timeout``) ends
 the relay, as a crashed server process ends its pipe: the client sees its server go away. An
-HTTP error without a JSON-RPC body becomes a JSON-RPC error for the request. Standard library
-only, run by its path with ``-I``: it imports nothing of crashpoint.
+HTTP error without a JSON-RPC body (the front's own 403 or 404) becomes a JSON-RPC error for
+the request. Standard library only, run by its path with ``-I``: it imports nothing of
+crashpoint.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def relay(url: str, stdin: Any = None, stdout: Any = None) -> int:
             out = _messages(body, resp.getheader("Content-Type") or "")
         except ValueError:
             out = []
+        out = [m for m in out if isinstance(m, dict) and m.get("jsonrpc") == "2.0"]
         if resp.status >= 400 and not out and rid is not None:
             out = [
                 {
