@@ -8,7 +8,8 @@ events) is written to stdout, one line each; the ``Mcp-Session-Id`` of ``initial
 with every later message. So the stdio transport is served by the same stand-in, tools, ledger
 and faults as the HTTP one. It runs inside the agent's process tree (the ledger serves it as
 the trial's own; ``CRASHPOINT_TOKEN`` is sent when the environment has it) and is killed with
-the agent.
+the agent; it exits as soon as its stdin ends (the client closed it, or died), even while a
+request is held.
 
 A dropped connection (the agent killed at the call, a planned ``reset`` or ``timeout``) ends
 the relay, as a crashed server process ends its pipe: the client sees its server go away. An
@@ -22,7 +23,10 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,14 +46,33 @@ def _messages(body: bytes, ctype: str) -> list[Any]:
     return [json.loads(body)]
 
 
+def _lines_until_eof(stdin: Any) -> Iterator[bytes]:
+    """The lines of ``stdin``, read by a thread of their own: at end of input (the client
+    closed its pipe, or died) the relay exits at once, even while a request is held."""
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def read() -> None:
+        for line in stdin:
+            lines.put(line)
+        sys.stdout.flush()
+        os._exit(0)
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        yield lines.get()
+
+
 def relay(url: str, stdin: Any = None, stdout: Any = None) -> int:
-    stdin = stdin or sys.stdin.buffer
+    """Relay ``stdin`` (lines) to ``url`` and the answers to ``stdout``, until the input ends
+    (given streams: read in this thread, for tests; the process's stdin: see
+    :func:`_lines_until_eof`) or the connection drops (1)."""
+    lines = stdin if stdin is not None else _lines_until_eof(sys.stdin.buffer)
     stdout = stdout or sys.stdout.buffer
     u = urlsplit(url)
     token = os.environ.get("CRASHPOINT_TOKEN", "")
     session = ""
     conn: http.client.HTTPConnection | None = None
-    for line in stdin:
+    for line in lines:
         if not line.strip():
             continue
         try:
