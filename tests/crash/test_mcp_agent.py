@@ -8,6 +8,7 @@ keyless agent without a kill."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +97,35 @@ def test_the_stdio_transport_is_judged_the_same(tmp_path: Path, keyless: bool) -
         assert t.root_cause.name == "exactly_once", [str(c) for c in t.failed]
     else:
         assert t.status == "passed", [str(c) for c in t.failed] + [t.landed()]
+
+
+def _gate(path: Path, report: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run", str(path), "--report", str(report), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,
+    )
+
+
+# slow: fast cover: the tests above (the gate runs the shipped scenarios themselves)
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "check"),
+    [("mcp-tools", "exactly_once"), ("anthropic-stream", "same_output")],
+)
+def test_the_shipped_scenarios_pass_and_fail_without_the_fix(
+    tmp_path: Path, scenario: str, check: str
+) -> None:
+    path = ROOT / "scenarios" / f"{scenario}.scenario.yaml"
+    ok = _gate(path, tmp_path / "ok")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
+    bad = tmp_path / "scenarios" / "broken.scenario.yaml"
+    bad.parent.mkdir()
+    text = path.read_text().replace(', "--fixed"]', "]")
+    bad.write_text(text.replace("{scenario_dir}/..", str(ROOT)))
+    res = _gate(bad, tmp_path / "bad")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    assert check in (tmp_path / "bad" / "gate.json").read_text()

@@ -347,3 +347,35 @@ def test_the_relay_turns_a_bare_http_error_into_a_jsonrpc_error(ledger: Ledger) 
     (msg,) = [json.loads(x) for x in out.getvalue().splitlines()]
     assert msg["id"] == 7
     assert msg["error"]["message"].startswith("HTTP 404")
+
+
+def test_the_relay_exits_when_its_client_closes_stdin_even_while_a_call_is_held(
+    ledger: Ledger,
+) -> None:
+    import subprocess
+    import time
+
+    ledger.net_faults = [NetFault("mcp create_ticket", Failure("timeout", applied=True))]
+    cmd = shlex.split(ledger.urls()["mcp_stdio"])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(rpc("initialize") + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["result"]["serverInfo"]["name"] == "crashpoint"
+        args = {"name": "create_ticket", "arguments": {"title": "t"}}
+        proc.stdin.write(rpc("tools/call", args, rid=2) + b"\n")
+        proc.stdin.flush()
+        while not ledger.events:  # the call is applied, its reply held
+            time.sleep(0.02)
+        start = time.monotonic()
+        proc.stdin.close()
+        assert proc.wait(timeout=5) == 0
+        assert time.monotonic() - start < 1.5  # not the ledger's idle timeout (2 s here)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
