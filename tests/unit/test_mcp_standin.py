@@ -139,6 +139,7 @@ def test_the_protocol_answers_and_refuses_as_the_spec_says() -> None:
     assert error_of(s.receive(b"{", sid))[:2] == (400, -32700)
     assert "batch" in error_of(s.receive(b"[]", sid))[2]
     assert error_of(s.receive(rpc("prompts/list"), sid))[:2] == (200, -32601)
+    assert error_of(s.receive(rpc("server/discover"), ""))[:2] == (200, -32601)  # no session
     status, code, msg = error_of(s.receive(rpc("tools/call", {"name": "nope"}), sid))
     assert (status, code) == (200, -32602)
     assert "Unknown tool: 'nope' (tools: create_ticket, lookup)" in msg
@@ -379,3 +380,17 @@ def test_the_relay_exits_when_its_client_closes_stdin_even_while_a_call_is_held(
             proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_the_sdks_high_level_client_falls_back_to_the_handshake(ledger: Ledger) -> None:
+    client_cls = getattr(mcp, "Client", None)
+    if client_cls is None:
+        pytest.skip("this mcp SDK has no high-level Client (mcp >= 2)")
+
+    async def use() -> str:
+        async with client_cls(ledger.urls()["mcp"]) as c:  # probes server/discover first
+            r = await c.call_tool("create_ticket", {"title": "x", "request_id": "k"})
+            return str(r.content[0].text)
+
+    assert asyncio.run(use()) == "opened: x"
+    assert _recorded(ledger) == [("effect", "ticket", "k", True)]

@@ -140,6 +140,9 @@ class MCPStandIn:
             return self._error(200, rid, INVALID_PARAMS, "params must be an object")
         if method == "initialize":
             return self._initialize(rid, params)
+        if method not in ("ping", "tools/list", "tools/call"):  # e.g. a newer client's
+            # server/discover probe, which falls back to initialize on this answer
+            return self._error(200, rid, METHOD_NOT_FOUND, f"Method not found: {method}")
         with self._lock:
             known = sid in self._sessions
         if not sid:
@@ -155,9 +158,7 @@ class MCPStandIn:
             return self._result(rid, {}, sid)
         if method == "tools/list":
             return self._result(rid, {"tools": [t.to_json() for t in self.script.tools]}, sid)
-        if method == "tools/call":
-            return self._tool_call(rid, params, sid)
-        return self._error(200, rid, METHOD_NOT_FOUND, f"Method not found: {method}")
+        return self._tool_call(rid, params, sid)
 
     # -- the methods -----------------------------------------------------------------------
 
