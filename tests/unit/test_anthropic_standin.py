@@ -241,3 +241,9 @@ def test_the_sdk_key_is_the_trial_token_and_a_wrong_one_is_refused(tmp_path: Pat
             ask(client(led, key="not-the-token"))
         assert led.refused["token"] == 1
         assert len(led.events) == 1
+
+
+def test_an_anthropic_client_pointed_at_the_openai_base_url_is_told_which_to_use() -> None:
+    r = LLMStandIn(None).handle("POST", "/v1/messages", b"{}")  # {llm}/v1/messages
+    assert r.status == 404
+    assert "an Anthropic client's base URL is {anthropic}, without /v1" in r.body.decode()

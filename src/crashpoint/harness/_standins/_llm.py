@@ -309,9 +309,14 @@ class LLMStandIn:
                     code="method_not_allowed",
                 )
             return self._models(route[len("/models/") :] if route != "/models" else "")
+        hint = (
+            " (an Anthropic client's base URL is {anthropic}, without /v1)"
+            if route.endswith("/messages")
+            else ""
+        )
         return _error(
             404,
-            f"Unknown request URL: {method} /v1{route}. The stand-in serves "
+            f"Unknown request URL: {method} /v1{route}{hint}. The stand-in serves "
             "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages (Anthropic) "
             "and GET /v1/models",
             code="unknown_url",
