@@ -270,11 +270,16 @@ def test_the_real_client_calls_tools_and_each_call_is_recorded(
     assert ledger.token not in ledger.urls()["mcp_stdio"]
 
 
-def test_sse_answers_work_with_the_real_client(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_sse_answers_work_with_the_real_client(tmp_path: Path, transport: str) -> None:
     spec = parse_services({"mcp": {"tools": TOOLS, "response": "sse"}})
     with Ledger(history_path=str(tmp_path / "h.jsonl"), http=True, services=spec) as led:
         led.begin_attempt(1, None)
-        assert asyncio.run(_over_http(led.urls()["mcp"]))[:5] == EXPECTED
+        if transport == "http":
+            got = asyncio.run(_over_http(led.urls()["mcp"]))
+        else:  # the relay reads the event and writes its message as a line
+            got = asyncio.run(_over_stdio(led.urls()["mcp_stdio"]))
+        assert got[:5] == EXPECTED
 
 
 def post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes, str]:
