@@ -15,7 +15,11 @@ a provider's hiccup), or is reset, or stalls until a timeout.
   its last choice and the ``data: [DONE]`` line); otherwise, or on a reset or a read timeout,
   it throws the partial text away and asks again (at most 3 times).
 
-    python agent.py --state DIR [--fixed] [--timeout SECONDS]
+``--api anthropic`` asks the Anthropic Messages API instead (``$ANTHROPIC_BASE_URL`` +
+``/v1/messages``, its key ``$ANTHROPIC_API_KEY`` in ``x-api-key``): the text is in the
+``text_delta`` events, and a stream is complete only with its ``message_stop`` event.
+
+    python agent.py --state DIR [--fixed] [--timeout SECONDS] [--api openai|anthropic]
 """
 
 from __future__ import annotations
@@ -98,15 +102,56 @@ def stream_brief(base: str, topic: str, timeout: float, fixed: bool) -> str:
     return "".join(parts)
 
 
+def stream_messages(base: str, topic: str, timeout: float, fixed: bool) -> str:
+    """One streamed Anthropic message; its text. ``fixed``: raise Incomplete unless the
+    stream ended with ``message_stop``."""
+    if not base.startswith(("http://", "https://")):
+        raise ValueError(f"ANTHROPIC_BASE_URL is not an HTTP URL: {base!r}")
+    body = {
+        "model": "claude-stand-in",
+        "max_tokens": 256,
+        "stream": True,
+        "messages": [{"role": "user", "content": f"Brief me on {topic} in one line."}],
+    }
+    req = urllib.request.Request(  # noqa: S310 (an http(s) URL, checked above)
+        base.rstrip("/") + "/v1/messages",
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "x-api-key": os.environ.get("ANTHROPIC_API_KEY", ""),
+            "anthropic-version": "2023-06-01",
+        },
+        method="POST",
+    )
+    parts: list[str] = []
+    done = False
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+        for raw in resp:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line.startswith("data: "):
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("type") == "content_block_delta":
+                parts.append(ev.get("delta", {}).get("text") or "")
+            elif ev.get("type") == "message_stop":
+                done = True
+    if fixed and not done:
+        raise Incomplete(f"the stream ended after {len(parts)} pieces, without message_stop")
+    return "".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", required=True, help="folder for the agent's progress file")
     ap.add_argument("--fixed", action="store_true", help="ask again when a stream ends early")
     ap.add_argument("--timeout", type=float, default=10.0, help="read timeout, seconds")
+    ap.add_argument("--api", choices=("openai", "anthropic"), default="openai")
     args = ap.parse_args(argv)
-    base = os.environ.get("OPENAI_BASE_URL", "")
+    var = "ANTHROPIC_BASE_URL" if args.api == "anthropic" else "OPENAI_BASE_URL"
+    ask = stream_messages if args.api == "anthropic" else stream_brief
+    base = os.environ.get(var, "")
     if not base:
-        print("agent: OPENAI_BASE_URL is not set (the model's endpoint)", file=sys.stderr)
+        print(f"agent: {var} is not set (the model's endpoint)", file=sys.stderr)
         return 2
     os.makedirs(args.state, exist_ok=True)
     path = os.path.join(args.state, "briefs.json")
@@ -116,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for attempt in range(4 if args.fixed else 1):
             try:
-                briefs[topic] = stream_brief(base, topic, args.timeout, args.fixed)
+                briefs[topic] = ask(base, topic, args.timeout, args.fixed)
                 break
             except (Incomplete, OSError, http.client.HTTPException) as exc:
                 if not args.fixed:

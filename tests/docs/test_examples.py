@@ -250,6 +250,7 @@ BASE = {
         "howto-services-fragment",
         "howto-network-fragment",
         "howto-stream-fragment",
+        "howto-mcp-fragment",
         "howto-langgraph-faults-fragment",
     ],
 )

@@ -107,7 +107,8 @@ def _cut_cause(f: TrialFacts, out: bytes) -> str:
                 f"; the LLM stand-in cut a streamed reply ({_call_text(e)} at {_at(e)}: "
                 f"{e.get('failed')}) and the output holds its partial text "
                 f"{text[-60:]!r}: the agent kept the partial reply as the answer (a cut "
-                "stream ends without a finish_reason and without [DONE]: ask again)"
+                "stream ends without a finish_reason and without [DONE], an Anthropic one "
+                "without message_stop: ask again)"
             )
     e = cuts[0]
     return (

@@ -213,9 +213,10 @@ def _same_output_hint(facts: TrialFacts, message: str = "") -> str:
     if "cut a streamed reply" in message or "streamed reply(ies) cut" in message:
         return (
             "a cut stream ends without a finish_reason (chat: choices[0].finish_reason; "
-            "responses: no response.completed event) and without data: [DONE]; the OpenAI "
-            "SDK ends the iteration without an error there: check it, throw the partial text "
-            "away and ask again (a retry after a cut is not a re-billed call)"
+            "responses: no response.completed event) and without data: [DONE] (Anthropic "
+            "messages: without message_stop); the OpenAI and Anthropic SDKs end the "
+            "iteration without an error there: check it, throw the partial text away and ask "
+            "again (a retry after a cut is not a re-billed call)"
         )
     got = facts.attempts[-1].stdout.decode("utf-8", "replace").splitlines()
     want = facts.golden.output.decode("utf-8", "replace").splitlines()

@@ -490,8 +490,9 @@ def _net(
             False,
             why_not=(
                 "no network call to fail: the golden run made no request to a stand-in service "
-                "(HTTP under {http}/$CRASHPOINT_HTTP, the LLM at $OPENAI_BASE_URL, SMTP); point "
-                "the agent's endpoints at them"
+                "(HTTP under {http}/$CRASHPOINT_HTTP, the LLM at $OPENAI_BASE_URL or "
+                "$ANTHROPIC_BASE_URL, MCP tools at {mcp} or {mcp_stdio}, SMTP); point the "
+                "agent's endpoints at them"
             ),
         )
     fired = int(notes.get("net_fired", 0))

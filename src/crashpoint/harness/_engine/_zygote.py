@@ -166,7 +166,19 @@ _BOOT = (
 # -- what a zygote warms: the fork plan of an agent -------------------------------------------
 
 #: Placeholders that differ per trial: a script path using one cannot be read beforehand.
-_PER_TRIAL = ("state_dir", "workdir", "run_id", "trial_id", "http", "llm", "smtp", "postgres")
+_PER_TRIAL = (
+    "state_dir",
+    "workdir",
+    "run_id",
+    "trial_id",
+    "http",
+    "llm",
+    "anthropic",
+    "smtp",
+    "mcp",
+    "mcp_stdio",
+    "postgres",
+)
 
 
 @dataclass(frozen=True)

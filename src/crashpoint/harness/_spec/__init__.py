@@ -54,6 +54,7 @@ from crashpoint.harness._spec._llm_script import (
     parse_llm_script,
     parse_reply,
 )
+from crashpoint.harness._spec._mcp_script import MCPScript, MCPTool, parse_mcp_script
 from crashpoint.harness._spec._model import (
     AGENT_PLACEHOLDERS,
     CHECKS,
@@ -182,6 +183,8 @@ __all__ = [
     "Golden",
     "KillAt",
     "LLMScript",
+    "MCPScript",
+    "MCPTool",
     "NetFault",
     "Outcome",
     "Plan",
@@ -208,6 +211,7 @@ __all__ = [
     "oplog_of",
     "parse_budget",
     "parse_llm_script",
+    "parse_mcp_script",
     "parse_reply",
     "parse_services",
     "persist",

@@ -48,7 +48,7 @@ HTTP_EVENT_OPS = ("step_started", "step_completed", "event")
 #: streamed reply they cut part-way): from the agent (the probe socket, the ledger's HTTP
 #: front) they are dropped, or an agent could mark its own duplicate "failed" and have it
 #: never count as applied.
-SERVICE_ONLY = ("failed", "reply_lost", "partial_reply")
+SERVICE_ONLY = ("failed", "reply_lost", "partial_reply", "mcp_tool")
 
 #: What a call (an effect, a model call) came to, from the reply the agent got (or not):
 #:
@@ -93,11 +93,14 @@ def call_outcome(ev: Mapping[str, Any]) -> str:
 
 
 def call_of(ev: Mapping[str, Any]) -> str:
-    """The network call a ledger event records (``"POST /hook"``, ``"llm"``, ``"mail"``), or
+    """The network call a ledger event records (``"POST /hook"``, ``"llm"``, ``"mail"``,
+    ``"mcp TOOL"``), or
     "" for an event that is no request to a stand-in (a probe step, a probe effect)."""
     op = ev.get("op")
     if op == "llm_call":
         return "llm"
+    if ev.get("mcp_tool") and op in ("effect", "event"):  # a tools/call of the MCP stand-in
+        return f"mcp {ev['mcp_tool']}"
     if op == "effect":
         kind = str(ev.get("kind") or "")
         if kind == "mail" or _METHOD_PATH.match(kind):

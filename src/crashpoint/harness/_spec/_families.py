@@ -161,7 +161,7 @@ MIN_RESUMERS, MAX_RESUMERS = 2, 32
 #: network: how a call can fail (a status: answered with that HTTP status)
 NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
 #: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
-_NET_CALL = re.compile(r"^(?:[A-Z]{1,16} /[^\s]*|llm|mail)$")
+_NET_CALL = re.compile(r"^(?:[A-Z]{1,16} /[^\s]*|llm|mail|mcp [A-Za-z0-9_.-]{1,128})$")
 #: kill at time / signal: instants are drawn in [0, within) seconds after the attempt's first
 #: event (a function of the seed alone, never of a measured duration)
 DEFAULT_WITHIN = 1.0
@@ -454,8 +454,9 @@ def _check_network(
     if not isinstance(call, str) or not (call == "any" or _NET_CALL.match(call)):
         raise at("call")(
             f"network.call must be a request as the ledger names it: 'METHOD /path' (e.g. "
-            f'"POST /hook", the path under {{http}}), llm, mail, or any (one drawn from the '
-            f"golden run's network calls), got {call!r}"
+            f'"POST /hook", the path under {{http}}), llm, mail, "mcp TOOL" (a tools/call of '
+            f"the MCP stand-in), or any (one drawn from the golden run's network calls), "
+            f"got {call!r}"
         )
     opts["call"] = call
     fails = opts.get("fail", "timeout")

@@ -98,8 +98,9 @@ FAULT_KINDS = (
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
-#: {http}, {llm}, {smtp}: the stand-in services' addresses, see AgentSpec.argv; {postgres}:
-#: the DSN of the harness's PostgreSQL, a database per trial, without its password).
+#: {http}, {llm}, {anthropic}, {smtp}, {mcp}, {mcp_stdio}: the stand-in services' addresses
+#: (and the MCP stand-in's stdio command line), see AgentSpec.argv;
+#: {postgres}: the DSN of the harness's PostgreSQL, a database per trial, without its password).
 AGENT_PLACEHOLDERS = (
     "python",
     "state_dir",
@@ -109,13 +110,16 @@ AGENT_PLACEHOLDERS = (
     "scenario_dir",
     "http",
     "llm",
+    "anthropic",
     "smtp",
+    "mcp",
+    "mcp_stdio",
     "postgres",
 )
 #: A command-line part shown quoted (placeholders' braces are not).
 _NEEDS_QUOTES = re.compile(r"[\s'\"\\$`;&|<>*?]")
 #: The placeholders that name a stand-in service.
-SERVICE_PLACEHOLDERS = ("http", "llm", "smtp", "postgres")
+SERVICE_PLACEHOLDERS = ("http", "llm", "anthropic", "smtp", "mcp", "mcp_stdio", "postgres")
 
 #: ``AgentSpec.warm`` item meaning "the script's own top-level imports" (``warm: true``).
 WARM_IMPORTS = "*"

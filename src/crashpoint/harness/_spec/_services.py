@@ -16,6 +16,7 @@ from typing import Any, Literal, cast
 
 from crashpoint.errors import LLMScriptError, ServiceSpecError
 from crashpoint.harness._spec._llm_script import parse_llm_script
+from crashpoint.harness._spec._mcp_script import MCPScript, parse_mcp_script
 from crashpoint.harness._spec._network import HOWS, Failure
 
 __all__ = [
@@ -38,7 +39,7 @@ METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
 #: Methods recorded as an ``event`` (a boundary, not an effect): reading changes nothing.
 EVENT_METHODS = ("GET", "HEAD", "OPTIONS")
 MAX_LATENCY = 600.0
-SERVICE_KEYS = ("http", "llm", "smtp")
+SERVICE_KEYS = ("http", "llm", "smtp", "mcp")
 ROUTE_KEYS = ("status", "body", "headers", "latency", "fail")
 FAIL_KEYS = ("how", "status", "body", "headers", "latency")
 
@@ -61,12 +62,13 @@ DEFAULT_ROUTE = Route()
 @dataclass(frozen=True)
 class ServicesSpec:
     """The validated ``services:`` section: HTTP routes by ``"METHOD /path"`` (or ``"/path"``
-    for any method), the LLM script (passed to ``LLMStandIn`` as is), and whether to start
-    the SMTP sink."""
+    for any method), the LLM script (passed to ``LLMStandIn`` as is), whether to start
+    the SMTP sink, and the MCP stand-in's tools (``services.mcp``)."""
 
     routes: Mapping[str, Route] = field(default_factory=dict)
     llm: dict[str, Any] | None = None
     smtp: bool = False
+    mcp: MCPScript = field(default_factory=MCPScript)  # the MCP stand-in's tools
 
     def route(self, method: str, path: str) -> Route:
         return self.routes.get(f"{method} {path}") or self.routes.get(path) or DEFAULT_ROUTE
@@ -177,7 +179,7 @@ def parse_services(raw: Any) -> ServicesSpec:
         return ServicesSpec()
     top = ("services",)
     if not isinstance(raw, dict):
-        raise ServiceSpecError(top, "must be a mapping with http, llm and/or smtp")
+        raise ServiceSpecError(top, "must be a mapping with http, llm, smtp and/or mcp")
     _keys(raw, SERVICE_KEYS, top)
     routes: dict[str, Route] = {}
     http = raw.get("http") or {}
@@ -226,4 +228,5 @@ def parse_services(raw: Any) -> ServicesSpec:
     smtp = raw.get("smtp")
     if smtp not in (None, True, False) and not isinstance(smtp, dict):
         raise ServiceSpecError((*top, "smtp"), f"must be true or a mapping, got {smtp!r}")
-    return ServicesSpec(routes, llm, smtp is not None and smtp is not False)
+    mcp = parse_mcp_script(raw.get("mcp"))
+    return ServicesSpec(routes, llm, smtp is not None and smtp is not False, mcp)

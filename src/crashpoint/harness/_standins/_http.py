@@ -9,8 +9,10 @@ processes.
   ``"METHOD /path"`` (the body its payload; ``Idempotency-Key`` honoured, else keyless and
   judged by content), a GET/HEAD/OPTIONS is an ``event`` of that name (no effect);
 - ``v1/<path>``: the LLM stand-in
-  (:class:`crashpoint.harness._standins._llm.LLMStandIn`), each billed call an ``llm_call``
-  event.
+  (:class:`crashpoint.harness._standins._llm.LLMStandIn`; ``v1/messages``: its
+  Anthropic-compatible face), each billed call an ``llm_call`` event;
+- ``mcp``: the MCP tool-server stand-in's streamable-HTTP endpoint
+  (:class:`crashpoint.harness._standins._mcp.MCPStandIn`), each ``tools/call`` an effect.
 
 Every request is recorded through :meth:`Ledger.handle`, so it is a boundary like a probe
 event: killed before it is handled, or (an effect, an LLM call) after it was applied and
@@ -18,8 +20,9 @@ before the reply; either way the connection is dropped without a reply.
 
 A connection is served as is when a process of the trial holds its client end (see
 :mod:`._peer` and :class:`~._ledger.Ledger`); from anywhere else (another user, another job)
-the request must carry the trial's token (``CRASHPOINT_TOKEN``: an ``X-Crashpoint-Token`` or
-``Authorization: Bearer`` header, or the first path segment) and arrive within the ledger's
+the request must carry the trial's token (``CRASHPOINT_TOKEN``: an ``X-Crashpoint-Token``,
+``Authorization: Bearer`` or ``x-api-key`` (the Anthropic SDK's) header, or the first path
+segment) and arrive within the ledger's
 ``guest_timeout``. Without it: 403, counted (``refused["token"]``) and logged in the history as
 a ``forbidden`` line, never as an event: another local process cannot act as the agent.
 
@@ -61,6 +64,7 @@ from crashpoint.harness._spec import (
     size_text,
 )
 from crashpoint.harness._standins._llm import count_tokens, streamed_text
+from crashpoint.harness._standins._mcp import SESSION_HEADER, MCPAnswer
 from crashpoint.harness._standins._peer import Peer, attempt_of
 
 if TYPE_CHECKING:
@@ -128,6 +132,8 @@ class ServiceHandler(BaseHTTPRequestHandler):
             self._http("/" + tail, split.query)
         elif head == "v1":
             self._llm("/" + tail)
+        elif head == "mcp" and not tail:
+            self._mcp()
         else:
             self._send_json(
                 404,
@@ -136,7 +142,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
                     "error": (
                         f"no route {self.command} {rest}; the routes: effects/<kind>, "
                         "events/<op>, http/<path> (the HTTP stand-in), v1/... "
-                        "(the LLM stand-in)"
+                        "(the LLM stand-in), mcp (the MCP stand-in)"
                     ),
                 },
             )
@@ -145,7 +151,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
         """The request may be served without the token in its path: the trial's process
         holds the connection (looked at again, more thoroughly, for a guest: a process the
         harness started a moment ago), or a header carries the token."""
-        for name in ("X-Crashpoint-Token", "Authorization"):
+        for name in ("X-Crashpoint-Token", "Authorization", "X-Api-Key"):
             value = (self.headers.get(name) or "").strip()
             if name == "Authorization":
                 scheme, _, value = value.partition(" ")
@@ -424,6 +430,53 @@ class ServiceHandler(BaseHTTPRequestHandler):
             self._stream(result.status, result.chunks, headers)
         else:
             self._send(result.status, b"".join(result.chunks), headers)
+
+    # -- the MCP stand-in ------------------------------------------------------------------
+
+    def _mcp(self) -> None:
+        """The MCP stand-in's streamable-HTTP endpoint (:mod:`._mcp`): a ``tools/call`` is
+        recorded in the ledger (a boundary; a planned ``network`` fault of call ``mcp TOOL``
+        fails it) before it is answered."""
+        stand_in = self.ledger.mcp()
+        sid = self.headers.get(SESSION_HEADER, "").strip()
+        if self.command == "DELETE":
+            self._answer(stand_in.delete(sid))
+            return
+        if self.command != "POST":
+            self._send(
+                405,
+                b'{"error": "the MCP stand-in takes POST (and DELETE to end a session); it '
+                b'sends no server-initiated messages (no GET stream)"}',
+                (("Content-Type", "application/json"), ("Allow", "POST, DELETE")),
+            )
+            return
+        raw = self._read_body()
+        if raw is None:
+            return
+        got = stand_in.receive(raw, sid)
+        if isinstance(got, MCPAnswer):
+            self._answer(got)
+            return
+        attempt = self._attempt()
+        failure = pick(
+            self.ledger.net_faults, got.call, self.ledger.count_call(attempt, got.call), attempt
+        )
+        msg = {**self._who(), "attempt": attempt, **stand_in.tool_event(got)}
+        if failure is not None:
+            msg["failed"] = _describe(failure)
+            if failure.applied:  # applied, then the reply is lost (_network)
+                msg["reply_lost"] = True
+        reply = self.ledger._safe_handle(msg)
+        if reply is None:
+            self._drop()
+            return
+        if failure is not None and reply.get("ok"):
+            self._fail(failure)
+            return
+        self._answer(stand_in.tool_result(got, reply))
+
+    def _answer(self, a: MCPAnswer) -> None:
+        self._send(a.status, a.body, a.headers)
 
     # -- replies ---------------------------------------------------------------------------
 

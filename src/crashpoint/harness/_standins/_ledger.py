@@ -43,9 +43,11 @@ import hmac
 import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import socketserver
+import sys
 import tempfile
 import threading
 import time
@@ -72,8 +74,10 @@ from crashpoint.harness._spec import (
     pick,
     size_text,
 )
+from crashpoint.harness._standins._anthropic import ENV_ANTHROPIC_KEY, ENV_ANTHROPIC_URL
 from crashpoint.harness._standins._http import ServiceHandler
 from crashpoint.harness._standins._llm import LLMStandIn
+from crashpoint.harness._standins._mcp import ENV_MCP, ENV_MCP_STDIO, MCPStandIn
 from crashpoint.harness._standins._peer import Peer, identify
 from crashpoint.probe import ENV_LEDGER
 
@@ -100,6 +104,8 @@ GUESTS_PER_USER = 4
 ENV_TOKEN = "CRASHPOINT_TOKEN"  # noqa: S105 (a variable name, not a secret)
 #: accept() failing for want of descriptors or memory: wait a little instead of spinning
 _ACCEPT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+#: The stdio face of the MCP stand-in: a relay to its HTTP endpoint, run as a script.
+MCP_STDIO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mcp_stdio.py")
 _POLL = 1.0  # how often a quiet connection's thread looks up (limits, close)
 
 
@@ -210,6 +216,7 @@ class Ledger:
         self.forbidden: list[dict[str, Any]] = []
         self._calls: Counter[tuple[int, str]] = Counter()  # (attempt, call) -> requests
         self._llm: LLMStandIn | None = None
+        self._mcp: MCPStandIn | None = None
         self.smtp: SmtpSink | None = None
 
     def _init_limits(self) -> None:
@@ -301,7 +308,11 @@ class Ledger:
             env[ENV_TOKEN] = self.token
         if self.http_url:
             env[ENV_LEDGER_HTTP] = self.http_url
-            env.update({ENV_HTTP: self.urls()["http"], ENV_LLM: self.urls()["llm"]})
+            urls = self.urls()
+            env.update({ENV_HTTP: urls["http"], ENV_LLM: urls["llm"]})
+            # the Anthropic SDK's base URL, and its key: the trial's token (sent as x-api-key)
+            env.update({ENV_ANTHROPIC_URL: urls["anthropic"], ENV_ANTHROPIC_KEY: self.token})
+            env.update({ENV_MCP: urls["mcp"], ENV_MCP_STDIO: urls["mcp_stdio"]})
         if self.smtp is not None:
             env.update(
                 {
@@ -315,13 +326,20 @@ class Ledger:
 
     def urls(self) -> dict[str, str]:
         """The stand-ins' addresses, as the agent's placeholders give them: ``http`` (the HTTP
-        stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``smtp``
-        (host:port, "" without the sink). None carries a secret."""
+        stand-in's base URL), ``llm`` (the OpenAI base URL, ending in /v1), ``anthropic`` (the
+        Anthropic base URL: the SDK adds /v1/messages), ``smtp`` (host:port, "" without the
+        sink), ``mcp`` (the MCP stand-in's streamable-HTTP endpoint), ``mcp_stdio`` (a command
+        line that serves it on stdio: split it with ``shlex.split``). None carries a secret."""
         if not self.http_url:
-            return {"http": "", "llm": "", "smtp": ""}
+            return {"http": "", "llm": "", "anthropic": "", "smtp": "", "mcp": "", "mcp_stdio": ""}
         return {
             "http": self.http_url + "/http",
             "llm": self.http_url + "/v1",
+            "anthropic": self.http_url,
+            "mcp": self.http_url + "/mcp",
+            # the relay runs isolated (-I) by its path: it needs only the standard library,
+            # whatever Python and environment the agent's MCP client starts it with
+            "mcp_stdio": shlex.join([sys.executable, "-I", MCP_STDIO, self.http_url + "/mcp"]),
             "smtp": f"{self.smtp.host}:{self.smtp.port}" if self.smtp is not None else "",
         }
 
@@ -404,6 +422,13 @@ class Ledger:
             self._llm = LLMStandIn(self.services.llm)
         return self._llm
 
+    def mcp(self) -> MCPStandIn:
+        """The MCP stand-in of the trial under way (its tools from :attr:`services`)."""
+        with self._lock:
+            if self._mcp is None:
+                self._mcp = MCPStandIn(self.services.mcp)
+            return self._mcp
+
     def count_call(self, attempt: int, call: str) -> int:
         """Count one more request of ``call`` in ``attempt``; its number (from 1)."""
         with self._lock:
@@ -458,6 +483,7 @@ class Ledger:
             self.forbidden = []
             self._calls = Counter()
             self._llm = None
+            self._mcp = None
             self.generation += 1
             self.token = secrets.token_hex(16)  # a past trial's token gets 403
             if self.smtp is not None:
@@ -914,7 +940,6 @@ class _Bounded(socketserver.ThreadingMixIn):
             self._free(peer, guest)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
 
         exc = sys.exc_info()[1]
         errors = self.ledger.server_errors

@@ -8,7 +8,9 @@ call (:attr:`LLMResult.is_call`; a boundary: kill before it is answered, or afte
 when ``stream`` was asked).
 
 Routes (``path`` relative to ``/v1``): ``POST /chat/completions``, ``POST /responses`` (each
-streaming or not, with tool calls) and ``GET /models`` (``GET /models/<id>``). Anything else
+streaming or not, with tool calls), ``POST /messages`` (Anthropic-compatible, see
+:mod:`._anthropic`: the same script, billing and fingerprint) and ``GET /models``
+(``GET /models/<id>``). Anything else
 gets an OpenAI-style error body (``{"error": {"message", "type", "param", "code"}}``), never a
 traceback.
 
@@ -50,6 +52,13 @@ from typing import Any
 
 from crashpoint.errors import LLMScriptError
 from crashpoint.harness._spec import Reply, Rule, canonical, parse_llm_script, parse_reply
+from crashpoint.harness._standins._anthropic import (
+    MessagesError,
+    check_messages,
+    messages_error,
+    messages_view,
+    render_messages,
+)
 
 __all__ = [
     "LLMResult",
@@ -212,7 +221,8 @@ def _sse(obj: Any, event: str | None = None) -> bytes:
 
 def streamed_text(chunks: tuple[bytes, ...] | list[bytes]) -> str:
     """The text a client has from these server-sent events of a streamed reply: the content
-    deltas (``/chat/completions``; ``/responses``: ``output_text`` deltas), then the tool
+    deltas (``/chat/completions``; ``/responses``: ``output_text`` deltas; ``/messages``:
+    ``text_delta``), then the tool
     calls' names and argument deltas, as the stand-in's token count sees a reply. What a
     cut stream delivered, and is billed for."""
     text: list[str] = []
@@ -234,6 +244,14 @@ def streamed_text(chunks: tuple[bytes, ...] | list[bytes]) -> str:
                 calls.append(str(ev["item"]["name"]))
             elif kind == "response.function_call_arguments.delta":
                 calls.append(str(ev.get("delta", "")))
+            elif kind == "content_block_delta":  # Anthropic's /v1/messages
+                delta = ev.get("delta") or {}
+                if delta.get("type") == "text_delta":
+                    text.append(str(delta.get("text", "")))
+                elif delta.get("type") == "input_json_delta":
+                    calls.append(str(delta.get("partial_json", "")))
+            elif kind == "content_block_start" and (ev.get("content_block") or {}).get("name"):
+                calls.append(str(ev["content_block"]["name"]))
             for choice in ev.get("choices") or []:
                 delta = (choice.get("delta") or {}) if isinstance(choice, dict) else {}
                 if isinstance(delta.get("content"), str):
@@ -269,6 +287,8 @@ class LLMStandIn:
         ``/responses``, ``/models``) with request ``body``."""
         route = "/" + path.split("?", 1)[0].strip("/")
         method = method.upper()
+        if route == "/messages":  # the Anthropic-compatible route (._anthropic)
+            return self._messages(method, body)
         endpoints = {"/chat/completions": "chat.completions", "/responses": "responses"}
         if route in endpoints:
             if method != "POST":
@@ -289,10 +309,16 @@ class LLMStandIn:
                     code="method_not_allowed",
                 )
             return self._models(route[len("/models/") :] if route != "/models" else "")
+        hint = (
+            " (an Anthropic client's base URL is {anthropic}, without /v1)"
+            if route.endswith("/messages")
+            else ""
+        )
         return _error(
             404,
-            f"Unknown request URL: {method} /v1{route}. The stand-in serves "
-            "POST /v1/chat/completions, POST /v1/responses and GET /v1/models",
+            f"Unknown request URL: {method} /v1{route}{hint}. The stand-in serves "
+            "POST /v1/chat/completions, POST /v1/responses, POST /v1/messages (Anthropic) "
+            "and GET /v1/models",
             code="unknown_url",
         )
 
@@ -315,6 +341,38 @@ class LLMStandIn:
         return LLMResult(200, "application/json", (json.dumps(out).encode(),), "", 0, 0, "")
 
     # -- a model call --------------------------------------------------------------------------
+
+    def _messages(self, method: str, raw: bytes) -> LLMResult:
+        """``POST /v1/messages``: the Anthropic Messages API from the same script."""
+
+        def error(status: int, message: str, kind: str = "invalid_request_error") -> LLMResult:
+            body = messages_error(status, message, kind)
+            return LLMResult(status, "application/json", (body,), "", 0, 0, "")
+
+        if method != "POST":
+            return error(405, f"Method {method} not allowed for /v1/messages: use POST")
+        try:
+            body = check_messages(json.loads(raw or b""))
+            view = messages_view(body)
+            reply = self._reply(view)
+        except (ValueError, UnicodeDecodeError):
+            return error(
+                400, "The request body is not valid JSON (the stand-in expects an object)."
+            )
+        except MessagesError as exc:
+            return error(exc.status, exc.message, exc.kind)
+        except _BadRequest as exc:  # the script's reply function failed
+            return error(exc.status, exc.message, "api_error")
+        fp = _fingerprint("messages", body)
+        prompt = "".join(m["content"] for m in view["messages"])
+        if body.get("tools"):
+            prompt += canonical(body["tools"])
+        ptok = count_tokens(prompt)
+        ctok = count_tokens((reply.text or "") + "".join(n + a for n, a in reply.tool_calls))
+        stream = bool(body.get("stream", False))
+        chunks = render_messages(body["model"], fp, reply, ptok, ctok, stream)
+        ctype = "text/event-stream" if stream else "application/json"
+        return LLMResult(200, ctype, chunks, body["model"], ptok, ctok, fp)
 
     def _call(self, endpoint: str, raw: bytes) -> LLMResult:
         try:
@@ -365,11 +423,7 @@ class LLMStandIn:
             raise _BadRequest("'stream' must be a boolean", "stream", code="invalid_type")
         view = request_view(endpoint, body)
         reply = self._reply(view)
-        fp = hashlib.sha256(
-            canonical(
-                {"route": endpoint, **{k: v for k, v in body.items() if k not in UNFINGERPRINTED}}
-            ).encode()
-        ).hexdigest()
+        fp = _fingerprint(endpoint, body)
         prompt = "".join(m["content"] for m in view["messages"])
         if tools:
             prompt += canonical(tools)
@@ -416,6 +470,14 @@ class LLMStandIn:
         if in_tool_turn:
             text += f" [tool results: {'; '.join(view['tool_results'])[:_MAX_ECHO]}]"
         return Reply(text)
+
+
+def _fingerprint(endpoint: str, body: dict[str, Any]) -> str:
+    return hashlib.sha256(
+        canonical(
+            {"route": endpoint, **{k: v for k, v in body.items() if k not in UNFINGERPRINTED}}
+        ).encode()
+    ).hexdigest()
 
 
 def _call_id(fp: str, i: int) -> str:
