@@ -944,7 +944,9 @@ class TrialAttempts:
             why = ""
             if killed:
                 k = killed[-1]
-                why = f"killed at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
+                why = (
+                    f"told to exit {k['exit']}" if k.get("exit") else "killed"
+                ) + f" at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
             elif ex.signal is not None:
                 why = next(
                     (str(f) for f in s.faults if f.kind not in ("corrupt", *REPLAY_KINDS)), ""

@@ -719,7 +719,7 @@ class TrialRunner:
         ledger.kills = [
             kill_at(f)
             for f in ran.faults
-            if f.kind == "kill" or (f.kind == "power_loss" and f.arg("op"))
+            if f.kind in ("kill", "exit") or (f.kind == "power_loss" and f.arg("op"))
         ]
         nets = {i: net_fault(f) for i, f in enumerate(ran.faults) if f.kind == "network"}
         ledger.net_faults = list(nets.values())  # the stand-ins fail these requests

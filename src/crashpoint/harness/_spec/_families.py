@@ -27,7 +27,7 @@ from crashpoint.errors import FaultSpecError, InvalidArgument, PlaceholderError,
 from crashpoint.faults import CORRUPTIONS, POWER_MODELS, disk_capabilities
 from crashpoint.harness._spec import _power
 from crashpoint.harness._spec._events import call_of
-from crashpoint.harness._spec._model import Golden
+from crashpoint.harness._spec._model import Boundary, Golden
 from crashpoint.harness._spec._network import stream_fail
 from crashpoint.harness._spec._upgrade import REPLAY_KINDS, check_replay_options
 
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_WITHIN",
     "DISK_MECHANISMS",
+    "EXIT_AT",
     "FAMILY_KINDS",
     "FAMILY_OPTIONS",
     "KILL_AT",
@@ -48,6 +49,7 @@ __all__ = [
     "NET_FAILS",
     "PERSISTENT_KINDS",
     "FaultFamily",
+    "exit_points",
     "family_from_spec",
     "net_points",
     "net_requests",
@@ -91,6 +93,7 @@ FAMILY_KINDS = (
     "upgrade",
     "always_replay",
     "backing",
+    "exit",
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -117,7 +120,11 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
         "then",
         "count",
     ),
+    "exit": ("code", "at", "count"),
 }
+#: exit: where the agent is told to exit (a probe event of the golden run, each in turn or
+#: one drawn at random); the code is 1 unless ``code`` says
+EXIT_AT = ("random", "every-boundary")
 #: backing: what each service's outage can be (the first is the default)
 BACKING_DO: dict[str, tuple[str, ...]] = {
     "sqlite": ("lock",),
@@ -134,7 +141,7 @@ DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: corruption, a full disk, a power cut or two resumers change what the next attempt starts
 #: from, so repeating them is not "the same fault again"; ``kill: {at: recovery}`` already
 #: kills twice.
-PERSISTENT_KINDS = ("kill", "signal", "hang", "network")
+PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 KILL_FAILPOINTS = (
     "journal.after_write",
@@ -375,6 +382,9 @@ def _check_options(
         _check_network(opts, at)
     elif kind == "backing":
         _check_backing(opts, at)
+    elif kind == "exit":
+        text("at", EXIT_AT, "random")
+        opts["code"] = _whole(opts.get("code", 1), 1, 255, "exit.code", err=at("code"))
     elif kind == "resumers" and "processes" in opts:
         _whole(
             opts["processes"],
@@ -537,6 +547,8 @@ class FaultFamily:
                 tag = f"{o.get('service')}:{o.get('do')}" + (
                     f"@{o['at']}" if o.get("at", "random") != "random" else ""
                 )
+            if kind == "exit":
+                tag = f"{o.get('at', 'random')}:{o.get('code', 1)}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             name = f"{kind}@{tag}" if tag else kind
@@ -562,6 +574,8 @@ class FaultFamily:
             return bool(o.get("at", "every-boundary") == "every-boundary")
         if kind == "backing":
             return o.get("at") == "every-step"
+        if kind == "exit":
+            return o.get("at") == "every-boundary"
         return (
             kind == "disk_full"
             and "capacity" not in o
@@ -593,6 +607,8 @@ class FaultFamily:
             return len(calls) * len(fails)
         if kind == "backing":
             return len(step_points(golden))
+        if kind == "exit":
+            return len(exit_points(golden))
         if kind == "disk_full":
             mech = o.get("mechanism", "auto")
             if mech == "auto":
@@ -716,7 +732,7 @@ def _every_attempt(
         raise err(
             f"{kind}.every_attempt: only {', '.join(PERSISTENT_KINDS)} can hit every attempt "
             f"(a {kind} changes what the next attempt starts from, so it is not the same "
-            "fault again); make the persistent fault a kill, signal, hang or network fault",
+            "fault again); make the persistent fault a kill, signal, hang, network or exit fault",
             "every_attempt",
         )
     if kind == "kill" and opts.get("at") == "recovery":
@@ -749,6 +765,21 @@ def step_points(golden: Golden) -> list[int]:
     indices), or every event of an agent that names no step."""
     steps = [i for i, e in enumerate(golden.events) if e["op"] == "step_started"]
     return steps or list(range(len(golden.events)))
+
+
+#: The events an ``exit`` fault can land on: what an agent sends through the probe (its reply
+#: can carry the exit code), not a stand-in service's request (an HTTP reply cannot).
+EXIT_OPS = ("step_started", "step_completed", "effect")
+
+
+def exit_points(golden: Golden) -> list[Boundary]:
+    """Where an ``exit`` fault can land: the golden run's boundaries at probe events (steps,
+    effects sent through the probe's socket; not HTTP, SMTP or model requests)."""
+    return [
+        b
+        for b in golden.boundaries()
+        if golden.events[b.index]["op"] in EXIT_OPS and not golden.events[b.index].get("via")
+    ]
 
 
 def net_requests(golden: Golden) -> list[tuple[str, int]]:

@@ -95,6 +95,7 @@ FAULT_KINDS = (
     "upgrade",
     "always_replay",
     "backing",
+    "exit",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
@@ -360,6 +361,12 @@ class Fault:
             return (
                 f"kill attempt {self.attempt} at event #{a.get('index')} "
                 f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
+            )
+        if self.kind == "exit":
+            nth = f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else ""
+            return (
+                f"exit {a.get('code', 1)} in attempt {self.attempt} at {a.get('op')}:"
+                f"{a.get('name', '')}{nth} ({a.get('phase', 'before')})"
             )
         if self.kind == "fileop" and a.get("fileop") is not None:
             return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"

@@ -33,6 +33,7 @@ from crashpoint.harness._spec._families import (
     KILL_FAILPOINTS,
     MAX_FILEOP,
     FaultFamily,
+    exit_points,
     net_points,
     net_requests,
     step_points,
@@ -191,6 +192,17 @@ def _draw(
             if attempt == 1 and opts.get("replay", True) and "upto" in rp:
                 extra["replay"] = {"upto": int(rp["upto"]), "events": int(rp["events"])}
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op), **extra)]
+    if kind == "exit":  # a kill's point, at a probe event; the reply carries the code
+        xs = exit_points(golden)
+        if not xs:
+            raise NoBoundaries(
+                "exit faults need an agent that reports steps or effects through the probe "
+                "(the probe's reply carries the exit code); its golden run reported none. "
+                f"{ADD_PROBE_CALLS}."
+            )
+        b = xs[boundary] if boundary is not None else rng.choice(xs)
+        k = _kill_at(attempt, golden, b.index, b.phase)
+        return [Fault.make("exit", attempt, **dict(k.args), code=int(opts.get("code", 1)))]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
         when = _instant(opts, golden, rng)
@@ -467,7 +479,7 @@ def _again(f: Fault, attempt: int, golden: Golden) -> Fault:
     from where a resumed attempt begins (after the last step completed before it), as a kill
     after a restart is (:func:`_later_kill`)."""
     args = dict(f.args)
-    if f.kind == "kill" and f.arg("op") and f.attempt == 1:
+    if f.kind in ("kill", "exit") and f.arg("op") and f.attempt == 1:
         j = _golden_index(golden, f)
         if j is not None:
             k = _kill_at(
