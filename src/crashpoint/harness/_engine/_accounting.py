@@ -195,6 +195,23 @@ def _exit(
     )
 
 
+def _memory(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """A memory limit fired when the attempt's memory cgroup counted an OOM kill
+    (:meth:`crashpoint.harness._engine._memory.Squeeze.verdict`)."""
+    noted = _noted(i, f, attempts, notes, "memory")
+    if noted is not None:
+        return noted
+    return Outcome(i, f.kind, False, why_not=f"attempt {f.attempt} had no memory cgroup")
+
+
 def _timed(
     i: int,
     f: Fault,
@@ -623,6 +640,7 @@ Accountant = Callable[
 ACCOUNTANTS: dict[str, Accountant] = {
     "kill": _kill,
     "exit": _exit,
+    "memory": _memory,
     "kill_at_time": _timed,
     "signal": _timed,
     "failpoint": _failpoint,

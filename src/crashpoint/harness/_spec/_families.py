@@ -26,7 +26,7 @@ from crashpoint._units import parse_duration, parse_size
 from crashpoint.errors import FaultSpecError, InvalidArgument, PlaceholderError, UnitError
 from crashpoint.faults import CORRUPTIONS, POWER_MODELS, disk_capabilities
 from crashpoint.harness._spec import _power
-from crashpoint.harness._spec._events import call_of
+from crashpoint.harness._spec._events import call_of, size_text
 from crashpoint.harness._spec._model import Boundary, Golden
 from crashpoint.harness._spec._network import stream_fail
 from crashpoint.harness._spec._upgrade import REPLAY_KINDS, check_replay_options
@@ -51,6 +51,7 @@ __all__ = [
     "FaultFamily",
     "exit_points",
     "family_from_spec",
+    "memory_points",
     "net_points",
     "net_requests",
     "parse_budget",
@@ -94,6 +95,7 @@ FAMILY_KINDS = (
     "always_replay",
     "backing",
     "exit",
+    "memory",
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -121,7 +123,13 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
         "count",
     ),
     "exit": ("code", "at", "count"),
+    "memory": ("limit", "at", "count"),
 }
+#: memory: where the attempt's memory limit is set: from its start, or squeezed at a
+#: boundary of the golden run (before the agent is answered there), each in turn or one drawn
+MEMORY_AT = ("start", "random", "every-boundary")
+#: memory: the smallest and largest limit (bytes)
+MIN_MEMORY, MAX_MEMORY = 1 << 20, 1 << 40
 #: exit: where the agent is told to exit (a probe event of the golden run, each in turn or
 #: one drawn at random); the code is 1 unless ``code`` says
 EXIT_AT = ("random", "every-boundary")
@@ -141,7 +149,7 @@ DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: corruption, a full disk, a power cut or two resumers change what the next attempt starts
 #: from, so repeating them is not "the same fault again"; ``kill: {at: recovery}`` already
 #: kills twice.
-PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit")
+PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit", "memory")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 KILL_FAILPOINTS = (
     "journal.after_write",
@@ -385,6 +393,21 @@ def _check_options(
     elif kind == "exit":
         text("at", EXIT_AT, "random")
         opts["code"] = _whole(opts.get("code", 1), 1, 255, "exit.code", err=at("code"))
+    elif kind == "memory":
+        text("at", MEMORY_AT, "start")
+        if "limit" not in opts:
+            raise err(
+                "memory.limit is required: the attempt's memory limit, e.g. {memory: {limit: "
+                "64MiB}} (the kernel OOM-kills the agent when it allocates past it)",
+                "limit",
+            )
+        try:
+            lim = parse_size(opts["limit"], what="memory.limit")
+        except UnitError as exc:
+            raise err(str(exc), "limit") from None
+        if not MIN_MEMORY <= lim <= MAX_MEMORY:
+            raise err(f"memory.limit must be from 1MiB to 1TiB, got {opts['limit']!r}", "limit")
+        opts["limit"] = lim
     elif kind == "resumers" and "processes" in opts:
         _whole(
             opts["processes"],
@@ -549,6 +572,8 @@ class FaultFamily:
                 )
             if kind == "exit":
                 tag = f"{o.get('at', 'random')}:{o.get('code', 1)}"
+            if kind == "memory":
+                tag = f"{o.get('at', 'start')}:{size_text(int(o['limit'])).replace(' ', '')}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             name = f"{kind}@{tag}" if tag else kind
@@ -574,7 +599,7 @@ class FaultFamily:
             return bool(o.get("at", "every-boundary") == "every-boundary")
         if kind == "backing":
             return o.get("at") == "every-step"
-        if kind == "exit":
+        if kind in ("exit", "memory"):
             return o.get("at") == "every-boundary"
         return (
             kind == "disk_full"
@@ -609,6 +634,8 @@ class FaultFamily:
             return len(step_points(golden))
         if kind == "exit":
             return len(exit_points(golden))
+        if kind == "memory":
+            return len(memory_points(golden))
         if kind == "disk_full":
             mech = o.get("mechanism", "auto")
             if mech == "auto":
@@ -732,7 +759,8 @@ def _every_attempt(
         raise err(
             f"{kind}.every_attempt: only {', '.join(PERSISTENT_KINDS)} can hit every attempt "
             f"(a {kind} changes what the next attempt starts from, so it is not the same "
-            "fault again); make the persistent fault a kill, signal, hang, network or exit fault",
+            "fault again); make the persistent fault a kill, signal, hang, network, exit or "
+            "memory fault",
             "every_attempt",
         )
     if kind == "kill" and opts.get("at") == "recovery":
@@ -780,6 +808,12 @@ def exit_points(golden: Golden) -> list[Boundary]:
         for b in golden.boundaries()
         if golden.events[b.index]["op"] in EXIT_OPS and not golden.events[b.index].get("via")
     ]
+
+
+def memory_points(golden: Golden) -> list[Boundary]:
+    """Where a ``memory`` fault can squeeze the limit: before each event of the golden run
+    (the agent is answered once the limit is in place)."""
+    return [b for b in golden.boundaries() if b.phase == "before"]
 
 
 def net_requests(golden: Golden) -> list[tuple[str, int]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from crashpoint._placeholders import fields, fill
 from crashpoint.errors import InvalidArgument
-from crashpoint.harness._spec._events import event_name
+from crashpoint.harness._spec._events import event_name, size_text
 from crashpoint.harness._spec._services import parse_services
 from crashpoint.harness._spec._stderr import error_line
 
@@ -96,6 +96,7 @@ FAULT_KINDS = (
     "always_replay",
     "backing",
     "exit",
+    "memory",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
@@ -368,6 +369,15 @@ class Fault:
                 f"exit {a.get('code', 1)} in attempt {self.attempt} at {a.get('op')}:"
                 f"{a.get('name', '')}{nth} ({a.get('phase', 'before')})"
             )
+        if self.kind == "memory":
+            where = (
+                f"at {a['op']}:{a.get('name', '')}"
+                + (f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else "")
+                if a.get("op")
+                else "from its start"
+            )
+            size = size_text(int(a.get("limit", 0)))
+            return f"memory limit {size} in attempt {self.attempt} {where}"
         if self.kind == "fileop" and a.get("fileop") is not None:
             return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"
         if self.kind == "disk_full" and a.get("point") is not None:

@@ -34,6 +34,7 @@ from crashpoint.harness._spec._families import (
     MAX_FILEOP,
     FaultFamily,
     exit_points,
+    memory_points,
     net_points,
     net_requests,
     step_points,
@@ -203,6 +204,20 @@ def _draw(
         b = xs[boundary] if boundary is not None else rng.choice(xs)
         k = _kill_at(attempt, golden, b.index, b.phase)
         return [Fault.make("exit", attempt, **dict(k.args), code=int(opts.get("code", 1)))]
+    if kind == "memory":
+        limit = int(opts["limit"])
+        if opts.get("at", "start") == "start":
+            return [Fault.make("memory", attempt, limit=limit, label="from its start")]
+        ms = memory_points(golden)
+        if not ms:
+            raise NoBoundaries(
+                "memory faults at a boundary need an agent that reports events (probe events "
+                f"or stand-in requests); its golden run reported none. {ADD_PROBE_CALLS}. Or "
+                "use memory: {at: start} (the limit from the attempt's start)."
+            )
+        b = ms[boundary] if boundary is not None else rng.choice(ms)
+        k = _kill_at(attempt, golden, b.index, b.phase)
+        return [Fault.make("memory", attempt, **dict(k.args), limit=limit)]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
         when = _instant(opts, golden, rng)
@@ -479,7 +494,7 @@ def _again(f: Fault, attempt: int, golden: Golden) -> Fault:
     from where a resumed attempt begins (after the last step completed before it), as a kill
     after a restart is (:func:`_later_kill`)."""
     args = dict(f.args)
-    if f.kind in ("kill", "exit") and f.arg("op") and f.attempt == 1:
+    if f.kind in ("kill", "exit", "memory") and f.arg("op") and f.attempt == 1:
         j = _golden_index(golden, f)
         if j is not None:
             k = _kill_at(
