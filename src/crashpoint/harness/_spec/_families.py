@@ -149,7 +149,7 @@ DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: corruption, a full disk, a power cut or two resumers change what the next attempt starts
 #: from, so repeating them is not "the same fault again"; ``kill: {at: recovery}`` already
 #: kills twice.
-PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit", "memory")
+PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit", "memory", "backing")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 KILL_FAILPOINTS = (
     "journal.after_write",
@@ -759,8 +759,8 @@ def _every_attempt(
         raise err(
             f"{kind}.every_attempt: only {', '.join(PERSISTENT_KINDS)} can hit every attempt "
             f"(a {kind} changes what the next attempt starts from, so it is not the same "
-            "fault again); make the persistent fault a kill, signal, hang, network, exit or "
-            "memory fault",
+            "fault again); make the persistent fault a kill, signal, hang, network, exit, "
+            "memory or backing fault",
             "every_attempt",
         )
     if kind == "kill" and opts.get("at") == "recovery":

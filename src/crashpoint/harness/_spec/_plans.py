@@ -494,7 +494,7 @@ def _again(f: Fault, attempt: int, golden: Golden) -> Fault:
     from where a resumed attempt begins (after the last step completed before it), as a kill
     after a restart is (:func:`_later_kill`)."""
     args = dict(f.args)
-    if f.kind in ("kill", "exit", "memory") and f.arg("op") and f.attempt == 1:
+    if f.kind in ("kill", "exit", "memory", "backing") and f.arg("op") and f.attempt == 1:
         j = _golden_index(golden, f)
         if j is not None:
             k = _kill_at(
