@@ -73,6 +73,7 @@ from crashpoint.harness._engine._memory import MEMORY_CGROUP_VAR, Squeeze
 from crashpoint.harness._engine._races import (
     Barrier,
     EndWatch,
+    Stagger,
     WriteRecorder,
     patience_for,
     race_note,
@@ -282,6 +283,11 @@ def _outages_before_reply(
 
 def _outages_kill_when(outages: list[Outage], ev: dict[str, Any]) -> str:
     return next((k for o in outages if (k := o.kill_when(ev))), "")
+
+
+def _events_sent(ledger: Ledger, attempt: int) -> int:
+    """How many events attempt ``attempt`` has sent so far (a staggered resumer's progress)."""
+    return sum(1 for e in list(ledger.events) if int(e["attempt"]) == attempt)
 
 
 def _group(s: _Setup) -> int:
@@ -687,10 +693,20 @@ class TrialAttempts:
         together = group > 1
         numbers = list(range(s.n, s.n + group))
         started = _Started()
-        if together:
+        stagger = next((str(f.arg("stagger")) for f in s.faults if f.arg("stagger")), "")
+        if together and stagger:  # one after the other, each at the previous one's event N
+            started.barrier = Stagger(
+                tuple(numbers),
+                patience_for(self.golden, runner.agent.timeout) + self.golden.span,
+                started.alive,
+                tuple(int(x) for x in stagger.split(",")),
+                functools.partial(_events_sent, ledger),
+            )
+        elif together:
             started.barrier = Barrier(
                 tuple(numbers), patience_for(self.golden, runner.agent.timeout), started.alive
             )
+        if started.barrier is not None:
             started.recorders = {
                 num: WriteRecorder(
                     os.path.join(self.tdir, f"attempt-{num}"),

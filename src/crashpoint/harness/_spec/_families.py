@@ -103,7 +103,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
-    "resumers": ("processes", "count"),
+    "resumers": ("processes", "stagger", "count"),
     "hang": ("count",),
     "power_loss": ("model", "count"),
     "network": ("call", "fail", "nth", "times", "count"),
@@ -173,6 +173,8 @@ MAX_NET_NTH = 10_000  # network: {nth: N}
 MAX_NET_TIMES = 100  # network: {times: N}
 #: resumers: {processes: k}: how many attempts of one run start at once (2: the default)
 MIN_RESUMERS, MAX_RESUMERS = 2, 32
+#: resumers: {stagger: N}: the highest event number a resumer may be held for
+MAX_STAGGER = 100_000
 #: network: how a call can fail (a status: answered with that HTTP status)
 NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
 #: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
@@ -408,15 +410,37 @@ def _check_options(
         if not MIN_MEMORY <= lim <= MAX_MEMORY:
             raise err(f"memory.limit must be from 1MiB to 1TiB, got {opts['limit']!r}", "limit")
         opts["limit"] = lim
-    elif kind == "resumers" and "processes" in opts:
-        _whole(
-            opts["processes"],
-            MIN_RESUMERS,
-            MAX_RESUMERS,
-            "resumers.processes",
-            err=at("processes"),
-            cap=" attempts started at once",
-        )
+    elif kind == "resumers":
+        if "processes" in opts:
+            _whole(
+                opts["processes"],
+                MIN_RESUMERS,
+                MAX_RESUMERS,
+                "resumers.processes",
+                err=at("processes"),
+                cap=" attempts started at once",
+            )
+        if "stagger" in opts:
+            opts["stagger"] = _stagger(
+                opts["stagger"], int(opts.get("processes", MIN_RESUMERS)), at("stagger")
+            )
+
+
+def _stagger(v: Any, k: int, err: Callable[[str], FaultSpecError]) -> tuple[int, ...]:
+    """``resumers.stagger``: the boundary (its event number, from 1) the previous resumer must
+    reach before the next one is released, one number for all or a list of ``k - 1``."""
+    how = (
+        "resumers.stagger is the event (from 1) the previous resumer must reach before the next "
+        "is released: a whole number (e.g. stagger: 3), or a list of one per resumer after the "
+        f"first ({k - 1} for processes: {k})"
+    )
+    vs = v if isinstance(v, list) else [v] * (k - 1)
+    if len(vs) != k - 1:
+        raise err(f"{how}; got {len(vs)} number(s)")
+    for x in vs:
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_STAGGER:
+            raise err(f"{how}, each from 1 to {MAX_STAGGER}; got {v!r}")
+    return tuple(vs)
 
 
 def _check_backing(
@@ -566,6 +590,9 @@ class FaultFamily:
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if kind == "resumers" and o.get("processes", MIN_RESUMERS) != MIN_RESUMERS:
                 tag = f"processes={o['processes']}"
+            if kind == "resumers" and o.get("stagger"):
+                stag = "stagger=" + ",".join(map(str, dict.fromkeys(o["stagger"])))
+                tag = f"{tag}:{stag}" if tag else stag
             if kind == "backing":
                 tag = f"{o.get('service')}:{o.get('do')}" + (
                     f"@{o['at']}" if o.get("at", "random") != "random" else ""

@@ -398,6 +398,12 @@ class Fault:
         if self.kind == "resumers":
             k = int(a.get("processes", 2))
             last = self.attempt + k - 1
+            if a.get("stagger"):
+                at = str(a["stagger"]).replace(",", ", #")
+                return (
+                    f"resumers: attempts {self.attempt} to {last}, each released when the one "
+                    f"before reached its event #{at}"
+                )
             return (
                 f"resumers: attempts {self.attempt} to {last} at once"
                 if k > 2

@@ -281,7 +281,10 @@ def _draw(
         return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
     if kind == "resumers":  # k attempts at once; 2 (today's pair) leaves the plan as it was
         group = int(opts.get("processes", 2))
-        return [Fault.make("resumers", attempt, **({"processes": group} if group != 2 else {}))]
+        given: dict[str, Any] = {"processes": group} if group != 2 else {}
+        if opts.get("stagger"):  # released one after the other, at the previous one's event N
+            given["stagger"] = ",".join(str(int(x)) for x in opts["stagger"])
+        return [Fault.make("resumers", attempt, **given)]
     if kind == "power_loss":
         model = str(opts.get("model", "posix"))
         if attempt == 1:
