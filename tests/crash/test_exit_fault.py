@@ -123,8 +123,10 @@ def test_a_client_that_ignores_the_exit_is_not_exercised(tmp_path: Path) -> None
         ({"exit": {"code": 0}}, "exit.code must be at least 1"),
         ({"exit": {"code": 256}}, "above the cap of 255"),
         ({"exit": {"code": "3"}}, "exit.code must be a whole number"),
-        ({"exit": {"at": "time"}}, "exit.at must be one of random, every-boundary"),
+        ({"exit": {"at": "time"}}, "exit.at must be one of random, every-boundary, failpoint"),
         ({"exit": {"sig": "TERM"}}, "unknown option(s) sig"),
+        ({"exit": {"names": ["journal.write"]}}, "exit.names goes with at: failpoint"),
+        ({"exit": {"at": "failpoint", "names": ["nope"]}}, "known: journal.write"),
     ],
 )
 def test_bad_exit_options_say_what_and_where(spec: dict[str, Any], says: str) -> None:
@@ -146,3 +148,16 @@ def test_an_agent_without_probe_events_gets_a_clear_error(tmp_path: Path) -> Non
     )
     with pytest.raises(NoBoundaries, match="exit faults need an agent that reports steps"):
         camp.run()
+
+
+def test_an_exit_at_a_library_failpoint(tmp_path: Path) -> None:
+    """at: failpoint arms one of crashpoint.checkpoint's failpoints to exit(CODE) itself."""
+    fault = {"exit": {"at": "failpoint", "names": ["step.after_complete"], "code": 4, "count": 1}}
+    t = trial(tmp_path, example(5), fault, 0)
+    assert t.plan.faults[0].arg("spec").startswith("step.after_complete=exit(4)@")
+    assert t.attempts[0].returncode == 4
+    assert t.attempts[-1].returncode == 0
+    (o,) = t.outcomes
+    assert o.fired, o.why_not
+    assert "failpoint step.after_complete hit" in o.where
+    assert t.status == "passed", [str(c) for c in t.failed]

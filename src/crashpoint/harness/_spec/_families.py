@@ -122,7 +122,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
         "then",
         "count",
     ),
-    "exit": ("code", "at", "count"),
+    "exit": ("code", "at", "names", "count"),
     "memory": ("limit", "at", "count"),
 }
 #: memory: where the attempt's memory limit is set: from its start, or squeezed at a
@@ -130,9 +130,10 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
 MEMORY_AT = ("start", "random", "every-boundary")
 #: memory: the smallest and largest limit (bytes)
 MIN_MEMORY, MAX_MEMORY = 1 << 20, 1 << 40
-#: exit: where the agent is told to exit (a probe event of the golden run, each in turn or
-#: one drawn at random); the code is 1 unless ``code`` says
-EXIT_AT = ("random", "every-boundary")
+#: exit: where the agent exits (a probe event of the golden run, each in turn or one drawn at
+#: random: the probe's reply carries the code; or one of the reference library's failpoints,
+#: armed to ``exit(CODE)``); the code is 1 unless ``code`` says
+EXIT_AT = ("random", "every-boundary", "failpoint")
 #: backing: what each service's outage can be (the first is the default)
 BACKING_DO: dict[str, tuple[str, ...]] = {
     "sqlite": ("lock",),
@@ -393,8 +394,21 @@ def _check_options(
     elif kind == "backing":
         _check_backing(opts, at)
     elif kind == "exit":
-        text("at", EXIT_AT, "random")
+        mode = text("at", EXIT_AT, "random")
         opts["code"] = _whole(opts.get("code", 1), 1, 255, "exit.code", err=at("code"))
+        if "names" in opts:
+            if mode != "failpoint":
+                raise err("exit.names goes with at: failpoint (it narrows the failpoints)", "names")
+            names = opts["names"]
+            names = [names] if isinstance(names, str) else names
+            bad = [n for n in names if not isinstance(n, str) or n not in FAILPOINTS]
+            if not isinstance(names, list) or not names or bad:
+                raise err(
+                    f"exit.names must be a non-empty list of failpoint names, got "
+                    f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
+            opts["names"] = tuple(names)
     elif kind == "memory":
         text("at", MEMORY_AT, "start")
         if "limit" not in opts:

@@ -193,6 +193,11 @@ def _draw(
             if attempt == 1 and opts.get("replay", True) and "upto" in rp:
                 extra["replay"] = {"upto": int(rp["upto"]), "events": int(rp["events"])}
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op), **extra)]
+    if kind == "exit" and opts.get("at") == "failpoint":  # the library exits there itself
+        names = list(opts.get("names", KILL_FAILPOINTS))
+        code = int(opts.get("code", 1))
+        spec = f"{rng.choice(names)}=exit({code})@{rng.randint(1, 3)}"
+        return [Fault.make("failpoint", attempt, spec=spec)]
     if kind == "exit":  # a kill's point, at a probe event; the reply carries the code
         xs = exit_points(golden)
         if not xs:
