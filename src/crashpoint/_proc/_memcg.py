@@ -84,10 +84,10 @@ def _own(controller: str) -> str | None:
     return None
 
 
-def _base() -> tuple[str, str]:
-    """(our memory cgroup's folder, "v1" or "v2"), or raise OSError-like ValueError saying
-    why no memory cgroup can be made here."""
-    mounts = _mountinfo()
+def _base(mounts: list[tuple[str, str, str, str]] | None = None) -> tuple[str, str]:
+    """(our memory cgroup's folder, "v1" or "v2"), or raise ValueError saying why no memory
+    cgroup can be made here. ``mounts``: the mounts to look at (default: this process's)."""
+    mounts = _mountinfo() if mounts is None else mounts
     v1 = [(r, m) for r, m, t, o in mounts if t == "cgroup" and "memory" in o.split(",")]
     v2 = [(r, m) for r, m, t, _o in mounts if t == "cgroup2"]
     why = []
@@ -105,17 +105,18 @@ def _base() -> tuple[str, str]:
         root, mount = found[0]
         rel = os.path.relpath(own, root) if own.startswith(root) else own.lstrip("/")
         folder = os.path.normpath(os.path.join(mount, "" if rel == "." else rel))
-        if kind == "v2":
+        if kind == "v2":  # our children must get the controller: it is delegated to them
             try:
-                with open(os.path.join(folder, "cgroup.controllers")) as f:
+                with open(os.path.join(folder, "cgroup.subtree_control")) as f:
                     if "memory" not in f.read().split():
                         why.append(
-                            f"the cgroup v2 hierarchy gives our cgroup ({folder}) no memory "
-                            "controller (it is not delegated to it)"
+                            f"the cgroup v2 hierarchy does not give our cgroup's children the "
+                            f"memory controller ({folder}/cgroup.subtree_control lacks memory: "
+                            "run in a cgroup with it delegated, e.g. a container's own root)"
                         )
                         continue
             except OSError as exc:
-                why.append(f"cannot read {folder}/cgroup.controllers: {exc.strerror}")
+                why.append(f"cannot read {folder}/cgroup.subtree_control: {exc.strerror}")
                 continue
         if not os.access(folder, os.W_OK):
             why.append(
