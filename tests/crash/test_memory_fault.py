@@ -142,3 +142,55 @@ def test_bad_memory_options_say_what(spec: dict[str, Any], says: str) -> None:
     with pytest.raises(FaultSpecError) as info:
         family_from_spec(spec)
     assert says in str(info.value)
+
+
+SLEEPER = (
+    "import os, time\n"
+    "from crashpoint import probe\n"
+    "probe.step_started('work')\n"
+    "time.sleep(30 if os.environ.get('CRASHPOINT_MEMORY_CGROUP') else 0)\n"
+    "probe.step_completed('work')\n"
+    "print('done')\n"
+)
+
+
+@needs_cgroup
+def test_ctrl_c_removes_the_memory_cgroups(tmp_path: Path) -> None:
+    """``crashpoint run`` stopped by SIGINT while an attempt runs in its memory cgroup: the
+    cgroup (and the harness's folder of them) is gone when it exits."""
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    (tmp_path / "s.scenario.yaml").write_text(
+        "name: sleeps in its memory cgroup\n"
+        'agent:\n  command: ["{python}", "{scenario_dir}/sleeper.py"]\n  timeout: 60s\n'
+        "faults:\n  - memory: {limit: 1GiB, count: 1}\nrestarts: 1\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crashpoint", "run", str(tmp_path), "--report", str(tmp_path / "r")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base, _version = _base()
+    tag = f"-{proc.pid}-"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            owners = [n for n in os.listdir(base) if n.startswith(_PREFIX) and tag in n]
+            if any(a.startswith("a-") for n in owners for a in os.listdir(os.path.join(base, n))):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the attempt's memory cgroup never appeared")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert [n for n in os.listdir(base) if n.startswith(_PREFIX) and tag in n] == []
