@@ -94,3 +94,41 @@ def test_the_family_is_named_by_its_stagger() -> None:
     fam = family_from_spec({"resumers": {"processes": 3, "stagger": [2, 4]}})
     assert fam.name == "resumers@processes=3:stagger=2,4"
     assert family_from_spec({"resumers": {"stagger": 5}}).name == "resumers@stagger=5"
+
+
+def test_the_stagger_holds_the_next_until_the_one_before_reaches_its_event() -> None:
+    """The Stagger itself, with a counter for the events sent: attempt 2 waits at its first
+    boundary until attempt 1 has sent 3 events, attempt 3 until attempt 2 has sent 2."""
+    import threading
+    import time
+
+    from crashpoint.harness._engine._races import Stagger
+
+    sent = {1: 0, 2: 0, 3: 0}
+    stagger = Stagger((1, 2, 3), 5.0, lambda n: True, (3, 2), sent.__getitem__)
+    order: list[int] = []
+
+    def arrive(n: int) -> None:
+        stagger.wait(n)
+        order.append(n)
+
+    threads = [threading.Thread(target=arrive, args=(n,)) for n in (3, 2, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    assert order == [1]  # all arrived: the first went on, the others are held
+    sent[1] = 2
+    time.sleep(0.1)
+    assert order == [1]
+    sent[1] = 3
+    time.sleep(0.1)
+    assert order == [1, 2]
+    sent[2] = 2
+    for t in threads:
+        t.join(5)
+    assert order == [1, 2, 3]
+    note = stagger.note()
+    assert note["how"] == "staggered"
+    assert note["gate"] == "together"
+    assert note["releases"][2][1] == "attempt 1 reached its event #3"
+    assert note["releases"][3][1] == "attempt 2 reached its event #2"

@@ -166,7 +166,8 @@ class Stagger(Barrier):
     each is first held at its first boundary until all have arrived (as :class:`Barrier`
     does: start-up differs, and an attempt that arrives after another finished cannot race it);
     then the first goes on, and each next one only once the one before it has sent ``at[j]``
-    events (reached its boundary ``at[j]``), or has ended, or the patience ran out.
+    events (reached its boundary ``at[j]``), or has ended, or never reached a boundary (it
+    may be blocked on this one's lock), or three times the patience ran out.
     ``count(n)``: how many events attempt ``n`` has sent."""
 
     def __init__(
@@ -200,6 +201,8 @@ class Stagger(Barrier):
                 sent = self.count(before)
                 if sent >= need:
                     how = f"attempt {before} reached its event #{need}"
+                elif before not in self.arrived:  # it never reached a boundary: it may be
+                    how = f"attempt {before} never reached a boundary"  # waiting on us
                 elif not self.alive(before):
                     how = f"attempt {before} ended after {sent} event(s)"
                 elif time.monotonic() - gate >= 3 * self.patience:
