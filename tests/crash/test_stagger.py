@@ -112,20 +112,24 @@ def test_the_stagger_holds_the_next_until_the_one_before_reaches_its_event() -> 
         stagger.wait(n)
         order.append(n)
 
+    def until(want: list[int]) -> None:
+        deadline = time.monotonic() + 10
+        while order != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert order == want
+
     threads = [threading.Thread(target=arrive, args=(n,)) for n in (3, 2, 1)]
     for t in threads:
         t.start()
-    time.sleep(0.2)
-    assert order == [1]  # all arrived: the first went on, the others are held
+    until([1])  # all arrived: the first went on, the others are held
     sent[1] = 2
     time.sleep(0.1)
-    assert order == [1]
+    assert order == [1]  # one event short
     sent[1] = 3
-    time.sleep(0.1)
-    assert order == [1, 2]
+    until([1, 2])
     sent[2] = 2
     for t in threads:
-        t.join(5)
+        t.join(10)
     assert order == [1, 2, 3]
     note = stagger.note()
     assert note["how"] == "staggered"
