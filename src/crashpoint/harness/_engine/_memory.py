@@ -15,15 +15,22 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from crashpoint._proc import Exit, MemoryCgroup, MemoryUse
+from crashpoint._proc import Exit, MemoryCgroup, MemoryUse, memory_cgroup_support
 from crashpoint.harness._engine._accounting import kill_at
 from crashpoint.harness._spec import Fault, KillAt, size_text
 
-__all__ = ["MEMORY_CGROUP_VAR", "Squeeze"]
+__all__ = ["MEMORY_CGROUP_VAR", "Squeeze", "memory_unavailable"]
 
 #: In an attempt's environment under a ``memory`` fault: its memory cgroup's folder. Only a
 #: fresh process joins a cgroup by its argv, so such an attempt is never forked.
 MEMORY_CGROUP_VAR = "CRASHPOINT_MEMORY_CGROUP"
+
+
+def memory_unavailable() -> str | None:
+    """Why an attempt cannot have a memory cgroup here (not root, no memory controller, a
+    read-only cgroupfs), or None: a ``memory`` fault's trials are skipped with it."""
+    return memory_cgroup_support() or None
+
 
 #: What a memory cgroup's limit is while unlimited (set before a squeeze at a boundary)
 UNLIMITED = 1 << 50
