@@ -161,3 +161,23 @@ def test_an_exit_at_a_library_failpoint(tmp_path: Path) -> None:
     assert o.fired, o.why_not
     assert "failpoint step.after_complete hit" in o.where
     assert t.status == "passed", [str(c) for c in t.failed]
+
+
+def test_an_exit_in_an_effects_in_doubt_window(tmp_path: Path) -> None:
+    """The demo agent's effects go through the probe: at ``effect:publish (in_doubt)`` the
+    effect is applied, then the reply tells the agent to exit; the next attempt retries with
+    the same key and the ledger deduplicates it."""
+    demo = (sys.executable, "-m", "crashpoint.agents.demo", "--state", "{state_dir}")
+    fault = {"exit": {"at": "every-boundary", "code": 9}}
+    t = trial(tmp_path, demo, fault, 14)
+    assert t.plan.describe() == "exit 9 in attempt 1 at effect:publish (in_doubt)"
+    assert [a.returncode for a in t.attempts] == [9, 0]
+    hit = next(e for e in t.events if e.get("exit"))
+    assert (hit["op"], hit["killed"], hit["applied"], hit["exit"]) == (
+        "effect",
+        "in_doubt",
+        True,
+        9,
+    )
+    assert t.status == "passed", [str(c) for c in t.failed]
+    assert next(c for c in t.checks if c.name == "exactly_once").ok
