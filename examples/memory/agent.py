@@ -42,12 +42,13 @@ def main() -> int:
     args = ap.parse_args()
     os.makedirs(args.state, exist_ok=True)
     path = os.path.join(args.state, "done.json")
-    state: dict[str, object] = {"done": [], "starts": 0}
+    done: list[str] = []
+    starts = 0
     if os.path.exists(path):
         with open(path) as f:
             state = json.load(f)
-    done = list(state["done"])  # type: ignore[call-overload]
-    starts = int(state["starts"]) + 1  # type: ignore[call-overload]
+        done, starts = list(state["done"]), int(state["starts"])
+    starts += 1
     if args.max_attempts and len(done) < len(STEPS) and starts > args.max_attempts:
         print(
             f"agent.py: gave up after {starts - 1} attempts: step load runs out of memory "
@@ -56,21 +57,19 @@ def main() -> int:
         )
         return 69
     save(path, {"done": done, "starts": starts})
-    loaded = 0
     for step in STEPS:
         if step in done:
             continue
         probe.step_started(step)
-        if step == "load":
+        if step == "load":  # every page touched, so the memory is really charged
             block = bytearray(args.alloc << 20)
-            block[:: 4096] = b"x" * len(block[:: 4096])  # every page touched
-            loaded = len(block) >> 20
+            block[::4096] = b"x" * len(block[::4096])
             del block
         done.append(step)
         save(path, {"done": done, "starts": starts})
         probe.step_completed(step)
     print(json.dumps({"loaded": args.alloc}))
-    return 0 if loaded >= 0 else 1
+    return 0
 
 
 if __name__ == "__main__":
