@@ -14,7 +14,8 @@ Wire format (documented for other languages in ``docs/reference/wire-protocol.md
     -> {"op": "effect", "kind": "send_email", "payload": {...}, "key": "run-7:send_email:0"}
     <- {"ok": true, "applied": true}
 
-A reply ``{"ok": false, "error": "..."}`` raises :class:`ProbeError`.
+A reply ``{"ok": false, "error": "..."}`` raises :class:`ProbeError`. A reply with
+``"exit": N`` (the harness's ``exit`` fault) ends the process with exit code N at once.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class _Client:
         if not line:
             raise ProbeError(f"the ledger at {self.address} closed the connection")
         reply: dict[str, Any] = json.loads(line)
+        code = reply.get("exit")
+        if type(code) is int and 0 < code < 256:  # an exit fault: the process exits here
+            _exit_now(code)
         if not reply.get("ok"):
             raise ProbeError(f"the ledger refused {msg.get('op')!r}: {reply.get('error')}")
         return reply
@@ -87,6 +91,19 @@ class _Client:
                 return self._roundtrip(msg)
             except OSError as exc:
                 raise ProbeError(f"lost the ledger at {self.address}: {exc}") from exc
+
+
+def _exit_now(code: int) -> None:
+    """End this process with ``code`` at once, as an agent that gives up with an error does:
+    what it printed is flushed, nothing else runs (no ``finally``, no atexit handler)."""
+    import sys  # here, not at import: see the module's imports
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: S110 - a closed or broken stream: the exit matters
+            pass
+    os._exit(code)
 
 
 _client: _Client | None = None

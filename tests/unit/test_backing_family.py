@@ -79,7 +79,6 @@ def test_defaults_and_name() -> None:
         ({"service": "sqlite", "path": "/etc/passwd"}, "path", "must start with {state_dir}"),
         ({"service": "sqlite", "path": "{state_dir}/../x"}, "path", "climbs out"),
         ({"service": "sqlite", "hold": "1s"}, "hold", "unknown option"),
-        ({"service": "sqlite", "every_attempt": True}, "every_attempt", "only kill"),
     ],
 )
 def test_bad_options_are_refused(opts: dict[str, Any], option: str, words: str) -> None:

@@ -144,8 +144,9 @@ def test_the_docs_crash_loop_example_is_the_shipped_scenario() -> None:
     shipped = root / "scenarios" / "crash-loop.scenario.yaml"
     assert block in shipped.read_text()
     sc = load_scenario(shipped)
-    (fam,) = sc.families
-    assert fam.family.name == "kill@random@every_attempt"
+    kill, exit_ = sc.families
+    assert kill.family.name == "kill@random@every_attempt"
+    assert exit_.family.name == "exit@random:3@every_attempt"
     assert sc.expect.crash_loop_within == 3
 
 

@@ -2,7 +2,8 @@
 
 Layer 3 (above the library, below the faults and the harness). It may import the base
 (:mod:`crashpoint.errors`) and the standard library, and psutil, which lives here and nowhere
-else. Three modules: ``_process`` (spawning, output capture, killing a tree, the reap token),
+else. Four modules: ``_process`` (spawning, output capture, killing a tree, the reap token),
+``_memcg`` (a memory cgroup per attempt, for the memory-exhaustion fault),
 ``_cgroup`` (a cgroup v2 per attempt where the machine allows; also run as its own watcher
 process, so standard library only), ``_cleanup`` (the registry of what runs, SIGINT/SIGTERM
 turned into a clean stop, and the reaper of what a killed harness left) and ``_writers`` (who
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
         received,
         shielded,
         signal_name,
+    )
+    from crashpoint._proc._memcg import (
+        MemoryCgroup,
+        MemoryUse,
+        memory_cgroup,
+        memory_cgroup_support,
     )
     from crashpoint._proc._process import (
         KEEP_HEAD,
@@ -64,6 +71,7 @@ _CGROUP = "crashpoint._proc._cgroup"
 _CLEANUP = "crashpoint._proc._cleanup"
 _PROCESS = "crashpoint._proc._process"
 _WRITERS = "crashpoint._proc._writers"
+_MEMCG = "crashpoint._proc._memcg"
 _WHERE = {
     "AgentProcess": _PROCESS,
     "AttemptCgroup": _CGROUP,
@@ -74,6 +82,8 @@ _WHERE = {
     "KEEP_HEAD": _PROCESS,
     "KEEP_TAIL": _PROCESS,
     "LIVE": _CLEANUP,
+    "MemoryCgroup": _MEMCG,
+    "MemoryUse": _MEMCG,
     "OutputCapture": _PROCESS,
     "PLACEHOLDER_TOKEN": _PROCESS,
     "REAP_VAR": _PROCESS,
@@ -88,6 +98,8 @@ _WHERE = {
     "kill_tree": _PROCESS,
     "leftovers": _PROCESS,
     "marked": _PROCESS,
+    "memory_cgroup": _MEMCG,
+    "memory_cgroup_support": _MEMCG,
     "new_reap_token": _PROCESS,
     "reap_stale": _CLEANUP,
     "received": _CLEANUP,
@@ -116,6 +128,8 @@ __all__ = [
     "CappedOutput",
     "Containment",
     "Exit",
+    "MemoryCgroup",
+    "MemoryUse",
     "OutputCapture",
     "Reaped",
     "WriterWatch",
@@ -130,6 +144,8 @@ __all__ = [
     "kill_tree",
     "leftovers",
     "marked",
+    "memory_cgroup",
+    "memory_cgroup_support",
     "new_reap_token",
     "open_watch",
     "reap_stale",

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         as_agent,
         as_families,
         fork_plan,
+        memory_unavailable,
         replay,
     )
     from crashpoint.harness._report import (
@@ -166,6 +167,7 @@ _WHERE = {
     "Ledger": "crashpoint.harness._standins",
     "PostgresServer": "crashpoint.harness._standins",
     "postgres_unavailable": "crashpoint.harness._standins",
+    "memory_unavailable": "crashpoint.harness._engine",
     "CampaignResult": "crashpoint.harness._report",
     "GateVerdict": "crashpoint.harness._report",
     "gate_verdict": "crashpoint.harness._report",
@@ -294,6 +296,7 @@ __all__ = [
     "load_gate",
     "load_scenario",
     "mark_report_running",
+    "memory_unavailable",
     "one_line",
     "parse_budget",
     "parse_duration",

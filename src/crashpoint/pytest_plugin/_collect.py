@@ -29,6 +29,7 @@ from crashpoint.harness import (
     ZygoteError,
     fork_plan,
     load_scenario,
+    memory_unavailable,
     postgres_unavailable,
 )
 from crashpoint.pytest_plugin._campaigns import make_harness, record_campaign, record_interrupted
@@ -75,6 +76,14 @@ class ScenarioFile(pytest.File):
             if why:
                 reason = f"the agent uses {{postgres}}, and no PostgreSQL can run here: {why}"
                 item.add_marker(pytest.mark.skip(reason=reason))
+            elif any(kind == "memory" for kind, _o in fam.family.chain):
+                no_memory = memory_unavailable()  # a memory cgroup of its own, where one can be
+                if no_memory:
+                    item.add_marker(
+                        pytest.mark.skip(
+                            reason=f"memory faults: no memory cgroup here: {no_memory}"
+                        )
+                    )
             for mark in scenario.marks:
                 try:
                     item.add_marker(getattr(pytest.mark, mark))

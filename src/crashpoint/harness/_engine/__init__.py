@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         Campaign,
         ProgressFn,
     )
+    from crashpoint.harness._engine._memory import memory_unavailable
     from crashpoint.harness._engine._replay import (
         golden_from_json,
         replay,
@@ -88,6 +89,7 @@ _WHERE = {
     "account": "crashpoint.harness._engine._accounting",
     "kill_at": "crashpoint.harness._engine._accounting",
     "net_fault": "crashpoint.harness._engine._accounting",
+    "memory_unavailable": "crashpoint.harness._engine._memory",
 }
 
 __all__ = [
@@ -112,6 +114,7 @@ __all__ = [
     "fork_plan",
     "golden_from_json",
     "kill_at",
+    "memory_unavailable",
     "net_fault",
     "new_trial_id",
     "replay",

@@ -37,11 +37,18 @@ Evidence = dict[str, Any]
 def kill_at(f: Fault) -> KillAt:
     """The ledger's kill for a ``kill`` fault: by identity when the plan gives one."""
     phase = str(f.arg("phase", "before"))
+    code = int(f.arg("code", 0)) if f.kind == "exit" else 0
     if f.arg("op"):
         return KillAt(
-            f.attempt, -1, phase, str(f.arg("op")), str(f.arg("name", "")), int(f.arg("nth", 1))
+            f.attempt,
+            -1,
+            phase,
+            str(f.arg("op")),
+            str(f.arg("name", "")),
+            int(f.arg("nth", 1)),
+            code,
         )
-    return KillAt(f.attempt, int(f.arg("index", 0)), phase)
+    return KillAt(f.attempt, int(f.arg("index", 0)), phase, code=code)
 
 
 def net_fault(f: Fault) -> NetFault:
@@ -155,6 +162,54 @@ def _kill(
             f"its event #{want.index}"
         ),
     )
+
+
+def _exit(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """An ``exit`` fault fired when the ledger told the agent to exit at its event and the
+    attempt then ended with that exit code (on its own: not killed, not hung)."""
+    code = int(f.arg("code", 1))
+    told = _kill(i, f, attempts, events, killed, notes, golden)
+    if not told.where:  # never reached its event: why, as for a kill
+        return told
+    a = _attempt(attempts, f.attempt)
+    where = f"{told.where}, exit {code}"
+    if a is not None and a.signal is None and not a.timed_out and a.returncode == code:
+        return Outcome(i, f.kind, True, where)
+    ended = _ended(a) if a is not None else "never ended"
+    return Outcome(
+        i,
+        f.kind,
+        False,
+        told.where,
+        f"the reply at {told.where} told the agent to exit {code}, but the attempt {ended}: "
+        "its probe client did not act on the reply's exit (crashpoint.probe does; another "
+        'client must exit with the reply\'s "exit" code, see docs/reference/wire-protocol.md)',
+    )
+
+
+def _memory(
+    i: int,
+    f: Fault,
+    attempts: list[Attempt],
+    events: list[Evidence],
+    killed: list[Evidence],
+    notes: Evidence,
+    golden: Golden,
+) -> Outcome:
+    """A memory limit fired when the attempt's memory cgroup counted an OOM kill
+    (:meth:`crashpoint.harness._engine._memory.Squeeze.verdict`)."""
+    noted = _noted(i, f, attempts, notes, "memory")
+    if noted is not None:
+        return noted
+    return Outcome(i, f.kind, False, why_not=f"attempt {f.attempt} had no memory cgroup")
 
 
 def _timed(
@@ -585,6 +640,8 @@ Accountant = Callable[
 #: One function per fault kind.
 ACCOUNTANTS: dict[str, Accountant] = {
     "kill": _kill,
+    "exit": _exit,
+    "memory": _memory,
     "kill_at_time": _timed,
     "signal": _timed,
     "failpoint": _failpoint,

@@ -22,7 +22,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from crashpoint._proc import (
     Exit,
     kill_marked,
     kill_tree,
+    memory_cgroup,
     running,
     shielded,
 )
@@ -68,9 +69,11 @@ from crashpoint.faults import (
 from crashpoint.harness._engine import _power
 from crashpoint.harness._engine._accounting import kill_at
 from crashpoint.harness._engine._backing import Outage
+from crashpoint.harness._engine._memory import MEMORY_CGROUP_VAR, Squeeze
 from crashpoint.harness._engine._races import (
     Barrier,
     EndWatch,
+    Stagger,
     WriteRecorder,
     patience_for,
     race_note,
@@ -258,6 +261,8 @@ class _Setup:
     #: ``upgrade``: version B, which this attempt runs (None: the scenario's agent)
     agent: AgentSpec | None = None
     outages: list[Outage] = field(default_factory=list)
+    #: ``memory``: the attempt's memory cgroup and its limit (set, or armed for an event)
+    squeezes: list[Squeeze] = field(default_factory=list)
 
     @property
     def faults(self) -> list[Fault]:
@@ -267,13 +272,22 @@ class _Setup:
         return [(i, f) for i, f in self.mine if f.kind in kinds]
 
 
-def _outages_before_reply(outages: list[Outage], ev: dict[str, Any]) -> None:
+def _outages_before_reply(
+    outages: list[Outage], ev: dict[str, Any], squeezes: Sequence[Squeeze] = ()
+) -> None:
+    for sq in squeezes:  # (a limit is squeezed before an outage holds the reply)
+        sq.before_reply(ev)
     for o in outages:
         o.before_reply(ev)
 
 
 def _outages_kill_when(outages: list[Outage], ev: dict[str, Any]) -> str:
     return next((k for o in outages if (k := o.kill_when(ev))), "")
+
+
+def _events_sent(ledger: Ledger, attempt: int) -> int:
+    """How many events attempt ``attempt`` has sent so far (a staggered resumer's progress)."""
+    return sum(1 for e in list(ledger.events) if int(e["attempt"]) == attempt)
 
 
 def _group(s: _Setup) -> int:
@@ -381,6 +395,7 @@ class TrialAttempts:
                 s.argv = s.armed.wrap(s.argv)
             self._cut_power_in_recovery(s)
             self._arm_backing(s)
+            self._arm_memory(s)
             started = self._start_and_wait(s)
             n = self._account(s, started)
             self._record(s, started)
@@ -643,6 +658,30 @@ class TrialAttempts:
                     o.untraced = why or "the attempt is traced for another fault"
             s.outages.append(o)
 
+    def _arm_memory(self, s: _Setup) -> None:
+        """``memory``: the attempt runs in a memory cgroup of its own (its argv joins it
+        first), the limit set now or armed for the planned event. Where none can be made the
+        fault is noted as not fired, with why (the trial is skipped before: see
+        ``TrialRunner._unsupported``)."""
+        for i, f in s.of("memory"):
+            cg, why = memory_cgroup()
+            if cg is None:
+                self.notes.setdefault(i, {})["memory"] = (False, "", f"no memory cgroup: {why}")
+                continue
+            try:
+                sq = Squeeze.arm(i, f, cg)
+            except OSError as exc:
+                cg.close()
+                self.notes.setdefault(i, {})["memory"] = (
+                    False,
+                    "",
+                    f"the memory limit could not be set: {exc}",
+                )
+                continue
+            s.squeezes.append(sq)
+            s.argv = cg.wrap(s.argv)
+            s.extra[MEMORY_CGROUP_VAR] = cg.folder  # a fresh process (never forked)
+
     # -- running ------------------------------------------------------------------------------
 
     def _start_and_wait(self, s: _Setup) -> _Started:
@@ -654,10 +693,20 @@ class TrialAttempts:
         together = group > 1
         numbers = list(range(s.n, s.n + group))
         started = _Started()
-        if together:
+        stagger = next((str(f.arg("stagger")) for f in s.faults if f.arg("stagger")), "")
+        if together and stagger:  # one after the other, each at the previous one's event N
+            started.barrier = Stagger(
+                tuple(numbers),
+                patience_for(self.golden, runner.agent.timeout) + self.golden.span,
+                started.alive,
+                tuple(int(x) for x in stagger.split(",")),
+                functools.partial(_events_sent, ledger),
+            )
+        elif together:
             started.barrier = Barrier(
                 tuple(numbers), patience_for(self.golden, runner.agent.timeout), started.alive
             )
+        if started.barrier is not None:
             started.recorders = {
                 num: WriteRecorder(
                     os.path.join(self.tdir, f"attempt-{num}"),
@@ -668,8 +717,10 @@ class TrialAttempts:
                 for num in numbers
             }
             ledger.hold_first, ledger.together = started.barrier.wait, True
-        if s.outages:  # before the agent starts: the first event may be where one begins
-            ledger.before_reply = functools.partial(_outages_before_reply, s.outages)
+        if s.outages or s.squeezes:  # before the agent starts: the first event may be it
+            ledger.before_reply = functools.partial(
+                _outages_before_reply, s.outages, squeezes=s.squeezes
+            )
             ledger.kill_when = functools.partial(_outages_kill_when, s.outages)
         timers: list[threading.Timer] = []
         watches: list[Watch] = []
@@ -747,6 +798,8 @@ class TrialAttempts:
                 ledger.before_reply = None
                 for o in s.outages:  # the service is back before anything else runs
                     o.end()
+                for sq in s.squeezes:  # its counters read, the memory cgroup removed
+                    sq.finish()
                 for w in watches:
                     w.stop()
                 for d in detachers:
@@ -850,6 +903,10 @@ class TrialAttempts:
             note = self.notes.get(i, {})
             if note.get("armed") is not None:
                 note["landed"] = tuple(fileop_landing(note.pop("armed"), attempt=n))
+        for sq in s.squeezes:
+            self.notes.setdefault(sq.index, {})["memory"] = sq.verdict(
+                exits[0][1] if exits else None
+            )
         if s.outages:
             ends = [t + ex.duration for _num, ex, t in started.pairs()]
             events = list(self.ledger.events)
@@ -944,7 +1001,9 @@ class TrialAttempts:
             why = ""
             if killed:
                 k = killed[-1]
-                why = f"killed at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
+                why = (
+                    f"told to exit {k['exit']}" if k.get("exit") else "killed"
+                ) + f" at event #{k['event']} {k['op']}:{k['name']} ({k['phase']})"
             elif ex.signal is not None:
                 why = next(
                     (str(f) for f in s.faults if f.kind not in ("corrupt", *REPLAY_KINDS)), ""

@@ -42,7 +42,15 @@ from crashpoint.faults import (
 )
 from crashpoint.harness._spec import Attempt, Golden
 
-__all__ = ["CONTENT_CALLS", "Barrier", "EndWatch", "WriteRecorder", "patience_for", "race_note"]
+__all__ = [
+    "CONTENT_CALLS",
+    "Barrier",
+    "EndWatch",
+    "Stagger",
+    "WriteRecorder",
+    "patience_for",
+    "race_note",
+]
 
 #: Calls that change what a file holds or which file a name is: a *write* to the file (or, for
 #: a rename or a link, to both names). Opens count only when they truncate (``O_TRUNC``);
@@ -150,6 +158,73 @@ class Barrier:
             "released": self.released,
             "how": self.how,
             "patience": self.patience,
+        }
+
+
+class Stagger(Barrier):
+    """Releases ``attempts`` one after the other instead of together (``resumers.stagger``):
+    each is first held at its first boundary until all have arrived (as :class:`Barrier`
+    does: start-up differs, and an attempt that arrives after another finished cannot race it);
+    then the first goes on, and each next one only once the one before it has sent ``at[j]``
+    events (reached its boundary ``at[j]``), or has ended, or never reached a boundary (it
+    may be blocked on this one's lock), or three times the patience ran out.
+    ``count(n)``: how many events attempt ``n`` has sent."""
+
+    def __init__(
+        self,
+        attempts: tuple[int, ...],
+        patience: float,
+        alive: Callable[[int], bool],
+        at: tuple[int, ...],
+        count: Callable[[int], int],
+    ) -> None:
+        super().__init__(attempts, patience, alive)
+        self.order = tuple(sorted(attempts))
+        self.at = at
+        self.count = count
+        self.releases: dict[int, tuple[float, str]] = {}  # attempt -> (when, how)
+        self._cancelled = False
+
+    def wait(self, attempt: int) -> None:
+        if attempt not in self.expected:
+            return
+        super().wait(attempt)  # all at their first boundary (or the rest gone, or patience)
+        with self._cond:
+            j = self.order.index(attempt)
+            if j == 0 or self._cancelled:
+                self.releases.setdefault(attempt, (time.monotonic(), "first"))
+                return
+            before, need = self.order[j - 1], self.at[j - 1]
+            gate = self.released if self.released is not None else time.monotonic()
+            how = "cancelled"
+            while not self._cancelled:
+                sent = self.count(before)
+                if sent >= need:
+                    how = f"attempt {before} reached its event #{need}"
+                elif before not in self.arrived:  # it never reached a boundary: it may be
+                    how = f"attempt {before} never reached a boundary"  # waiting on us
+                elif not self.alive(before):
+                    how = f"attempt {before} ended after {sent} event(s)"
+                elif time.monotonic() - gate >= 3 * self.patience:
+                    how = f"patience: attempt {before} had sent {sent} event(s), not {need}"
+                else:
+                    self._cond.wait(0.005)
+                    continue
+                break
+            self.releases[attempt] = (time.monotonic(), how)
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled = True
+        super().cancel()
+
+    def note(self) -> dict[str, Any]:
+        return {
+            **super().note(),
+            "how": "staggered",
+            "gate": self.how,
+            "stagger": list(self.at),
+            "releases": {n: [t, how] for n, (t, how) in self.releases.items()},
         }
 
 

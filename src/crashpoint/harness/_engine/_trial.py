@@ -30,6 +30,7 @@ from crashpoint._proc import (
     AgentProcess,
     BusyWatch,
     Exit,
+    memory_cgroup_support,
     new_reap_token,
     shielded,
 )
@@ -45,6 +46,7 @@ from crashpoint.harness._engine._accounting import (
 )
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
 from crashpoint.harness._engine._backing import PostgresService
+from crashpoint.harness._engine._memory import MEMORY_CGROUP_VAR
 from crashpoint.harness._engine._outside import new_temp_entries
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
 from crashpoint.harness._engine._recording import GoldenRecording
@@ -129,7 +131,12 @@ def new_trial_id() -> str:
 #: Variables only a fresh interpreter acts on (the injected sitecustomize reads them at
 #: start-up): an attempt that has one is spawned, never forked from the warm zygote.
 _FRESH_INTERPRETER = frozenset(
-    {"CRASHPOINT_FILEOP_KILL", "CRASHPOINT_FILEOP_AT", "CRASHPOINT_FILEOP_RECORD"}
+    {
+        "CRASHPOINT_FILEOP_KILL",
+        "CRASHPOINT_FILEOP_AT",
+        "CRASHPOINT_FILEOP_RECORD",
+        MEMORY_CGROUP_VAR,
+    }
 )
 #: Default evidence limits (bytes): per trial folder, and per campaign (one runner).
 EVIDENCE_PER_TRIAL = 64 << 20
@@ -748,7 +755,7 @@ class TrialRunner:
         ledger.kills = [
             kill_at(f)
             for f in ran.faults
-            if f.kind == "kill" or (f.kind == "power_loss" and f.arg("op"))
+            if f.kind in ("kill", "exit") or (f.kind == "power_loss" and f.arg("op"))
         ]
         nets = {i: net_fault(f) for i, f in enumerate(ran.faults) if f.kind == "network"}
         ledger.net_faults = list(nets.values())  # the stand-ins fail these requests
@@ -852,6 +859,10 @@ class TrialRunner:
 
     def _unsupported(self, plan: Plan, golden: Golden) -> str:
         for f in plan.faults:
+            if f.kind == "memory":
+                why = memory_cgroup_support()
+                if why:
+                    return f"memory faults skipped: no writable memory cgroup here ({why})"
             if f.kind == "disk_full":
                 mech = f.arg("mechanism", "tmpfs")
                 caps = disk_capabilities()

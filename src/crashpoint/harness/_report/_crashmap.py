@@ -126,7 +126,7 @@ def _place(golden: Golden, t: TrialResult) -> _Place:
     for k, f in enumerate(t.plan.faults):
         o = fired.get(k)
         p.where = (o.where if o and o.fired else "") or str(f)
-        if f.kind == "kill" and f.arg("op"):
+        if f.kind in ("kill", "exit") and f.arg("op"):
             p.event = _event_index(
                 golden, f.arg("op"), str(f.arg("name", "")), int(f.arg("nth", 1))
             )

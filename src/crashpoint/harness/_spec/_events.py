@@ -136,10 +136,15 @@ class KillAt:
     op: str = ""
     name: str = ""
     nth: int = 1
+    #: not 0: instead of a SIGKILL, the reply tells the agent to exit with this code (an
+    #: ``exit`` fault; only a probe event's reply can carry it, so no stand-in request matches)
+    code: int = 0
 
     def matches(self, ev: dict[str, Any], nth: int) -> bool:
         """Is ``ev`` (the ``nth`` of its op and name in its attempt) this kill's event?"""
         if self.attempt != ev["attempt"]:
+            return False
+        if self.code and (ev.get("via") or ev["op"] == "llm_call"):
             return False
         if self.op:
             return self.op == ev["op"] and self.name == event_name(ev) and self.nth == nth

@@ -26,8 +26,8 @@ from crashpoint._units import parse_duration, parse_size
 from crashpoint.errors import FaultSpecError, InvalidArgument, PlaceholderError, UnitError
 from crashpoint.faults import CORRUPTIONS, POWER_MODELS, disk_capabilities
 from crashpoint.harness._spec import _power
-from crashpoint.harness._spec._events import call_of
-from crashpoint.harness._spec._model import Golden
+from crashpoint.harness._spec._events import call_of, size_text
+from crashpoint.harness._spec._model import Boundary, Golden
 from crashpoint.harness._spec._network import stream_fail
 from crashpoint.harness._spec._upgrade import REPLAY_KINDS, check_replay_options
 
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_WITHIN",
     "DISK_MECHANISMS",
+    "EXIT_AT",
     "FAMILY_KINDS",
     "FAMILY_OPTIONS",
     "KILL_AT",
@@ -48,7 +49,9 @@ __all__ = [
     "NET_FAILS",
     "PERSISTENT_KINDS",
     "FaultFamily",
+    "exit_points",
     "family_from_spec",
+    "memory_points",
     "net_points",
     "net_requests",
     "parse_budget",
@@ -91,6 +94,8 @@ FAMILY_KINDS = (
     "upgrade",
     "always_replay",
     "backing",
+    "exit",
+    "memory",
 )
 #: The options each fault family accepts (``count`` everywhere).
 FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -98,7 +103,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
-    "resumers": ("processes", "count"),
+    "resumers": ("processes", "stagger", "count"),
     "hang": ("count",),
     "power_loss": ("model", "count"),
     "network": ("call", "fail", "nth", "times", "count"),
@@ -117,7 +122,18 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
         "then",
         "count",
     ),
+    "exit": ("code", "at", "names", "count"),
+    "memory": ("limit", "at", "count"),
 }
+#: memory: where the attempt's memory limit is set: from its start, or squeezed at a
+#: boundary of the golden run (before the agent is answered there), each in turn or one drawn
+MEMORY_AT = ("start", "random", "every-boundary")
+#: memory: the smallest and largest limit (bytes)
+MIN_MEMORY, MAX_MEMORY = 1 << 20, 1 << 40
+#: exit: where the agent exits (a probe event of the golden run, each in turn or one drawn at
+#: random: the probe's reply carries the code; or one of the reference library's failpoints,
+#: armed to ``exit(CODE)``); the code is 1 unless ``code`` says
+EXIT_AT = ("random", "every-boundary", "failpoint")
 #: backing: what each service's outage can be (the first is the default)
 BACKING_DO: dict[str, tuple[str, ...]] = {
     "sqlite": ("lock",),
@@ -134,7 +150,7 @@ DISK_MECHANISMS = ("auto", "tmpfs", "rlimit", "failpoint")
 #: corruption, a full disk, a power cut or two resumers change what the next attempt starts
 #: from, so repeating them is not "the same fault again"; ``kill: {at: recovery}`` already
 #: kills twice.
-PERSISTENT_KINDS = ("kill", "signal", "hang", "network")
+PERSISTENT_KINDS = ("kill", "signal", "hang", "network", "exit", "memory", "backing")
 KILL_AT = ("every-boundary", "random", "time", "failpoint", "fileop", "recovery")
 KILL_FAILPOINTS = (
     "journal.after_write",
@@ -158,6 +174,8 @@ MAX_NET_NTH = 10_000  # network: {nth: N}
 MAX_NET_TIMES = 100  # network: {times: N}
 #: resumers: {processes: k}: how many attempts of one run start at once (2: the default)
 MIN_RESUMERS, MAX_RESUMERS = 2, 32
+#: resumers: {stagger: N}: the highest event number a resumer may be held for
+MAX_STAGGER = 100_000
 #: network: how a call can fail (a status: answered with that HTTP status)
 NET_FAILS: tuple[str | int, ...] = ("reset", "timeout", 500, 502, 503, 429)
 #: network: a call is ``METHOD /path`` (an HTTP stand-in request), ``llm`` or ``mail``
@@ -375,15 +393,68 @@ def _check_options(
         _check_network(opts, at)
     elif kind == "backing":
         _check_backing(opts, at)
-    elif kind == "resumers" and "processes" in opts:
-        _whole(
-            opts["processes"],
-            MIN_RESUMERS,
-            MAX_RESUMERS,
-            "resumers.processes",
-            err=at("processes"),
-            cap=" attempts started at once",
-        )
+    elif kind == "exit":
+        mode = text("at", EXIT_AT, "random")
+        opts["code"] = _whole(opts.get("code", 1), 1, 255, "exit.code", err=at("code"))
+        if "names" in opts:
+            if mode != "failpoint":
+                raise err("exit.names goes with at: failpoint (it narrows the failpoints)", "names")
+            names = opts["names"]
+            names = [names] if isinstance(names, str) else names
+            bad = [n for n in names if not isinstance(n, str) or n not in FAILPOINTS]
+            if not isinstance(names, list) or not names or bad:
+                raise err(
+                    f"exit.names must be a non-empty list of failpoint names, got "
+                    f"{opts['names']!r}; known: {', '.join(FAILPOINTS)}",
+                    "names",
+                )
+            opts["names"] = tuple(names)
+    elif kind == "memory":
+        text("at", MEMORY_AT, "start")
+        if "limit" not in opts:
+            raise err(
+                "memory.limit is required: the attempt's memory limit, e.g. {memory: {limit: "
+                "64MiB}} (the kernel OOM-kills the agent when it allocates past it)",
+                "limit",
+            )
+        try:
+            lim = parse_size(opts["limit"], what="memory.limit")
+        except UnitError as exc:
+            raise err(str(exc), "limit") from None
+        if not MIN_MEMORY <= lim <= MAX_MEMORY:
+            raise err(f"memory.limit must be from 1MiB to 1TiB, got {opts['limit']!r}", "limit")
+        opts["limit"] = lim
+    elif kind == "resumers":
+        if "processes" in opts:
+            _whole(
+                opts["processes"],
+                MIN_RESUMERS,
+                MAX_RESUMERS,
+                "resumers.processes",
+                err=at("processes"),
+                cap=" attempts started at once",
+            )
+        if "stagger" in opts:
+            opts["stagger"] = _stagger(
+                opts["stagger"], int(opts.get("processes", MIN_RESUMERS)), at("stagger")
+            )
+
+
+def _stagger(v: Any, k: int, err: Callable[[str], FaultSpecError]) -> tuple[int, ...]:
+    """``resumers.stagger``: the boundary (its event number, from 1) the previous resumer must
+    reach before the next one is released, one number for all or a list of ``k - 1``."""
+    how = (
+        "resumers.stagger is the event (from 1) the previous resumer must reach before the next "
+        "is released: a whole number (e.g. stagger: 3), or a list of one per resumer after the "
+        f"first ({k - 1} for processes: {k})"
+    )
+    vs = v if isinstance(v, list) else [v] * (k - 1)
+    if len(vs) != k - 1:
+        raise err(f"{how}; got {len(vs)} number(s)")
+    for x in vs:
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_STAGGER:
+            raise err(f"{how}, each from 1 to {MAX_STAGGER}; got {v!r}")
+    return tuple(vs)
 
 
 def _check_backing(
@@ -534,10 +605,17 @@ class FaultFamily:
                 tag = f"{o.get('call', 'any')}:{'|'.join(map(str, o.get('fail', ('timeout',))))}"
             if kind == "resumers" and o.get("processes", MIN_RESUMERS) != MIN_RESUMERS:
                 tag = f"processes={o['processes']}"
+            if kind == "resumers" and o.get("stagger"):
+                stag = "stagger=" + ",".join(map(str, dict.fromkeys(o["stagger"])))
+                tag = f"{tag}:{stag}" if tag else stag
             if kind == "backing":
                 tag = f"{o.get('service')}:{o.get('do')}" + (
                     f"@{o['at']}" if o.get("at", "random") != "random" else ""
                 )
+            if kind == "exit":
+                tag = f"{o.get('at', 'random')}:{o.get('code', 1)}"
+            if kind == "memory":
+                tag = f"{o.get('at', 'start')}:{size_text(int(o['limit'])).replace(' ', '')}"
             if isinstance(tag, (list, tuple)):
                 tag = "|".join(map(str, tag))
             name = f"{kind}@{tag}" if tag else kind
@@ -563,6 +641,8 @@ class FaultFamily:
             return bool(o.get("at", "every-boundary") == "every-boundary")
         if kind == "backing":
             return o.get("at") == "every-step"
+        if kind in ("exit", "memory"):
+            return o.get("at") == "every-boundary"
         return (
             kind == "disk_full"
             and "capacity" not in o
@@ -594,6 +674,10 @@ class FaultFamily:
             return len(calls) * len(fails)
         if kind == "backing":
             return len(step_points(golden))
+        if kind == "exit":
+            return len(exit_points(golden))
+        if kind == "memory":
+            return len(memory_points(golden))
         if kind == "disk_full":
             mech = o.get("mechanism", "auto")
             if mech == "auto":
@@ -717,7 +801,8 @@ def _every_attempt(
         raise err(
             f"{kind}.every_attempt: only {', '.join(PERSISTENT_KINDS)} can hit every attempt "
             f"(a {kind} changes what the next attempt starts from, so it is not the same "
-            "fault again); make the persistent fault a kill, signal, hang or network fault",
+            "fault again); make the persistent fault a kill, signal, hang, network, exit, "
+            "memory or backing fault",
             "every_attempt",
         )
     if kind == "kill" and opts.get("at") == "recovery":
@@ -750,6 +835,27 @@ def step_points(golden: Golden) -> list[int]:
     indices), or every event of an agent that names no step."""
     steps = [i for i, e in enumerate(golden.events) if e["op"] == "step_started"]
     return steps or list(range(len(golden.events)))
+
+
+#: The events an ``exit`` fault can land on: what an agent sends through the probe (its reply
+#: can carry the exit code), not a stand-in service's request (an HTTP reply cannot).
+EXIT_OPS = ("step_started", "step_completed", "effect")
+
+
+def exit_points(golden: Golden) -> list[Boundary]:
+    """Where an ``exit`` fault can land: the golden run's boundaries at probe events (steps,
+    effects sent through the probe's socket; not HTTP, SMTP or model requests)."""
+    return [
+        b
+        for b in golden.boundaries()
+        if golden.events[b.index]["op"] in EXIT_OPS and not golden.events[b.index].get("via")
+    ]
+
+
+def memory_points(golden: Golden) -> list[Boundary]:
+    """Where a ``memory`` fault can squeeze the limit: before each event of the golden run
+    (the agent is answered once the limit is in place)."""
+    return [b for b in golden.boundaries() if b.phase == "before"]
 
 
 def net_requests(golden: Golden) -> list[tuple[str, int]]:

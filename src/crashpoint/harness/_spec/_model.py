@@ -13,7 +13,7 @@ from typing import Any
 
 from crashpoint._placeholders import fields, fill
 from crashpoint.errors import InvalidArgument
-from crashpoint.harness._spec._events import event_name
+from crashpoint.harness._spec._events import event_name, size_text
 from crashpoint.harness._spec._services import parse_services
 from crashpoint.harness._spec._stderr import error_line
 
@@ -95,6 +95,8 @@ FAULT_KINDS = (
     "upgrade",
     "always_replay",
     "backing",
+    "exit",
+    "memory",
 )
 
 #: The placeholders of ``command`` and ``args`` ({scenario_dir}: AgentSpec.scenario_dir;
@@ -365,6 +367,21 @@ class Fault:
                 f"kill attempt {self.attempt} at event #{a.get('index')} "
                 f"{a.get('label', '')} ({a.get('phase', 'before')})".replace("  ", " ")
             )
+        if self.kind == "exit":
+            nth = f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else ""
+            return (
+                f"exit {a.get('code', 1)} in attempt {self.attempt} at {a.get('op')}:"
+                f"{a.get('name', '')}{nth} ({a.get('phase', 'before')})"
+            )
+        if self.kind == "memory":
+            where = (
+                f"at {a['op']}:{a.get('name', '')}"
+                + (f" #{a['nth']}" if int(a.get("nth", 1)) > 1 else "")
+                if a.get("op")
+                else "from its start"
+            )
+            size = size_text(int(a.get("limit", 0)))
+            return f"memory limit {size} in attempt {self.attempt} {where}"
         if self.kind == "fileop" and a.get("fileop") is not None:
             return f"kill attempt {self.attempt} before {a.get('label') or 'a file operation'}"
         if self.kind == "disk_full" and a.get("point") is not None:
@@ -385,6 +402,12 @@ class Fault:
         if self.kind == "resumers":
             k = int(a.get("processes", 2))
             last = self.attempt + k - 1
+            if a.get("stagger"):
+                at = str(a["stagger"]).replace(",", ", #")
+                return (
+                    f"resumers: attempts {self.attempt} to {last}, each released when the one "
+                    f"before reached its event #{at}"
+                )
             return (
                 f"resumers: attempts {self.attempt} to {last} at once"
                 if k > 2

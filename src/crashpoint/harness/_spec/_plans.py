@@ -33,6 +33,8 @@ from crashpoint.harness._spec._families import (
     KILL_FAILPOINTS,
     MAX_FILEOP,
     FaultFamily,
+    exit_points,
+    memory_points,
     net_points,
     net_requests,
     step_points,
@@ -191,6 +193,36 @@ def _draw(
             if attempt == 1 and opts.get("replay", True) and "upto" in rp:
                 extra["replay"] = {"upto": int(rp["upto"]), "events": int(rp["events"])}
             return [Fault.make("fileop", attempt, fileop=op, label=_fileop_label(op), **extra)]
+    if kind == "exit" and opts.get("at") == "failpoint":  # the library exits there itself
+        names = list(opts.get("names", KILL_FAILPOINTS))
+        code = int(opts.get("code", 1))
+        spec = f"{rng.choice(names)}=exit({code})@{rng.randint(1, 3)}"
+        return [Fault.make("failpoint", attempt, spec=spec)]
+    if kind == "exit":  # a kill's point, at a probe event; the reply carries the code
+        xs = exit_points(golden)
+        if not xs:
+            raise NoBoundaries(
+                "exit faults need an agent that reports steps or effects through the probe "
+                "(the probe's reply carries the exit code); its golden run reported none. "
+                f"{ADD_PROBE_CALLS}."
+            )
+        b = xs[boundary] if boundary is not None else rng.choice(xs)
+        k = _kill_at(attempt, golden, b.index, b.phase)
+        return [Fault.make("exit", attempt, **dict(k.args), code=int(opts.get("code", 1)))]
+    if kind == "memory":
+        limit = int(opts["limit"])
+        if opts.get("at", "start") == "start":
+            return [Fault.make("memory", attempt, limit=limit, label="from its start")]
+        ms = memory_points(golden)
+        if not ms:
+            raise NoBoundaries(
+                "memory faults at a boundary need an agent that reports events (probe events "
+                f"or stand-in requests); its golden run reported none. {ADD_PROBE_CALLS}. Or "
+                "use memory: {at: start} (the limit from the attempt's start)."
+            )
+        b = ms[boundary] if boundary is not None else rng.choice(ms)
+        k = _kill_at(attempt, golden, b.index, b.phase)
+        return [Fault.make("memory", attempt, **dict(k.args), limit=limit)]
     if kind == "signal":
         sig = str(opts.get("sig", "TERM")).upper()
         when = _instant(opts, golden, rng)
@@ -254,7 +286,10 @@ def _draw(
         return [Fault.make("disk_full", attempt, capacity=cap, mechanism=mech)]
     if kind == "resumers":  # k attempts at once; 2 (today's pair) leaves the plan as it was
         group = int(opts.get("processes", 2))
-        return [Fault.make("resumers", attempt, **({"processes": group} if group != 2 else {}))]
+        given: dict[str, Any] = {"processes": group} if group != 2 else {}
+        if opts.get("stagger"):  # released one after the other, at the previous one's event N
+            given["stagger"] = ",".join(str(int(x)) for x in opts["stagger"])
+        return [Fault.make("resumers", attempt, **given)]
     if kind == "power_loss":
         model = str(opts.get("model", "posix"))
         if attempt == 1:
@@ -467,7 +502,7 @@ def _again(f: Fault, attempt: int, golden: Golden) -> Fault:
     from where a resumed attempt begins (after the last step completed before it), as a kill
     after a restart is (:func:`_later_kill`)."""
     args = dict(f.args)
-    if f.kind == "kill" and f.arg("op") and f.attempt == 1:
+    if f.kind in ("kill", "exit", "memory", "backing") and f.arg("op") and f.attempt == 1:
         j = _golden_index(golden, f)
         if j is not None:
             k = _kill_at(

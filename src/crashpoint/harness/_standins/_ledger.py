@@ -583,6 +583,9 @@ class Ledger:
                 "pgid": pgid,
             }
         )
+        if isinstance(k, KillAt) and k.code:  # an exit fault: the agent exits on its own
+            self.killed[-1]["exit"] = k.code
+            return
         if self.on_kill is not None:
             self.on_kill(ev)
         if pgid is not None:
@@ -639,8 +642,12 @@ class Ledger:
                 k = label if isinstance(label, str) else "disk_full"
         if k is not None:
             ev["killed"] = "before"
+            if isinstance(k, KillAt) and k.code:  # an exit fault: the reply says exit
+                ev["exit"] = k.code
             self._write(ev)
             self._kill(ev, "before", k)
+            if isinstance(k, KillAt) and k.code:
+                return {"ok": True, "exit": k.code}
             return None
         reply: dict[str, Any] = {"ok": True}
         # it reached the service, which failed it: nothing applied; unless the reply is what
@@ -669,7 +676,8 @@ class Ledger:
                 reply["applied"] = True
             ev["applied"] = reply["applied"]
             if self._killed_in_doubt(ev):
-                return None
+                code = ev.get("exit")  # an exit fault: applied, and told to exit at once
+                return {**reply, "exit": code} if code else None
         self._write(ev)
         return reply
 
@@ -680,6 +688,8 @@ class Ledger:
         if k is None:
             return False
         ev["killed"] = "in_doubt"
+        if k.code:
+            ev["exit"] = k.code
         self._write(ev)
         self._kill(ev, "in_doubt", k)
         return True
