@@ -82,7 +82,8 @@ async def chat(state_dir: str, http: str) -> None:
     transcript = [
         {"role": str(item.get("role") or item.get("type")), "text": _text(item)} for item in items
     ]
-    _post(f"{http}/transcripts", {"ticket": TICKET, "transcript": transcript}, f"transcript:{TICKET}")
+    body = {"ticket": TICKET, "transcript": transcript}
+    _post(f"{http}/transcripts", body, f"transcript:{TICKET}")
     print(f"filed a transcript of {len(transcript)} items with {TICKET}")
 
 
