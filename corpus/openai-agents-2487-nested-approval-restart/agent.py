@@ -12,8 +12,9 @@ The worker does what the SDK's human-in-the-loop guide shows, made durable the w
 * resume: ``Runner.run(agent, state)``.
 
 If the worker dies (the approval service reset the connection, a deploy, a crash), its queue
-runs it again: it finds the saved state, reads it back with ``RunState.from_string()`` and goes
-on from there (asking for the approvals not yet recorded).
+runs it again: it finds the saved state, reads it back with ``RunState.from_string()``, asks
+the approval service again about the run's pending approvals (the same key: the service answers
+a repeat once) and resumes.
 
 ``issue_refund`` POSTs to ``{http}/refunds`` with an Idempotency-Key from the order. The model
 is the one ``$OPENAI_BASE_URL`` serves (the Responses API, the SDK's default). Tracing export is
