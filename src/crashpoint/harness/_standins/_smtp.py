@@ -194,6 +194,7 @@ class SmtpSink:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._sessions: set[_Session] = set()
         self._guests: set[_Session] = set()
+        self._open: set[_Session] = set()  # every connection not yet lost (refused ones too)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -249,9 +250,11 @@ class SmtpSink:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        for s in [*self._sessions, *self._guests]:
+        for s in [*self._open, *self._sessions, *self._guests]:
             if isinstance(s.transport, asyncio.WriteTransport):
                 s.transport.abort()
+        for _ in range(3):  # let each aborted transport close its socket before the loop stops
+            await asyncio.sleep(0)
         if self._server is not None:
             await self._server.wait_closed()
         me = asyncio.current_task()
@@ -398,6 +401,7 @@ class _Session(SMTP):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.sink._open.add(self)
         self.trusted = self._vouched(False)
         pool = self.sink._sessions if self.trusted else self.sink._guests
         limit = self.sink.max_connections if self.trusted else self.sink.max_guests
@@ -441,6 +445,7 @@ class _Session(SMTP):
             self.transport.close()
 
     def connection_lost(self, error: Exception | None) -> None:
+        self.sink._open.discard(self)
         self.sink._sessions.discard(self)
         self.sink._guests.discard(self)
         if self._guest_timer is not None:
