@@ -380,6 +380,21 @@ def test_a_key_re_sent_with_another_payload_after_a_restart_gets_the_right_hint(
     assert check_exactly_once(facts(golden, [eff(1, "v1", key="k")])).ok
 
 
+def test_an_effect_sent_with_another_payload_under_a_new_key_gets_the_right_hint() -> None:
+    """A retry that lost part of the input: the transcript filed at the end differs from the
+    crash-free run's (LOST the golden payload, UNEXPECTED the new one): the hint says the
+    payload changed, not that the step was recorded before its effect."""
+    golden = [eff(1, "hello and thanks", key="t")]
+    trial = [eff(1, "thanks", key="t")]
+    out = {c.name: c for c in run_checks(facts(golden, trial, attempts=ended(None, 0)))}
+    c = out["exactly_once"]
+    assert not c.ok
+    assert "LOST" in c.message
+    assert "UNEXPECTED" in c.message
+    assert "payload the golden run never had" in c.hint
+    assert "recorded as done" not in c.hint
+
+
 # -- a secret is a secret however it is encoded -------------------------------------------------
 
 

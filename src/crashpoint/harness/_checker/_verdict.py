@@ -170,6 +170,15 @@ def _exactly_once_hint(facts: TrialFacts, c: CheckResult) -> str:
                 "no later attempt sent it again: on restart, retry an effect whose result "
                 "was not recorded (with the same key)"
             )
+        if lost and "UNEXPECTED " + lost.group(1).split(" ", 1)[0] + " " in msg:
+            kind = lost.group(1).split(" ", 1)[0]
+            return (
+                f"a {kind} effect was applied with a payload the golden run never had, and "
+                "the golden run's payload was never applied: what the effect carries changed "
+                "after the restart (state the crash or a retry lost, or rebuilt differently): "
+                "build the payload only from durable state, so a resumed run sends what a "
+                "crash-free run sends"
+            )
         if facts.completed:
             return (
                 "the run completed without sending it: the step was recorded as done "
