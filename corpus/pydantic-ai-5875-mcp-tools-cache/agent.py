@@ -54,7 +54,7 @@ def build(llm: str, http: str) -> DBOSAgent[None, str]:
 
 async def fulfil(durable: DBOSAgent[None, str], order: str) -> str:
     workflow_id = f"order-{order}"
-    if await DBOS.get_workflow_status_async(workflow_id) is not None:  # started before: wait for its result
+    if await DBOS.get_workflow_status_async(workflow_id) is not None:  # started before
         handle = await DBOS.retrieve_workflow_async(workflow_id)
         result = await handle.get_result()
         return str(result.output)

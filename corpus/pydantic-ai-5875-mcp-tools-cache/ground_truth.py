@@ -40,13 +40,21 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": f"Order {order} is shipped."}
         finish = "stop"
     else:
-        call = {"id": f"call-{order}", "type": "function",
-                "function": {"name": "ship_order", "arguments": json.dumps({"order": order})}}
+        call = {
+            "id": f"call-{order}",
+            "type": "function",
+            "function": {"name": "ship_order", "arguments": json.dumps({"order": order})},
+        }
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
         finish = "tool_calls"
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
 
 
 def main() -> int:
@@ -78,8 +86,16 @@ def main() -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     with tempfile.TemporaryDirectory() as state:
-        cmd = [sys.executable, os.path.join(HERE, "agent.py"), "--state", state,
-               "--llm", url + "/v1", "--http", url]
+        cmd = [
+            sys.executable,
+            os.path.join(HERE, "agent.py"),
+            "--state",
+            state,
+            "--llm",
+            url + "/v1",
+            "--http",
+            url,
+        ]
         first = subprocess.Popen(cmd, start_new_session=True)
         victim.append(first)
         print(f"run 1: exit {first.wait(timeout=120)} (killed while shipping order 1043)")
