@@ -771,6 +771,7 @@ class Store:
 
 STORE_LOCK = ".store-lock"
 REMOVING = ".removing-"
+_LEDGER_PAD = 4096  # a ledger up to this size is rewritten in place, padded (see _Ledger.write)
 
 
 class _StoreLocked:
@@ -847,8 +848,15 @@ class _Ledger:
     def write(self) -> None:
         data = json.dumps({"usage": self.usage, "grants": self.grants}, sort_keys=True).encode()
         try:  # a cache: a lost write is re-measured (each Store measures on first use)
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, data, 0)
+            size = os.fstat(self.fd).st_size
+            if size <= _LEDGER_PAD:
+                # in place, padded with spaces (JSON's whitespace) over what it replaces: a
+                # truncation to zero is a journal transaction of the filesystem (milliseconds
+                # on ext4, each lifecycle command paid it), an overwrite in place is not
+                os.pwrite(self.fd, data.ljust(size), 0)
+            else:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, data, 0)
         except OSError:
             pass
 
