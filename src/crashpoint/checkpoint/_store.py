@@ -776,7 +776,7 @@ _LEDGER_PAD = 4096  # a ledger up to this size is rewritten in place, padded (se
 
 class _StoreLocked:
     """:meth:`Store._store_locked`'s context manager (a class, not ``@contextmanager``: opening
-    a run imports no contextlib, a tenth of what a lifecycle command imports)."""
+    a run imports no contextlib, which a lifecycle command, run once per step, would pay for)."""
 
     __slots__ = ("_led", "_outer", "_store")
 
