@@ -40,15 +40,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "lifecycle_cli.json")
 TARGET_MS = 50.0  # issue 25: one lifecycle command costs at most this
-#: what pip's console script ``crashpoint`` runs (entry point crashpoint.cli:main)
+#: what pip's console script ``crashpoint`` runs, for the checkout's entry point
+#: (``[project.scripts]`` in its pyproject.toml: ``crashpoint = "MODULE:FUNC"``)
 CONSOLE_SCRIPT = """\
 import re
 import sys
-from crashpoint.cli import main
+from {module} import {func}
 if __name__ == "__main__":
     sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
-    sys.exit(main())
+    sys.exit({func}())
 """
+
+
+def _entry_point(src: str) -> tuple[str, str]:
+    """(module, function) of the ``crashpoint`` console script of the checkout whose ``src``
+    folder is ``src`` (its pyproject.toml beside it); ``crashpoint.cli:main`` if none says."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(src)), "pyproject.toml")) as f:
+            text = f.read()
+    except OSError:
+        return "crashpoint.cli", "main"
+    scripts = text.partition("[project.scripts]")[2].partition("\n[")[0]
+    for line in scripts.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "crashpoint" and ":" in value:
+            module, _, func = value.strip().strip("\"'").partition(":")
+            return module, func
+    return "crashpoint.cli", "main"
+
+
 ORDER = ("python -c pass", "start", "status", "effect", "step", "complete", "list (full CLI)")
 
 
@@ -93,13 +113,14 @@ def measure(rounds: int, steps: int, base: str, compare: str | None = None) -> d
     """The commands of this checkout (and, interleaved round by round, of ``compare``: another
     checkout's ``src`` folder, the same commands on a store of its own)."""
     variants = {"this": os.path.join(ROOT, "src"), **({"compare": compare} if compare else {})}
-    script = os.path.join(base, "crashpoint")
-    with open(script, "w") as f:
-        f.write(CONSOLE_SCRIPT)
     names = [f"s{i}" for i in range(steps)]
     got: dict[str, Any] = {}
     for label, src in variants.items():
         env = _env(src)
+        script = os.path.join(base, f"crashpoint-{label}")  # as pip writes it for that checkout
+        module, func = _entry_point(src)
+        with open(script, "w") as f:
+            f.write(CONSOLE_SCRIPT.format(module=module, func=func))
         cp = [sys.executable, script, "checkpoints", "--store", os.path.join(base, label)]
         subprocess.run(  # writes the bytecode caches, as any first run does
             [*cp, "start", "warm-up", "--steps", "a"], env=env, check=True, capture_output=True

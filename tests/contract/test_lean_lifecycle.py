@@ -5,7 +5,8 @@ here, as the console script runs it, on a real store; what it imported beyond a 
 interpreter is checked: the store, its journal and the run's records, the standard library they
 need (json and re), and nothing of what made each command cost 0.1-1.3 s before (typing,
 dataclasses and inspect, argparse, logging, subprocess, tempfile, shutil, the other command
-rooms, the harness, urllib and smtplib). ``benchmarks/lifecycle_cli.py`` measures the time.
+rooms, the harness, urllib and smtplib) or what it no longer needs (contextlib, array, the
+PostgreSQL opener, notifications). ``benchmarks/lifecycle_cli.py`` measures the time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ MAX_CRASHPOINT_MODULES = 24
 HEAVY = {
     "typing",
     "dataclasses",
+    "contextlib",
+    "array",
     "inspect",
     "argparse",
     "logging",
@@ -54,6 +57,8 @@ NOT_HERE = (
     "crashpoint._proc",
     "crashpoint.checkpoint._run",
     "crashpoint.checkpoint._supervisor",
+    "crashpoint.checkpoint._open",
+    "crashpoint.checkpoint._notify",
     "crashpoint.checkpoint._http",
     "crashpoint.checkpoint._mail",
     "crashpoint.checkpoint.postgres",

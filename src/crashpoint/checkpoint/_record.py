@@ -34,7 +34,6 @@ import re
 import struct
 import sys
 import zlib
-from array import array
 from collections.abc import Sequence
 from itertools import accumulate
 
@@ -164,6 +163,9 @@ def nesting_depth(payload: bytes) -> int:
     invalid JSON, and linear in the size."""
     t = payload.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped backslashes, quotes
     outside = b"".join(t.split(b'"')[::2])  # quotes now alternate: open, close
+    # imported here, not above, for the cost: only data with many brackets gets here
+    from array import array
+
     signs = array("b")
     signs.frombytes(outside.translate(_SIGNS, _NOT_BRACKET))
     return max(accumulate(signs), default=0)

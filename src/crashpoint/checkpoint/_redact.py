@@ -55,7 +55,9 @@ DEFAULT_SECRET_NAMES = frozenset(
     }
 )
 
-_WORDS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+#: the words of a field's name; compiled on first use (re's cache): a name of lowercase letters
+#: alone is one word, found without it (a lifecycle command compiles no pattern of its own)
+_WORDS = r"[A-Z]+(?=[A-Z][a-z]|\b|[_\-.\d])|[A-Z]?[a-z]+|[A-Z]+|\d+"
 
 
 class Secret(_Generic["T"]):
@@ -82,7 +84,9 @@ class Secret(_Generic["T"]):
 
 
 def _words(name: str) -> list[str]:
-    return [w.lower() for w in _WORDS.findall(name)]
+    if name.isascii() and name.isalpha() and name.islower():
+        return [name]  # what the pattern finds in it: one word
+    return [w.lower() for w in re.findall(_WORDS, name)]
 
 
 class Redactor:

@@ -10,8 +10,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from crashpoint._failpoints import failpoint
 from crashpoint._fsio import REAL, FsOps, is_temp_of
@@ -33,7 +32,6 @@ from crashpoint.checkpoint._journal import (
     verify_folder,
 )
 from crashpoint.checkpoint._lock import RunLock, acquire, flock_within, is_locked, write_holder
-from crashpoint.checkpoint._notify import Notify
 from crashpoint.checkpoint._record import KIND_SNAPSHOT, decode_json, encode, encode_json
 from crashpoint.checkpoint._redact import DEFAULT_SECRET_NAMES, Redactor
 from crashpoint.checkpoint._value import Value
@@ -51,6 +49,7 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     from crashpoint.checkpoint._facts import Recovery, RunInfo
+    from crashpoint.checkpoint._notify import Notify
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -537,25 +536,11 @@ class Store:
 
     # -- the store-wide lock and its ledger -----------------------------------------------------
 
-    @contextmanager
-    def _store_locked(self) -> Iterator[_Ledger]:
+    def _store_locked(self) -> _StoreLocked:
         """Hold the store-wide lock (an ``flock`` on ``<root>/.store-lock``, re-entrant within
-        this object) and yield the ledger kept in it; a changed ledger is written back."""
-        with self._mutex:
-            led = self._held
-            outer = led is None
-            if led is None:
-                led = self._held = _open_store_lock(self.root, self._store_lock_fd())
-            try:
-                yield led
-            finally:
-                if outer:
-                    self._held = None
-                    try:
-                        if led.dirty:
-                            led.write()
-                    finally:
-                        fcntl.flock(led.fd, fcntl.LOCK_UN)
+        this object) and give the ledger kept in it (``with ... as led``); a changed ledger is
+        written back."""
+        return _StoreLocked(self)
 
     def _store_lock_fd(self) -> int:
         """This process's descriptor of the store's lock file (reopened after a fork: a shared
@@ -786,6 +771,46 @@ class Store:
 
 STORE_LOCK = ".store-lock"
 REMOVING = ".removing-"
+_LEDGER_PAD = 4096  # a ledger up to this size is rewritten in place, padded (see _Ledger.write)
+
+
+class _StoreLocked:
+    """:meth:`Store._store_locked`'s context manager (a class, not ``@contextmanager``: opening
+    a run imports no contextlib, which a lifecycle command, run once per step, would pay for)."""
+
+    __slots__ = ("_led", "_outer", "_store")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._outer = False
+        self._led: _Ledger | None = None
+
+    def __enter__(self) -> _Ledger:
+        store = self._store
+        store._mutex.acquire()
+        try:
+            led = store._held
+            self._outer = led is None
+            if led is None:
+                led = store._held = _open_store_lock(store.root, store._store_lock_fd())
+        except BaseException:
+            store._mutex.release()
+            raise
+        self._led = led
+        return led
+
+    def __exit__(self, *exc: object) -> None:
+        store, led = self._store, self._led
+        try:
+            if self._outer and led is not None:
+                store._held = None
+                try:
+                    if led.dirty:
+                        led.write()
+                finally:
+                    fcntl.flock(led.fd, fcntl.LOCK_UN)
+        finally:
+            store._mutex.release()
 
 
 class _Ledger:
@@ -823,8 +848,15 @@ class _Ledger:
     def write(self) -> None:
         data = json.dumps({"usage": self.usage, "grants": self.grants}, sort_keys=True).encode()
         try:  # a cache: a lost write is re-measured (each Store measures on first use)
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, data, 0)
+            size = os.fstat(self.fd).st_size
+            if size <= _LEDGER_PAD:
+                # in place, padded with spaces (JSON's whitespace) over what it replaces: a
+                # truncation to zero is a journal transaction of the filesystem (milliseconds
+                # on ext4, each lifecycle command paid it), an overwrite in place is not
+                os.pwrite(self.fd, data.ljust(size), 0)
+            else:
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, data, 0)
         except OSError:
             pass
 
@@ -1324,13 +1356,9 @@ class RunJournal:
         return f"<RunJournal {self.run_id!r} seq={self.seq} gen={self.generation}>"
 
 
-@contextmanager
-def opened(store: Store, run_id: str, **kw: Any) -> Iterator[RunJournal]:
-    j = store.open(run_id, **kw)
-    try:
-        yield j
-    finally:
-        j.close()
+def opened(store: Store, run_id: str, **kw: Any) -> RunJournal:
+    """``store.open(run_id, **kw)``, for ``with opened(...) as journal`` (closed at its end)."""
+    return store.open(run_id, **kw)
 
 
 def is_store_url(url_or_path: str | os.PathLike[str]) -> bool:

@@ -21,7 +21,9 @@ imports nothing but :mod:`sys`, and :func:`main` loads only the lifecycle's room
 store, its journal and the run's records; no other room, no harness module); every other
 command loads every room. No room imports pytest, psutil or a harness module when it is loaded
 (the harness face is lazy; ``run`` imports pytest itself). The console script ``crashpoint``,
-``python -m crashpoint`` and ``python -m crashpoint.cli`` all call :func:`main`.
+``python -m crashpoint`` and ``python -m crashpoint.cli`` all call :func:`console_main`, which
+runs :func:`main` and, after a lifecycle command, ends the process without the interpreter's
+teardown when nothing is owed at exit (:func:`crashpoint.cli._fast.exit_now`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type che
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["main"]
+__all__ = ["console_main", "main"]
 
 #: the lifecycle commands, ``crashpoint checkpoints NAME``: the fast path
 _LIFECYCLE = frozenset({"complete", "effect", "start", "status", "step"})
@@ -62,3 +64,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from crashpoint.cli._main import main as full
 
     return full(args)
+
+
+def console_main() -> int:
+    """The ``crashpoint`` command itself (the console script, ``python -m crashpoint``): run
+    :func:`main` on ``sys.argv``; a lifecycle command then exits the process with its code at
+    once, skipping the interpreter's teardown, when nothing is owed at exit (no ``atexit``
+    callback, no other thread, output flushed); otherwise return the exit code."""
+    args = sys.argv[1:]
+    command = _lifecycle_command(args)
+    if command is None:
+        return main(args)
+    # imported here, not above, for the cost (as in main)
+    from crashpoint.cli._fast import exit_now
+    from crashpoint.cli._fast import main as fast
+
+    code = fast(args, command)
+    exit_now(code)  # returns only if something is owed at exit: then the caller exits
+    return code

@@ -2,6 +2,6 @@
 
 import sys
 
-from crashpoint.cli import main
+from crashpoint.cli import console_main
 
-sys.exit(main())
+sys.exit(console_main())

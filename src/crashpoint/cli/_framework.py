@@ -38,7 +38,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 
-from crashpoint.checkpoint import Store, is_store_url, open_store
+from crashpoint.checkpoint import Store, is_store_url
 from crashpoint.errors import CrashpointError, InvalidArgument, UnitError, UsageError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
@@ -276,6 +276,9 @@ class Context:
         folder) is refused, naming the store(s) found inside it or above it."""
         root = self.store_root()
         if is_store_url(root):  # postgresql://...: a PostgresStore (issue 14)
+            # imported here, not above, for the cost: a lifecycle command never loads it
+            from crashpoint.checkpoint import open_store
+
             return open_store(root, **kwargs)  # type: ignore[no-any-return]
         _check_store(root, "--store" if getattr(self.args, "store", None) else STORE_ENV)
         return Store(root, **kwargs)

@@ -35,7 +35,6 @@ from crashpoint.checkpoint import (
     exit_code,
     is_store_url,
     makedirs_durable,
-    open_store,
     record_effect,
     record_step,
     run_status,
@@ -78,6 +77,9 @@ def _store(ctx: Context, *, create: bool = False) -> Any:
     on_corrupt: Literal["raise", "rollback"] = "rollback" if rollback else "raise"
     root = getattr(ctx.args, "store", None) or os.environ.get(STORE_ENV, "")
     if root and is_store_url(root):  # postgresql://...: a PostgresStore (issue 14)
+        # imported here, not above, for the cost: a folder's commands never load it
+        from crashpoint.checkpoint import open_store
+
         return open_store(root, on_corrupt=on_corrupt)
     if not create or not root:
         return Store(ctx.store_root(), on_corrupt=on_corrupt)
