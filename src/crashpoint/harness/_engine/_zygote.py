@@ -110,7 +110,7 @@ from crashpoint._proc import (
 )
 from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
-from crashpoint.harness._spec import PASS_ENV, WARM_IMPORTS, AgentSpec
+from crashpoint.harness._spec import AGENT_PLACEHOLDERS, PASS_ENV, WARM_IMPORTS, AgentSpec
 
 if TYPE_CHECKING:
     from crashpoint._entry import EntryFunction
@@ -165,20 +165,9 @@ _BOOT = (
 
 # -- what a zygote warms: the fork plan of an agent -------------------------------------------
 
-#: Placeholders that differ per trial: a script path using one cannot be read beforehand.
-_PER_TRIAL = (
-    "state_dir",
-    "workdir",
-    "run_id",
-    "trial_id",
-    "http",
-    "llm",
-    "anthropic",
-    "smtp",
-    "mcp",
-    "mcp_stdio",
-    "postgres",
-)
+#: Placeholders that differ per trial: a script path using one cannot be read beforehand
+#: (all but the interpreter and the scenario's folder).
+_PER_TRIAL = tuple(p for p in AGENT_PLACEHOLDERS if p not in ("python", "scenario_dir"))
 
 
 @dataclass(frozen=True)
