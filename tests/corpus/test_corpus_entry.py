@@ -4,7 +4,7 @@ each from its freeze; cached under ~/.cache/crashpoint/corpus/ after the first r
 gate on both sides, and must find the broken side caught by its expected check and the fixed
 side passing. The rest of the corpus is a benchmark (python benchmarks/corpus.py), not a test.
 
-The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
+Marked slow (`pytest -m slow tests/corpus`). The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
 first run builds the environments (95 s in all here, pip's download cache warm); later runs
 take about 30 s."""
 
@@ -17,10 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "langgraph-3668-retry-restarts"
 
 
+# slow: it builds two environments from the registry and runs the gate on both (end to end); the
+# corpus's fast cover: tests/contract/test_corpus_scoreboard.py (the judging, the scoreboard, the
+# offline mode) and test_corpus_schema.py (every entry's bug.yaml)
+@pytest.mark.slow
 def test_the_cheapest_entry_is_caught_on_its_broken_side_and_passes_on_its_fixed_side(
     tmp_path: Path,
 ) -> None:
