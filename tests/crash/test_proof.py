@@ -266,7 +266,17 @@ def test_a_disk_full_sweep_catches_an_agent_that_swallows_enospc(tmp_path: Path)
     assert all(t.status == "passed" for t in good.trials)
 
 
-@pytest.mark.parametrize("via", ["strace", "strace, replayed", "audit hook"])
+@pytest.mark.parametrize(
+    "via",
+    [
+        # slow: real kills at traced operations' fast cover: [strace, replayed] (every operation
+        # once, where planned) and test_kill_replay's [torn_checkpoint] (each traced operation
+        # killed for real, the same verdicts as replayed)
+        pytest.param("strace", marks=pytest.mark.slow),
+        "strace, replayed",
+        "audit hook",
+    ],
+)
 def test_a_fileop_sweep_hits_every_operation_of_the_golden_run_once(
     via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
