@@ -118,7 +118,15 @@ def _both(
 # -- the Done-when: same verdicts, a broken agent still fails ----------------------------------
 
 
-@pytest.mark.parametrize(("script", "ok"), [("good_agent.py", True), ("keyless_effect.py", False)])
+@pytest.mark.parametrize(
+    ("script", "ok"),
+    [
+        # slow: the passing side's fast cover: [keyless_effect.py] (every trial's verdict compared,
+        # passes and failures) and test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails
+        pytest.param("good_agent.py", True, marks=pytest.mark.slow),
+        ("keyless_effect.py", False),
+    ],
+)
 def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
     tmp_path: Path, script: str, ok: bool
 ) -> None:

@@ -200,7 +200,10 @@ def check_clean(tmp: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sig", "kind"),
     [
-        (signal.SIGTERM, "hang"),
+        # slow: the stopped agent's fast cover: [SIGINT-detached-agent] (the same interrupted
+        # gate), test_budget_stops_a_hanging_family_and_fails_it[scenario] (a hung agent cleaned
+        # up), 143 on SIGTERM: test_plain_pytest_sigterm_... and test_xdist_sigterm_...
+        pytest.param(signal.SIGTERM, "hang", marks=pytest.mark.slow),
         (signal.SIGINT, "slow"),
         # slow: the tmpfs side's fast cover: test_sigkilled_harness_leftovers_are_reaped_by_the_
         # next_session[session] (the holder and cp-side- folder); the signals: the two above
