@@ -4,9 +4,9 @@ each from its freeze; cached under ~/.cache/crashpoint/corpus/ after the first r
 gate on both sides, and must find the broken side caught by its expected check and the fixed
 side passing. The rest of the corpus is a benchmark (python benchmarks/corpus.py), not a test.
 
-Marked slow (`pytest -m slow tests/corpus`). The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
+The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
 first run builds the environments (95 s in all here, pip's download cache warm); later runs
-take about 30 s."""
+take about 30 s. Marked slow: `pytest -m slow tests/corpus`."""
 
 from __future__ import annotations
 

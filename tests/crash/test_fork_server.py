@@ -425,9 +425,7 @@ def _gate(
     import subprocess
 
     sc = tmp_path / f"{name}.scenario.yaml"
-    sc.write_text(
-        f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n"
-    )
+    sc.write_text(f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n")
     proc = subprocess.run(
         [sys.executable, "-m", "crashpoint", "run", str(sc), "--report", str(tmp_path / "report")],
         capture_output=True,
