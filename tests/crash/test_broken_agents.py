@@ -328,11 +328,10 @@ def _demo_disk() -> dict[str, Any]:
 SOON = "100ms"
 
 
-def demo_faults(*, systematic: bool = True) -> list[Any]:
+def demo_faults() -> list[Any]:
     disk = _demo_disk()
     return [
-        # systematic: a trial per boundary, besides `trials`
-        *([{"kill": {"at": "every-boundary"}}] if systematic else []),
+        {"kill": {"at": "every-boundary"}},  # systematic: a trial per boundary, besides `trials`
         *({"kill": {"at": at}} for at in ("random", "failpoint", "recovery")),
         {"kill": {"at": "time", "within": SOON}},
         {"kill": {"at": "fileop", "count": 2}},  # two of its operations, drawn (not a sweep)
@@ -362,10 +361,10 @@ DEMO = AgentSpec(
 )
 
 
-def run_demo_campaign(tmp_path: Path, trials: int, *, systematic: bool = True) -> CampaignResult:
+def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
     campaign = Campaign(
         DEMO,
-        [family_from_spec(f) for f in demo_faults(systematic=systematic)],
+        [family_from_spec(f) for f in demo_faults()],
         report_dir=str(tmp_path),
         name="demo-mixed",
         trials=trials,
@@ -405,10 +404,9 @@ def run_demo_campaign(tmp_path: Path, trials: int, *, systematic: bool = True) -
 
 
 def test_demo_agent_passes_a_mixed_fault_campaign(tmp_path: Path) -> None:
-    """Every family at least once in 24 drawn trials (the kill at each boundary, 16 more
-    trials, is the slow test's below; the demo's own sweep: test_demo_resume.py)."""
-    result = run_demo_campaign(tmp_path, trials=24, systematic=False)
-    assert len(result.trials) == 24
+    """Every family at least once: a kill at each boundary (16) + 24 drawn trials, about 40."""
+    result = run_demo_campaign(tmp_path, trials=24)
+    assert len(result.trials) == 24 + len(result.golden.boundaries())
 
 
 @pytest.mark.slow
