@@ -142,7 +142,12 @@ def approve_cli(children: Children) -> None:
         pytest.skip("approve subcommand not available")
 
 
+# slow: PostgresStore's fast cover: test_approve_with_decide_then_resume_completes[postgres],
+# test_deny_ends_the_run_as_denied_and_never_publishes[postgres]; the CLI's: the file variants
 @pytest.mark.usefixtures("approve_cli")
+@pytest.mark.parametrize(
+    "store_factory", ["file", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 @pytest.mark.parametrize("deny", [False, True])
 def test_approve_from_the_cli(
     children: Children,
@@ -202,10 +207,32 @@ KILLS = [
 CLI_KILLS = [("cli", fp) for _, fp in KILLS[1:]]
 
 
+#: The kills that stay in the default run: every kill of the file store's decide, one through
+#: the CLI; on PostgresStore a kill after decide and one inside it.
+FAST_KILLS = {
+    *(("file", w, fp) for w, fp in KILLS),
+    ("file", "cli", "journal.after_write=kill@1"),
+    ("postgres", "kill-after", ""),
+    ("postgres", "in-decide", "journal.after_sync=kill@1"),
+}
+
+
+# slow: the others' fast cover: FAST_KILLS (each kill point on the file store, the CLI's
+# decision killed once, PostgresStore killed after and inside decide)
 @pytest.mark.parametrize(
-    ("when", "failpoints"),
-    KILLS + CLI_KILLS,
-    ids=[f"{w}-{fp}" if fp else w for w, fp in KILLS + CLI_KILLS],
+    ("store_factory", "when", "failpoints"),
+    [
+        pytest.param(
+            store,
+            w,
+            fp,
+            id=f"{store}-{w}-{fp}" if fp else f"{store}-{w}",
+            marks=() if (store, w, fp) in FAST_KILLS else pytest.mark.slow,
+        )
+        for store in ("file", "postgres")
+        for w, fp in KILLS + CLI_KILLS
+    ],
+    indirect=["store_factory"],
 )
 def test_a_decision_survives_a_kill_at_any_point(
     children: Children,

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,41 @@ PENDING = "send: returned, DBOS checkpoint pending"
 POST = "POST /invoices"
 
 
-def _trial(name: str, kill: Fault, tmp_path: Path) -> tuple[Golden, TrialResult]:
-    sc = load_scenario(EXAMPLE / name)
-    with TrialRunner(
-        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
-    ) as runner:
-        golden = runner.golden()
-        return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
+class _Runners:
+    """One trial runner and one golden run per scenario file for the whole module (a golden run
+    of the DBOS workflow costs as much as a trial); each trial gets its own plan index."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.open: dict[str, tuple[TrialRunner, Golden, int]] = {}
+        self.n = 0
+
+    def trial(self, name: str, kill: Fault) -> tuple[Golden, TrialResult]:
+        sc = load_scenario(EXAMPLE / name)
+        if name not in self.open:
+            runner = TrialRunner(
+                sc.agent, str(self.root / name), restarts=sc.restarts, expect=sc.expect
+            )
+            runner.__enter__()
+            self.open[name] = (runner, runner.golden(), sc.seed)
+        runner, golden, seed = self.open[name]
+        self.n += 1
+        return golden, runner.run(Plan((kill,), "kill", seed, self.n), golden)
+
+    def close(self) -> None:
+        for runner, _g, _s in self.open.values():
+            runner.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Runners]:
+    r = _Runners(tmp_path_factory.mktemp("dbos"))
+    yield r
+    r.close()
+
+
+def _trial(name: str, kill: Fault, runners: _Runners) -> tuple[Golden, TrialResult]:
+    return runners.trial(name, kill)
 
 
 def _steps_started(t: TrialResult, attempt: int) -> list[str]:
@@ -70,10 +99,10 @@ def _posts(t: TrialResult) -> list[bool]:
 
 
 def test_the_adapter_reports_start_return_and_durable_completion_of_each_step(
-    tmp_path: Path,
+    runners: _Runners,
 ) -> None:
     kill = Fault.make("kill", 1, op="step_started", name="report", phase="before")
-    golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    golden, t = _trial("broken.scenario.yaml", kill, runners)
     seen = [(e["op"], e.get("step") or e.get("name") or e.get("kind")) for e in golden.events]
     assert seen == [
         ("step_started", "fetch"),
@@ -95,11 +124,11 @@ def test_the_adapter_reports_start_return_and_durable_completion_of_each_step(
     assert _steps_started(t, 2) == ["report"]
 
 
-def test_a_step_dbos_recorded_is_never_run_again_even_without_a_key(tmp_path: Path) -> None:
+def test_a_step_dbos_recorded_is_never_run_again_even_without_a_key(runners: _Runners) -> None:
     # killed after send's checkpoint committed, before the harness was told: the agent as
     # written (no key) still sends the invoice once, because DBOS replays send from its record
     kill = Fault.make("kill", 1, op="step_completed", name="send", phase="before")
-    _golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    _golden, t = _trial("broken.scenario.yaml", kill, runners)
     assert t.ok, [str(c) for c in t.failed]
     assert t.exercised
     assert _steps_started(t, 2) == ["report"]
@@ -107,10 +136,10 @@ def test_a_step_dbos_recorded_is_never_run_again_even_without_a_key(tmp_path: Pa
 
 
 def test_a_step_killed_before_its_checkpoint_runs_again_and_without_a_key_is_caught(
-    tmp_path: Path,
+    runners: _Runners,
 ) -> None:
     kill = Fault.make("kill", 1, op="event", name=PENDING, phase="before")
-    _golden, t = _trial("broken.scenario.yaml", kill, tmp_path)
+    _golden, t = _trial("broken.scenario.yaml", kill, runners)
     assert not t.ok
     failed = {c.name: c.message for c in t.failed}
     assert set(failed) == {"exactly_once"}  # resume is right: DBOS's at-least-once step
@@ -124,9 +153,9 @@ def test_a_step_killed_before_its_checkpoint_runs_again_and_without_a_key_is_cau
     assert _posts(t) == [True, True]
 
 
-def test_with_a_key_from_the_workflow_id_and_step_the_same_kill_passes(tmp_path: Path) -> None:
+def test_with_a_key_from_the_workflow_id_and_step_the_same_kill_passes(runners: _Runners) -> None:
     kill = Fault.make("kill", 1, op="event", name=PENDING, phase="before")
-    _golden, t = _trial("fixed.scenario.yaml", kill, tmp_path)
+    _golden, t = _trial("fixed.scenario.yaml", kill, runners)
     assert t.ok, [str(c) for c in t.failed]
     assert t.exercised
     assert _steps_started(t, 2) == ["send", "report"]  # DBOS did run send again

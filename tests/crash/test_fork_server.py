@@ -118,7 +118,15 @@ def _both(
 # -- the Done-when: same verdicts, a broken agent still fails ----------------------------------
 
 
-@pytest.mark.parametrize(("script", "ok"), [("good_agent.py", True), ("keyless_effect.py", False)])
+@pytest.mark.parametrize(
+    ("script", "ok"),
+    [
+        # slow: the passing side's fast cover: [keyless_effect.py] (every trial's verdict compared,
+        # passes and failures) and test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails
+        pytest.param("good_agent.py", True, marks=pytest.mark.slow),
+        ("keyless_effect.py", False),
+    ],
+)
 def test_the_same_scenario_spawned_and_forked_gives_the_same_verdicts(
     tmp_path: Path, script: str, ok: bool
 ) -> None:
@@ -407,14 +415,17 @@ def test_bad_warm_values_are_clear_errors(tmp_path: Path, warm: str, message: st
 # -- the gate: `crashpoint run` forks a warm: scenario, or says why it spawns ------------------
 
 
-def _gate(tmp_path: Path, name: str, agent: str) -> tuple[int, str]:
+#: One kill: enough where the test is about how the attempts start, not about the verdicts.
+ONE_KILL = "kill: {at: random, count: 1}"
+
+
+def _gate(
+    tmp_path: Path, name: str, agent: str, fault: str = "kill: {at: every-boundary}"
+) -> tuple[int, str]:
     import subprocess
 
     sc = tmp_path / f"{name}.scenario.yaml"
-    sc.write_text(
-        f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\n"
-        "faults:\n  - kill: {at: every-boundary}\n"
-    )
+    sc.write_text(f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n")
     proc = subprocess.run(
         [sys.executable, "-m", "crashpoint", "run", str(sc), "--report", str(tmp_path / "report")],
         capture_output=True,
@@ -446,7 +457,10 @@ def test_the_gate_spawns_an_agent_it_cannot_fork_and_says_why(tmp_path: Path) ->
     (tmp_path / "agent.sh").write_text((AGENTS / "shell_agent.sh").read_text())
     (tmp_path / "agent.sh").chmod(0o755)
     code, out = _gate(
-        tmp_path, "sh", 'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true'
+        tmp_path,
+        "sh",
+        'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true',
+        ONE_KILL,
     )
     assert code == 0, out
     assert "fork mode off, attempts are spawned: the command starts with" in out, out
@@ -461,6 +475,7 @@ def test_the_gate_reports_a_warm_module_that_fails_at_the_warm_key(tmp_path: Pat
         'command: ["{python}", "{scenario_dir}/agent.py", "--state", '
         '"{state_dir}"]\nwarm: [cp_fs_gate_bad]\nenv: {PYTHONPATH: '
         '"{scenario_dir}"}',
+        ONE_KILL,
     )
     assert code != 0
     assert "(key 'agent.warm')" in out, out

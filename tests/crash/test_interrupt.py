@@ -200,10 +200,15 @@ def check_clean(tmp: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("sig", "kind"),
     [
-        (signal.SIGTERM, "hang"),
+        # slow: the stopped agent's fast cover: [SIGINT-detached-agent] (the same interrupted
+        # gate), test_budget_stops_a_hanging_family_and_fails_it[scenario] (a hung agent cleaned
+        # up), 143 on SIGTERM: test_plain_pytest_sigterm_... and test_xdist_sigterm_...
+        pytest.param(signal.SIGTERM, "hang", marks=pytest.mark.slow),
         (signal.SIGINT, "slow"),
-        pytest.param(signal.SIGTERM, "tmpfs", marks=needs_tmpfs),
-        pytest.param(signal.SIGINT, "tmpfs", marks=needs_tmpfs),
+        # slow: the tmpfs side's fast cover: test_sigkilled_harness_leftovers_are_reaped_by_the_
+        # next_session[session] (the holder and cp-side- folder); the signals: the two above
+        pytest.param(signal.SIGTERM, "tmpfs", marks=[needs_tmpfs, pytest.mark.slow]),
+        pytest.param(signal.SIGINT, "tmpfs", marks=[needs_tmpfs, pytest.mark.slow]),
     ],
     ids=["SIGTERM-stopped-agent", "SIGINT-detached-agent", "SIGTERM-tmpfs", "SIGINT-tmpfs"],
 )
@@ -365,7 +370,11 @@ def test_xdist_sigterm_to_the_controller_cleans_up_the_workers(
 
 
 @needs_tmpfs
-@pytest.mark.parametrize("containment", ["session", "cgroup"])
+@pytest.mark.parametrize(
+    "containment",
+    # slow: the cgroup watcher's fast cover: the [session] variant (the same leftovers, reaped)
+    ["session", pytest.param("cgroup", marks=pytest.mark.slow)],
+)
 def test_sigkilled_harness_leftovers_are_reaped_by_the_next_session(
     children: Children, private_tmp: Path, tmp_path: Path, containment: str
 ) -> None:
@@ -549,7 +558,9 @@ def test_a_signal_inside_a_shield_is_raised_when_it_ends(children: Children) -> 
 # -- the budget ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["scenario", "option"])
+# slow: the --budget option's fast cover: the [scenario] variant (the same stop) and
+# test_budget_of_a_crash_harness_campaign
+@pytest.mark.parametrize("where", ["scenario", pytest.param("option", marks=pytest.mark.slow)])
 def test_budget_stops_a_hanging_family_and_fails_it(
     children: Children, private_tmp: Path, tmp_path: Path, where: str
 ) -> None:

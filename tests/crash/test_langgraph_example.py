@@ -131,6 +131,9 @@ def test_an_effect_through_the_probe_is_judged_too(tmp_path: Path) -> None:
     assert fixed.ok, [str(c) for c in fixed.failed]
 
 
+# slow: fast cover: test_the_fixed_graph_passes_the_same_trial (the same trial, the same adapter)
+# and tests/unit/test_langgraph_saver_resume.py's kill mid-put (CrashpointSaver killed for real)
+@pytest.mark.slow
 def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(tmp_path: Path) -> None:
     pytest.importorskip(
         "crashpoint.adapters.langgraph_saver", reason="CrashpointSaver is not in this tree"

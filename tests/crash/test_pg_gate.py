@@ -38,8 +38,10 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
 ) -> None:
     from crashpoint.checkpoint import open_store
 
+    # 4 drawn kills, not the sweep of 16 boundaries (the demo's sweep: test_demo_resume.py; the
+    # PostgreSQL store's kills at each point of a run: test_fleet.py)
     families = [
-        family_from_spec({"kill": {"at": "every-boundary"}}),
+        family_from_spec({"kill": {"at": "random", "count": 4}}),
         family_from_spec({"resumers": {"count": 1}}),
     ]
     result = Campaign(_demo(pg_server, pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()

@@ -76,7 +76,12 @@ def test_a_naive_json_agent_fails_and_the_torn_or_lost_state_is_named(tmp_path: 
 
 
 @needs_strace
-@pytest.mark.parametrize("model", ["posix", "ext4-ordered"])
+@pytest.mark.parametrize(
+    "model",
+    # slow: ext4-ordered's fast cover: test_the_demo_agent_on_the_reference_library_passes_drawn_
+    # states[ext4-ordered] and test_the_same_seed_gives_the_same_states_and_verdicts
+    ["posix", pytest.param("ext4-ordered", marks=pytest.mark.slow)],
+)
 def test_temp_fsync_rename_and_folder_fsync_passes_every_state(tmp_path: Path, model: str) -> None:
     result = campaign(agent("durable_json"), [{"power_loss": {"model": model}}], tmp_path)
     assert result.ok, causes(result)
@@ -145,7 +150,7 @@ def test_the_same_seed_gives_the_same_states_and_verdicts(tmp_path: Path) -> Non
     def run(where: str) -> list[tuple[str, str]]:
         r = campaign(
             agent("naive_json"),
-            [{"power_loss": {"model": "ext4-ordered", "count": 6}}],
+            [{"power_loss": {"model": "ext4-ordered", "count": 3}}],
             tmp_path / where,
         )
         return [(json.dumps(t.plan.to_json(), sort_keys=True), t.status) for t in r.trials]
