@@ -17,16 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "langgraph-3668-retry-restarts"
 
 
-# slow: it builds two environments from the registry and runs the gate on both (end to end); the
-# corpus's fast cover: tests/contract/test_corpus_scoreboard.py (the judging, the scoreboard, the
-# offline mode) and test_corpus_schema.py (every entry's bug.yaml)
-@pytest.mark.slow
 def test_the_cheapest_entry_is_caught_on_its_broken_side_and_passes_on_its_fixed_side(
     tmp_path: Path,
 ) -> None:
