@@ -6,7 +6,7 @@ side passing. The rest of the corpus is a benchmark (python benchmarks/corpus.py
 
 The cheapest entry: no PostgreSQL, four trials a side (about 11 s of gate each). A machine's
 first run builds the environments (95 s in all here, pip's download cache warm); later runs
-take about 30 s. Marked slow: `pytest -m slow tests/corpus`."""
+take about 30 s. It stays in the default run: CI runs one entry end to end."""
 
 from __future__ import annotations
 
