@@ -126,3 +126,29 @@ def test_without_the_lineage_a_writer_gone_before_it_was_read_is_unknown(folder:
         assert quick in got.seen
     finally:
         watch.close()
+
+
+def test_a_fake_filesystem_in_the_same_process_does_not_reach_the_reader(
+    watch: WriterWatch, folder: Path
+) -> None:
+    """pyfakefs replaces ``os`` and ``open`` in the whole process while a test runs, and its
+    descriptors have the numbers of real ones: the reader thread reads fanotify (and /proc)
+    through libc, so it neither reads a fake file nor dies (it once did, under xdist)."""
+    pyfakefs = pytest.importorskip("pyfakefs.fake_filesystem_unittest")
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    leader = _run(["/bin/sh", "-c", f"sleep 0.3; date > {folder}/under-fake"])
+    watch.track(key, leader.pid)
+    with pyfakefs.Patcher() as patcher:
+        assert patcher.fs is not None
+        fakes = []
+        for i in range(40):  # fake descriptors over the numbers real ones use
+            fakes.append(os.open(f"/fake-{i}", os.O_CREAT | os.O_WRONLY))
+            os.write(fakes[-1], b'{"grants": {}, "usage": null}')
+        time.sleep(0.6)  # the write happens, and the reader reads it, meanwhile
+    assert leader.wait(timeout=10) == 0
+    got = watch.take(key, since)
+    assert watch._thread.is_alive()
+    assert str(folder / "under-fake") in got.mine, got
+    assert got.complete

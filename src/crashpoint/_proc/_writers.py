@@ -60,6 +60,7 @@ _MASK = (
     | _FAN_ONDIR
 )
 _INFO_DFID_NAME = 2
+_METADATA_VERSION = 3
 _META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 _AT_FDCWD = -100
 #: At most this many folders are marked (the watched folders and the folders in them).
@@ -82,12 +83,41 @@ class Writers:
     complete: bool = True
 
 
+def _raw_read(fd: int, size: int) -> bytes:
+    """``read(2)`` through libc, not ``os.read``: the reader thread runs beside tests that
+    replace ``os`` and ``open`` with a fake filesystem (pyfakefs), whose descriptors have the
+    same numbers as real ones. Raises BlockingIOError when nothing is queued."""
+    libc = _libc()
+    if libc is None:
+        return os.read(fd, size)
+    buf = ctypes.create_string_buffer(size)
+    n = libc.read(fd, buf, size)
+    if n < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err)) if err != errno.EAGAIN else BlockingIOError()
+    return buf.raw[:n]
+
+
+def _proc_file(path: str) -> bytes | None:
+    """A small /proc file read through libc (see :func:`_raw_read`), or None."""
+    libc = _libc()
+    if libc is None:
+        return None
+    fd = libc.open(os.fsencode(path), os.O_RDONLY | os.O_CLOEXEC)
+    if fd < 0:
+        return None
+    try:
+        return _raw_read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        libc.close(fd)
+
+
 def _stat(pid: int) -> tuple[int, int, int] | None:
     """(ppid, pgrp, session) of ``pid``, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            text = fh.read()
-    except OSError:
+    text = _proc_file(f"/proc/{pid}/stat")
+    if not text:
         return None
     fields = text[text.rfind(b")") + 2 :].split()
     try:
@@ -129,6 +159,12 @@ def _libc() -> ctypes.CDLL | None:
                 ctypes.c_char_p,
             ]
             lib.fanotify_mark.restype = ctypes.c_int
+            lib.read.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+            lib.read.restype = ctypes.c_ssize_t
+            lib.open.argtypes = [ctypes.c_char_p, ctypes.c_int]
+            lib.open.restype = ctypes.c_int
+            lib.close.argtypes = [ctypes.c_int]
+            lib.close.restype = ctypes.c_int
             lib.name_to_handle_at.argtypes = [
                 ctypes.c_int,
                 ctypes.c_char_p,
@@ -193,9 +229,11 @@ class _Lineage:
                 return
             except InterruptedError:
                 continue
-            except OSError:  # ENOBUFS: the kernel dropped messages
+            except OSError as exc:
                 self.lost = now
-                continue
+                if exc.errno == errno.ENOBUFS:  # the kernel dropped messages: read on
+                    continue
+                return  # closed, or broken: nothing more will come
             off = 0
             while off + _NLMSG.size <= len(data):
                 length = _NLMSG.unpack_from(data, off)[0]
@@ -377,12 +415,14 @@ class WriterWatch:
             try:
                 select.select(self._waits, [], [], 1.0)  # the reader's own thread
                 with self._busy:
+                    if self.closed:  # closed meanwhile: the number may be another file's now
+                        break
                     if self._lineage is not None:
                         with self._lock:  # who forked whom before who wrote what
                             self._lineage.pump()
-                    buf = os.read(self._fd, 64 * 1024)
-                    if buf:
-                        self._file(buf)
+                    buf = _raw_read(self._fd, 64 * 1024)
+                    if buf and not self._file(buf):
+                        break  # not fanotify's: the descriptor is no longer ours
             except BlockingIOError:
                 continue
             except InterruptedError:
@@ -390,13 +430,17 @@ class WriterWatch:
             except (OSError, ValueError):
                 break
 
-    def _file(self, buf: bytes) -> None:
+    def _file(self, buf: bytes) -> bool:
+        """File a batch of events; False (and the watch stops, every trial since incomplete)
+        if it is not fanotify's."""
         off = 0
         now = time.time()
         while off + _META.size <= len(buf):
-            length, _v, _r, meta_len, mask, _fd, pid = _META.unpack_from(buf, off)
-            if length < _META.size:
-                break
+            length, vers, _r, meta_len, mask, _fd, pid = _META.unpack_from(buf, off)
+            if vers != _METADATA_VERSION or meta_len != _META.size or length < _META.size:
+                self._lost = float("inf")
+                self._closed = True
+                return False
             if mask & _FAN_Q_OVERFLOW:
                 self._lost = now
             else:
@@ -411,6 +455,7 @@ class WriterWatch:
                     ):
                         self._mark(entry, entry)  # a new folder: see what is made in it
             off += length
+        return True
 
     def _names(self, buf: bytes, off: int, end: int) -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []
@@ -439,13 +484,20 @@ class WriterWatch:
             elif key is not None:
                 self._found.setdefault(key, Writers()).mine.add(entry)
 
+    @property
+    def closed(self) -> bool:
+        """Stopped (:meth:`close`, or its descriptor turned out not to be fanotify's)."""
+        return self._closed
+
     def close(self) -> None:
         """Stop watching (the reader ends with the descriptor)."""
-        self._closed = True
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        if self._lineage is not None:
-            self._lineage.sock.close()
+        with self._busy:  # never while the reader reads: it must not read a reused number
+            self._closed = True
+            libc = _libc()
+            if libc is not None:
+                libc.close(self._fd)
+            if self._lineage is not None:
+                self._lineage.sock.close()
 
 
 _WATCH: WriterWatch | None = None
