@@ -6,13 +6,16 @@ capability), with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from crashpoint._proc._writers import WriterWatch, open_watch
@@ -43,8 +46,28 @@ def watch(folder: Path) -> Iterator[WriterWatch]:
     w.close()
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    """Every process a test starts is killed with its whole tree and reaped, even when the
+    test fails before it waits (a leader may be waiting for a gate file)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 def _run(argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, start_new_session=True)
+    _STARTED.append(subprocess.Popen(argv, start_new_session=True))
+    return _STARTED[-1]
 
 
 def test_a_tracked_attempt_and_its_children_are_named_and_a_stranger_is_not(

@@ -20,6 +20,7 @@ fanotify is missing (not root, another kernel, a container without the capabilit
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -535,11 +536,13 @@ def writer_watch(roots: Iterable[str], skip: tuple[str, ...] = ()) -> WriterWatc
     with _START:
         if _WATCH is not None or _WHY is not None:
             return _WATCH
-        if os.environ.get("CRASHPOINT_NO_FANOTIFY"):
+        if os.environ.get("CRASHPOINT_NO_FANOTIFY", "").lower() not in ("", "0", "false", "no"):
             _WHY = "CRASHPOINT_NO_FANOTIFY is set"
             return None
         _WATCH, why = open_watch(roots, skip)
         _WHY = why or None
+        if _WATCH is not None:  # its descriptor and socket are closed, not left to the GC
+            atexit.register(_WATCH.close)
         return _WATCH
 
 

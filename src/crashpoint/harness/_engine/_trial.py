@@ -536,7 +536,7 @@ class TrialRunner:
         if (
             getattr(launcher, "learned", True) is False
             and getattr(launcher, "main", None)
-            and not os.environ.get("CRASHPOINT_NO_LEARN")
+            and os.environ.get("CRASHPOINT_NO_LEARN", "").lower() in ("", "0", "false", "no")
         ):
             learn = os.path.join(folder, "imports.learned")  # what a forked run imports
             env = {**env, LEARN_VAR: learn}
