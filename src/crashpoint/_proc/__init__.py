@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         shielded,
         signal_name,
     )
+    from crashpoint._proc._git import GIT_TIMEOUT, export_commit, git_commit
     from crashpoint._proc._memcg import (
         MemoryCgroup,
         MemoryUse,
@@ -72,6 +73,7 @@ _CLEANUP = "crashpoint._proc._cleanup"
 _PROCESS = "crashpoint._proc._process"
 _WRITERS = "crashpoint._proc._writers"
 _MEMCG = "crashpoint._proc._memcg"
+_GIT = "crashpoint._proc._git"
 _WHERE = {
     "AgentProcess": _PROCESS,
     "AttemptCgroup": _CGROUP,
@@ -79,6 +81,7 @@ _WHERE = {
     "CappedOutput": _PROCESS,
     "Containment": _CGROUP,
     "Exit": _PROCESS,
+    "GIT_TIMEOUT": _GIT,
     "KEEP_HEAD": _PROCESS,
     "KEEP_TAIL": _PROCESS,
     "LIVE": _CLEANUP,
@@ -93,6 +96,8 @@ _WHERE = {
     "containment": _CGROUP,
     "end_attempt": _PROCESS,
     "exit_status": _CLEANUP,
+    "export_commit": _GIT,
+    "git_commit": _GIT,
     "install_signal_handlers": _CLEANUP,
     "kill_marked": _CLEANUP,
     "kill_tree": _PROCESS,
@@ -117,6 +122,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "GIT_TIMEOUT",
     "KEEP_HEAD",
     "KEEP_TAIL",
     "LIVE",
@@ -139,6 +145,8 @@ __all__ = [
     "containment",
     "end_attempt",
     "exit_status",
+    "export_commit",
+    "git_commit",
     "install_signal_handlers",
     "kill_marked",
     "kill_tree",

@@ -18,7 +18,7 @@ import shutil
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ from crashpoint._proc import (
     AgentProcess,
     BusyWatch,
     Exit,
+    export_commit,
+    git_commit,
     memory_cgroup_support,
     new_reap_token,
     shielded,
@@ -199,6 +201,9 @@ class TrialRunner:
         self._upgrade_env: tuple[tuple[str, str], ...] = ()  # version B's env: secrets too
         #: the PostgreSQL of an agent that uses {postgres} (started at its first golden run)
         self.postgres: PostgresService | None = None
+        #: version B's commits (``upgrade.to.rev``): commit id -> (root, folder it was
+        #: exported to, or "" with why not); the folders are removed by close()
+        self._checkouts: dict[str, tuple[str, str, str]] = {}
 
     def ledger(self, history_path: str) -> Ledger:
         """The runner's ledger, reset for a new trial (started once, reused: see
@@ -226,6 +231,10 @@ class TrialRunner:
         return self._ledger.reset(history_path)
 
     def close(self) -> None:
+        for _root, folder, _why in self._checkouts.values():
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._checkouts.clear()
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
@@ -669,6 +678,32 @@ class TrialRunner:
 
     # -- upgrade ----------------------------------------------------------------------------------
 
+    def version_b(self, to: Mapping[str, Any]) -> tuple[AgentSpec, str]:
+        """Version B of an ``upgrade`` family and why it cannot run ("" if it can). With
+        ``rev``, B is that commit of the agent's repository (``repo``; else the one holding the
+        scenario's folder or the agent's cwd), exported once per runner into a folder of its
+        own under the runner's folder (removed by :meth:`close`, also after Ctrl-C), and run
+        from there."""
+        if not to.get("rev"):
+            return upgraded(self.agent, to), ""
+        where = str(to.get("repo") or self.agent.scenario_dir or self.agent.cwd or os.getcwd())
+        rev = str(to["rev"])
+        if rev not in self._checkouts:
+            try:
+                root, sha = git_commit(where, rev)
+                folder = export_commit(root, sha, self.folder)
+                self._checkouts[rev] = (root, folder, "")
+            except ValueError as exc:
+                self._checkouts[rev] = (
+                    "",
+                    "",
+                    f"version B (rev {rev}) cannot be checked out: {exc}",
+                )
+        root, folder, why = self._checkouts[rev]
+        if why:
+            return upgraded(self.agent, to), why
+        return upgraded(self.agent, to, (root, folder)), ""
+
     def upgrade_golden(self, agent: AgentSpec) -> tuple[Golden | None, str]:
         """Version B's own golden run (once per version): what B does crash-free, which the
         ``replay_divergence`` check sets beside A's. (None, why) when it failed: then every
@@ -739,9 +774,10 @@ class TrialRunner:
         broken = ""  # why version B cannot be tried (its own golden run failed)
         self._upgrade_env = ()
         if marker is not None and marker.kind == "upgrade" and not skipped:
-            agent_b = upgraded(self.agent, marker.arg("to") or {})
+            agent_b, broken = self.version_b(marker.arg("to") or {})
             self._upgrade_env = agent_b.env  # the trial's secrets include B's env values
-            golden_b, broken = self.upgrade_golden(agent_b)  # once per version
+            if not broken:
+                golden_b, broken = self.upgrade_golden(agent_b)  # once per version
             upgrade = (marker.attempt, agent_b)
         canary = canary_for(plan.seed, plan.index)
         scope = self._new_scope(tdir, canary, plan)

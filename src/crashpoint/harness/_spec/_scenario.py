@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from crashpoint._placeholders import fields, fill
+from crashpoint._proc import git_commit
 from crashpoint._units import format_size, parse_duration, parse_size
 from crashpoint.errors import (
     FaultSpecError,
@@ -683,8 +684,12 @@ def _upgrades(
                     "path is taken from the scenario file's folder)",
                 )
             to["python"] = os.path.normpath(full)
+        if "rev" in to:  # B is another commit: its files are checked out for the campaign
+            to.update(_git_rev(tdoc, to, agent.scenario_dir))
         b = upgraded(agent, to)
-        if to.get("python"):
+        if "rev" in to:
+            pass  # B's files are in the commit, not here: its own golden run finds them
+        elif to.get("python"):
             _python_script(tdoc, b)  # modules: another interpreter's, not looked up here
         else:
             _first_contact(tdoc, b)
@@ -692,6 +697,25 @@ def _upgrades(
         yield ScenarioFamily(
             FaultFamily(((kind, tuple(sorted(o.items()))), *sf.family.chain[1:])), sf.line
         )
+
+
+def _git_rev(doc: _Doc, to: dict[str, Any], scenario_dir: str) -> dict[str, str]:
+    """``to.rev`` resolved to a commit of ``to.repo`` (from the scenario's folder, which is
+    the default): {"repo": the repository's root, "rev": the full commit id}; each error
+    (no git, no repository, no such commit) at the line of its key."""
+    raw = to.get("repo", "")
+    repo = scenario_dir
+    if raw:
+        _template(doc, "repo", raw, ("scenario_dir",))
+        repo = os.path.normpath(
+            os.path.join(scenario_dir, fill(raw, {"scenario_dir": scenario_dir}))
+        )
+    try:
+        root, sha = git_commit(repo, str(to["rev"]))
+    except ValueError as exc:
+        key = "rev" if "revision" in str(exc) or "git is not" in str(exc) else "repo"
+        raise doc.err(key if raw or key == "rev" else "rev", str(exc)) from None
+    return {"repo": root, "rev": sha}
 
 
 def _find(node: yaml.Node | None, key: str) -> yaml.Node | None:

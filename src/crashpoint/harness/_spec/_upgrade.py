@@ -33,6 +33,7 @@ __all__ = [
     "check_replay_options",
     "crash_index",
     "describe_to",
+    "moved",
     "resumed_attempt",
     "upgraded",
 ]
@@ -42,7 +43,7 @@ REPLAY_KINDS = ("upgrade", "always_replay")
 #: Where their kill lands: each boundary of the golden run (one trial each), or one drawn.
 REPLAY_AT = ("every-boundary", "random")
 #: What ``upgrade.to`` may change of the agent (any other key of ``agent`` stays A's).
-UPGRADE_KEYS = ("command", "entry", "args", "env", "cwd", "timeout", "python")
+UPGRADE_KEYS = ("command", "entry", "args", "env", "cwd", "timeout", "python", "rev", "repo")
 #: agent.timeout's cap, as the scenario loader's.
 _MAX_TIMEOUT = 86_400.0
 
@@ -126,6 +127,23 @@ def _check_to(v: Any, err: Callable[[str], FaultSpecError]) -> dict[str, Any]:
                 f"upgrade.to.timeout must be more than 0 and at most 24h, got {v['timeout']!r}"
             )
         to["timeout"] = secs
+    if "repo" in v and "rev" not in v:
+        raise err("upgrade.to.repo goes with rev (the commit of that repository that is version B)")
+    if "rev" in v:
+        rev = v["rev"]
+        if isinstance(rev, bool) or not isinstance(rev, (str, int)) or not str(rev).strip():
+            raise err(
+                f"upgrade.to.rev must be a commit, branch or tag of the agent's git repository, "
+                f"got {rev!r}"
+            )
+        rev = str(rev).strip()
+        if rev.startswith("-") or "\0" in rev or any(c.isspace() for c in rev):
+            raise err(f"upgrade.to.rev {rev!r} is not a revision (a commit, branch or tag)")
+        to["rev"] = rev
+    if "repo" in v:
+        if not isinstance(v["repo"], str) or not v["repo"] or "\0" in v["repo"]:
+            raise err(f"upgrade.to.repo must be a folder, got {v['repo']!r}")
+        to["repo"] = v["repo"]
     if "python" in v:
         py = v["python"]
         if not isinstance(py, str) or not py or "\0" in py:
@@ -189,6 +207,10 @@ def describe_to(to: Mapping[str, Any]) -> str:
         parts.append(" ".join(["args", *to["args"]]))
     if to.get("python"):
         parts.append(f"python {to['python']}")
+    if to.get("rev"):
+        rev = str(to["rev"])
+        full = len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
+        parts.append(f"rev {rev[:12] if full else rev}")
     if to.get("env"):
         parts.append("env " + ", ".join(sorted(to["env"])))
     if to.get("cwd"):
@@ -198,11 +220,29 @@ def describe_to(to: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "the same agent"
 
 
-def upgraded(agent: AgentSpec, to: Mapping[str, Any]) -> AgentSpec:
+def moved(path: str, root: str, checkout: str) -> str:
+    """``path`` moved from the repository ``root`` into its ``checkout`` (a path outside the
+    repository, or an empty one, unchanged)."""
+    if not path or not root or not checkout:
+        return path
+    if path == root:
+        return checkout
+    if path.startswith(root.rstrip("/") + "/"):
+        return checkout.rstrip("/") + path[len(root.rstrip("/")) :]
+    return path
+
+
+def upgraded(
+    agent: AgentSpec, to: Mapping[str, Any], checkout: tuple[str, str] | None = None
+) -> AgentSpec:
     """Version B: ``agent`` (A) with what ``to`` changes. A new ``command`` or ``entry`` replaces
     A's way of starting (with ``args`` for an entry); ``env`` is merged over A's; ``cwd``,
     ``timeout`` and ``python`` replace A's. B keeps A's scenario folder and services and is
-    never forked from A's warm interpreter (``warm`` off)."""
+    never forked from A's warm interpreter (``warm`` off).
+
+    ``checkout`` (``rev``: B is another commit): (the repository's root, the folder its commit
+    was exported to). Every path under the root then points into that folder: the scenario
+    folder (what ``{scenario_dir}`` becomes), the working folder and environment values."""
     command, entry, args = agent.command, agent.entry, agent.args
     if to.get("command"):
         command, entry, args = tuple(to["command"]), "", ()
@@ -212,13 +252,15 @@ def upgraded(agent: AgentSpec, to: Mapping[str, Any]) -> AgentSpec:
         args = tuple(to["args"])
     env = dict(agent.env)
     env.update({str(k): str(v) for k, v in (to.get("env") or {}).items()})
+    root, into = checkout or ("", "")
     return dataclasses.replace(
         agent,
         command=command,
         entry=entry,
         args=args,
-        env=tuple(sorted(env.items())),
-        cwd=str(to.get("cwd") or agent.cwd),
+        env=tuple(sorted((k, moved(v, root, into)) for k, v in env.items())),
+        cwd=moved(str(to.get("cwd") or agent.cwd), root, into),
+        scenario_dir=moved(agent.scenario_dir, root, into),
         timeout=float(to.get("timeout") or agent.timeout),
         python=str(to.get("python") or agent.python),
         warm=None,
