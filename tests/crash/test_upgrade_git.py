@@ -109,9 +109,7 @@ def test_the_rev_is_resolved_to_a_commit_at_load(repo: Path) -> None:
     assert sc.families[0].family.name == "upgrade@every-boundary"
 
 
-def test_a_compatible_commit_passes_and_its_checkout_is_removed(
-    repo: Path, tmp_path: Path
-) -> None:
+def test_a_compatible_commit_passes_and_its_checkout_is_removed(repo: Path, tmp_path: Path) -> None:
     r = run(repo, tmp_path, "rev: v2", only=[BEFORE_CHARGE, BEFORE_NOTIFY])
     assert all(t.status == "passed" for t in r.trials), [t.failed for t in r.trials]
     t = r.trials[1]
