@@ -25,6 +25,7 @@ from crashpoint.harness import (
     Scenario,
     ScenarioError,
     ScenarioFamily,
+    SharedPostgres,
     Zygote,
     ZygoteError,
     fork_plan,
@@ -42,6 +43,9 @@ GOLDEN_FAILED = pytest.StashKey[str]()
 #: the agent is spawned instead
 LAUNCHER = pytest.StashKey[Any]()
 LAUNCH_NOTE = pytest.StashKey[str]()
+#: the file's PostgreSQL ({postgres}), shared by its items (a database per trial, a proxy per
+#: item), stopped with the file: one initdb per file, not one per item
+POSTGRES = pytest.StashKey[SharedPostgres]()
 
 
 class ScenarioFailed(Exception):
@@ -149,6 +153,7 @@ class ScenarioItem(pytest.Item):
         if settings.mode is not None:
             campaign.mode = settings.mode
         campaign.source = sc.path  # replay takes the redacted agent.env values from it
+        campaign.postgres = self._postgres()
         # the file's families share one golden run: it records what any of them needs
         campaign.record = frozenset().union(*(f.family.needs for f in sc.families))
         parent = self.parent
@@ -209,6 +214,19 @@ class ScenarioItem(pytest.Item):
         )
         if not result.ok:
             raise ScenarioFailed(result)
+
+    def _postgres(self) -> SharedPostgres | None:
+        """The file's shared PostgreSQL when the agent uses ``{postgres}`` (started by the
+        first item's golden run, stopped when the file's items are done); None otherwise."""
+        if not self.scenario.agent.uses("postgres"):
+            return None
+        parent = self.parent
+        assert parent is not None
+        if POSTGRES not in parent.stash:
+            shared = SharedPostgres()
+            parent.stash[POSTGRES] = shared
+            parent.addfinalizer(shared.close)
+        return parent.stash[POSTGRES]
 
     def _launcher(self) -> Any:
         """The file's zygote when ``agent.warm`` asks for fork mode (started once per file,

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         as_agent,
         as_families,
     )
+    from crashpoint.harness._engine._backing import SharedPostgres
     from crashpoint.harness._engine._campaign import (
         Campaign,
         ProgressFn,
@@ -69,6 +70,7 @@ _WHERE = {
     "HarnessResult": "crashpoint.harness._engine._api",
     "as_agent": "crashpoint.harness._engine._api",
     "as_families": "crashpoint.harness._engine._api",
+    "SharedPostgres": "crashpoint.harness._engine._backing",
     "Campaign": "crashpoint.harness._engine._campaign",
     "ProgressFn": "crashpoint.harness._engine._campaign",
     "CANARY_VAR": "crashpoint.harness._engine._trial",
@@ -105,6 +107,7 @@ __all__ = [
     "ForkedProcess",
     "HarnessResult",
     "ProgressFn",
+    "SharedPostgres",
     "TrialRunner",
     "Zygote",
     "account",

@@ -39,7 +39,7 @@ from crashpoint.faults import (
 from crashpoint.harness._spec import Fault, event_name
 from crashpoint.harness._standins import PostgresServer, postgres_unavailable
 
-__all__ = ["AGENT_ROLE", "Outage", "PostgresService"]
+__all__ = ["AGENT_ROLE", "Outage", "PostgresService", "SharedPostgres"]
 
 #: The role an agent logs in as on the harness's PostgreSQL (no superuser, owns its database).
 AGENT_ROLE = "crashpoint_agent"
@@ -47,37 +47,87 @@ AGENT_ROLE = "crashpoint_agent"
 LOCK_WAIT = 1.0
 
 
-class PostgresService:
-    """The runner's PostgreSQL for agents that use ``{postgres}`` (see the module doc)."""
+class SharedPostgres:
+    """One throw-away PostgreSQL server with the agent's role, which the runners of several
+    campaigns share (the pytest plugin makes one per scenario file): ``initdb`` once, not once
+    per family. Each runner keeps its own proxy (:class:`PostgresService`) and each trial its
+    own database, so what one trial does to its data or its connections touches no other. The
+    server starts at the first runner's first golden run; :meth:`close` stops it and removes
+    its folder (the owner calls it: a runner never does)."""
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self.server: PostgresServer | None = None
-        self.proxy: TcpProxy | None = None
         self.password = secrets.token_urlsafe(24)  # the agent role's; URL- and SQL-safe
+        self.lock = threading.Lock()  # held to restart the server after an outage
+        self.starts = 0  # how many servers it started (1, unless it was closed and reused)
+
+    def start(self) -> PostgresServer:
+        """The server, started once (StandInError saying why it cannot be)."""
+        with self.lock:
+            if self.server is not None:
+                return self.server
+            reason = postgres_unavailable()
+            if reason:
+                raise StandInError(f"the agent uses {{postgres}}, but {reason}")
+            try:
+                # fsync off (the server's host never crashes here: a shutdown loses nothing the
+                # OS holds), commits synchronous: an acknowledged commit is in the WAL the
+                # restart replays, so a write the agent saw committed is never lost by the harness
+                server = self._stack.enter_context(
+                    PostgresServer.start(fsync=False, settings={"synchronous_commit": "on"})
+                )
+                server.psql(
+                    f"CREATE ROLE {AGENT_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                    f"PASSWORD '{self.password}'",
+                    secret=True,
+                )
+            except BaseException:
+                self._stack.close()
+                raise
+            self.server = server
+            self.starts += 1
+            return server
+
+    def close(self) -> None:
+        """Stop the server (its folder removed): nothing is left running."""
+        with self.lock:
+            self._stack.close()
+            self.server = None
+
+    def __enter__(self) -> SharedPostgres:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PostgresService:
+    """The runner's PostgreSQL for agents that use ``{postgres}`` (see the module doc): a
+    server (its own, or a :class:`SharedPostgres` given) behind a proxy of the runner's."""
+
+    def __init__(self, shared: SharedPostgres | None = None) -> None:
+        self._own = shared is None
+        self.shared = shared if shared is not None else SharedPostgres()
+        self._stack = contextlib.ExitStack()
+        self.proxy: TcpProxy | None = None
         self.database = ""
-        self._lock = threading.Lock()
+
+    @property
+    def server(self) -> PostgresServer | None:
+        return self.shared.server if self.proxy is not None else None
+
+    @property
+    def password(self) -> str:
+        return self.shared.password
 
     def start(self) -> PostgresService:
-        """Start the server (once) and its proxy; StandInError saying why it cannot."""
-        if self.server is not None:
+        """Start the server (once) and this runner's proxy; StandInError saying why it cannot."""
+        if self.proxy is not None:
             return self
-        reason = postgres_unavailable()
-        if reason:
-            raise StandInError(f"the agent uses {{postgres}}, but {reason}")
         try:
-            # fsync off (the server's host never crashes here: a shutdown loses nothing the
-            # OS holds), commits synchronous: an acknowledged commit is in the WAL the restart
-            # replays, so a write the agent saw committed is never lost by the harness
-            self.server = self._stack.enter_context(
-                PostgresServer.start(fsync=False, settings={"synchronous_commit": "on"})
-            )
-            self.server.psql(
-                f"CREATE ROLE {AGENT_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "
-                f"PASSWORD '{self.password}'",
-                secret=True,
-            )
-            self.proxy = self._stack.enter_context(TcpProxy("127.0.0.1", self.server.port))
+            server = self.shared.start()
+            self.proxy = self._stack.enter_context(TcpProxy("127.0.0.1", server.port))
         except BaseException:
             self.close()
             raise
@@ -86,20 +136,22 @@ class PostgresService:
     def open_database(self, name: str) -> str:
         """A fresh database ``name`` (a trial's id) for the agent, the one before dropped;
         its DSN through the proxy, without the password."""
-        assert self.server is not None
         self.ensure_up()
+        server = self.server
+        assert server is not None
         self.drop_database()
-        self.server.psql(f'CREATE DATABASE "{name}" OWNER {AGENT_ROLE}')
+        server.psql(f'CREATE DATABASE "{name}" OWNER {AGENT_ROLE}')
         self.database = name
         return self.dsn()
 
     def drop_database(self) -> None:
-        if self.server is None or not self.database:
+        server = self.server
+        if server is None or not self.database:
             return
         name, self.database = self.database, ""
         self.ensure_up()
         with contextlib.suppress(StandInError):
-            self.server.drop_database(name)
+            server.drop_database(name)
 
     def dsn(self) -> str:
         """``{postgres}``: the agent's database through the proxy; no password in it."""
@@ -116,19 +168,26 @@ class PostgresService:
     def ensure_up(self) -> None:
         """After an outage: the server running (restarted if it is down) and the proxy healed,
         forwarding to it."""
-        with self._lock:
-            if self.server is None or self.proxy is None:
+        with self.shared.lock:
+            server, proxy = self.shared.server, self.proxy
+            if server is None or proxy is None:
                 return
-            if not self.server.running:
-                self.server.relaunch()
-            self.proxy.retarget("127.0.0.1", self.server.port)
-            if self.proxy.partitioned:
-                self.proxy.heal()
+            if not server.running:
+                server.relaunch()
+            proxy.retarget("127.0.0.1", server.port)
+            if proxy.partitioned:
+                proxy.heal()
 
     def close(self) -> None:
-        """Stop the proxy and the server (its folder removed): nothing is left running."""
+        """Drop the runner's last database and stop its proxy; the server too if it is the
+        runner's own (a shared one is its owner's to stop)."""
+        if not self._own:
+            with contextlib.suppress(StandInError, OSError):
+                self.drop_database()  # a shared server keeps no trial's data
         self._stack.close()
-        self.server, self.proxy = None, None
+        self.proxy = None
+        if self._own:
+            self.shared.close()
 
 
 def _secs(v: Any, default: float) -> float:

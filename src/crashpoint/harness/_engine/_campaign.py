@@ -23,6 +23,7 @@ from crashpoint._proc import received, shielded, signal_name
 from crashpoint._units import format_duration
 from crashpoint.errors import BudgetExceeded, CampaignInterrupted, NoBoundaries
 from crashpoint.harness._checker import TrialFacts
+from crashpoint.harness._engine._backing import SharedPostgres
 from crashpoint.harness._engine._pycache import cache_for
 from crashpoint.harness._engine._trial import (
     EVIDENCE_PER_CAMPAIGN,
@@ -126,6 +127,10 @@ class Campaign:
     #: what the golden run must record besides what these families need (``fileops``,
     #: ``writes``): a scenario file's families share one golden run
     record: frozenset[str] = frozenset()
+    #: a PostgreSQL server for an agent that uses {postgres}, shared with other campaigns
+    #: (its owner closes it; the pytest plugin shares one per scenario file); None: the
+    #: campaign's runner starts its own
+    postgres: SharedPostgres | None = None
     #: what :meth:`plans` planned differently from what the families asked, and why (set by
     #: each call; the result's ``notes``)
     notes: list[str] = field(default_factory=list, init=False)
@@ -152,6 +157,7 @@ class Campaign:
             evidence_per_trial=self.evidence_per_trial,
             evidence_per_campaign=self.evidence_per_campaign,
             source=self.source,
+            shared_postgres=self.postgres,
         )
 
     def plans(self, golden: Golden, deadline: float | None = None) -> list[Plan]:

@@ -47,7 +47,7 @@ from crashpoint.harness._engine._accounting import (
     net_fault,
 )
 from crashpoint.harness._engine._attempts import TrialAttempts, abort_unwaited
-from crashpoint.harness._engine._backing import PostgresService
+from crashpoint.harness._engine._backing import PostgresService, SharedPostgres
 from crashpoint.harness._engine._memory import MEMORY_CGROUP_VAR
 from crashpoint.harness._engine._outside import new_temp_entries
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env, uncached_env
@@ -185,6 +185,9 @@ class TrialRunner:
     source: str = ""  # the scenario file, if any: where replay finds redacted agent.env values
     keep_head: int = KEEP_HEAD  # bytes of each attempt's stdout/stderr kept from the start
     keep_tail: int = KEEP_TAIL  # and from the end (the rest is cut, and the cut stated)
+    #: a PostgreSQL server shared with other runners ({postgres}; its owner closes it), or
+    #: None: the runner starts its own at its first golden run and stops it when it closes
+    shared_postgres: SharedPostgres | None = None
 
     def __post_init__(self) -> None:
         # the agent runs in its own working folder: a relative {state_dir} would land there,
@@ -249,7 +252,7 @@ class TrialRunner:
         urls = dict(ledger.urls())
         if self.agent.uses("postgres"):
             if self.postgres is None:
-                service = PostgresService()
+                service = PostgresService(self.shared_postgres)
                 service.start()  # (closes what it started if it fails)
                 self.postgres = service
                 weakref.finalize(self, PostgresService.close, service)
@@ -721,6 +724,7 @@ class TrialRunner:
                 source=self.source,
                 keep_head=self.keep_head,
                 keep_tail=self.keep_tail,
+                shared_postgres=self.shared_postgres,
             )
             try:
                 self._upgrades[key] = (sub.golden(), "")
