@@ -1,0 +1,120 @@
+"""k resumers of one run whose state is in PostgreSQL (``{postgres}``), raced from k processes.
+
+Each resumer is a process tree of its own that reaches the run's state only over TCP, through
+the runner's proxy to the harness's throw-away server (what k workers on k hosts sharing one
+database see; they are not in separate network namespaces here). The barrier releases them
+together at their first boundaries, and the history checker judges the trial's whole history
+(every attempt's steps, not pair by pair):
+
+- the demo agent on the reference library's PostgreSQL store (``--store {postgres}``) takes the
+  run's lease: one resumer proceeds, the others are refused; it passes, and the race fired;
+- ``tests/agents/pg_steps.py`` keeps its progress in rows with no lease: the resumers run the
+  same steps at the same time, and ``single_writer`` fails with a minimal witness.
+
+Skipped with the reason where no server can run or psycopg is missing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CheckResult,
+    SharedPostgres,
+    TrialResult,
+    family_from_spec,
+    postgres_unavailable,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_AGENT = ROOT / "tests" / "agents" / "pg_steps.py"
+K = 4
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[SharedPostgres]:
+    """One server for the module's campaigns (each trial still gets its own database)."""
+    reason = postgres_unavailable()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip(
+        "psycopg", reason="the agents use psycopg: pip install 'crashpoint[postgres]'"
+    )
+    with SharedPostgres() as server:
+        yield server
+
+
+def race(agent: AgentSpec, tmp_path: Path, shared: SharedPostgres, k: int = K) -> TrialResult:
+    result = Campaign(
+        agent,
+        [family_from_spec({"resumers": {"count": 1, "processes": k}})],
+        str(tmp_path / "report"),
+        name="pg-resumers",
+        seed=3,
+        restarts=k,
+        postgres=shared,
+    ).run()
+    (trial,) = result.trials
+    return trial
+
+
+def single_writer(t: TrialResult) -> CheckResult:
+    return next(c for c in t.checks if c.name == "single_writer")
+
+
+def explain(t: TrialResult) -> str:
+    return "\n".join(
+        [t.landed(), *(str(c) for c in t.failed)]
+        + [f"attempt {a.number}: {a.exit} {a.stderr.decode()[-300:]}" for a in t.attempts]
+    )
+
+
+def test_resumers_on_the_postgresql_store_take_turns_and_pass(
+    tmp_path: Path, shared: SharedPostgres
+) -> None:
+    demo = AgentSpec(
+        command=(
+            "{python}",
+            "-m",
+            "crashpoint.agents.demo",
+            "--state",
+            "{state_dir}",
+            "--store",
+            "{postgres}",
+        ),
+        timeout=60,
+    )
+    t = race(demo, tmp_path, shared)
+    (outcome,) = t.outcomes
+    assert outcome.fired, explain(t)
+    assert re.match(rf"[2-{K}] of {K} attempts raced \(", outcome.where), outcome
+    assert t.ok, explain(t)
+    sw = single_writer(t)
+    assert sw.ok, sw
+    assert not sw.skipped, sw
+    assert [a.number for a in t.attempts][:K] == list(range(1, K + 1))  # (then restarts)
+    assert "refused" in outcome.where or "waited" in outcome.where, outcome.where
+    # every attempt talked to the server through the runner's proxy only
+    assert all("{postgres}" not in " ".join(a.argv) for a in t.attempts)
+    assert len({a.argv[a.argv.index("--store") + 1] for a in t.attempts}) == 1
+
+
+def test_resumers_without_a_lease_on_postgresql_fail_single_writer_with_a_witness(
+    tmp_path: Path, shared: SharedPostgres
+) -> None:
+    agent = AgentSpec(command=(sys.executable, str(PG_AGENT), "{postgres}"), timeout=60)
+    t = race(agent, tmp_path, shared)
+    (outcome,) = t.outcomes
+    assert outcome.fired, explain(t)
+    sw = single_writer(t)
+    assert not sw.ok, explain(t)
+    assert "executed steps at the same time" in sw.message, sw.message
+    text = (Path(t.folder) / "anomalies.txt").read_text()
+    assert "\nsingle_writer: attempts " in text, text
