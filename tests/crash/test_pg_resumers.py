@@ -6,8 +6,9 @@ database see; they are not in separate network namespaces here). The barrier rel
 together at their first boundaries, and the history checker judges the trial's whole history
 (every attempt's steps, not pair by pair):
 
-- the demo agent on the reference library's PostgreSQL store (``--store {postgres}``) takes the
-  run's lease: one resumer proceeds, the others are refused; it passes, and the race fired;
+- the demo agent on the reference library's PostgreSQL store (``--store {postgres}``; the
+  example ``examples/backing/postgres-resumers.scenario.yaml``) takes the run's lease: one
+  resumer proceeds, the others are refused; it passes, and the race fired;
 - ``tests/agents/pg_steps.py`` keeps its progress in rows with no lease: the resumers run the
   same steps at the same time, and ``single_writer`` fails with a minimal witness.
 
@@ -30,11 +31,13 @@ from crashpoint.harness import (
     SharedPostgres,
     TrialResult,
     family_from_spec,
+    load_scenario,
     postgres_unavailable,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_AGENT = ROOT / "tests" / "agents" / "pg_steps.py"
+EXAMPLE = ROOT / "examples" / "backing" / "postgres-resumers.scenario.yaml"
 K = 4
 
 
@@ -76,21 +79,16 @@ def explain(t: TrialResult) -> str:
     )
 
 
+@pytest.mark.slow  # ~20 s on two shared cores; fast cover: the lease-less agent below, and
+# tests/crash/test_pg_gate.py (two resumers of the demo on the PostgreSQL store)
 def test_resumers_on_the_postgresql_store_take_turns_and_pass(
     tmp_path: Path, shared: SharedPostgres
 ) -> None:
-    demo = AgentSpec(
-        command=(
-            "{python}",
-            "-m",
-            "crashpoint.agents.demo",
-            "--state",
-            "{state_dir}",
-            "--store",
-            "{postgres}",
-        ),
-        timeout=60,
-    )
+    """The example (examples/backing/postgres-resumers.scenario.yaml), as its file says."""
+    sc = load_scenario(EXAMPLE)
+    ((kind, opts),) = sc.families[0].family.chain
+    assert (kind, dict(opts)["processes"], sc.restarts) == ("resumers", K, K)
+    demo = sc.agent
     t = race(demo, tmp_path, shared)
     (outcome,) = t.outcomes
     assert outcome.fired, explain(t)

@@ -46,6 +46,7 @@ def pytest_unconfigure(config):
 """
 
 
+@pytest.mark.slow  # ~35 s (a server, two items); fast cover: tests/crash/test_shared_postgres.py
 def test_a_scenario_files_items_share_one_server(inner: Any) -> None:
     if postgres_unavailable():
         pytest.skip(str(postgres_unavailable()))
