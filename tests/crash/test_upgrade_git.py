@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from crashpoint.harness import Campaign, CampaignResult, TrialRunner, load_scenario
+from crashpoint.harness import (
+    Campaign,
+    CampaignInterrupted,
+    CampaignResult,
+    TrialRunner,
+    load_scenario,
+    replay,
+)
 from crashpoint.harness._spec._scenario import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +145,9 @@ def test_a_commit_that_renames_a_step_fails_replay_divergence_with_the_diff(
     )
     assert "    +step_started bill" in c.message.splitlines()
     assert leftovers(tmp_path) == []
+    again = replay(t.folder)  # the evidence replays: the commit exported again, B again
+    assert {x.name for x in again.failed} == {"replay_divergence"}
+    assert leftovers(tmp_path) == []
 
 
 def test_a_commit_that_reorders_two_effects_fails_replay_divergence(
@@ -200,3 +210,20 @@ def test_a_runner_removes_its_checkouts_when_closed(repo: Path, tmp_path: Path) 
     finally:
         runner.close()
     assert not Path(b.scenario_dir).exists()
+
+
+def test_an_interrupted_campaign_removes_its_checkout(repo: Path, tmp_path: Path) -> None:
+    """Ctrl-C (KeyboardInterrupt, as the signal handlers raise it) after the first trial: the
+    campaign stops, and the commit's folder is gone with it."""
+    sc = load_scenario(str(scenario(repo, "rev: v2")))
+    camp = Campaign(
+        sc.agent, [f.family for f in sc.families], str(tmp_path / "report"), name="up", seed=5
+    )
+
+    def progress(done: int, total: int, failures: int, res: Any) -> None:
+        assert list((tmp_path / "report").rglob("rev-*"))  # B's checkout, while it runs
+        raise KeyboardInterrupt
+
+    with pytest.raises(CampaignInterrupted):
+        camp.run(only=[BEFORE_NOTIFY], progress=progress)
+    assert leftovers(tmp_path) == []
