@@ -12,6 +12,10 @@ together at their first boundaries, and the history checker judges the trial's w
 - ``tests/agents/pg_steps.py`` keeps its progress in rows with no lease: the resumers run the
   same steps at the same time, and ``single_writer`` fails with a minimal witness.
 
+With ``hosts: true`` each resumer runs in a pid and UTS namespace of its own: the store can no
+longer tell whether another's process lives (it can only on its own machine), so the lease
+alone keeps one writer, as across hosts.
+
 Skipped with the reason where no server can run or psycopg is missing.
 """
 
@@ -21,6 +25,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,10 +59,12 @@ def shared() -> Iterator[SharedPostgres]:
         yield server
 
 
-def race(agent: AgentSpec, tmp_path: Path, shared: SharedPostgres, k: int = K) -> TrialResult:
+def race(
+    agent: AgentSpec, tmp_path: Path, shared: SharedPostgres, k: int = K, **opts: Any
+) -> TrialResult:
     result = Campaign(
         agent,
-        [family_from_spec({"resumers": {"count": 1, "processes": k}})],
+        [family_from_spec({"resumers": {"count": 1, "processes": k, **opts}})],
         str(tmp_path / "report"),
         name="pg-resumers",
         seed=3,
@@ -116,3 +123,25 @@ def test_resumers_without_a_lease_on_postgresql_fail_single_writer_with_a_witnes
     assert "executed steps at the same time" in sw.message, sw.message
     text = (Path(t.folder) / "anomalies.txt").read_text()
     assert "\nsingle_writer: attempts " in text, text
+
+
+@pytest.mark.slow  # ~17 s; fast cover: tests/unit/test_resumer_hosts.py (the wrapper, for real)
+def test_resumers_as_on_hosts_of_their_own_keep_one_writer(
+    tmp_path: Path, shared: SharedPostgres
+) -> None:
+    """``hosts: true``: each resumer in a pid and UTS namespace of its own, so the store cannot
+    tell whether another's process lives (it only can on its own machine): the lease alone keeps
+    one writer, as across hosts. The refusals name the holder by its own host name."""
+    from crashpoint._proc import hosts_unavailable
+
+    if hosts_unavailable():
+        pytest.skip(str(hosts_unavailable()))
+    demo = load_scenario(EXAMPLE).agent
+    t = race(demo, tmp_path, shared, k=3, hosts=True)
+    (outcome,) = t.outcomes
+    assert outcome.fired, explain(t)
+    assert "each in a pid and UTS namespace of its own" in outcome.where, outcome.where
+    assert t.ok, explain(t)
+    assert single_writer(t).ok
+    refusals = " ".join(a.stderr.decode() for a in t.attempts[:3])
+    assert re.search(r"held by worker crashpoint-resumer-\d:", refusals), refusals

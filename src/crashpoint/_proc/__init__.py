@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         signal_name,
     )
     from crashpoint._proc._git import GIT_TIMEOUT, export_commit, git_commit
+    from crashpoint._proc._hosts import hosts_unavailable, on_own_host
     from crashpoint._proc._memcg import (
         MemoryCgroup,
         MemoryUse,
@@ -74,6 +75,7 @@ _PROCESS = "crashpoint._proc._process"
 _WRITERS = "crashpoint._proc._writers"
 _MEMCG = "crashpoint._proc._memcg"
 _GIT = "crashpoint._proc._git"
+_HOSTS = "crashpoint._proc._hosts"
 _WHERE = {
     "AgentProcess": _PROCESS,
     "AttemptCgroup": _CGROUP,
@@ -98,6 +100,8 @@ _WHERE = {
     "exit_status": _CLEANUP,
     "export_commit": _GIT,
     "git_commit": _GIT,
+    "hosts_unavailable": _HOSTS,
+    "on_own_host": _HOSTS,
     "install_signal_handlers": _CLEANUP,
     "kill_marked": _CLEANUP,
     "kill_tree": _PROCESS,
@@ -147,6 +151,7 @@ __all__ = [
     "exit_status",
     "export_commit",
     "git_commit",
+    "hosts_unavailable",
     "install_signal_handlers",
     "kill_marked",
     "kill_tree",
@@ -155,6 +160,7 @@ __all__ = [
     "memory_cgroup",
     "memory_cgroup_support",
     "new_reap_token",
+    "on_own_host",
     "open_watch",
     "reap_stale",
     "received",

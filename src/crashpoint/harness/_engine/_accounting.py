@@ -382,6 +382,13 @@ def _resumers(
     same time are not exercised."""
     spans = notes.get("spans") or []
     k = f.processes
+    if notes.get("hosts_unavailable"):  # hosts: true asked for what this machine cannot do
+        return Outcome(
+            i,
+            f.kind,
+            False,
+            why_not=f"resumers on hosts of their own: {notes['hosts_unavailable']}",
+        )
     if len(spans) < 2:
         return Outcome(i, f.kind, False, why_not=_never_ran(f, attempts))
     # the longest time two of them ran at once: by start, each against the latest end before
@@ -417,7 +424,10 @@ def _resumers(
                 f"{overlap:.3f}s), but what they did was not recorded"
             ),
         )
-    return Outcome(i, f.kind, bool(race[0]), str(race[1]), str(race[2]))
+    where = str(race[1])
+    if where and f.arg("hosts"):
+        where += " (each in a pid and UTS namespace of its own: hosts crashpoint-resumer-N)"
+    return Outcome(i, f.kind, bool(race[0]), where, str(race[2]))
 
 
 def _noted(i: int, f: Fault, attempts: list[Attempt], notes: Evidence, key: str) -> Outcome | None:

@@ -33,9 +33,11 @@ from crashpoint._proc import (
     REAP_VAR,
     AgentProcess,
     Exit,
+    hosts_unavailable,
     kill_marked,
     kill_tree,
     memory_cgroup,
+    on_own_host,
     running,
     shielded,
 )
@@ -731,6 +733,12 @@ class TrialAttempts:
         usage: UsageSampler | None = None
         tokens: list[str] = []
         walls: list[tuple[float, float, list[str]]] = []  # each one's start, end (wall), argv
+        # resumers: {hosts: true}: each in a pid and UTS namespace of its own (or why not)
+        hosts = [(i, f) for i, f in s.of("resumers") if together and f.arg("hosts")]
+        if hosts and hosts_unavailable():
+            for i, _f in hosts:
+                self.notes.setdefault(i, {})["hosts_unavailable"] = hosts_unavailable()
+            hosts = []
         try:
             if runner.deadline is not None and time.monotonic() >= runner.deadline:
                 raise BudgetExceeded(f"trial {plan.index} was stopped")
@@ -742,6 +750,8 @@ class TrialAttempts:
                     if note.get("armed") is not None:
                         env = note["armed"].environ(env)
                 argv = s.argv
+                if hosts:  # its own pid namespace and host name: another machine to the agent
+                    argv = on_own_host(list(argv), f"crashpoint-resumer-{num}")
                 rec = started.recorders.get(num)
                 if rec is not None:  # resumers: what each changes on disk, and when
                     argv, env = rec.wrap(argv), rec.environ(env)
@@ -945,6 +955,8 @@ class TrialAttempts:
         group = tuple(range(s.n, s.n + _group(s)))
         for i, _f in s.of("resumers"):
             note: dict[str, Any] = {"spans": spans, "barrier": barrier}
+            if self.notes.get(i, {}).get("hosts_unavailable"):
+                note["hosts_unavailable"] = self.notes[i]["hosts_unavailable"]
             if len(live) == len(group):
                 note["race"] = race_note(
                     group, live, list(self.ledger.events), writes, barrier, patience, mine

@@ -103,7 +103,7 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
     "signal": ("sig", "grace", "pause", "count", "within"),
     "corrupt": ("how", "path", "count", "aim"),
     "disk_full": ("capacity", "mechanism", "nth", "count"),
-    "resumers": ("processes", "stagger", "count"),
+    "resumers": ("processes", "stagger", "hosts", "count"),
     "hang": ("count",),
     "power_loss": ("model", "count"),
     "network": ("call", "fail", "nth", "times", "count"),
@@ -434,6 +434,12 @@ def _check_options(
                 err=at("processes"),
                 cap=" attempts started at once",
             )
+        if "hosts" in opts and not isinstance(opts["hosts"], bool):
+            raise err(
+                f"resumers.hosts must be true or false, got {opts['hosts']!r} (true: each "
+                "resumer in a pid and UTS namespace of its own, as on a host of its own)",
+                "hosts",
+            )
         if "stagger" in opts:
             opts["stagger"] = _stagger(
                 opts["stagger"], int(opts.get("processes", MIN_RESUMERS)), at("stagger")
@@ -608,6 +614,8 @@ class FaultFamily:
             if kind == "resumers" and o.get("stagger"):
                 stag = "stagger=" + ",".join(map(str, dict.fromkeys(o["stagger"])))
                 tag = f"{tag}:{stag}" if tag else stag
+            if kind == "resumers" and o.get("hosts"):
+                tag = f"{tag}:hosts" if tag else "hosts"
             if kind == "backing":
                 tag = f"{o.get('service')}:{o.get('do')}" + (
                     f"@{o['at']}" if o.get("at", "random") != "random" else ""

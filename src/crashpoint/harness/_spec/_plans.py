@@ -289,6 +289,8 @@ def _draw(
         given: dict[str, Any] = {"processes": group} if group != 2 else {}
         if opts.get("stagger"):  # released one after the other, at the previous one's event N
             given["stagger"] = ",".join(str(int(x)) for x in opts["stagger"])
+        if opts.get("hosts"):  # each as on a host of its own (a pid and UTS namespace)
+            given["hosts"] = True
         return [Fault.make("resumers", attempt, **given)]
     if kind == "power_loss":
         model = str(opts.get("model", "posix"))
