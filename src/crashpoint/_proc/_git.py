@@ -69,7 +69,8 @@ def git_commit(repo: str, rev: str) -> tuple[str, str]:
             "the folder of the agent's repository"
         )
     root = os.path.normpath(top.stdout.decode("utf-8", "surrogateescape").strip())
-    sha = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    # (a revision starting with "-" was refused above: no --end-of-options, which git < 2.24 lacks)
+    sha = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     if sha.returncode != 0:
         raise ValueError(
             f"revision {rev!r} is no commit of the repository {root} (see `git -C {root} log "

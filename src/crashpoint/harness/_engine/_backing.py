@@ -25,6 +25,7 @@ import os
 import secrets
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,8 @@ class SharedPostgres:
         self.password = secrets.token_urlsafe(24)  # the agent role's; URL- and SQL-safe
         self.lock = threading.Lock()  # held to restart the server after an outage
         self.starts = 0  # how many servers it started (1, unless it was closed and reused)
+        # an owner that never closes it: stopped when it is collected, or at exit
+        weakref.finalize(self, self._stack.close)
 
     def start(self) -> PostgresServer:
         """The server, started once (StandInError saying why it cannot be)."""
