@@ -43,6 +43,7 @@ from crashpoint.harness import (
 ROOT = Path(__file__).resolve().parents[2]
 PG_AGENT = ROOT / "tests" / "agents" / "pg_steps.py"
 EXAMPLE = ROOT / "examples" / "backing" / "postgres-resumers.scenario.yaml"
+FLEET = ROOT / "examples" / "backing" / "fleet-resumers.scenario.yaml"
 K = 4
 
 
@@ -145,3 +146,27 @@ def test_resumers_as_on_hosts_of_their_own_keep_one_writer(
     assert single_writer(t).ok
     refusals = " ".join(a.stderr.decode() for a in t.attempts[:3])
     assert re.search(r"held by worker crashpoint-resumer-\d:", refusals), refusals
+
+
+@pytest.mark.slow  # ~25 s a case (four fleet workers, each a CLI and a demo agent)
+@pytest.mark.parametrize("hosts", [False, True], ids=["one-host", "hosts"])
+def test_fleet_workers_racing_for_one_run_let_one_claim_it(
+    tmp_path: Path, shared: SharedPostgres, hosts: bool
+) -> None:
+    """The example examples/backing/fleet-resumers.scenario.yaml: four ``crashpoint fleet work
+    --once`` workers released together; one claims the run and resumes it, the others find
+    nothing to claim."""
+    from crashpoint._proc import hosts_unavailable
+
+    if hosts and hosts_unavailable():
+        pytest.skip(str(hosts_unavailable()))
+    sc = load_scenario(FLEET)
+    t = race(sc.agent, tmp_path, shared, **({"hosts": True} if hosts else {}))
+    (outcome,) = t.outcomes
+    assert outcome.fired, explain(t)
+    assert re.match(rf"{K} of {K} attempts raced \(refused: attempts ", outcome.where), outcome
+    assert "exited 0 without doing anything while attempt" in outcome.where, outcome.where
+    assert t.ok, explain(t)
+    assert single_writer(t).ok
+    started = {int(e["attempt"]) for e in t.events if e["op"] == "step_started"}
+    assert len(started) == 1, started  # one worker ran the run's steps
