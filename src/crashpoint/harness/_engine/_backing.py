@@ -6,7 +6,9 @@ golden run) gets a database of its own, named by its ``{trial_id}`` and owned by
 unprivileged role; the agent gets the DSN through the proxy without a password (``{postgres}``,
 ``$CRASHPOINT_POSTGRES``) and the password in its environment only (``$PGPASSWORD``, which
 libpq and psycopg read). The server is started at the runner's first golden run (``initdb``: a few
-seconds) and stopped, its folder removed, when the runner closes.
+seconds) and stopped, its folder removed, when the runner closes; or it is a
+:class:`SharedPostgres` that several runners share (the pytest plugin's, one per scenario file),
+stopped by its owner, and the runner closes only its proxy and drops its last database.
 
 :class:`Outage` is one ``backing`` fault of an attempt: at the planned boundary (the ledger
 calls :meth:`Outage.before_reply` before it answers the agent's event, so the outage is in place
