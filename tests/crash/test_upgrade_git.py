@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from crashpoint.harness import (
+    AgentSpec,
     Campaign,
     CampaignInterrupted,
     CampaignResult,
@@ -205,6 +206,11 @@ def test_a_runner_removes_its_checkouts_when_closed(repo: Path, tmp_path: Path) 
         assert why == ""
         assert b.scenario_dir != str(repo)
         assert Path(b.scenario_dir, "agent.py").read_text().count("--v2") == 1
+        # an absolute path under the repository, in the command, moves into the checkout too
+        runner.agent = AgentSpec(command=("{python}", f"{repo}/agent.py"), scenario_dir="/else")
+        c, _why = runner.version_b({"rev": "v2"})
+        assert c.command[1] == f"{b.scenario_dir}/agent.py"
+        assert c.scenario_dir == "/else"  # outside the repository: left alone
         _missing, why = runner.version_b({"rev": "no-such-branch"})
         assert "version B (rev no-such-branch) cannot be checked out" in why
     finally:

@@ -242,7 +242,8 @@ def upgraded(
 
     ``checkout`` (``rev``: B is another commit): (the repository's root, the folder its commit
     was exported to). Every path under the root then points into that folder: the scenario
-    folder (what ``{scenario_dir}`` becomes), the working folder and environment values."""
+    folder (what ``{scenario_dir}`` becomes), the working folder, and the parts of the command
+    (or arguments) and the environment values that are such a path."""
     command, entry, args = agent.command, agent.entry, agent.args
     if to.get("command"):
         command, entry, args = tuple(to["command"]), "", ()
@@ -255,9 +256,9 @@ def upgraded(
     root, into = checkout or ("", "")
     return dataclasses.replace(
         agent,
-        command=command,
+        command=tuple(moved(p, root, into) for p in command),
         entry=entry,
-        args=args,
+        args=tuple(moved(p, root, into) for p in args),
         env=tuple(sorted((k, moved(v, root, into)) for k, v in env.items())),
         cwd=moved(str(to.get("cwd") or agent.cwd), root, into),
         scenario_dir=moved(agent.scenario_dir, root, into),
