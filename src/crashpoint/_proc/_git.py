@@ -79,6 +79,13 @@ def git_commit(repo: str, rev: str) -> tuple[str, str]:
     return root, sha.stdout.decode("ascii", "replace").strip()
 
 
+def _escapes(dest: str, name: str, target: str) -> bool:
+    """True if the symbolic link ``name`` (inside ``dest``) pointing at ``target`` leads out."""
+    root = os.path.realpath(dest)
+    where = os.path.normpath(os.path.join(root, os.path.dirname(name), target))
+    return os.path.isabs(target) or os.path.commonpath([root, where]) != root
+
+
 def export_commit(root: str, sha: str, parent: str) -> str:
     """The files of commit ``sha`` of the repository ``root``, written into a new folder under
     ``parent`` (``rev-<sha12>-XXXX``); the caller removes it. ValueError if git fails (the
@@ -95,6 +102,10 @@ def export_commit(root: str, sha: str, parent: str) -> str:
             else:  # Python 3.10 before 3.10.12: refuse what the data filter would
                 for m in tf.getmembers():
                     bad = os.path.isabs(m.name) or ".." in m.name.split("/")
+                    # a symbolic link may point anywhere: one to outside the folder would let a
+                    # later member be written through it, so only links that stay inside pass
+                    if m.issym():
+                        bad = bad or _escapes(dest, m.name, m.linkname)
                     if bad or m.islnk() or m.isdev():
                         raise ValueError(f"commit {sha[:12]} holds {m.name!r}: not exported")
                 tf.extractall(dest)  # noqa: S202 - members checked above
