@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from crashpoint import probe
+from crashpoint.errors import InvalidArgument
 
 try:
     from agents import RunHooks
@@ -208,7 +209,7 @@ class ProbedSession:
     def __init__(self, inner: Any, tracker: StepTracker | None = None) -> None:
         for method in ("get_items", "add_items", "pop_item", "clear_session"):
             if not callable(getattr(inner, method, None)):
-                raise TypeError(
+                raise InvalidArgument(
                     f"instrument(session): {type(inner).__name__} has no {method}(); pass an "
                     "Agents SDK Session, e.g. SQLiteSession('chat-1', 'state/chat.db')"
                 )
