@@ -21,6 +21,7 @@ the whole sweeps are ``slow``.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,3 +216,27 @@ def test_the_whole_sweep(runtime: str, variant: str, examples: _Examples) -> Non
     } <= labels, labels
     assert "step_started:tool:send_invoice (before)" not in labels
     assert not result.ok
+
+
+DOC = ROOT / "docs" / "how-to" / "crash-test-an-agent-sdk.md"
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def test_the_docs_show_the_examples_as_shipped() -> None:
+    """The page's code is the shipped agents' (the SDK's block from examples/openai-agents,
+    Pydantic AI's from examples/pydantic-ai), and its commands name the shipped scenarios,
+    which the tests above run."""
+    blocks = FENCE.findall(DOC.read_text(encoding="utf-8"))
+    py = [body for tag, _info, body in blocks if tag == "python"]
+    assert len(py) == 2
+    for runtime, block in zip(("openai-agents", "pydantic-ai"), py, strict=True):
+        agent = (ROOT / "examples" / runtime / "agent.py").read_text(encoding="utf-8")
+        shipped = {line.strip() for line in agent.splitlines()}
+        for line in block.splitlines():
+            assert not line.strip() or line.strip() in shipped, f"{runtime}: {line}"
+    commands = [line for tag, _i, body in blocks if tag == "console" for line in body.split("\n")]
+    assert [c for c in commands if c] == [
+        f"$ crashpoint run examples/{r}/{v}.scenario.yaml"
+        for v in ("broken", "fixed")
+        for r in ("openai-agents", "pydantic-ai")
+    ]
