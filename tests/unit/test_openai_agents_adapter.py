@@ -190,3 +190,13 @@ def test_outside_the_harness_the_probe_is_a_no_op(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(probe.ENV_LEDGER, raising=False)
     session, hooks = instrument(ListSession())
     _turns(session, hooks)  # no ledger: nothing is sent, nothing raises
+
+
+def test_without_the_sdk_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "agents", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "crashpoint.adapters.openai_agents", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'crashpoint\[openai-agents\]'"):
+        importlib.import_module("crashpoint.adapters.openai_agents")

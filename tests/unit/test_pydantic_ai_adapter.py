@@ -114,3 +114,14 @@ def test_outside_the_harness_the_probe_is_a_no_op(monkeypatch: pytest.MonkeyPatc
     sent: list[str] = []
     _run(_agent(sent), StepTracker(), save=True)  # no ledger: nothing is sent, nothing raises
     assert sent == ["a"]
+
+
+def test_without_pydantic_ai_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    for name in ("pydantic_ai.models.wrapper", "pydantic_ai.toolsets"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "crashpoint.adapters.pydantic_ai", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'crashpoint\[pydantic-ai\]'"):
+        importlib.import_module("crashpoint.adapters.pydantic_ai")
