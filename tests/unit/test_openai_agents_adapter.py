@@ -200,3 +200,21 @@ def test_without_the_sdk_the_import_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.delitem(sys.modules, "crashpoint.adapters.openai_agents", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'crashpoint\[openai-agents\]'"):
         importlib.import_module("crashpoint.adapters.openai_agents")
+
+
+def test_a_message_saved_without_its_id_still_completes_its_call(
+    reports: list[tuple[str, str]],
+) -> None:
+    session, hooks = instrument(ListSession())
+    stored = ANSWER.model_dump(exclude_unset=True)
+    del stored["id"]  # a session (or a Chat Completions model's reply) without the item id
+
+    async def go() -> None:
+        await hooks.on_llm_start(None, AGENT, None, [])
+        await hooks.on_llm_end(None, AGENT, _response(ANSWER))
+        await session.add_items([{"role": "assistant", "content": "another answer"}])
+        assert ("completed", "model:billing") not in reports  # not its text
+        await session.add_items([stored])
+
+    asyncio.run(go())
+    assert [r for r in reports if r[0] == "completed"] == [("completed", "model:billing")]

@@ -23,7 +23,8 @@ harness (Contract 1) the run then reports, for each model call and each local to
   tool call's ``tool_call_id`` is a good one) is applied twice;
 * ``step_completed`` of a tool call once a ``session.add_items`` that holds its
   ``function_call_output`` (matched by ``call_id``) has returned, and of a model call once
-  every message and tool call of its reply has been saved that way.
+  every message (matched by its text) and tool call (by ``call_id``) of its reply has been
+  saved that way.
 
 **What "durable" means here**: the session's ``add_items`` returned. That is as durable as the
 session makes it: ``SQLiteSession`` commits each ``add_items`` (a file on disk survives a kill
@@ -81,19 +82,20 @@ def _plain(item: Any) -> dict[str, Any]:
 
 def _key(item: Any) -> str | None:
     """What identifies an item across the model's reply and the session's rows: a tool call's
-    ``call_id``; a message's ``id`` (unless it is the SDK's placeholder ``__fake_id__``), else
-    its content. None for kinds the adapter does not wait for (reasoning, hosted-tool items)."""
+    ``call_id``; an assistant message's text (not its ``id``: a session may drop ids, and
+    Chat Completions models get the SDK's placeholder ``__fake_id__``). None for kinds the
+    adapter does not wait for (user input, reasoning, hosted-tool items)."""
     d = _plain(item)
     call_id = d.get("call_id")
     if isinstance(call_id, str) and call_id:
         kind = "output" if str(d.get("type", "")).endswith("_output") else "call"
         return f"{kind}:{call_id}"
-    if d.get("type", "message") != "message" or d.get("role") not in (None, "assistant"):
+    if d.get("type", "message") != "message" or d.get("role") != "assistant":
         return None
-    ident = d.get("id")
-    if isinstance(ident, str) and ident and not ident.startswith("__fake"):
-        return f"message:{ident}"
-    return "content:" + json.dumps(d.get("content"), sort_keys=True, default=str)
+    content = d.get("content")
+    parts = content if isinstance(content, list) else [content]
+    texts = [p.get("text", p.get("refusal")) if isinstance(p, dict) else p for p in parts]
+    return "text:" + json.dumps(texts, sort_keys=True, default=str)
 
 
 class _Pending:
