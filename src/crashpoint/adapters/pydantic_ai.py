@@ -25,8 +25,11 @@ harness (Contract 1) the agent then reports:
 * ``step_started("tool:<name>")`` just before a tool's function runs, and ``event
   "pydantic-ai:tool:<name>:returned"`` once it returned: its side effects are done, its result
   is not saved yet. A kill there is the boundary "after the effect, before the history write":
-  a run resumed from the saved history asks the model again and runs the tool again, so an
-  effect without an idempotency key (``ctx.tool_call_id`` is a good one) is applied twice;
+  a run resumed from the saved history runs the tool again (from the saved tool call, or from
+  the model's reply asked again), so an effect without an idempotency key
+  (``ctx.tool_call_id`` is a good one) is applied twice. Pydantic AI puts a tool's return into
+  the history with the *next* model request, so a history written after each node of
+  ``agent.iter`` holds it only once that request returned: the window spans it;
 * ``step_completed`` of a model request once :func:`saved` is handed messages that hold its
   response (matched by its tool calls' ids, else its text), and of a tool call once they hold
   its return (a ``tool-return`` or ``retry-prompt`` part with its ``tool_call_id``).
