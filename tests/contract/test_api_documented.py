@@ -37,6 +37,8 @@ FACES = (
     "crashpoint.adapters.langgraph",
     "crashpoint.adapters.langgraph_saver",
     "crashpoint.adapters.dbos",
+    "crashpoint.adapters.openai_agents",
+    "crashpoint.adapters.pydantic_ai",
     "crashpoint.cli",
 )
 #: face -> (the module its extra installs, the extra): skipped where the module is missing.
@@ -44,6 +46,8 @@ EXTRAS = {
     "crashpoint.adapters.langgraph": ("langgraph", "langgraph"),
     "crashpoint.adapters.langgraph_saver": ("langgraph", "langgraph"),
     "crashpoint.adapters.dbos": ("dbos", "dbos"),
+    "crashpoint.adapters.openai_agents": ("agents", "openai-agents"),
+    "crashpoint.adapters.pydantic_ai": ("pydantic_ai", "pydantic-ai"),
 }
 _HEADING = re.compile(r"^##\s+(.*?)\s*$")
 _FACE_HEADING = re.compile(r"^`([A-Za-z_][\w.]*)`$")
