@@ -59,23 +59,23 @@ async def file_incident(server: StdioServerParameters, progress: str) -> dict[st
     done = load(progress)
     for attempt in range(1, TRIES + 1):
         gone: McpError | None = None
-        async with stdio_client(server) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for tool, args in CALLS:
-                    if tool in done:
-                        continue
-                    try:
-                        result = await session.call_tool(
-                            tool, {**args, "request_id": f"{JOB}:{tool}"}
-                        )
-                    except McpError as exc:  # the server went away: start it again
-                        gone = exc
-                        break
-                    if result.isError:
-                        raise SystemExit(f"{tool} failed: {result.content}")
-                    done[tool] = result.content[0].text  # type: ignore[union-attr]
-                    save(progress, done)
+        async with (
+            stdio_client(server) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            for tool, args in CALLS:
+                if tool in done:
+                    continue
+                try:
+                    result = await session.call_tool(tool, {**args, "request_id": f"{JOB}:{tool}"})
+                except McpError as exc:  # the server went away: start it again
+                    gone = exc
+                    break
+                if result.isError:
+                    raise SystemExit(f"{tool} failed: {result.content}")
+                done[tool] = result.content[0].text  # type: ignore[union-attr]
+                save(progress, done)
         if gone is None:
             return done
         print(f"MCP server gone ({gone.error.message}); try {attempt} of {TRIES}", file=sys.stderr)
