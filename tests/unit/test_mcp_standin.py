@@ -399,3 +399,39 @@ def test_the_sdks_high_level_client_falls_back_to_the_handshake(ledger: Ledger) 
 
     assert asyncio.run(use()) == "opened: x"
     assert _recorded(ledger) == [("effect", "ticket", "k", True)]
+
+
+def test_the_relay_exits_1_quietly_when_its_connection_drops_while_stdin_is_open(
+    ledger: Ledger,
+) -> None:
+    """A reset ends the relay as a crashed server ends its pipe: exit 1 with one line on
+    stderr, not an interpreter abort (its stdin reader thread still holds stdin's lock)."""
+    import subprocess
+
+    ledger.net_faults = [NetFault("mcp create_ticket", Failure("reset"))]
+    cmd = shlex.split(ledger.urls()["mcp_stdio"])
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(rpc("initialize") + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["result"]["serverInfo"]["name"] == "crashpoint"
+        args = {"name": "create_ticket", "arguments": {"title": "t"}}
+        proc.stdin.write(rpc("tools/call", args, rid=2) + b"\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=5) == 1  # stdin still open: the relay ends on its own
+        assert proc.stdout.read() == b""  # no answer to the call
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert "dropped" in err
+        assert "Fatal Python error" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

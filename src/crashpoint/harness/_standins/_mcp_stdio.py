@@ -126,4 +126,9 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: python -I _mcp_stdio.py URL (the MCP stand-in's {mcp})", file=sys.stderr)
         sys.exit(2)
-    sys.exit(relay(sys.argv[1]))
+    code = relay(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not sys.exit: the stdin reader thread holds stdin's lock in a read, and the interpreter's
+    # shutdown would abort on it (SIGABRT, "Fatal Python error: _enter_buffered_busy").
+    os._exit(code)
