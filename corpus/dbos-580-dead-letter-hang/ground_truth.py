@@ -62,7 +62,7 @@ def main() -> int:
         third = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         running.append(third)
         try:
-            out, err = third.communicate(timeout=DEADLINE)
+            _out, err = third.communicate(timeout=DEADLINE)
         except subprocess.TimeoutExpired:
             third.kill()
             third.communicate()
