@@ -47,6 +47,9 @@ CHECKS = (
     "corruption_detected",
     "no_repeated_llm_calls",
     "no_retry_storm",
+    "crash_loop",
+    "replay_divergence",
+    "no_silent_failure",
 )
 NEEDS = ("postgres",)
 KINDS = {"issue": "issues", "pull": "pull"}

@@ -38,6 +38,13 @@ def test_the_corpus_has_entries_across_runtimes() -> None:
     assert len(runtimes) >= 2, runtimes
 
 
+def test_an_entry_may_expect_any_check_of_the_gate() -> None:
+    # expect.check names a check of the gate: the schema's list is the checker's own
+    from crashpoint.harness._checker._checks import BUILTIN_CHECKS
+
+    assert set(schema.CHECKS) == set(BUILTIN_CHECKS)
+
+
 @pytest.mark.parametrize("folder", ENTRIES, ids=[e.name for e in ENTRIES])
 def test_entry_matches_the_schema(folder: Path) -> None:
     assert schema.check_entry(folder) == []
