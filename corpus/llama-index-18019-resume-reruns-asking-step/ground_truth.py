@@ -64,8 +64,10 @@ def main() -> int:
         print("ERROR: the worker did not run as planned (see its output above)")
         return 2
     if posts["/holds"] > 1:
-        print(f"BUG: the resumed run re-ran the step that asked for approval: "
-              f"the hold was placed {posts['/holds']} times")
+        print(
+            f"BUG: the resumed run re-ran the step that asked for approval: "
+            f"the hold was placed {posts['/holds']} times"
+        )
         return 1
     print("ok: the resumed run went on from the reviewer's answer; the hold was placed once")
     return 0
