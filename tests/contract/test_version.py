@@ -22,7 +22,10 @@ VERSION_FILE = SRC / "crashpoint" / "_version.py"
 def literal_version_assignments(path: Path) -> list[int]:
     """Line numbers where ``path`` assigns a string literal to ``__version__``
     (``__version__ = "..."``, ``__version__: str = "..."``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    text = path.read_text(encoding="utf-8")
+    if "__version__" not in text:  # no such assignment: no parse (the suite's time)
+        return []
+    tree = ast.parse(text, filename=str(path))
     lines = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):

@@ -287,8 +287,8 @@ def test_a_bad_scenario_is_annotated_with_file_line_and_key(tmp_path: Path) -> N
     ), run.out + run.err
     assert "### Scenario errors" in summary.read_text()
     assert "bad/broken.scenario.yaml:5 (key 'faults[0].kill.bogus')" in summary.read_text()
-    quiet = crashpoint(tmp_path, "run", "bad", "--quiet")
-    assert "::error" not in quiet.out + quiet.err
+    # off GitHub, no annotation: tests/plugin/test_cli.py's
+    # test_bad_scenario_file_exits_2_naming_file_line_and_key (one crashpoint run fewer here)
 
 
 # -- the example workflow and the script it calls -------------------------------------------

@@ -152,6 +152,8 @@ def test_bad_scenario_file_exits_2_naming_file_line_and_key(inner: Any) -> None:
     gate = json.loads((inner.path / "out" / "gate.json").read_text())
     assert (gate["ok"], gate["verdict"], gate["exit_code"]) == (False, "bad input", 2)
     assert gate["reasons"][0].startswith("gate/bad.scenario.yaml:5 (key 'faults[0].kill.at'): ")
+    # off GitHub (the suite's conftest drops GITHUB_ACTIONS): no workflow annotation
+    assert "::error" not in result.stdout.str() + result.stderr.str()
 
 
 def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
