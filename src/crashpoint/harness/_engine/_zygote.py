@@ -836,6 +836,8 @@ class Zygote:
         self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
         self.learned_modules: list[str] = []  # those modules
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._started = 0.0  # when the running zygote was launched
+        self._checked = False  # its ready message was read (and it was ready)
 
     @classmethod
     def for_agent(cls, agent: AgentSpec, **kw: Any) -> Zygote:
@@ -870,10 +872,18 @@ class Zygote:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and not self._dead
 
-    def start(self) -> Zygote:
-        """Start the zygote and import ``preload``; raise EntryError / ZygoteError if it fails."""
-        if self._proc is not None:
-            return self
+    def start(self, wait: bool = True) -> Zygote:
+        """Start the zygote and import ``preload``; raise EntryError / ZygoteError if it fails.
+        ``wait=False``: return at once, while it starts (e.g. beside a golden run that is
+        spawned anyway); :meth:`ready` then waits and raises what :meth:`start` would, and
+        :meth:`spawn` and :meth:`learn` wait for it first."""
+        if self._proc is None:
+            self._launch()
+        if wait:
+            self.ready()
+        return self
+
+    def _launch(self) -> None:
         self._ready, self._dead = None, ""
         self._replies.clear()
         self._exits.clear()
@@ -905,9 +915,18 @@ class Zygote:
             target=self._read_loop, name="crashpoint-zygote", daemon=True
         )
         self._reader.start()
+        self._started = time.monotonic()
+        self._checked = False
+
+    def ready(self) -> Zygote:
+        """Wait until the zygote started by :meth:`start` has imported ``preload`` (at once if
+        it has, or if it is not running); raise EntryError / ZygoteError if it failed."""
+        if self._proc is None or self._checked:
+            return self
         with self._cond:
             self._cond.wait_for(
-                lambda: self._ready is not None or bool(self._dead), timeout=self.start_timeout
+                lambda: self._ready is not None or bool(self._dead),
+                timeout=max(0.0, self._started + self.start_timeout - time.monotonic()),
             )
         ready = self._ready_message()
         if ready is not None:
@@ -923,6 +942,7 @@ class Zygote:
             if kind in _IMPORT_ERRORS:
                 raise EntryError(why)
             raise ZygoteError(f"the fork-mode zygote did not start: {why}{self._log_tail()}")
+        self._checked = True
         return self
 
     def _ready_message(self) -> dict[str, Any] | None:
@@ -964,6 +984,7 @@ class Zygote:
         note for the campaign ("" if nothing was learned)."""
         if self.learned or self._proc is None:
             return ""
+        self.ready()
         self.learned = True
         try:
             with open(path, encoding="utf-8") as fh:
@@ -1031,8 +1052,7 @@ class Zygote:
         Output is captured as :class:`~crashpoint._proc._process.AgentProcess` captures it.
         ``main``: ``("path", SCRIPT)`` or ``("module", NAME)`` (``entry`` empty): the child
         runs it as ``__main__`` with ``sys.argv = [target, *args]``, as ``{python}`` would."""
-        if self._proc is None:
-            self.start()
+        self.start()  # started if it is not, waited for if it is starting
         if not os.path.isdir(cwd):
             raise FileNotFoundError(f"the agent's working folder does not exist: {cwd}")
         token, env = with_reap_token(env)
