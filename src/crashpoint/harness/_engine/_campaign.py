@@ -104,7 +104,6 @@ def _replay_note(plans: list[Plan], golden: Golden) -> str:
     return text
 
 
-
 def _launcher_ready(launcher: Any) -> None:
     """Wait for a fork-mode launcher started without waiting (``Zygote.start(wait=False)``:
     its start overlaps the golden run, which is spawned under a trace anyway); raise what it
@@ -112,6 +111,7 @@ def _launcher_ready(launcher: Any) -> None:
     ready = getattr(launcher, "ready", None)
     if callable(ready):
         ready()
+
 
 @dataclass
 class Campaign:
