@@ -494,6 +494,18 @@ def test_a_zygote_started_without_wait_overlaps_and_still_fails_clearly(
     assert {c.pid for c in psutil.Process().children()} <= before  # the zygote was reaped
 
 
+def test_a_zygote_that_dies_at_start_says_why_with_its_stderr(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A zygote that cannot even boot (here: another ``crashpoint`` first on its path, which
+    raises) fails with its own last words, not only "its control channel closed"."""
+    (tmp_path / "crashpoint").mkdir()
+    (tmp_path / "crashpoint" / "__init__.py").write_text('raise RuntimeError("not this one")\n')
+    env = {**agent_env, "PYTHONPATH": str(tmp_path)}
+    with pytest.raises(ZygoteError, match=r"(?s)did not start.*zygote stderr.*not this one"):
+        Zygote(env=env).start()
+
+
 def test_an_entry_that_starts_threads_at_import_is_refused(
     agent_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -563,10 +563,16 @@ class Zygote:
                 or f"no answer within {self.start_timeout}s"
             )
             kind = (ready or {}).get("type", "")
+            tail = ""
+            if kind not in _IMPORT_ERRORS:  # its last words (a traceback), read before close
+                if self._proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                        wait_exit(self._proc, 2)
+                tail = self._log_tail()
             self.close()
             if kind in _IMPORT_ERRORS:
                 raise EntryError(why)
-            raise ZygoteError(f"the fork-mode zygote did not start: {why}{self._log_tail()}")
+            raise ZygoteError(f"the fork-mode zygote did not start: {why}{tail}")
         self._checked = True
         return self
 
