@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from crashpoint.errors import EntryError
 from crashpoint.harness import (
     CampaignInterrupted,
     CampaignResult,
@@ -166,7 +167,7 @@ class ScenarioItem(pytest.Item):
             )
         try:
             result = campaign.run(progress=harness.progress, golden=golden)
-        except (ZygoteError, ImportError) as exc:  # the file's zygote did not start
+        except (ZygoteError, EntryError) as exc:  # the file's zygote did not start
             if harness.launcher is None or parent.stash.get(LAUNCH_READY, False):
                 raise
             err = ScenarioError(sc.path, sc.agent_line, "agent.warm", str(exc))
