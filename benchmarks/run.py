@@ -478,7 +478,8 @@ def _timed_campaign(
     path: str, family: dict[str, Any], base: str, name: str, fork: bool
 ) -> tuple[Any, float]:
     """One campaign of ``family`` on the agent script ``path`` (its ``run(ARGS)`` function in
-    fork mode, forked from a warm zygote whose start is timed too; else the command line,
+    fork mode, forked from a warm zygote whose start is timed too, started beside the golden
+    run; else the command line,
     spawned): the result and the seconds it took, golden run included."""
     from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
@@ -494,7 +495,10 @@ def _timed_campaign(
         if fork:
             from crashpoint.harness import Zygote
 
-            launcher = stack.enter_context(Zygote.for_agent(spec))
+            # its start overlaps the golden run (spawned under strace anyway); the campaign
+            # waits for it before the first trial
+            launcher = Zygote.for_agent(spec).start(wait=False)
+            stack.callback(launcher.close)
         fam = family_from_spec(family)
         res = Campaign(spec, [fam], d, name=name, seed=1, launcher=launcher).run()
         return res, time.perf_counter() - t

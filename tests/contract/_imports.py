@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "crashpoint._failpoints",
         "crashpoint._lazy",
         "crashpoint._version",
+        "crashpoint._forkserver",
     ),
     ("crashpoint.checkpoint",),  # 2 the library
     ("crashpoint._proc",),  # 3 process control

@@ -453,6 +453,59 @@ def test_a_broken_entry_is_a_clear_error_in_both_modes(
     assert b"raised RuntimeError: bad config" in ex.stderr
 
 
+def test_a_zygote_started_without_wait_overlaps_and_still_fails_clearly(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``start(wait=False)`` returns while the zygote imports (its start overlaps the golden
+    run); :meth:`Zygote.ready`, a spawn and a campaign wait for it; a broken entry is the same
+    EntryError from the campaign as from ``start()``, not the golden run's failure."""
+    go = tmp_path / "go"
+    (tmp_path / "cp_fork_gated.py").write_text(
+        "import os, time\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+        "def main(argv):\n    return 5\n"
+    )
+    env = {**agent_env, "PYTHONPATH": str(tmp_path) + os.pathsep + agent_env["PYTHONPATH"]}
+    z = Zygote(["cp_fork_gated:main"], env=env).start(wait=False)  # its import waits for `go`
+    try:
+        assert z.running
+        assert z._ready_message() is None  # still importing: start did not wait
+        go.write_text("")
+        ex = z.spawn("cp_fork_gated:main", env=env, cwd=str(tmp_path), timeout=30).wait()
+        assert ex.returncode == 5  # the spawn waited for it
+        assert z.ready() is z
+    finally:
+        z.close()
+
+    broken = AgentSpec(entry="nosuchmodule:main", timeout=30)
+    before = {c.pid for c in psutil.Process().children()}
+    z = Zygote(["nosuchmodule:main"], env=agent_env).start(wait=False)
+    try:
+        campaign = Campaign(
+            broken,
+            [family_from_spec({"kill": {"at": "fileop"}})],  # the golden run is spawned
+            str(tmp_path / "c"),
+            launcher=z,
+        )
+        with pytest.raises(EntryError, match=r"cannot import module 'nosuchmodule'.*PYTHONPATH"):
+            campaign.run()
+    finally:
+        z.close()
+    assert {c.pid for c in psutil.Process().children()} <= before  # the zygote was reaped
+
+
+def test_a_zygote_that_dies_at_start_says_why_with_its_stderr(
+    agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A zygote that cannot even boot (here: another ``crashpoint`` first on its path, which
+    raises) fails with its own last words, not only "its control channel closed"."""
+    (tmp_path / "crashpoint").mkdir()
+    (tmp_path / "crashpoint" / "__init__.py").write_text('raise RuntimeError("not this one")\n')
+    env = {**agent_env, "PYTHONPATH": str(tmp_path)}
+    with pytest.raises(ZygoteError, match=r"(?s)did not start.*zygote stderr.*not this one"):
+        Zygote(env=env).start()
+
+
 def test_an_entry_that_starts_threads_at_import_is_refused(
     agent_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,16 @@ import pytest
 
 from _reaped import run_reaped
 from crashpoint.errors import FaultSpecError
-from crashpoint.faults import _strace
+from crashpoint.faults import (
+    _strace,
+    build_oplog,
+    fileop_seqs,
+    fileop_times,
+    kill_points,
+    read_fileop_trace,
+    read_trace,
+    record_fileops,
+)
 from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
 from crashpoint.harness._engine._recording import GoldenRecording
 
@@ -52,6 +62,68 @@ def recorded(tmp_path: Path, body: str, **learn: Any) -> tuple[list[dict[str, An
 
 def _labels(ops: list[dict[str, Any]], replay: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(f"{o['op']} {o['path']}", r.get("why", "")) for o, r in zip(ops, replay, strict=True)]
+
+
+#: A trace no Python run writes (its first call resolves a relative path against the folder
+#: it was started in, which the trace never shows): a parse with the recording's cwd resolves
+#: it, the file operations' parse (no cwd) does not; the recording keeps them apart.
+UNPLACED = """\
+9 1795816369.100000 rename("state/a", "state/b") = 0
+9 1795816369.200000 openat(AT_FDCWD</r>, "{state}/c", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</r/c>
+9 1795816369.300000 write(3<{state}/c>, "1", 1) = 1
+9 1795816369.400000 close(3<{state}/c>) = 0
+9 1795816369.500000 +++ exited with 0 +++
+"""
+
+
+@needs_strace
+@pytest.mark.parametrize("unplaced", [False, True], ids=["python-run", "unplaced-cwd"])
+def test_the_recording_parses_once_and_learns_what_separate_parses_learn(
+    tmp_path: Path, unplaced: bool
+) -> None:
+    """The golden run's recording shares one parse of its trace between the power-loss log,
+    the file operations, their times and call numbers, and the replays: it learns exactly
+    what each read separately learns (the file operations from a parse without cwd)."""
+    state, work = tmp_path / "state", tmp_path / "work"
+    state.mkdir()
+    work.mkdir()
+    rec = GoldenRecording({"fileops", "killreplay"}, str(tmp_path / "rec"), str(tmp_path), True)
+    if unplaced:
+        Path(rec.trace).write_text(UNPLACED.format(state=state))
+    else:
+        script = tmp_path / "prog.py"
+        script.write_text(
+            f"import os\nSTATE = {str(state)!r}\n"
+            "for i in range(3):\n"
+            "    with open(os.path.join(STATE, 's.json'), 'w') as f:\n"
+            "        f.write('x' * (i + 1))\n"
+            "        os.fsync(f.fileno())\n"
+            "    os.replace(os.path.join(STATE, 's.json'), os.path.join(STATE, 't.json'))\n"
+        )
+        done = run_reaped(rec.wrap([sys.executable, str(script)]), timeout=60)
+        assert done.returncode == 0, done.stderr
+    copy = str(tmp_path / "copy.strace")
+    shutil.copy(rec.trace, copy)
+    out = rec.learn(str(state), str(work), [0.0])
+    roots = {"state_dir": str(state), "workdir": str(work)}
+    trace = read_trace(copy, cwd=str(tmp_path))
+    assert trace.cwd_given is unplaced
+    parsed = read_fileop_trace(copy)
+    assert parsed is not None
+    ops = record_fileops(copy, roots, trace=parsed)
+    times = fileop_times(copy, roots, trace=parsed)
+    assert out["fileops"] == [op.to_json() for op in ops]
+    assert len(ops) >= 2
+    assert out["fileop_events"] == [1 if t > 0.0 else 0 for t in times]
+    assert out["fileop_replay"] == kill_points(
+        trace,
+        build_oplog(trace, roots),
+        fileop_seqs(copy, roots, trace=parsed),
+        out["fileop_events"],
+        roots,
+    )
+    if unplaced:  # what the shared parse would have recorded: one operation more
+        assert len(record_fileops(copy, roots, trace=trace)) == len(ops) + 1
 
 
 @needs_strace

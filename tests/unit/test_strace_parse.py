@@ -191,6 +191,27 @@ def test_relative_paths_resolve_against_the_dirfd_the_cwd_and_forks() -> None:
     ]
 
 
+def test_a_trace_says_whether_the_given_cwd_resolved_any_folder() -> None:
+    """``cwd_given``: a parse with another ``cwd`` could differ (the golden run's recording
+    shares one parse only when it cannot)."""
+    learned = """
+        1 openat(AT_FDCWD</home/u>, "s/a.tmp", O_WRONLY|O_CREAT, 0600) = 3</home/u/s/a.tmp>
+        1 rename("s/a.tmp", "s/a") = 0
+        1 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD, child_tidptr=0x7f) = 2
+        2 unlink("x") = 0
+        1 fsync(3) = 0
+    """
+    lines = textwrap.dedent(learned).strip("\n").splitlines()
+    a, b = parse_lines(lines, cwd="/start"), parse_lines(lines, cwd="")
+    assert not a.cwd_given
+    assert a == b  # the same calls, paths and numbers whatever the cwd
+    assert [c.seq for c in a.calls] == list(range(5))
+    guessed = [*lines, '3 unlink("who/knows") = 0']  # a process the trace never placed
+    a, b = parse_lines(guessed, cwd="/start"), parse_lines(guessed, cwd="")
+    assert a.cwd_given
+    assert (a.calls[-1].path, b.calls[-1].path) == ("/start/who/knows", "")
+
+
 def test_a_relative_path_without_a_known_folder_stays_unresolved() -> None:
     [c] = calls('1 unlink("x") = 0')
     assert c.path == ""

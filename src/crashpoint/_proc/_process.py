@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from crashpoint._forkserver import PLACEHOLDER_TOKEN, REAP_VAR
 from crashpoint._proc._cgroup import AttemptCgroup, attempt_cgroup
 from crashpoint.errors import AgentNotExecutable, AgentNotFound, AgentStartError, InvalidArgument
 
@@ -74,13 +75,12 @@ __all__ = [
     "with_reap_token",
 ]
 
-#: The environment variable that marks every process of one attempt (see :func:`marked`).
-REAP_VAR = "CRASHPOINT_REAP_TOKEN"
+#: REAP_VAR: the environment variable that marks every process of one attempt (see
+#: :func:`marked`); PLACEHOLDER_TOKEN: the fork-mode zygote's, never a real attempt's (both
+#: defined in the base, which the zygote alone imports: :mod:`crashpoint._forkserver`).
 #: A token's shape: fixed length, so a fork-mode child can write its own in place of the
 #: zygote's placeholder (crashpoint.harness._engine._zygote).
 _TOKEN = re.compile(r"[0-9a-f]{32}")
-#: The fork-mode zygote's placeholder token; never a real attempt's.
-PLACEHOLDER_TOKEN = "0" * 32
 #: Bytes kept from the start and from the end of each captured stream (the rest is cut).
 KEEP_HEAD = 1 << 20
 KEEP_TAIL = 1 << 20

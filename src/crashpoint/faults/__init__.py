@@ -51,6 +51,7 @@ from crashpoint.faults._fileops import (
 )
 from crashpoint.faults._fileops import arm as arm_fileop_kill
 from crashpoint.faults._fileops import explain_empty as explain_no_fileops
+from crashpoint.faults._fileops import golden_record as fileop_record
 from crashpoint.faults._fileops import golden_seqs as fileop_seqs
 from crashpoint.faults._fileops import golden_times as fileop_times
 from crashpoint.faults._fileops import landed as fileop_landing
@@ -158,6 +159,7 @@ __all__ = [
     "event_points",
     "explain_no_fileops",
     "fileop_landing",
+    "fileop_record",
     "fileop_recorder",
     "fileop_seqs",
     "fileop_times",

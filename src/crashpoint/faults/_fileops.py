@@ -733,6 +733,25 @@ def golden_seqs(
     return [c.seq for _, c in _golden_ops(source, roots, exclude, trace) or ()]
 
 
+def golden_record(
+    source: Armed | str,
+    roots: Mapping[str, str],
+    *,
+    exclude: Iterable[str] = (),
+    trace: _strace.Trace | None = None,
+) -> tuple[list[FileOp], list[float], list[int]]:
+    """:func:`record_golden`, :func:`golden_times` and :func:`golden_seqs` of one recorded run
+    at once, from one pass over its trace (each of them alone makes that pass)."""
+    audit = (isinstance(source, Armed) and source.via == "audit") or (
+        not isinstance(source, Armed) and trace is None and _looks_like_audit(source)
+    )
+    pairs = None if audit else _golden_ops(source, roots, exclude, trace)
+    if pairs is None:
+        return record_golden(source, roots, exclude=exclude, trace=trace), [], []
+    times = [c.time for _, c in pairs]
+    return [op for op, _ in pairs], times if times and all(times) else [], [c.seq for _, c in pairs]
+
+
 def explain_empty(recorded: Armed, roots: Mapping[str, str]) -> str:
     """Why :func:`record_golden` found no operation in a run recorded with ``recorded``, and
     what to do about it (for the message of a sweep with nothing to sweep)."""

@@ -116,6 +116,9 @@ class Trace:
     truncated: bool = False
     #: pid -> when its ``+++`` line was written (a timed trace, ``-ttt``; else not listed)
     ended: dict[int, float] = field(default_factory=dict)
+    #: some process's folder was taken from ``cwd`` (the parse's argument), not from the trace:
+    #: parsed with another ``cwd``, its paths may differ (when False, they cannot)
+    cwd_given: bool = False
 
     def killed(self, pid: int) -> bool:
         """True if process ``pid`` is known to have been killed by SIGKILL."""
@@ -465,6 +468,7 @@ class _Parser:
         self.pending: dict[int, int] = {}  # pid -> slot of its unfinished call
         self.exits: dict[int, str] = {}
         self.ended: dict[int, float] = {}
+        self.cwd_given = False  # a process's folder was taken from cwd0
 
     def feed(self, line: str) -> None:
         m = _PREFIX.match(line)
@@ -561,7 +565,15 @@ class _Parser:
         return self._resolve(call)
 
     def _cwd(self, pid: int) -> str:
-        return self.cwd.get(pid, self.cwd0)
+        """The folder a relative path of ``pid`` resolves against (``cwd0`` if the trace has
+        not shown it: then :attr:`Trace.cwd_given`)."""
+        if pid in self.cwd:
+            return self.cwd[pid]
+        self.cwd_given = True
+        return self.cwd0
+
+    def _path(self, pid: int, given: str) -> str:
+        return _join(self._cwd(pid) if given and not given.startswith("/") else "", given)
 
     def _at(self, pid: int, dirfd: str, path_arg: str) -> str:
         path = _path_arg(path_arg)
@@ -599,23 +611,24 @@ class _Parser:
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name == "symlink" and len(a) >= 2:
             given, given2 = _path_arg(a[1]) or "", _path_arg(a[0]) or ""
-            path = _join(self._cwd(c.pid), given)
+            path = self._path(c.pid, given)
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name in _TWO and len(a) >= 2:
             given, given2 = _path_arg(a[0]) or "", _path_arg(a[1]) or ""
-            path = _join(self._cwd(c.pid), given)
-            path2 = _join(self._cwd(c.pid), given2)
+            path = self._path(c.pid, given)
+            path2 = self._path(c.pid, given2)
         elif name in _PATH0 and a:
             given = _path_arg(a[0]) or ""
-            path = _join(self._cwd(c.pid), given)
+            path = self._path(c.pid, given)
         elif num is not None:
             path = where if where.startswith("/") else ""
             deleted = gone
         # what the call teaches about the process's folder
         if c.result == 0 and name in ("chdir", "fchdir") and path:
             self.cwd[c.pid] = path
-        elif name in _FORKS and c.result is not None and c.result > 0:
-            self.cwd.setdefault(c.result, self._cwd(c.pid))
+        elif name in _FORKS and c.result is not None and c.result > 0 and c.pid in self.cwd:
+            # (a parent whose folder is not known leaves its child's unknown too: cwd0)
+            self.cwd.setdefault(c.result, self.cwd[c.pid])
         return Syscall(
             seq=0,
             pid=c.pid,
@@ -636,7 +649,10 @@ class _Parser:
 
 
 def _renumber(c: Syscall, seq: int) -> Syscall:
-    return dataclasses.replace(c, seq=seq)
+    # a call just parsed, referenced nowhere else: numbered in place (dataclasses.replace
+    # copies every field, a fifth of the parse)
+    object.__setattr__(c, "seq", seq)
+    return c
 
 
 def _feed(p: _Parser, line: str) -> None:
@@ -673,7 +689,13 @@ def parse_lines(
         calls = p.finish()
     except Exception:
         calls = []
-    return Trace(calls=calls, exits=dict(p.exits), truncated=truncated, ended=dict(p.ended))
+    return Trace(
+        calls=calls,
+        exits=dict(p.exits),
+        truncated=truncated,
+        ended=dict(p.ended),
+        cwd_given=p.cwd_given,
+    )
 
 
 def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:

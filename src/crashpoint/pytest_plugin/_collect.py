@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from crashpoint.errors import EntryError
 from crashpoint.harness import (
     CampaignInterrupted,
     CampaignResult,
@@ -46,6 +47,8 @@ LAUNCH_NOTE = pytest.StashKey[str]()
 #: the file's PostgreSQL ({postgres}), shared by its items (a database per trial, a proxy per
 #: item), stopped with the file: one initdb per file, not one per item
 POSTGRES = pytest.StashKey[SharedPostgres]()
+#: the file's zygote said it is ready (it starts beside the first golden run, unwaited)
+LAUNCH_READY = pytest.StashKey[bool]()
 
 
 class ScenarioFailed(Exception):
@@ -169,6 +172,13 @@ class ScenarioItem(pytest.Item):
             )
         try:
             result = campaign.run(progress=harness.progress, golden=golden)
+        except (ZygoteError, EntryError) as exc:  # the file's zygote did not start
+            if harness.launcher is None or parent.stash.get(LAUNCH_READY, False):
+                raise
+            err = ScenarioError(sc.path, sc.agent_line, "agent.warm", str(exc))
+            parent.stash[LAUNCHER] = err  # the file's other items say it too
+            harness.launcher.close()
+            raise err from None
         except GoldenRunFailed as exc:
             parent.stash[GOLDEN_FAILED] = self.name
             raise ScenarioError(sc.path, sc.agent_line, "agent", str(exc)) from None
@@ -189,6 +199,8 @@ class ScenarioItem(pytest.Item):
             raise
         if not result.incomplete or result.trials or result.not_run:  # a golden run it cut
             parent.stash[GOLDEN] = result.golden  # short is not kept
+        if harness.launcher is not None and not parent.stash.get(LAUNCH_READY, False):
+            self._launcher_ready(harness.launcher)
         paths = result.write_reports()
         if harness.launcher is not None:  # say how many attempts fork mode served
             attempts = sum(len(t.attempts) for t in result.trials) + (golden is None)
@@ -253,21 +265,30 @@ class ScenarioItem(pytest.Item):
         return launcher
 
     def _start_zygote(self, zygote: Any) -> Any:
-        """``zygote`` started (closed with the file), or the ScenarioError it failed with."""
+        """``zygote`` starting (closed with the file; its start overlaps the first golden run,
+        and the campaign waits for it before any trial: a failure is then this item's
+        ScenarioError, see :meth:`runtest`), or the ScenarioError it could not start with."""
         sc = self.scenario
         parent = self.parent
         assert parent is not None
         try:
-            zygote.start()
-        except (ZygoteError, ImportError) as exc:
+            zygote.start(wait=False)
+        except (ZygoteError, ImportError, OSError) as exc:
             return ScenarioError(sc.path, sc.agent_line, "agent.warm", str(exc))
         parent.addfinalizer(zygote.close)
-        if zygote.skipped:
+        return zygote
+
+    def _launcher_ready(self, zygote: Any) -> None:
+        """Once per file, when its zygote is ready: the note of the warm modules it skipped."""
+        parent = self.parent
+        assert parent is not None
+        parent.stash[LAUNCH_READY] = True
+        if zygote.skipped and not parent.stash.get(LAUNCH_NOTE, ""):
             parent.stash[LAUNCH_NOTE] = (
                 "fork mode: not pre-imported (they fail to import in the warm interpreter; "
                 f"each attempt imports them itself): {', '.join(zygote.skipped)}"
             )
-        return zygote
+            self.user_properties.append(("crashpoint_launch", parent.stash[LAUNCH_NOTE]))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):

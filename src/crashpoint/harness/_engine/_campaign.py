@@ -21,7 +21,12 @@ from typing import Any
 
 from crashpoint._proc import received, shielded, signal_name
 from crashpoint._units import format_duration
-from crashpoint.errors import BudgetExceeded, CampaignInterrupted, NoBoundaries
+from crashpoint.errors import (
+    BudgetExceeded,
+    CampaignInterrupted,
+    GoldenRunFailed,
+    NoBoundaries,
+)
 from crashpoint.harness._checker import TrialFacts
 from crashpoint.harness._engine._backing import SharedPostgres
 from crashpoint.harness._engine._pycache import cache_for
@@ -98,6 +103,15 @@ def _replay_note(plans: list[Plan], golden: Golden) -> str:
     if replayed < len(kills) and whys:
         text += "; the others are real kills: " + "; ".join(whys[:2])
     return text
+
+
+def _launcher_ready(launcher: Any) -> None:
+    """Wait for a fork-mode launcher started without waiting (``Zygote.start(wait=False)``:
+    its start overlaps the golden run, which is spawned under a trace anyway); raise what it
+    failed with (EntryError, ZygoteError)."""
+    ready = getattr(launcher, "ready", None)
+    if callable(ready):
+        ready()
 
 
 @dataclass
@@ -275,7 +289,12 @@ class Campaign:
             try:
                 needs = self.needs
                 if golden is None or (needs and not golden.recorded_by):
-                    golden = runner.golden(needs)
+                    try:
+                        golden = runner.golden(needs)
+                    except GoldenRunFailed:  # an entry that does not import says so
+                        _launcher_ready(runner.launcher)  # (a zygote started without wait)
+                        raise
+                _launcher_ready(runner.launcher)  # its failure before any trial, as before
                 plans = self.selected(self.plans(golden, runner.deadline))
                 if only is not None:
                     plans = [p for p in plans if p.index in set(only)]

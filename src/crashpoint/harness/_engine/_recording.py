@@ -24,15 +24,13 @@ from crashpoint.faults import (
     build_oplog,
     event_points,
     explain_no_fileops,
+    fileop_record,
     fileop_recorder,
-    fileop_seqs,
-    fileop_times,
     kill_calls_after,
     kill_points,
     parse_trace,
     read_fileop_trace,
     read_trace,
-    record_fileops,
     strace_available,
     strace_wrap,
     write_points,
@@ -144,10 +142,14 @@ class GoldenRecording:
                 self.how += "; no syscall trace, so no power-loss crash state"
             if "fileops" in self.needs and (self.trace or self.armed is not None):
                 source: Armed | str = self.armed if self.armed is not None else self.trace
-                parsed = read_fileop_trace(source) if self.trace else None  # parsed once
-                ops = record_fileops(source, roots, trace=parsed)
+                parsed = None
+                if self.trace:  # parsed once: the trace above, unless its cwd mattered
+                    reuse = trace is not None and not trace.cwd_given
+                    parsed = trace if reuse else read_fileop_trace(source)
+                ops, times, seqs = fileop_record(source, roots, trace=parsed)
                 out["fileops"] = [op.to_json() for op in ops]
-                times = fileop_times(source, roots, trace=parsed) if parsed else []
+                if parsed is None:
+                    times = []
                 if len(times) == len(ops):
                     ordered = sorted(walls)
                     out["fileop_events"] = [bisect.bisect_right(ordered, t) for t in times]
@@ -155,7 +157,7 @@ class GoldenRecording:
                     out["fileop_replay"] = kill_points(
                         trace,
                         log,
-                        fileop_seqs(source, roots, trace=parsed),
+                        seqs,
                         out.get("fileop_events", []),
                         roots,
                         private=private,
@@ -167,7 +169,8 @@ class GoldenRecording:
                         roots,
                     )
             if "writes" in self.needs and self.trace:
-                calls = parse_trace(self.trace, cwd=self.cwd)
+                # the same parse as the trace above (same file, same cwd)
+                calls = trace.calls if trace is not None else parse_trace(self.trace, cwd=self.cwd)
                 out["writes"] = {
                     "tmpfs": [w.to_json() for w in write_points(calls, state, "tmpfs")],
                     "rlimit": [

@@ -71,13 +71,10 @@ of ``fileop`` kills) make the trial runner fall back to the spawn path for that 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import json
 import os
-import random
-import select
 import signal
 import socket
 import subprocess
@@ -85,14 +82,12 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, Any
 
-from crashpoint import _failpoints, probe
-from crashpoint._entry import call, resolve, run_main
+from crashpoint._forkserver import LEARN_VAR, MAX_MESSAGE
 from crashpoint._placeholders import fields, fill
 from crashpoint._proc import (
     KEEP_HEAD,
@@ -112,9 +107,6 @@ from crashpoint.errors import EntryError, InvalidArgument, ZygoteError
 from crashpoint.harness._engine._pycache import bytecode_cache, bytecode_env
 from crashpoint.harness._spec import AGENT_PLACEHOLDERS, PASS_ENV, WARM_IMPORTS, AgentSpec
 
-if TYPE_CHECKING:
-    from crashpoint._entry import EntryFunction
-
 __all__ = [
     "LEARN_VAR",
     "ForkPlan",
@@ -124,13 +116,6 @@ __all__ = [
     "script_imports",
 ]
 
-#: Largest control message (a spawn carries the attempt's whole environment).
-MAX_MESSAGE = 1 << 20
-#: Set in a forked golden run's environment: the file it writes the modules it imported to
-#: (beyond the zygote's), so the zygote can import them before the trials (:meth:`Zygote.learn`).
-LEARN_VAR = "CRASHPOINT_LEARN_IMPORTS"
-#: At most this many learned modules are kept.
-MAX_LEARNED = 5000
 #: Imports the zygote's own modules, then each learned module in order, in a fresh
 #: interpreter, and prints the learned ones it could import without starting a thread (the
 #: zygote must stay single-threaded to fork safely); it stops at the first that starts one.
@@ -153,14 +138,9 @@ for name in learned.split():
     ok.append(name)
 sys.stdout.write("\\n".join(ok))
 """
-_CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is on its stderr)
-_POLL_S = 0.01  # reaping interval when pidfds are not available
 _IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
 #: How the zygote starts (``-c``, not ``-m``: this module must not run twice as __main__).
-_BOOT = (
-    "import sys; from crashpoint.harness._engine._zygote import _zygote_main; "
-    "_zygote_main(sys.argv[1:])"
-)
+_BOOT = "import sys; from crashpoint._forkserver import main; main(sys.argv[1:])"
 
 
 # -- what a zygote warms: the fork plan of an agent -------------------------------------------
@@ -337,361 +317,6 @@ def fork_plan(agent: AgentSpec) -> ForkPlan | str:
 # -- the zygote process ------------------------------------------------------------------------
 
 
-def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):  # the harness is gone: the loop sees EOF next
-        sock.send(json.dumps(msg).encode())
-
-
-def _thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-def _pidfd(pid: int) -> int:
-    opener: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return -1
-    try:
-        return opener(pid)
-    except OSError:
-        return -1
-
-
-class _Server:
-    """The zygote's single-threaded loop (runs in the zygote process only)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.entries: dict[str, EntryFunction] = {}
-        self.children: dict[int, int] = {}  # pid -> pidfd (-1: polled)
-        self.threaded = ""  # why forking is no longer safe, once it is not
-        self.skipped: list[str] = []  # best-effort warm modules that did not import
-        self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
-        self.learned_modules: list[str] = []  # those modules
-        self.path0 = False  # did the zygote put the agent's folder first on sys.path?
-
-    def warm(self, module: str, *, strict: bool) -> None:
-        """Import ``module`` (a warm module of a command agent); refuse it if that started a
-        thread. ``strict`` False (modules read from the script): one that fails is skipped,
-        the attempt imports it itself and fails there exactly as a spawned one would."""
-        if self.threaded:
-            raise ZygoteError(self.threaded)
-        import importlib
-
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            if not strict:
-                self.skipped.append(module)
-                return
-            raise ZygoteError(
-                f"warm module {module!r} could not be imported in the fork-mode "
-                f"zygote: {type(exc).__name__}: {exc}. Install it, fix its "
-                "name, or remove it from agent.warm"
-            ) from exc
-        n = _thread_count()
-        if n > 1:
-            self.threaded = (
-                f"importing warm module {module!r} started {n - 1} thread(s) in the fork-mode "
-                "zygote; forking a threaded interpreter is unsafe. Remove it from agent.warm "
-                "(or set warm: false): attempts then import it themselves"
-            )
-            raise ZygoteError(self.threaded)
-
-    def load(self, entry: str) -> EntryFunction:
-        fn = self.entries.get(entry)
-        if fn is not None:
-            return fn
-        if self.threaded:
-            raise ZygoteError(self.threaded)
-        fn = resolve(entry)
-        n = _thread_count()
-        if n > 1:
-            self.threaded = (
-                f"importing {entry!r} started {n - 1} thread(s) in the fork-mode zygote; forking "
-                "a threaded interpreter is unsafe. Run this agent with `command:` (spawn mode), "
-                "or start the threads inside the function rather than at import"
-            )
-            raise ZygoteError(self.threaded)
-        self.entries[entry] = fn
-        return fn
-
-    def serve(self) -> None:
-        try:
-            while self._step():
-                pass
-        finally:
-            self._kill_children()
-
-    def _step(self) -> bool:
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        for fd in self.children.values():
-            if fd >= 0:
-                poller.register(fd, select.POLLIN)
-        polled = any(fd < 0 for fd in self.children.values())
-        events = poller.poll(_POLL_S * 1000 if polled else None)
-        self._reap(block=False)
-        if any(fd == self.sock.fileno() for fd, _ in events):
-            return self._request()
-        return True
-
-    def _reap(self, *, block: bool) -> None:
-        for pid, fd in list(self.children.items()):
-            try:
-                got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
-            except ChildProcessError:
-                got, status = pid, 0
-            if got == 0:
-                continue
-            del self.children[pid]
-            if fd >= 0:
-                os.close(fd)
-            _send(self.sock, {"op": "exited", "pid": pid, "status": status})
-
-    def _request(self) -> bool:
-        try:
-            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
-        except OSError:
-            return False
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return False  # the harness closed its end (or died): shut down
-        rid = None
-        try:
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                raise ZygoteError("a control message was truncated")
-            msg = json.loads(data)
-            rid = msg.get("id")
-            if msg.get("op") == "warm":  # learned modules, vetted by the harness
-                for fd in fds:
-                    os.close(fd)
-                fds = []
-                before = len(self.skipped)
-                for module in [str(m) for m in msg.get("modules") or ()]:
-                    self.warm(module, strict=False)
-                _send(self.sock, {"op": "warmed", "id": rid, "skipped": self.skipped[before:]})
-                return True
-            if msg.get("op") != "spawn":
-                raise ZygoteError(f"unknown request {msg.get('op')!r}")
-            if len(fds) != 3:
-                raise ZygoteError(f"a spawn needs 3 file descriptors, got {len(fds)}")
-            pid = self._fork(msg, fds)
-        except Exception as exc:  # a refusal, never the end of the zygote
-            _send(
-                self.sock,
-                {"op": "refused", "id": rid, "error": str(exc), "type": type(exc).__name__},
-            )
-        else:
-            _send(self.sock, {"op": "started", "id": rid, "pid": pid})
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return True
-
-    def _fork(self, msg: dict[str, Any], fds: list[int]) -> int:
-        entry = str(msg.get("entry") or "")
-        main = msg.get("main")
-        if main:  # a {python} command agent: run as __main__ in the child, nothing to load
-            if self.threaded:
-                raise ZygoteError(self.threaded)
-            if not (isinstance(main, list) and len(main) == 3 and main[0] in ("path", "module")):
-                raise ZygoteError(f"bad main {main!r}")
-            fn: EntryFunction | None = None
-        else:
-            fn = self.load(entry)
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-        sync_r, sync_w = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(sync_r)
-            os.close(sync_w)
-            raise
-        if pid == 0:
-            os.close(sync_r)
-            self.sock.close()
-            _child(
-                entry,
-                fn,
-                msg,
-                fds,
-                sync_w,
-                [fd for fd in self.children.values() if fd >= 0],
-                self.path0,
-            )
-        os.close(sync_w)
-        try:
-            os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
-        finally:
-            os.close(sync_r)
-        self.children[pid] = _pidfd(pid)
-        return pid
-
-    def _kill_children(self) -> None:
-        for pid in self.children:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        self._reap(block=True)
-
-
-def _child(
-    entry: str,
-    fn: EntryFunction | None,
-    msg: dict[str, Any],
-    fds: list[int],
-    sync_w: int,
-    pidfds: list[int],
-    path0: bool = False,
-) -> NoReturn:
-    """The forked child: set up like a fresh agent process, run, exit. Never returns."""
-    code = _CHILD_FAILED
-    try:
-        os.setsid()
-        cgroup = str(msg.get("cgroup") or "")
-        if cgroup:  # before the zygote answers "started": all it starts is in the cgroup
-            fd = os.open(cgroup, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        os.close(sync_w)
-        for fd in pidfds:  # the zygote's watch on earlier children
-            os.close(fd)
-        out, err, go = fds
-        null = os.open(os.devnull, os.O_RDONLY)
-        for src, dst in ((null, 0), (out, 1), (err, 2)):
-            os.dup2(src, dst)
-            os.close(src)
-        os.environ.clear()
-        os.environ.update({str(k): str(v) for k, v in dict(msg["env"]).items()})
-        _stamp_environ(os.environ.get(REAP_VAR, ""))
-        os.chdir(str(msg["cwd"]))
-        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
-        while os.read(go, 1):  # the harness closes its end once the ledger knows our group
-            pass
-        os.close(go)
-        code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
-        learn = os.environ.get(LEARN_VAR, "")
-        if learn:  # what the run imports beyond the zygote's modules: written when it ends
-            own = [os.getcwd()]
-            main = msg.get("main") or ()
-            if main and main[0] == "path":  # the script's folder: its own modules
-                own.append(os.path.dirname(os.path.realpath(str(main[1]))))
-            atexit.register(_write_learned, learn, frozenset(sys.modules), own)
-        random.seed()
-        probe.reset()
-        _failpoints.reload()
-        args = [str(a) for a in msg.get("args", ())]
-        if fn is not None:
-            code = call(entry, fn, args)
-        else:  # as `python SCRIPT ARGS` / `python -m MODULE ARGS` started here would
-            kind, target, _ = (str(x) for x in msg["main"])
-            if path0:
-                sys.path.pop(0)
-            first = os.path.dirname(os.path.realpath(target)) if kind == "path" else os.getcwd()
-            code = run_main(kind, target, args, first)
-    except BaseException:  # the set-up failed: say why on the attempt's stderr
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-    _finish(code)
-
-
-def _write_learned(path: str, before: frozenset[str], own: list[str]) -> None:
-    """Write the modules imported since ``before`` (in import order) that are not the agent's
-    own (nothing under ``own``: its working folder, its script's folder), one a line, to
-    ``path``."""
-    own = [os.path.realpath(d) for d in own]
-    names: list[str] = []
-    for name, mod in list(sys.modules.items()):
-        if name in before or name == "__main__" or mod is None:
-            continue
-        where = getattr(mod, "__file__", None)
-        if where and any(os.path.realpath(where).startswith(d + os.sep) for d in own):
-            continue
-        names.append(name)
-    with contextlib.suppress(OSError):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write("".join(n + "\n" for n in names[:MAX_LEARNED]))
-        os.replace(tmp, path)
-
-
-def _stamp_environ(token: str) -> bool:
-    """Write ``token`` over the placeholder in this process's initial environment block (what
-    ``/proc/self/environ`` shows and a plain fork inherits); best effort, False if not done."""
-    old = f"{REAP_VAR}={PLACEHOLDER_TOKEN}".encode()
-    new = f"{REAP_VAR}={token}".encode()
-    if len(new) != len(old) or new == old:
-        return False
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            block = b"\0" + mem.read(end - start)
-            at = block.find(b"\0" + old + b"\0")
-            if at < 0:
-                return False
-            mem.seek(start + at)
-            mem.write(new)
-    except (OSError, IndexError, ValueError):
-        return False
-    return True
-
-
-def _finish(code: int) -> NoReturn:
-    """End the child as the interpreter would: join threads, run atexit, flush, exit."""
-    for name, mod in (("_shutdown", threading), ("_run_exitfuncs", sys.modules.get("atexit"))):
-        fn = getattr(mod, name, None)
-        if fn is not None:
-            with contextlib.suppress(BaseException):
-                fn()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            if stream is not None:
-                stream.flush()
-    os._exit(code)
-
-
-def _zygote_main(argv: list[str]) -> None:
-    """The zygote process: ``argv`` is ``FD CWD ITEM...`` (see :data:`_BOOT`); an ITEM is an
-    entry (``module:function``), a warm module (``module``) or a best-effort one (``?module``).
-    """
-    fd, cwd, preload = int(argv[0]), argv[1], argv[2:]
-    # an ignored SIGCHLD survives exec and would have the kernel reap our children unseen
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # sys.path[0] is where we were started; an entry resolves against the agent's cwd instead,
-    # as ``python -m crashpoint._entry`` run there would
-    if sys.path and sys.path[0] in ("", ".", os.getcwd()):
-        sys.path.pop(0)
-    sock = socket.socket(fileno=fd)
-    server = _Server(sock)
-    if cwd:
-        sys.path.insert(0, cwd)
-        server.path0 = True
-    try:
-        for item in preload:
-            if ":" in item:
-                server.load(item)
-            else:
-                server.warm(item.lstrip("?"), strict=not item.startswith("?"))
-    except Exception as exc:
-        _send(sock, {"op": "error", "error": str(exc), "type": type(exc).__name__})
-        return
-    _send(sock, {"op": "ready", "pid": os.getpid(), "skipped": server.skipped})
-    server.serve()
-
-
 # -- the harness side ----------------------------------------------------------------------------
 
 
@@ -836,6 +461,8 @@ class Zygote:
         self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
         self.learned_modules: list[str] = []  # those modules
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._started = 0.0  # when the running zygote was launched
+        self._checked = False  # its ready message was read (and it was ready)
 
     @classmethod
     def for_agent(cls, agent: AgentSpec, **kw: Any) -> Zygote:
@@ -870,10 +497,18 @@ class Zygote:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and not self._dead
 
-    def start(self) -> Zygote:
-        """Start the zygote and import ``preload``; raise EntryError / ZygoteError if it fails."""
-        if self._proc is not None:
-            return self
+    def start(self, wait: bool = True) -> Zygote:
+        """Start the zygote and import ``preload``; raise EntryError / ZygoteError if it fails.
+        ``wait=False``: return at once, while it starts (e.g. beside a golden run that is
+        spawned anyway); :meth:`ready` then waits and raises what :meth:`start` would, and
+        :meth:`spawn` and :meth:`learn` wait for it first."""
+        if self._proc is None:
+            self._launch()
+        if wait:
+            self.ready()
+        return self
+
+    def _launch(self) -> None:
         self._ready, self._dead = None, ""
         self._replies.clear()
         self._exits.clear()
@@ -905,9 +540,18 @@ class Zygote:
             target=self._read_loop, name="crashpoint-zygote", daemon=True
         )
         self._reader.start()
+        self._started = time.monotonic()
+        self._checked = False
+
+    def ready(self) -> Zygote:
+        """Wait until the zygote started by :meth:`start` has imported ``preload`` (at once if
+        it has, or if it is not running); raise EntryError / ZygoteError if it failed."""
+        if self._proc is None or self._checked:
+            return self
         with self._cond:
             self._cond.wait_for(
-                lambda: self._ready is not None or bool(self._dead), timeout=self.start_timeout
+                lambda: self._ready is not None or bool(self._dead),
+                timeout=max(0.0, self._started + self.start_timeout - time.monotonic()),
             )
         ready = self._ready_message()
         if ready is not None:
@@ -919,10 +563,17 @@ class Zygote:
                 or f"no answer within {self.start_timeout}s"
             )
             kind = (ready or {}).get("type", "")
+            tail = ""
+            if kind not in _IMPORT_ERRORS:  # its last words (a traceback), read before close
+                if self._proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                        wait_exit(self._proc, 2)
+                tail = self._log_tail()
             self.close()
             if kind in _IMPORT_ERRORS:
                 raise EntryError(why)
-            raise ZygoteError(f"the fork-mode zygote did not start: {why}{self._log_tail()}")
+            raise ZygoteError(f"the fork-mode zygote did not start: {why}{tail}")
+        self._checked = True
         return self
 
     def _ready_message(self) -> dict[str, Any] | None:
@@ -964,6 +615,7 @@ class Zygote:
         note for the campaign ("" if nothing was learned)."""
         if self.learned or self._proc is None:
             return ""
+        self.ready()
         self.learned = True
         try:
             with open(path, encoding="utf-8") as fh:
@@ -1031,8 +683,7 @@ class Zygote:
         Output is captured as :class:`~crashpoint._proc._process.AgentProcess` captures it.
         ``main``: ``("path", SCRIPT)`` or ``("module", NAME)`` (``entry`` empty): the child
         runs it as ``__main__`` with ``sys.argv = [target, *args]``, as ``{python}`` would."""
-        if self._proc is None:
-            self.start()
+        self.start()  # started if it is not, waited for if it is starting
         if not os.path.isdir(cwd):
             raise FileNotFoundError(f"the agent's working folder does not exist: {cwd}")
         token, env = with_reap_token(env)

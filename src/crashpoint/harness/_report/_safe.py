@@ -322,7 +322,11 @@ def _scrubbable(secrets: Mapping[str, str]) -> dict[str, str]:
 
 def redact_text(text: str, secrets: Mapping[str, str]) -> str:
     """``text`` with every (long enough) secret value replaced by its marker."""
-    for value, name in _scrubbable(secrets).items():
+    return _redact(text, _scrubbable(secrets))
+
+
+def _redact(text: str, table: Mapping[str, str]) -> str:
+    for value, name in table.items():
         if value in text:
             text = text.replace(value, marker(name))
     return text
@@ -331,14 +335,17 @@ def redact_text(text: str, secrets: Mapping[str, str]) -> str:
 def redact_json(obj: Any, secrets: Mapping[str, str]) -> Any:
     """A copy of a JSON-able structure with secret values replaced inside every string (keys
     too). Numbers stay numbers, so the result is still valid JSON of the same shape."""
-    if not _scrubbable(secrets):
-        return obj
+    table = _scrubbable(secrets)  # once, not at every node
+    return _redact_json(obj, table) if table else obj
+
+
+def _redact_json(obj: Any, table: Mapping[str, str]) -> Any:
     if isinstance(obj, str):
-        return redact_text(obj, secrets)
+        return _redact(obj, table)
     if isinstance(obj, Mapping):
-        return {redact_text(str(k), secrets): redact_json(v, secrets) for k, v in obj.items()}
+        return {_redact(str(k), table): _redact_json(v, table) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [redact_json(v, secrets) for v in obj]
+        return [_redact_json(v, table) for v in obj]
     return obj
 
 

@@ -1,0 +1,412 @@
+"""The fork server's own side: what runs inside the fork-mode zygote and its forked children.
+
+The harness side (:class:`crashpoint.harness._engine._zygote.Zygote`, whose docstring describes
+the protocol and how a child is made) starts an interpreter that imports only this module,
+the base (the probe, the entry runner, the fail points) and the agent's own preload: not the
+harness, its scenario model, yaml or psutil. That start is paid once per campaign (or scenario
+file), beside the golden run, and every forked attempt inherits only what the agent needs.
+
+Standard library and the base only (it is base, layer 1).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from crashpoint import _failpoints, probe
+from crashpoint._entry import call, resolve, run_main
+from crashpoint.errors import ZygoteError
+
+if TYPE_CHECKING:
+    from crashpoint._entry import EntryFunction
+
+__all__ = [
+    "LEARN_VAR",
+    "MAX_LEARNED",
+    "MAX_MESSAGE",
+    "PLACEHOLDER_TOKEN",
+    "REAP_VAR",
+    "main",
+]
+
+#: The environment variable that marks every process of an attempt (and the zygote's
+#: placeholder value, overwritten in each child: see ``_stamp_environ``); process control
+#: (:mod:`crashpoint._proc`) uses the same names.
+REAP_VAR = "CRASHPOINT_REAP_TOKEN"
+PLACEHOLDER_TOKEN = "0" * 32
+#: Largest control message (a spawn carries the attempt's whole environment).
+MAX_MESSAGE = 1 << 20
+#: Set in a forked golden run's environment: the file it writes the modules it imported to
+#: (beyond the zygote's), so the zygote can import them before the trials (:meth:`Zygote.learn`).
+LEARN_VAR = "CRASHPOINT_LEARN_IMPORTS"
+#: At most this many learned modules are kept.
+MAX_LEARNED = 5000
+_CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is on its stderr)
+_POLL_S = 0.01  # reaping interval when pidfds are not available
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the harness is gone: the loop sees EOF next
+        sock.send(json.dumps(msg).encode())
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _pidfd(pid: int) -> int:
+    opener: Callable[[int], int] | None = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return -1
+    try:
+        return opener(pid)
+    except OSError:
+        return -1
+
+
+class _Server:
+    """The zygote's single-threaded loop (runs in the zygote process only)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.entries: dict[str, EntryFunction] = {}
+        self.children: dict[int, int] = {}  # pid -> pidfd (-1: polled)
+        self.threaded = ""  # why forking is no longer safe, once it is not
+        self.skipped: list[str] = []  # best-effort warm modules that did not import
+        self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
+        self.learned_modules: list[str] = []  # those modules
+        self.path0 = False  # did the zygote put the agent's folder first on sys.path?
+
+    def warm(self, module: str, *, strict: bool) -> None:
+        """Import ``module`` (a warm module of a command agent); refuse it if that started a
+        thread. ``strict`` False (modules read from the script): one that fails is skipped,
+        the attempt imports it itself and fails there exactly as a spawned one would."""
+        if self.threaded:
+            raise ZygoteError(self.threaded)
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            if not strict:
+                self.skipped.append(module)
+                return
+            raise ZygoteError(
+                f"warm module {module!r} could not be imported in the fork-mode "
+                f"zygote: {type(exc).__name__}: {exc}. Install it, fix its "
+                "name, or remove it from agent.warm"
+            ) from exc
+        n = _thread_count()
+        if n > 1:
+            self.threaded = (
+                f"importing warm module {module!r} started {n - 1} thread(s) in the fork-mode "
+                "zygote; forking a threaded interpreter is unsafe. Remove it from agent.warm "
+                "(or set warm: false): attempts then import it themselves"
+            )
+            raise ZygoteError(self.threaded)
+
+    def load(self, entry: str) -> EntryFunction:
+        fn = self.entries.get(entry)
+        if fn is not None:
+            return fn
+        if self.threaded:
+            raise ZygoteError(self.threaded)
+        fn = resolve(entry)
+        n = _thread_count()
+        if n > 1:
+            self.threaded = (
+                f"importing {entry!r} started {n - 1} thread(s) in the fork-mode zygote; forking "
+                "a threaded interpreter is unsafe. Run this agent with `command:` (spawn mode), "
+                "or start the threads inside the function rather than at import"
+            )
+            raise ZygoteError(self.threaded)
+        self.entries[entry] = fn
+        return fn
+
+    def serve(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            self._kill_children()
+
+    def _step(self) -> bool:
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        for fd in self.children.values():
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        polled = any(fd < 0 for fd in self.children.values())
+        events = poller.poll(_POLL_S * 1000 if polled else None)
+        self._reap(block=False)
+        if any(fd == self.sock.fileno() for fd, _ in events):
+            return self._request()
+        return True
+
+    def _reap(self, *, block: bool) -> None:
+        for pid, fd in list(self.children.items()):
+            try:
+                got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if got == 0:
+                continue
+            del self.children[pid]
+            if fd >= 0:
+                os.close(fd)
+            _send(self.sock, {"op": "exited", "pid": pid, "status": status})
+
+    def _request(self) -> bool:
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 8)
+        except OSError:
+            return False
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False  # the harness closed its end (or died): shut down
+        rid = None
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ZygoteError("a control message was truncated")
+            msg = json.loads(data)
+            rid = msg.get("id")
+            if msg.get("op") == "warm":  # learned modules, vetted by the harness
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+                before = len(self.skipped)
+                for module in [str(m) for m in msg.get("modules") or ()]:
+                    self.warm(module, strict=False)
+                _send(self.sock, {"op": "warmed", "id": rid, "skipped": self.skipped[before:]})
+                return True
+            if msg.get("op") != "spawn":
+                raise ZygoteError(f"unknown request {msg.get('op')!r}")
+            if len(fds) != 3:
+                raise ZygoteError(f"a spawn needs 3 file descriptors, got {len(fds)}")
+            pid = self._fork(msg, fds)
+        except Exception as exc:  # a refusal, never the end of the zygote
+            _send(
+                self.sock,
+                {"op": "refused", "id": rid, "error": str(exc), "type": type(exc).__name__},
+            )
+        else:
+            _send(self.sock, {"op": "started", "id": rid, "pid": pid})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def _fork(self, msg: dict[str, Any], fds: list[int]) -> int:
+        entry = str(msg.get("entry") or "")
+        main = msg.get("main")
+        if main:  # a {python} command agent: run as __main__ in the child, nothing to load
+            if self.threaded:
+                raise ZygoteError(self.threaded)
+            if not (isinstance(main, list) and len(main) == 3 and main[0] in ("path", "module")):
+                raise ZygoteError(f"bad main {main!r}")
+            fn: EntryFunction | None = None
+        else:
+            fn = self.load(entry)
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        sync_r, sync_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(sync_r)
+            os.close(sync_w)
+            raise
+        if pid == 0:
+            os.close(sync_r)
+            self.sock.close()
+            _child(
+                entry,
+                fn,
+                msg,
+                fds,
+                sync_w,
+                [fd for fd in self.children.values() if fd >= 0],
+                self.path0,
+            )
+        os.close(sync_w)
+        try:
+            os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
+        finally:
+            os.close(sync_r)
+        self.children[pid] = _pidfd(pid)
+        return pid
+
+    def _kill_children(self) -> None:
+        for pid in self.children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self._reap(block=True)
+
+
+def _child(
+    entry: str,
+    fn: EntryFunction | None,
+    msg: dict[str, Any],
+    fds: list[int],
+    sync_w: int,
+    pidfds: list[int],
+    path0: bool = False,
+) -> NoReturn:
+    """The forked child: set up like a fresh agent process, run, exit. Never returns."""
+    code = _CHILD_FAILED
+    try:
+        os.setsid()
+        cgroup = str(msg.get("cgroup") or "")
+        if cgroup:  # before the zygote answers "started": all it starts is in the cgroup
+            fd = os.open(cgroup, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        os.close(sync_w)
+        for fd in pidfds:  # the zygote's watch on earlier children
+            os.close(fd)
+        out, err, go = fds
+        null = os.open(os.devnull, os.O_RDONLY)
+        for src, dst in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(src, dst)
+            os.close(src)
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in dict(msg["env"]).items()})
+        _stamp_environ(os.environ.get(REAP_VAR, ""))
+        os.chdir(str(msg["cwd"]))
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
+        while os.read(go, 1):  # the harness closes its end once the ledger knows our group
+            pass
+        os.close(go)
+        code = 1  # from here on, a failure is the agent's start-up failing, as in a fresh one
+        learn = os.environ.get(LEARN_VAR, "")
+        if learn:  # what the run imports beyond the zygote's modules: written when it ends
+            own = [os.getcwd()]
+            main = msg.get("main") or ()
+            if main and main[0] == "path":  # the script's folder: its own modules
+                own.append(os.path.dirname(os.path.realpath(str(main[1]))))
+            atexit.register(_write_learned, learn, frozenset(sys.modules), own)
+        random.seed()
+        probe.reset()
+        _failpoints.reload()
+        args = [str(a) for a in msg.get("args", ())]
+        if fn is not None:
+            code = call(entry, fn, args)
+        else:  # as `python SCRIPT ARGS` / `python -m MODULE ARGS` started here would
+            kind, target, _ = (str(x) for x in msg["main"])
+            if path0:
+                sys.path.pop(0)
+            first = os.path.dirname(os.path.realpath(target)) if kind == "path" else os.getcwd()
+            code = run_main(kind, target, args, first)
+    except BaseException:  # the set-up failed: say why on the attempt's stderr
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    _finish(code)
+
+
+def _write_learned(path: str, before: frozenset[str], own: list[str]) -> None:
+    """Write the modules imported since ``before`` (in import order) that are not the agent's
+    own (nothing under ``own``: its working folder, its script's folder), one a line, to
+    ``path``."""
+    own = [os.path.realpath(d) for d in own]
+    names: list[str] = []
+    for name, mod in list(sys.modules.items()):
+        if name in before or name == "__main__" or mod is None:
+            continue
+        where = getattr(mod, "__file__", None)
+        if where and any(os.path.realpath(where).startswith(d + os.sep) for d in own):
+            continue
+        names.append(name)
+    with contextlib.suppress(OSError):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(n + "\n" for n in names[:MAX_LEARNED]))
+        os.replace(tmp, path)
+
+
+def _stamp_environ(token: str) -> bool:
+    """Write ``token`` over the placeholder in this process's initial environment block (what
+    ``/proc/self/environ`` shows and a plain fork inherits); best effort, False if not done."""
+    old = f"{REAP_VAR}={PLACEHOLDER_TOKEN}".encode()
+    new = f"{REAP_VAR}={token}".encode()
+    if len(new) != len(old) or new == old:
+        return False
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = b"\0" + mem.read(end - start)
+            at = block.find(b"\0" + old + b"\0")
+            if at < 0:
+                return False
+            mem.seek(start + at)
+            mem.write(new)
+    except (OSError, IndexError, ValueError):
+        return False
+    return True
+
+
+def _finish(code: int) -> NoReturn:
+    """End the child as the interpreter would: join threads, run atexit, flush, exit."""
+    for name, mod in (("_shutdown", threading), ("_run_exitfuncs", sys.modules.get("atexit"))):
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            with contextlib.suppress(BaseException):
+                fn()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
+
+
+def main(argv: list[str]) -> None:
+    """The zygote process: ``argv`` is ``FD CWD ITEM...`` (``_BOOT`` in
+    :mod:`crashpoint.harness._engine._zygote`); an ITEM is an entry (``module:function``), a
+    warm module (``module``) or a best-effort one (``?module``)."""
+    fd, cwd, preload = int(argv[0]), argv[1], argv[2:]
+    # an ignored SIGCHLD survives exec and would have the kernel reap our children unseen
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # sys.path[0] is where we were started; an entry resolves against the agent's cwd instead,
+    # as ``python -m crashpoint._entry`` run there would
+    if sys.path and sys.path[0] in ("", ".", os.getcwd()):
+        sys.path.pop(0)
+    sock = socket.socket(fileno=fd)
+    server = _Server(sock)
+    if cwd:
+        sys.path.insert(0, cwd)
+        server.path0 = True
+    try:
+        for item in preload:
+            if ":" in item:
+                server.load(item)
+            else:
+                server.warm(item.lstrip("?"), strict=not item.startswith("?"))
+    except Exception as exc:
+        _send(sock, {"op": "error", "error": str(exc), "type": type(exc).__name__})
+        return
+    _send(sock, {"op": "ready", "pid": os.getpid(), "skipped": server.skipped})
+    server.serve()
