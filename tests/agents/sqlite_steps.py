@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--bail", action="store_true")
     ap.add_argument("--wal", action="store_true")
     ap.add_argument("--aux", action="store_true")
+    ap.add_argument("--work", type=float, default=0.02, help="seconds of work per step")
     a = ap.parse_args()
     if a.aux:
         aux = sqlite3.connect(os.path.join(a.state, "aux.db"))
@@ -57,7 +58,7 @@ def main() -> int:
         if step in results:
             continue
         probe.step_started(step)
-        time.sleep(0.02)  # the step's work
+        time.sleep(a.work)  # the step's work
         result = (n + 1) * 7
         try:
             db.execute("INSERT INTO done VALUES (?, ?)", (step, result))

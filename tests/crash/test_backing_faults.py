@@ -163,7 +163,9 @@ def test_a_lock_on_no_database_is_not_exercised(tmp_path: Path) -> None:
 @traced
 def test_a_lock_at_an_instant_while_a_step_runs(tmp_path: Path) -> None:
     fault = lock(count=2, at="time", within="0.08s")
-    result = campaign(sqlite_agent("--busy-timeout", "5"), [fault], tmp_path)
+    # steps of 0.25 s: a lock whose timer fires late on a loaded machine (it once fired after a
+    # run of 0.02 s steps had ended) still lands while a step works, before its write
+    result = campaign(sqlite_agent("--busy-timeout", "5", "--work", "0.25"), [fault], tmp_path)
     for t in result.trials:
         assert t.exercised, t.landed()
         assert "s after the first event of attempt 1" in t.landed()
