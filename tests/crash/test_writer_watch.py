@@ -97,6 +97,25 @@ def test_a_tracked_attempt_and_its_children_are_named_and_a_stranger_is_not(
     assert got.complete
 
 
+def test_what_an_attempt_wrote_before_it_was_named_is_still_its_own(
+    watch: WriterWatch, folder: Path
+) -> None:
+    """The leader is named (track) only after its short-lived children wrote and ended, and
+    after the reader filed their events: a fast agent does this when the harness is slow to
+    name it (seen in CI: a subshell's redirect was reported as nobody's). Its adoption claims
+    what its lineage wrote meanwhile."""
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    leader = _run(["/bin/sh", "-c", f"(date > {folder}/early-child); date > {folder}/early-leader"])
+    assert leader.wait(timeout=10) == 0
+    watch._drain()  # every event of the run read and filed before the leader is named
+    watch.track(key, leader.pid)
+    got = watch.take(key, since)
+    mine = {os.path.basename(p) for p in got.mine}
+    assert mine == {"early-child", "early-leader"}, got
+
+
 def test_a_daemon_that_left_the_session_is_still_the_attempts(
     watch: WriterWatch, folder: Path
 ) -> None:

@@ -293,6 +293,10 @@ class WriterWatch:
         self._found: dict[Hashable, Writers] = {}
         self._unknown: dict[str, float] = {}  # entry -> when a gone writer last changed it
         self._seen: dict[str, float] = {}  # entry -> when anyone last changed it
+        # (when, pid, entry) changed by a process no trial claimed when its event was read: an
+        # attempt's leader is named (track) after it starts, and a fast one's children may have
+        # written and ended before; the leader's adopt() then claims them, and so their entries
+        self._pending: deque[tuple[float, int, str]] = deque(maxlen=65_536)
         self._lost = 0.0  # when an event was last lost (0: never)
         self._closed = False
         self._busy = threading.Lock()  # held while a batch is read and filed
@@ -336,6 +340,25 @@ class WriterWatch:
             self._found.setdefault(key, Writers())
             if self._lineage is not None:
                 self._lineage.adopt(key, leader)
+                self._settle()
+
+    def _settle(self) -> None:
+        """File the pending entries whose writer a trial has claimed since (its fork lineage
+        now names the pid); drop those older than the forks adopt() replays. Under the lock."""
+        lineage = self._lineage
+        if lineage is None or not self._pending:
+            return
+        horizon = time.time() - RECENT_FORKS
+        keep: deque[tuple[float, int, str]] = deque(maxlen=self._pending.maxlen)
+        for t, pid, entry in self._pending:
+            if t < horizon:
+                continue
+            key = lineage.members.get(pid)
+            if key is not None and key in self._found:
+                self._found[key].mine.add(entry)
+            else:
+                keep.append((t, pid, entry))
+        self._pending = keep
 
     def take(self, key: Hashable, since: float) -> Writers:
         """What ``key``'s processes wrote (and forget it): its entries, the entries written by
@@ -343,6 +366,9 @@ class WriterWatch:
         whether an event was lost since then. Waits briefly for events still queued."""
         self._drain()
         with self._lock:
+            if self._lineage is not None:
+                self._lineage.pump()
+                self._settle()
             out = self._found.pop(key, Writers())
             self._roots = {pid: k for pid, k in self._roots.items() if k != key}
             lost = self._lost
@@ -354,6 +380,7 @@ class WriterWatch:
             if not self._found:  # nobody is left to ask about what came before
                 self._unknown.clear()
                 self._seen.clear()
+                self._pending.clear()
             out.complete = lost < since - 1.0 and not self._closed
         return out
 
@@ -367,6 +394,7 @@ class WriterWatch:
             if not self._found:
                 self._unknown.clear()
                 self._seen.clear()
+                self._pending.clear()
 
     def _owner(self, pid: int) -> Hashable | None:
         """The trial key of the attempt ``pid`` belongs to; ``...`` if it is gone and nothing
@@ -484,6 +512,8 @@ class WriterWatch:
                 self._unknown[entry] = now
             elif key is not None:
                 self._found.setdefault(key, Writers()).mine.add(entry)
+            elif self._lineage is not None:
+                self._pending.append((now, pid, entry))
 
     @property
     def closed(self) -> bool:
