@@ -24,11 +24,12 @@ import os
 import shutil
 import signal
 import socketserver
-import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from crashpoint._proc import socket_folder
 
 __all__ = ["Event", "FakeTarget", "canonical"]
 
@@ -62,8 +63,9 @@ class FakeTarget:
     """The ledger and the outside world in one: see the module docstring."""
 
     def __init__(self, address: str | None = None) -> None:
-        # Unix socket paths are limited to ~107 bytes: keep ours short, away from tmp_path.
-        self._dir = None if address else tempfile.mkdtemp(prefix="cp-target-")
+        # Unix socket paths are limited to 107 bytes: keep ours short, away from tmp_path (in a
+        # short system folder where TMPDIR is too long)
+        self._dir = None if address else socket_folder("cp-target-", "ledger.sock")
         self.address = address or os.path.join(self._dir or "", "ledger.sock")
         self.events: list[Event] = []
         self.applied: Counter[str] = Counter()

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         received,
         shielded,
         signal_name,
+        socket_folder,
     )
     from crashpoint._proc._git import GIT_TIMEOUT, export_commit, git_commit
     from crashpoint._proc._hosts import hosts_unavailable, on_own_host
@@ -116,6 +117,7 @@ _WHERE = {
     "shielded": _CLEANUP,
     "signal_children": _PROCESS,
     "signal_name": _CLEANUP,
+    "socket_folder": _CLEANUP,
     "wait_exit": _PROCESS,
     "with_reap_token": _PROCESS,
     "WriterWatch": _WRITERS,
@@ -168,6 +170,7 @@ __all__ = [
     "shielded",
     "signal_children",
     "signal_name",
+    "socket_folder",
     "wait_exit",
     "with_reap_token",
     "writer_watch",

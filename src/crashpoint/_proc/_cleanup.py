@@ -13,8 +13,11 @@ Three parts, all process-wide:
   file stays. The next run (``crashpoint run``, a pytest session with the plugin) reads the files
   whose harness is dead (pid gone, or reused: start time differs) and kills the processes marked
   with its tokens, the holders that are still the same process, and removes its folders (only
-  folders whose names carry our prefixes, directly inside the temporary folder, owned by us,
-  not symlinks: nothing else is ever deleted).
+  folders whose names carry our prefixes, directly inside the temporary folder or one of
+  :data:`SHORT_TEMP_ROOTS`, owned by us, not symlinks: nothing else is ever deleted).
+- **Socket folders** (:func:`socket_folder`): a Unix socket's path must fit the kernel's
+  ``sun_path`` (:data:`SOCKET_PATH_MAX` bytes); under a long ``TMPDIR`` (pytest's basetemp
+  under xdist) the folder is made in a short system folder instead.
 - **Signals** (:func:`install_signal_handlers`): SIGINT and SIGTERM raise :class:`Interrupted`
   (a ``KeyboardInterrupt``) in the main thread, so the ``finally`` blocks of the trial, the
   campaign and pytest run as for Ctrl-C; :func:`received` says which signal came (exit status
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import re
@@ -48,6 +52,8 @@ from crashpoint.errors import Interrupted
 __all__ = [
     "FOLDER_PREFIXES",
     "LIVE",
+    "SHORT_TEMP_ROOTS",
+    "SOCKET_PATH_MAX",
     "Interrupted",
     "Reaped",
     "Registry",
@@ -60,6 +66,7 @@ __all__ = [
     "received",
     "shielded",
     "signal_name",
+    "socket_folder",
 ]
 
 #: Prefixes of the temporary folders the harness makes with ``tempfile.mkdtemp``.
@@ -69,6 +76,11 @@ _FOLDER_NAME = re.compile(r"cp-(?:ledger|side|probe)-[a-z0-9_]{8}")
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 _ENTRY = re.compile(r"([0-9]{1,10})\.json")
 _MAX_ENTRY = 1 << 20  # a registry file is a few hundred bytes; refuse to read a huge one
+#: The longest path a Unix socket can be bound at: ``sun_path`` holds 108 bytes with its NUL.
+SOCKET_PATH_MAX = 107
+#: Short system folders a socket's folder falls back to when the temporary folder's path is
+#: too long for the socket (the reaper removes a dead harness's folders there too).
+SHORT_TEMP_ROOTS = ("/tmp", "/dev/shm")
 
 
 # -- signals ------------------------------------------------------------------------------------
@@ -358,6 +370,41 @@ def cleanup_all() -> Reaped:
     return LIVE.cleanup()
 
 
+def socket_folder(prefix: str, leaf: str) -> str:
+    """Make a private folder (``mkdtemp``: mode 0700, named ``<prefix>XXXXXXXX``) for a Unix
+    socket named ``leaf`` and return it: in the temporary folder where ``<folder>/<leaf>`` fits
+    :data:`SOCKET_PATH_MAX`, else in the first of :data:`SHORT_TEMP_ROOTS` where it fits and
+    can be made. The caller registers it (:meth:`Registry.add_folder`) and removes it.
+
+    Raises ``OSError(ENAMETOOLONG)`` with a one-line message (the path, its length, how to fix
+    it) where no folder can be had."""
+    tmp = tempfile.gettempdir()
+    name = prefix + "x" * 8  # what mkdtemp gives: the prefix and 8 characters
+
+    def length(root: str) -> int:
+        return len(os.fsencode(os.path.join(root, name, leaf)))
+
+    if length(tmp) <= SOCKET_PATH_MAX:
+        return tempfile.mkdtemp(prefix=prefix)
+    tried = []
+    for root in SHORT_TEMP_ROOTS:
+        if length(root) > SOCKET_PATH_MAX:
+            tried.append(f"{root}: too long")
+            continue
+        try:
+            return tempfile.mkdtemp(prefix=prefix, dir=root)
+        except OSError as exc:
+            tried.append(f"{root}: {exc.strerror or exc}")
+    path = os.path.join(tmp, name, leaf)
+    raise OSError(
+        errno.ENAMETOOLONG,
+        f"the Unix socket path {path} is {length(tmp)} bytes, over the {SOCKET_PATH_MAX} the "
+        f"kernel allows, and no short folder could be made instead ({'; '.join(tried)}): "
+        "set TMPDIR to a shorter folder (e.g. TMPDIR=/tmp)",
+        path,
+    )
+
+
 # -- killing and removing -----------------------------------------------------------------------
 
 
@@ -407,12 +454,13 @@ def _kill(tokens: Iterable[str], holders: Iterable[tuple[int, float]]) -> int:
     return len(procs)
 
 
-def _remove_folder(path: str, tmpdir: str) -> int:
-    """Remove ``path`` if it is one of our temporary folders directly inside ``tmpdir``: a name
-    of :data:`FOLDER_PREFIXES` as ``mkdtemp`` makes it, a real folder (not a symlink), owned by
-    us. Return 1 if removed."""
+def _remove_folder(path: str, *parents: str) -> int:
+    """Remove ``path`` if it is one of our temporary folders directly inside one of
+    ``parents``: a name of :data:`FOLDER_PREFIXES` as ``mkdtemp`` makes it, a real folder (not
+    a symlink), owned by us. Return 1 if removed."""
     parent, name = os.path.split(os.path.normpath(path))
-    if os.path.normpath(parent) != os.path.normpath(tmpdir) or not _FOLDER_NAME.fullmatch(name):
+    allowed = {os.path.normpath(p) for p in parents}
+    if os.path.normpath(parent) not in allowed or not _FOLDER_NAME.fullmatch(name):
         return 0
     try:
         st = os.lstat(path)
@@ -468,7 +516,7 @@ def reap_stale(tmpdir: str | None = None) -> Reaped:
         out.processes += _kill(tokens, holders)
         for f in data.get("folders", []):
             if isinstance(f, str):
-                out.folders += _remove_folder(f, tmp)
+                out.folders += _remove_folder(f, tmp, *SHORT_TEMP_ROOTS)
         with contextlib.suppress(OSError):
             os.unlink(claimed)
     return out

@@ -48,7 +48,6 @@ import signal
 import socket
 import socketserver
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -57,8 +56,8 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import IO, TYPE_CHECKING, Any
 
-from crashpoint._proc import LIVE, shielded
-from crashpoint.errors import InvalidArgument
+from crashpoint._proc import LIVE, shielded, socket_folder
+from crashpoint.errors import InvalidArgument, StandInError
 from crashpoint.harness._spec import (
     ENV_HTTP,
     ENV_LEDGER_HTTP,
@@ -86,6 +85,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Ledger"]
 
+#: The ledger's socket in its private folder (``cp-ledger-XXXXXXXX``).
+SOCKET_NAME = "ledger.sock"
 #: At most this many refused (forbidden) requests are kept in :attr:`Ledger.forbidden`.
 MAX_FORBIDDEN = 100
 #: Defaults of the limits (see :class:`Ledger`).
@@ -175,9 +176,12 @@ class Ledger:
         self._seen: Counter[tuple[int, str, str]] = Counter()  # (attempt, op, name) -> count
         self._keyless = 0
         with shielded():  # registered at once: removed by cleanup_all if we are stopped
-            self._dir = tempfile.mkdtemp(prefix="cp-ledger-")
+            try:  # in the temp folder, or a short one where TMPDIR is too long for a socket
+                self._dir = socket_folder("cp-ledger-", SOCKET_NAME)
+            except OSError as exc:
+                raise StandInError(f"the ledger cannot start: {exc.strerror}") from None
             LIVE.add_folder(self._dir)
-        self.address = os.path.join(self._dir, "ledger.sock")
+        self.address = os.path.join(self._dir, SOCKET_NAME)
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._http: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
