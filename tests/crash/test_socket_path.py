@@ -185,3 +185,20 @@ def test_a_gate_run_under_a_long_tmpdir_works(children: Children, tmp_path: Path
     gate = json.loads((tmp_path / "r" / "gate.json").read_text())
     assert gate["ok"] is True
     assert [n for n in os.listdir(tmp) if n.startswith("cp-")] == []
+
+
+def test_the_postgresql_stand_in_under_a_long_tmpdir_starts_in_a_short_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same limit for the server's socket (``<folder>/sock/.s.PGSQL.<port>``): PostgreSQL
+    refused to start ("could not create any Unix-domain sockets")."""
+    from crashpoint.harness._standins._postgres import PostgresServer, unavailable
+
+    if (why := unavailable()) is not None:
+        pytest.skip(why)
+    tmp = long_tmp(tmp_path)  # the server's socket path: 120 bytes (12 more than the ledger's)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    with PostgresServer.start(fsync=False) as pg:
+        assert os.path.dirname(pg.folder) in _cleanup.SHORT_TEMP_ROOTS
+        assert os.path.exists(os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}"))
+    assert not os.path.exists(pg.folder)

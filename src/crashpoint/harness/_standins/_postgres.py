@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import quote
 
+from crashpoint._proc import socket_folder
 from crashpoint.errors import InvalidArgument, StandInError
 
 __all__ = ["PostgresServer", "find_binaries", "unavailable"]
@@ -78,6 +79,8 @@ _GUARDED = frozenset(
         "include_if_exists",
     }
 )
+#: The server's socket inside its folder, at the longest (port 65535): what must fit ``sun_path``.
+_SOCKET_LEAF = os.path.join("sock", ".s.PGSQL.65535")
 _SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _LOOPBACK = ("127.0.0.1", "::1")
 
@@ -256,7 +259,13 @@ class PostgresServer:
         bindir = find_binaries()
         assert bindir is not None
         account = _run_as(user)
-        folder = tempfile.mkdtemp(prefix="crashpoint-pg-", dir=base)
+        if base is None:  # a long TMPDIR leaves no room for the socket: a short folder then
+            try:
+                folder = socket_folder("crashpoint-pg-", _SOCKET_LEAF)
+            except OSError as exc:
+                raise StandInError(f"PostgreSQL cannot start: {exc.strerror}") from None
+        else:
+            folder = tempfile.mkdtemp(prefix="crashpoint-pg-", dir=base)
         password = secrets.token_urlsafe(24)  # fresh per server; URL- and pgpass-safe
         server = cls(folder=folder, port=0, bindir=bindir, account=account, password=password)
         try:
