@@ -940,11 +940,13 @@ class TrialAttempts:
         live = {num: (t, ended.get(num, t + ex.duration)) for num, ex, t in pairs}
         writes: list[dict[str, Any]] = []
         locked: set[str] = set()
+        locks: list[dict[str, Any]] = []  # each flock call (a syscall trace only)
         by, why_not = "", ""
         for num, rec in started.recorders.items():
             changed, flocked = rec.writes(num)
             writes += changed
             locked |= flocked
+            locks += rec.locks
             by = by or rec.how
             why_not = why_not or rec.why_not
         # a file an attempt flocks is a lock, or a ledger kept under its lock: coordination
@@ -959,7 +961,7 @@ class TrialAttempts:
                 note["hosts_unavailable"] = self.notes[i]["hosts_unavailable"]
             if len(live) == len(group):
                 note["race"] = race_note(
-                    group, live, list(self.ledger.events), writes, barrier, patience, mine
+                    group, live, list(self.ledger.events), writes, barrier, patience, mine, locks
                 )
             self.notes[i] = note
         self.race = {
@@ -985,6 +987,7 @@ class TrialAttempts:
             },
             "writes": [{**w, "t": round(w["t"] - t0, 4)} for w in writes[:_RACE_WRITES]],
             "writes_left_out": max(0, len(writes) - _RACE_WRITES),
+            "locks": [{**c, "t": round(c["t"] - t0, 4)} for c in locks[:_RACE_WRITES]],
         }
         write_file(
             os.path.join(self.tdir, "race.json"),

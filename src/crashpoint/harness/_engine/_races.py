@@ -267,6 +267,9 @@ class WriteRecorder:
         self.env: dict[str, str] = {}
         self.how = ""
         self.why_not = ""
+        #: the attempt's ``flock`` calls on files under the roots, filled by :meth:`writes`
+        #: (a syscall trace only: the audit hook sees a call before it, not its result)
+        self.locks: list[dict[str, Any]] = []
         ok, why = strace_available()
         if ok:
             self.trace, self.how = prefix + ".writes.strace", "strace"
@@ -325,6 +328,8 @@ class WriteRecorder:
                         ph = self._placeholder(c.path)
                         if ph is not None and "LOCK_UN" not in " ".join(c.args[1:]):
                             locked.add(ph)  # taken, waited for, or refused (EWOULDBLOCK)
+                        if ph is not None and c.time and c.result is not None:
+                            self.locks.append(_lock_call(attempt, c.time - offset, ph, c))
                         continue
                     if c.result is None or c.result < 0 or c.errno or not c.time:
                         continue
@@ -389,6 +394,83 @@ class WriteRecorder:
         return out
 
 
+def _lock_call(attempt: int, t: float, path: str, c: Any) -> dict[str, Any]:
+    """One ``flock`` call of a trace: ``{"attempt", "t", "path", "pid", "mode" (ex, sh or un),
+    "ok", "errno"}``."""
+    how = " ".join(c.args[1:])
+    mode = "un" if "LOCK_UN" in how else "ex" if "LOCK_EX" in how else "sh"
+    return {
+        "attempt": attempt,
+        "t": t,
+        "path": path,
+        "pid": c.pid,
+        "mode": mode,
+        "ok": c.result == 0,
+        "errno": c.errno,
+    }
+
+
+#: A non-blocking ``flock`` refused because another holds the lock.
+_LOCK_BUSY = frozenset({"EWOULDBLOCK", "EAGAIN"})
+
+
+def _held_since(
+    x: int, path: str, t: float, mode: str, locks: list[dict[str, Any]]
+) -> float | None:
+    """When attempt ``x`` took the lock on ``path`` that it still held at ``t``, in a mode
+    that conflicts with ``mode`` (one of the two exclusive); None if it held none then."""
+    since: float | None = None
+    held = ""
+    for c in sorted((c for c in locks if c["attempt"] == x and c["path"] == path), key=_t):
+        if c["t"] > t:
+            break
+        if c["mode"] == "un":
+            since, held = None, ""
+        elif c["ok"] and since is None:
+            since, held = float(c["t"]), str(c["mode"])
+    if since is None or "ex" not in (held, mode):
+        return None
+    return since
+
+
+def _t(c: Mapping[str, Any]) -> float:
+    return float(c["t"])
+
+
+def _lock_refusal(
+    x: int,
+    y: int,
+    acts: Mapping[int, list[float]],
+    live: Mapping[int, tuple[float, float]],
+    locks: list[dict[str, Any]],
+    attempts: Mapping[int, Attempt],
+) -> str:
+    """``where`` when attempt ``y`` was turned away by a lock attempt ``x`` held (else ""):
+    its trace shows a non-blocking ``flock`` refused (EWOULDBLOCK) on a file ``x`` had taken
+    and not released, while ``x`` was live; after it ``y`` never took that lock, did nothing
+    more (no event, no change to a file), and ended by itself (not killed, not timed out)."""
+    ay = attempts.get(y)
+    if ay is None or ay.timed_out or ay.signal is not None:
+        return ""
+    mine = sorted((c for c in locks if c["attempt"] == y), key=_t)
+    for r in reversed(mine):
+        if r["ok"] or r["mode"] == "un" or r["errno"] not in _LOCK_BUSY:
+            continue
+        t, path = float(r["t"]), str(r["path"])
+        if t > live[x][1] or any(u > t for u in acts[y]):
+            continue  # the holder was gone, or this one went on working
+        if any(c["ok"] and c["mode"] != "un" and c["path"] == path and c["t"] > t for c in mine):
+            continue  # let in later: it waited (the other rules judge that)
+        since = _held_since(x, path, t, str(r["mode"]), locks)
+        if since is None:
+            continue
+        return (
+            f"attempt {y} was refused by the lock attempt {x} held: its flock on {path} failed "
+            f"({r['errno']}) {t - since:.3f}s after attempt {x} took it, and then it {_ended(ay)}"
+        )
+    return ""
+
+
 def _acts_of(
     group: tuple[int, ...], events: list[dict[str, Any]], writes: list[dict[str, Any]]
 ) -> dict[int, list[float]]:
@@ -437,6 +519,7 @@ def race_note(
     barrier: Mapping[str, Any],
     patience: float,
     attempts: Mapping[int, Attempt],
+    locks: list[dict[str, Any]] | None = None,
 ) -> tuple[bool, str, str]:
     """Did the resumers race? ``(fired, where, why_not)`` for the accounting. ``group``: the
     attempts started at once (two, or k with ``processes``).
@@ -444,8 +527,13 @@ def race_note(
     An attempt's *activity* is its events and its writes (see :class:`WriteRecorder`). The
     race happened, and the fault *fired*, when one of these holds (checked in this order):
 
-    - **refused**: one attempt ended while the other was still at work (before the other's
-      last activity), having done nothing, or only its first boundary and then exited
+    - **refused by a lock**: a syscall trace shows that one attempt's non-blocking ``flock``
+      was refused (EWOULDBLOCK) on a file the other had taken and still held, and that it then
+      ended by itself without doing anything more (``locks``: the recorders' ``flock`` calls;
+      the times of its end and of the other's work do not matter: an interpreter's slow exit
+      under load once made a refusal read as "ran at the same time");
+    - **refused**: one attempt ended while the other was live and still at work (before the
+      other's last activity), having done nothing, or only its first boundary and then exited
       non-zero: it was turned away;
     - **waited**: one attempt was live throughout the other's work and silent in it (no
       activity after the other's first and up to its last), and either it had reached the
@@ -464,17 +552,18 @@ def race_note(
     ended), ``time.monotonic()``; ``barrier``: :meth:`Barrier.note` (empty without one);
     ``attempts``: how each ended (its exit code and stderr word a refusal)."""
     acts = _acts_of(group, events, writes)
+    locks = list(locks or ())
     if len(group) == 2:
-        return _pair(group[0], group[1], acts, live, events, writes, barrier, patience, attempts)[
-            :3
-        ]
+        return _pair(
+            group[0], group[1], acts, live, events, writes, barrier, patience, attempts, locks
+        )[:3]
     roles: dict[int, set[str]] = {n: set() for n in group}
     first: tuple[bool, str, str] | None = None
     why_first = ""
     for j, a in enumerate(group):
         for b in group[j + 1 :]:
             fired, where, why, role = _pair(
-                a, b, acts, live, events, writes, barrier, patience, attempts
+                a, b, acts, live, events, writes, barrier, patience, attempts, locks
             )
             if fired:
                 first = first or (fired, where, why)
@@ -528,12 +617,17 @@ def _pair(
     barrier: Mapping[str, Any],
     patience: float,
     attempts: Mapping[int, Attempt],
+    locks: list[dict[str, Any]],
 ) -> tuple[bool, str, str, dict[int, str]]:
     """:func:`race_note` for two attempts, and how each took part when they raced
     (``overlapped``, ``waited``, ``refused``)."""
     pair = (a, b)
     together = barrier.get("how") == "together"
     held = "; released together at their first boundaries" if together else ""
+    for x, y in ((a, b), (b, a)):  # refused by a lock the other held
+        where = _lock_refusal(x, y, acts, live, locks, attempts)
+        if where:
+            return True, where + held, "", {y: "refused", x: "worked"}
     if not acts[a] and not acts[b]:
         return (
             False,
@@ -545,8 +639,8 @@ def _pair(
         )
     for x, y in ((a, b), (b, a)):  # refused
         ay = attempts.get(y)
-        if not acts[x] or live[y][1] >= acts[x][-1]:
-            continue
+        if not acts[x] or live[y][1] >= acts[x][-1] or live[y][1] < live[x][0]:
+            continue  # (ended before the other started: they never ran at once)
         if not acts[y] or (len(acts[y]) == 1 and ay is not None and ay.returncode != 0):
             return (
                 True,
