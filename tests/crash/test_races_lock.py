@@ -20,9 +20,18 @@ from crashpoint.harness import AgentSpec, Campaign, TrialResult, family_from_spe
 
 AGENT = Path(__file__).resolve().parents[1] / "agents" / "lock_holder.py"
 
-pytestmark = pytest.mark.skipif(
-    not strace_available()[0], reason=f"a refused flock is seen by strace: {strace_available()[1]}"
-)
+
+@pytest.fixture(params=["strace", "audit"])
+def recorded_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The refused flock seen by strace, or (strace switched off) by the audit hook's wrapper
+    of ``fcntl.flock``."""
+    if request.param == "strace":
+        ok, why = strace_available()
+        if not ok:
+            pytest.skip(f"strace cannot trace here: {why}")
+    else:
+        monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
+    return str(request.param)
 
 
 def _trial(tmp_path: Path, after: str, linger: str) -> TrialResult:
@@ -46,13 +55,15 @@ def _explain(trial: TrialResult) -> str:
     return "\n".join([*map(str, trial.outcomes), *map(str, trial.checks)])
 
 
-def test_a_resumer_refused_by_the_lock_the_other_holds_fired(tmp_path: Path) -> None:
+def test_a_resumer_refused_by_the_lock_the_other_holds_fired(
+    tmp_path: Path, recorded_by: str
+) -> None:
     trial = _trial(tmp_path, "ready", "1.5")  # held long enough under load
     (outcome,) = trial.outcomes
     assert outcome.fired, _explain(trial)
     assert outcome.where.startswith(
         "attempt 2 was refused by the lock attempt 1 held: its flock on {state_dir}/lock failed "
-        "(EAGAIN) "
+        "(EAGAIN) "  # the same errno as EWOULDBLOCK on Linux: strace and Python name it so
     ), outcome
     assert outcome.where.endswith(
         "and then it exited 75 ('another process holds this run: busy, refusing to start')"
@@ -62,7 +73,7 @@ def test_a_resumer_refused_by_the_lock_the_other_holds_fired(tmp_path: Path) -> 
 
 
 def test_a_resumer_that_takes_the_lock_after_the_other_let_go_did_not_fire(
-    tmp_path: Path,
+    tmp_path: Path, recorded_by: str
 ) -> None:
     trial = _trial(tmp_path, "released", "0")
     (outcome,) = trial.outcomes

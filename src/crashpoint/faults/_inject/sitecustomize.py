@@ -9,7 +9,9 @@ environment variable:
   the wall-clock time; ``"trunc": true`` on an open that replaces the file's content): the
   golden run's file operations, and each resumer's, when strace is unavailable. With
   ``CRASHPOINT_FILEOP_LOCKS=1`` (a resumer's record) it also holds each ``fcntl.flock`` taken
-  or tried (``"op": "flock"``).
+  or tried (``"op": "flock"``), and, ``fcntl.flock`` being wrapped, how each call ended
+  (``"op": "flock_done"``, with ``"mode"`` ex/sh/un, ``"ok"`` and ``"errno"``: a refusal
+  by a lock another holds is ``EWOULDBLOCK``).
 - ``CRASHPOINT_FILEOP_AT=<json {"op", "paths", "n"}>`` with ``CRASHPOINT_FILEOP_LOG=<file>``:
   just before the n-th ``op`` on one of ``paths`` (counted in this process), write a landing
   line to the log and kill this process with SIGKILL.
@@ -160,6 +162,49 @@ def _flock(args: "tuple[object, ...]") -> None:
         _append(_RECORD, json.dumps(line))
 
 
+def _flock_done(fd: object, how: object, errno_name: str) -> None:
+    """Record how a ``fcntl.flock`` call ended (after it: the audit event comes before)."""
+    import fcntl
+
+    if not isinstance(how, int):
+        return
+    mode = "un" if how & fcntl.LOCK_UN else "ex" if how & fcntl.LOCK_EX else "sh"
+    path = _abs(fd if isinstance(fd, int) else getattr(fd, "fileno", lambda: None)())
+    if path and path not in _own:
+        import json
+        import time
+
+        line = {
+            "op": "flock_done",
+            "path": path,
+            "pid": os.getpid(),
+            "t": time.time(),
+            "mode": mode,
+            "ok": not errno_name,
+            "errno": errno_name,
+        }
+        _append(_RECORD, json.dumps(line))
+
+
+def _wrap_flock() -> None:
+    """Wrap ``fcntl.flock`` so that how each call ended is recorded (:func:`_flock_done`)."""
+    import errno
+    import fcntl
+
+    real = fcntl.flock
+
+    def flock(fd: object, operation: int) -> None:
+        try:
+            real(fd, operation)  # type: ignore[arg-type]
+        except OSError as e:
+            _flock_done(fd, operation, errno.errorcode.get(e.errno or 0, "") or "EIO")
+            raise
+        _flock_done(fd, operation, "")
+
+    flock.__doc__ = real.__doc__
+    fcntl.flock = flock
+
+
 def _die() -> None:
     import signal
 
@@ -186,6 +231,8 @@ if _RECORD:
     _append(_RECORD, "")  # an empty line: the record exists, so this hook ran (blank lines skipped)
 if _N > 0 or _RECORD or _target_op:
     sys.addaudithook(_hook)
+if _LOCKS:
+    _wrap_flock()
 
 # chain to a sitecustomize further along sys.path, if the agent has one
 _here = os.path.dirname(os.path.abspath(__file__))

@@ -267,8 +267,8 @@ class WriteRecorder:
         self.env: dict[str, str] = {}
         self.how = ""
         self.why_not = ""
-        #: the attempt's ``flock`` calls on files under the roots, filled by :meth:`writes`
-        #: (a syscall trace only: the audit hook sees a call before it, not its result)
+        #: the attempt's ``flock`` calls on files under the roots, with how each ended, filled
+        #: by :meth:`writes` (the trace's, or the hook's wrapper of ``fcntl.flock``)
         self.locks: list[dict[str, Any]] = []
         ok, why = strace_available()
         if ok:
@@ -372,6 +372,21 @@ class WriteRecorder:
                 if not isinstance(d, dict):
                     continue
                 op = str(d["op"])
+                if op == "flock_done":
+                    ph = self._placeholder(str(d["path"]))
+                    if ph is not None and d["mode"] in ("ex", "sh", "un"):
+                        self.locks.append(
+                            {
+                                "attempt": attempt,
+                                "t": float(d["t"]) - offset,
+                                "path": ph,
+                                "pid": d.get("pid"),
+                                "mode": d["mode"],
+                                "ok": bool(d["ok"]),
+                                "errno": str(d.get("errno") or ""),
+                            }
+                        )
+                    continue
                 if op == "flock":
                     ph = self._placeholder(str(d["path"]))
                     if ph is not None:
