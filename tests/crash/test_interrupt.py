@@ -68,8 +68,24 @@ def private_tmp(tmp_path: Path) -> Iterator[Path]:
     kill_all(left)
 
 
+#: TMPDIR -> the folders its harnesses registered elsewhere (a short folder, /tmp or /dev/shm,
+#: when TMPDIR is too long for the ledger's socket: pytest's basetemp under xdist can be),
+#: still looked at once the harness's registry entry is gone
+_ELSEWHERE: dict[Path, set[str]] = {}
+
+
 def temp_folders(tmp: Path) -> list[str]:
-    return sorted(n for n in os.listdir(tmp) if n.startswith("cp-"))
+    """The names of our temporary folders (``cp-*``) in ``tmp``, and of those its harnesses
+    registered in another folder that are still there."""
+    elsewhere = _ELSEWHERE.setdefault(tmp, set())
+    live = tmp / f"crashpoint-{os.getuid()}" / "live"
+    for entry in sorted(live.glob("*.json")) if live.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            elsewhere.update(
+                f for f in json.loads(entry.read_text())["folders"] if Path(f).parent != tmp
+            )
+    names = [n for n in os.listdir(tmp) if n.startswith("cp-")]
+    return sorted(names + [os.path.basename(f) for f in elsewhere if os.path.lexists(f)])
 
 
 def live_entries(tmp: Path) -> list[str]:
