@@ -5,11 +5,12 @@ that only came after the first let go not one.
 Each attempt takes an exclusive non-blocking ``flock`` on ``STATE_DIR/lock`` (refused: it says
 so on stderr and exits 75), rewrites ``STATE_DIR/state.json`` three times, writes
 ``STATE_DIR/ready``, lets go of the lock and writes ``STATE_DIR/released``, and exits. With
-``LOCK_HOLDER_LINGER=S`` it holds the lock S seconds more after ``ready`` instead, and writes
-nothing more (``ready`` is its last change to a file). An even attempt (the second of two
-resumers) first waits (up to 10 s) for the file named by ``LOCK_HOLDER_AFTER``: ``ready`` (the
-first has done its work and still holds the lock: refused) or ``released`` (the first has let
-go: it takes the lock and does its work after the first's).
+``LOCK_HOLDER_LINGER=S`` the first attempt of a trial holds the lock S seconds more after
+``ready`` instead, and writes nothing more (``ready`` is its last change to a file). An even
+attempt (the second of two resumers) first waits (up to 10 s) for the file named by
+``LOCK_HOLDER_AFTER``: ``ready`` (the first has done its work and still holds the lock:
+refused) or ``released`` (the first has let go: it takes the lock and does its work after the
+first's).
 
 In trials it sends no probe event, so the barrier never holds it: only its files and its
 ``flock`` calls show what it did (the golden run reports one event: a campaign needs a
@@ -40,8 +41,10 @@ def write(path: str, text: str) -> None:
 def main() -> int:
     state = sys.argv[1]
     os.makedirs(state, exist_ok=True)
-    linger = float(os.environ.get("LOCK_HOLDER_LINGER", "0"))
-    if int(os.environ.get("CRASHPOINT_ATTEMPT", "1")) % 2 == 0:
+    attempt = int(os.environ.get("CRASHPOINT_ATTEMPT", "1"))
+    first = attempt == 1 and os.environ.get("CRASHPOINT_TRIAL") != "golden"
+    linger = float(os.environ.get("LOCK_HOLDER_LINGER", "0")) if first else 0.0
+    if attempt % 2 == 0:
         wait_for(os.path.join(state, os.environ.get("LOCK_HOLDER_AFTER", "ready")))
     handle = open(os.path.join(state, "lock"), "a")  # noqa: SIM115 - held until let go
     try:
