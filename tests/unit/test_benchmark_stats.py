@@ -179,13 +179,13 @@ def test_the_plugin_section_gives_both_ratios_and_says_when_the_plugin_printed(
     assert (h["plugin_over_no_plugin"], h["plugin_alone_over_pytest_alone"]) == (1.02, 1.03)
     assert h["plugin_printed"] is False
     page = bench.markdown(results)
-    assert "| 1.02; printed nothing | ≤ 1.05; nothing |" in page
+    assert "| 1.02 (CPU 1.0); printed nothing | ≤ 1.05; nothing |" in page
     assert "## The pytest plugin's cost" in page
     assert p["env"]["machine"]["cpu"] in page  # the table's own header
     bench.add_plugin(results, _plugin(1.2, ["crashpoint: seed 1"]))
     assert results["headline"]["plugin_printed"] is True
     page = bench.markdown(results)
-    assert "1.2; **printed**" in page
+    assert "1.2 (CPU 1.0); **printed**" in page
     assert "`crashpoint: seed 1`" in page
     bench.add_plugin(results, {"note": "benchmarks/plugin_overhead.py exited 1"})
     assert "Not measured: benchmarks/plugin_overhead.py exited 1" in bench.markdown(results)
