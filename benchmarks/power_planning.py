@@ -17,8 +17,9 @@ steps). Three state files:
 - ``append``: N records appended to a log never synced (each lost record is a state of every
   later point: O(N^2) states, so smaller sizes; the log grows with N too).
 
-For each size: states planned (one trial each), seconds (median of ``--runs``), states per
-second, and time per state relative to the smallest size (linear planning keeps it about 1).
+For each size: states planned (one trial each), seconds (median of at least ``--runs``
+plannings, more for a small size, until half a second was spent), states per second, and time
+per state relative to the smallest size (linear planning keeps it about 1).
 ``--ext4-sizes``: the growing file again under ``model: ext4-ordered`` (whose planning is not
 linear: a lost write holds back every later name or size change, so nothing is skipped).
 With ``--from-scratch``, the same for the former planner (each state rebuilt by replaying the log
@@ -38,6 +39,7 @@ renders it into docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -55,6 +57,7 @@ from crashpoint.harness import AgentSpec, Campaign, Golden, family_from_spec
 from crashpoint.harness._spec import _plans, _power
 
 S = "{state_dir}"
+MIN_SECONDS, MAX_RUNS = 0.5, 100  # a size is planned at least --runs times, and this long
 NAIVE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "naive_agent.py")
 
 
@@ -138,12 +141,19 @@ def from_scratch_once(g: Golden) -> tuple[int, float]:
 def measure(
     sizes: list[int], runs: int, shape: str, scratch: bool, model: str = "posix"
 ) -> list[dict[str, Any]]:
+    """Per size: at least ``runs`` plannings, and more (up to ``MAX_RUNS``) until
+    ``MIN_SECONDS`` were spent, so that the small sizes' few milliseconds are a median of many;
+    after a warm-up planning at the smallest size (the first one in a process loads modules
+    and fills caches, which would inflate the baseline every other size is divided by)."""
     rows: list[dict[str, Any]] = []
+    plan = from_scratch_once if scratch else functools.partial(plan_once, model=model)
+    if sizes:
+        plan(golden(min(sizes), shape))
     for n in sizes:
         g = golden(n, shape)
         times, states = [], 0
-        for _ in range(runs):
-            states, t = from_scratch_once(g) if scratch else plan_once(g, model)
+        while len(times) < runs or (sum(times) < MIN_SECONDS and len(times) < MAX_RUNS):
+            states, t = plan(g)
             times.append(t)
         sec = statistics.median(times)
         rows.append(
@@ -157,7 +167,7 @@ def measure(
                 "seconds": round(sec, 4),
                 "states_per_s": round(states / sec, 1) if sec else None,
                 "us_per_state": round(sec / max(1, states) * 1e6, 1),
-                "runs": runs,
+                "runs": len(times),
             }
         )
     base = rows[0]["us_per_state"] if rows else 0
