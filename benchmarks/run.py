@@ -1780,7 +1780,8 @@ def markdown_planning(pl: dict[str, Any]) -> list[str]:
         "synthetic golden run as `Campaign.run` does before its first trial (`Campaign.plans`: "
         "the crash states of every point, then one trial plan per state) for an agent that "
         "rewrites its state file in place N times without fsync (the trace of "
-        f"`naive_agent.py` with N steps); medians of {pl.get('runs', '?')} run(s) per size. "
+        f"`naive_agent.py` with N steps); each figure a median of at least {pl.get('runs', '?')} "
+        "plannings (more at a small size, until half a second was spent), after a warm-up. "
         "The last column is the time per state against the fewest writes' (linear planning "
         "keeps it about 1; the states of a file that grows with N are hashed and compared "
         "whole, at C speed).",
