@@ -1,12 +1,17 @@
 """benchmarks/run.py's statistics (issue 24, honest benchmarks): both sides of a peer ratio use
 the same figure, a FAIL in any round of a row shows, ratios point the way their targets say,
-and every table of the page says where and when it was measured. No benchmark is run here."""
+and every table of the page says where and when it was measured. No benchmark is run here
+(one short campaign checks the planning section's own measuring code)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -267,3 +272,45 @@ def test_the_planning_section_takes_the_growth_per_state_and_each_campaigns_wall
     assert "**1.003**" in page
     assert "would take about 17,600 s" in page
     assert "A campaign stopped by its budget fails" not in page  # the advice is cut off
+
+
+def _load(name: str) -> ModuleType:
+    path = os.path.join(os.path.dirname(RUN_PY), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up while it is made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_naive_agent_takes_a_number_of_steps_and_keeps_its_five_by_default(
+    tmp_path: Path,
+) -> None:
+    agent = os.path.join(os.path.dirname(RUN_PY), "naive_agent.py")
+    for extra, done in (([], ["fetch", "summarise", "draft", "review", "send"]), (["3"], None)):
+        state = tmp_path / f"state{len(extra)}"
+        out = subprocess.run(
+            [sys.executable, agent, str(state), *extra], capture_output=True, check=True
+        )
+        assert json.loads(out.stdout)["done"] == (done or ["s0", "s1", "s2"])
+
+
+def test_the_planning_campaign_is_timed_and_stops_at_its_budget() -> None:
+    """A real campaign of the naive agent (spawned, strace), its budget too short for its
+    trials: it stops, says why, and the figures run.py renders are all there."""
+    from crashpoint.faults import _strace
+
+    ok, why = _strace.available()
+    if not ok:
+        pytest.skip(f"strace cannot trace here: {why}")
+    pp = _load("power_planning")
+    c = pp.campaign(20, "posix", budget=3.0)
+    assert c["planned"] > c["ran"]  # 20 writes: dozens of states, not all run in 3 s
+    assert "time budget of 3s ran out" in c["incomplete"]
+    assert c["verdict"] == "FAIL"
+    assert c["planning_s"] > 0
+    assert 0 < c["golden_s"] <= c["golden_phase_s"] < c["wall_s"]
+    assert c["wall_over_budget"] == pytest.approx(c["wall_s"] / 3.0, abs=0.01)
+    assert c["wall_s"] < 3.0 + 2.0  # stopped at the budget, not after its trials
