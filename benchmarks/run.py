@@ -855,8 +855,9 @@ def planning(work: str, quick: bool) -> dict[str, Any]:
     posix and ext4-ordered systematic, and posix with a few states drawn."""
     runs = 1 if quick else 3
     print(
-        f"power-loss planning at {PLANNING_SIZES} writes ({runs} run(s) each), then campaigns at "
-        f"{PLANNING_WRITES} writes within {BUDGET_S} s (benchmarks/power_planning.py) ...",
+        f"power-loss planning at {PLANNING_SIZES} writes (at least {runs} run(s) each), then "
+        f"campaigns at {PLANNING_WRITES} writes within {BUDGET_S} s "
+        "(benchmarks/power_planning.py) ...",
         flush=True,
     )
     argv = [
@@ -1780,8 +1781,9 @@ def markdown_planning(pl: dict[str, Any]) -> list[str]:
         "synthetic golden run as `Campaign.run` does before its first trial (`Campaign.plans`: "
         "the crash states of every point, then one trial plan per state) for an agent that "
         "rewrites its state file in place N times without fsync (the trace of "
-        f"`naive_agent.py` with N steps); each figure a median of at least {pl.get('runs', '?')} "
-        "plannings (more at a small size, until half a second was spent), after a warm-up. "
+        "`naive_agent.py` with N steps); each figure a median of at least "
+        f"{pl.get('runs', '?')} planning(s) (more at a small size, until half a second was "
+        "spent), after a warm-up. "
         "The last column is the time per state against the fewest writes' (linear planning "
         "keeps it about 1; the states of a file that grows with N are hashed and compared "
         "whole, at C speed).",
