@@ -2,6 +2,8 @@
 
     python benchmarks/plugin_overhead.py [--runs 15] [--json PATH]
 
+(the alone pair below runs 3 times as often as ``--runs``: its runs are short)
+
 Writes a one-test project (``pytest.ini`` with ``filterwarnings = error``, one test that uses
 no crashpoint fixture or marker) in a temporary folder and times ``python -m pytest`` in a
 fresh interpreter, with the plugin and without it, alternating the two so that the machine's
@@ -9,9 +11,12 @@ load falls on both alike. Two pairs, interleaved run by run:
 
 - ``installed``: every plugin of this environment loads (pytest's entry points), the plugin
   off with ``-p no:crashpoint``: what a project in this environment pays;
-- ``alone``: ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, pytest alone against pytest with
-  ``-p crashpoint.pytest_plugin``: the plugin's own cost, not diluted by the other plugins'
-  start-up (the stricter reading of the 5% target).
+- ``alone``: ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, pytest with the plugin alone
+  (``PYTEST_PLUGINS=crashpoint.pytest_plugin``) against pytest with an empty plugin module
+  named the same way (pytest's cost of finding a named plugin falls on both sides): the
+  plugin's own cost, not diluted by the other plugins' start-up (the stricter reading of the
+  5% target). ``-p crashpoint.pytest_plugin`` against nothing would charge the plugin with
+  pytest's scan of every distribution's entry points that ``-p`` makes.
 
 Prints, and with ``--json`` writes, the median wall time and the median CPU time (user +
 system of the child: less sensitive to other jobs) of each, their ratios (target: within 5%;
@@ -36,12 +41,25 @@ import tempfile
 import time
 from typing import Any
 
-#: the pairs: name -> (extra environment, argv with the plugin, argv without it)
-PAIRS: dict[str, tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]] = {
-    "installed": ({}, (), ("-p", "no:crashpoint")),
-    "alone": ({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, ("-p", "crashpoint.pytest_plugin"), ()),
+#: a plugin module that does nothing, written into the project: the "alone" pair's baseline
+EMPTY = "bench_empty_plugin"
+NO_AUTOLOAD = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+#: the pairs: name -> (environment with the plugin, argv with it, environment without, argv)
+PAIRS: dict[str, tuple[dict[str, str], tuple[str, ...], dict[str, str], tuple[str, ...]]] = {
+    "installed": ({}, (), {}, ("-p", "no:crashpoint")),
+    # both sides name one plugin in PYTEST_PLUGINS: pytest's own cost of finding a named
+    # plugin (it reads every distribution's entry points) falls on both, not on crashpoint
+    "alone": (
+        {**NO_AUTOLOAD, "PYTEST_PLUGINS": "crashpoint.pytest_plugin"},
+        (),
+        {**NO_AUTOLOAD, "PYTEST_PLUGINS": EMPTY},
+        (),
+    ),
 }
 TARGET = 1.05
+#: the alone pair runs this many times as often as the installed one: each of its runs is
+#: short (a bare pytest), so more of them cost little and steady its median
+ALONE_TIMES = 3
 _TIMING = re.compile(r"\d+(\.\d+)?s\b")
 
 
@@ -86,7 +104,7 @@ def _modules(folder: str) -> list[str]:
     in process, then ``sys.modules``."""
     code = (
         "import sys, pytest\n"
-        "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'crashpoint.pytest_plugin'])\n"
+        "rc = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'crashpoint')))\n"
         "sys.exit(int(rc))\n"
     )
@@ -116,24 +134,29 @@ def measure(runs: int) -> dict[str, Any]:
             f.write("[pytest]\nfilterwarnings = error\n")
         with open(os.path.join(folder, "test_plain.py"), "w") as f:
             f.write("def test_sum():\n    assert sum([1, 2]) == 3\n")
-        for env, with_, without in PAIRS.values():  # warm-up: bytecode written, page cache
+        with open(os.path.join(folder, f"{EMPTY}.py"), "w") as f:
+            f.write('"""A pytest plugin that does nothing (the baseline of the alone pair)."""\n')
+        for env, with_, env_without, without in PAIRS.values():  # warm-up: bytecode, cache
             _run(folder, env, *with_)
-            _run(folder, env, *without)
+            _run(folder, env_without, *without)
         wall: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
         printed: dict[str, set[str]] = {name: set() for name in PAIRS}
-        for r in range(runs):
-            for name, (env, with_, without) in PAIRS.items():
-                sides = [("with", with_), ("without", without)]
+        for r in range(runs * ALONE_TIMES):
+            for name, (env, with_, env_without, without) in PAIRS.items():
+                if name != "alone" and r % ALONE_TIMES:
+                    continue  # the alone pair is cheap: it runs ALONE_TIMES as often
+                sides = [("with", env, with_), ("without", env_without, without)]
                 outs: dict[str, str] = {}
-                for side, argv in sides if r % 2 == 0 else sides[::-1]:  # alternate the order
-                    t, c, outs[side] = _run(folder, env, *argv)
+                for side, e, argv in sides if r % 2 == 0 else sides[::-1]:  # alternate
+                    t, c, outs[side] = _run(folder, e, *argv)
                     wall.setdefault(f"{name}/{side}", []).append(t)
                     cpu.setdefault(f"{name}/{side}", []).append(c)
                 printed[name] |= set(_said(outs["with"])) - set(_said(outs["without"]))
         modules = _modules(folder)
     result: dict[str, Any] = {
         "runs": runs,
+        "alone_runs": runs * ALONE_TIMES,
         "target": TARGET,
         "modules": modules,
         "plugins": _plugins(),
@@ -165,10 +188,13 @@ def main() -> None:
     if not 1 <= a.runs <= 200:
         ap.error(f"--runs must be between 1 and 200, got {a.runs}")
     r = measure(a.runs)
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), {a.runs} runs each")
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), {a.runs} runs each "
+        f"({r['alone_runs']} of the alone pair)"
+    )
     for name, label in (
         ("installed", "every installed plugin, with / -p no:crashpoint"),
-        ("alone", "pytest with -p crashpoint.pytest_plugin / pytest alone"),
+        ("alone", "pytest with the plugin alone / with an empty plugin"),
     ):
         v = r[name]
         print(

@@ -1623,8 +1623,8 @@ def markdown(r: dict[str, Any]) -> str:
                 "plugin",
             ),
             row(
-                "the same, pytest alone: with `-p crashpoint.pytest_plugin` / without "
-                "(`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`)",
+                "the same, pytest alone: with the plugin / with an empty plugin "
+                "(`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, `PYTEST_PLUGINS=...`)",
                 f"{h.get('plugin_alone_over_pytest_alone')} "
                 f"(CPU {h.get('plugin_alone_over_pytest_alone_cpu')})",
                 "≤ 1.05",
@@ -1727,12 +1727,15 @@ def markdown_plugin(p: dict[str, Any]) -> list[str]:
     lines += [
         "`benchmarks/plugin_overhead.py`: a one-test project (`pytest.ini` with `filterwarnings "
         "= error`, one test using no crashpoint fixture or marker) run by `python -m pytest` in "
-        f"a fresh interpreter, with the plugin and without it, {p['runs']} runs of each, the "
-        "two alternating so the load falls on both alike (medians; bytecode cached, as after a "
+        f"a fresh interpreter, with the plugin and without it, {p['runs']} runs of each "
+        f"({p.get('alone_runs', p['runs'])} of the alone pair, whose runs are short), the two "
+        "alternating so the load falls on both alike (medians; bytecode cached, as after a "
         "first run; CPU is the child's user + system time). *Installed*: every pytest plugin "
         "of this environment loads, the plugin turned off by `-p no:crashpoint`. *Alone*: "
-        "`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, pytest alone against pytest with `-p "
-        "crashpoint.pytest_plugin`: the plugin's own cost, not diluted by the other plugins'. "
+        "`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, pytest with the plugin alone "
+        "(`PYTEST_PLUGINS=crashpoint.pytest_plugin`) against pytest with an empty plugin named "
+        "the same way (so pytest's own cost of finding a named plugin falls on both sides): "
+        "the plugin's own cost, not diluted by the other plugins'. "
         f"Python {p.get('python', '?')}; installed pytest plugins: "
         f"{', '.join(p.get('plugins', [])) or '?'}.",
         "",
