@@ -2,7 +2,8 @@
 """crashpoint benchmarks: one entry point, ratios measured in one run on one machine.
 
     python benchmarks/run.py [--quick] [--no-peers] [--no-pg] [--dir DIR] [--rounds N]
-                             [--only powerloss|fileop|pg|checkpointers|lifecycle] [--render]
+                             [--only powerloss|fileop|pg|checkpointers|lifecycle|plugin|planning]
+                             [--render]
 
 Peers (LangGraph's SqliteSaver, DBOS, ckpt-chaos) come from benchmarks/requirements.txt and
 are installed into benchmarks/.venv, never into the project's runtime dependencies: without them
@@ -17,8 +18,12 @@ which run, machine and load it comes from. ``--only pg`` runs benchmarks/pg_stor
 (crashpoint's PostgresStore vs LangGraph's PostgresSaver vs DBOS on one real PostgreSQL server;
 skipped with the reason when no server can be started), which a full run also does unless
 ``--no-pg``. ``--only lifecycle`` runs benchmarks/lifecycle_cli.py (what one lifecycle command
-costs a shell agent, each a fresh process), which a full run also does. A full run replaces
-latest.json whole: one run, one machine.
+costs a shell agent, each a fresh process), which a full run also does. ``--only plugin`` runs
+benchmarks/plugin_overhead.py (what the pytest plugin costs an unrelated one-test project) and
+``--only planning`` benchmarks/power_planning.py (power-loss planning time at 10 / 100 / 1,000
+unsynced writes, and real campaigns of the naive agent at 1,000 writes within a budget), each
+in a fresh interpreter, merged into latest.json like the rows above; a full run does both. A
+full run replaces latest.json whole: one run, one machine.
 Variants run in interleaved rounds on the same filesystem; every figure is a median (p50) or
 p99 over all rounds, the same statistic on both sides of a ratio. Harness rows give the time
 to verdict (the whole run, its golden run included) beside their rate. Benchmarks are not
@@ -51,7 +56,12 @@ PAYLOAD = "x" * 200  # what one step adds to the state
 NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent, for both tools
 #: the file-operation sweep's agents: the naive one, and its kill-safe twin (both tools pass it)
 FILEOP_AGENTS = {"naive": NAIVE_AGENT, "atomic": os.path.join(HERE, "naive_agent_atomic.py")}
-SECTIONS = ("powerloss", "fileop", "pg", "checkpointers", "lifecycle")  # what --only runs
+#: what --only runs
+SECTIONS = ("powerloss", "fileop", "pg", "checkpointers", "lifecycle", "plugin", "planning")
+PLUGIN_RUNS = (3, 7)  # plugin_overhead.py's runs of each pytest command: --quick, full
+#: power_planning.py: the planning table's sizes, and the campaigns at 1,000 writes (each
+#: within BUDGET_S; one of DRAWN states drawn besides the systematic ones)
+PLANNING_SIZES, PLANNING_WRITES, BUDGET_S, DRAWN = "10,100,1000", 1000, 30, 3
 #: the step-cost variants run at the peers' number of steps (the like-for-like comparison)
 PEER_N = ("ours_run_step_peer_n", "sqlitesaver_step", "dbos_step")
 Sample = tuple[list[float], float]  # per-step seconds (may be empty), the run's seconds / step
@@ -806,6 +816,107 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
 
+# -- 7. the plugin's cost to an unrelated project, 8. power-loss planning at scale --------------
+
+
+def script_json(script: str, argv: list[str], work: str) -> dict[str, Any]:
+    """One of benchmarks/' own scripts in a fresh interpreter (its output shown as it comes),
+    its result read back from its ``--json PATH``; a script that fails is reported in the
+    section (``note``), never fatal to the run."""
+    path = os.path.join(work, f"{os.path.splitext(script)[0]}.json")
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    argv = [sys.executable, os.path.join(HERE, script), *argv, "--json", path]
+    rc = subprocess.run(argv, check=False).returncode
+    if rc != 0 or not os.path.exists(path):
+        return {"note": f"benchmarks/{script} exited {rc} (its output is in the run's log)"}
+    with open(path) as f:
+        out: dict[str, Any] = json.load(f)
+    return out
+
+
+def plugin(work: str, quick: bool) -> dict[str, Any]:
+    """benchmarks/plugin_overhead.py: an unrelated one-test project's pytest run with the
+    plugin and without it, every installed plugin loaded, and pytest alone against pytest with
+    the plugin alone (medians of interleaved runs; whether the plugin printed anything)."""
+    runs = PLUGIN_RUNS[0 if quick else 1]
+    print(
+        f"the plugin's cost to an unrelated one-test project: {runs} interleaved runs of each "
+        "(benchmarks/plugin_overhead.py) ...",
+        flush=True,
+    )
+    return script_json("plugin_overhead.py", ["--runs", str(runs)], work)
+
+
+def planning(work: str, quick: bool) -> dict[str, Any]:
+    """benchmarks/power_planning.py: planning a systematic power-loss campaign at 10 / 100 /
+    1,000 unsynced writes (synthetic traces; posix, and ext4-ordered at 10 / 100), then real
+    campaigns of benchmarks/naive_agent.py at 1,000 writes, spawned, each within a budget:
+    posix and ext4-ordered systematic, and posix with a few states drawn."""
+    runs = 1 if quick else 3
+    print(
+        f"power-loss planning at {PLANNING_SIZES} writes (at least {runs} run(s) each), then "
+        f"campaigns at {PLANNING_WRITES} writes within {BUDGET_S} s "
+        "(benchmarks/power_planning.py) ...",
+        flush=True,
+    )
+    argv = [
+        *("--sizes", PLANNING_SIZES, "--append-sizes", "10,100", "--ext4-sizes", "10,100"),
+        *("--runs", str(runs), "--campaign", str(PLANNING_WRITES), "--budget", str(BUDGET_S)),
+        *("--count", str(DRAWN)),
+    ]
+    out = script_json("power_planning.py", argv, work)
+    out["state_on"] = fs_type("/dev/shm" if os.path.isdir("/dev/shm") else work)
+    return out
+
+
+def add_plugin(results: dict[str, Any], p: dict[str, Any]) -> None:
+    results["plugin"] = p
+    h = results.setdefault("headline", {})
+    h["plugin_over_no_plugin"] = p.get("installed", {}).get("ratio")
+    h["plugin_over_no_plugin_cpu"] = p.get("installed", {}).get("cpu_ratio")
+    h["plugin_alone_over_pytest_alone"] = p.get("alone", {}).get("ratio")
+    h["plugin_alone_over_pytest_alone_cpu"] = p.get("alone", {}).get("cpu_ratio")
+    h["plugin_printed"] = (
+        any(p[k].get("printed") for k in ("installed", "alone")) if "installed" in p else None
+    )
+
+
+def per_state_growth(rows: list[dict[str, Any]], shape: str, model: str = "posix") -> Any:
+    """Planning time per state at the most writes / at the fewest (linear: about 1), for the
+    incremental planner on one state file and model; None without two sizes."""
+    xs = {
+        r["writes"]: r["us_per_state"]
+        for r in rows
+        if r["shape"] == shape
+        and r.get("model", "posix") == model
+        and r["planner"] != "from scratch"
+    }
+    return ratio(xs[max(xs)], xs[min(xs)]) if len(xs) > 1 else None
+
+
+def campaign_of(pl: dict[str, Any], model: str, drawn: bool = False) -> dict[str, Any]:
+    """The 1,000-write campaign of ``model`` (``drawn``: the one with ``count``), or {}."""
+    for c in pl.get("campaigns", []):
+        if c["model"] == model and bool(c.get("count")) == drawn:
+            return dict(c)
+    return {}
+
+
+def add_planning(results: dict[str, Any], pl: dict[str, Any]) -> None:
+    results["planning"] = pl
+    h = results.setdefault("headline", {})
+    rows = pl.get("rows", [])
+    h["planning_per_state_1000_over_10"] = per_state_growth(rows, "growing")
+    h["planning_fixed_per_state_1000_over_10"] = per_state_growth(rows, "fixed")
+    for key, model, drawn in (
+        ("campaign_1000_wall_over_budget", "posix", False),
+        ("campaign_1000_ext4_wall_over_budget", "ext4-ordered", False),
+        ("campaign_1000_drawn_wall_over_budget", "posix", True),
+    ):
+        h[key] = campaign_of(pl, model, drawn).get("wall_over_budget")
+
+
 # -- driver ---------------------------------------------------------------------------------------
 
 
@@ -814,8 +925,8 @@ def peers_available(only: str | None = None) -> bool:
     alone)."""
     import importlib.util
 
-    if only == "pg":  # benchmarks/pg_store.py reports a missing peer as skipped
-        return True
+    if only in ("pg", "plugin", "planning"):  # pg_store.py reports a missing peer as skipped;
+        return True  # the plugin and planning sections need no peer
     needed = (
         ["ckpt_chaos"]
         if only in ("powerloss", "fileop")
@@ -1055,7 +1166,7 @@ def main() -> int:
         return bootstrap(sys.argv[1:])
     os.makedirs(args.dir, exist_ok=True)
     pl_rounds = args.rounds or (3 if args.quick else 5)
-    if args.only in ("powerloss", "fileop"):
+    if args.only in ("powerloss", "fileop", "plugin", "planning"):
         return only_section(args, args.only, pl_rounds, peers)
     if args.only == "pg":  # its own script: saves benchmarks/results/pg_store.json
         rc = run_pg_store(args.quick)
@@ -1109,6 +1220,12 @@ def main() -> int:
         fenv = env_start(run)
         fo = sub_json("--fileop-only", work, str(pl_rounds), *(["--no-peers"] if not peers else []))
         fo["env"] = env_end(fenv)
+        genv = env_start(run)
+        plug = plugin(work, args.quick)
+        plug["env"] = env_end(genv)
+        genv = env_start(run)
+        plan = planning(work, args.quick)
+        plan["env"] = env_end(genv)
         if not args.no_pg:
             run_pg_store(args.quick)
         run_lifecycle(args.quick, args.dir)
@@ -1120,6 +1237,8 @@ def main() -> int:
     results["run_s"] = round(time.perf_counter() - t_run, 1)
     add_powerloss(results, pl)
     add_fileop(results, fo)
+    add_plugin(results, plug)
+    add_planning(results, plan)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "latest.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -1175,13 +1294,18 @@ def run_pg_store(quick: bool) -> int:
 
 
 def only_section(args: argparse.Namespace, section: str, rounds: int, peers: bool) -> int:
-    """``--only powerloss`` / ``--only fileop``: run the row, merge it into latest.json (the
-    other tables keep their own run's header), rewrite BENCHMARKS.md."""
+    """``--only powerloss`` / ``fileop`` / ``plugin`` / ``planning``: run the section, merge
+    it into latest.json (the other tables keep their own run's header), rewrite
+    BENCHMARKS.md."""
     work = tempfile.mkdtemp(dir=args.dir)
     run = now()
     env = env_start(run)
     try:
-        if section == "powerloss":
+        if section == "plugin":
+            row = plugin(work, args.quick)
+        elif section == "planning":
+            row = planning(work, args.quick)
+        elif section == "powerloss":
             print(
                 f"power loss: {rounds} interleaved rounds, crashpoint vs ckpt-chaos ...",
                 flush=True,
@@ -1203,8 +1327,14 @@ def only_section(args: argparse.Namespace, section: str, rounds: int, peers: boo
         with open(latest) as f:
             results = json.load(f)
     else:  # no full run yet: a page with this row alone
-        results = {"headline": {}, "quick": args.quick, "filesystem": row["state_on"]}
-    (add_powerloss if section == "powerloss" else add_fileop)(results, row)
+        results = {"headline": {}, "quick": args.quick, "filesystem": row.get("state_on", "?")}
+    adders = {
+        "powerloss": add_powerloss,
+        "fileop": add_fileop,
+        "plugin": add_plugin,
+        "planning": add_planning,
+    }
+    adders[section](results, row)
     os.makedirs(os.path.dirname(latest), exist_ok=True)
     with open(latest, "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -1298,7 +1428,7 @@ def sections(r: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
     if "step_cost" in r:
         for key in ("step_cost", "growth", "resume", "harness"):
             out[key] = envs.get(key)
-    for key in ("powerloss", "fileop"):
+    for key in ("powerloss", "fileop", "plugin", "planning"):
         if key in r:
             out[key] = r[key].get("env")
     return out
@@ -1338,8 +1468,8 @@ def markdown(r: dict[str, Any]) -> str:
         "# Benchmarks",
         "",
         "Reproduce with `python benchmarks/run.py` (`--quick` for a short run, `--only "
-        "powerloss` / `--only fileop` for one row alone, `--only pg` for the PostgreSQL "
-        "section alone). Figures are",
+        "powerloss` / `--only fileop` / `--only plugin` / `--only planning` for one section "
+        "alone, `--only pg` for the PostgreSQL section alone). Figures are",
         "medians (p50) and p99 over interleaved rounds; the machines are shared and noisy, so",
         "read ratios, not absolute times. Both sides of a ratio use the same statistic.",
         "",
@@ -1479,12 +1609,72 @@ def markdown(r: dict[str, Any]) -> str:
                 "fileop",
             ),
         ]
+    if "plugin" in r:
+        p = r["plugin"]
+        printed = h.get("plugin_printed")
+        lines += [
+            row(
+                "an unrelated one-test pytest project with the plugin / with `-p no:crashpoint` "
+                f"(wall time, p50 of {p.get('runs', '?')} interleaved runs, every installed "
+                "plugin loaded; in brackets CPU time); did the plugin print anything",
+                f"{h.get('plugin_over_no_plugin')} (CPU {h.get('plugin_over_no_plugin_cpu')}); "
+                + ("-" if printed is None else ("**printed**" if printed else "printed nothing")),
+                "≤ 1.05; nothing",
+                "plugin",
+            ),
+            row(
+                "the same, pytest alone: with the plugin / with an empty plugin "
+                "(`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, `PYTEST_PLUGINS=...`)",
+                f"{h.get('plugin_alone_over_pytest_alone')} "
+                f"(CPU {h.get('plugin_alone_over_pytest_alone_cpu')})",
+                "≤ 1.05",
+                "plugin",
+            ),
+        ]
+    if "planning" in r:
+        pl = r["planning"]
+        posix = campaign_of(pl, "posix")
+        ext4 = campaign_of(pl, "ext4-ordered")
+        drawn = campaign_of(pl, "posix", drawn=True)
+        lines += [
+            row(
+                "power-loss planning time per state at 1,000 unsynced writes / at 10 (posix, "
+                "the naive agent's growing `state.json`; in brackets a fixed-size file)",
+                f"{h.get('planning_per_state_1000_over_10')} "
+                f"({h.get('planning_fixed_per_state_1000_over_10')})",
+                "≈ 1 (linear)",
+                "planning",
+            ),
+            row(
+                "1,000-write power-loss campaign of the naive agent (posix, every state, "
+                "spawned): wall time / budget",
+                f"{h.get('campaign_1000_wall_over_budget')} ({campaign_brief(posix)})",
+                "≤ 1",
+                "planning",
+            ),
+            row(
+                "the same under `model: ext4-ordered`",
+                f"{h.get('campaign_1000_ext4_wall_over_budget')} ({campaign_brief(ext4)})",
+                "≤ 1",
+                "planning",
+            ),
+            row(
+                f"the same, posix, {drawn.get('count') or DRAWN} states drawn (`count`)",
+                f"{h.get('campaign_1000_drawn_wall_over_budget')} ({campaign_brief(drawn)})",
+                "≤ 1",
+                "planning",
+            ),
+        ]
     if full:
         lines += markdown_full(r, secs)
     if "powerloss" in r:
         lines += markdown_powerloss(r["powerloss"])
     if "fileop" in r:
         lines += markdown_fileop(r["fileop"])
+    if "plugin" in r:
+        lines += markdown_plugin(r["plugin"])
+    if "planning" in r:
+        lines += markdown_planning(r["planning"])
     with contextlib.suppress(ImportError):  # the PostgreSQL comparison, if it was measured
         sys.path.insert(0, HERE)
         import pg_store
@@ -1508,6 +1698,153 @@ def markdown(r: dict[str, Any]) -> str:
         with open(notes, encoding="utf-8") as f:
             lines += [f.read()]
     return "\n".join(lines)
+
+
+def campaign_brief(c: dict[str, Any]) -> str:
+    """A campaign's outcome in a few words, for the headline."""
+    if not c:
+        return "not run"
+    if c.get("note"):
+        return str(c["note"])
+    b = f"{c['budget_s']:g} s budget"
+    if c.get("planning_stopped"):
+        return f"{b}: planning stopped by the budget, {c['ran']} trials ran, says so"
+    if c.get("incomplete"):
+        return f"{b}: {c['ran']:,} of {c['planned']:,} trials ran, stopped by the budget, says so"
+    return f"{b}: all {c['ran']:,} trials ran, verdict {c['verdict']}"
+
+
+def markdown_plugin(p: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## The pytest plugin's cost to a project that does not use it",
+        "",
+        env_line(p.get("env"), p),
+        "",
+    ]
+    if "installed" not in p:
+        return [*lines, f"Not measured: {p.get('note', '?')}", ""]
+    lines += [
+        "`benchmarks/plugin_overhead.py`: a one-test project (`pytest.ini` with `filterwarnings "
+        "= error`, one test using no crashpoint fixture or marker) run by `python -m pytest` in "
+        f"a fresh interpreter, with the plugin and without it, {p['runs']} runs of each "
+        f"({p.get('alone_runs', p['runs'])} of the alone pair, whose runs are short), the two "
+        "alternating so the load falls on both alike (medians; bytecode cached, as after a "
+        "first run; CPU is the child's user + system time). *Installed*: every pytest plugin "
+        "of this environment loads, the plugin turned off by `-p no:crashpoint`. *Alone*: "
+        "`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, pytest with the plugin alone "
+        "(`PYTEST_PLUGINS=crashpoint.pytest_plugin`) against pytest with an empty plugin named "
+        "the same way (so pytest's own cost of finding a named plugin falls on both sides): "
+        "the plugin's own cost, not diluted by the other plugins'. "
+        f"Python {p.get('python', '?')}; installed pytest plugins: "
+        f"{', '.join(p.get('plugins', [])) or '?'}.",
+        "",
+        "| | with the plugin, wall ms (p50) | without, wall ms (p50) | ratio | ratio of the "
+        "fastest runs | CPU ms with | CPU ms without | CPU ratio | printed by the plugin |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for key, label in (("installed", "installed (`-p no:crashpoint`)"), ("alone", "alone")):
+        v = p[key]
+        said = "; ".join(f"`{x}`" for x in v.get("printed", [])) or "nothing"
+        lines.append(
+            f"| {label} | {v['with_ms']} | {v['without_ms']} | **{v['ratio']}** | "
+            f"{v.get('min_ratio', '-')} | {v['cpu_with_ms']} | {v['cpu_without_ms']} | "
+            f"{v['cpu_ratio']} | {said} |"
+        )
+    mods = p.get("modules", [])
+    lines += [
+        "",
+        f"Target: ratio ≤ {p.get('target', 1.05)} and no output. Loaded by the end of a session "
+        f"that never uses crashpoint: {len(mods)} crashpoint modules ("
+        + ", ".join(f"`{m}`" for m in mods)
+        + "); the harness, the checkpoint library and the faults are imported only when a test "
+        "uses a crashpoint fixture or marker or a scenario file is collected.",
+        "",
+    ]
+    return lines
+
+
+def markdown_planning(pl: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Power-loss planning at 10 / 100 / 1,000 unsynced writes, and a campaign at 1,000",
+        "",
+        env_line(pl.get("env"), pl),
+        "",
+    ]
+    if "rows" not in pl:
+        return [*lines, f"Not measured: {pl.get('note', '?')}", ""]
+    shapes = {
+        "growing": "growing (the naive agent's `done` list)",
+        "fixed": "fixed (~120 B)",
+        "append": "append-only log, never synced",
+    }
+    lines += [
+        "`benchmarks/power_planning.py` plans a systematic `power_loss` campaign over a "
+        "synthetic golden run as `Campaign.run` does before its first trial (`Campaign.plans`: "
+        "the crash states of every point, then one trial plan per state) for an agent that "
+        "rewrites its state file in place N times without fsync (the trace of "
+        "`naive_agent.py` with N steps); each figure a median of at least "
+        f"{pl.get('runs', '?')} planning(s) (more at a small size, until half a second was "
+        "spent), after a warm-up. "
+        "The last column is the time per state against the fewest writes' (linear planning "
+        "keeps it about 1; the states of a file that grows with N are hashed and compared "
+        "whole, at C speed).",
+        "",
+        "| model | state file | writes | operations | states (trials) | seconds | states/s | "
+        "µs/state | per state vs the fewest writes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for x in pl["rows"]:
+        lines.append(
+            f"| {x.get('model', 'posix')} | {shapes.get(x['shape'], x['shape'])} | "
+            f"{x['writes']:,} | {x['operations']:,} | {x['states']:,} | {x['seconds']:.3f} | "
+            f"{x['states_per_s'] or 0:,.0f} | {x['us_per_state']} | "
+            f"{x['per_state_vs_smallest']} |"
+        )
+    camps = pl.get("campaigns", [])
+    if camps:
+        c0 = camps[0]
+        lines += [
+            "",
+            f"Real campaigns, end to end: `benchmarks/naive_agent.py` with {c0['writes']:,} "
+            f"steps ({c0['writes']:,} unsynced rewrites of `state.json`), spawned as a "
+            f"`{{python}}` command, state on `{pl.get('state_on', '?')}`, each with a budget of "
+            f"{c0['budget_s']:g} s (the scenario key `budget`): the whole wall time, its golden "
+            "run included, must stay within it; a campaign the budget stops fails and says "
+            "why. The golden run's phase is the agent under strace plus reading its trace; "
+            "a trial is one crash state materialised and the agent resumed from it. The naive "
+            "agent is not safe against a power cut (`state.json` rewritten in place, never "
+            "synced): trials that ran find that, so a verdict is FAIL either way; what these "
+            "rows show is the time.",
+            "",
+            "| model | states | golden run: the agent (its whole phase), s | planning, s | "
+            "trials run / planned (failed) | trial p50, s | wall, s | wall / budget | verdict "
+            "| why it stopped |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        ]
+        for c in camps:
+            what = f"{c['count']} drawn" if c.get("count") else "all (systematic)"
+            why = c.get("incomplete") or "ran every planned trial"
+            why = why.split(". A campaign stopped by its budget fails")[0]
+            stopped = " (stopped by the budget)" if c.get("planning_stopped") else ""
+            lines.append(
+                f"| {c['model']} | {what} | {c['golden_s']} ({c.get('golden_phase_s', '-')}) | "
+                f"{c['planning_s']}{stopped} | {c['ran']:,} / {c['planned']:,} "
+                f"({c.get('failed', '-')}) | "
+                f"{c.get('trial_s') if c.get('trial_s') is not None else '-'} | {c['wall_s']} | "
+                f"**{c['wall_over_budget']}** | {c['verdict']} | {why} |"
+            )
+        lines.append("")
+        for c in camps:
+            if c.get("projected_s") and c.get("incomplete"):
+                lines.append(
+                    f"- {c['model']}, every state: at this run's trial time the whole campaign "
+                    f"({c['planned']:,} trials) would take about {c['projected_s']:,.0f} s; a "
+                    "budget bounds it, `count: K` draws K states by the seed."
+                )
+        lines.append("")
+    return lines
 
 
 def markdown_full(r: dict[str, Any], secs: dict[str, dict[str, Any] | None]) -> list[str]:
