@@ -12,6 +12,8 @@ import json
 import os
 import signal
 import socket
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -413,3 +415,29 @@ def test_a_kill_by_identity_is_not_moved_by_an_extra_event_from_a_background_thr
         1,
         2,
     )
+
+
+def test_close_wakes_the_servers_at_once_and_they_still_serve_after_a_long_quiet() -> None:
+    """Both fronts' loops sleep until a connection or close() wakes them: no poll interval
+    (a 20 ms poll once cost every ledger's close up to 20 ms a front). A loop that polled
+    would not notice close() within the hour ``poll_interval`` asks for here."""
+    ledger = Ledger(http=True).start()
+    servers = [ledger._server, ledger._http]
+    threads = []
+    for srv in servers:  # a second loop per server with an hour-long poll interval: ignored
+        assert srv is not None
+        threads.append(threading.Thread(target=srv.serve_forever, args=(3600.0,), daemon=True))
+        threads[-1].start()
+    time.sleep(0.3)  # quiet: nothing to wake them but a request
+    c = Conn(ledger)  # still served after the quiet
+    reply = c.call({"op": "step_started", "step": "a"})
+    c.close()
+    assert reply is not None
+    assert reply["ok"] is True
+    t = time.monotonic()
+    ledger.close()
+    for th in threads:
+        th.join(timeout=5)
+        assert not th.is_alive()
+    assert time.monotonic() - t < 5
+    assert [srv.fileno() for srv in servers if srv is not None] == [-1, -1]
