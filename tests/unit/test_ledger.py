@@ -451,3 +451,19 @@ def test_close_wakes_the_servers_at_once_and_they_still_serve_after_a_long_quiet
     ledger.close()
     assert time.monotonic() - t < 5
     assert [srv.fileno() for srv in servers if srv is not None] == [-1, -1]
+
+
+def test_a_front_that_cannot_bind_says_why_and_leaks_no_descriptor() -> None:
+    """A failed bind is the bind's error (not one about the wake-up pipe), and the pipe is
+    closed."""
+    folder = tempfile.mkdtemp(prefix="cp-test-")
+    path = os.path.join(folder, "s.sock")
+    first = _SocketServer(path, _SocketHandler)
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        with pytest.raises(OSError, match="in use"):
+            _SocketServer(path, _SocketHandler)
+        assert sorted(os.listdir("/proc/self/fd")) == before
+    finally:
+        first.server_close()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -909,9 +909,8 @@ class _Bounded(socketserver.ThreadingMixIn):
         self._stopped = threading.Event()
         try:
             super().__init__(*args, **kwargs)
-        except BaseException:
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+        except BaseException:  # (socketserver may have called server_close already)
+            self._close_wake()
             raise
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
@@ -942,9 +941,13 @@ class _Bounded(socketserver.ThreadingMixIn):
 
     def server_close(self) -> None:
         super().server_close()
+        self._close_wake()
+
+    def _close_wake(self) -> None:
         for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._wake_r = self._wake_w = -1
 
     def get_request(self) -> Any:
