@@ -226,30 +226,30 @@ class _Server:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
-        sync_r, sync_w = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(sync_r)
-            os.close(sync_w)
-            raise
+        pid = os.fork()
         if pid == 0:
-            os.close(sync_r)
             self.sock.close()
             _child(
                 entry,
                 fn,
                 msg,
                 fds,
-                sync_w,
                 [fd for fd in self.children.values() if fd >= 0],
                 self.path0,
             )
-        os.close(sync_w)
-        try:
-            os.read(sync_r, 1)  # EOF once the child leads its own session (or died)
-        finally:
-            os.close(sync_r)
+        cgroup = str(msg.get("cgroup") or "")
+        if cgroup:  # before "started": all it starts is in the cgroup (it waits for "go")
+            try:
+                _join(cgroup, pid)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                raise ZygoteError(
+                    f"the attempt could not join its cgroup {os.path.dirname(cgroup)}: "
+                    f"{exc.strerror or exc}"
+                ) from None
         self.children[pid] = _pidfd(pid)
         return pid
 
@@ -262,27 +262,27 @@ class _Server:
         self._reap(block=True)
 
 
+def _join(procs: str, pid: int) -> None:
+    """Move ``pid`` into the cgroup whose ``cgroup.procs`` is ``procs``."""
+    fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, str(pid).encode())
+    finally:
+        os.close(fd)
+
+
 def _child(
     entry: str,
     fn: EntryFunction | None,
     msg: dict[str, Any],
     fds: list[int],
-    sync_w: int,
     pidfds: list[int],
     path0: bool = False,
 ) -> NoReturn:
     """The forked child: set up like a fresh agent process, run, exit. Never returns."""
     code = _CHILD_FAILED
     try:
-        os.setsid()
-        cgroup = str(msg.get("cgroup") or "")
-        if cgroup:  # before the zygote answers "started": all it starts is in the cgroup
-            fd = os.open(cgroup, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        os.close(sync_w)
+        os.setsid()  # before "go": the agent's first line runs as its session's leader
         for fd in pidfds:  # the zygote's watch on earlier children
             os.close(fd)
         out, err, go = fds

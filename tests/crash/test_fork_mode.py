@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -34,6 +35,8 @@ from crashpoint.harness import (
     ZygoteError,
     family_from_spec,
 )
+from crashpoint.harness._engine import _zygote as _zygote_module
+from crashpoint.harness._engine._zygote import _signal_group
 from crashpoint.harness._spec import ENTRY_ARGV
 
 #: The fake model thinks 300 ms: the signal family's instants (drawn in [0, 200 ms)) land in
@@ -362,6 +365,55 @@ def test_a_hung_child_times_out_and_is_killed(
     assert time.monotonic() - t0 < 10
     assert zygote.running
     assert _zygote_children(zygote) == []
+
+
+def test_a_signal_at_once_after_the_fork_kills_the_child_whether_or_not_it_leads_its_group(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The zygote answers "started" without waiting for the child to call setsid (it runs
+    nothing of the agent before "go"): a signal then reaches the child itself."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # a child that leads no group (it is in ours): killpg finds none, the child is hit
+        _signal_group(sleeper.pid, signal.SIGKILL)
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    for _ in range(5):  # a forked attempt signalled as soon as spawn() returns
+        p = zygote.spawn(
+            "cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30, args=["60"]
+        )
+        p.signal(signal.SIGKILL)
+        ex = p.wait()
+        assert (ex.signal, ex.timed_out) == (signal.SIGKILL, False)
+    assert zygote.running
+    assert _zygote_children(zygote) == []
+
+
+def test_an_attempt_that_cannot_join_its_cgroup_is_refused_and_the_zygote_goes_on(
+    zygote: Zygote, agent_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote moves the child into the attempt's cgroup before it answers: where it cannot,
+    the child is killed before it ran a line and the spawn is refused, saying why."""
+
+    class NoCgroup:
+        procs = str(tmp_path / "gone" / "cgroup.procs")
+
+        def close(self) -> list[int]:
+            return []
+
+    monkeypatch.setattr(_zygote_module, "attempt_cgroup", lambda: (NoCgroup(), ""))
+    with pytest.raises(ZygoteError, match=r"could not join its cgroup .*gone"):
+        zygote.spawn(
+            "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["3"]
+        )
+    monkeypatch.undo()
+    assert zygote.running
+    assert _zygote_children(zygote) == []
+    again = zygote.spawn(
+        "cp_fork_agents:code", env=agent_env, cwd=str(tmp_path), timeout=30, args=["7"]
+    )
+    assert again.wait().returncode == 7
 
 
 def test_fifty_forks_in_a_row_leak_no_process_and_no_descriptor(

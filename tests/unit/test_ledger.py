@@ -10,8 +10,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
+import tempfile
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,6 +27,7 @@ import pytest
 
 from crashpoint import probe
 from crashpoint.harness import KillAt, Ledger, canonical
+from crashpoint.harness._standins._ledger import _SocketHandler, _SocketServer
 
 
 class Conn:
@@ -413,3 +418,52 @@ def test_a_kill_by_identity_is_not_moved_by_an_extra_event_from_a_background_thr
         1,
         2,
     )
+
+
+def test_close_wakes_the_servers_at_once_and_they_still_serve_after_a_long_quiet() -> None:
+    """The fronts' loops sleep until a connection or shutdown() wakes them: no poll interval
+    (a 20 ms poll once cost every ledger's close up to 20 ms a front). A loop that polled
+    would not notice shutdown() within the hour ``poll_interval`` asks for here."""
+    folder = tempfile.mkdtemp(prefix="cp-test-")  # a short path: a Unix socket's is bounded
+    srv = _SocketServer(os.path.join(folder, "s.sock"), _SocketHandler)
+    try:
+        loop = threading.Thread(target=srv.serve_forever, args=(3600.0,), daemon=True)
+        loop.start()
+        time.sleep(0.2)  # asleep in its loop
+        stopper = threading.Thread(target=srv.shutdown, daemon=True)
+        stopper.start()
+        stopper.join(timeout=5)
+        loop.join(timeout=5)
+        assert not stopper.is_alive()
+        assert not loop.is_alive()
+    finally:
+        srv.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
+    ledger = Ledger(http=True).start()
+    time.sleep(0.3)  # quiet: nothing wakes its loops but a request
+    c = Conn(ledger)
+    reply = c.call({"op": "step_started", "step": "a"})
+    c.close()
+    assert reply is not None
+    assert reply["ok"] is True
+    servers = [ledger._server, ledger._http]
+    t = time.monotonic()
+    ledger.close()
+    assert time.monotonic() - t < 5
+    assert [srv.fileno() for srv in servers if srv is not None] == [-1, -1]
+
+
+def test_a_front_that_cannot_bind_says_why_and_leaks_no_descriptor() -> None:
+    """A failed bind is the bind's error (not one about the wake-up pipe), and the pipe is
+    closed."""
+    folder = tempfile.mkdtemp(prefix="cp-test-")
+    path = os.path.join(folder, "s.sock")
+    first = _SocketServer(path, _SocketHandler)
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        with pytest.raises(OSError, match="in use"):
+            _SocketServer(path, _SocketHandler)
+        assert sorted(os.listdir("/proc/self/fd")) == before
+    finally:
+        first.server_close()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -548,6 +548,8 @@ def _per_run(path: str, pid: int) -> str:
     if pid < 100 or not path:
         return path
     head, _, name = path.rpartition("/")
+    if str(pid) not in name:  # most names: no pattern to build (it costs a compile per run)
+        return path
     # the reference library's temp names: .NAME.<pid>.<mkstemp's random>.tmp
     name = re.sub(rf"^(\..+\.{pid})\.[a-z0-9_]{{8}}\.tmp$", r"\1.tmp", name)
     new = re.sub(rf"(?<!\d){pid}(?!\d)", "*", name)

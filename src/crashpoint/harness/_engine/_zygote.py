@@ -17,12 +17,13 @@ Use it as a context manager and hand it to the harness as its launcher::
 its own session (``killpg`` and ``kill_tree`` reach it and everything it starts), its exit is
 the real wait status (exit code or killing signal), a timeout kills its tree, its stdout and
 stderr are captured (capped, as spawned attempts' are), and what it leaves behind is reported as
-orphans: the members of its cgroup where the machine allows one per attempt (the child joins it
-before the zygote answers "started"), else the stragglers of its session and reap token.
+orphans: the members of its cgroup where the machine allows one per attempt (the zygote moves the
+child into it before it answers "started"), else the stragglers of its session and reap token.
 
 How a child is made (in the zygote, which has no thread, so fork is safe)::
 
-    fork -> setsid -> join the attempt's cgroup (if any) -> tell the zygote (sync pipe) -> stdin
+    fork -> (the zygote moves it into the attempt's cgroup, if any, and answers "started": it
+    does not wait for the child to be scheduled) -> setsid -> stdin
     /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
     reap token stamped into the process's initial environment, chdir -> wait for "go" ->
     re-seed random, probe.reset(), _failpoints.reload() -> call the function
@@ -341,10 +342,10 @@ class ForkedProcess:
         self._exit: Exit | None = None
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the attempt's whole process group."""
+        """Send ``sig`` to the attempt's whole process group (to the child alone while it does
+        not lead one yet: forked a moment ago, it has run none of the agent's code)."""
         if self._exit is None and not self.zygote._has_exited(self.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, sig)
+            _signal_group(self.pid, sig)
 
     def kill(self) -> None:
         """Kill the attempt's processes, all of them (its cgroup), whether or not it ended."""
@@ -406,6 +407,20 @@ class ForkedProcess:
 
     def __repr__(self) -> str:
         return f"<ForkedProcess pid={self.pid} zygote={self.zygote.pid}>"
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """``killpg(pid, sig)``; a child that has not called ``setsid`` yet (the zygote answers
+    "started" without waiting for it: the child runs nothing of the agent before "go") leads
+    no group: then the child itself, and its group again in case it just made one."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        for kill in (os.kill, os.killpg):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, sig)
+    except PermissionError:
+        pass
 
 
 def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
@@ -763,8 +778,7 @@ class Zygote:
                 if cgroup is not None:
                     cgroup.close()
             else:  # it never ran a line of the agent: kill it while it waits for "go"
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _signal_group(proc.pid, signal.SIGKILL)
                 os.close(go_w)
                 go_w = -1
                 with contextlib.suppress(Exception):

@@ -414,6 +414,8 @@ def redact_bytes(data: bytes, secrets: Mapping[str, str]) -> bytes:
 
     ``secrets`` maps a name (the variable) to its value. For a stream, use :class:`Scrubber`.
     """
+    if not any(v.encode("utf-8") in data for v in _scrubbable(secrets)):
+        return data  # nothing to replace: no pattern to build (a compile per trial's secrets)
     s = Scrubber(secrets)
     return s.feed(data) + s.flush()
 

@@ -43,6 +43,7 @@ import hmac
 import json
 import os
 import secrets
+import selectors
 import shlex
 import signal
 import socket
@@ -259,9 +260,7 @@ class Ledger:
 
         self._server = _SocketServer(self.address, _SocketHandler)
         self._server.ledger = self
-        t = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), name="ledger", daemon=True
-        )
+        t = threading.Thread(target=self._server.serve_forever, name="ledger", daemon=True)
         t.start()
         self._threads.append(t)
         if self.http:
@@ -886,9 +885,7 @@ class Ledger:
         self._http = _HttpServer(("127.0.0.1", 0), ServiceHandler)
         self._http.ledger = self
         self.http_url = f"http://127.0.0.1:{self._http.server_address[1]}"
-        t = threading.Thread(
-            target=self._http.serve_forever, args=(0.02,), name="ledger-http", daemon=True
-        )
+        t = threading.Thread(target=self._http.serve_forever, name="ledger-http", daemon=True)
         t.start()
         self._threads.append(t)
 
@@ -908,7 +905,54 @@ class _Bounded(socketserver.ThreadingMixIn):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.peers = {}
-        super().__init__(*args, **kwargs)
+        # shutdown() wakes the loop through this pipe: no poll interval to wait out (a
+        # 20 ms poll cost every ledger's close up to 20 ms per front)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:  # (socketserver may have called server_close already)
+            self._close_wake()
+            raise
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """socketserver's loop (one request at a time is accepted, each served in a thread of
+        its own), asleep until a connection comes or :meth:`shutdown` wakes it: it never
+        polls (``poll_interval`` is ignored)."""
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.fileno(), selectors.EVENT_READ)  # type: ignore[attr-defined]
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop.is_set():
+                    ready = sel.select()
+                    if self._stop.is_set():
+                        break
+                    if any(key.fd != self._wake_r for key, _ in ready):
+                        self._handle_request_noblock()  # type: ignore[attr-defined]
+                    self.service_actions()  # type: ignore[attr-defined]
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait until it has (it must run, or have run, in
+        another thread)."""
+        self._stop.set()
+        with contextlib.suppress(OSError):  # full: it is being woken already
+            os.write(self._wake_w, b"x")
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._close_wake()
+
+    def _close_wake(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._wake_r = self._wake_w = -1
 
     def get_request(self) -> Any:
         try:
