@@ -8,6 +8,7 @@ only libc's ``fork()`` resets) the zygote forks and moves the child, as before.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -117,3 +118,21 @@ def test_only_the_standard_library_mapped_uses_clone3_and_ssl_mapped_does_not() 
         check=True,
     )
     assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def test_a_kernel_without_clone3_makes_the_zygote_fork_and_move_for_good(
+    folder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_forkserver, "_clone3_usable", lambda: True)
+    monkeypatch.setattr(_forkserver, "_clone3_off", "")
+    monkeypatch.setattr(_forkserver, "_SYS_CLONE3", 100_000)  # no such call: ENOSYS
+    assert _forkserver._fork_into(folder) == -1
+    assert _forkserver._clone3_off == os.strerror(errno.ENOSYS)
+    # the interpreter's fork lock was given back: importing still works, so does os.fork
+    import importlib
+
+    importlib.import_module("tabnanny")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
