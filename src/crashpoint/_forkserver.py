@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import random
@@ -226,7 +227,11 @@ class _Server:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
-        pid = os.fork()
+        cgroup = str(msg.get("cgroup") or "")
+        pid = _fork_into(os.path.dirname(cgroup)) if cgroup else -1
+        joined = pid >= 0
+        if pid < 0:
+            pid = os.fork()
         if pid == 0:
             self.sock.close()
             _child(
@@ -237,8 +242,7 @@ class _Server:
                 [fd for fd in self.children.values() if fd >= 0],
                 self.path0,
             )
-        cgroup = str(msg.get("cgroup") or "")
-        if cgroup:  # before "started": all it starts is in the cgroup (it waits for "go")
+        if cgroup and not joined:  # before "started": all it starts is in it (it waits for "go")
             try:
                 _join(cgroup, pid)
             except OSError as exc:
@@ -260,6 +264,161 @@ class _Server:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         self._reap(block=True)
+
+
+#: clone3(2)'s number (the same on every Linux architecture) and its CLONE_INTO_CGROUP flag.
+_SYS_CLONE3 = 435
+_CLONE_INTO_CGROUP = 0x200000000
+#: ``0`` makes the zygote fork and then move each child into its cgroup (never clone3).
+CLONE3_VAR = "CRASHPOINT_CLONE3"
+#: The shared libraries a clone3 child may inherit (besides the interpreter's own extension
+#: modules): none of them keeps state that only libc's ``fork()`` (its at-fork handlers) resets.
+_PLAIN_LIBS = (
+    "libc.",
+    "libm.",
+    "ld-linux",
+    "libpthread.",
+    "libdl.",
+    "librt.",
+    "libutil.",
+    "libz.",
+    "libffi.",
+    "libexpat.",
+    "libbz2.",
+    "liblzma.",
+    "libuuid.",
+    "libmpdec.",
+    "libgcc_s.",
+    "libpython",
+)
+_clone3_off = ""  # why the zygote forks and moves (set once, for good) rather than clone3
+_libs_seen = -1  # len(sys.modules) when the mapped libraries were last found plain
+
+
+def _clone3_usable() -> bool:
+    """Can a child be made with clone3 here: Linux with glibc >= 2.34 (whose ``raise`` and
+    ``pthread_kill`` of the calling thread ask the kernel for its thread id rather than trust
+    the one cached at the last ``fork()``), not turned off, and nothing mapped into the zygote
+    but libc's family and the interpreter's own modules (a library that registered at-fork
+    handlers, e.g. OpenSSL or a BLAS with threads, gets a real ``fork()``)."""
+    global _clone3_off, _libs_seen
+    if _clone3_off:
+        return False
+    if os.environ.get(CLONE3_VAR, "") == "0":
+        return False
+    if _libs_seen == len(sys.modules):
+        return True
+    try:
+        kind, _, version = os.confstr("CS_GNU_LIBC_VERSION").partition(" ")  # type: ignore[union-attr]
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except (AttributeError, ValueError, OSError):
+        _clone3_off = "not glibc"
+        return False
+    if kind != "glibc" or sys.platform != "linux" or (major, minor) < (2, 34):
+        _clone3_off = f"{kind} {version}"
+        return False
+    own = os.path.join(
+        os.path.realpath(sys.base_exec_prefix),
+        "lib",
+        f"python{sys.version_info[0]}.{sys.version_info[1]}",
+        "lib-dynload",
+    )
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            libs = {line.split(None, 5)[5].strip() for line in f if ".so" in line}
+    except (OSError, IndexError):
+        return False
+    for lib in libs:
+        name = os.path.basename(lib)
+        if not (os.path.dirname(lib) == own or name.startswith(_PLAIN_LIBS)):
+            return False  # not for good: checked again when more modules are imported
+    _libs_seen = len(sys.modules)
+    return True
+
+
+_api: tuple[Any, Any, Any] | None = None
+
+
+def _clone3_api() -> tuple[Any, Any, Any]:
+    """(clone_args structure, libc's syscall keeping the GIL as fork does, the C API)."""
+    global _api
+    if _api is None:
+        import ctypes
+
+        class _Args(ctypes.Structure):
+            _fields_ = [
+                (n, ctypes.c_uint64)
+                for n in (
+                    "flags",
+                    "pidfd",
+                    "child_tid",
+                    "parent_tid",
+                    "exit_signal",
+                    "stack",
+                    "stack_size",
+                    "tls",
+                    "set_tid",
+                    "set_tid_size",
+                    "cgroup",
+                )
+            ]
+
+        syscall = ctypes.PyDLL(None, use_errno=True).syscall
+        syscall.restype = ctypes.c_long
+        syscall.argtypes = [ctypes.c_long, ctypes.POINTER(_Args), ctypes.c_size_t]
+        _api = (_Args, syscall, ctypes.pythonapi)
+    return _api
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def _fork_into(folder: str) -> int:
+    """A child born in the cgroup ``folder`` (clone3 with CLONE_INTO_CGROUP): no move after the
+    fork, whose write to ``cgroup.procs`` waits on the kernel's cgroup lock (3-10 ms of wall
+    a child, more on a busy machine). Like :func:`os.fork` otherwise (the interpreter's own
+    before/after-fork steps, ``os.register_at_fork`` handlers included): 0 in the child, the
+    child's pid in the zygote; -1 if no child was made (then fork and move it).
+
+    Needs a Linux with clone3 (5.7+) that a seccomp filter does not refuse; where it is not
+    usable the zygote falls back to fork + move for good."""
+    global _clone3_off
+    if not _clone3_usable():
+        return -1
+    try:
+        cg = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return -1  # the move says why
+    try:
+        args_type, syscall, api = _clone3_api()
+        args = args_type(flags=_CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=cg)
+        sys.audit("os.fork")
+        size = len(bytes(args))
+        api.PyOS_BeforeFork()
+        try:
+            pid = syscall(_SYS_CLONE3, args, size)
+        except BaseException:
+            api.PyOS_AfterFork_Parent()  # no child: release what BeforeFork took
+            raise
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+            return 0
+        err = _errno()
+        api.PyOS_AfterFork_Parent()
+    except Exception as exc:  # no ctypes, no pythonapi (another interpreter)
+        _clone3_off = f"{type(exc).__name__}: {exc}"
+        return -1
+    finally:
+        with contextlib.suppress(OSError):  # (in the child too: it needs no cgroup fd)
+            os.close(cg)
+    if pid < 0:
+        if err in (errno.ENOSYS, errno.EPERM, errno.E2BIG):
+            _clone3_off = os.strerror(err)  # an old kernel, or a seccomp filter's refusal
+        return -1
+    return int(pid)
 
 
 def _join(procs: str, pid: int) -> None:

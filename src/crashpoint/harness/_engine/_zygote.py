@@ -23,9 +23,10 @@ child into it before it answers "started"), else the stragglers of its session a
 How a child is made (in the zygote, which has no thread, so fork is safe)::
 
     fork -> (the zygote moves it into the attempt's cgroup, if any, and answers "started": it
-    does not wait for the child to be scheduled) -> setsid -> stdin
-    /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's env, its
-    reap token stamped into the process's initial environment, chdir -> wait for "go" ->
+    does not wait for the child to be scheduled; with glibc and only the standard library's
+    native modules mapped, clone3 makes the child in its cgroup and nothing is moved) -> setsid
+    -> stdin /dev/null, stdout/stderr onto the harness's pipes -> os.environ = the attempt's
+    env, its reap token stamped into the process's initial environment, chdir -> wait for "go" ->
     re-seed random, probe.reset(), _failpoints.reload() -> call the function
     (crashpoint._entry.call, the spawn path's own code), or run the script/module as
     __main__ (crashpoint._entry.run_main) -> join threads, atexit, flush
