@@ -13,6 +13,7 @@ import stat
 import sys
 import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ def long_tmp(base: Path, socket_bytes: int = 108) -> Path:
     while len(os.fsencode(path)) < want:
         room = want - len(os.fsencode(path)) - 1
         path = path / ("d" * max(1, min(room, 60)))
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, exist_ok=True)  # (base itself, where it is already that long)
     assert len(os.fsencode(path)) + TAIL > _cleanup.SOCKET_PATH_MAX
     return path
 
@@ -91,7 +92,9 @@ def test_no_short_folder_either_is_a_one_line_error_that_says_how_to_fix_it(
 ) -> None:
     tmp = long_tmp(tmp_path, 120)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    missing = tmp_path / "no-such-folder"
+    # short whatever the test's own folder (under xdist's basetemp it alone can be too long)
+    missing = Path("/nonexistent-crashpoint-test") / uuid.uuid4().hex[:8]
+    assert not missing.exists()
     monkeypatch.setattr(_cleanup, "SHORT_TEMP_ROOTS", (str(tmp), str(missing)))
     with pytest.raises(StandInError) as info:
         Ledger()
