@@ -13,6 +13,7 @@ Replay a failing trial by hand: ``python -m crashpoint replay FOLDER`` (the fold
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -35,6 +36,7 @@ from crashpoint.harness import (
     CampaignResult,
     Expect,
     TrialResult,
+    Zygote,
     family_from_spec,
     replay,
 )
@@ -361,7 +363,7 @@ DEMO = AgentSpec(
 )
 
 
-def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
+def run_demo_campaign(tmp_path: Path, trials: int, launcher: Any = None) -> CampaignResult:
     campaign = Campaign(
         DEMO,
         [family_from_spec(f) for f in demo_faults()],
@@ -370,6 +372,7 @@ def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
         trials=trials,
         seed=SEED,
         expect=Expect(max_state_bytes=1 << 20),
+        launcher=launcher,
     )
     t0 = time.monotonic()
     result = campaign.run()
@@ -404,8 +407,13 @@ def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
 
 
 def test_demo_agent_passes_a_mixed_fault_campaign(tmp_path: Path) -> None:
-    """Every family at least once: a kill at each boundary (16) + 24 drawn trials, about 40."""
-    result = run_demo_campaign(tmp_path, trials=24)
+    """Every family at least once: a kill at each boundary (16) + 24 drawn trials (one or
+    two per family), about 40. The attempts are forked from a
+    warm zygote (fork mode; those that need a fresh interpreter are spawned): this test is about
+    the demo's verdicts, not spawning; the 200-trial version below spawns every attempt."""
+    with Zygote.for_agent(dataclasses.replace(DEMO, warm=("*",))) as z:
+        result = run_demo_campaign(tmp_path, trials=24, launcher=z)
+        assert z.forks > len(result.trials), "fork mode was not used"
     assert len(result.trials) == 24 + len(result.golden.boundaries())
 
 
