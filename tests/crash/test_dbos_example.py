@@ -16,6 +16,7 @@ quick tests run single trials; the every-boundary sweeps of both scenarios are m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from _forked import forking, warm
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -57,22 +59,30 @@ class _Runners:
         self.root = root
         self.open: dict[str, tuple[TrialRunner, Golden, int]] = {}
         self.n = 0
+        self.stack = contextlib.ExitStack()
 
     def trial(self, name: str, kill: Fault) -> tuple[Golden, TrialResult]:
         sc = load_scenario(EXAMPLE / name)
         if name not in self.open:
-            runner = TrialRunner(
-                sc.agent, str(self.root / name), restarts=sc.restarts, expect=sc.expect
+            # forked from a zygote that imported dbos once: these tests are about the adapter
+            agent = warm(sc.agent)
+            z = self.stack.enter_context(forking(agent))
+            runner = self.stack.enter_context(
+                TrialRunner(
+                    agent,
+                    str(self.root / name),
+                    restarts=sc.restarts,
+                    expect=sc.expect,
+                    launcher=z,
+                )
             )
-            runner.__enter__()
             self.open[name] = (runner, runner.golden(), sc.seed)
         runner, golden, seed = self.open[name]
         self.n += 1
         return golden, runner.run(Plan((kill,), "kill", seed, self.n), golden)
 
     def close(self) -> None:
-        for runner, _g, _s in self.open.values():
-            runner.__exit__(None, None, None)
+        self.stack.close()
 
 
 @pytest.fixture(scope="module")

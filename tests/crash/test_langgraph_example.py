@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from _forked import forking, warm
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -51,9 +52,13 @@ BOUNDARY = "langgraph:send_email:before_checkpoint"
 
 def _trial(name: str, tmp_path: Path, *kills: Fault) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
-    with TrialRunner(
-        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
-    ) as runner:
+    agent = warm(sc.agent)  # forked: this trial is about the agent's key, not spawning
+    with (
+        forking(agent) as z,
+        TrialRunner(
+            agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
+        ) as runner,
+    ):
         golden = runner.golden()
         return golden, runner.run(Plan(kills, "kill", sc.seed, 0), golden)
 
