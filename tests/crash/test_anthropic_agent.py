@@ -7,11 +7,11 @@ passes, and the retry is no re-billed call."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from _lazy import needs
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -27,7 +27,7 @@ ANSWER = "Crash recovery resumes from the last durable step and never repeats an
 SERVICES = {"llm": {"replies": [{"match": "Summarise", "reply": ANSWER}]}}
 CUT = {"network": {"fail": {"cut": 4}}}
 
-pytest.importorskip(
+pytestmark = needs(
     "anthropic", reason="the agent streams with the anthropic SDK (pip install anthropic)"
 )
 

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -40,7 +41,7 @@ from crashpoint.harness import (
     load_scenario,
 )
 
-pytest.importorskip(
+pytestmark = needs(
     "dbos",
     reason="the example workflow is written with DBOS "
     "(pip install 'crashpoint[dbos]', or the dev extra)",

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -33,16 +34,17 @@ from crashpoint.harness import (
     load_scenario,
 )
 
-pytest.importorskip(
+pytestmark_0 = needs(
     "langgraph",
     reason="the example is a LangGraph graph (pip install "
     "'crashpoint[langgraph]', or the dev extra)",
 )
-pytest.importorskip(
+pytestmark_1 = needs(
     "langgraph.checkpoint.sqlite",
     reason="the example checkpoints with SqliteSaver (pip install "
     "langgraph-checkpoint-sqlite, or the dev extra)",
 )
+pytestmark = [pytestmark_0, pytestmark_1]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "langgraph"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from _forked import run_forked
+from _lazy import needs
 from crashpoint.harness import AgentSpec, CampaignResult, family_from_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ TOOLS = {
     }
 }
 
-pytest.importorskip("mcp", reason="the agent uses the mcp client SDK (pip install mcp)")
+pytestmark = needs("mcp", reason="the agent uses the mcp client SDK (pip install mcp)")
 
 
 def campaign(tmp_path: Path, fault: dict[str, object], *flags: str) -> CampaignResult:

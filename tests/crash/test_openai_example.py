@@ -13,17 +13,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pytest
-
 from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner, load_scenario
 
-pytest.importorskip(
+pytestmark_0 = needs(
     "openai",
     reason="the example agent is written with the OpenAI SDK "
     "(pip install openai, or the dev extra)",
 )
-pytest.importorskip("httpx", reason="the example agent posts with httpx")
+pytestmark_1 = needs("httpx", reason="the example agent posts with httpx")
+pytestmark = [pytestmark_0, pytestmark_1]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai-webhook"
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from _lazy import LazyModule, needs
 from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Expect, family_from_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +28,10 @@ SCENARIO = ROOT / "scenarios" / "stream-cut.scenario.yaml"
 ANSWER = "Crash recovery resumes from the last durable step and never repeats an effect."
 SERVICES = {"llm": {"replies": [{"match": "Summarise", "reply": ANSWER}]}}
 
-openai = pytest.importorskip(
+pytestmark = needs(
     "openai", reason="the agent streams with the openai SDK (pip install -e '.[dev]')"
 )
+openai = LazyModule("openai")
 
 
 def agent(*flags: str) -> AgentSpec:
