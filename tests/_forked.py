@@ -33,7 +33,8 @@ def warm(spec: AgentSpec) -> AgentSpec:
 @contextmanager
 def forking(spec: AgentSpec) -> Iterator[Zygote]:
     """A started zygote for ``spec`` (already ``warm``: see :func:`warm`), learning off, and a
-    check on leaving that it forked something: pass it as ``launcher=``."""
+    check on leaving that it forked something (the golden run at least): pass it as
+    ``launcher=``."""
     with pytest.MonkeyPatch.context() as mp, Zygote.for_agent(spec) as z:
         mp.setenv("CRASHPOINT_NO_LEARN", "1")
         yield z
@@ -44,6 +45,4 @@ def run_forked(spec: AgentSpec, *args: Any, **kwargs: Any) -> CampaignResult:
     """``Campaign(warm(spec), *args, **kwargs).run()`` with a zygote as its launcher."""
     spec = warm(spec)
     with forking(spec) as z:
-        result = Campaign(spec, *args, launcher=z, **kwargs).run()
-        assert z.forks > len(result.trials), f"fork mode was not used: {z.forks} fork(s)"
-    return result
+        return Campaign(spec, *args, launcher=z, **kwargs).run()

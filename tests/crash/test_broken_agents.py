@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
+from _forked import run_forked
 from crashpoint.checkpoint import EXIT_CODES
 from crashpoint.faults import CORRUPTIONS
 from crashpoint.faults._disk import capabilities
@@ -166,14 +167,20 @@ def _concrete(spec: Any) -> Any:
     return {"disk_full": _disk_full()} if spec.get("disk_full") is DISK else spec
 
 
-def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignResult:
+def run_gallery_campaign(
+    agent: str, case: Case, report_dir: Path, *, fork: bool = True
+) -> CampaignResult:
+    """The attempts are forked from a warm zygote (fork mode: the gallery is about the checks,
+    not spawning; attempts that need a fresh interpreter, a disk_full rlimit or tmpfs, are
+    spawned); ``fork=False`` spawns every one (the detached-child test)."""
     spec = AgentSpec(
         command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
         timeout=case.timeout,
         env=case.env,
     )
     families = [family_from_spec(_concrete(f)) for f in case.faults]
-    return Campaign(
+    run = run_forked if fork else lambda spec, *a, **kw: Campaign(spec, *a, **kw).run()
+    return run(
         spec,
         families,
         report_dir=str(report_dir),
@@ -181,7 +188,7 @@ def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignRe
         seed=SEED,
         restarts=case.restarts,
         expect=case.expect,
-    ).run()
+    )
 
 
 def _failed(trial: TrialResult) -> str:
@@ -251,7 +258,7 @@ def test_a_child_that_setsids_and_outlives_the_agent_fails_no_orphans(tmp_path: 
         r"outlived it \(killed by the harness\): attempt \d: pids \d+",
         env=(("LEAVE_CHILD_DETACHED", "1"),),
     )
-    result = run_gallery_campaign(case.agent, case, tmp_path)
+    result = run_gallery_campaign(case.agent, case, tmp_path, fork=False)
     caught = _matching(result, case)
     assert caught, "the detached child went unseen:\n" + "\n".join(map(_failed, result.failures))
     for trial in caught:
