@@ -35,6 +35,14 @@ SCRUBBED_ENV = ("CRASHPOINT_FAILPOINTS", "CRASHPOINT_LEDGER")
 for _name in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
     os.environ.pop(_name, None)
 
+# The pytest sessions the tests start (``crashpoint run``, ``python -m pytest``) leave out
+# langsmith's entry-point plugin, which imports langsmith (~1 s of CPU) in each of them and
+# each of their xdist workers; this session's options were parsed already. (pytester's inner
+# runs clear the variable: tests/plugin/conftest.py's UNRELATED_PLUGINS covers them.)
+_NO_LANGSMITH = "-p no:langsmith_plugin"
+if _NO_LANGSMITH not in os.environ.get("PYTEST_ADDOPTS", ""):
+    os.environ["PYTEST_ADDOPTS"] = f"{os.environ.get('PYTEST_ADDOPTS', '')} {_NO_LANGSMITH}".strip()
+
 
 def _describe(p: psutil.Process) -> str:
     try:

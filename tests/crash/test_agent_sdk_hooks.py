@@ -113,9 +113,12 @@ class _Examples:
 
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Examples]:
-    ex = _Examples(tmp_path_factory.mktemp("sdk-hooks"))
-    yield ex
-    ex.close()
+    # no learning of the golden runs' extra imports: vetting each costs a fresh interpreter
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CRASHPOINT_NO_LEARN", "1")
+        ex = _Examples(tmp_path_factory.mktemp("sdk-hooks"))
+        yield ex
+        ex.close()
 
 
 def _seen(golden: Golden) -> list[tuple[str, str]]:

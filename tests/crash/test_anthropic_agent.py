@@ -7,12 +7,19 @@ passes, and the retry is no re-billed call."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Expect, family_from_spec
+from _lazy import needs
+from crashpoint.harness import (
+    AgentSpec,
+    Campaign,
+    CampaignResult,
+    Expect,
+    Zygote,
+    family_from_spec,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tests" / "agents" / "anthropic_stream.py"
@@ -20,26 +27,35 @@ ANSWER = "Crash recovery resumes from the last durable step and never repeats an
 SERVICES = {"llm": {"replies": [{"match": "Summarise", "reply": ANSWER}]}}
 CUT = {"network": {"fail": {"cut": 4}}}
 
-pytest.importorskip(
+pytestmark = needs(
     "anthropic", reason="the agent streams with the anthropic SDK (pip install anthropic)"
 )
 
 
 def campaign(tmp_path: Path, *flags: str) -> CampaignResult:
+    """The attempts are forked from a zygote that imported ``anthropic`` once (fork mode: ~3 s
+    of import per spawned attempt saved; these tests are about the cut stream, not spawning)."""
     spec = AgentSpec(
-        command=(sys.executable, str(AGENT), "{state_dir}", *flags),
+        command=("{python}", str(AGENT), "{state_dir}", *flags),
         timeout=30,
         services=SERVICES,
+        warm=("*",),
     )
-    return Campaign(
-        spec,
-        [family_from_spec(CUT)],
-        str(tmp_path / "report"),
-        name="anthropic-stream",
-        seed=5,
-        restarts=2,
-        expect=Expect(no_repeated_llm_calls="fail"),
-    ).run()
+    # no learning of the golden run's extra imports: vetting them costs fresh interpreters
+    with pytest.MonkeyPatch.context() as mp, Zygote.for_agent(spec) as z:
+        mp.setenv("CRASHPOINT_NO_LEARN", "1")
+        result = Campaign(
+            spec,
+            [family_from_spec(CUT)],
+            str(tmp_path / "report"),
+            name="anthropic-stream",
+            seed=5,
+            restarts=2,
+            expect=Expect(no_repeated_llm_calls="fail"),
+            launcher=z,
+        ).run()
+        assert z.forks > len(result.trials), "fork mode was not used"
+    return result
 
 
 def test_an_anthropic_agent_that_keeps_a_cut_stream_is_caught(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ Replay a failing trial by hand: ``python -m crashpoint replay FOLDER`` (the fold
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
+from _forked import run_forked
 from crashpoint.checkpoint import EXIT_CODES
 from crashpoint.faults import CORRUPTIONS
 from crashpoint.faults._disk import capabilities
@@ -35,6 +37,7 @@ from crashpoint.harness import (
     CampaignResult,
     Expect,
     TrialResult,
+    Zygote,
     family_from_spec,
     replay,
 )
@@ -164,14 +167,20 @@ def _concrete(spec: Any) -> Any:
     return {"disk_full": _disk_full()} if spec.get("disk_full") is DISK else spec
 
 
-def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignResult:
+def run_gallery_campaign(
+    agent: str, case: Case, report_dir: Path, *, fork: bool = True
+) -> CampaignResult:
+    """The attempts are forked from a warm zygote (fork mode: the gallery is about the checks,
+    not spawning; attempts that need a fresh interpreter, a disk_full rlimit or tmpfs, are
+    spawned); ``fork=False`` spawns every one (the detached-child test)."""
     spec = AgentSpec(
         command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
         timeout=case.timeout,
         env=case.env,
     )
     families = [family_from_spec(_concrete(f)) for f in case.faults]
-    return Campaign(
+    run = run_forked if fork else lambda spec, *a, **kw: Campaign(spec, *a, **kw).run()
+    return run(
         spec,
         families,
         report_dir=str(report_dir),
@@ -179,7 +188,7 @@ def run_gallery_campaign(agent: str, case: Case, report_dir: Path) -> CampaignRe
         seed=SEED,
         restarts=case.restarts,
         expect=case.expect,
-    ).run()
+    )
 
 
 def _failed(trial: TrialResult) -> str:
@@ -249,7 +258,7 @@ def test_a_child_that_setsids_and_outlives_the_agent_fails_no_orphans(tmp_path: 
         r"outlived it \(killed by the harness\): attempt \d: pids \d+",
         env=(("LEAVE_CHILD_DETACHED", "1"),),
     )
-    result = run_gallery_campaign(case.agent, case, tmp_path)
+    result = run_gallery_campaign(case.agent, case, tmp_path, fork=False)
     caught = _matching(result, case)
     assert caught, "the detached child went unseen:\n" + "\n".join(map(_failed, result.failures))
     for trial in caught:
@@ -361,7 +370,7 @@ DEMO = AgentSpec(
 )
 
 
-def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
+def run_demo_campaign(tmp_path: Path, trials: int, launcher: Any = None) -> CampaignResult:
     campaign = Campaign(
         DEMO,
         [family_from_spec(f) for f in demo_faults()],
@@ -370,6 +379,7 @@ def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
         trials=trials,
         seed=SEED,
         expect=Expect(max_state_bytes=1 << 20),
+        launcher=launcher,
     )
     t0 = time.monotonic()
     result = campaign.run()
@@ -404,8 +414,13 @@ def run_demo_campaign(tmp_path: Path, trials: int) -> CampaignResult:
 
 
 def test_demo_agent_passes_a_mixed_fault_campaign(tmp_path: Path) -> None:
-    """Every family at least once: a kill at each boundary (16) + 24 drawn trials, about 40."""
-    result = run_demo_campaign(tmp_path, trials=24)
+    """Every family at least once: a kill at each boundary (16) + 24 drawn trials (one or
+    two per family), about 40. The attempts are forked from a
+    warm zygote (fork mode; those that need a fresh interpreter are spawned): this test is about
+    the demo's verdicts, not spawning; the 200-trial version below spawns every attempt."""
+    with Zygote.for_agent(dataclasses.replace(DEMO, warm=("*",))) as z:
+        result = run_demo_campaign(tmp_path, trials=24, launcher=z)
+        assert z.forks > len(result.trials), "fork mode was not used"
     assert len(result.trials) == 24 + len(result.golden.boundaries())
 
 

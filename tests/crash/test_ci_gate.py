@@ -58,6 +58,7 @@ def pytest_run(cwd: Path, *args: object) -> Run:
     p = run_reaped(
         [sys.executable, "-m", "pytest", "scenarios", "-p", "no:cacheprovider", "-q",
          "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:fakefs",
+         "-p", "no:langsmith_plugin",
          *map(str, args)],
         cwd=cwd, env=_env(), timeout=180,
     )  # fmt: skip

@@ -16,6 +16,7 @@ quick tests run single trials; the every-boundary sweeps of both scenarios are m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -28,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -38,7 +41,7 @@ from crashpoint.harness import (
     load_scenario,
 )
 
-pytest.importorskip(
+pytestmark = needs(
     "dbos",
     reason="the example workflow is written with DBOS "
     "(pip install 'crashpoint[dbos]', or the dev extra)",
@@ -57,22 +60,30 @@ class _Runners:
         self.root = root
         self.open: dict[str, tuple[TrialRunner, Golden, int]] = {}
         self.n = 0
+        self.stack = contextlib.ExitStack()
 
     def trial(self, name: str, kill: Fault) -> tuple[Golden, TrialResult]:
         sc = load_scenario(EXAMPLE / name)
         if name not in self.open:
-            runner = TrialRunner(
-                sc.agent, str(self.root / name), restarts=sc.restarts, expect=sc.expect
+            # forked from a zygote that imported dbos once: these tests are about the adapter
+            agent = warm(sc.agent)
+            z = self.stack.enter_context(forking(agent))
+            runner = self.stack.enter_context(
+                TrialRunner(
+                    agent,
+                    str(self.root / name),
+                    restarts=sc.restarts,
+                    expect=sc.expect,
+                    launcher=z,
+                )
             )
-            runner.__enter__()
             self.open[name] = (runner, runner.golden(), sc.seed)
         runner, golden, seed = self.open[name]
         self.n += 1
         return golden, runner.run(Plan((kill,), "kill", seed, self.n), golden)
 
     def close(self) -> None:
-        for runner, _g, _s in self.open.values():
-            runner.__exit__(None, None, None)
+        self.stack.close()
 
 
 @pytest.fixture(scope="module")

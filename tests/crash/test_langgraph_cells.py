@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip(
+from _lazy import needs
+from crashpoint.faults import _strace
+
+pytestmark = needs(
     "langgraph.graph", reason="LangGraph is not installed: pip install 'crashpoint[langgraph]'"
 )
-
-from crashpoint.faults import _strace
 
 CELLS = Path(__file__).resolve().parents[2] / "examples" / "langgraph-checkpointers"
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import (
     Campaign,
     Fault,
@@ -32,16 +34,17 @@ from crashpoint.harness import (
     load_scenario,
 )
 
-pytest.importorskip(
+pytestmark_0 = needs(
     "langgraph",
     reason="the example is a LangGraph graph (pip install "
     "'crashpoint[langgraph]', or the dev extra)",
 )
-pytest.importorskip(
+pytestmark_1 = needs(
     "langgraph.checkpoint.sqlite",
     reason="the example checkpoints with SqliteSaver (pip install "
     "langgraph-checkpoint-sqlite, or the dev extra)",
 )
+pytestmark = [pytestmark_0, pytestmark_1]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "langgraph"
@@ -51,9 +54,13 @@ BOUNDARY = "langgraph:send_email:before_checkpoint"
 
 def _trial(name: str, tmp_path: Path, *kills: Fault) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
-    with TrialRunner(
-        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
-    ) as runner:
+    agent = warm(sc.agent)  # forked: this trial is about the agent's key, not spawning
+    with (
+        forking(agent) as z,
+        TrialRunner(
+            agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
+        ) as runner,
+    ):
         golden = runner.golden()
         return golden, runner.run(Plan(kills, "kill", sc.seed, 0), golden)
 

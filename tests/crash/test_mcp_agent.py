@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
+from _forked import run_forked
+from _lazy import needs
+from crashpoint.harness import AgentSpec, CampaignResult, family_from_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tests" / "agents" / "mcp_tickets.py"
@@ -32,7 +34,7 @@ TOOLS = {
     }
 }
 
-pytest.importorskip("mcp", reason="the agent uses the mcp client SDK (pip install mcp)")
+pytestmark = needs("mcp", reason="the agent uses the mcp client SDK (pip install mcp)")
 
 
 def campaign(tmp_path: Path, fault: dict[str, object], *flags: str) -> CampaignResult:
@@ -41,14 +43,15 @@ def campaign(tmp_path: Path, fault: dict[str, object], *flags: str) -> CampaignR
         timeout=60,
         services={"mcp": {"tools": TOOLS}},
     )
-    return Campaign(
+    # forked from a zygote that imported mcp once: these tests are about the tool call's key
+    return run_forked(
         spec,
         [family_from_spec(fault)],
         str(tmp_path / "report"),
         name="mcp",
         seed=3,
         restarts=2,
-    ).run()
+    )
 
 
 KILL = {"kill": {"at": "every-boundary"}}

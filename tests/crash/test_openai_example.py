@@ -13,16 +13,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pytest
-
+from _forked import forking, warm
+from _lazy import needs
 from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner, load_scenario
 
-pytest.importorskip(
+pytestmark_0 = needs(
     "openai",
     reason="the example agent is written with the OpenAI SDK "
     "(pip install openai, or the dev extra)",
 )
-pytest.importorskip("httpx", reason="the example agent posts with httpx")
+pytestmark_1 = needs("httpx", reason="the example agent posts with httpx")
+pytestmark = [pytestmark_0, pytestmark_1]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai-webhook"
 
@@ -31,9 +32,13 @@ def _trial(name: str, tmp_path: Path) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
     # the second ticket's webhook: applied by the service, the agent killed before the reply
     kill = Fault.make("kill", 1, op="effect", name="POST /hook", nth=2, phase="in_doubt")
-    with TrialRunner(
-        sc.agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect
-    ) as runner:
+    agent = warm(sc.agent)  # forked: this trial is about the agent's key, not spawning
+    with (
+        forking(agent) as z,
+        TrialRunner(
+            agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
+        ) as runner,
+    ):
         golden = runner.golden()
         return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
 

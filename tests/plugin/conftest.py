@@ -98,7 +98,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 #: Plugins of this environment that crashpoint does not need: an inner pytest subprocess
 #: starts in ~1 s instead of ~3 s without them (Hypothesis's imports hypothesis at the end of
 #: every session). Blocking a plugin that is not installed is fine.
-UNRELATED_PLUGINS = ("hypothesispytest", "benchmark", "fakefs")
+#: langsmith's plugin imports langsmith (~1 s of CPU) in every inner run that loads it
+UNRELATED_PLUGINS = ("hypothesispytest", "benchmark", "fakefs", "langsmith_plugin")
 
 
 def plugin_args() -> list[str]:

@@ -72,8 +72,10 @@ GOLDEN = Golden(
     duration=0.1,
 )
 
+#: 100 derandomized examples per property (300 gave the same coverage at 3x the time); the
+#: reach-everything test below keeps 300: it needs every kind and boundary drawn
 FAST = settings(
-    max_examples=300,
+    max_examples=100,
     derandomize=True,
     database=None,
     deadline=None,
@@ -181,7 +183,7 @@ def test_fault_plans_respect_their_bounds(
 def test_fault_plans_reach_every_kind_and_boundary() -> None:
     seen: set[Any] = set()
 
-    @FAST
+    @settings(FAST, max_examples=300)
     @given(plan=fault_plans(GOLDEN))
     def collect(plan: Plan) -> None:
         for f in plan.faults:

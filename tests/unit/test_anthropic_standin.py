@@ -14,14 +14,16 @@ from typing import Any
 
 import pytest
 
+from _lazy import LazyModule, needs
 from crashpoint.harness import Ledger
 from crashpoint.harness._spec import Failure, NetFault, parse_services
 from crashpoint.harness._standins import LLMStandIn
 from crashpoint.harness._standins._llm import streamed_text
 
-anthropic = pytest.importorskip(
+pytestmark = needs(
     "anthropic", reason="the anthropic SDK is a test-only dependency (pip install anthropic)"
 )
+anthropic = LazyModule("anthropic")
 
 ANSWER = "Crash recovery resumes from the last durable step and never repeats an effect."
 SCRIPT = {

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from _lazy import LazyModule, needs
 from crashpoint.harness._standins import LLMResult, LLMStandIn
 
-openai = pytest.importorskip(
-    "openai", reason="the openai SDK is a test dependency (pip install -e '.[dev]')"
-)
+pytestmark = needs("openai", reason="the openai SDK is a test dependency (pip install -e '.[dev]')")
+openai = LazyModule("openai")
 
 SCRIPT = {
     "replies": [

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from _lazy import LazyModule, needs
 from crashpoint.errors import FaultSpecError, ServiceSpecError
 from crashpoint.harness import Ledger, family_from_spec
 from crashpoint.harness._spec import Failure, NetFault, call_of, call_outcome, parse_services
@@ -196,7 +197,8 @@ def test_an_sse_answer_is_one_event() -> None:
 
 # -- the real client, on the ledger's front ----------------------------------------------------
 
-mcp = pytest.importorskip("mcp", reason="the mcp client SDK is a test-only dependency")
+pytestmark = needs("mcp", reason="the mcp client SDK is a test-only dependency")
+mcp = LazyModule("mcp")
 
 
 @pytest.fixture

@@ -5,23 +5,24 @@ started and returned, and completed only once :func:`saved` is handed messages h
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
-
-from pydantic_ai import Agent
-from pydantic_ai.models.test import TestModel
-
+from _lazy import LazyModule, needs
 from crashpoint import probe
-from crashpoint.adapters.pydantic_ai import (
-    ProbedToolset,
-    StepTracker,
-    instrument,
-    saved,
-)
 from crashpoint.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+
+    from crashpoint.adapters.pydantic_ai import StepTracker
+
+pytestmark = needs("pydantic_ai", reason="the pydantic-ai extra is not installed")
+# imported by the tests that use them, not at collection (pydantic_ai: ~1.5 s)
+pai = LazyModule("pydantic_ai")
+pai_test = LazyModule("pydantic_ai.models.test")
+adapter = LazyModule("crashpoint.adapters.pydantic_ai")
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 
 def _agent(sent: list[str]) -> Agent[None, str]:
-    agent = Agent(TestModel())
+    agent = pai.Agent(pai_test.TestModel())
 
     @agent.tool_plain
     def send_invoice(customer: str) -> str:
@@ -53,11 +54,11 @@ def _run(agent: Agent[None, str], tracker: StepTracker, *, save: bool) -> str:
     """A run through ``agent.iter``, handing each node's new messages to :func:`saved`."""
 
     async def go() -> str:
-        with instrument(agent, tracker):
+        with adapter.instrument(agent, tracker):
             async with agent.iter("invoice acme") as run:
                 async for _node in run:
                     if save:
-                        saved(run.all_messages(), tracker)
+                        adapter.saved(run.all_messages(), tracker)
             assert run.result is not None
             return str(run.result.output)
 
@@ -66,7 +67,7 @@ def _run(agent: Agent[None, str], tracker: StepTracker, *, save: bool) -> str:
 
 def test_steps_complete_only_once_saved_holds_them(reports: list[tuple[str, str]]) -> None:
     sent: list[str] = []
-    out = _run(_agent(sent), StepTracker(), save=True)
+    out = _run(_agent(sent), adapter.StepTracker(), save=True)
     assert sent == ["a"]
     assert "send_invoice" in out
     assert reports == [
@@ -84,27 +85,28 @@ def test_steps_complete_only_once_saved_holds_them(reports: list[tuple[str, str]
 
 
 def test_without_saved_nothing_is_reported_completed(reports: list[tuple[str, str]]) -> None:
-    _run(_agent([]), StepTracker(), save=False)
+    _run(_agent([]), adapter.StepTracker(), save=False)
     assert [k for k, _ in reports].count("started") == 3
     assert "completed" not in [k for k, _ in reports]
 
 
 def test_instrument_wraps_for_the_block_only() -> None:
     agent = _agent([])
-    with instrument(agent) as same:
+    with adapter.instrument(agent) as same:
         assert same is agent
-        wrapped = [t for t in agent.toolsets if isinstance(t, ProbedToolset)]
+        wrapped = [t for t in agent.toolsets if isinstance(t, adapter.ProbedToolset)]
         assert len(wrapped) == 1  # the function toolset (send_invoice), wrapped once
         # what is left unwrapped is the override's empty function toolset: no tool unseen
         assert all(not getattr(t, "tools", {}) for t in agent.toolsets if t not in wrapped)
-    assert isinstance(agent.model, TestModel)  # the override is gone, and was never stored
-    assert not any(isinstance(t, ProbedToolset) for t in agent.toolsets)
+    # the override is gone, and was never stored
+    assert isinstance(agent.model, pai_test.TestModel)
+    assert not any(isinstance(t, adapter.ProbedToolset) for t in agent.toolsets)
 
 
 def test_an_agent_without_a_model_gets_a_clear_error() -> None:
     with (
         pytest.raises(InvalidArgument, match=r"no model to wrap.*ProbedModel"),
-        instrument(Agent()),
+        adapter.instrument(pai.Agent()),
     ):
         pass
 
@@ -112,7 +114,8 @@ def test_an_agent_without_a_model_gets_a_clear_error() -> None:
 def test_outside_the_harness_the_probe_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(probe.ENV_LEDGER, raising=False)
     sent: list[str] = []
-    _run(_agent(sent), StepTracker(), save=True)  # no ledger: nothing is sent, nothing raises
+    # no ledger: nothing is sent, nothing raises
+    _run(_agent(sent), adapter.StepTracker(), save=True)
     assert sent == ["a"]
 
 
