@@ -114,3 +114,23 @@ def test_a_marked_test_installs_the_handlers(inner: Any, monkeypatch: pytest.Mon
     result, spy = _spy(inner, monkeypatch)
     result.assert_outcomes(passed=1)
     assert "crashpoint._proc._cleanup" in spy["modules"]
+
+
+def test_a_harness_asked_for_by_name_still_reaches_the_end_table(
+    inner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``request.getfixturevalue("crash_harness")``: collection saw no crashpoint test, so the
+    fixture itself loads the rest of the plugin; its campaign is in the end table all the same."""
+    agent = inner.tiny_agent
+    inner.pytester.makepyfile(
+        test_by_name=f"""
+import sys
+def test_agent(request):
+    crash = request.getfixturevalue("crash_harness")
+    crash.run([sys.executable, {str(agent)!r}, "{{state_dir}}"], trials=1).assert_ok()
+"""
+    )
+    result, spy = _spy(inner, monkeypatch)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["crashpoint gate: 1 campaigns, seed *"])
+    assert "crashpoint.pytest_plugin._session" in spy["modules"]
