@@ -68,8 +68,8 @@ def configure(config: pytest.Config, *, at_start: bool) -> None:
     _start_progress(config)
     if at_start:
         _install_signal_handlers(config)
-    # else: installed once a crashpoint item is collected (collection_finish): a session
-    # that never uses crashpoint keeps pytest's own handlers and imports nothing more
+    # else: installed once a crashpoint item is collected (collection_finish); a test that asked
+    # for crash_harness by name (request.getfixturevalue) keeps pytest's own
 
 
 def _explicit(config: pytest.Config) -> bool:
