@@ -328,14 +328,13 @@ def test_fixtures_do_not_import_the_harness_at_plugin_load() -> None:
         check=True,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    # the plugin's own light modules and the harness's lazy face (a name is imported on first
-    # use); no harness room, no process control (psutil), no faults, no library, no pyfakefs
+    # the plugin's entry, its option table and hook specifications, crashpoint's lazy root; not
+    # even the harness's lazy face: no harness room, no process control (psutil), no faults, no
+    # library, no pyfakefs
     assert json.loads(out.stdout) == [
         "crashpoint",
         "crashpoint._lazy",
-        "crashpoint.harness",
         "crashpoint.pytest_plugin",
-        "crashpoint.pytest_plugin._campaigns",
-        "crashpoint.pytest_plugin._options",
+        "crashpoint.pytest_plugin._table",
         "crashpoint.pytest_plugin.hooks",
     ]

@@ -29,20 +29,20 @@ def pytest_unconfigure(config):
         json.dump({"modules": mods, "sigterm": getattr(handler, "__module__", str(handler))}, f)
 """
 
-#: what loading the plugin itself costs (its options, its stash keys, the lazy faces)
-_LIGHT = {
+#: what loading the plugin itself costs, all of it: its entry module (hooks that return at once,
+#: the fixtures' declarations), the option table, the hook specifications, crashpoint's lazy
+#: root. Not the harness's face, not the options' dataclass, not the campaigns: a module added
+#: here is paid by every pytest session of every environment that has crashpoint installed
+_ENTRY = {
     "crashpoint",
     "crashpoint._lazy",
-    "crashpoint.harness",
     "crashpoint.pytest_plugin",
-    "crashpoint.pytest_plugin._annotations",
-    "crashpoint.pytest_plugin._campaigns",
-    "crashpoint.pytest_plugin._options",
+    "crashpoint.pytest_plugin._table",
     "crashpoint.pytest_plugin.hooks",
-    # a YAML file under the session's arguments is read (64 KiB at most) for a scenario's
-    # top-level keys, to say "did you mean NAME.scenario.yaml" (standard library only)
-    "crashpoint.pytest_plugin._lookalike",
 }
+#: a YAML file under the session's arguments is read (64 KiB at most) for a scenario's
+#: top-level keys, to say "did you mean NAME.scenario.yaml" (standard library only)
+_LIGHT = _ENTRY | {"crashpoint.pytest_plugin._lookalike"}
 
 
 def _spy(
@@ -65,10 +65,28 @@ def test_an_unrelated_session_imports_nothing_heavy_and_prints_nothing(
     result.assert_outcomes(passed=1)
     heavy = sorted(set(spy["modules"]) - _LIGHT)
     assert heavy == [], f"an unrelated session imported {heavy}"
+    assert set(spy["modules"]) == _LIGHT
     out = result.stdout.str() + result.stderr.str()
     lines = [ln for ln in out.splitlines() if "crashpoint" in ln and not ln.startswith("plugins:")]
     assert lines == [], lines
     assert spy["sigterm"] != "crashpoint._proc._cleanup", "crashpoint took over SIGTERM"
+
+
+def test_a_one_test_session_loads_only_the_entry(
+    inner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short list, exactly: a heavier import on the entry path (the options' dataclass, the
+    harness's face, a room of the plugin) fails here; so does a hook that works for a session
+    that never used crashpoint (it would import the rest of the plugin to do it)."""
+    inner.pytester.makepyfile(test_plain="def test_one():\n    assert 1 + 1 == 2\n")
+    result, spy = _spy(inner, monkeypatch, "-rA", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1)
+    assert sorted(spy["modules"]) == sorted(_ENTRY)
+    assert "crashpoint" not in result.stdout.str().replace("plugins: crashpoint", "")
+    written = sorted(
+        p.name for p in inner.path.rglob("*") if "crashpoint" in p.name or p.suffix == ".json"
+    )
+    assert written == ["spy.json"], written  # no report folder, no gate.json, no marker file
 
 
 def test_a_session_that_uses_the_fixture_gets_the_whole_plugin(
@@ -96,3 +114,23 @@ def test_a_marked_test_installs_the_handlers(inner: Any, monkeypatch: pytest.Mon
     result, spy = _spy(inner, monkeypatch)
     result.assert_outcomes(passed=1)
     assert "crashpoint._proc._cleanup" in spy["modules"]
+
+
+def test_a_harness_asked_for_by_name_still_reaches_the_end_table(
+    inner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``request.getfixturevalue("crash_harness")``: collection saw no crashpoint test, so the
+    fixture itself loads the rest of the plugin; its campaign is in the end table all the same."""
+    agent = inner.tiny_agent
+    inner.pytester.makepyfile(
+        test_by_name=f"""
+import sys
+def test_agent(request):
+    crash = request.getfixturevalue("crash_harness")
+    crash.run([sys.executable, {str(agent)!r}, "{{state_dir}}"], trials=1).assert_ok()
+"""
+    )
+    result, spy = _spy(inner, monkeypatch)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["crashpoint gate: 1 campaigns, seed *"])
+    assert "crashpoint.pytest_plugin._session" in spy["modules"]

@@ -1,58 +1,45 @@
 """pytest plugin (entry point ``pytest11: crashpoint``): a thin adapter over the harness.
 
-The hooks and fixtures live here; the rest of the plugin is in rooms of its own:
+pytest loads this module in every session of an environment that has crashpoint installed, used
+or not, so it holds only what pytest needs when it starts: the hook specifications, the options
+(from the plain table in :mod:`._table`), the marker line, the fixtures' declarations and hooks
+that return at once while the session has not used crashpoint. A session uses crashpoint when
+it asks for it (a crashpoint option on the command line, in the environment or the ini file; a
+scenario file among its arguments; a pytest-xdist controller), when a ``*.scenario.yaml`` file
+is collected, or when a collected test uses the ``crash_harness`` fixture or the ``crashpoint``
+marker. Then the rest is imported, once (:func:`_engage`), and each hook hands on to it.
 
-- :mod:`._options`: the options (flag, environment variable, ini key), their resolved
-  :class:`Settings`, the stash keys the plugin's modules share, the ``crashpoint`` marker;
+The rest is in rooms of its own:
+
+- :mod:`._session`: the hooks' bodies (the settings, the signal handlers, gate.json, the end
+  table); :mod:`._fixtures`: the fixtures' bodies;
+- :mod:`._options`: the options' resolved :class:`Settings`, the stash keys the plugin's
+  modules share, the marker's parsing;
 - :mod:`._campaigns`: a harness built from the settings, and the record of each campaign;
 - :mod:`._collect`: the ``*.scenario.yaml`` collector; :mod:`._summary`: the end table and
-  gate.json; :mod:`._board`: the progress line; :mod:`.hooks`: the ``pytest_crashpoint_*``
-  hook specifications.
+  gate.json; :mod:`._board`: the progress line; :mod:`._lookalike`: YAML files that look like
+  scenarios; :mod:`.hooks`: the ``pytest_crashpoint_*`` hook specifications.
 
 A door: it imports pytest, the standard library, its own modules and the public faces of
-crashpoint, never another package's private module. Loading pytest imports nothing heavy: the
-harness's face is lazy (a name is imported on first use), and the heavy modules (the collector,
-the reports, the progress board, the faults, the checkpoint library, pyfakefs) are imported in
-the hook or fixture that uses them.
+crashpoint, never another package's private module. Loading it imports two small modules of
+its own (:mod:`.hooks`, :mod:`._table`) and crashpoint's lazy root; tests/plugin/test_unused.py
+keeps that list short.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import os
-import random
-import signal
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from crashpoint import harness
 from crashpoint.pytest_plugin import hooks
-from crashpoint.pytest_plugin._campaigns import (
-    folder_for,
-    make_harness,
-    record_campaign,
-    record_interrupted,
-)
-from crashpoint.pytest_plugin._options import (
-    BOARD,
-    GATE_NOTES,
-    ITEMS,
-    MARKER,
-    OPTIONS,
-    SETTINGS,
-    SUMMARIES,
-    WORKER_FILE,
-    marker_options,
-    resolve_settings,
-)
+from crashpoint.pytest_plugin._table import MARKER, OPTIONS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from crashpoint.checkpoint import Store
     from crashpoint.faults import Corruption, TmpfsNamespace
     from crashpoint.harness import AgentProcess, CrashHarness, Ledger
@@ -61,10 +48,10 @@ if TYPE_CHECKING:
 #: (docs/reference/pytest-plugin.md) list them; its helpers are private to the package.
 __all__: list[str] = []
 
-#: puts back the signal handlers that were there before the session (pytest_unconfigure)
-_RESTORE_SIGNALS = pytest.StashKey[Callable[[], None]]()
-#: the session's gate.json paths once written (pytest_sessionfinish), for the summary line
-_REPORT_PATHS = pytest.StashKey[list[str]]()
+#: the session uses crashpoint: the rest of the plugin is loaded and configured (_engage)
+_ENGAGED = pytest.StashKey[bool]()
+#: YAML files found while walking a folder that look like scenarios but are not named so
+_LOOKALIKES = pytest.StashKey[list[tuple[str, str]]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -82,8 +69,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 dest=f"crashpoint_{name}",
                 help=f"{help_} [env {env}, ini {ini}]",
             )
-            # a string, parsed by _parse: pytest's type="bool" turns a bad value into an
-            # INTERNALERROR instead of a usage error naming the ini file
+            # a string, parsed by _options._parse: pytest's type="bool" turns a bad value into
+            # an INTERNALERROR instead of a usage error naming the ini file
             parser.addini(ini, f"{help_} (true/false)", default="")
             continue
         group.addoption(
@@ -100,243 +87,121 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _refuse_lookalike_args(config)
     config.addinivalue_line("markers", MARKER)
-    config.stash[SETTINGS] = resolve_settings(config)
-    config.stash[SUMMARIES] = []
-    notes: dict[str, list[str]] = {"bad_input": [], "failed": [], "not_judged": []}
-    config.stash[GATE_NOTES] = notes
-    items: dict[str, list[str]] = {"collected": [], "finished": []}
-    config.stash[ITEMS] = items
-    config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
-    # scenario errors, for the step summary and GitHub annotations (imported when used)
-    from crashpoint.pytest_plugin._annotations import ScenarioErrors
+    if _asked(config) or _xdist_controller(config):
+        _engage(config, at_start=True)
+    # else: the rest is loaded once a scenario file or a crashpoint test is collected (or never:
+    # a session that does not use crashpoint keeps pytest's own signal handlers and imports
+    # nothing more)
 
-    config.pluginmanager.register(ScenarioErrors(config), "crashpoint-scenario-errors")
-    _start_progress(config)
-    if _explicit(config) or _xdist_controller(config):
-        _install_signal_handlers(config)
-    # else: installed once a crashpoint item is collected (pytest_collection_finish): a session
-    # that never uses crashpoint keeps pytest's own handlers and imports nothing more
+
+def _asked(config: pytest.Config) -> bool:
+    """Was crashpoint asked for before collection? A crashpoint option (command line,
+    environment or ini file; ``crashpoint run`` always gives one) or a scenario file named on
+    the command line: as ``_session._explicit`` says once the settings are resolved."""
+    for name, (_flag, env, ini, _help, _default) in OPTIONS.items():
+        if config.getoption(f"crashpoint_{name}") is not None or os.environ.get(env, ""):
+            return True
+        if str(config.getini(ini)).strip():
+            return True
+    return any(a.split("::")[0].endswith(".scenario.yaml") for a in config.args)
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
     """A pytest-xdist controller (``-n N``) collects nothing: it cannot learn in time that its
     workers use crashpoint, and a SIGTERM it gets must reach them (the handlers are cheap to
     install: standard library only)."""
-    return bool(getattr(config.option, "numprocesses", None)) and not _is_worker(config)
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
-def _explicit(config: pytest.Config) -> bool:
-    """Was crashpoint asked for before collection? A crashpoint option (command line,
-    environment or ini file; ``crashpoint run`` always gives one) or a scenario file named on
-    the command line. Such a session gets the header line and its signal handlers at once."""
-    if any(w != "default" for w in config.stash[SETTINGS].where.values()):
-        return True
-    return any(a.split("::")[0].endswith(".scenario.yaml") for a in config.args)
+def _engage(config: pytest.Config, *, at_start: bool = False) -> None:
+    """The session uses crashpoint: load the rest of the plugin and configure it, once.
+    ``at_start``: from pytest_configure (the signal handlers at once), else from collection or
+    a fixture (the handlers come with the session's crashpoint items)."""
+    if config.stash.get(_ENGAGED, False):
+        return
+    config.stash[_ENGAGED] = True
+    # the plugin at work imports its options and the harness's face: only once it is used
+    from crashpoint.pytest_plugin._session import configure
+
+    configure(config, at_start=at_start)
 
 
-def _install_signal_handlers(config: pytest.Config) -> None:
-    """SIGTERM (and SIGINT) raise KeyboardInterrupt: agents are killed, temporary folders and
-    mounts removed, the report written marked incomplete; exit 143 / 130 (pytest_sessionfinish).
-    Once per session."""
-    if config.stash.get(_RESTORE_SIGNALS, None) is None:
-        config.stash[_RESTORE_SIGNALS] = harness.install_signal_handlers()
-
-
-def _received(config: pytest.Config) -> int | None:
-    """The SIGINT/SIGTERM our handlers caught (None where they were never installed: the
-    process-control module is not even imported then)."""
-    if config.stash.get(_RESTORE_SIGNALS, None) is None:
-        return None
-    return harness.received()
-
-
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")  # a pytest-xdist worker
+def _engaged(config: pytest.Config) -> bool:
+    return config.stash.get(_ENGAGED, False)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Reap what a killed earlier run left; replace a previous gate.json by "running"."""
-    config = session.config
-    if _is_worker(config):
+    if not _engaged(session.config):
         return
-    if _explicit(config):
-        _reap_stale(config)  # else: when a crashpoint item is collected
-    report = config.stash[SETTINGS].report
-    if report:
-        # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._summary import write_gate_running
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import sessionstart
 
-        write_gate_running(report)
-
-
-_REAPED = pytest.StashKey[bool]()
-
-
-def _reap_stale(config: pytest.Config) -> None:
-    """Once per session, on the controller: reap what killed earlier runs left."""
-    if config.stash.get(_REAPED, False) or _is_worker(config):
-        return
-    config.stash[_REAPED] = True
-    reaped = harness.reap_stale()
-    if reaped.harnesses:
-        _say(
-            config,
-            f"crashpoint: reaped what {reaped.harnesses} killed harness(es) left: "
-            f"{reaped.describe()}",
-        )
-
-
-def _say(config: pytest.Config, line: str) -> None:
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(line)
-    else:
-        print(line, file=sys.stderr)
-
-
-def _interrupted_by(config: pytest.Config) -> str:
-    """ "SIGTERM" / "SIGINT" if a signal stopped the session (or one of its campaigns)."""
-    sig = _received(config)
-    if sig is not None:
-        return harness.signal_name(sig)
-    return next(
-        (str(s["interrupted_by"]) for s in config.stash[SUMMARIES] if s.get("interrupted_by")), ""
-    )
+    sessionstart(session)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write gate.json (marked incomplete if interrupted, with the gate's verdict); call
     ``pytest_crashpoint_gate_finished``; exit 128 + the signal if one came."""
-    config = session.config
-    sig = _received(config)
-    if sig is not None and config.pluginmanager.hasplugin("dsession"):
-        _forward_to_workers(sig)  # xdist: `kill PID` reaches only the controller
-    by = _interrupted_by(config)
-    report = config.stash[SETTINGS].report
-    summaries = config.stash[SUMMARIES]
-    used = bool(summaries) or config.stash.get(_USED, False)
-    verdict = None
-    if not _is_worker(config) and (used or by or _explicit(config) or _has_news(config, by)):
-        # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._summary import session_verdict
-
-        verdict = session_verdict(config, interrupted_by=by)
-    if report and not _is_worker(config):
-        # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._annotations import session_errors
-        from crashpoint.pytest_plugin._summary import (
-            has_notes,
-            remove_gate_running,
-            session_changes,
-            write_session_reports,
-        )
-
-        changes = session_changes(config)  # --crashpoint-baseline: what changed since
-
-        if summaries or by or has_notes(config):
-            config.stash[_REPORT_PATHS] = write_session_reports(
-                report,
-                summaries,
-                interrupted_by=by,
-                changes=changes,
-                errors=session_errors(config),
-                verdict=verdict,
-            )
-        else:
-            remove_gate_running(report)  # no campaign ran: no gate (and no stale one)
-    if verdict is not None:
-        config.hook.pytest_crashpoint_gate_finished(config=config, verdict=verdict)
-    if not _is_worker(config) and _has_news(config, by):
-        # imported when used: keeps loading the plugin cheap
-        from crashpoint.pytest_plugin._summary import write_ci_summary
-
-        write_ci_summary(config, interrupted_by=by)  # $GITHUB_STEP_SUMMARY, when set
-    # 143 SIGTERM (pytest would die of it: the shell says 143 too); 130 SIGINT where crashpoint
-    # ran or collected something (elsewhere pytest's own 2 stands: we change no one else's exit)
-    used = bool(config.stash[SUMMARIES]) or config.stash.get(_USED, False)
-    if sig is not None and (sig == signal.SIGTERM or used):
-        session.exitstatus = 128 + sig
-
-
-def _has_news(config: pytest.Config, interrupted_by: str) -> bool:
-    """Has crashpoint anything to say at the end (a campaign, a bad scenario file, a signal)?
-    A session that never used crashpoint gets no line and no import."""
-    if config.stash[SUMMARIES] or interrupted_by:
-        return True
-    # the scenario errors (pytest_plugin._annotations.BAD_SCENARIOS), imported only if loaded
-    annotations = sys.modules.get("crashpoint.pytest_plugin._annotations")
-    return bool(annotations and config.stash.get(annotations.BAD_SCENARIOS, []))
-
-
-def _finish_junit(config: pytest.Config) -> None:
-    """After pytest wrote junit.xml (its sessionfinish runs after ours): an interrupted
-    session's unfinished items become errors in it; a "running" marker the session put in its
-    report folder and nobody replaced (no --junitxml there) is removed."""
-    by = _interrupted_by(config)
-    xmlpath = getattr(config.option, "xmlpath", None)
-    report = config.stash[SETTINGS].report
-    if not (by and xmlpath) and not report:
+    if not _engaged(session.config):
         return
-    # imported when used: keeps loading the plugin cheap
-    from crashpoint.pytest_plugin._summary import mark_junit_unfinished, remove_gate_running
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import sessionfinish
 
-    if by and xmlpath:
-        items = config.stash[ITEMS]
-        with contextlib.suppress(OSError):
-            mark_junit_unfinished(
-                os.path.abspath(xmlpath),
-                items["collected"],
-                items["finished"],
-                interrupted_by=by,
-            )
-    if report:
-        remove_gate_running(report, ("junit.xml",))
-
-
-def _forward_to_workers(sig: int) -> None:
-    """Send ``sig`` to this process's children (the xdist workers: they clean up too)."""
-    harness.signal_children(sig)
+    sessionfinish(session, exitstatus)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    watcher = config.stash.get(WATCHER, None)
-    if watcher is not None:
-        watcher.close()
-    if not _is_worker(config) and SETTINGS in config.stash:
-        _finish_junit(config)
+    if not _engaged(config):
+        return
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import unconfigure
 
-    if _received(config) is not None:
-        harness.cleanup_all()  # whatever the interrupted session's finally blocks did not reach
-    used = bool(config.stash.get(SUMMARIES, [])) or config.stash.get(_USED, False)
-    if used and not _is_worker(config) and config.pluginmanager.hasplugin("dsession"):
-        reaped = harness.reap_stale()  # xdist workers killed after the grace period: not next time
-        if reaped.harnesses:
-            print(
-                f"crashpoint: reaped what {reaped.harnesses} stopped worker(s) left: "
-                f"{reaped.describe()}",
-                file=sys.stderr,
-            )
-    restore = config.stash.get(_RESTORE_SIGNALS, None)
-    if restore is not None:
-        restore()
+    unconfigure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    """The settings, for a session that asked for crashpoint (:func:`_explicit`); a session
-    that does not gets no line (its tests that use crashpoint show their seed where they
-    fail)."""
-    if not _explicit(config):
+    """The settings, for a session that asked for crashpoint; a session that does not gets no
+    line (its tests that use crashpoint show their seed where they fail)."""
+    if not _engaged(config):
         return None
-    s = config.stash[SETTINGS]
-    shard = f"{s.shard[0]}/{s.shard[1]}" if s.shard else "all"
-    return (
-        f"crashpoint: seed={s.seed if s.seed is not None else 'per test (default 0)'} "
-        f"trials={s.trials if s.trials is not None else 'per test'} "
-        f"mode={s.mode or 'as declared'} shard={shard} "
-        f"report={s.report or 'tmp_path (fixtures), ./crashpoint-report (scenarios)'}"
-    )
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import report_header
+
+    return report_header(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _engaged(config):
+        return  # crashpoint was not used: no line, no import
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import terminal_summary
+
+    terminal_summary(terminalreporter, exitstatus, config)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.stash.get(_LOOKALIKES, None):
+        _note_lookalikes(session)
+    if not _engaged(config):
+        if not any(_uses_crashpoint(i) for i in session.items):
+            return
+        _engage(config)
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import collection_finish
+
+    collection_finish(session)
+
+
+def _uses_crashpoint(item: pytest.Item) -> bool:
+    """A test with the crash_harness fixture or the crashpoint marker (a scenario item's file
+    engaged the plugin when it was collected)."""
+    if "crash_harness" in getattr(item, "fixturenames", ()):
+        return True
+    return item.get_closest_marker("crashpoint") is not None
 
 
 # -- marker -----------------------------------------------------------------------------------
@@ -345,6 +210,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("crashpoint") is None:
         return
+    # the marker's parsing (the harness's fault families): imported when a test is marked
+    from crashpoint.pytest_plugin._options import marker_options
+
     try:
         marker_options(item)
     except pytest.UsageError as exc:
@@ -355,6 +223,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # -- fixtures ---------------------------------------------------------------------------------
+# Declared here (pytest reads them when it loads the plugin); each body is in _fixtures, which
+# imports the harness: loaded when a test uses a fixture.
 
 
 @pytest.hookimpl(trylast=True)
@@ -371,158 +241,30 @@ def crash_harness(request: pytest.FixtureRequest, tmp_path: Path) -> CrashHarnes
     ``crash_harness.run(agent, faults=..., trials=...)`` returns a result whose ``assert_ok()``
     fails with the failing checks and a replay command for each failing trial.
     """
-    opts = marker_options(request.node)
-    folder = folder_for(request.config, request.node.nodeid, tmp_path / "crashpoint")
-    crash = make_harness(
-        request.config,
-        folder,
-        seed=opts["seed"],
-        trials=opts["trials"],
-        faults=opts["faults"],
-        restarts=opts["restarts"],
-        item=request.node.nodeid,
-    )
-    run, campaign = crash.run, crash.campaign
-    item = request.node
-    pythonpath = _agent_pythonpath(request)
+    _engage(request.config)  # done at collection, unless a test asked by getfixturevalue
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    def campaign_on_path(agent: Any, **kw: Any) -> Any:
-        return campaign(_on_pythonpath(agent, pythonpath), **kw)
-
-    def run_and_record(agent: Any, **kw: Any) -> Any:
-        failed = ""
-        try:
-            result = run(agent, **kw)
-        except (harness.GoldenRunFailed, harness.NoBoundaries) as exc:
-            failed = _golden_failed(agent, exc, pythonpath)
-        except harness.CampaignInterrupted as exc:  # what ran: into the (incomplete) gate report
-            record_interrupted(
-                item,
-                exc.result,
-                scenario=item.nodeid,
-                file=str(item.path),
-                family=exc.result.name,
-                reports=exc.result.report_dir,
-            )
-            raise
-        if failed:  # outside the except: one line, no harness traceback
-            pytest.fail(failed, pytrace=False)
-        record_campaign(
-            item,
-            result.campaign,
-            scenario=item.nodeid,
-            file=str(item.path),
-            family=result.campaign.name,
-            reports=result.campaign.report_dir,
-        )
-        return result
-
-    crash.run = run_and_record  # type: ignore[method-assign]
-    crash.campaign = campaign_on_path  # type: ignore[method-assign]
-    return crash
-
-
-def _agent_pythonpath(request: pytest.FixtureRequest) -> list[str]:
-    """What the fixture puts first on the agent's PYTHONPATH, as pytest's own imports see it:
-    the test file's folder, the ini file's ``pythonpath`` folders, the rootdir."""
-    config = request.config
-    try:
-        extra = [str(p) for p in config.getini("pythonpath")]
-    except ValueError:  # no such ini key (pytest's own plugin disabled)
-        extra = []
-    out: list[str] = []
-    for p in (str(request.node.path.parent), *extra, str(config.rootpath)):
-        p = os.path.abspath(p)
-        if p not in out and os.path.isdir(p):
-            out.append(p)
-    return out
-
-
-def _on_pythonpath(agent: Any, first: list[str]) -> Any:
-    """``agent`` as an AgentSpec whose PYTHONPATH starts with ``first``, then its own
-    ``agent.env`` PYTHONPATH or the session's (absolute; folders that exist), so that
-    ``{python} -m myagent`` finds a module beside the test though it starts in an empty folder."""
-    spec = harness.as_agent(agent)
-    env = dict(spec.env)
-    given = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    parts = list(first)
-    for p in given.split(os.pathsep):
-        p = os.path.abspath(p) if p else ""
-        if p and p not in parts and os.path.exists(p):
-            parts.append(p)
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    return dataclasses.replace(spec, env=tuple(env.items()))
-
-
-def _golden_failed(agent: Any, exc: Exception, pythonpath: list[str]) -> str:
-    """One line for a golden run that failed under the fixture, as a scenario file gets it:
-    what failed, the command as written (placeholders unfilled), the exit code and the last
-    line of stderr (both in ``exc``'s first line), and how to fix it."""
-    what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    spec = harness.as_agent(agent)
-    if "Command: " not in what:
-        what += f". Command: {spec.describe()}"
-    fix = (
-        "fix: make that command exit 0 when run by hand from an empty folder: under "
-        "crash_harness the agent starts in the trial's empty {workdir}, with "
-        f"PYTHONPATH={os.pathsep.join(pythonpath)} first (the test's folder, the ini's "
-        "pythonpath, the rootdir), so `{python} -m NAME` finds a module beside the test; "
-        "give other files by absolute path"
-    )
-    if isinstance(exc, harness.NoBoundaries):
-        fix = (
-            "fix: the agent must report steps (crashpoint.probe or the checkpoint library), "
-            "call a stand-in service, or write files in {state_dir}"
-        )
-    return f"crash_harness: {what}; {fix}"
+    return _fixtures.crash_harness(request, tmp_path)
 
 
 @pytest.fixture
 def effect_ledger() -> Iterator[Ledger]:
     """A started ledger (the outside world + kill switch); ``.env()`` points a probe at it."""
-    ledger = harness.Ledger(http=True).start()
-    try:
-        yield ledger
-    finally:
-        ledger.close()
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
+
+    yield from _fixtures.effect_ledger()
 
 
 @pytest.fixture
 def agent_process() -> Iterator[Callable[..., AgentProcess]]:
     """Start agent processes in their own session; every tree is killed and reaped after the
     test (a survivor fails the test)."""
-    started: list[AgentProcess] = []
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    def start(
-        argv: list[str],
-        *,
-        env: dict[str, str] | None = None,
-        timeout: float = 30.0,
-        cwd: str | None = None,
-    ) -> AgentProcess:
-        p = harness.AgentProcess(
-            argv, dict(os.environ if env is None else env), cwd=cwd, timeout=timeout
-        ).start()
-        started.append(p)
-        return p
-
-    yield start
-    survivors: list[int] = []
-    for p in started:
-        if p.proc is None:
-            continue
-        survivors += harness.kill_tree(
-            p.pid,
-            sid=p.pid,  # the agent, what is left of its session,
-            token=p.reap_token,
-        )  # what it detached
-        # reap it and join its output readers before closing the pipes (closing a pipe under a
-        # reader thread makes that thread raise)
-        p.wait()
-        for stream in (p.proc.stdout, p.proc.stderr):
-            if stream is not None:
-                stream.close()
-    assert not survivors, f"processes survived the test: {survivors}"
+    yield from _fixtures.agent_process()
 
 
 @pytest.fixture
@@ -530,39 +272,20 @@ def disk_fault() -> Iterator[Callable[..., TmpfsNamespace]]:
     """``disk_fault(folder, capacity="16KiB")``: ``folder`` becomes a tmpfs of that size in a
     private mount namespace; run commands in it with ``ns.wrap(argv)``. Skips with the reason
     where the machine cannot mount one."""
-    # the faults' face imports every fault room: imported when used, for the plugin's start-up
-    from crashpoint.faults import TmpfsNamespace, disk_capabilities
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    caps = disk_capabilities()
-    if not caps.tmpfs:
-        pytest.skip(f"disk_fault: {caps.tmpfs_reason}")
-    opened: list[TmpfsNamespace] = []
-
-    def make(folder: str | os.PathLike[str], capacity: int | str = "16KiB") -> TmpfsNamespace:
-        ns = TmpfsNamespace(os.fspath(folder), harness.parse_size(capacity))
-        opened.append(ns)
-        return ns
-
-    yield make
-    for ns in opened:
-        ns.close()
+    yield from _fixtures.disk_fault()
 
 
 @pytest.fixture
 def full_fake_disk() -> Iterator[Any]:
     """A pyfakefs file system whose disk holds 64 KiB (``fs.set_disk_usage(n)`` to change it):
     writes past it raise a real ``OSError(ENOSPC)``. For in-process code only."""
-    # Importing pyfakefs's pytest plugin module tells the Patcher to leave pytest's own modules
-    # (capture, pathlib) on the real disk; without it (-p no:fakefs, plugin autoload off) the
-    # patched test fails with EBADF on pytest's capture files. (Imported here, when used:
-    # pyfakefs is optional, and not cheap.)
-    import pyfakefs.pytest_plugin  # noqa: F401
-    from pyfakefs.fake_filesystem_unittest import Patcher
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    with Patcher() as patcher:
-        assert patcher.fs is not None
-        patcher.fs.set_disk_usage(64 * 1024)
-        yield patcher.fs
+    yield from _fixtures.full_fake_disk()
 
 
 @pytest.fixture
@@ -571,42 +294,34 @@ def corrupt_file() -> Callable[..., Corruption | None]:
     (seeded, reproducible); returns what was done, or None if nothing matched. Only files
     inside ``roots`` are touched (default: ``root``, else the folder before the pattern's first
     wildcard), never through a symbolic link."""
-    # the faults' face imports every fault room: imported when used, for the plugin's start-up
-    from crashpoint.faults import corrupt
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    def do(
-        pattern: str | os.PathLike[str],
-        how: str = "bitflip",
-        seed: int = 0,
-        older: str | None = None,
-        root: str | None = None,
-        roots: list[str] | None = None,
-    ) -> Corruption | None:
-        return corrupt(
-            how, os.fspath(pattern), random.Random(seed), older=older, root=root, roots=roots
-        )
-
-    return do
+    return _fixtures.corrupt_file()
 
 
 @pytest.fixture
 def checkpoint_store(tmp_path: Path) -> Store:
     """A :class:`crashpoint.checkpoint.Store` in a fresh folder of this test."""
-    # the library's face imports the whole library: imported when used, for the start-up
-    from crashpoint.checkpoint import Store
+    # the fixtures' bodies import the harness: when a test uses one
+    from crashpoint.pytest_plugin import _fixtures
 
-    return Store(tmp_path / "checkpoints")
+    return _fixtures.checkpoint_store(tmp_path)
 
 
 # -- scenario files -----------------------------------------------------------------------------
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.name.endswith(".scenario.yaml"):
+    name = file_path.name
+    if name.endswith(".scenario.yaml"):
+        _engage(parent.config)  # a scenario file: the session uses crashpoint
         # the collector imports the harness's rooms: imported when a scenario file is found
         from crashpoint.pytest_plugin._collect import ScenarioFile
 
         return ScenarioFile.from_parent(parent, path=file_path)
+    if not name.lower().endswith((".yml", ".yaml")):
+        return None  # an ordinary file: one string test, no import
     if file_path.suffix.lower() in (".yml", ".yaml"):
         # imported when a YAML file is found: loading the plugin stays cheap
         from crashpoint.pytest_plugin._lookalike import lookalike
@@ -629,15 +344,14 @@ def _under_args(config: pytest.Config, path: Path) -> bool:
     return False
 
 
-#: YAML files found while walking a folder that look like scenarios but are not named so
-_LOOKALIKES = pytest.StashKey[list[tuple[str, str]]]()
-
-
 def _refuse_lookalike_args(config: pytest.Config) -> None:
     """A scenario lookalike given on the command line (``pytest foo.yml``, ``crashpoint run
     foo.yml``): a usage error with the name it should have, not pytest's "not found"."""
     for arg in config.args:
-        path = Path(config.invocation_params.dir, arg.split("::")[0])
+        given = arg.split("::")[0]
+        if not given.lower().endswith((".yml", ".yaml")):
+            continue  # not a YAML file: one string test
+        path = Path(config.invocation_params.dir, given)
         if path.suffix.lower() not in (".yml", ".yaml") or not path.is_file():
             continue
         # imported when a YAML file is given: loading the plugin stays cheap
@@ -645,153 +359,16 @@ def _refuse_lookalike_args(config: pytest.Config) -> None:
 
         better = lookalike(path)
         if better is not None:
-            raise pytest.UsageError(f"crashpoint: {hint(arg.split('::')[0], better)}")
+            raise pytest.UsageError(f"crashpoint: {hint(given, better)}")
 
 
 def _note_lookalikes(session: pytest.Session) -> None:
     found = session.config.stash.get(_LOOKALIKES, [])
-    if not found:
-        return
     # imported when there is something to say: loading the plugin stays cheap
     from crashpoint.pytest_plugin._lookalike import hint
+    from crashpoint.pytest_plugin._session import say
 
     for path, better in found:
         rel = os.path.relpath(path, session.config.invocation_params.dir)
         shown = path if rel.startswith("..") else rel
-        _say(session.config, f"crashpoint: note: {hint(shown, better)}")
-
-
-# -- progress and summary --------------------------------------------------------------------
-
-
-_USED = pytest.StashKey[bool]()  # the session collected crashpoint items
-WATCHER = pytest.StashKey[Any]()  # the xdist controller's _board.Watcher
-PROGRESS_DIR = "crashpoint_progress_dir"  # key in an xdist worker's workerinput
-
-
-def _is_crashpoint_item(item: pytest.Item) -> bool:
-    if "crash_harness" in getattr(item, "fixturenames", ()):
-        return True
-    # the collector (it imports the harness's rooms) is loaded only once a scenario file is
-    # found: where it is not loaded, no item is a scenario item
-    collect = sys.modules.get("crashpoint.pytest_plugin._collect")
-    return collect is not None and isinstance(item, collect.ScenarioItem)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    _note_lookalikes(session)
-    if session.items:  # an xdist controller collects none: its workers' ids come by a hook
-        session.config.stash[ITEMS]["collected"] = [i.nodeid for i in session.items]
-    count = sum(1 for i in session.items if _is_crashpoint_item(i))
-    session.config.stash[_USED] = count > 0
-    if count or any(i.get_closest_marker("crashpoint") for i in session.items):
-        # crashpoint is used: its signal handlers, and the leftovers of killed runs
-        _install_signal_handlers(session.config)
-        _reap_stale(session.config)
-    board = session.config.stash.get(BOARD, None)
-    if board is not None:
-        board.items_total = count
-
-
-class _ProgressItems:
-    """Counts finished crashpoint items on the board (and, on a worker, tells the file)."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
-        yield
-        board = self.config.stash.get(BOARD, None)
-        if board is None or not _is_crashpoint_item(item):
-            return
-        board.finish_item()
-        worker_file = self.config.stash.get(WORKER_FILE, None)
-        if worker_file is not None:
-            worker_file.write(board)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
-        """xdist controller: start the watcher once and hand its folder to each worker."""
-        watcher = self.config.stash.get(WATCHER, None)
-        if watcher is None:
-            # imported when used (--crashpoint-progress): keeps loading the plugin cheap
-            from crashpoint.pytest_plugin._board import Watcher
-
-            tr = self.config.pluginmanager.get_plugin("terminalreporter")
-            if tr is None:
-                return
-            watcher = Watcher(tr.write_line)
-            self.config.stash[WATCHER] = watcher
-        node.workerinput[PROGRESS_DIR] = watcher.folder
-
-
-def _start_progress(config: pytest.Config) -> None:
-    if not config.stash[SETTINGS].progress:
-        return
-    # imported when used (--crashpoint-progress): keeps loading the plugin cheap
-    from crashpoint.pytest_plugin._board import Board, WorkerFile
-
-    config.stash[BOARD] = Board()
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None and workerinput.get(PROGRESS_DIR):
-        config.stash[WORKER_FILE] = WorkerFile(
-            workerinput[PROGRESS_DIR], str(workerinput.get("workerid", "gw"))
-        )
-    config.pluginmanager.register(_ProgressItems(config), "crashpoint-progress")
-
-
-class _SummaryCollector:
-    """Gathers campaign summaries from test reports (works under xdist: reports carry them)."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
-            self.config.stash[ITEMS]["finished"].append(report.nodeid)
-        if report.failed and report.nodeid.split("::", 1)[0].endswith(".scenario.yaml"):
-            # imported when a scenario item failed: loading the plugin stays cheap
-            from crashpoint.pytest_plugin._summary import note_item_report
-
-            note_item_report(self.config, report)
-        if report.when != "call":
-            return
-        for key, value in report.user_properties:
-            if key == "crashpoint":
-                self.config.stash[SUMMARIES].append(json.loads(str(value)))
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        # a malformed scenario file (or any collection error of a crashpoint session): bad input
-        if report.failed and (
-            report.nodeid.split("::", 1)[0].endswith(".scenario.yaml") or _explicit(self.config)
-        ):
-            # imported when collection failed: loading the plugin stays cheap
-            from crashpoint.pytest_plugin._summary import note_collect_report
-
-            note_collect_report(self.config, report)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """xdist controller: the items its workers collected (it collects none itself)."""
-        collected = self.config.stash[ITEMS]["collected"]
-        seen = set(collected)  # every worker collects the same items: kept once each
-        collected.extend(i for i in ids if i not in seen)
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    summaries = config.stash[SUMMARIES]
-    by = _interrupted_by(config)
-    if not _has_news(config, by) and not config.stash.get(_REPORT_PATHS, None):
-        return  # crashpoint was not used: no line, no import
-    # imported when used: keeps loading the plugin cheap
-    from crashpoint.pytest_plugin._summary import ci_end_lines, summary_table
-
-    if summaries or (by and config.stash[SETTINGS].report):
-        for line in summary_table(summaries, interrupted_by=by):
-            terminalreporter.write_line(line)
-    for line in ci_end_lines(config):  # what changed since the baseline; GitHub annotations
-        terminalreporter.write_line(line)
-    paths = config.stash.get(_REPORT_PATHS, None)
-    if paths:
-        terminalreporter.write_line("crashpoint reports: " + ", ".join(paths))
+        say(session.config, f"crashpoint: note: {hint(shown, better)}")

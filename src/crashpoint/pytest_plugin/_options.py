@@ -1,7 +1,8 @@
 """What a session asks of crashpoint: the options, their resolved settings, and the marker.
 
 Each option is a flag, an environment variable and an ini key sharing one help text
-(:data:`OPTIONS`); :func:`resolve_settings` takes each from the command line, else the
+(:data:`OPTIONS`, from the plain table in :mod:`._table` that the entry module reads when pytest
+starts); :func:`resolve_settings` takes each from the command line, else the
 environment, else the ini file, and a bad value is a usage error naming where it came from.
 The ``crashpoint`` marker is parsed strictly (:func:`marker_options`). The stash keys the
 plugin's modules share live here too.
@@ -20,6 +21,18 @@ from typing import Any
 import pytest
 
 from crashpoint import harness
+from crashpoint.pytest_plugin._table import (
+    BASELINE_DESC,
+    BUDGET_DESC,
+    MARKER,
+    MODE_DESC,
+    OPTIONS,
+    PROGRESS_DESC,
+    REPORT_DESC,
+    SEED_DESC,
+    SHARD_DESC,
+    TRIALS_DESC,
+)
 
 __all__ = [
     "BASELINE_DESC",
@@ -43,51 +56,6 @@ __all__ = [
     "resolve_settings",
 ]
 
-SEED_DESC = "seed of every crashpoint campaign (trial plans are a pure function of it)"
-TRIALS_DESC = "number of random trials per campaign (systematic ones cover every boundary)"
-MODE_DESC = (
-    "systematic: kill at every boundary, every power-loss state; random: draw boundaries at random"
-)
-REPORT_DESC = "folder for crashpoint reports (JSON, JUnit, HTML, failing trial folders)"
-SHARD_DESC = "run only shard I of N of every campaign's trials (I/N, 1-based), for CI matrices"
-PROGRESS_DESC = "show trials done / total and failures so far while campaigns run"
-BUDGET_DESC = (
-    "time budget of each campaign, e.g. 10m (none: no limit); past it the running "
-    "trial is stopped, the rest is not run, and the campaign fails (default 10m)"
-)
-BASELINE_DESC = (
-    "a previous gate.json (or the report folder holding it): the end of the run says what "
-    "changed since (new failures, fixed, flaky), in the terminal, gate.json, report.html and "
-    "the step summary"
-)
-
-#: name -> (CLI flag, environment variable, ini key, help, default)
-OPTIONS: dict[str, tuple[str, str, str, str, str | None]] = {
-    "seed": ("--crashpoint-seed", "CRASHPOINT_SEED", "crashpoint_seed", SEED_DESC, None),
-    "trials": ("--crashpoint-trials", "CRASHPOINT_TRIALS", "crashpoint_trials", TRIALS_DESC, None),
-    "mode": ("--crashpoint-mode", "CRASHPOINT_MODE", "crashpoint_mode", MODE_DESC, None),
-    "report": ("--crashpoint-report", "CRASHPOINT_REPORT", "crashpoint_report", REPORT_DESC, None),
-    "shard": ("--crashpoint-shard", "CRASHPOINT_SHARD", "crashpoint_shard", SHARD_DESC, None),
-    "progress": (
-        "--crashpoint-progress",
-        "CRASHPOINT_PROGRESS",
-        "crashpoint_progress",
-        PROGRESS_DESC,
-        None,
-    ),
-    "budget": ("--crashpoint-budget", "CRASHPOINT_BUDGET", "crashpoint_budget", BUDGET_DESC, None),
-    "baseline": (
-        "--crashpoint-baseline",
-        "CRASHPOINT_BASELINE",
-        "crashpoint_baseline",
-        BASELINE_DESC,
-        None,
-    ),
-}
-MARKER = (
-    "crashpoint(trials=None, faults=None, seed=None, restarts=None): campaign settings "
-    "for the crash_harness fixture of this test"
-)
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
 
