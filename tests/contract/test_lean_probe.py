@@ -63,3 +63,54 @@ def test_the_entry_module_loads_no_typing(tmp_path: Path) -> None:
     mods = set(out.stdout.split())
     assert "crashpoint.errors" in mods
     assert not mods & {"typing", "threading", "socket", "json"}, sorted(mods)
+
+
+#: what the demo agent's plain run (no --smtp, --webhook or --help) must not load: the effects
+#: over HTTP and SMTP, importlib.resources for its corpus, argparse, dataclasses and typing
+#: (each 10-45 ms of CPU a start; the suite and the shipped gate start it hundreds of times)
+DEMO_HEAVY = {
+    "argparse",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "tempfile",
+    "shutil",
+    "importlib.resources",
+    "urllib.request",
+    "http.client",
+    "email",
+    "smtplib",
+    "ssl",
+    "socket",
+    "crashpoint.checkpoint._http",
+    "crashpoint.checkpoint._mail",
+}
+
+
+def _demo_modules(tmp_path: Path, *args: str) -> set[str]:
+    """The modules the demo agent (``python -m crashpoint.agents.demo``) has loaded when it
+    exits, after a full run with ``args``."""
+    listing = tmp_path / "modules.txt"
+    code = (
+        "import atexit, runpy, sys\n"
+        f"atexit.register(lambda: open({str(listing)!r}, 'w').write(' '.join(sys.modules)))\n"
+        "sys.argv[0] = 'demo'\n"
+        "runpy.run_module('crashpoint.agents.demo', run_name='__main__', alter_sys=True)\n"
+    )
+    state = tmp_path / "state"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--state", str(state), *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"published": true' in out.stdout, out.stdout
+    return set(listing.read_text().split())
+
+
+def test_the_demo_agents_run_loads_only_what_it_uses(tmp_path: Path) -> None:
+    mods = _demo_modules(tmp_path, "--topic", "torn tail recovery")
+    assert "crashpoint.checkpoint._run" in mods
+    assert not mods & DEMO_HEAVY, sorted(mods & DEMO_HEAVY)

@@ -19,24 +19,31 @@ resumed on the way. Exit codes: 0 done, 75 paused for approval, 77 denied (see
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
+import sys
 import time
-from importlib import resources
-from typing import Any
+from types import SimpleNamespace
 
 from crashpoint.checkpoint import (
     Checkpointing,
     atomic_write,
-    http_effect,
     open_run,
     open_store,
     run_main,
-    smtp_effect,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator
+    from typing import Any, NoReturn
+
+#: the bundled corpus, beside this module (read with importlib.resources only when the package
+#: is not a folder on disk, e.g. imported from a zip: that import costs a run ~30 ms)
+_CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
 STEPS = ["plan", "search", "summarise", "write_report", "notify", "publish"]
 STEPS_WITH_APPROVAL = [
@@ -79,16 +86,29 @@ def make_plan(topic: str) -> dict[str, Any]:
 def search(keywords: list[str]) -> list[dict[str, Any]]:
     """The tool: score each sentence of the bundled corpus by keyword hits."""
     hits: list[dict[str, Any]] = []
-    corpus = resources.files("crashpoint.agents") / "corpus"
-    for doc in sorted(corpus.iterdir(), key=lambda p: p.name):
-        if not doc.name.endswith(".txt"):
-            continue
-        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines()):
+    for name, text in _corpus_documents():
+        for n, line in enumerate(text.splitlines()):
             score = sum(line.lower().count(k) for k in keywords)
             if score:
-                hits.append({"doc": doc.name, "line": n, "score": score, "text": line})
+                hits.append({"doc": name, "line": n, "score": score, "text": line})
     hits.sort(key=lambda h: (-h["score"], h["doc"], h["line"]))
     return hits[:5]
+
+
+def _corpus_documents() -> Iterator[tuple[str, str]]:
+    """The corpus's ``*.txt`` documents, by name: (name, text)."""
+    if os.path.isdir(_CORPUS):
+        for name in sorted(os.listdir(_CORPUS)):
+            if name.endswith(".txt"):
+                with open(os.path.join(_CORPUS, name), encoding="utf-8") as f:
+                    yield name, f.read()
+        return
+    from importlib import resources  # a package not on disk (a zip): its loader reads it
+
+    corpus = resources.files("crashpoint.agents") / "corpus"
+    for doc in sorted(corpus.iterdir(), key=lambda p: p.name):
+        if doc.name.endswith(".txt"):
+            yield doc.name, doc.read_text(encoding="utf-8")
 
 
 def fake_llm(topic: str, hits: list[dict[str, Any]], think: float = 0.0) -> str:
@@ -112,7 +132,9 @@ def write_report(
     return {"file": "report.md", "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    import argparse  # only for --help and errors (with gettext, locale, shutil: ~15 ms a start)
+
     ap = argparse.ArgumentParser(
         prog="python -m crashpoint.agents.demo",
         description=__doc__,
@@ -140,14 +162,84 @@ def main(argv: list[str] | None = None) -> None:
         metavar="SECONDS",
         help="the fake model's thinking time (default 0)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+#: the options, as :func:`_parser` defines them: name -> (attribute, type; None for a flag)
+_OPTIONS: dict[str, tuple[str, Any]] = {
+    "--state": ("state", str),
+    "--topic": ("topic", str),
+    "--run-id": ("run_id", str),
+    "--store": ("store", str),
+    "--approval": ("approval", None),
+    "--interval": ("interval", int),
+    "--smtp": ("smtp", str),
+    "--webhook": ("webhook", str),
+    "--think": ("think", float),
+}
+_DEFAULTS: dict[str, Any] = {
+    "topic": "how do agents recover from a crash",
+    "run_id": "demo",
+    "store": None,
+    "approval": False,
+    "interval": 0,
+    "smtp": None,
+    "webhook": None,
+    "think": 0.0,
+}
+
+
+def _plain_args(argv: list[str]) -> SimpleNamespace | None:
+    """``argv`` parsed as :func:`_parser` would, without importing argparse, when it is plain:
+    each option spelled in full (``--name VALUE`` or ``--name=VALUE``), each value of its type
+    (a separate one not starting with ``-``), ``--state`` given. Anything else (``--help``, an
+    abbreviation, a typo, a bad value) gives None: argparse parses it, with its messages."""
+    values = dict(_DEFAULTS)
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        option = _OPTIONS.get(name)
+        if option is None:
+            return None
+        attr, kind = option
+        i += 1
+        if kind is None:
+            if eq:
+                return None
+            values[attr] = True
+            continue
+        if not eq:
+            if i == len(argv) or argv[i].startswith("-"):
+                return None
+            value = argv[i]
+            i += 1
+        try:
+            values[attr] = kind(value)
+        except ValueError:
+            return None
+    if "state" not in values:
+        return None
+    return SimpleNamespace(**values)
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Exit 2 with the usage and ``message``, as argparse does."""
+    _parser().error(message)
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        argv = sys.argv[1:]
+    args: Any = _plain_args(argv) or _parser().parse_args(argv)
     if not 0 <= args.think <= 3600:
-        ap.error(f"--think {args.think}: give seconds between 0 and 3600")
+        _usage_error(f"--think {args.think}: give seconds between 0 and 3600")
     mail = webhook = None
-    if args.smtp:
+    if args.smtp:  # the mail and HTTP effects (smtplib, email, urllib) load only when used
+        from crashpoint.checkpoint import smtp_effect
+
         host, _, port = args.smtp.rpartition(":")
         if not host or not port.isdigit():
-            ap.error(f"--smtp {args.smtp!r}: give HOST:PORT, e.g. 127.0.0.1:2525")
+            _usage_error(f"--smtp {args.smtp!r}: give HOST:PORT, e.g. 127.0.0.1:2525")
         user, password = (
             os.environ.get("CRASHPOINT_SMTP_USER"),
             os.environ.get("CRASHPOINT_SMTP_PASSWORD"),
@@ -161,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
             timeout=10,
         )
     if args.webhook:
+        from crashpoint.checkpoint import http_effect
+
         webhook = http_effect(args.webhook, timeout=5, retries=2)
 
     if args.store:  # the report still goes to the state folder

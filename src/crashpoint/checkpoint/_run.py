@@ -12,8 +12,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
 from crashpoint import probe
 from crashpoint._failpoints import failpoint
@@ -28,6 +26,7 @@ from crashpoint.checkpoint._runstate import (
     run_reducer,
 )
 from crashpoint.checkpoint._store import RunJournal, Store
+from crashpoint.checkpoint._value import FrozenValue
 from crashpoint.errors import (
     CheckpointCorrupt,
     CheckpointError,
@@ -39,6 +38,12 @@ from crashpoint.errors import (
     RunPaused,
     RunStateError,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers: True)
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
 
 __all__ = [
     "EXIT_CODES",
@@ -61,8 +66,20 @@ __all__ = [
     "state_at",
 ]
 
-EffectPolicy = Literal["retry", "reconcile", "ask", "fail"]
 _POLICIES = ("retry", "reconcile", "ask", "fail")
+
+
+def __getattr__(name: str) -> Any:
+    """``EffectPolicy``, the one name here that needs :mod:`typing` at run time, made on first
+    use: an agent's run never imports typing (nor dataclasses: the value classes below are
+    :class:`~crashpoint.checkpoint._value.FrozenValue`)."""
+    if name == "EffectPolicy":
+        from typing import Literal
+
+        policy = Literal["retry", "reconcile", "ask", "fail"]
+        globals()[name] = policy
+        return policy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_main(main: Callable[[], Any]) -> None:
@@ -77,17 +94,20 @@ def run_main(main: Callable[[], Any]) -> None:
         sys.exit(exit_code(exc))
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(FrozenValue):
     """A human's answer to an approval request."""
 
+    # the fields, in order (repr and __init__ follow it, as @dataclass did)
+    __slots__ = ("approved", "note", "by")  # noqa: RUF023
     approved: bool
-    note: str = ""
-    by: str = ""
+    note: str
+    by: str
+
+    def __init__(self, approved: bool, note: str = "", by: str = "") -> None:
+        self._init(approved, note, by)
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpointing:
+class Checkpointing(FrozenValue):
     """When completed steps are made durable.
 
     ``event`` (default): every step. ``interval(n)``: group commit every n steps — a power loss
@@ -97,11 +117,23 @@ class Checkpointing:
     before a ``kind="llm"`` step starts (the expensive call is never lost to a crash).
     """
 
-    mode: Literal["event", "interval", "hybrid"] = "event"
-    every: int = 1
-    seconds: float = 0.0
-    after_tools: bool = False
-    before_llm: bool = False
+    # the fields, in order (repr and __init__ follow it, as @dataclass did)
+    __slots__ = ("mode", "every", "seconds", "after_tools", "before_llm")  # noqa: RUF023
+    mode: Literal["event", "interval", "hybrid"]
+    every: int
+    seconds: float
+    after_tools: bool
+    before_llm: bool
+
+    def __init__(
+        self,
+        mode: Literal["event", "interval", "hybrid"] = "event",
+        every: int = 1,
+        seconds: float = 0.0,
+        after_tools: bool = False,
+        before_llm: bool = False,
+    ) -> None:
+        self._init(mode, every, seconds, after_tools, before_llm)
 
     @classmethod
     def event(cls, **kw: bool) -> Checkpointing:
@@ -120,12 +152,21 @@ class Checkpointing:
         return cls("hybrid", n, seconds, **kw)
 
 
-@dataclass(frozen=True, slots=True)
-class Rollback:
+class Rollback(FrozenValue):
     """What a rollback did: the step kept last, the steps discarded, and the effects recorded
     after that point, which **may need compensation** (the outside world may have seen them;
     re-running the later steps performs them again under new keys)."""
 
+    # the fields, in order (repr and __init__ follow it, as @dataclass did)
+    __slots__ = (  # noqa: RUF023
+        "run_id",
+        "to",
+        "position",
+        "status_before",
+        "discarded",
+        "compensate",
+        "pauses",
+    )
     run_id: str
     to: str
     position: int
@@ -133,6 +174,18 @@ class Rollback:
     discarded: tuple[str, ...]
     compensate: tuple[dict[str, Any], ...]
     pauses: tuple[str, ...]
+
+    def __init__(
+        self,
+        run_id: str,
+        to: str,
+        position: int,
+        status_before: str,
+        discarded: tuple[str, ...],
+        compensate: tuple[dict[str, Any], ...],
+        pauses: tuple[str, ...],
+    ) -> None:
+        self._init(run_id, to, position, status_before, discarded, compensate, pauses)
 
     def describe(self) -> str:
         lines = [
@@ -774,16 +827,28 @@ def rollback(
         return _rollback(journal, run_id, to, note=note, by=by)
 
 
-@dataclass(frozen=True, slots=True)
-class StateAt:
+class StateAt(FrozenValue):
     """A run's state as it was when a step completed (see :func:`state_at`)."""
 
+    # the fields, in order (repr and __init__ follow it, as @dataclass did)
+    __slots__ = ("run_id", "step", "position", "seq", "state", "discarded")  # noqa: RUF023
     run_id: str
     step: str
     position: int
     seq: int  # the sequence number of the step's record
     state: dict[str, Any]
     discarded: bool  # a later rollback discarded this completion
+
+    def __init__(
+        self,
+        run_id: str,
+        step: str,
+        position: int,
+        seq: int,
+        state: dict[str, Any],
+        discarded: bool,
+    ) -> None:
+        self._init(run_id, step, position, seq, state, discarded)
 
 
 def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
@@ -849,13 +914,17 @@ def state_at(store: Store, run_id: str, step: str | int) -> StateAt:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class PlanLine:
+class PlanLine(FrozenValue):
     """One line of a resume plan: what will happen to a step or an effect, and why."""
 
+    # the fields, in order (repr and __init__ follow it, as @dataclass did)
+    __slots__ = ("action", "what", "why")
     action: str  # replay | run | in-doubt | wait | done
     what: str
     why: str
+
+    def __init__(self, action: str, what: str, why: str) -> None:
+        self._init(action, what, why)
 
 
 def plan(store: Store, run_id: str) -> list[PlanLine]:

@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type che
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Value"]
+__all__ = ["FrozenValue", "Value"]
 
 
 class Value:
@@ -41,3 +41,24 @@ class Value:
     def __repr__(self) -> str:
         shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._names())
         return f"{type(self).__name__}({shown})"
+
+
+class FrozenValue(Value):
+    """A :class:`Value` whose fields cannot be assigned once set, as ``@dataclass(frozen=True)``:
+    ``__init__`` sets them with :meth:`_init`; copies and pickles are made from the fields, in
+    ``__slots__`` order (the subclass's ``__init__`` takes them positionally in that order)."""
+
+    __slots__ = ()
+
+    def _init(self, *values: Any) -> None:
+        for name, value in zip(self._names(), values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a {type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a {type(self).__name__} is frozen")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self._fields())
