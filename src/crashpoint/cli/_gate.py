@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 from crashpoint import harness
@@ -62,7 +63,10 @@ _RUN_EXIT_CODES = (
     "'running' markers first, so a gate killed before it writes never leaves "
     "them looking current), and exits with a code a CI can read (below). SIGINT "
     "(Ctrl-C) or SIGTERM stops it cleanly (agents killed, temporary folders "
-    "removed, the report marked incomplete).",
+    "removed, the report marked incomplete). Its pytest session loads only "
+    "crashpoint's plugin (and pytest-xdist's with -n) and the conftest.py files, not "
+    "every pytest plugin installed (importing those cost ~1 s a run and a worker): "
+    "name any other with -p (or in $PYTEST_PLUGINS).",
     epilog=_RUN_EXIT_CODES,
     args=[
         arg("paths", nargs="*", metavar="PATH", help="scenario files or folders"),
@@ -99,6 +103,16 @@ _RUN_EXIT_CODES = (
             "summary (default: $CRASHPOINT_BASELINE)",
         ),
         arg("--quiet", action="store_true", help="no progress lines"),
+        arg(
+            "-p",
+            dest="plugins",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="also load this pytest plugin: its entry-point name or module, as pytest's "
+            "-p (repeatable; the session loads only crashpoint's plugin, pytest-xdist's "
+            "with -n, and conftest.py files, not every plugin installed)",
+        ),
     ],
 )
 def _run(ctx: Context) -> int:
@@ -125,13 +139,21 @@ def _run(ctx: Context) -> int:
     baseline = _load_baseline(wanted) if wanted else None
     # --assert=plain: scenario items assert nothing, and rewriting would warn that crashpoint
     # (imported by this command) is "already imported", which filterwarnings=error, common in
-    # a project's own configuration, turns into a crash of the gate
+    # a project's own configuration, turns into a crash of the gate. The plugins: see
+    # _PLUGIN_AUTOLOAD (the project's ini options for the plugins not loaded are no error,
+    # nor its required_plugins: the gate's session needs none of them)
     argv = [
         *paths,
         "-o",
         "addopts=",
+        "-o",
+        "required_plugins=",
+        "-W",
+        "ignore::pytest.PytestConfigWarning",
         "-p",
         "no:cacheprovider",
+        "-p",
+        "crashpoint",  # the entry point's name: autoload is off
         "--assert=plain",
         "-q",
         "-rfEs",  # failures, errors, and why an item was skipped (no PostgreSQL here)
@@ -139,8 +161,10 @@ def _run(ctx: Context) -> int:
         report,
         f"--junitxml={os.path.join(report, 'junit.xml')}",
     ]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        argv += ["-p", "crashpoint"]  # the entry point's name: loads it when autoload is off
+    if a.workers is not None:
+        argv += ["-p", "xdist"]
+    for name in a.plugins:
+        argv += ["-p", name]
     for flag, value in (
         ("--crashpoint-seed", a.seed),
         ("--crashpoint-trials", a.trials),
@@ -178,7 +202,8 @@ def _run(ctx: Context) -> int:
             argv += ["--crashpoint-baseline", _keep_baseline(baseline, report)]
         import pytest  # here, not at the top: only the gate pays for pytest's start-up
 
-        code = int(pytest.main(argv, plugins=[verdicts]))
+        with _plugin_autoload_off():
+            code = int(pytest.main(argv, plugins=[verdicts]))
     finally:
         if harness.received() is not None:
             harness.cleanup_all()
@@ -194,6 +219,28 @@ def _run(ctx: Context) -> int:
         )
         return 128 + sig
     return _exit_code(ctx, code, verdicts.verdict, paths, a.keyword)
+
+
+#: Set for the gate's pytest session (and so inherited by its pytest-xdist workers): pytest then
+#: imports no plugin by its entry point but those named with ``-p`` (importing every plugin
+#: installed, langsmith's, pytest-cov's, Hypothesis's, pyfakefs's..., was ~1.1 s of the ~2 s of
+#: CPU a gate spent before judging anything, paid again by each worker)
+_PLUGIN_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+
+
+@contextlib.contextmanager
+def _plugin_autoload_off() -> Iterator[None]:
+    """Entry-point plugins off for the session, the variable as it was afterwards (``run`` may
+    be called in-process)."""
+    before = os.environ.get(_PLUGIN_AUTOLOAD)
+    os.environ[_PLUGIN_AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_PLUGIN_AUTOLOAD, None)
+        else:
+            os.environ[_PLUGIN_AUTOLOAD] = before
 
 
 class _Verdicts:
