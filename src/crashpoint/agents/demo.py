@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             timeout=10,
         )
     if args.webhook:
-        from crashpoint.checkpoint import http_effect
+        from crashpoint.checkpoint import http_effect  # only when used: urllib, http.client
 
         webhook = http_effect(args.webhook, timeout=5, retries=2)
 

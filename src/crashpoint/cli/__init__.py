@@ -18,8 +18,9 @@ its own modules, never another package's private module. Its rooms:
 
 The lifecycle commands run once per step of a shell agent, so they start fast: this face
 imports nothing but :mod:`sys`, and :func:`main` loads only the lifecycle's room for them (the
-store, its journal and the run's records; no other room, no harness module); every other
-command loads every room. No room imports pytest, psutil or a harness module when it is loaded
+store, its journal and the run's records; no other room, no harness module); the gate's
+(``run``, ``replay``, ``report``) load the gate's room alone; every other command loads every
+room. No room imports pytest, psutil or a harness module when it is loaded
 (the harness face is lazy; ``run`` imports pytest itself). The console script ``crashpoint``,
 ``python -m crashpoint`` and ``python -m crashpoint.cli`` all call :func:`console_main`, which
 runs :func:`main` and, after a lifecycle command, ends the process without the interpreter's
