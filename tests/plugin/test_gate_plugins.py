@@ -81,7 +81,6 @@ def test_the_gate_imports_no_installed_plugin_but_runs_conftest_hooks(
     assert not marker.exists(), "crashpoint run imported an installed pytest plugin"
     finished = [json.loads(ln) for ln in (inner.path / "finished.jsonl").read_text().splitlines()]
     assert finished == [{"name": "tiny-kill_random", "ok": True}]
-    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in os.environ  # (as the test found it)
 
 
 def test_dash_p_loads_a_plugin_by_its_entry_point(inner: Any, marker: Path) -> None:
@@ -97,3 +96,19 @@ def test_run_help_says_how_to_load_another_plugin(inner: Any) -> None:
     out = " ".join(result.stdout.str().split())
     assert "-p NAME also load this pytest plugin" in out
     assert "not every pytest plugin installed" in out
+
+
+def test_the_variable_is_set_for_the_session_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run`` may be called in-process (``crashpoint.cli.main``): the variable is as it was
+    afterwards, unset or set to the user's own value."""
+    from crashpoint.cli import _gate
+
+    var = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
+    monkeypatch.delenv(var, raising=False)
+    with _gate._plugin_autoload_off():
+        assert os.environ[var] == "1"
+    assert var not in os.environ
+    monkeypatch.setenv(var, "yes")
+    with _gate._plugin_autoload_off():
+        assert os.environ[var] == "1"
+    assert os.environ[var] == "yes"
