@@ -242,6 +242,10 @@ _RESULT = re.compile(
 )
 _DECORATED = re.compile(r"^(-?\d+|AT_FDCWD)<(.*)>(\(deleted\))?$", re.S)
 _ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+#: The characters :func:`_split` acts on.
+_SPECIAL = re.compile(r'["/<(\[{)\]},]')
+#: The rest of a quoted string, to its closing quote (a backslash escapes the next character).
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SIMPLE_ESC = {
     b"n": b"\n",
     b"t": b"\t",
@@ -378,17 +382,19 @@ def decode(quoted: str) -> str:
     if len(s) >= 2 and s[0] == '"':
         end = s.rfind('"')
         s = s[1:end] if end > 0 else s[1:]
+    if "\\" not in s and s.isascii():  # most paths: nothing to undo
+        return s
     data = s.encode("latin-1", "surrogateescape")
+    return os.fsdecode(_ESCAPE.sub(_unescape, data))
 
-    def one(m: re.Match[bytes]) -> bytes:
-        e = m.group(1)
-        if e[:1] == b"x" and len(e) > 1:
-            return bytes([int(e[1:], 16)])
-        if e[:1].isdigit():
-            return bytes([int(e, 8) & 0xFF])
-        return _SIMPLE_ESC.get(e, e)
 
-    return os.fsdecode(_ESCAPE.sub(one, data))
+def _unescape(m: re.Match[bytes]) -> bytes:
+    e = m.group(1)
+    if e[:1] == b"x" and len(e) > 1:
+        return bytes([int(e[1:], 16)])
+    if e[:1].isdigit():
+        return bytes([int(e, 8) & 0xFF])
+    return _SIMPLE_ESC.get(e, e)
 
 
 def _split(text: str, start: int) -> tuple[list[str], int]:
@@ -399,12 +405,16 @@ def _split(text: str, start: int) -> tuple[list[str], int]:
     cur = start
     i = start
     n = len(text)
+    special = _SPECIAL.search
     while i < n:
+        m = special(text, i)  # the next character that matters (the rest are copied as is)
+        if m is None:
+            break
+        i = m.start()
         c = text[i]
         if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
+            q = _STRING_REST.match(text, i + 1)  # to its closing quote (escapes skipped)
+            i = n if q is None else q.end() - 1
         elif c == "/" and text.startswith("/*", i):
             end = text.find("*/", i + 2)
             i = n if end < 0 else end + 1
