@@ -563,18 +563,7 @@ class _Parser:
                 result = None if tok == "?" else int(tok, 0)
                 errno = rm.group(3) or ""
                 injected = "(INJECTED)" in text[rm.end() :]
-        call = Syscall(
-            seq=0,
-            pid=pid,
-            name=name,
-            args=tuple(args),
-            result=result,
-            errno=errno,
-            raw=text,
-            injected=injected,
-            time=t,
-        )
-        return self._resolve(call)
+        return self._resolve(pid, name, tuple(args), result, errno, text, injected, t)
 
     def _cwd(self, pid: int) -> str:
         """The folder a relative path of ``pid`` resolves against (``cwd0`` if the trace has
@@ -600,9 +589,19 @@ class _Parser:
             where = self._cwd(pid)
         return _join(where, path)
 
-    def _resolve(self, c: Syscall) -> Syscall:
-        a = c.args
-        name = c.name
+    def _resolve(
+        self,
+        pid: int,
+        name: str,
+        a: tuple[str, ...],
+        result: int | None,
+        errno: str,
+        raw: str,
+        injected: bool,
+        t: float,
+    ) -> Syscall:
+        """The call with its paths resolved (one Syscall made per call: each is frozen, and
+        making one sets every field)."""
         path = path2 = ""
         given = given2 = ""
         fd = -1
@@ -613,50 +612,50 @@ class _Parser:
         elif a and name in _FD0 and re.fullmatch(r"\d+", a[0]):
             fd = int(a[0])
         if name in _AT1 and len(a) >= 2:
-            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
+            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
         elif name in _TWO_AT and len(a) >= 4:
-            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
-            path2, given2 = self._at(c.pid, a[2], a[3]), _path_arg(a[3]) or ""
+            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
+            path2, given2 = self._at(pid, a[2], a[3]), _path_arg(a[3]) or ""
         elif name == "symlinkat" and len(a) >= 3:
-            path, given = self._at(c.pid, a[1], a[2]), _path_arg(a[2]) or ""
+            path, given = self._at(pid, a[1], a[2]), _path_arg(a[2]) or ""
             given2 = _path_arg(a[0]) or ""
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name == "symlink" and len(a) >= 2:
             given, given2 = _path_arg(a[1]) or "", _path_arg(a[0]) or ""
-            path = self._path(c.pid, given)
+            path = self._path(pid, given)
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name in _TWO and len(a) >= 2:
             given, given2 = _path_arg(a[0]) or "", _path_arg(a[1]) or ""
-            path = self._path(c.pid, given)
-            path2 = self._path(c.pid, given2)
+            path = self._path(pid, given)
+            path2 = self._path(pid, given2)
         elif name in _PATH0 and a:
             given = _path_arg(a[0]) or ""
-            path = self._path(c.pid, given)
+            path = self._path(pid, given)
         elif num is not None:
             path = where if where.startswith("/") else ""
             deleted = gone
         # what the call teaches about the process's folder
-        if c.result == 0 and name in ("chdir", "fchdir") and path:
-            self.cwd[c.pid] = path
-        elif name in _FORKS and c.result is not None and c.result > 0 and c.pid in self.cwd:
+        if result == 0 and name in ("chdir", "fchdir") and path:
+            self.cwd[pid] = path
+        elif name in _FORKS and result is not None and result > 0 and pid in self.cwd:
             # (a parent whose folder is not known leaves its child's unknown too: cwd0)
-            self.cwd.setdefault(c.result, self.cwd[c.pid])
+            self.cwd.setdefault(result, self.cwd[pid])
         return Syscall(
             seq=0,
-            pid=c.pid,
+            pid=pid,
             name=name,
             args=a,
-            result=c.result,
-            errno=c.errno,
+            result=result,
+            errno=errno,
             path=path,
             path2=path2,
             fd=fd,
-            raw=c.raw,
-            injected=c.injected,
+            raw=raw,
+            injected=injected,
             deleted=deleted,
             path_arg=given,
             path2_arg=given2,
-            time=c.time,
+            time=t,
         )
 
 
