@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from crashpoint._proc import _writers
 from crashpoint._proc._writers import WriterWatch, open_watch
 
 PREFIX = "writer-watch-test"
@@ -194,3 +197,34 @@ def test_a_fake_filesystem_in_the_same_process_does_not_reach_the_reader(
     assert watch._thread.is_alive()
     assert str(folder / "under-fake") in got.mine, got
     assert got.complete
+
+
+def test_the_process_connector_delivers_only_forks_of_processes() -> None:
+    """The kernel filters the fork lineage's socket: a process fork arrives, its exec and exit
+    and a thread's fork do not (each once woke the reader, on a busy machine thousands a
+    second)."""
+    lineage = _writers._Lineage.open()
+    if lineage is None:
+        pytest.skip("no process connector here (not root?)")
+    try:
+        lineage.sock.setblocking(True)
+        lineage.sock.settimeout(0.2)
+        with contextlib.suppress(OSError):  # the listen acknowledgement, if any came through
+            while lineage.sock.recv(65536):
+                pass
+        child = _run(["/bin/true"])
+        assert child.wait(timeout=10) == 0
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
+        time.sleep(0.2)
+        kinds: list[tuple[int, int, int]] = []
+        with contextlib.suppress(OSError):
+            while data := lineage.sock.recv(65536):
+                what = struct.unpack_from("=I", data, 36)[0]
+                cpid, ctgid = struct.unpack_from("=II", data, 60) if len(data) >= 68 else (0, 1)
+                kinds.append((what, cpid, ctgid))
+    finally:
+        lineage.sock.close()
+    assert (_writers._PROC_EVENT_FORK, child.pid, child.pid) in kinds, kinds
+    assert all(what == _writers._PROC_EVENT_FORK and cpid == ctgid for what, cpid, ctgid in kinds)

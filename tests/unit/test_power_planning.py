@@ -319,3 +319,18 @@ def test_one_plan_per_state_costs_no_pass_over_all_states_or_events(
     assert _plans._fileop_order(states, 3, drawn.name) is order  # shuffled once
     labels = [p.faults[0].arg("label") for p in plans[-50:]]
     assert labels == [states[order[k]]["label"] for k in range(50)]
+
+
+def test_the_golden_runs_log_is_read_once_and_a_new_one_again() -> None:
+    """Every power-cut and replayed-kill trial asks for the golden run's log: it is read from
+    the golden's JSON once and kept (frozen); another golden run, or a golden whose ``plog``
+    was replaced, gets its own."""
+    golden = naive_golden(3)
+    log = _power.oplog_of(golden)
+    assert log == naive_log(3)
+    assert _power.oplog_of(golden) is log
+    other = naive_golden(3)
+    assert _power.oplog_of(other) == log
+    assert _power.oplog_of(other) is not log
+    golden.plog = naive_log(2).to_json()
+    assert _power.oplog_of(golden) == naive_log(2)

@@ -272,6 +272,41 @@ def test_max_lines_bounds_the_work(tmp_path: Path) -> None:
     assert t.truncated
 
 
+def test_a_trace_read_again_unchanged_is_parsed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The golden run's trace is read for its temp-folder writes and again for what is learned
+    from it: the second read reuses the parse; changed bytes, another cwd or a big file do
+    not, and each caller gets lists of its own."""
+    parses: list[str] = []
+    real = _strace.parse_lines
+
+    def counting(lines: object, **kw: object) -> _strace.Trace:
+        parses.append(str(kw.get("cwd")))
+        return real(lines, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_strace, "parse_lines", counting)
+    f = tmp_path / "trace"
+    f.write_text('1 write(3</a>, "x", 1) = 1\n1 +++ exited with 0 +++\n')
+    one = _strace.read(str(f), cwd="/w")
+    two = _strace.read(str(f), cwd="/w")
+    assert len(parses) == 1
+    assert one == two
+    assert one.calls is not two.calls
+    assert one.exits is not two.exits
+    one.calls.clear()
+    assert len(_strace.read(str(f), cwd="/w").calls) == 1
+    assert len(_strace.read(str(f), cwd="/v").calls) == 1  # another cwd: parsed again
+    f.write_text('1 write(3</a>, "y", 1) = 1\n1 +++ exited with 0 +++\n')
+    three = _strace.read(str(f), cwd="/w")  # the same size, other bytes: parsed again
+    assert [c.args[1] for c in three.calls] == ['"y"']
+    assert three.exits == {1: "exited with 0"}
+    assert len(parses) == 3
+    monkeypatch.setattr(_strace, "MEMO_BYTES", 10)  # bigger than this: streamed each time
+    assert _strace.read(str(f), cwd="/w") == _strace.read(str(f), cwd="/w") == three
+    assert len(parses) == 5
+
+
 def test_garbage_lines_are_skipped() -> None:
     out = calls("""
         strace: Process 5 attached

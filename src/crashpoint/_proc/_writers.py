@@ -68,6 +68,8 @@ _AT_FDCWD = -100
 MAX_MARKS = 4096
 #: Hops up a writer's parent chain looked at to find the attempt it belongs to.
 MAX_ANCESTRY = 64
+#: Bytes of fanotify events the reader takes at a time.
+_READ_SIZE = 64 * 1024
 
 
 @dataclass
@@ -84,19 +86,22 @@ class Writers:
     complete: bool = True
 
 
-def _raw_read(fd: int, size: int) -> bytes:
+def _raw_read(fd: int, size: int, buf: ctypes.Array[ctypes.c_char] | None = None) -> bytes:
     """``read(2)`` through libc, not ``os.read``: the reader thread runs beside tests that
     replace ``os`` and ``open`` with a fake filesystem (pyfakefs), whose descriptors have the
-    same numbers as real ones. Raises BlockingIOError when nothing is queued."""
+    same numbers as real ones. ``buf`` (at least ``size`` bytes): a buffer of the caller's to
+    read into, used again call after call (the reader's). Raises BlockingIOError when
+    nothing is queued."""
     libc = _libc()
     if libc is None:
         return os.read(fd, size)
-    buf = ctypes.create_string_buffer(size)
+    if buf is None:
+        buf = ctypes.create_string_buffer(size)
     n = libc.read(fd, buf, size)
     if n < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err)) if err != errno.EAGAIN else BlockingIOError()
-    return buf.raw[:n]
+    return ctypes.string_at(buf, n)
 
 
 def _proc_file(path: str) -> bytes | None:
@@ -190,6 +195,43 @@ _SO_RCVBUFFORCE = 33
 RECENT_FORKS = 5.0
 
 
+def _be32(value: int) -> int:
+    """``value`` as a socket filter's 32-bit load sees it in a host-order field (the
+    filter loads in network byte order)."""
+    return int.from_bytes(struct.pack("=I", value), "big")
+
+
+#: A classic socket filter for the process connector: keep only PROC_EVENT_FORK messages of a
+#: process (child pid == child tgid), drop the rest in the kernel (exec, exit, comm, uid, and
+#: forks of threads: most of a busy machine's traffic, each of which woke the reader). Offsets:
+#: nlmsghdr (16) + cn_msg (20) -> what (36); fork data: child pid (60), child tgid (64).
+_FORK_FILTER = (
+    (0x20, 0, 0, 36),  # ld  [36]          what
+    (0x15, 0, 5, _be32(_PROC_EVENT_FORK)),  # jeq #FORK, else drop
+    (0x20, 0, 0, 64),  # ld  [64]          child tgid
+    (0x02, 0, 0, 0),  # st  M[0]
+    (0x61, 0, 0, 0),  # ldx M[0]
+    (0x20, 0, 0, 60),  # ld  [60]          child pid
+    (0x1D, 1, 0, 0),  # jeq x -> keep
+    (0x06, 0, 0, 0),  # ret #0             drop
+    (0x06, 0, 0, 0xFFFFFFFF),  # ret #-1   keep whole
+)
+_SO_ATTACH_FILTER = 26
+
+
+def _only_process_forks(sock: socket.socket) -> bool:
+    """Attach :data:`_FORK_FILTER` to ``sock``; False (every message still arrives, and
+    :meth:`_Lineage.pump` skips the others itself) where the kernel refuses it."""
+    prog = b"".join(struct.pack("=HBBI", *ins) for ins in _FORK_FILTER)
+    code = ctypes.create_string_buffer(prog, len(prog))
+    fprog = struct.pack("@HP", len(_FORK_FILTER), ctypes.addressof(code))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
+
+
 class _Lineage:
     """Who forked whom, from the kernel's process connector (netlink, as root): a process
     forked by a trial's process is the trial's, even when it has ended before its write is
@@ -211,6 +253,7 @@ class _Lineage:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, _SO_RCVBUFFORCE, 8 << 20)
             sock.bind((0, _CN_IDX_PROC))
+            _only_process_forks(sock)
             op = struct.pack("=I", _PROC_CN_MCAST_LISTEN)
             cn = struct.pack("=IIIIHH", _CN_IDX_PROC, 1, 0, 0, len(op), 0) + op
             sock.send(_NLMSG.pack(_NLMSG.size + len(cn), 3, 0, 0, 0) + cn)
@@ -440,16 +483,19 @@ class WriterWatch:
             time.sleep(0.002)
 
     def _read(self) -> None:
+        space = ctypes.create_string_buffer(_READ_SIZE) if _libc() is not None else None
         while not self._closed:
             try:
-                select.select(self._waits, [], [], 1.0)  # the reader's own thread
+                ready = select.select(self._waits, [], [], 1.0)[0]  # the reader's own thread
                 with self._busy:
                     if self.closed:  # closed meanwhile: the number may be another file's now
                         break
                     if self._lineage is not None:
                         with self._lock:  # who forked whom before who wrote what
                             self._lineage.pump()
-                    buf = _raw_read(self._fd, 64 * 1024)
+                    if self._fd not in ready:  # only forks came: no write to file
+                        continue
+                    buf = _raw_read(self._fd, _READ_SIZE, space)
                     if buf and not self._file(buf):
                         break  # not fanotify's: the descriptor is no longer ours
             except BlockingIOError:

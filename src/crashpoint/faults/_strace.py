@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import io
 import os
 import re
 import shutil
@@ -240,6 +242,10 @@ _RESULT = re.compile(
 )
 _DECORATED = re.compile(r"^(-?\d+|AT_FDCWD)<(.*)>(\(deleted\))?$", re.S)
 _ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+#: The characters :func:`_split` acts on.
+_SPECIAL = re.compile(r'["/<(\[{)\]},]')
+#: The rest of a quoted string, to its closing quote (a backslash escapes the next character).
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _SIMPLE_ESC = {
     b"n": b"\n",
     b"t": b"\t",
@@ -376,17 +382,19 @@ def decode(quoted: str) -> str:
     if len(s) >= 2 and s[0] == '"':
         end = s.rfind('"')
         s = s[1:end] if end > 0 else s[1:]
+    if "\\" not in s and s.isascii():  # most paths: nothing to undo
+        return s
     data = s.encode("latin-1", "surrogateescape")
+    return os.fsdecode(_ESCAPE.sub(_unescape, data))
 
-    def one(m: re.Match[bytes]) -> bytes:
-        e = m.group(1)
-        if e[:1] == b"x" and len(e) > 1:
-            return bytes([int(e[1:], 16)])
-        if e[:1].isdigit():
-            return bytes([int(e, 8) & 0xFF])
-        return _SIMPLE_ESC.get(e, e)
 
-    return os.fsdecode(_ESCAPE.sub(one, data))
+def _unescape(m: re.Match[bytes]) -> bytes:
+    e = m.group(1)
+    if e[:1] == b"x" and len(e) > 1:
+        return bytes([int(e[1:], 16)])
+    if e[:1].isdigit():
+        return bytes([int(e, 8) & 0xFF])
+    return _SIMPLE_ESC.get(e, e)
 
 
 def _split(text: str, start: int) -> tuple[list[str], int]:
@@ -397,12 +405,16 @@ def _split(text: str, start: int) -> tuple[list[str], int]:
     cur = start
     i = start
     n = len(text)
+    special = _SPECIAL.search
     while i < n:
+        m = special(text, i)  # the next character that matters (the rest are copied as is)
+        if m is None:
+            break
+        i = m.start()
         c = text[i]
         if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
+            q = _STRING_REST.match(text, i + 1)  # to its closing quote (escapes skipped)
+            i = n if q is None else q.end() - 1
         elif c == "/" and text.startswith("/*", i):
             end = text.find("*/", i + 2)
             i = n if end < 0 else end + 1
@@ -551,18 +563,7 @@ class _Parser:
                 result = None if tok == "?" else int(tok, 0)
                 errno = rm.group(3) or ""
                 injected = "(INJECTED)" in text[rm.end() :]
-        call = Syscall(
-            seq=0,
-            pid=pid,
-            name=name,
-            args=tuple(args),
-            result=result,
-            errno=errno,
-            raw=text,
-            injected=injected,
-            time=t,
-        )
-        return self._resolve(call)
+        return self._resolve(pid, name, tuple(args), result, errno, text, injected, t)
 
     def _cwd(self, pid: int) -> str:
         """The folder a relative path of ``pid`` resolves against (``cwd0`` if the trace has
@@ -588,9 +589,19 @@ class _Parser:
             where = self._cwd(pid)
         return _join(where, path)
 
-    def _resolve(self, c: Syscall) -> Syscall:
-        a = c.args
-        name = c.name
+    def _resolve(
+        self,
+        pid: int,
+        name: str,
+        a: tuple[str, ...],
+        result: int | None,
+        errno: str,
+        raw: str,
+        injected: bool,
+        t: float,
+    ) -> Syscall:
+        """The call with its paths resolved (one Syscall made per call: each is frozen, and
+        making one sets every field)."""
         path = path2 = ""
         given = given2 = ""
         fd = -1
@@ -601,50 +612,50 @@ class _Parser:
         elif a and name in _FD0 and re.fullmatch(r"\d+", a[0]):
             fd = int(a[0])
         if name in _AT1 and len(a) >= 2:
-            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
+            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
         elif name in _TWO_AT and len(a) >= 4:
-            path, given = self._at(c.pid, a[0], a[1]), _path_arg(a[1]) or ""
-            path2, given2 = self._at(c.pid, a[2], a[3]), _path_arg(a[3]) or ""
+            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
+            path2, given2 = self._at(pid, a[2], a[3]), _path_arg(a[3]) or ""
         elif name == "symlinkat" and len(a) >= 3:
-            path, given = self._at(c.pid, a[1], a[2]), _path_arg(a[2]) or ""
+            path, given = self._at(pid, a[1], a[2]), _path_arg(a[2]) or ""
             given2 = _path_arg(a[0]) or ""
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name == "symlink" and len(a) >= 2:
             given, given2 = _path_arg(a[1]) or "", _path_arg(a[0]) or ""
-            path = self._path(c.pid, given)
+            path = self._path(pid, given)
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name in _TWO and len(a) >= 2:
             given, given2 = _path_arg(a[0]) or "", _path_arg(a[1]) or ""
-            path = self._path(c.pid, given)
-            path2 = self._path(c.pid, given2)
+            path = self._path(pid, given)
+            path2 = self._path(pid, given2)
         elif name in _PATH0 and a:
             given = _path_arg(a[0]) or ""
-            path = self._path(c.pid, given)
+            path = self._path(pid, given)
         elif num is not None:
             path = where if where.startswith("/") else ""
             deleted = gone
         # what the call teaches about the process's folder
-        if c.result == 0 and name in ("chdir", "fchdir") and path:
-            self.cwd[c.pid] = path
-        elif name in _FORKS and c.result is not None and c.result > 0 and c.pid in self.cwd:
+        if result == 0 and name in ("chdir", "fchdir") and path:
+            self.cwd[pid] = path
+        elif name in _FORKS and result is not None and result > 0 and pid in self.cwd:
             # (a parent whose folder is not known leaves its child's unknown too: cwd0)
-            self.cwd.setdefault(c.result, self.cwd[c.pid])
+            self.cwd.setdefault(result, self.cwd[pid])
         return Syscall(
             seq=0,
-            pid=c.pid,
+            pid=pid,
             name=name,
             args=a,
-            result=c.result,
-            errno=c.errno,
+            result=result,
+            errno=errno,
             path=path,
             path2=path2,
             fd=fd,
-            raw=c.raw,
-            injected=c.injected,
+            raw=raw,
+            injected=injected,
             deleted=deleted,
             path_arg=given,
             path2_arg=given2,
-            time=c.time,
+            time=t,
         )
 
 
@@ -698,13 +709,39 @@ def parse_lines(
     )
 
 
+#: Traces up to this size are read whole and their parse kept (see :func:`read`).
+MEMO_BYTES = 32 << 20
+# the last trace read whole: (cwd, max_lines, its bytes' digest) -> the parse
+_MEMO: tuple[tuple[str, int, bytes], Trace] | None = None
+
+
 def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
-    """:func:`parse` with the exit status of each process; a missing file is an empty trace."""
+    """:func:`parse` with the exit status of each process; a missing file is an empty trace.
+
+    A trace read again with the same bytes (a golden run's: once for what it wrote in the
+    temp folders, once for what the harness learns from it) is parsed once: the parse is a
+    function of the bytes, ``cwd`` and ``max_lines`` alone, and each caller gets its own
+    lists (the calls themselves are frozen)."""
+    global _MEMO
     try:
-        with open(output, encoding="latin-1", newline="\n") as f:
-            return parse_lines(f, cwd=cwd, max_lines=max_lines, complete=False)
+        with open(output, "rb") as f:
+            data = f.read(MEMO_BYTES + 1)
+            if len(data) > MEMO_BYTES:  # a big one: streamed, not kept
+                f.seek(0)
+                text = io.TextIOWrapper(f, encoding="latin-1", newline="\n")
+                return parse_lines(text, cwd=cwd, max_lines=max_lines, complete=False)
     except OSError:
         return Trace()
+    key = (cwd, max_lines, hashlib.blake2b(data, digest_size=16).digest())
+    memo = _MEMO
+    if memo is None or memo[0] != key:
+        lines = io.StringIO(data.decode("latin-1"), newline="\n")
+        memo = (key, parse_lines(lines, cwd=cwd, max_lines=max_lines, complete=False))
+        _MEMO = memo
+    got = memo[1]
+    return dataclasses.replace(
+        got, calls=list(got.calls), exits=dict(got.exits), ended=dict(got.ended)
+    )
 
 
 def parse(output: str, *, max_lines: int = 1_000_000, cwd: str = "") -> list[Syscall]:

@@ -435,7 +435,7 @@ class TrialAttempts:
         copy_state(self.state, att.state_copy, self.runner.scope)
         write_file(
             os.path.join(self.tdir, "powerloss.txt"),
-            _power.trace_excerpt(self.golden, f),
+            _power.trace_excerpt(self.golden, f, cut.state),
             durable=False,
         )
         self.attempts.append(att)

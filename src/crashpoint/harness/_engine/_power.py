@@ -194,12 +194,13 @@ def excerpt(
     return "\n".join(lines) + "\n"
 
 
-def trace_excerpt(golden: Golden, f: Fault) -> str:
-    """:func:`excerpt` of a cut planned from the golden run."""
+def trace_excerpt(golden: Golden, f: Fault, state: CrashState | None = None) -> str:
+    """:func:`excerpt` of a cut planned from the golden run (``state``: the cut's crash
+    state, if :func:`cut` made it already; else it is rebuilt)."""
     if not golden.plog or f.arg("upto") is None:
         return ""
     log = oplog_of(golden)
-    st = rebuild_crash_state(
+    st = state or rebuild_crash_state(
         log,
         str(f.arg("model")),
         int(f.arg("upto")),

@@ -876,4 +876,84 @@ class TrialResult:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)
+    """``json.dumps(obj, indent=2, sort_keys=True, default=str)``, the same text, made about
+    three times faster: with ``indent`` the standard library encodes in Python through nested
+    generators (every trial writes its plan, every failing one its golden run with the data it
+    wrote); here one recursive function appends to a list and strings are escaped in C. Falls
+    back to the standard encoder for what it does not handle alike (a cycle, an odd key)."""
+    out: list[str] = []
+    try:
+        _encode(obj, out, "\n")
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(obj, indent=2, sort_keys=True, default=str)
+    return "".join(out)
+
+
+_escape = json.encoder.encode_basestring_ascii  # the C function where there is one
+
+
+def _float(o: float) -> str:
+    if o != o:
+        return "NaN"
+    if o == float("inf"):
+        return "Infinity"
+    if o == -float("inf"):
+        return "-Infinity"
+    return float.__repr__(o)
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return _escape(k)
+    if isinstance(k, float):
+        return _escape(_float(k))
+    if k is True:
+        return '"true"'
+    if k is False:
+        return '"false"'
+    if k is None:
+        return '"null"'
+    if isinstance(k, int):
+        return '"' + int.__repr__(k) + '"'
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+
+
+def _encode(o: Any, out: list[str], nl: str) -> None:
+    """Append ``o`` as :func:`json.dumps` with ``indent=2, sort_keys=True, default=str``
+    writes it, at the indentation ``nl`` (a newline and the spaces of the current level)."""
+    if isinstance(o, str):
+        out.append(_escape(o))
+    elif o is None:
+        out.append("null")
+    elif o is True:
+        out.append("true")
+    elif o is False:
+        out.append("false")
+    elif isinstance(o, int):
+        out.append(int.__repr__(o))
+    elif isinstance(o, float):
+        out.append(_float(o))
+    elif isinstance(o, (list, tuple)):
+        if not o:
+            out.append("[]")
+            return
+        inner = nl + "  "
+        first = True
+        for v in o:
+            out.append(("[" if first else ",") + inner)
+            first = False
+            _encode(v, out, inner)
+        out.append(nl + "]")
+    elif isinstance(o, dict):
+        if not o:
+            out.append("{}")
+            return
+        inner = nl + "  "
+        first = True
+        for k, v in sorted(o.items()):
+            out.append(("{" if first else ",") + inner + _key(k) + ": ")
+            first = False
+            _encode(v, out, inner)
+        out.append(nl + "}")
+    else:
+        _encode(str(o), out, nl)

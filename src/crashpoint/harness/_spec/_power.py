@@ -26,9 +26,22 @@ __all__ = ["draw", "oplog_of", "points", "states", "stopped"]
 _CACHE: dict[tuple[int, str], tuple[Golden, list[dict[str, Any]], str]] = {}
 
 
+#: The last golden runs' logs, read once each (every power-cut and replayed-kill trial asks):
+#: id(golden) -> (golden, its plog, the log); the objects kept so an id is never reused.
+_LOGS: dict[int, tuple[Golden, Any, OpLog]] = {}
+
+
 def oplog_of(golden: Golden) -> OpLog:
-    """The golden run's logical file-operation log (recorded for a power_loss family)."""
-    return OpLog.from_json(golden.plog)
+    """The golden run's logical file-operation log (recorded for a power_loss family); read
+    once per golden run and kept (an :class:`~crashpoint.faults.OpLog` is frozen)."""
+    hit = _LOGS.get(id(golden))
+    if hit is not None and hit[0] is golden and hit[1] is golden.plog:
+        return hit[2]
+    log = OpLog.from_json(golden.plog)
+    if len(_LOGS) >= 4:
+        _LOGS.clear()
+    _LOGS[id(golden)] = (golden, golden.plog, log)
+    return log
 
 
 #: A crash state's planning mark (never a fault argument): nothing the agent reported after
