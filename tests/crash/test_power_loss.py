@@ -127,8 +127,9 @@ DEMO = AgentSpec(("{python}", "-m", "crashpoint.agents.demo", "--state", "{state
 def test_the_demo_agent_on_the_reference_library_passes_drawn_states(
     tmp_path: Path, model: str
 ) -> None:
-    result = campaign(DEMO, [{"power_loss": {"model": model, "count": 6}}], tmp_path)
-    assert len(result.trials) == 6
+    # three drawn states (the whole sweep: test_..._passes_every_state, slow)
+    result = campaign(DEMO, [{"power_loss": {"model": model, "count": 3}}], tmp_path)
+    assert len(result.trials) == 3
     assert all(t.outcomes[0].fired for t in result.trials)
     assert result.ok, causes(result)
 
