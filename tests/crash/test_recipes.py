@@ -138,7 +138,7 @@ def test_the_recipe_fails_a_node_agent_that_rewrites_its_state_in_place(tmp_path
 # agent passes a file-operation kill sweep); the recipe itself: the in-place test above
 @pytest.mark.slow
 def test_the_recipe_passes_its_atomic_twin(tmp_path: Path) -> None:
-    check_atomic_passes(run(tmp_path, "--atomic", tickets=2, power_cuts=5))
+    check_atomic_passes(run(tmp_path, "--atomic", tickets=1, power_cuts=2))
 
 
 @pytest.mark.slow
