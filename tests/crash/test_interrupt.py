@@ -147,13 +147,21 @@ HANGS = PROBE + "sleep 0.5; echo done"
 needs_tmpfs = pytest.mark.skipif(not capabilities().tmpfs, reason=capabilities().tmpfs_reason)
 
 
+#: The installed pytest plugins the sessions these tests start never use.
+UNUSED_PLUGINS = " ".join(
+    f"-p no:{p}" for p in ("langsmith_plugin", "hypothesispytest", "fakefs", "anyio", "benchmark")
+)
+
+
 def cli(
     children: Children, tmp: Path, cwd: Path, *args: str, containment: str | None = None
 ) -> Child:
     env: dict[str, str | None] = {
         "TMPDIR": str(tmp),
-        # nothing of this session's options; langsmith's plugin left out (~1 s of import)
-        "PYTEST_ADDOPTS": "-p no:langsmith_plugin",
+        # nothing of this session's options; the installed plugins these sessions never use
+        # left out (langsmith's ~1 s of import, hypothesis's, pyfakefs's, ...: ~0.5 s more in
+        # each session and xdist worker)
+        "PYTEST_ADDOPTS": UNUSED_PLUGINS,
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": None,
         REAP_VAR: None,
     }
