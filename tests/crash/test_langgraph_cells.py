@@ -96,7 +96,8 @@ def test_a_saver_that_keeps_nothing_fails_the_kill_cell(
         agent = dataclasses.replace(
             warm(agent), warm=("*", "langgraph.graph", "langgraph.checkpoint.memory")
         )
-        return real(agent, *args, launcher=zygotes.enter_context(forking(agent)), **kwargs)
+        kwargs["launcher"] = zygotes.enter_context(forking(agent))
+        return real(agent, *args, **kwargs)
 
     monkeypatch.setattr(crashpoint.harness, "Campaign", forked_campaign)
     # one kill among those after plan's and search's checkpoints (boundaries 1..3 of the golden
