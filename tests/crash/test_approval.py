@@ -9,7 +9,9 @@ meta writes) or right after it, the run either has the whole decision or none.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,23 +61,45 @@ class Agent:
         return state["pauses"]["approve"]["decision"]
 
 
-@pytest.fixture
-def golden_stdout(children: Children, tmp_path: Path) -> bytes:
-    """The output of a run that never paused, never crashed."""
-    end = run_to_end(children, [*DEMO, "--state", str(tmp_path / "golden")])
+@pytest.fixture(scope="module")
+def golden_stdout(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The output of a run that never paused, never crashed (one for the module: the same
+    for every test; read line by line, as :func:`run_to_end` reads an attempt's)."""
+    state = tmp_path_factory.mktemp("golden") / "state"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CRASHPOINT_FAILPOINTS", "CRASHPOINT_LEDGER")
+    }
+    end = subprocess.run(
+        [*DEMO, "--state", str(state)],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        start_new_session=True,
+        check=False,
+    )
     assert end.returncode == 0, end.stderr
-    return end.stdout
+    return b"".join(line + b"\n" for line in end.stdout.splitlines())
 
 
 def paused_agent(
-    children: Children, tmp_path: Path, target: FakeTarget, stores: StoreFactory
+    children: Children,
+    tmp_path: Path,
+    target: FakeTarget,
+    stores: StoreFactory,
+    *,
+    restart: bool = False,
 ) -> Agent:
-    """An agent that ran up to its approval and exited 75, then was restarted (still 75)."""
+    """An agent that ran up to its approval and exited 75; with ``restart``, then restarted
+    without a decision (still 75, nothing new: shown by the approve and deny tests)."""
     agent = Agent(children, tmp_path / "state", target, stores)
     first = agent.start()
     assert first.returncode == PAUSED, first.stderr
     assert b"paused at 'approve'" in first.stderr
     assert agent.effects() == ["send_notification"]
+    if not restart:
+        return agent
     again = agent.start()
     assert again.returncode == PAUSED, again.stderr
     assert not [e for e in again.events if e.op in ("step_started", "effect")]
@@ -88,7 +112,7 @@ def test_approve_with_decide_then_resume_completes(
     children: Children, tmp_path: Path, store_factory: StoreFactory, golden_stdout: bytes
 ) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target, store_factory)
+        agent = paused_agent(children, tmp_path, target, store_factory, restart=True)
         assert decide(agent.store, RUN, approved=True, note="looks good") == "approve"
         done = agent.start()
         assert done.returncode == 0, done.stderr
@@ -104,7 +128,7 @@ def test_deny_ends_the_run_as_denied_and_never_publishes(
     children: Children, tmp_path: Path, store_factory: StoreFactory
 ) -> None:
     with FakeTarget() as target:
-        agent = paused_agent(children, tmp_path, target, store_factory)
+        agent = paused_agent(children, tmp_path, target, store_factory, restart=True)
         decide(agent.store, RUN, approved=False, note="not this one")
         for _ in range(2):  # denied is final: a second start does not publish either
             denied = agent.start()
@@ -136,15 +160,8 @@ def cli(children: Children, *args: str) -> Finished:
     return run_to_end(children, [*CLI, *args])
 
 
-@pytest.fixture
-def approve_cli(children: Children) -> None:
-    if cli(children, "checkpoints", "approve", "--help").returncode != 0:
-        pytest.skip("approve subcommand not available")
-
-
 # slow: PostgresStore's fast cover: test_approve_with_decide_then_resume_completes[postgres],
 # test_deny_ends_the_run_as_denied_and_never_publishes[postgres]; the CLI's: the file variants
-@pytest.mark.usefixtures("approve_cli")
 @pytest.mark.parametrize(
     "store_factory", ["file", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
 )
@@ -245,8 +262,6 @@ def test_a_decision_survives_a_kill_at_any_point(
     with FakeTarget() as target:
         agent = paused_agent(children, tmp_path, target, store_factory)
         if when == "cli":
-            if cli(children, "checkpoints", "approve", "--help").returncode != 0:
-                pytest.skip("approve subcommand not available")
             argv = [
                 *CLI,
                 "checkpoints",

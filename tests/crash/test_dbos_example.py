@@ -38,6 +38,7 @@ from crashpoint.harness import (
     Plan,
     TrialResult,
     TrialRunner,
+    Zygote,
     load_scenario,
 )
 
@@ -61,13 +62,17 @@ class _Runners:
         self.open: dict[str, tuple[TrialRunner, Golden, int]] = {}
         self.n = 0
         self.stack = contextlib.ExitStack()
+        self.zygote: Zygote | None = None
 
     def trial(self, name: str, kill: Fault) -> tuple[Golden, TrialResult]:
         sc = load_scenario(EXAMPLE / name)
         if name not in self.open:
-            # forked from a zygote that imported dbos once: these tests are about the adapter
+            # forked from a zygote that imported dbos once: these tests are about the adapter;
+            # one for both scenarios (the same agent.py, their flags differ)
             agent = warm(sc.agent)
-            z = self.stack.enter_context(forking(agent))
+            if self.zygote is None:
+                self.zygote = self.stack.enter_context(forking(agent))
+            z = self.zygote
             runner = self.stack.enter_context(
                 TrialRunner(
                     agent,

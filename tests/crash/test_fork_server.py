@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -417,6 +418,14 @@ def test_bad_warm_values_are_clear_errors(tmp_path: Path, warm: str, message: st
 
 #: One kill: enough where the test is about how the attempts start, not about the verdicts.
 ONE_KILL = "kill: {at: random, count: 1}"
+#: The gate's session without the installed pytest plugins it never uses (~0.5 s of start-up).
+GATE_ENV = {
+    **os.environ,
+    "PYTEST_ADDOPTS": " ".join(
+        f"-p no:{p}"
+        for p in ("langsmith_plugin", "hypothesispytest", "fakefs", "anyio", "benchmark")
+    ),
+}
 
 
 def _gate(
@@ -432,38 +441,77 @@ def _gate(
         text=True,
         timeout=300,
         start_new_session=True,
+        env=GATE_ENV,
     )
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails(tmp_path: Path) -> None:
-    (tmp_path / "agents").mkdir()
+@pytest.fixture(scope="module")
+def one_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
+    """One gate over three scenarios (a gate run costs seconds of CPU), read by the two tests
+    below: ``good`` (warm, forks), ``bad`` (the same, keyless: must still fail), ``sh`` (warm,
+    but a shell script: spawned, and the gate says why). ``-n 0``: this is not about workers."""
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("gate")
+    (folder / "agents").mkdir()
     for f in ("good_agent.py", "keyless_effect.py"):
-        (tmp_path / "agents" / f).write_text((AGENTS / f).read_text())
+        (folder / "agents" / f).write_text((AGENTS / f).read_text())
+    (folder / "agent.sh").write_text((AGENTS / "shell_agent.sh").read_text())
+    (folder / "agent.sh").chmod(0o755)
     good = (
         'command: ["{python}", "{scenario_dir}/agents/good_agent.py", "--state", '
         '"{state_dir}"]\nwarm: true'
     )
-    code, out = _gate(tmp_path, "good", good)
-    assert code == 0, out
-    assert "fork mode off" not in out
-    assert "launch: good [kill@every-boundary]: fork mode: 17 of 17 attempts forked" in out
-    code, out = _gate(tmp_path, "bad", good.replace("good_agent.py", "keyless_effect.py"))
-    assert code != 0
-    assert "exactly_once" in out
-
-
-def test_the_gate_spawns_an_agent_it_cannot_fork_and_says_why(tmp_path: Path) -> None:
-    (tmp_path / "agent.sh").write_text((AGENTS / "shell_agent.sh").read_text())
-    (tmp_path / "agent.sh").chmod(0o755)
-    code, out = _gate(
-        tmp_path,
-        "sh",
-        'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true',
-        ONE_KILL,
+    every = "kill: {at: every-boundary}"
+    for name, agent, fault in (
+        ("good", good, every),
+        ("bad", good.replace("good_agent.py", "keyless_effect.py"), every),
+        ("sh", 'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true', ONE_KILL),
+    ):
+        (folder / f"{name}.scenario.yaml").write_text(
+            f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n"
+        )
+    report = str(folder / "report")
+    proc = subprocess.run(
+        [sys.executable, "-m", "crashpoint", "run", str(folder), "-n", "0", "--report", report],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+        env=GATE_ENV,
     )
-    assert code == 0, out
-    assert "fork mode off, attempts are spawned: the command starts with" in out, out
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _row(out: str, name: str) -> str:
+    """The gate table's row of scenario ``name``."""
+    [row] = [ln for ln in out.splitlines() if ln.startswith(f"{name} [kill@")]
+    return row
+
+
+def test_the_gate_forks_a_warm_scenario_and_a_broken_one_still_fails(
+    one_gate: tuple[int, str],
+) -> None:
+    code, out = one_gate
+    assert code == 1, out  # bad fails the gate
+    assert _row(out, "good").endswith(" PASS"), out
+    assert "launch: good [kill@every-boundary]: fork mode: 17 of 17 attempts forked" in out
+    assert "launch: bad [kill@every-boundary]: fork mode: 17 of 17 attempts forked" in out
+    assert _row(out, "bad").endswith(" FAIL (1)"), out
+    assert re.search(
+        r"FAILED bad \[kill@every-boundary\] trial \d+: exactly_once: FAIL: DUPLI", out
+    )
+
+
+def test_the_gate_spawns_an_agent_it_cannot_fork_and_says_why(one_gate: tuple[int, str]) -> None:
+    _code, out = one_gate
+    assert _row(out, "sh").endswith(" PASS"), out
+    assert (
+        "launch: sh [kill@random]: fork mode off, attempts are spawned: the command starts with"
+        in out
+    ), out
+    assert "fork mode off" not in "".join(ln for ln in out.splitlines() if "good [" in ln)
 
 
 def test_the_gate_reports_a_warm_module_that_fails_at_the_warm_key(tmp_path: Path) -> None:

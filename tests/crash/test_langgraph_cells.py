@@ -5,6 +5,8 @@ SqliteSaver lets two resumers of one thread run at once)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -13,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from _forked import forking, warm
 from _lazy import needs
 from crashpoint.faults import _strace
+from crashpoint.harness import AgentSpec
 
 pytestmark = needs(
     "langgraph.graph", reason="LangGraph is not installed: pip install 'crashpoint[langgraph]'"
@@ -75,12 +79,31 @@ def test_crashpoint_saver_detects_or_repairs_corruption(tmp_path: Path) -> None:
         assert r["exercised"] >= 1, r
 
 
-def test_a_saver_that_keeps_nothing_fails_the_kill_cell(tmp_path: Path) -> None:
+def test_a_saver_that_keeps_nothing_fails_the_kill_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The cells can fail: InMemorySaver loses the thread at each kill, so the graph starts
     again: steps reported completed start again."""
+    # forked from a zygote that imported LangGraph once (about the cell's verdict, not about
+    # spawning): cells.py's campaigns get it as their launcher
+    import crashpoint.harness
+
+    real = crashpoint.harness.Campaign
+    zygotes = contextlib.ExitStack()
+
+    def forked_campaign(agent: AgentSpec, *args: Any, **kwargs: Any) -> Any:
+        # the graph's imports are inside its functions: named, or each attempt pays them
+        agent = dataclasses.replace(
+            warm(agent), warm=("*", "langgraph.graph", "langgraph.checkpoint.memory")
+        )
+        kwargs["launcher"] = zygotes.enter_context(forking(agent))
+        return real(agent, *args, **kwargs)
+
+    monkeypatch.setattr(crashpoint.harness, "Campaign", forked_campaign)
     # one kill among those after plan's and search's checkpoints (boundaries 1..3 of the golden
     # run): each of them fails the cell, and one trial of this graph costs seconds
-    rows = _run("savers:memory", "kill-every-boundary", tmp_path, count=1, only=[2])
+    with zygotes:
+        rows = _run("savers:memory", "kill-every-boundary", tmp_path, count=1, only=[2])
     assert rows[0]["verdict"] == "FAIL", rows
     assert "resumes_from_last_completed" in rows[0]["failed_checks"], rows
     table = _cells().table(rows, ["savers:memory"])

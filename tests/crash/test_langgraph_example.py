@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from crashpoint.harness import (
     Plan,
     TrialResult,
     TrialRunner,
+    Zygote,
     family_from_spec,
     load_scenario,
 )
@@ -52,17 +54,25 @@ STEPS = ["plan", "search", "send_email", "report"]
 BOUNDARY = "langgraph:send_email:before_checkpoint"
 
 
-def _trial(name: str, tmp_path: Path, *kills: Fault) -> tuple[Golden, TrialResult]:
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """One warm interpreter that imported LangGraph (seconds of CPU) for the module: every
+    scenario runs the same agent.py (their flags differ), so each forks from it."""
+    with forking(warm(load_scenario(EXAMPLE / "broken.scenario.yaml").agent)) as z:
+        yield z
+
+
+def _trial(name: str, tmp_path: Path, zygote: Zygote, *kills: Fault) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
     agent = warm(sc.agent)  # forked: this trial is about the agent's key, not spawning
-    with (
-        forking(agent) as z,
-        TrialRunner(
-            agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
-        ) as runner,
-    ):
+    forks = zygote.forks
+    with TrialRunner(
+        agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=zygote
+    ) as runner:
         golden = runner.golden()
-        return golden, runner.run(Plan(kills, "kill", sc.seed, 0), golden)
+        t = runner.run(Plan(kills, "kill", sc.seed, 0), golden)
+    assert zygote.forks == forks + 1 + len(t.attempts), "every run was forked from the zygote"
+    return golden, t
 
 
 def _after_the_email() -> Fault:
@@ -75,9 +85,9 @@ def _names(events: list[dict[str, object]]) -> list[str]:
 
 
 def test_the_graph_as_written_sends_the_email_twice_after_a_kill_before_its_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, zygote: Zygote
 ) -> None:
-    golden, t = _trial("broken.scenario.yaml", tmp_path, _after_the_email())
+    golden, t = _trial("broken.scenario.yaml", tmp_path, zygote, _after_the_email())
     assert golden.steps == STEPS
     names = _names(golden.events)
     # the boundary lies after the email was applied and before send_email was durable
@@ -116,8 +126,8 @@ def _index(t: TrialResult, name: str) -> int:
     return next(int(e["i"]) for e in t.events if e.get("name") == name)
 
 
-def test_the_fixed_graph_passes_the_same_trial(tmp_path: Path) -> None:
-    _golden, t = _trial("fixed.scenario.yaml", tmp_path, _after_the_email())
+def test_the_fixed_graph_passes_the_same_trial(tmp_path: Path, zygote: Zygote) -> None:
+    _golden, t = _trial("fixed.scenario.yaml", tmp_path, zygote, _after_the_email())
     assert t.ok, [str(c) for c in t.failed]
     emails = [e for e in t.events if e.get("kind") == "POST /email"]
     assert [e["applied"] for e in emails] == [True, False]  # the re-sent email deduplicated
@@ -127,25 +137,27 @@ def test_the_fixed_graph_passes_the_same_trial(tmp_path: Path) -> None:
 
 # slow: fast cover: test_the_graph_as_written_sends_the_email_twice_after_a_kill_before_its_...
 @pytest.mark.slow
-def test_an_effect_through_the_probe_is_judged_too(tmp_path: Path) -> None:
+def test_an_effect_through_the_probe_is_judged_too(tmp_path: Path, zygote: Zygote) -> None:
     """report's probe.effect, killed after the harness applied it and before the agent heard
     so: as written (no key) it is published twice; fixed (keyed), once."""
     kill = Fault.make("kill", 1, op="effect", name="publish_report", phase="in_doubt")
-    _g, broken = _trial("broken.scenario.yaml", tmp_path / "broken", kill)
+    _g, broken = _trial("broken.scenario.yaml", tmp_path / "broken", zygote, kill)
     failed = {c.name: c.message for c in broken.failed}
     assert "DUPLICATED publish_report" in failed["exactly_once"]
-    _g, fixed = _trial("fixed.scenario.yaml", tmp_path / "fixed", kill)
+    _g, fixed = _trial("fixed.scenario.yaml", tmp_path / "fixed", zygote, kill)
     assert fixed.ok, [str(c) for c in fixed.failed]
 
 
 # slow: fast cover: test_the_fixed_graph_passes_the_same_trial (the same trial, the same adapter)
 # and tests/unit/test_langgraph_saver_resume.py's kill mid-put (CrashpointSaver killed for real)
 @pytest.mark.slow
-def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(tmp_path: Path) -> None:
+def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(
+    tmp_path: Path, zygote: Zygote
+) -> None:
     pytest.importorskip(
         "crashpoint.adapters.langgraph_saver", reason="CrashpointSaver is not in this tree"
     )
-    golden, t = _trial("crashpoint-saver.scenario.yaml", tmp_path, _after_the_email())
+    golden, t = _trial("crashpoint-saver.scenario.yaml", tmp_path, zygote, _after_the_email())
     assert golden.steps == STEPS
     assert t.ok, [str(c) for c in t.failed]
     assert [e["applied"] for e in t.events if e.get("kind") == "POST /email"] == [True, False]

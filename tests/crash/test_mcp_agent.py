@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from _forked import run_forked
+from _forked import forking, warm
 from _lazy import needs
-from crashpoint.harness import AgentSpec, CampaignResult, family_from_spec
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Zygote, family_from_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "tests" / "agents" / "mcp_tickets.py"
@@ -37,28 +38,47 @@ TOOLS = {
 pytestmark = needs("mcp", reason="the agent uses the mcp client SDK (pip install mcp)")
 
 
-def campaign(tmp_path: Path, fault: dict[str, object], *flags: str) -> CampaignResult:
-    spec = AgentSpec(
+def spec(*flags: str) -> AgentSpec:
+    return AgentSpec(
         command=(sys.executable, str(AGENT), "{state_dir}", *flags),
         timeout=60,
         services={"mcp": {"tools": TOOLS}},
     )
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """One warm interpreter that imported mcp (seconds of CPU) for the module's campaigns: the
+    same script, their flags differ."""
+    with forking(warm(spec())) as z:
+        yield z
+
+
+def campaign(
+    tmp_path: Path, zygote: Zygote, fault: dict[str, object], *flags: str
+) -> CampaignResult:
     # forked from a zygote that imported mcp once: these tests are about the tool call's key
-    return run_forked(
-        spec,
+    forks = zygote.forks
+    result = Campaign(
+        warm(spec(*flags)),
         [family_from_spec(fault)],
         str(tmp_path / "report"),
         name="mcp",
         seed=3,
         restarts=2,
-    )
+        launcher=zygote,
+    ).run()
+    assert zygote.forks > forks, "fork mode was not used"
+    return result
 
 
 KILL = {"kill": {"at": "every-boundary"}}
 
 
-def test_a_keyed_tool_call_survives_a_kill_at_every_boundary_over_http(tmp_path: Path) -> None:
-    result = campaign(tmp_path, KILL, "--http", "{mcp}")
+def test_a_keyed_tool_call_survives_a_kill_at_every_boundary_over_http(
+    tmp_path: Path, zygote: Zygote
+) -> None:
+    result = campaign(tmp_path, zygote, KILL, "--http", "{mcp}")
     assert result.trials
     for t in result.trials:
         assert t.exercised, t.landed()
@@ -71,8 +91,10 @@ def test_a_keyed_tool_call_survives_a_kill_at_every_boundary_over_http(tmp_path:
     assert b"opened: disk full on db-1" in result.golden.output
 
 
-def test_a_keyless_tool_call_repeated_after_a_crash_is_caught_over_http(tmp_path: Path) -> None:
-    result = campaign(tmp_path, KILL, "--http", "{mcp}", "--keyless")
+def test_a_keyless_tool_call_repeated_after_a_crash_is_caught_over_http(
+    tmp_path: Path, zygote: Zygote
+) -> None:
+    result = campaign(tmp_path, zygote, KILL, "--http", "{mcp}", "--keyless")
     assert not result.ok
     caught = [t for t in result.trials if t.status == "failed"]
     assert caught, [t.landed() for t in result.trials]
@@ -86,12 +108,14 @@ def test_a_keyless_tool_call_repeated_after_a_crash_is_caught_over_http(tmp_path
 # the real client in tests/unit/test_mcp_standin.py
 @pytest.mark.slow
 @pytest.mark.parametrize("keyless", [False, True])
-def test_the_stdio_transport_is_judged_the_same(tmp_path: Path, keyless: bool) -> None:
+def test_the_stdio_transport_is_judged_the_same(
+    tmp_path: Path, zygote: Zygote, keyless: bool
+) -> None:
     # the reply withheld (the ticket opened): the agent gives up after 2 s, exits 1, and the
     # harness starts it again
     flags = ("--stdio", "{mcp_stdio}", "--timeout", "2", *(("--keyless",) if keyless else ()))
     fault = {"network": {"call": "mcp create_ticket", "fail": "timeout"}}
-    result = campaign(tmp_path, fault, *flags)
+    result = campaign(tmp_path, zygote, fault, *flags)
     (t,) = result.trials
     assert t.exercised, t.landed()
     if keyless:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from _forked import run_forked
 from crashpoint.faults import _strace
 from crashpoint.harness import AgentProcess, AgentSpec, Campaign, CampaignResult, family_from_spec
 
@@ -125,7 +126,15 @@ def test_the_naive_agent_crashes_on_a_torn_state_file(tmp_path: Path) -> None:
 
 
 def test_the_naive_agent_passes_a_kill_at_every_boundary(tmp_path: Path) -> None:
-    result = campaign(py_agent("naive_json"), {"kill": {"at": "every-boundary"}}, tmp_path)
+    # forked from a warm interpreter (41 runs of a plain agent): about its resume, not spawning
+    result = run_forked(
+        py_agent("naive_json"),
+        [family_from_spec({"kill": {"at": "every-boundary"}})],
+        str(tmp_path / "report"),
+        name="powerloss-agents",
+        seed=7,
+        restarts=2,
+    )
     golden = result.golden
     assert golden.steps == STEPS
     assert json.loads(golden.output) == PY_OUTPUT

@@ -9,7 +9,7 @@ in ``JSON.parse``: the recipe FAILS it. Its twin (``--atomic``: temp file, fsync
 folder fsync) PASSES the same recipe. The recipe is read from the how-to page itself, and
 ``crashpoint init`` writes the same one.
 
-The fast test (the in-place agent) runs two tickets and five power cuts; the slow ones run its
+The fast test (the in-place agent) runs one ticket and two power cuts; the slow ones run its
 atomic twin the same way, and the recipe as written (four tickets, twenty power cuts).
 """
 
@@ -129,7 +129,7 @@ def check_atomic_passes(result: CampaignResult) -> None:
 
 
 def test_the_recipe_fails_a_node_agent_that_rewrites_its_state_in_place(tmp_path: Path) -> None:
-    check_in_place_fails(run(tmp_path, tickets=2, power_cuts=5), power_must_fail=False)
+    check_in_place_fails(run(tmp_path, tickets=1, power_cuts=2), power_must_fail=False)
 
 
 # slow: the recipe's passing side's fast cover: test_power_loss.py's test_temp_fsync_rename_and_
@@ -138,7 +138,7 @@ def test_the_recipe_fails_a_node_agent_that_rewrites_its_state_in_place(tmp_path
 # agent passes a file-operation kill sweep); the recipe itself: the in-place test above
 @pytest.mark.slow
 def test_the_recipe_passes_its_atomic_twin(tmp_path: Path) -> None:
-    check_atomic_passes(run(tmp_path, "--atomic", tickets=2, power_cuts=5))
+    check_atomic_passes(run(tmp_path, "--atomic", tickets=1, power_cuts=2))
 
 
 @pytest.mark.slow

@@ -179,6 +179,11 @@ def test_a_gate_run_under_a_long_tmpdir_works(children: Children, tmp_path: Path
     )
     env: dict[str, str | None] = {"TMPDIR": str(tmp), REAP_VAR: None}
     env.update({k: None for k in os.environ if k.startswith(("CRASHPOINT_", "PYTEST_"))})
+    # without the installed pytest plugins the gate never uses (~1.5 s of start-up)
+    env["PYTEST_ADDOPTS"] = " ".join(
+        f"-p no:{p}"
+        for p in ("langsmith_plugin", "hypothesispytest", "fakefs", "anyio", "benchmark")
+    )
     run = children.spawn(
         [sys.executable, "-m", "crashpoint", "run", str(sc), "--report", str(tmp_path / "r")],
         env=env,
