@@ -50,13 +50,17 @@ MYAGENT = textwrap.dedent("""\
 """)
 
 
+#: Plugins of this environment (test and dev extras) that crashpoint does not use.
+UNRELATED_PLUGINS = ("hypothesispytest", "benchmark", "fakefs", "langsmith_plugin")
+
+
 # -- running commands as a reader would ----------------------------------------------------------
 
 
 def _env(tmp_path: Path, pythonpath: list[Path] | None = None) -> dict[str, str]:
-    """A reader's shell: nothing of this session's crashpoint or pytest settings, the
-    crashpoint under test importable, and shims so ``crashpoint``, ``pytest`` and ``python``
-    run this interpreter."""
+    """A reader's shell: nothing of this session's crashpoint or pytest settings (but the
+    unrelated plugins left out), the crashpoint under test importable, and shims so
+    ``crashpoint``, ``pytest`` and ``python`` run this interpreter."""
     shims = tmp_path / ".shims"
     if not shims.is_dir():
         shims.mkdir()
@@ -75,6 +79,10 @@ def _env(tmp_path: Path, pythonpath: list[Path] | None = None) -> dict[str, str]
         and k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
     }
     env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+    # the pytest sessions (``pytest``, ``crashpoint run``) leave out this environment's plugins
+    # that a reader's project would not have: each costs 0.5-2 s of CPU to load (langsmith's
+    # imports langsmith, Hypothesis's imports hypothesis at every session's end)
+    env["PYTEST_ADDOPTS"] = " ".join(f"-p no:{name}" for name in UNRELATED_PLUGINS)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [*(pythonpath or []), SRC])
     return env
 

@@ -4,8 +4,11 @@ Each test module declares ``pytest_plugins = ["pytester"]`` itself: pytest refus
 ``pytest_plugins`` in a conftest below the rootdir (``pytest`` run from the repository root
 stops with "Defining 'pytest_plugins' in a non-top-level conftest is no longer supported").
 
-Runs that spawn agents, kill them or fork use ``runpytest_subprocess``; option parsing,
-collection and the header run in-process (fast). The ``inner`` fixture wraps both.
+Inner sessions run in-process (``inner.inprocess``), campaigns included: the harness spawns
+the agents either way, and a pytest subprocess costs 1.3-2 s of CPU more. A subprocess
+(``inner.subprocess``) is for what only a fresh process shows: what the plugin imports, a plugin
+left out (``-p no:fakefs``), threads and processes left at the session's end, signals, fork
+mode. The ``inner`` fixture wraps both.
 """
 
 from __future__ import annotations

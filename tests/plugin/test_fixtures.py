@@ -34,7 +34,7 @@ def test_crash_harness_passes_the_demo_agent(inner: Any) -> None:
             assert result.golden.steps == ["plan", "search", "summarise", "write_report",
                                            "notify", "publish"]
     """)
-    result = inner.subprocess()
+    result = inner.inprocess()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
@@ -52,7 +52,7 @@ def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> 
         def test_broken_agent(crash_harness):
             crash_harness.run({inner.argv(inner.broken_agent)!r}).assert_ok()
     """)
-    result = inner.subprocess()
+    result = inner.inprocess()
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     # the assertion message: how many failed, which checks, and a replay command per trial
@@ -189,7 +189,7 @@ def test_disk_fault_gives_enospc_or_skips_with_the_reason(inner: Any) -> None:
     from crashpoint.faults._disk import capabilities
 
     inner.pytester.makepyfile(DISK_FAULT_TEST)
-    result = inner.subprocess("-rs")
+    result = inner.inprocess("-rs")
     caps = capabilities()
     if caps.tmpfs:
         result.assert_outcomes(passed=1)

@@ -293,7 +293,7 @@ def test_values_reach_a_real_campaign(inner: Any) -> None:
     inner.pytester.makepyfile(test_real=REAL_TEST.format(argv=inner.argv(inner.tiny_agent)))
     inner.scenario("tiny", "kill: {at: random, count: 5}", command=inner.command(inner.tiny_agent))
     report = inner.path / "rep"
-    result = inner.subprocess(
+    result = inner.inprocess(
         "--crashpoint-seed=11",
         "--crashpoint-trials=2",
         "--crashpoint-progress",

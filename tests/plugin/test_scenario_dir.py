@@ -50,11 +50,11 @@ def test_a_script_beside_the_scenario_runs_from_another_folder(inner: Any) -> No
     (gate / "data").mkdir(parents=True)
     (gate / "beside_agent.py").write_text(BESIDE_AGENT)
     (gate / "beside.scenario.yaml").write_text(SCENARIO)
-    result = inner.subprocess("gate", "--crashpoint-report", inner.path / "out")
+    result = inner.inprocess("gate", "--crashpoint-report", inner.path / "out")
     result.assert_outcomes(passed=1)
     # and it can fail: the same agent started from elsewhere refuses to run
     (gate / "beside.scenario.yaml").write_text(SCENARIO.replace("  cwd: data\n", "  cwd: .\n"))
-    result = inner.subprocess("gate", "--crashpoint-report", inner.path / "out2")
+    result = inner.inprocess("gate", "--crashpoint-report", inner.path / "out2")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*started wrong: cwd *gate, AGENT_HOME *gate*"])
 

@@ -129,7 +129,7 @@ def test_bad_scenario_is_a_collection_error_naming_file_line_key(
 def test_other_scenarios_run_with_continue_on_collection_errors(inner: Any) -> None:
     (inner.path / "bad.scenario.yaml").write_text("name: x\n")
     inner.scenario("good", "kill: {at: random, count: 1}", command=inner.command(inner.tiny_agent))
-    result = inner.subprocess("--continue-on-collection-errors")
+    result = inner.inprocess("--continue-on-collection-errors")
     result.assert_outcomes(passed=1, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
@@ -176,7 +176,7 @@ def test_checks_hook_adds_a_check_that_can_fail_a_campaign(inner: Any) -> None:
             crash_harness.run({inner.argv(inner.tiny_agent)!r}).assert_ok()
     """)
     report = inner.path / "rep"
-    result = inner.subprocess(f"--crashpoint-report={report}")
+    result = inner.inprocess(f"--crashpoint-report={report}")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
@@ -234,7 +234,7 @@ def test_plan_hook_replaces_plans(inner: Any) -> None:
         extra="seed: 4",
     )
     report = inner.path / "rep"
-    result = inner.subprocess(f"--crashpoint-report={report}")
+    result = inner.inprocess(f"--crashpoint-report={report}")
     result.assert_outcomes(passed=1)
     plans = [v["plan"] for v in _verdicts(report)]
     assert plans[0] == "no fault"

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from _forked import forking, warm
 from crashpoint._failpoints import FAILPOINTS, parse
 from crashpoint.faults import CORRUPTIONS
 from crashpoint.harness import (
@@ -334,9 +335,11 @@ def _find_failure(
     agent: AgentSpec, folder: Path, *, kinds: tuple[str, ...], max_examples: int
 ) -> tuple[AssertionError, dict[Plan, TrialResult]]:
     """Run @given(fault_plans(golden)) with check_trial until it fails; return the error
-    Hypothesis raised for the minimal example, and every trial that ran."""
+    Hypothesis raised for the minimal example, and every trial that ran. The trials' attempts
+    are forked from a warm interpreter (what is found and shrunk does not depend on spawning);
+    the replay command the failure names runs as it would anywhere."""
     golden = golden_for(agent)
-    runner = TrialRunner(agent, str(folder))
+    spec = warm(agent)
     ran: dict[Plan, TrialResult] = {}
 
     @settings(
@@ -351,8 +354,10 @@ def _find_failure(
     def trial_recovers(plan: Plan) -> None:
         check_trial(runner, plan, golden, cache=ran)
 
-    with pytest.raises(AssertionError) as info:
-        trial_recovers()
+    with forking(spec) as zygote:
+        runner = TrialRunner(spec, str(folder), launcher=zygote)
+        with pytest.raises(AssertionError) as info:
+            trial_recovers()
     return info.value, ran
 
 

@@ -107,8 +107,10 @@ def test_a_malformed_spec_does_not_break_pytest(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     done = _run(
         tmp_path,
-        "import sys, pytest; sys.exit(pytest.main(['-q', '-p', "
-        "'no:cacheprovider']))",  # the plugin loads by its entry point
+        "import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+        # the plugin loads by its entry point; the unrelated plugins (1-2 s of CPU) do not
+        "'-p', 'no:hypothesispytest', '-p', 'no:benchmark', '-p', 'no:fakefs', "
+        "'-p', 'no:langsmith_plugin']))",
         {"CRASHPOINT_FAILPOINTS": "garbage"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
