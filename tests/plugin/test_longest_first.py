@@ -167,7 +167,11 @@ def test_the_estimate_weighs_trials_sweeps_and_slow_kinds() -> None:
 
     assert est("kill", 10, at="random") == 10 * _order.TRIAL_S
     assert est("kill", None, at="fileop") > est("kill", None, at="every-boundary")
-    assert est("network", None, fail=("timeout", "reset")) == 2 * _order.NETWORK_CALLS * 1.5
+    assert est("network", None, fail=("timeout", "reset")) == (
+        2 * _order.NETWORK_CALLS * _order.SWEEP_TRIAL_S
+    )
+    assert est("kill", 4, at="recovery") == 4 * _order.TRIAL_S * 2
+    assert est("power_loss", 6, model="posix") == 6 * _order.SWEEP_TRIAL_S
     assert est("hang", 1) == _order.TRIAL_S + 4.0
     assert est("backing", 3, service="postgres") == 3 * _order.POSTGRES_TRIAL_S
     assert est("kill", 3, at="random", every_attempt=True) == 3 * _order.TRIAL_S * 3

@@ -25,9 +25,11 @@ from typing import Any
 
 __all__ = ["estimate_s", "file_order", "previous_durations", "scenario_order"]
 
-#: seconds one trial of a fault kind takes when nothing below says otherwise (the shipped
-#: gate's trials take 0.6 to 3 s on 2 busy cores: a spawn, a kill or two, a restart)
-TRIAL_S = 1.5
+#: seconds one trial takes when nothing below says otherwise (the shipped gate's drawn trials
+#: take 1 to 3 s on 2 busy cores: a spawn, a fault, a restart), and a trial of a sweep (0.6 to
+#: 1.8 s: a sweep's kill is replayed, only the restart runs)
+TRIAL_S = 2.0
+SWEEP_TRIAL_S = 1.0
 #: trials a sweep is guessed to have (its points are known once its golden run ran): file
 #: operations outnumber boundaries (the demo agent: 53 operations, 16 boundaries)
 SWEEP_TRIALS = {"fileop": 40}
@@ -48,14 +50,22 @@ def estimate_s(scenario: Any, family: Any, count: int | None) -> float:
     chain: Sequence[tuple[str, Any]] = fam.chain
     opts = [dict(o) for _k, o in chain]
     kinds = [k for k, _o in chain]
+    sweep = count is None
     if count is None:
         at = str(opts[-1].get("at", ""))
         count = SWEEP_TRIALS.get(at, SWEEP_DEFAULT) if kinds[-1] == "kill" else SWEEP_DEFAULT
         fails = opts[-1].get("fail")
         if kinds[-1] == "network" and isinstance(fails, (list, tuple)):
             count = NETWORK_CALLS * len(fails)  # each failure at each matching call
-    per = TRIAL_S
+    # a sweep's kills are replayed from the golden run's recorded state (the restart only), as
+    # power-loss states are; each fault of a chain, and the second kill of ``at: recovery``,
+    # costs another attempt
+    per = SWEEP_TRIAL_S if sweep else TRIAL_S * len(chain)
+    if kinds == ["power_loss"]:  # a crash state is written, then the restart runs
+        per = SWEEP_TRIAL_S
     for kind, o in zip(kinds, opts, strict=True):
+        if kind == "kill" and o.get("at") == "recovery":
+            per *= 2
         if kind == "backing" and o.get("service") == "postgres":
             per = max(per, POSTGRES_TRIAL_S)
         if kind == "hang":  # the attempt runs into its timeout
