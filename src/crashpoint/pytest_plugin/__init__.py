@@ -18,7 +18,8 @@ The rest is in rooms of its own:
 - :mod:`._campaigns`: a harness built from the settings, and the record of each campaign;
 - :mod:`._collect`: the ``*.scenario.yaml`` collector; :mod:`._summary`: the end table and
   gate.json; :mod:`._board`: the progress line; :mod:`._lookalike`: YAML files that look like
-  scenarios; :mod:`.hooks`: the ``pytest_crashpoint_*`` hook specifications.
+  scenarios; :mod:`._order`: scenario files longest first; :mod:`._schedule`: pytest-xdist's
+  loadfile keeping that order; :mod:`.hooks`: the ``pytest_crashpoint_*`` hook specifications.
 
 A door: it imports pytest, the standard library, its own modules and the public faces of
 crashpoint, never another package's private module. Loading it imports two small modules of
