@@ -1746,12 +1746,17 @@ def markdown_plugin(p: dict[str, Any]) -> list[str]:
     for key, label in (("installed", "installed (`-p no:crashpoint`)"), ("alone", "alone")):
         v = p[key]
         said = "; ".join(f"`{x}`" for x in v.get("printed", [])) or "nothing"
+        ci, cpu_ci = (  # the 95% interval of a paired median ratio, where measured so
+            f" [{v[k][0]}, {v[k][1]}]" if v.get(k) else "" for k in ("ratio_ci", "cpu_ratio_ci")
+        )
         lines.append(
-            f"| {label} | {v['with_ms']} | {v['without_ms']} | **{v['ratio']}** | "
+            f"| {label} | {v['with_ms']} | {v['without_ms']} | **{v['ratio']}**{ci} | "
             f"{v.get('min_ratio', '-')} | {v['cpu_with_ms']} | {v['cpu_without_ms']} | "
-            f"{v['cpu_ratio']} | {said} |"
+            f"{v['cpu_ratio']}{cpu_ci} | {said} |"
         )
     mods = p.get("modules", [])
+    if p.get("statistic"):
+        lines += ["", f"Ratios: {p['statistic']}; in brackets its 95% interval."]
     lines += [
         "",
         f"Target: ratio ≤ {p.get('target', 1.05)} and no output. Loaded by the end of a session "

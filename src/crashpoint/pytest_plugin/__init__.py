@@ -18,7 +18,8 @@ The rest is in rooms of its own:
 - :mod:`._campaigns`: a harness built from the settings, and the record of each campaign;
 - :mod:`._collect`: the ``*.scenario.yaml`` collector; :mod:`._summary`: the end table and
   gate.json; :mod:`._board`: the progress line; :mod:`._lookalike`: YAML files that look like
-  scenarios; :mod:`.hooks`: the ``pytest_crashpoint_*`` hook specifications.
+  scenarios; :mod:`._order`: scenario files longest first; :mod:`._schedule`: pytest-xdist's
+  loadfile keeping that order; :mod:`.hooks`: the ``pytest_crashpoint_*`` hook specifications.
 
 A door: it imports pytest, the standard library, its own modules and the public faces of
 crashpoint, never another package's private module. Loading it imports two small modules of
@@ -194,6 +195,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from crashpoint.pytest_plugin._session import collection_finish
 
     collection_finish(session)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Scenario files longest first (their items together), so that a long one is not the
+    last one a worker starts (``crashpoint run`` hands out whole files): :mod:`._order`."""
+    if not _engaged(config):
+        return  # no scenario file was collected: nothing to order, no import
+    # loaded by _engage (what the session uses of crashpoint)
+    from crashpoint.pytest_plugin._session import order_items
+
+    items[:] = order_items(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A pytest-xdist controller with ``--dist loadfile``: scenario files are handed out in
+    the order the workers collected them (longest first), not by their number of items."""
+    if not _engaged(config) or config.getvalue("dist") != "loadfile":
+        return None  # pytest-xdist's own
+    # imports pytest-xdist's schedulers: only in its controller
+    from crashpoint.pytest_plugin._schedule import ScenarioFileScheduling
+
+    return ScenarioFileScheduling(config, log)
 
 
 def _uses_crashpoint(item: pytest.Item) -> bool:

@@ -17,7 +17,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -61,6 +61,19 @@ def configure(config: pytest.Config, *, at_start: bool) -> None:
     items: dict[str, list[str]] = {"collected": [], "finished": []}
     config.stash[ITEMS] = items
     config.pluginmanager.register(_SummaryCollector(config), "crashpoint-summary")
+    # the previous run's time per scenario file (longest first), read before sessionstart
+    # replaces its gate.json by "running"; a worker gets the controller's
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        previous = dict(workerinput.get(PREVIOUS_KEY) or {})
+    else:
+        # imported when used: the plugin's own ordering (standard library only)
+        from crashpoint.pytest_plugin._order import previous_durations
+
+        previous = previous_durations(config.stash[SETTINGS].report)
+    config.stash[PREVIOUS] = previous
+    if previous and workerinput is None:
+        config.pluginmanager.register(_PreviousToWorkers(config), "crashpoint-previous")
     # scenario errors, for the step summary and GitHub annotations (imported when used)
     from crashpoint.pytest_plugin._annotations import ScenarioErrors
 
@@ -285,6 +298,36 @@ def report_header(config: pytest.Config) -> str | None:
 
 
 # -- progress and summary --------------------------------------------------------------------
+
+
+#: seconds per scenario file (its real path) in the previous run's gate.json ({}: none)
+PREVIOUS = pytest.StashKey[Mapping[str, float]]()
+PREVIOUS_KEY = "crashpoint_previous"  # key in an xdist worker's workerinput
+
+
+def order_items(config: pytest.Config, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The session's items with its scenario files longest first (:mod:`._order`)."""
+    collect = sys.modules.get("crashpoint.pytest_plugin._collect")
+    if collect is None:
+        return items  # no scenario file was collected
+    # imported when used: the plugin's own ordering (standard library only)
+    from crashpoint.pytest_plugin._order import scenario_order
+
+    scenario_item = collect.ScenarioItem
+    return scenario_order(
+        items, lambda i: isinstance(i, scenario_item), config.stash.get(PREVIOUS, {})
+    )
+
+
+class _PreviousToWorkers:
+    """xdist controller: hands each worker the previous run's time per scenario file."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[PREVIOUS_KEY] = self.config.stash.get(PREVIOUS, {})
 
 
 _USED = pytest.StashKey[bool]()  # the session collected crashpoint items
