@@ -215,6 +215,9 @@ def outage(do: str, **opts: Any) -> dict[str, Any]:
     return {"backing": {"service": "postgres", "do": do, "for": "1s", "count": 1, **opts}}
 
 
+# slow: fast cover: test_shared_postgres.py::test_two_campaigns_share_one_server_and_keep_their_
+# trials_apart (this agent through the same restart and partition, passing; same assertions)
+@pytest.mark.slow
 def test_a_psycopg_agent_that_retries_rides_out_a_restart_and_a_partition(
     tmp_path: Path, psycopg_agent: SharedPostgres
 ) -> None:
