@@ -20,19 +20,22 @@ from _reaped import run_reaped
 
 AGENT = Path(__file__).resolve().parents[1] / "verdicts" / "agents" / "json_steps.py"
 
-#: line 7 is the fault entry: a failing campaign's annotation points at it
+#: line 8 is the fault entry: a failing campaign's annotation points at it; ``warm: true``:
+#: the attempts fork from a warm interpreter, as a CI's gate would have them (the verdicts,
+#: summaries and baselines are what this file is about)
 SCENARIO = """\
 name: json-steps gate
 agent:
   command: ["{{python}}", "{{scenario_dir}}/../agents/json_steps.py", "--state",
             "{{state_dir}}"{bug}]
   timeout: 60s
+  warm: true
 faults:
   - kill: {{at: every-boundary}}
 restarts: 3
 seed: 2301
 """
-FAULT_LINE = 7
+FAULT_LINE = 8
 
 
 @dataclass
