@@ -13,13 +13,15 @@ completed (once the write returned). Under ``kill: {at: every-boundary}``:
   tool again: without a key the invoice is applied twice (``exactly_once`` fails); with the
   tool call's id as the key the stand-in deduplicates it (the trial passes).
 
-Each runtime's import costs seconds, so each scenario file gets one zygote (fork mode) and one
-golden run for the module; the quick tests run the golden run and the one trial that matters,
+Each runtime's import costs seconds, so each runtime gets one zygote (fork mode: it also
+pre-imports what the runtime imports lazily, ``LAZY``) and each scenario file one golden run for
+the module; the quick tests run the golden run and the one trial that matters,
 the whole sweeps are ``slow``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from collections.abc import Iterator
@@ -53,6 +55,42 @@ def _runtime(name: str) -> object:
 
 
 RUNTIME_PARAMS = [_runtime(n) for n in RUNTIMES]
+
+#: What each runtime imports lazily in a run (its model client, the HTTP stack), beyond the
+#: script's top-level imports the zygote does: the modules learning would add after the golden
+#: run (``Zygote.learn``), listed here because vetting them costs a fresh interpreter that
+#: imports the SDK. Pre-imported best-effort (``?``), they save each forked attempt 0.5-3 s of
+#: CPU (pydantic-ai's model client imports ~470 modules of openai.types).
+LAZY = {
+    "openai-agents": (
+        "sqlite3",
+        "agents.memory.sqlite_session",
+        "httpcore2",
+        "h11",
+        "truststore",
+        "anyio._backends._asyncio",
+        "anyio.streams.tls",
+        "openai.resources.responses",
+        "openai.lib.streaming.responses",
+        "concurrent.futures.thread",
+        "encodings.idna",
+    ),
+    "pydantic-ai": (
+        "pydantic_ai.models.openai",
+        "pydantic_ai.providers.openai",
+        "openai.types",
+        "openai.resources.responses.responses",
+        "openai.lib.streaming.responses",
+        "genai_prices.data",
+        "genai_prices.validation",
+        "genai_prices.decompose",
+        "anyio._backends._asyncio",
+        "anyio.streams.stapled",
+        "concurrent.futures.thread",
+        "encodings.idna",
+        "queue",
+    ),
+}
 
 
 @dataclass
@@ -88,12 +126,14 @@ class _Examples:
         key = f"{runtime}/{variant}"
         if key not in self.open:
             sc = load_scenario(ROOT / "examples" / runtime / f"{variant}.scenario.yaml")
+            warm = (*(sc.agent.warm or ()), *(f"?{m}" for m in LAZY[runtime]))
+            agent = dataclasses.replace(sc.agent, warm=warm)
             z = self.zygotes.get(runtime)
             if z is None:
-                z = self.zygotes[runtime] = Zygote.for_agent(sc.agent)
+                z = self.zygotes[runtime] = Zygote.for_agent(agent)
                 z.__enter__()
             campaign = Campaign(
-                sc.agent,
+                agent,
                 [f.family for f in sc.families],
                 str(self.root / runtime / variant),
                 name=sc.name,

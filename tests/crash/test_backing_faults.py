@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from crashpoint.harness import (
     Campaign,
     CampaignResult,
     CheckResult,
+    SharedPostgres,
     TrialResult,
     family_from_spec,
     load_scenario,
@@ -53,7 +55,11 @@ def sqlite_agent(*flags: str) -> AgentSpec:
 
 
 def campaign(
-    spec: AgentSpec, faults: list[dict[str, Any]], tmp_path: Path, seed: int = 11
+    spec: AgentSpec,
+    faults: list[dict[str, Any]],
+    tmp_path: Path,
+    seed: int = 11,
+    postgres: SharedPostgres | None = None,
 ) -> CampaignResult:
     return Campaign(
         spec,
@@ -62,6 +68,7 @@ def campaign(
         name="backing",
         seed=seed,
         restarts=2,
+        postgres=postgres,
     ).run()
 
 
@@ -187,13 +194,17 @@ def test_a_held_lock_fires_in_at_least_95_percent_of_trials(tmp_path: Path) -> N
 
 
 @pytest.fixture(scope="module")
-def psycopg_agent() -> None:
+def psycopg_agent() -> Iterator[SharedPostgres]:
+    """One server (one ``initdb``) for the module's campaigns, as the pytest plugin shares one
+    per scenario file; each trial still gets a database of its own."""
     reason = postgres_unavailable()
     if reason:
         pytest.skip(reason)
     pytest.importorskip(
         "psycopg", reason="the agent uses psycopg: pip install 'crashpoint[postgres]'"
     )
+    with SharedPostgres() as server:
+        yield server
 
 
 def pg_agent(*flags: str) -> AgentSpec:
@@ -204,11 +215,18 @@ def outage(do: str, **opts: Any) -> dict[str, Any]:
     return {"backing": {"service": "postgres", "do": do, "for": "1s", "count": 1, **opts}}
 
 
-@pytest.mark.usefixtures("psycopg_agent")
+# slow: fast cover: test_shared_postgres.py::test_two_campaigns_share_one_server_and_keep_their_
+# trials_apart (this agent through the same restart and partition, passing; same assertions)
+@pytest.mark.slow
 def test_a_psycopg_agent_that_retries_rides_out_a_restart_and_a_partition(
-    tmp_path: Path,
+    tmp_path: Path, psycopg_agent: SharedPostgres
 ) -> None:
-    result = campaign(pg_agent("--retry"), [outage("restart"), outage("partition")], tmp_path)
+    result = campaign(
+        pg_agent("--retry"),
+        [outage("restart"), outage("partition")],
+        tmp_path,
+        postgres=psycopg_agent,
+    )
     restart, partition = result.trials
     for t in result.trials:
         assert t.exercised, t.landed()
@@ -219,9 +237,10 @@ def test_a_psycopg_agent_that_retries_rides_out_a_restart_and_a_partition(
     assert "connection(s) cut" in restart.landed()
 
 
-@pytest.mark.usefixtures("psycopg_agent")
-def test_a_psycopg_agent_that_swallows_operational_error_is_caught(tmp_path: Path) -> None:
-    result = campaign(pg_agent("--swallow"), [outage("restart")], tmp_path)
+def test_a_psycopg_agent_that_swallows_operational_error_is_caught(
+    tmp_path: Path, psycopg_agent: SharedPostgres
+) -> None:
+    result = campaign(pg_agent("--swallow"), [outage("restart")], tmp_path, postgres=psycopg_agent)
     (t,) = result.trials
     assert t.exercised, t.landed()
     cause = root(t, "resumes_from_last_completed")
@@ -230,14 +249,20 @@ def test_a_psycopg_agent_that_swallows_operational_error_is_caught(tmp_path: Pat
 
 
 @pytest.mark.slow  # fast cover: the swallowing agent above, and the SQLite --bail one
-@pytest.mark.usefixtures("psycopg_agent")
-def test_a_psycopg_agent_that_exits_0_and_a_blackhole(tmp_path: Path) -> None:
-    bail = campaign(pg_agent("--bail"), [outage("partition")], tmp_path / "bail")
+def test_a_psycopg_agent_that_exits_0_and_a_blackhole(
+    tmp_path: Path, psycopg_agent: SharedPostgres
+) -> None:
+    bail = campaign(
+        pg_agent("--bail"), [outage("partition")], tmp_path / "bail", postgres=psycopg_agent
+    )
     (t,) = bail.trials
     assert t.exercised, t.landed()
     root(t, "no_silent_failure")
     hole = campaign(
-        pg_agent("--retry"), [outage("partition", how="blackhole")], tmp_path / "blackhole"
+        pg_agent("--retry"),
+        [outage("partition", how="blackhole")],
+        tmp_path / "blackhole",
+        postgres=psycopg_agent,
     )
     (t,) = hole.trials
     assert t.exercised, t.landed()

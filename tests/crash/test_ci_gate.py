@@ -20,19 +20,22 @@ from _reaped import run_reaped
 
 AGENT = Path(__file__).resolve().parents[1] / "verdicts" / "agents" / "json_steps.py"
 
-#: line 7 is the fault entry: a failing campaign's annotation points at it
+#: line 8 is the fault entry: a failing campaign's annotation points at it; ``warm: true``:
+#: the attempts fork from a warm interpreter, as a CI's gate would have them (the verdicts,
+#: summaries and baselines are what this file is about)
 SCENARIO = """\
 name: json-steps gate
 agent:
   command: ["{{python}}", "{{scenario_dir}}/../agents/json_steps.py", "--state",
             "{{state_dir}}"{bug}]
   timeout: 60s
+  warm: true
 faults:
   - kill: {{at: every-boundary}}
 restarts: 3
 seed: 2301
 """
-FAULT_LINE = 7
+FAULT_LINE = 8
 
 
 @dataclass
@@ -52,6 +55,20 @@ def crashpoint(cwd: Path, *args: object, **env: str) -> Run:
         [sys.executable, "-m", "crashpoint", *map(str, args)], cwd=cwd, env=_env(**env), timeout=180
     )
     return Run(p.returncode, p.stdout, p.stderr)
+
+
+def report(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
+    """``crashpoint report ARGS`` in this process (``crashpoint run`` above is the process the
+    CI starts; rendering a gate.json needs no process of its own)."""
+    from crashpoint.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(["report", *map(str, args)])
+    except SystemExit as exc:  # a usage error, as argparse ends it
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    return Run(code, out, err)
 
 
 def pytest_run(cwd: Path, *args: object) -> Run:
@@ -209,32 +226,34 @@ def test_pytest_users_have_the_baseline_option(gates: Gates) -> None:
     assert "Traceback" not in bad.err
 
 
-def test_report_rerenders_html_and_markdown_from_the_json(gates: Gates, tmp_path: Path) -> None:
+def test_report_rerenders_html_and_markdown_from_the_json(
+    gates: Gates, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "downloaded"
     folder.mkdir()
     shutil.copy(gates.failing_gate / "gate.json", folder / "gate.json")
-    run = crashpoint(tmp_path, "report", folder)
+    run = report(capsys, folder)
     assert run.code == 0, run.err
     assert run.out.strip() == str(folder / "report.html")
     page = (folder / "report.html").read_text()
     assert 'crashpoint gate: <span class="verdict-fail">FAIL</span>' in page
     assert '<section id="changes"><h2>What changed</h2>' in page
-    md = crashpoint(tmp_path, "report", folder / "gate.json", "--format", "markdown")
+    md = report(capsys, folder / "gate.json", "--format", "markdown")
     assert md.code == 0, md.err
     assert md.out.startswith("## crashpoint gate: FAIL\n")
     assert "(resumes_from_last_completed)" in md.out
     assert "`crashpoint replay " in md.out
-    out = crashpoint(tmp_path, "report", folder, "--format", "markdown", "--out", tmp_path / "s.md")
+    out = report(capsys, folder, "--format", "markdown", "--out", tmp_path / "s.md")
     assert out.code == 0, out.err
     assert (tmp_path / "s.md").read_text() == md.out
 
 
 def test_report_written_elsewhere_links_the_evidence_beside_the_gate(
-    gates: Gates, tmp_path: Path
+    gates: Gates, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     copy = tmp_path / "artifact"
     shutil.copytree(gates.failing_gate, copy)  # a downloaded report folder
-    run = crashpoint(tmp_path, "report", copy, "--out", tmp_path / "pages" / "r.html")
+    run = report(capsys, copy, "--out", tmp_path / "pages" / "r.html")
     assert run.code == 0, run.err
     pages = tmp_path / "pages"
     page = (pages / "r.html").read_text()
@@ -257,13 +276,13 @@ def test_report_written_elsewhere_links_the_evidence_beside_the_gate(
     ],
 )
 def test_report_refuses_bad_input_in_one_line(
-    tmp_path: Path, content: str | None, why: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, why: str
 ) -> None:
     path = tmp_path / "gate.json"
     if content is not None:
         path.write_text(content)
-    run = crashpoint(tmp_path, "report", path)
-    assert run.code == 2
+    run = report(capsys, path)
+    assert run.code == 2, run.out + run.err
     assert run.err.startswith(f"crashpoint: error: {path}: {why}")
     assert len(run.err.strip().splitlines()) == 1
     assert not (tmp_path / "report.html").exists()

@@ -11,11 +11,22 @@ passes the same trial. Offline: the SDK talks to the stand-in only. Skipped with
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from _forked import forking, warm
 from _lazy import needs
-from crashpoint.harness import Fault, Golden, Plan, TrialResult, TrialRunner, load_scenario
+from crashpoint.harness import (
+    Fault,
+    Golden,
+    Plan,
+    TrialResult,
+    TrialRunner,
+    Zygote,
+    load_scenario,
+)
 
 pytestmark_0 = needs(
     "openai",
@@ -28,25 +39,33 @@ pytestmark = [pytestmark_0, pytestmark_1]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai-webhook"
 
 
-def _trial(name: str, tmp_path: Path) -> tuple[Golden, TrialResult]:
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """One warm zygote for both scenarios (one script; they differ in ``--fixed`` only): the
+    SDK imported once for the module."""
+    with forking(warm(load_scenario(EXAMPLE / "broken.scenario.yaml").agent)) as z:
+        yield z
+
+
+def _trial(name: str, tmp_path: Path, z: Zygote) -> tuple[Golden, TrialResult]:
     sc = load_scenario(EXAMPLE / name)
     # the second ticket's webhook: applied by the service, the agent killed before the reply
     kill = Fault.make("kill", 1, op="effect", name="POST /hook", nth=2, phase="in_doubt")
     agent = warm(sc.agent)  # forked: this trial is about the agent's key, not spawning
-    with (
-        forking(agent) as z,
-        TrialRunner(
-            agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
-        ) as runner,
-    ):
+    forks = z.forks
+    with TrialRunner(
+        agent, str(tmp_path / "trials"), restarts=sc.restarts, expect=sc.expect, launcher=z
+    ) as runner:
         golden = runner.golden()
-        return golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
+        result = golden, runner.run(Plan((kill,), "kill", sc.seed, 0), golden)
+    assert z.forks > forks, "fork mode was not used"
+    return result
 
 
 def test_the_agent_as_written_fails_with_the_duplicate_webhook_and_the_re_billed_call(
-    tmp_path: Path,
+    tmp_path: Path, zygote: Zygote
 ) -> None:
-    golden, t = _trial("broken.scenario.yaml", tmp_path)
+    golden, t = _trial("broken.scenario.yaml", tmp_path, zygote)
     calls = [
         (e["op"], e.get("name") or e.get("kind"))
         for e in golden.events
@@ -62,8 +81,8 @@ def test_the_agent_as_written_fails_with_the_duplicate_webhook_and_the_re_billed
     assert "gpt-4o-mini" in warned["no_repeated_llm_calls"]
 
 
-def test_the_fixed_agent_passes_the_same_trial(tmp_path: Path) -> None:
-    _golden, t = _trial("fixed.scenario.yaml", tmp_path)
+def test_the_fixed_agent_passes_the_same_trial(tmp_path: Path, zygote: Zygote) -> None:
+    _golden, t = _trial("fixed.scenario.yaml", tmp_path, zygote)
     assert t.ok, [str(c) for c in t.failed]
     hooks = [e for e in t.events if e.get("kind") == "POST /hook"]
     assert [e["applied"] for e in hooks] == [True, True, False, True]  # the resend deduped

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from _forked import run_forked
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 
 
@@ -38,13 +39,14 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
 ) -> None:
     from crashpoint.checkpoint import open_store
 
-    # 4 drawn kills, not the sweep of 16 boundaries (the demo's sweep: test_demo_resume.py; the
-    # PostgreSQL store's kills at each point of a run: test_fleet.py)
+    # 2 drawn kills, not the sweep of 16 boundaries (the demo's sweep: test_demo_resume.py; the
+    # PostgreSQL store's kills at each point of a run: test_fleet.py); the attempts forked from
+    # a warm zygote (this is about the store's state, not spawning)
     families = [
-        family_from_spec({"kill": {"at": "random", "count": 4}}),
+        family_from_spec({"kill": {"at": "random", "count": 2}}),
         family_from_spec({"resumers": {"count": 1}}),
     ]
-    result = Campaign(_demo(pg_server, pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7).run()
+    result = run_forked(_demo(pg_server, pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7)
     s = result.summary()
     assert result.ok, s["failures"] or result.unexercised()
     assert s["duplicate_effects"] == 0

@@ -4,8 +4,10 @@ Two campaigns of a psycopg agent (``tests/agents/pg_steps.py``), a restart and a
 on one shared server: one ``initdb``, not two; each trial still gets a database of its own
 (dropped after it) and each campaign a proxy of its own, so the faults fire and the agent passes
 as on a server of its own. The server outlives a campaign and stops when its owner closes it.
-(tests/plugin/test_shared_postgres.py: a scenario file's items share one.) Skipped with the reason
-where no server can run or psycopg is missing.
+(tests/plugin/test_shared_postgres.py: a scenario file's items share one.) This is also the
+default run's passing side of the retrying agent in tests/crash/test_backing_faults.py (whose
+copy of this restart and partition is slow). Skipped with the reason where no server can run
+or psycopg is missing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from crashpoint.harness import (
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_AGENT = ROOT / "tests" / "agents" / "pg_steps.py"
+OUTPUT = b"fetch: 7\nparse: 14\nrank: 21\nsummarise: 28\npublish: 35\n"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -80,8 +83,12 @@ def test_two_campaigns_share_one_server_and_keep_their_trials_apart(tmp_path: Pa
             (t,) = r.trials
             assert t.exercised, t.landed()
             assert t.status == "passed", [str(c) for c in t.failed] + [t.landed()]
-        assert "PostgreSQL restart (immediate shutdown)" in first.trials[0].landed()
-        assert "PostgreSQL partition (reset)" in second.trials[0].landed()
+            assert t.attempts[-1].stdout == OUTPUT  # rode the outage out: every step, once
+        restart = first.trials[0].landed()
+        assert "PostgreSQL restart (immediate shutdown) at attempt 1 event #" in restart
+        assert "connection(s) cut" in restart
+        partition = second.trials[0].landed()
+        assert "PostgreSQL partition (reset) at attempt 1 event #" in partition
         assert databases(shared) == set()  # each trial's database dropped after it
         assert server.running
     assert shared.server is None
