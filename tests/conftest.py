@@ -110,6 +110,14 @@ def _holds_pipe(pid: int, inodes: set[int]) -> bool:
     return False
 
 
+def _stat(pid: int) -> tuple[int, int, int]:
+    """Process ``pid``'s parent, session and start time (clock ticks since boot), from one read
+    of /proc/PID/stat (psutil reads it once per question)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return int(fields[1]), int(fields[3]), int(fields[19])
+
+
 def _writable(pid: int, fd: str) -> bool:
     """True if descriptor ``fd`` of process ``pid`` was opened for writing."""
     with open(f"/proc/{pid}/fdinfo/{fd}") as info:
@@ -126,6 +134,10 @@ class Child:
         self.argv = list(argv)
         self.popen = popen
         self.pid = popen.pid
+        try:  # when it started, in clock ticks since boot (as its descendants' are counted)
+            self._started = _stat(self.pid)[2]
+        except OSError:  # already gone and reaped: anything it left started after boot
+            self._started = 0
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._stderr: list[bytes] = []
         self._threads = [
@@ -231,12 +243,18 @@ class Child:
             if pid in procs or pid == me:
                 continue
             with contextlib.suppress(OSError, psutil.Error):
+                ppid, session, started = _stat(pid)
                 # Another child of the test process (a sibling, maybe not yet exec'd) is never
                 # in this tree; killing it and then waiting for it with psutil would reap it
                 # behind its Popen's back, and its Popen would then read returncode 0.
-                if psutil.Process(pid).ppid() == me:
+                if ppid == me:
                     continue
-                if (unreaped and os.getsid(pid) == self.pid) or _holds_pipe(pid, pipes):
+                # Only a process started after the child can be one it left behind: the older
+                # ones' descriptors are not read (on a busy machine that scan cost more than
+                # the trials the tests run).
+                if (unreaped and session == self.pid) or (
+                    started >= self._started and _holds_pipe(pid, pipes)
+                ):
                     procs[pid] = psutil.Process(pid)
         return list(procs.values())
 
