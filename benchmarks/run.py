@@ -58,7 +58,10 @@ NAIVE_AGENT = os.path.join(HERE, "naive_agent.py")  # the power-loss row's agent
 FILEOP_AGENTS = {"naive": NAIVE_AGENT, "atomic": os.path.join(HERE, "naive_agent_atomic.py")}
 #: what --only runs
 SECTIONS = ("powerloss", "fileop", "pg", "checkpointers", "lifecycle", "plugin", "planning")
-PLUGIN_RUNS = (3, 7)  # plugin_overhead.py's runs of each pytest command: --quick, full
+PLUGIN_RUNS = (
+    3,
+    20,
+)  # plugin_overhead.py's least pairs (ABBA) of each pytest command: --quick, full
 #: power_planning.py: the planning table's sizes, and the campaigns at 1,000 writes (each
 #: within BUDGET_S; one of DRAWN states drawn besides the systematic ones)
 PLANNING_SIZES, PLANNING_WRITES, BUDGET_S, DRAWN = "10,100,1000", 1000, 30, 3
@@ -841,7 +844,7 @@ def plugin(work: str, quick: bool) -> dict[str, Any]:
     the plugin alone (medians of interleaved runs; whether the plugin printed anything)."""
     runs = PLUGIN_RUNS[0 if quick else 1]
     print(
-        f"the plugin's cost to an unrelated one-test project: {runs} interleaved runs of each "
+        f"the plugin's cost to an unrelated one-test project: at least {runs} pairs of runs "
         "(benchmarks/plugin_overhead.py) ...",
         flush=True,
     )
@@ -1727,10 +1730,13 @@ def markdown_plugin(p: dict[str, Any]) -> list[str]:
     lines += [
         "`benchmarks/plugin_overhead.py`: a one-test project (`pytest.ini` with `filterwarnings "
         "= error`, one test using no crashpoint fixture or marker) run by `python -m pytest` in "
-        f"a fresh interpreter, with the plugin and without it, {p['runs']} runs of each "
-        f"({p.get('alone_runs', p['runs'])} of the alone pair, whose runs are short), the two "
-        "alternating so the load falls on both alike (medians; bytecode cached, as after a "
-        "first run; CPU is the child's user + system time). *Installed*: every pytest plugin "
+        f"a fresh interpreter, with the plugin and without it: {p['runs']} pairs of runs "
+        f"({p.get('alone_runs', p['runs'])} of the alone pair, whose runs are short), in ABBA "
+        "order so the load falls on both alike, pairs added until each 95% interval is within "
+        f"±{round(100 * p.get('ci_target', 0.03), 1):g}% or the cap is reached"
+        + ("" if p.get("converged", True) else " (the cap was reached)")
+        + " (bytecode cached, as after a first run; CPU is the child's user + system time). "
+        "*Installed*: every pytest plugin "
         "of this environment loads, the plugin turned off by `-p no:crashpoint`. *Alone*: "
         "`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, pytest with the plugin alone "
         "(`PYTEST_PLUGINS=crashpoint.pytest_plugin`) against pytest with an empty plugin named "
