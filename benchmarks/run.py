@@ -1437,6 +1437,12 @@ def sections(r: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
     return out
 
 
+def _ci(v: dict[str, Any]) -> str:
+    """`` [lo, hi]``: the 95% interval of a paired median ratio, where one was measured."""
+    ci = v.get("ratio_ci")
+    return f" [{ci[0]}, {ci[1]}]" if ci else ""
+
+
 def markdown(r: dict[str, Any]) -> str:
     h = r["headline"]
     full = "step_cost" in r  # else: only rows run alone with --only so far
@@ -1618,9 +1624,11 @@ def markdown(r: dict[str, Any]) -> str:
         lines += [
             row(
                 "an unrelated one-test pytest project with the plugin / with `-p no:crashpoint` "
-                f"(wall time, p50 of {p.get('runs', '?')} interleaved runs, every installed "
-                "plugin loaded; in brackets CPU time); did the plugin print anything",
-                f"{h.get('plugin_over_no_plugin')} (CPU {h.get('plugin_over_no_plugin_cpu')}); "
+                f"(wall time, median of the ratios of {p.get('runs', '?')} ABBA pairs of runs, "
+                "every installed plugin loaded; its 95% interval in brackets, then CPU time); "
+                "did the plugin print anything",
+                f"{h.get('plugin_over_no_plugin')}{_ci(p.get('installed', {}))} "
+                f"(CPU {h.get('plugin_over_no_plugin_cpu')}); "
                 + ("-" if printed is None else ("**printed**" if printed else "printed nothing")),
                 "≤ 1.05; nothing",
                 "plugin",
@@ -1628,7 +1636,7 @@ def markdown(r: dict[str, Any]) -> str:
             row(
                 "the same, pytest alone: with the plugin / with an empty plugin "
                 "(`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`, `PYTEST_PLUGINS=...`)",
-                f"{h.get('plugin_alone_over_pytest_alone')} "
+                f"{h.get('plugin_alone_over_pytest_alone')}{_ci(p.get('alone', {}))} "
                 f"(CPU {h.get('plugin_alone_over_pytest_alone_cpu')})",
                 "≤ 1.05",
                 "plugin",
