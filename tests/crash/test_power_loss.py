@@ -186,7 +186,8 @@ def test_the_same_seed_gives_the_same_states_and_verdicts(tmp_path: Path) -> Non
 def test_a_power_cut_during_recovery_after_a_kill(tmp_path: Path) -> None:
     result = campaign(
         agent("naive_json"),
-        [[{"kill": {"at": "random"}}, {"power_loss": {"model": "posix", "count": 6}}]],
+        # 3 trials (seed 11: the cut fires in one, which fails; it did in 3 of 6)
+        [[{"kill": {"at": "random"}}, {"power_loss": {"model": "posix", "count": 3}}]],
         tmp_path,
     )
     fired = [t for t in result.trials if t.outcomes[-1].fired]
