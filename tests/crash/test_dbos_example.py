@@ -218,19 +218,28 @@ def test_without_dbos_the_adapter_names_the_extra_and_the_core_never_imports_it(
     assert r.stdout.strip() == "[]"
 
 
-def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(tmp_path: Path) -> None:
+def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(
+    runners: _Runners, tmp_path: Path
+) -> None:
     # a step called from plain code runs as a plain function (DBOS's rule): nothing reported,
     # even with a ledger listening, so the harness never sees a step DBOS did not checkpoint
-    code = (
+    # (a process forked from the module's zygote: dbos imported once, not in pytest's process)
+    script = tmp_path / "plain.py"
+    script.write_text(
         "from crashpoint.adapters.dbos import crashpoint_step\n"
         "@crashpoint_step()\n"
         "def add(a: int, b: int) -> int:\n"
         "    return a + b\n"
         "print(add(2, 3), add.__name__)\n"
     )
-    r = _python(code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
+    r = (
+        runners.fork_zygote()
+        .spawn("", env=env, cwd=str(tmp_path), timeout=60, main=("path", str(script)))
+        .wait()
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["5", "add"]
+    assert r.stdout.split() == [b"5", b"add"]
 
 
 DOC = EXAMPLE.parents[1] / "docs" / "how-to" / "crash-test-a-dbos-workflow.md"
