@@ -124,6 +124,12 @@ def test_approve_with_decide_then_resume_completes(
         assert (decision["approved"], decision["note"]) == (True, "looks good")
 
 
+# slow on PostgresStore: fast cover: test_approve_with_decide_then_resume_completes[postgres] and
+# test_a_decision_survives_a_kill_at_any_point[postgres-in-decide-...] (processes on PostgresStore),
+# the file variant here, tests/unit/test_run_semantics.py (decide on both stores, in-process)
+@pytest.mark.parametrize(
+    "store_factory", ["file", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 def test_deny_ends_the_run_as_denied_and_never_publishes(
     children: Children, tmp_path: Path, store_factory: StoreFactory
 ) -> None:
@@ -140,6 +146,12 @@ def test_deny_ends_the_run_as_denied_and_never_publishes(
         assert next(ln.action for ln in plan(agent.store, RUN)) == "done"
 
 
+# slow on PostgresStore: fast cover: test_approve_with_decide_then_resume_completes[postgres] and
+# test_a_decision_survives_a_kill_at_any_point[postgres-in-decide-...] (processes on PostgresStore),
+# the file variant here, tests/unit/test_run_semantics.py (decide on both stores, in-process)
+@pytest.mark.parametrize(
+    "store_factory", ["file", pytest.param("postgres", marks=pytest.mark.slow)], indirect=True
+)
 def test_decide_refuses_a_run_that_is_not_waiting(
     children: Children, tmp_path: Path, store_factory: StoreFactory
 ) -> None:
@@ -225,17 +237,16 @@ CLI_KILLS = [("cli", fp) for _, fp in KILLS[1:]]
 
 
 #: The kills that stay in the default run: every kill of the file store's decide, one through
-#: the CLI; on PostgresStore a kill after decide and one inside it.
+#: the CLI; on PostgresStore one inside decide.
 FAST_KILLS = {
     *(("file", w, fp) for w, fp in KILLS),
     ("file", "cli", "journal.after_write=kill@1"),
-    ("postgres", "kill-after", ""),
     ("postgres", "in-decide", "journal.after_sync=kill@1"),
 }
 
 
 # slow: the others' fast cover: FAST_KILLS (each kill point on the file store, the CLI's
-# decision killed once, PostgresStore killed after and inside decide)
+# decision killed once, PostgresStore killed inside decide; killed after it: [file-kill-after])
 @pytest.mark.parametrize(
     ("store_factory", "when", "failpoints"),
     [

@@ -211,19 +211,28 @@ def test_a_bad_baseline_is_one_line_before_any_trial(gates: Gates, tmp_path: Pat
         assert not (tmp_path / "r" / "gate.json").exists()  # nothing ran
 
 
-def test_pytest_users_have_the_baseline_option(gates: Gates) -> None:
+def test_pytest_users_have_the_baseline_option(
+    gates: Gates, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = gates.passing
     assert "crashpoint changes since " + str(gates.root / "crafted.json") in run.out
     assert ": 0 new failure(s); 1 fixed; 0 still failing;" in run.out
     assert "  FIXED json-steps gate [kill@every-boundary] trial 1 (plan changed)" in run.out
     assert "  REMOVED CAMPAIGN json-steps gate [kill@fileop]" in run.out
-    bad = pytest_run(gates.root, "--crashpoint-baseline", "nowhere")
-    assert bad.code == 4, bad.out + bad.err
+    # a bad value is refused while pytest configures, before any collection: a session in this
+    # process shows it (the plain pytest run above is the process a user starts)
+    monkeypatch.chdir(gates.root)
+    capsys.readouterr()
+    code = pytest.main(
+        ["scenarios", "-p", "no:cacheprovider", "-q", "--crashpoint-baseline", "nowhere"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 4, out + err
     assert (
         "crashpoint: bad value 'nowhere' for --crashpoint-baseline (command line): no such file"
-        in bad.err
+        in err
     )
-    assert "Traceback" not in bad.err
+    assert "Traceback" not in err
 
 
 def test_report_rerenders_html_and_markdown_from_the_json(

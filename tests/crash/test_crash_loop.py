@@ -15,15 +15,20 @@ exercised, never a pass.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from _forked import forking, warm
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
     CheckResult,
     Expect,
     TrialResult,
+    Zygote,
     family_from_spec,
     replay,
 )
@@ -36,22 +41,36 @@ REBOOT_IN_DOUBT = 3
 EVERY_BOUNDARY = {"kill": {"at": "every-boundary", "every_attempt": True}}
 
 
+def _agent(*flags: str) -> AgentSpec:
+    return warm(AgentSpec(command=(sys.executable, str(AGENT), "{state_dir}", *flags), timeout=20))
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """One zygote for the module: the golden runs and attempts (up to five processes a trial)
+    fork from it; these tests are about the crash_loop check, not about spawning (the replay
+    in the first test spawns, as ``crashpoint replay`` does)."""
+    with forking(_agent()) as z:
+        yield z
+
+
 def trial(
+    zygote: Zygote,
     tmp_path: Path,
     *flags: str,
     fault: dict[str, Any] | None = None,
     only: int = REBOOT_IN_DOUBT,
     **expect: Any,
 ) -> TrialResult:
-    agent = AgentSpec(command=(sys.executable, str(AGENT), "{state_dir}", *flags), timeout=20)
     result = Campaign(
-        agent,
+        _agent(*flags),
         [family_from_spec(fault or EVERY_BOUNDARY)],
         str(tmp_path / "report"),
         name="loop",
         seed=1,
         restarts=3,
         expect=Expect(**expect),
+        launcher=zygote,
     ).run(only=[only])
     (t,) = result.trials
     return t
@@ -61,8 +80,8 @@ def check(t: TrialResult, name: str = "crash_loop") -> CheckResult:
     return next(c for c in t.checks if c.name == name)
 
 
-def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> None:
-    t = trial(tmp_path)
+def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(zygote: Zygote, tmp_path: Path) -> None:
+    t = trial(zygote, tmp_path)
     assert t.plan.describe() == "kill attempt 1 at effect:POST /reboot (in_doubt)"
     assert [a.signal for a in t.attempts] == [9, 9, 9, 9]  # restarts: 3, all used up
     assert t.exercised
@@ -88,15 +107,17 @@ def test_a_reboot_loop_fails_crash_loop_attempt_by_attempt(tmp_path: Path) -> No
     assert "fired in 4 of 4 attempts" in again.landed()
 
 
-def test_within_fails_the_loop_at_that_attempt(tmp_path: Path) -> None:
-    t = trial(tmp_path, "--max-attempts", "2", "--keyed", crash_loop_within=2)
+def test_within_fails_the_loop_at_that_attempt(zygote: Zygote, tmp_path: Path) -> None:
+    t = trial(zygote, tmp_path, "--max-attempts", "2", "--keyed", crash_loop_within=2)
     c = check(t)
     assert not c.ok  # it stopped at attempt 3, one too late
     assert "up to attempt 2" in c.message
 
 
-def test_an_agent_that_counts_its_attempts_and_gives_up_passes(tmp_path: Path) -> None:
-    t = trial(tmp_path, "--max-attempts", "2", "--keyed")
+def test_an_agent_that_counts_its_attempts_and_gives_up_passes(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    t = trial(zygote, tmp_path, "--max-attempts", "2", "--keyed")
     assert t.status == "passed", [str(c) for c in t.failed]
     assert [a.returncode for a in t.attempts] == [None, None, 69, 69]
     assert "fired in 2 of 4 attempts (not in attempts 3, 4)" in t.landed()
@@ -111,16 +132,16 @@ def test_an_agent_that_counts_its_attempts_and_gives_up_passes(tmp_path: Path) -
     assert check(t, "exactly_once").ok  # the report it never sent is not counted lost
 
 
-def test_a_stop_that_says_nothing_fails(tmp_path: Path) -> None:
-    t = trial(tmp_path, "--max-attempts", "2", "--keyed", "--quiet-stop")
+def test_a_stop_that_says_nothing_fails(zygote: Zygote, tmp_path: Path) -> None:
+    t = trial(zygote, tmp_path, "--max-attempts", "2", "--keyed", "--quiet-stop")
     c = check(t)
     assert not c.ok
     assert "said nothing" in c.message
     assert "say why on stderr" in c.hint
 
 
-def test_a_stop_that_resends_the_command_fails(tmp_path: Path) -> None:
-    t = trial(tmp_path, "--max-attempts", "2", "--resend")
+def test_a_stop_that_resends_the_command_fails(zygote: Zygote, tmp_path: Path) -> None:
+    t = trial(zygote, tmp_path, "--max-attempts", "2", "--resend")
     c = check(t)
     assert not c.ok
     assert "attempt 3 stopped" in c.message
@@ -128,8 +149,8 @@ def test_a_stop_that_resends_the_command_fails(tmp_path: Path) -> None:
     assert "do not repeat the effects" in c.hint
 
 
-def test_a_give_up_that_does_not_stick_fails(tmp_path: Path) -> None:
-    t = trial(tmp_path, "--max-attempts", "1", "--keyed", "--forgetful")
+def test_a_give_up_that_does_not_stick_fails(zygote: Zygote, tmp_path: Path) -> None:
+    t = trial(zygote, tmp_path, "--max-attempts", "1", "--keyed", "--forgetful")
     c = check(t)
     assert not c.ok, c
     assert "attempt 2 stopped" in c.message
@@ -137,10 +158,12 @@ def test_a_give_up_that_does_not_stick_fails(tmp_path: Path) -> None:
     assert "did not stick" in c.hint
 
 
-def test_a_fault_on_every_attempt_that_never_fires_is_not_exercised(tmp_path: Path) -> None:
+def test_a_fault_on_every_attempt_that_never_fires_is_not_exercised(
+    zygote: Zygote, tmp_path: Path
+) -> None:
     # failpoints live in crashpoint.checkpoint only: this agent never reaches one
     fault = {"kill": {"at": "failpoint", "every_attempt": True, "count": 1}}
-    t = trial(tmp_path, fault=fault, only=0)
+    t = trial(zygote, tmp_path, fault=fault, only=0)
     assert t.status == "not exercised"
     assert not t.exercised
     (o,) = t.outcomes
@@ -175,16 +198,18 @@ def test_the_example_ops_agent_dead_letters_through_the_library(tmp_path: Path) 
     assert "dead-lettered after 2 attempts" in c.message
 
 
-def test_a_service_that_stays_down_is_a_fault_on_every_attempt(tmp_path: Path) -> None:
+def test_a_service_that_stays_down_is_a_fault_on_every_attempt(
+    zygote: Zygote, tmp_path: Path
+) -> None:
     """network with every_attempt: the reboot request gets a 503 in every attempt; the agent
     (no retry) crashes each time. Uncapped it loops; capped it gives up at its third start."""
     down = {"network": {"call": "POST /reboot", "fail": 503, "every_attempt": True, "count": 1}}
-    looped = trial(tmp_path / "a", fault=down, only=0)
+    looped = trial(zygote, tmp_path / "a", fault=down, only=0)
     assert "fired in 4 of 4 attempts" in looped.landed()
     assert [a.returncode for a in looped.attempts] == [1, 1, 1, 1]  # HTTP 503: a traceback
     assert not check(looped).ok
     assert "hit 4 of 4 attempts" in check(looped).message
-    capped = trial(tmp_path / "b", "--max-attempts", "2", fault=down, only=0)
+    capped = trial(zygote, tmp_path / "b", "--max-attempts", "2", fault=down, only=0)
     assert capped.status == "passed", [str(c) for c in capped.failed]
     assert "fired in 2 of 4 attempts" in capped.landed()
     assert "stopped at attempt 3" in check(capped).message

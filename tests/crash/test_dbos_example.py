@@ -70,9 +70,7 @@ class _Runners:
             # forked from a zygote that imported dbos once: these tests are about the adapter;
             # one for both scenarios (the same agent.py, their flags differ)
             agent = warm(sc.agent)
-            if self.zygote is None:
-                self.zygote = self.stack.enter_context(forking(agent))
-            z = self.zygote
+            z = self.fork_zygote(agent)
             runner = self.stack.enter_context(
                 TrialRunner(
                     agent,
@@ -86,6 +84,13 @@ class _Runners:
         runner, golden, seed = self.open[name]
         self.n += 1
         return golden, runner.run(Plan((kill,), "kill", seed, self.n), golden)
+
+    def fork_zygote(self, agent: Any = None) -> Zygote:
+        """The module's zygote (dbos imported once), started on first use."""
+        if self.zygote is None:
+            agent = agent or warm(load_scenario(EXAMPLE / "fixed.scenario.yaml").agent)
+            self.zygote = self.stack.enter_context(forking(agent))
+        return self.zygote
 
     def close(self) -> None:
         self.stack.close()
@@ -213,19 +218,28 @@ def test_without_dbos_the_adapter_names_the_extra_and_the_core_never_imports_it(
     assert r.stdout.strip() == "[]"
 
 
-def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(tmp_path: Path) -> None:
+def test_outside_a_workflow_and_outside_the_harness_a_step_is_a_plain_call(
+    runners: _Runners, tmp_path: Path
+) -> None:
     # a step called from plain code runs as a plain function (DBOS's rule): nothing reported,
     # even with a ledger listening, so the harness never sees a step DBOS did not checkpoint
-    code = (
+    # (a process forked from the module's zygote: dbos imported once, not in pytest's process)
+    script = tmp_path / "plain.py"
+    script.write_text(
         "from crashpoint.adapters.dbos import crashpoint_step\n"
         "@crashpoint_step()\n"
         "def add(a: int, b: int) -> int:\n"
         "    return a + b\n"
         "print(add(2, 3), add.__name__)\n"
     )
-    r = _python(code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
+    r = (
+        runners.fork_zygote()
+        .spawn("", env=env, cwd=str(tmp_path), timeout=60, main=("path", str(script)))
+        .wait()
+    )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["5", "add"]
+    assert r.stdout.split() == [b"5", b"add"]
 
 
 DOC = EXAMPLE.parents[1] / "docs" / "how-to" / "crash-test-a-dbos-workflow.md"
@@ -391,27 +405,59 @@ class _Invoices:
     ],
 )
 def test_two_resumers_need_an_executor_id_each(
-    children: Any, tmp_path: Path, second_id: str, posts: int, in_flight: float
+    runners: _Runners, tmp_path: Path, second_id: str, posts: int, in_flight: float
 ) -> None:
     """The workflow is left PENDING by executor A, killed inside ``send``. Resumer A recovers
     it and posts again; resumer two starts while that POST is in flight. With the same id it
     re-enqueues the running workflow and posts the invoice once more; with its own id it leaves
-    the workflow alone and waits for A's result. Both resumers print the same result."""
+    the workflow alone and waits for A's result. Both resumers print the same result.
+
+    Three separate processes, each forked from the module's zygote (dbos imported once: the
+    test is about two processes sharing a workflow, not about starting them)."""
     hook = _Invoices(slow=in_flight)
     state = tmp_path / "state"
     state.mkdir()
-    argv = [str(EXAMPLE / "agent.py"), "--state", str(state), "--webhook", hook.url, "--fixed"]
+    z = runners.fork_zygote()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRASHPOINT_")}
+    args = ["--state", str(state), "--webhook", hook.url, "--fixed"]
+    started: list[Any] = []
+
+    def start(executor: str) -> Any:
+        n = len(started)
+        p = z.spawn(
+            "",
+            env=env,
+            cwd=str(tmp_path),
+            timeout=120,
+            args=[*args, "--executor-id", executor],
+            main=("path", str(EXAMPLE / "agent.py")),
+            stdout_path=str(tmp_path / f"out-{n}"),
+            stderr_path=str(tmp_path / f"err-{n}"),
+        )
+        started.append(p)
+        return p
+
+    def err(n: int) -> str:
+        path = tmp_path / f"err-{n}"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     try:
-        first = children.python(*argv, "--executor-id", "A")
-        assert hook.wait_for(1, 60), first.stderr_text()
-        first.kill_tree()
+        first = start("A")
+        assert hook.wait_for(1, 60), err(0)
+        first.kill()
+        assert first.wait(30).signal == 9
         hook.hang = False
-        a = children.python(*argv, "--executor-id", "A")
-        assert hook.wait_for(2, 60), a.stderr_text()  # A's re-send is in flight now
-        other = children.python(*argv, "--executor-id", second_id)
-        assert a.wait(60) == 0, a.stderr_text()
-        assert other.wait(60) == 0, other.stderr_text()
+        a = start("A")
+        assert hook.wait_for(2, 60), err(1)  # A's re-send is in flight now
+        other = start(second_id)
+        ea, eo = a.wait(60), other.wait(60)
+        assert ea.returncode == 0, ea.stderr.decode(errors="replace")
+        assert eo.returncode == 0, eo.stderr.decode(errors="replace")
         assert hook.posts == posts
-        assert a.read_line() == other.read_line() == "invoice 1042 for 4200 cents sent (200)"
+        want = b"invoice 1042 for 4200 cents sent (200)"
+        assert ea.stdout.splitlines()[0] == eo.stdout.splitlines()[0] == want
     finally:
+        for p in started:
+            p.kill()
+            p.wait(30)
         hook.close()

@@ -18,11 +18,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from crashpoint.harness import AgentSpec, Campaign, CampaignResult, family_from_spec
+from _forked import forking, warm
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Zygote, family_from_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 NET_RETRY = ROOT / "tests" / "agents" / "net_retry.py"
@@ -41,6 +43,8 @@ def net_retry(*flags: str) -> AgentSpec:
 def campaign(
     agent: AgentSpec, fault: dict[str, object], tmp_path: Path, **kw: object
 ) -> CampaignResult:
+    if kw.get("launcher") is not None:
+        agent = warm(agent)
     return Campaign(
         agent,
         [family_from_spec(fault)],
@@ -52,11 +56,19 @@ def campaign(
     ).run()  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """net_retry.py's golden runs and attempts fork from one zygote (these tests are about the
+    network faults' verdicts, not about spawning; the curl agent is spawned)."""
+    with forking(warm(net_retry())) as z:
+        yield z
+
+
 TIMEOUT = {"network": {"call": "POST /hook", "fail": "timeout"}}
 
 
-def test_a_keyless_retry_after_a_timeout_is_a_duplicate(tmp_path: Path) -> None:
-    result = campaign(net_retry(), TIMEOUT, tmp_path)
+def test_a_keyless_retry_after_a_timeout_is_a_duplicate(zygote: Zygote, tmp_path: Path) -> None:
+    result = campaign(net_retry(), TIMEOUT, tmp_path, launcher=zygote)
     (t,) = result.trials
     assert t.exercised, t.landed()
     assert "timeout for POST /hook #1 in attempt 1 (applied, reply withheld)" in t.landed()
@@ -70,20 +82,21 @@ def test_a_keyless_retry_after_a_timeout_is_a_duplicate(tmp_path: Path) -> None:
     assert not result.ok
 
 
-def test_a_keyed_retry_after_a_timeout_passes(tmp_path: Path) -> None:
-    result = campaign(net_retry("--keyed"), TIMEOUT, tmp_path)
+def test_a_keyed_retry_after_a_timeout_passes(zygote: Zygote, tmp_path: Path) -> None:
+    result = campaign(net_retry("--keyed"), TIMEOUT, tmp_path, launcher=zygote)
     (t,) = result.trials
     assert t.status == "passed", [str(c) for c in t.failed] + [t.landed()]
     assert t.duplicates == 1  # the retry reached the service and was deduplicated by its key
     assert result.ok
 
 
-def test_a_keyless_retry_after_a_reset_is_no_duplicate(tmp_path: Path) -> None:
+def test_a_keyless_retry_after_a_reset_is_no_duplicate(zygote: Zygote, tmp_path: Path) -> None:
     """A reset is answered before the service acts: nothing to duplicate."""
     result = campaign(
         net_retry(),
         {"network": {"call": "POST /hook", "fail": ["reset", 503], "times": 2}},
         tmp_path,
+        launcher=zygote,
     )
     assert [t.status for t in result.trials] == ["passed", "passed"], [
         (t.landed(), [str(c) for c in t.failed]) for t in result.trials
@@ -91,8 +104,12 @@ def test_a_keyless_retry_after_a_reset_is_no_duplicate(tmp_path: Path) -> None:
     assert all("2 of 2 requests failed" in t.landed() for t in result.trials)
 
 
-def test_a_fault_on_a_call_the_agent_never_makes_is_not_exercised(tmp_path: Path) -> None:
-    result = campaign(net_retry("--keyed"), {"network": {"call": "POST /elsewhere"}}, tmp_path)
+def test_a_fault_on_a_call_the_agent_never_makes_is_not_exercised(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    result = campaign(
+        net_retry("--keyed"), {"network": {"call": "POST /elsewhere"}}, tmp_path, launcher=zygote
+    )
     (t,) = result.trials
     assert t.status == "not exercised"
     assert "never made a POST /elsewhere request" in t.landed()
@@ -102,10 +119,13 @@ def test_a_fault_on_a_call_the_agent_never_makes_is_not_exercised(tmp_path: Path
     assert "family network@POST /elsewhere:timeout" in msg
 
 
-def test_a_retry_storm_is_reported(tmp_path: Path) -> None:
+def test_a_retry_storm_is_reported(zygote: Zygote, tmp_path: Path) -> None:
     storm = net_retry("--keyed", "--retries", "30", "--no-backoff")
     result = campaign(
-        storm, {"network": {"call": "POST /hook", "fail": 503, "times": 25}}, tmp_path
+        storm,
+        {"network": {"call": "POST /hook", "fail": 503, "times": 25}},
+        tmp_path,
+        launcher=zygote,
     )
     (t,) = result.trials
     assert t.exercised
@@ -118,12 +138,15 @@ def test_a_retry_storm_is_reported(tmp_path: Path) -> None:
         net_retry("--keyed"),
         {"network": {"call": "POST /hook", "fail": 503, "times": 3}},
         tmp_path / "capped",
+        launcher=zygote,
     )
     assert capped.ok, [str(c) for t in capped.trials for c in t.failed]
 
 
-def test_any_sweeps_the_golden_runs_calls(tmp_path: Path) -> None:
-    result = campaign(net_retry("--keyed"), {"network": {"fail": ["timeout", 500]}}, tmp_path)
+def test_any_sweeps_the_golden_runs_calls(zygote: Zygote, tmp_path: Path) -> None:
+    result = campaign(
+        net_retry("--keyed"), {"network": {"fail": ["timeout", 500]}}, tmp_path, launcher=zygote
+    )
     assert [t.plan.describe() for t in result.trials] == [
         "timeout for POST /hook #1 in attempt 1",
         "HTTP 500 for POST /hook #1 in attempt 1",

@@ -18,11 +18,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _forked import forking, warm
 from crashpoint.harness import (
     AgentSpec,
     Campaign,
@@ -30,6 +32,7 @@ from crashpoint.harness import (
     Fault,
     Plan,
     TrialRunner,
+    Zygote,
     family_from_spec,
 )
 
@@ -40,18 +43,29 @@ def agent(*args: str, **kw: Any) -> AgentSpec:
     return AgentSpec(command=("{python}", str(AGENT), "{state_dir}", *args), timeout=30, **kw)
 
 
-def campaign(spec: AgentSpec, tmp_path: Path) -> CampaignResult:
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """The webhook agent's golden runs and attempts in the verdict tests below fork from one
+    zygote (they are about the verdicts on its requests, not about spawning; the placeholder,
+    token and failure tests spawn it)."""
+    with forking(warm(agent())) as z:
+        yield z
+
+
+def campaign(spec: AgentSpec, tmp_path: Path, zygote: Zygote | None = None) -> CampaignResult:
+    """Kill at every boundary; forked from ``zygote`` if given (the webhook agent only)."""
     return Campaign(
-        spec,
+        warm(spec) if zygote is not None else spec,
         [family_from_spec({"kill": {"at": "every-boundary"}})],
         str(tmp_path / "report"),
         name="webhook",
         seed=3,
+        launcher=zygote,
     ).run()
 
 
-def test_every_boundary_catches_the_unkeyed_webhook_retry(tmp_path: Path) -> None:
-    result = campaign(agent(), tmp_path)
+def test_every_boundary_catches_the_unkeyed_webhook_retry(zygote: Zygote, tmp_path: Path) -> None:
+    result = campaign(agent(), tmp_path, zygote)
     golden = result.golden
     assert [(e["op"], e["kind"]) for e in golden.events] == [("effect", "POST /hook")] * 3
     assert golden.effects[("POST /hook", '{"item":0,"text":"item 0 is ready"}')] == 1
@@ -70,15 +84,21 @@ def test_every_boundary_catches_the_unkeyed_webhook_retry(tmp_path: Path) -> Non
         assert "2 sends of the same payload, no key" in root.message
 
 
-def test_a_webhook_keyed_from_the_agents_state_passes_every_boundary(tmp_path: Path) -> None:
-    result = campaign(agent("--keyed"), tmp_path)
+def test_a_webhook_keyed_from_the_agents_state_passes_every_boundary(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    result = campaign(agent("--keyed"), tmp_path, zygote)
     assert result.ok, [str(c) for t in result.failures for c in t.failed]
     assert len(result.trials) == 6
     assert all(t.exercised for t in result.trials)
 
 
-def test_an_in_doubt_kill_leaves_the_keyed_webhook_applied_once(tmp_path: Path) -> None:
-    with TrialRunner(agent("--keyed"), str(tmp_path / "trials"), keep_passing=True) as runner:
+def test_an_in_doubt_kill_leaves_the_keyed_webhook_applied_once(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    with TrialRunner(
+        warm(agent("--keyed")), str(tmp_path / "trials"), keep_passing=True, launcher=zygote
+    ) as runner:
         golden = runner.golden()
         kill = Fault.make("kill", 1, op="effect", name="POST /hook", nth=2, phase="in_doubt")
         t = runner.run(Plan((kill,), "kill", 3, 0), golden)
