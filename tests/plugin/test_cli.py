@@ -60,6 +60,8 @@ def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
 
 
 def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
+    """Then a replay of one of its trials with a hand-edited plan is a usage error (on the same
+    report: one gate run for both, not two)."""
     inner.scenario(
         "broken",
         "kill: {at: random, count: 2}",
@@ -84,18 +86,8 @@ def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
     suite = junit_suite(report)
     assert suite.get("failures") == "1"
 
-
-def test_replay_of_a_hand_edited_plan_is_a_usage_error(inner: Any) -> None:
-    inner.scenario(
-        "broken",
-        "kill: {at: random, count: 1}",
-        folder="gate",
-        extra="seed: 1",
-        command=inner.command(inner.broken_agent),
-    )
-    report = inner.path / "out"
-    assert crashpoint(inner, "run", "gate", "--report", report, "--quiet").ret == 1
-    [folder] = sorted(report.glob("scenarios/*/trials/trial-*"))
+    # the replay of a hand-edited plan
+    folder = sorted(report.glob("scenarios/*/trials/trial-*"))[0]
     plan = json.loads((folder / "plan.json").read_text())
     plan["faults"] = [
         {"kind": "fileop", "attempt": 1, "fileop": {"op": "write", "path": "/etc/passwd", "n": 1}}

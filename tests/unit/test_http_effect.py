@@ -25,8 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import _pgdb
 from crashpoint.checkpoint import HttpEffectError, Store, http_effect, open_run, plan
 from crashpoint.harness import Ledger
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import StoreFactory

@@ -18,6 +18,7 @@ psycopg = pytest.importorskip(
     reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
 )
 
+import _pgdb  # noqa: E402
 from crashpoint.checkpoint import (  # noqa: E402
     PostgresStore,
     SnapshotPolicy,
@@ -35,6 +36,9 @@ from crashpoint.errors import (  # noqa: E402
     RunLocked,
     RunNotFound,
 )
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import Children
@@ -61,6 +65,34 @@ def store(pg_dsn: str) -> Iterator[PostgresStore]:
 def rows(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, args).fetchall()
+
+
+def test_the_shared_database_is_empty_for_each_test(pg_dsn: str) -> None:
+    """What this module's ``pg_dsn`` (one database, emptied per test) must leave of a test: no
+    schema, no table, no session (a lease holder's connection, a lock). Fails if the reset
+    keeps any of them."""
+    holder = PostgresStore(pg_dsn, worker="left-behind")
+    with holder.open("r") as j:  # tables in schema crashpoint; the store's session stays open
+        j.append({"n": 1})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA other_schema; CREATE TABLE public.t (x int)")
+    locker = psycopg.connect(pg_dsn)
+    locker.execute("SELECT pg_advisory_lock(7)")  # a session with a lock, left open
+    try:
+        _pgdb.empty(pg_dsn)
+        schemas = rows(
+            pg_dsn,
+            "SELECT nspname FROM pg_namespace WHERE nspname !~ '^pg_' "
+            "AND nspname <> 'information_schema' ORDER BY 1",
+        )
+        assert schemas == [("public",)]
+        assert rows(pg_dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)]
+        others = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        assert rows(pg_dsn, others + " AND pid <> pg_backend_pid()") == [(0,)]
+        assert rows(pg_dsn, "SELECT pg_try_advisory_lock(7)") == [(True,)]
+    finally:
+        locker.close()
+        holder.close()
 
 
 def test_append_read_and_list(store: PostgresStore) -> None:

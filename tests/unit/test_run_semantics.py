@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import _pgdb
 from crashpoint import probe
 from crashpoint._fsio import FsOps
 from crashpoint.checkpoint import (
@@ -29,6 +30,9 @@ from crashpoint.checkpoint import (
     run_reducer,
 )
 from crashpoint.errors import EffectInDoubt, ResumeMismatch, RunPaused
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import Children, StoreFactory
