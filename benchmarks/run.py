@@ -1469,9 +1469,12 @@ def markdown(r: dict[str, Any]) -> str:
     else:
         took = f", {r['run_s']} s" if r.get("run_s") else ""
         provenance = (
-            f"Every table on this page comes from **one run** of `benchmarks/run.py` "
+            f"Every table `benchmarks/run.py` makes on this page comes from **one run** of it "
             f"(started {next(iter(runs))}{took}{', quick' if r.get('quick') else ''}) on one "
-            "machine; each table's header gives the CPU, the load and the versions."
+            "machine; each table's header gives the CPU, the load and the versions. The "
+            'fork-server table (under "Reading these numbers") is the one table from elsewhere: '
+            "two short runs of `benchmarks/fork_server.py` on the same machine the same "
+            "morning, named where it stands."
         )
     lines = [
         "# Benchmarks",
