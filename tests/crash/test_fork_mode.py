@@ -467,6 +467,26 @@ def test_close_kills_what_is_still_running(agent_env: dict[str, str], tmp_path: 
     assert not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_close_signals_an_attempt_that_leads_no_group_yet(
+    agent_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote answers "started" before its child calls setsid: close() right after a spawn
+    must reach the child itself, not only its (not yet existing) group. With a bare killpg the
+    child lived on and close() waited out its 10 s deadline (seen under load in the suite)."""
+    signalled: list[tuple[int, int]] = []
+
+    def recording(pid: int, sig: int) -> None:
+        signalled.append((pid, sig))
+        _signal_group(pid, sig)
+
+    monkeypatch.setattr(_zygote_module, "_signal_group", recording)
+    z = Zygote(env=agent_env).start()
+    p = z.spawn("cp_fork_agents:sleeper", env=agent_env, cwd=str(tmp_path), timeout=30, args=["60"])
+    z.close()
+    assert (p.pid, signal.SIGKILL) in signalled
+    assert not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+
+
 # -- broken entries -------------------------------------------------------------------------------
 
 

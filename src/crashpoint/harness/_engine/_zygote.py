@@ -602,7 +602,7 @@ class Zygote:
             return
         for pid in list(self._live):
             with contextlib.suppress(OSError):
-                os.killpg(pid, 9)
+                _signal_group(pid, signal.SIGKILL)  # also one that has not called setsid yet
         deadline = time.monotonic() + 10.0
         for pid in list(self._live):
             with contextlib.suppress(ZygoteError):
