@@ -23,9 +23,11 @@ from crashpoint.harness import AgentSpec, Campaign, CheckResult, TrialResult, fa
 AGENTS = Path(__file__).resolve().parents[1] / "agents"
 
 
-def trial(tmp_path: Path, name: str, fault: dict[str, Any]) -> TrialResult:
+def trial(tmp_path: Path, name: str, fault: dict[str, Any], pace: str = "") -> TrialResult:
     agent = AgentSpec(
-        command=("{python}", str(AGENTS / f"{name}.py"), "--state", "{state_dir}"), timeout=30
+        command=("{python}", str(AGENTS / f"{name}.py"), "--state", "{state_dir}"),
+        timeout=30,
+        env=(("AGENT_STEP_SECONDS", pace),) if pace else (),
     )
     result = Campaign(
         agent,
@@ -52,7 +54,10 @@ def releases(t: TrialResult) -> dict[str, Any]:
 def test_a_staggered_second_resumer_lands_mid_run_and_a_lockless_agent_fails(
     tmp_path: Path,
 ) -> None:
-    t = trial(tmp_path, "no_lock", {"resumers": {"stagger": 3, "count": 1}})
+    # each step takes 0.2 s: attempt 1 is still working when attempt 2 is released. At full
+    # speed attempt 1 finished its whole run in 5 ms after its event #3, before a loaded machine
+    # scheduled attempt 2 (0.1 s later): then nothing overlapped, and rightly no fault fired
+    t = trial(tmp_path, "no_lock", {"resumers": {"stagger": 3, "count": 1}}, pace="0.2")
     assert t.plan.describe() == (
         "resumers: attempts 1 to 2, each released when the one before reached its event #3"
     )
