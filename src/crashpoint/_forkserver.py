@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -54,6 +55,9 @@ MAX_MESSAGE = 1 << 20
 LEARN_VAR = "CRASHPOINT_LEARN_IMPORTS"
 #: At most this many learned modules are kept.
 MAX_LEARNED = 5000
+#: At most this many children vet one set of learned modules: after one that a module killed
+#: (or that found a thread), the next vets the rest without it.
+MAX_VETTERS = 4
 _CHILD_FAILED = 70  # EX_SOFTWARE: the child could not be set up (the reason is on its stderr)
 _POLL_S = 0.01  # reaping interval when pidfds are not available
 
@@ -80,6 +84,69 @@ def _pidfd(pid: int) -> int:
         return -1
 
 
+class _Vet:
+    """One vetting of learned modules (a ``vet`` request), over one or more forked children
+    (a plain class: the zygote does not import dataclasses)."""
+
+    __slots__ = ("children", "deadline", "dropped", "fd", "out", "pid", "rid", "todo")
+
+    def __init__(self, rid: Any, todo: list[str], deadline: float) -> None:
+        self.rid = rid  # the request's id
+        self.todo = todo  # what the current child imports, in order
+        self.deadline = deadline  # time.monotonic() by which it is answered
+        self.pid = 0  # the current child
+        self.fd = -1  # the read end of its report pipe
+        self.out = b""  # its report so far
+        self.children = 0  # how many children vetted it so far
+        self.dropped: list[list[str]] = []  # [module, why] left out
+
+
+def _vet_child(names: list[str], report: int, close: list[int]) -> NoReturn:
+    """The vetting child (forked from the zygote, so with all it imported): import each of
+    ``names`` in order as the zygote would, and write to ``report`` a line a module, before
+    (``> NAME``) and after: ``+ NAME`` imported without starting a thread (none in Python,
+    none in the process), ``- NAME`` raised (any exception, ``SystemExit`` included), ``! NAME``
+    started a thread (then stop: what follows cannot be judged in a threaded interpreter);
+    ``=`` at the end. A module that kills or hangs its importer leaves ``> NAME`` last. Exits
+    with ``os._exit``: no atexit handler of what it imported runs."""
+    me = os.getpid()
+    code = 0
+    try:
+        os.setsid()  # its own session: the zygote kills what a module started, with it
+        for fd in close:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDWR)
+        for dst in (0, 1, 2):  # not the zygote's log: what modules print at import is noise
+            os.dup2(null, dst)
+        os.close(null)
+        import importlib
+
+        for name in names:
+            os.write(report, f"> {name}\n".encode())
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                if os.getpid() != me:  # a module forked at import: not its child's business
+                    os._exit(0)
+                os.write(report, f"- {name}\n".encode())
+                continue
+            if os.getpid() != me:
+                os._exit(0)
+            if (
+                threading.active_count() > 1
+                or len(sys._current_frames()) > 1
+                or _thread_count() > 1
+            ):
+                os.write(report, f"! {name}\n".encode())
+                break
+            os.write(report, f"+ {name}\n".encode())
+        else:
+            os.write(report, b"=\n")
+    except BaseException:
+        code = _CHILD_FAILED
+    os._exit(code)
+
+
 class _Server:
     """The zygote's single-threaded loop (runs in the zygote process only)."""
 
@@ -92,6 +159,7 @@ class _Server:
         self.learned = False  # what a golden run imported was pre-imported (:meth:`learn`)
         self.learned_modules: list[str] = []  # those modules
         self.path0 = False  # did the zygote put the agent's folder first on sys.path?
+        self.vets: dict[int, _Vet] = {}  # vetting child's pid -> its vetting
 
     def warm(self, module: str, *, strict: bool) -> None:
         """Import ``module`` (a warm module of a command agent); refuse it if that started a
@@ -152,10 +220,26 @@ class _Server:
         for fd in self.children.values():
             if fd >= 0:
                 poller.register(fd, select.POLLIN)
+        for vet in self.vets.values():
+            poller.register(vet.fd, select.POLLIN)
         polled = any(fd < 0 for fd in self.children.values())
-        events = poller.poll(_POLL_S * 1000 if polled else None)
+        wait = _POLL_S if polled else None
+        if self.vets:
+            due = min(v.deadline for v in self.vets.values()) - time.monotonic()
+            wait = max(0.0, min(due, wait if wait is not None else due))
+        events = poller.poll(None if wait is None else wait * 1000)
         self._reap(block=False)
-        if any(fd == self.sock.fileno() for fd, _ in events):
+        ready = {fd for fd, _ in events}
+        for vet in list(self.vets.values()):
+            if vet.fd in ready:
+                data = os.read(vet.fd, 1 << 16)
+                vet.out += data
+                if not data:  # the child is done (or dead): judge, go on or answer
+                    self._vetted(vet, timed_out=False)
+                    continue
+            if time.monotonic() >= vet.deadline:
+                self._vetted(vet, timed_out=True)
+        if self.sock.fileno() in ready:
             return self._request()
         return True
 
@@ -196,6 +280,16 @@ class _Server:
                     self.warm(module, strict=False)
                 _send(self.sock, {"op": "warmed", "id": rid, "skipped": self.skipped[before:]})
                 return True
+            if msg.get("op") == "vet":  # learned modules, to be vetted in a forked child
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+                if self.threaded:
+                    raise ZygoteError(self.threaded)
+                modules = [str(m) for m in msg.get("modules") or ()]
+                timeout = float(msg.get("timeout") or 60.0)
+                self._vet(_Vet(rid, modules, time.monotonic() + timeout))
+                return True  # answered ("vetted") once its child is done
             if msg.get("op") != "spawn":
                 raise ZygoteError(f"unknown request {msg.get('op')!r}")
             if len(fds) != 3:
@@ -257,7 +351,91 @@ class _Server:
         self.children[pid] = _pidfd(pid)
         return pid
 
+    # -- vetting what a golden run imported (:meth:`Zygote.learn`) --------------------------
+
+    def _vet(self, vet: _Vet) -> None:
+        """Fork a child that imports ``vet.todo`` in order, as the zygote would, and reports on
+        a pipe how each went (:func:`_vet_child`); :meth:`_vetted` reads it when it ends."""
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(r)
+            os.close(w)
+            raise
+        if pid == 0:
+            self.sock.close()
+            keep = [fd for fd in self.children.values() if fd >= 0]
+            _vet_child(vet.todo, w, [r, *keep, *(v.fd for v in self.vets.values())])
+        os.close(w)
+        vet.pid, vet.fd, vet.out = pid, r, b""
+        vet.children += 1
+        self.vets[pid] = vet
+
+    def _vetted(self, vet: _Vet, *, timed_out: bool, last: bool = False) -> None:
+        """The vetting child ended (its pipe closed) or ran out of time: end it for sure (its
+        session too: what a module started at import), reap it, read its report, and either
+        answer the harness or fork the next child without the module that killed this one,
+        hung it, or started a thread (not ``last``; at most :data:`MAX_VETTERS` children)."""
+        del self.vets[vet.pid]
+        os.close(vet.fd)
+        for kill in (os.killpg, os.kill):  # not reaped yet: the pid is still ours
+            with contextlib.suppress(OSError):
+                kill(vet.pid, signal.SIGKILL)
+        try:
+            _, status = os.waitpid(vet.pid, 0)
+        except ChildProcessError:
+            status = 0
+        ok: list[str] = []
+        current = culprit = why = ""
+        done = False
+        for line in vet.out.decode("utf-8", "replace").splitlines():
+            mark, _, name = line.partition(" ")
+            if mark == ">":  # importing it
+                current = name
+            elif mark == "+":  # imported, no thread
+                ok.append(name)
+                current = ""
+            elif mark == "-":  # did not import: left out, as the zygote would skip it
+                current = ""
+            elif mark == "!":  # started a thread: nothing after it can be judged here
+                culprit, why, current = name, "started a thread", ""
+                break
+            elif mark == "=":
+                done = True
+        if not done and current:
+            culprit = current
+            if timed_out:
+                why = "did not finish importing in time"
+            elif os.WIFSIGNALED(status):
+                why = f"killed its importer (signal {os.WTERMSIG(status)})"
+            else:
+                why = f"ended its importer (exit {os.waitstatus_to_exitcode(status)})"
+        if culprit:
+            vet.dropped.append([culprit, why])
+            rest = vet.todo[vet.todo.index(culprit) + 1 :] if culprit in vet.todo else []
+            vet.todo = ok + rest
+            if (
+                rest
+                and not last
+                and vet.children < MAX_VETTERS
+                and time.monotonic() < vet.deadline
+                and not self.threaded
+            ):
+                try:
+                    self._vet(vet)
+                except OSError:
+                    pass
+                else:
+                    return
+        _send(self.sock, {"op": "vetted", "id": vet.rid, "modules": ok, "dropped": vet.dropped})
+
     def _kill_children(self) -> None:
+        for vet in list(self.vets.values()):
+            self._vetted(vet, timed_out=True, last=True)
         for pid in self.children:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)

@@ -1,17 +1,22 @@
 """Fork mode learns what the agent imports: a forked golden run writes the modules it imported
-beyond the zygote's, the harness vets them in a fresh interpreter (one that starts a thread at
-import is left out, as the zygote must stay single-threaded), and the zygote imports the rest
-before the trials, so each forked attempt starts with them in memory (``Zygote.learn``).
+beyond the zygote's, a child forked from the zygote vets them (one that starts a thread at
+import, kills its importer or hangs is left out, as the zygote must stay single-threaded and
+alive), and the zygote imports the rest before the trials, so each forked attempt starts with
+them in memory (``Zygote.learn``).
 
 Each test's library module counts its own executions in a file: imported by the golden run,
-once to vet it and once in the zygote, never again by the attempts.
+once to vet it (by each vetting child that gets that far) and once in the zygote, never again
+by the attempts.
 """
 
 from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
+
+import psutil
 
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
 from crashpoint.harness._engine._zygote import WARM_IMPORTS, Zygote
@@ -94,7 +99,7 @@ def test_a_lazy_import_is_learned_once_and_not_repeated_by_the_attempts(tmp_path
     assert z.learned
     forked = [a for t in result.trials for a in t.attempts]  # type: ignore[attr-defined]
     assert len(forked) >= 4
-    # the golden run, the vetting interpreter, the zygote: nothing after
+    # the golden run, the vetting child, the zygote: nothing after
     assert _count(log) == 3, log.read_text()
     # the agent's own module is imported by every attempt that gets that far, never learned
     assert _count(own_log) >= 2
@@ -116,3 +121,86 @@ def test_a_learned_module_that_starts_a_thread_is_left_out_and_forks_go_on(
     assert "cp_learn_lazy" in z.learned_modules
     assert "cp_learn_threaded" not in z.learned_modules
     assert z.forks >= 4  # the zygote stayed single-threaded: every attempt was forked
+
+
+# -- a module that kills or hangs its importer: the vetting child, never the zygote ---------------
+
+KILLERS = {
+    "cp_learn_exit": "import os\nos._exit(3)\n",
+    "cp_learn_segv": "import ctypes\nctypes.string_at(0)\n",  # SIGSEGV
+    "cp_learn_hang": "import time\ntime.sleep(120)\n",
+}
+
+CHECK = textwrap.dedent("""
+    import sys
+
+    def main(argv):
+        import cp_learn_lazy, cp_learn_after  # already imported in the zygote: not run again
+        print(sorted(m for m in sys.modules if m.startswith("cp_learn_")))
+""")
+
+
+def _zygote(tmp_path: Path, *learned: str) -> tuple[Zygote, Path, dict[str, Path]]:
+    """A zygote whose PYTHONPATH has the counting modules, the killers and an entry that
+    imports two of them; a learned-imports file naming ``learned``, as a golden run writes."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    logs = {n: tmp_path / f"{n}.log" for n in ("cp_learn_lazy", "cp_learn_after")}
+    for name, log in logs.items():
+        (lib / f"{name}.py").write_text(COUNTING.format(log=str(log)))
+    for name, source in KILLERS.items():
+        (lib / f"{name}.py").write_text(source)
+    (lib / "cp_learn_check.py").write_text(CHECK)
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))
+    path = tmp_path / "imports.learned"
+    path.write_text("".join(f"{n}\n" for n in learned))
+    return Zygote(env=env), path, logs
+
+
+def _vetting_children(z: Zygote) -> list[psutil.Process]:
+    assert z.pid is not None
+    return [
+        p
+        for p in psutil.Process(z.pid).children(recursive=True)
+        if p.status() != psutil.STATUS_ZOMBIE
+    ]
+
+
+def test_a_learned_module_that_kills_its_importer_is_left_out_and_learning_goes_on(
+    tmp_path: Path,
+) -> None:
+    z, path, logs = _zygote(
+        tmp_path, "cp_learn_lazy", "cp_learn_exit", "cp_learn_segv", "cp_learn_after"
+    )
+    with z:
+        note = z.learn(str(path))
+        assert z.running
+        # each kill cost one vetting child; the next vetted the rest without the killer
+        assert z.learned_modules == ["cp_learn_lazy", "cp_learn_after"], note
+        assert "2 module(s) the golden run imported are now pre-imported" in note
+        assert "cp_learn_exit (ended its importer (exit 3))" in note
+        assert "cp_learn_segv (killed its importer (signal 11))" in note
+        # three vetting children imported the first module, the last one the other; the zygote
+        assert (_count(logs["cp_learn_lazy"]), _count(logs["cp_learn_after"])) == (4, 2)
+        assert not _vetting_children(z)
+        ex = z.spawn("cp_learn_check:main", env=z.env, cwd=str(tmp_path), timeout=30).wait()
+        assert ex.returncode == 0, ex.stderr
+        assert b"['cp_learn_after', 'cp_learn_check', 'cp_learn_lazy']" in ex.stdout
+        assert (_count(logs["cp_learn_lazy"]), _count(logs["cp_learn_after"])) == (4, 2)
+
+
+def test_a_learned_module_that_hangs_its_importer_is_cut_at_the_timeout(tmp_path: Path) -> None:
+    z, path, logs = _zygote(tmp_path, "cp_learn_lazy", "cp_learn_hang", "cp_learn_after")
+    with z:
+        t0 = time.monotonic()
+        note = z.learn(str(path), timeout=3.0)
+        assert time.monotonic() - t0 < 30
+        assert z.running
+        # what came before it is learned; no time is left to vet what follows
+        assert z.learned_modules == ["cp_learn_lazy"], note
+        assert "cp_learn_hang (did not finish importing in time)" in note
+        assert not _vetting_children(z)  # killed and reaped
+        ex = z.spawn("cp_learn_check:main", env=z.env, cwd=str(tmp_path), timeout=30).wait()
+        assert ex.returncode == 0, ex.stderr
+        assert (_count(logs["cp_learn_lazy"]), _count(logs["cp_learn_after"])) == (2, 1)

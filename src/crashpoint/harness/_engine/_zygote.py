@@ -54,6 +54,16 @@ boundaries kept by the kernel, so no framing), file descriptors attached with ``
     zygote  -> harness   {"op": "started", "id": N, "pid": P} | {"op": "refused", "id": N,
                                                                   "error": "..."}
     zygote  -> harness   {"op": "exited", "pid": P, "status": S}   (raw wait status, any time)
+    harness -> zygote    {"op": "vet", "id": N, "modules": [..], "timeout": T}   (Zygote.learn)
+    zygote  -> harness   {"op": "vetted", "id": N, "modules": [safe..], "dropped": [[m, why]..]}
+    harness -> zygote    {"op": "warm", "id": N, "modules": [..]}
+    zygote  -> harness   {"op": "warmed", "id": N, "skipped": [..]}
+
+A ``vet`` forks a child of the zygote (not an attempt: no "started", no "exited") that imports
+the modules in order and reports each on a pipe; one that kills that child (``os._exit``, a
+crash), hangs it past ``T`` or starts a thread is left out and the next child vets the rest
+without it, so the zygote only ever imports (``warm``) what a copy of itself survived. The
+zygote's loop goes on meanwhile (spawns, exits).
 
 The zygote watches each child through a pidfd (Linux >= 5.3; otherwise it polls ``waitpid``
 every 10 ms), reaps it and reports its status. When the harness's end closes (``close()``, or
@@ -118,28 +128,6 @@ __all__ = [
     "script_imports",
 ]
 
-#: Imports the zygote's own modules, then each learned module in order, in a fresh
-#: interpreter, and prints the learned ones it could import without starting a thread (the
-#: zygote must stay single-threaded to fork safely); it stops at the first that starts one.
-_VET = """
-import importlib, sys, threading
-own, _, learned = sys.stdin.read().partition("--")
-for name in own.split():
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        pass
-ok = []
-for name in learned.split():
-    try:
-        importlib.import_module(name)
-    except BaseException:
-        continue
-    if threading.active_count() > 1 or len(sys._current_frames()) > 1:
-        break
-    ok.append(name)
-sys.stdout.write("\\n".join(ok))
-"""
 _IMPORT_ERRORS = ("EntryError", "ImportError", "ModuleNotFoundError")
 #: How the zygote starts (``-c``, not ``-m``: this module must not run twice as __main__).
 _BOOT = "import sys; from crashpoint._forkserver import main; main(sys.argv[1:])"
@@ -626,9 +614,11 @@ class Zygote:
 
     def learn(self, path: str, timeout: float = 60.0) -> str:
         """Pre-import in the zygote what a forked golden run (started with :data:`LEARN_VAR` =
-        ``path``) imported beyond it: each module first vetted in a fresh interpreter (one
-        that fails to import, or starts a thread, is left out). Once per zygote; returns a
-        note for the campaign ("" if nothing was learned)."""
+        ``path``) imported beyond it. Each module is first vetted in a child forked from the
+        zygote (which has imported all the zygote has, as the zygote would import the rest):
+        one that fails to import, starts a thread, kills its importer (an ``os._exit``, a
+        crash) or is still importing at ``timeout`` is left out, and the zygote goes on without
+        it. Once per zygote; returns a note for the campaign ("" if nothing was learned)."""
         if self.learned or self._proc is None:
             return ""
         self.ready()
@@ -640,33 +630,21 @@ class Zygote:
             return ""
         if not names:
             return ""
-        own = [item.lstrip("?").split(":", 1)[0] for item in self.preload]
-        try:
-            vetted = subprocess.run(
-                [self.python, "-c", _VET],
-                input=" ".join(own) + " -- " + " ".join(names),
-                capture_output=True,
-                text=True,
-                env=self.env,
-                cwd=self.cwd or None,
-                timeout=timeout,
-                check=False,
-                start_new_session=True,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-        safe = vetted.stdout.split() if vetted.returncode == 0 else []
+        vetted = self._ask({"op": "vet", "modules": names, "timeout": timeout}, timeout + 30)
+        if vetted is None or vetted.get("op") != "vetted":
+            return ""  # a zygote that cannot fork any more says so at the next spawn
+        safe = [str(m) for m in vetted.get("modules") or ()]
+        dropped = [f"{m} ({why})" for m, why in vetted.get("dropped") or ()]
+        left = f"; left out: {', '.join(dropped)}" if dropped else ""
         if not safe:
+            return (
+                f"fork mode: nothing the golden run imported could be pre-imported{left}"
+                if dropped
+                else ""
+            )
+        reply = self._ask({"op": "warm", "modules": safe}, quiet=False)
+        if reply is None:
             return ""
-        rid = self._new_id()
-        data = json.dumps({"op": "warm", "id": rid, "modules": safe}).encode()
-        if len(data) > MAX_MESSAGE:
-            return ""
-        with self._send_lock:
-            if self._dead or self._sock is None:
-                return ""
-            socket.send_fds(self._sock, [data], [])
-        reply = self._wait_reply(rid)
         if reply.get("op") != "warmed":
             raise ZygoteError(f"the fork-mode zygote could not pre-import: {reply.get('error')}")
         skipped = [str(m) for m in reply.get("skipped") or ()]
@@ -676,7 +654,29 @@ class Zygote:
             f"fork mode: {len(safe) - len(skipped)} module(s) the golden run imported are now "
             "pre-imported for the trials"
             + (f" ({len(skipped)} did not import in the zygote)" if skipped else "")
+            + left
         )
+
+    def _ask(
+        self, request: dict[str, Any], timeout: float | None = None, *, quiet: bool = True
+    ) -> dict[str, Any] | None:
+        """Send ``request`` (its id added) and wait for its answer; None if it does not fit one
+        message or the zygote is gone before it is sent; then, if no answer came within
+        ``timeout`` or the zygote died: None if ``quiet``, else the ZygoteError."""
+        rid = self._new_id()
+        data = json.dumps({**request, "id": rid}).encode()
+        if len(data) > MAX_MESSAGE:
+            return None
+        with self._send_lock:
+            if self._dead or self._sock is None:
+                return None
+            socket.send_fds(self._sock, [data], [])
+        try:
+            return self._wait_reply(rid, timeout)
+        except ZygoteError:
+            if quiet:
+                return None
+            raise
 
     # -- spawning ------------------------------------------------------------------------------
 
@@ -822,7 +822,7 @@ class Zygote:
                     self._live.add(int(msg["pid"]))
                     self._exits.pop(int(msg["pid"]), None)  # a recycled pid starts afresh
                     self._replies[int(msg["id"])] = msg
-                elif op in ("refused", "warmed"):
+                elif op in ("refused", "warmed", "vetted"):
                     self._replies[int(msg.get("id") or 0)] = msg
                 elif op == "exited":
                     self._live.discard(int(msg["pid"]))
@@ -832,11 +832,13 @@ class Zygote:
             self._dead = why
             self._cond.notify_all()
 
-    def _wait_reply(self, rid: int) -> dict[str, Any]:
+    def _wait_reply(self, rid: int, timeout: float | None = None) -> dict[str, Any]:
         with self._cond:
-            self._cond.wait_for(lambda: rid in self._replies or bool(self._dead))
+            self._cond.wait_for(lambda: rid in self._replies or bool(self._dead), timeout)
             if rid in self._replies:
                 return self._replies.pop(rid)
+            if not self._dead:
+                raise ZygoteError(f"the fork-mode zygote did not answer within {timeout}s")
         raise ZygoteError(
             f"the fork-mode zygote died while forking: {self._dead}{self._log_tail()}"
         )
