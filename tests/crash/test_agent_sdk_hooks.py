@@ -57,10 +57,11 @@ def _runtime(name: str) -> object:
 RUNTIME_PARAMS = [_runtime(n) for n in RUNTIMES]
 
 #: What each runtime imports lazily in a run (its model client, the HTTP stack), beyond the
-#: script's top-level imports the zygote does: the modules learning would add after the golden
-#: run (``Zygote.learn``), listed here because vetting them costs a fresh interpreter that
-#: imports the SDK. Pre-imported best-effort (``?``), they save each forked attempt 0.5-3 s of
-#: CPU (pydantic-ai's model client imports ~470 modules of openai.types).
+#: script's top-level imports the zygote does: the modules learning would add after the first
+#: golden run (``Zygote.learn``, on here: it learns what this list misses), listed so the
+#: zygote has them before the first golden run (learned, they would be imported by that run,
+#: the vetting child and the zygote). Pre-imported best-effort (``?``), they save each forked
+#: attempt 0.5-3 s of CPU (pydantic-ai's model client imports ~470 modules of openai.types).
 LAZY = {
     "openai-agents": (
         "sqlite3",
@@ -153,12 +154,9 @@ class _Examples:
 
 @pytest.fixture(scope="module")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Examples]:
-    # no learning of the golden runs' extra imports: vetting each costs a fresh interpreter
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CRASHPOINT_NO_LEARN", "1")
-        ex = _Examples(tmp_path_factory.mktemp("sdk-hooks"))
-        yield ex
-        ex.close()
+    ex = _Examples(tmp_path_factory.mktemp("sdk-hooks"))
+    yield ex
+    ex.close()
 
 
 def _seen(golden: Golden) -> list[tuple[str, str]]:

@@ -41,9 +41,7 @@ def campaign(tmp_path: Path, *flags: str) -> CampaignResult:
         services=SERVICES,
         warm=("*",),
     )
-    # no learning of the golden run's extra imports: vetting them costs fresh interpreters
-    with pytest.MonkeyPatch.context() as mp, Zygote.for_agent(spec) as z:
-        mp.setenv("CRASHPOINT_NO_LEARN", "1")
+    with Zygote.for_agent(spec) as z:
         result = Campaign(
             spec,
             [family_from_spec(CUT)],
