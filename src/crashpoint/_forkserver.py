@@ -88,7 +88,7 @@ class _Vet:
     """One vetting of learned modules (a ``vet`` request), over one or more forked children
     (a plain class: the zygote does not import dataclasses)."""
 
-    __slots__ = ("children", "deadline", "dropped", "fd", "out", "pid", "rid", "todo")
+    __slots__ = ("children", "deadline", "dropped", "fd", "out", "pid", "pidfd", "rid", "todo")
 
     def __init__(self, rid: Any, todo: list[str], deadline: float) -> None:
         self.rid = rid  # the request's id
@@ -96,6 +96,7 @@ class _Vet:
         self.deadline = deadline  # time.monotonic() by which it is answered
         self.pid = 0  # the current child
         self.fd = -1  # the read end of its report pipe
+        self.pidfd = -1  # its pidfd (-1: none; then its pipe's end, or the deadline, ends it)
         self.out = b""  # its report so far
         self.children = 0  # how many children vetted it so far
         self.dropped: list[list[str]] = []  # [module, why] left out
@@ -222,6 +223,8 @@ class _Server:
                 poller.register(fd, select.POLLIN)
         for vet in self.vets.values():
             poller.register(vet.fd, select.POLLIN)
+            if vet.pidfd >= 0:
+                poller.register(vet.pidfd, select.POLLIN)
         polled = any(fd < 0 for fd in self.children.values())
         wait = _POLL_S if polled else None
         if self.vets:
@@ -237,6 +240,13 @@ class _Server:
                 if not data:  # the child is done (or dead): judge, go on or answer
                     self._vetted(vet, timed_out=False)
                     continue
+            if vet.pidfd in ready:  # it ended, and something it forked may hold the pipe
+                os.set_blocking(vet.fd, False)
+                with contextlib.suppress(BlockingIOError):
+                    while data := os.read(vet.fd, 1 << 16):
+                        vet.out += data
+                self._vetted(vet, timed_out=False)
+                continue
             if time.monotonic() >= vet.deadline:
                 self._vetted(vet, timed_out=True)
         if self.sock.fileno() in ready:
@@ -369,9 +379,10 @@ class _Server:
         if pid == 0:
             self.sock.close()
             keep = [fd for fd in self.children.values() if fd >= 0]
-            _vet_child(vet.todo, w, [r, *keep, *(v.fd for v in self.vets.values())])
+            vets = [fd for v in self.vets.values() for fd in (v.fd, v.pidfd) if fd >= 0]
+            _vet_child(vet.todo, w, [r, *keep, *vets])
         os.close(w)
-        vet.pid, vet.fd, vet.out = pid, r, b""
+        vet.pid, vet.fd, vet.pidfd, vet.out = pid, r, _pidfd(pid), b""
         vet.children += 1
         self.vets[pid] = vet
 
@@ -382,6 +393,8 @@ class _Server:
         hung it, or started a thread (not ``last``; at most :data:`MAX_VETTERS` children)."""
         del self.vets[vet.pid]
         os.close(vet.fd)
+        if vet.pidfd >= 0:
+            os.close(vet.pidfd)
         for kill in (os.killpg, os.kill):  # not reaped yet: the pid is still ours
             with contextlib.suppress(OSError):
                 kill(vet.pid, signal.SIGKILL)

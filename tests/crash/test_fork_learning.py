@@ -11,6 +11,7 @@ by the attempts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import time
@@ -131,6 +132,21 @@ KILLERS = {
     "cp_learn_hang": "import time\ntime.sleep(120)\n",
 }
 
+#: Imported by a vetting child (whose parent is the zygote), forks a process that keeps the
+#: child's report pipe open for a minute; the vetting child itself goes on.
+FORKS = textwrap.dedent("""
+    import os, time
+    with open(f"/proc/{{os.getppid()}}/cmdline", "rb") as f:
+        vetting = b"crashpoint._forkserver" in f.read()
+    if vetting:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        with open({pidfile!r}, "w") as f:
+            f.write(str(pid))
+""")
+
 CHECK = textwrap.dedent("""
     import sys
 
@@ -151,6 +167,7 @@ def _zygote(tmp_path: Path, *learned: str) -> tuple[Zygote, Path, dict[str, Path
     for name, source in KILLERS.items():
         (lib / f"{name}.py").write_text(source)
     (lib / "cp_learn_check.py").write_text(CHECK)
+    (lib / "cp_learn_forks.py").write_text(FORKS.format(pidfile=str(tmp_path / "forked.pid")))
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")]))
     path = tmp_path / "imports.learned"
@@ -204,3 +221,20 @@ def test_a_learned_module_that_hangs_its_importer_is_cut_at_the_timeout(tmp_path
         ex = z.spawn("cp_learn_check:main", env=z.env, cwd=str(tmp_path), timeout=30).wait()
         assert ex.returncode == 0, ex.stderr
         assert (_count(logs["cp_learn_lazy"]), _count(logs["cp_learn_after"])) == (2, 1)
+
+
+def test_a_learned_module_that_forks_a_process_holding_the_report_does_not_stall_learning(
+    tmp_path: Path,
+) -> None:
+    z, path, _logs = _zygote(tmp_path, "cp_learn_lazy", "cp_learn_forks", "cp_learn_after")
+    with z:
+        t0 = time.monotonic()
+        note = z.learn(str(path), timeout=20)
+        assert time.monotonic() - t0 < 10, note  # the child's end, not the pipe's, counts
+        assert z.learned_modules == ["cp_learn_lazy", "cp_learn_forks", "cp_learn_after"], note
+        # killed with the vetting child's session, and reaped by whoever adopted it
+        with contextlib.suppress(psutil.NoSuchProcess):
+            forked = psutil.Process(int((tmp_path / "forked.pid").read_text()))
+            assert not psutil.wait_procs([forked], timeout=10)[1]
+        assert z.running
+        assert not _vetting_children(z)
