@@ -128,7 +128,12 @@ def test_a_learned_module_that_starts_a_thread_is_left_out_and_forks_go_on(
 
 KILLERS = {
     "cp_learn_exit": "import os\nos._exit(3)\n",
-    "cp_learn_segv": "import ctypes\nctypes.string_at(0)\n",  # SIGSEGV
+    "cp_learn_segv": textwrap.dedent("""
+        import ctypes, resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: nor a core_pattern pipe
+        ctypes.string_at(0)  # SIGSEGV
+    """),
     "cp_learn_hang": "import time\ntime.sleep(120)\n",
 }
 
