@@ -1,10 +1,10 @@
 """``crashpoint run``, the gate, as a user runs it: its exit code, its output and its reports.
 
 A subprocess (``python -m crashpoint``) where the process is the point: one run for each exit
-code (0 passing, 1 failing, 2 a missing path, 3 nothing found) and the ``-n 2`` run whose
-workers' verdicts merge. The other runs call the command's :func:`crashpoint.cli.main` in this
-process (:func:`run_here`): the console script returns what it returns, and a pytest start is
-~0.5 s of CPU a run; their agents are real processes either way.
+code (0 passing, in a project with ``filterwarnings = error``; 1 failing; 2 a missing path; 3
+nothing found). The other runs call the command's :func:`crashpoint.cli.main` in this process
+(:func:`run_here`), which the console script exits with: a pytest start is ~0.5 s of CPU a run,
+and their agents (and ``-n 2``'s workers) are real processes either way.
 """
 
 from __future__ import annotations
@@ -250,10 +250,10 @@ def test_precedence_bad_scenario_over_failed_trial_over_not_judged(
     inner: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Several at once: a failed trial (1) beats a family that proved nothing (3); a
-    malformed scenario file (2) beats both. The second run with -n 2, a process: each file's
-    collection on its own worker, so the good files run beside the bad one and the workers'
-    verdicts merge (the first needs no workers, nor a process: two more interpreters cost ~3 s
-    of CPU)."""
+    malformed scenario file (2) beats both. The second run with -n 2: each file's collection on
+    its own worker, so the good files run beside the bad one and the workers' verdicts merge in
+    the controller (this process; the first run needs no workers: two more interpreters cost
+    ~2.5 s of CPU)."""
     inner.scenario(
         "nothing",
         'corrupt: {path: "{state_dir}/no-such-*", how: [truncate], count: 1}',
