@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from _cli_main import main
 from _reaped import run_reaped
 
 AGENT = Path(__file__).resolve().parents[1] / "verdicts" / "agents" / "json_steps.py"
@@ -68,8 +69,6 @@ def crashpoint(cwd: Path, *args: object, **env: str) -> Run:
 def report(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
     """``crashpoint report ARGS`` in this process (``crashpoint run`` above is the process the
     CI starts; rendering a gate.json needs no process of its own)."""
-    from crashpoint.cli import main
-
     capsys.readouterr()
     try:
         code = main(["report", *map(str, args)])
@@ -82,8 +81,6 @@ def report(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
 def here(cwd: Path, *args: object) -> Run:
     """``crashpoint ARGS`` run in ``cwd`` by :func:`crashpoint.cli.main` in this process (what
     the console script exits with), its output captured (a module's fixture has no capsys)."""
-    from crashpoint.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(cwd)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from crashpoint.cli import main
+from _cli_main import main
 from crashpoint.faults import _strace
 from crashpoint.harness import (
     AgentProcess,

@@ -27,6 +27,7 @@ import yaml
 from _doc_examples import ROOT, Block, blocks, example
 
 import crashpoint
+from _cli_main import main
 from _reaped import run_reaped
 from crashpoint.harness import ScenarioError, load_scenario
 
@@ -199,8 +200,6 @@ def test_readme_scenario_runs_as_written(
     """The README's scenario file saved as it says, ``myagent`` importable: its first family
     passes (the fast run; all of them: the slow test below). Saved as ``.yml``, the gate says
     which name to give it (no agent runs then: the gate's ``main`` in this process)."""
-    from crashpoint.cli import main
-
     (tmp_path / "my-agent.scenario.yaml").write_text(example("readme-scenario").body)
     (tmp_path / "myagent.py").write_text(MYAGENT)
     env = _env(tmp_path, [tmp_path])

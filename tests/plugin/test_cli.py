@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from _cli_main import main
+
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("no_unrelated_plugins")
 
@@ -33,8 +35,6 @@ def crashpoint(inner: Any, *args: Any) -> pytest.RunResult:
 def run_here(inner: Any, capsys: pytest.CaptureFixture[str], *args: Any) -> pytest.RunResult:
     """``crashpoint ARGS`` in this process, in the pytester folder: :func:`crashpoint.cli.main`
     (what the console script runs and exits with), its output read from ``capsys``."""
-    from crashpoint.cli import main
-
     assert Path.cwd() == inner.path
     capsys.readouterr()
     code = main([str(a) for a in args])

@@ -12,6 +12,8 @@ from typing import Any
 import psutil
 import pytest
 
+from _cli_main import main
+
 pytest_plugins = ["pytester"]
 
 
@@ -74,8 +76,6 @@ def test_crash_harness_fails_a_broken_agent_with_replay_commands(
     # the printed command really replays the trial, and the failure reproduces: the command's
     # main in this process (the trial's agent is a process; tests/plugin/test_cli.py runs the
     # console script itself)
-    from crashpoint.cli import main
-
     capsys.readouterr()
     code = main(["replay", replays[0]])
     replay = capsys.readouterr()
