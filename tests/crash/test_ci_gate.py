@@ -1,10 +1,18 @@
-"""The gate on a CI, as it runs there: real ``crashpoint run`` processes over a small scenario
-(the verdict matrix's json-steps agent, correct or with a planted bug, killed at every
-boundary), with ``GITHUB_STEP_SUMMARY`` and ``GITHUB_ACTIONS`` set or not, compared with a
-baseline, and re-rendered by ``crashpoint report`` from its gate.json alone."""
+"""The gate on a CI, as it runs there: ``crashpoint run`` over a small scenario (the verdict
+matrix's json-steps agent, correct or with a planted bug, killed at every boundary), with
+``GITHUB_STEP_SUMMARY`` and ``GITHUB_ACTIONS`` set or not, compared with a baseline, and
+re-rendered by ``crashpoint report`` from its gate.json alone.
+
+The runs a CI or a user starts are processes: the plain ``pytest`` run, and the failing gate
+that reads GitHub's variables from the environment it inherits (and ``ci/crash-gate.sh``). The
+others call :func:`crashpoint.cli.main` in this process (a pytest start is ~0.5 s of CPU a
+run; the agents are processes either way).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from _cli_main import main
 from _reaped import run_reaped
 
 AGENT = Path(__file__).resolve().parents[1] / "verdicts" / "agents" / "json_steps.py"
@@ -60,8 +69,6 @@ def crashpoint(cwd: Path, *args: object, **env: str) -> Run:
 def report(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
     """``crashpoint report ARGS`` in this process (``crashpoint run`` above is the process the
     CI starts; rendering a gate.json needs no process of its own)."""
-    from crashpoint.cli import main
-
     capsys.readouterr()
     try:
         code = main(["report", *map(str, args)])
@@ -69,6 +76,17 @@ def report(capsys: pytest.CaptureFixture[str], *args: object) -> Run:
         code = exc.code if isinstance(exc.code, int) else 2
     out, err = capsys.readouterr()
     return Run(code, out, err)
+
+
+def here(cwd: Path, *args: object) -> Run:
+    """``crashpoint ARGS`` run in ``cwd`` by :func:`crashpoint.cli.main` in this process (what
+    the console script exits with), its output captured (a module's fixture has no capsys)."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    return Run(code, out.getvalue(), err.getvalue())
 
 
 def pytest_run(cwd: Path, *args: object) -> Run:
@@ -141,7 +159,7 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> Gates:
     shutil.copytree(root / "rep-b", root / "copy-b")
     write_scenario(root, buggy=False)
     # the baseline is the report folder this run writes to: it is kept before being replaced
-    fixed = crashpoint(root, "run", "scenarios", "--report", "rep-b", "--baseline", "rep-b")
+    fixed = here(root, "run", "scenarios", "--report", "rep-b", "--baseline", "rep-b")
     return Gates(root, passing, failing, fixed, summary, root / "copy-b")
 
 
@@ -200,7 +218,7 @@ def test_a_bad_baseline_is_one_line_before_any_trial(gates: Gates, tmp_path: Pat
     bad = tmp_path / "bad.json"
     bad.write_text('{"campaigns": "no"}')
     for baseline, why in ((bad, "is not a gate.json"), (tmp_path / "nope", "no such file")):
-        run = crashpoint(
+        run = here(
             gates.root, "run", "scenarios", "--report", tmp_path / "r", "--baseline", baseline
         )
         assert run.code == 2, run.out + run.err
@@ -297,7 +315,11 @@ def test_report_refuses_bad_input_in_one_line(
     assert not (tmp_path / "report.html").exists()
 
 
-def test_a_bad_scenario_is_annotated_with_file_line_and_key(tmp_path: Path) -> None:
+def test_a_bad_scenario_is_annotated_with_file_line_and_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GitHub's variables set in this process (the failing gate above reads them from the
+    environment a process inherits)."""
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "broken.scenario.yaml").write_text(
         "name: broken\n"
@@ -307,9 +329,9 @@ def test_a_bad_scenario_is_annotated_with_file_line_and_key(tmp_path: Path) -> N
         "  - kill: {at: every-boundary, bogus: 3}\n"
     )
     summary = tmp_path / "summary.md"
-    run = crashpoint(
-        tmp_path, "run", "bad", "--quiet", GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary)
-    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    run = here(tmp_path, "run", "bad", "--quiet")
     assert (
         "::error file=bad/broken.scenario.yaml,line=5,title=crashpoint scenario error "
         "(key faults[0].kill.bogus)::kill: unknown option(s) bogus" in run.out

@@ -27,6 +27,7 @@ import yaml
 from _doc_examples import ROOT, Block, blocks, example
 
 import crashpoint
+from _cli_main import main
 from _reaped import run_reaped
 from crashpoint.harness import ScenarioError, load_scenario
 
@@ -193,10 +194,12 @@ def test_readme_fixture_example_without_the_module_fails_in_one_line(tmp_path: P
     assert "site-packages" not in out
 
 
-def test_readme_scenario_runs_as_written(tmp_path: Path) -> None:
+def test_readme_scenario_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README's scenario file saved as it says, ``myagent`` importable: its first family
     passes (the fast run; all of them: the slow test below). Saved as ``.yml``, the gate says
-    which name to give it."""
+    which name to give it (no agent runs then: the gate's ``main`` in this process)."""
     (tmp_path / "my-agent.scenario.yaml").write_text(example("readme-scenario").body)
     (tmp_path / "myagent.py").write_text(MYAGENT)
     env = _env(tmp_path, [tmp_path])
@@ -204,10 +207,13 @@ def test_readme_scenario_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r"\[kill@every-boundary\].*PASS", out), out
 
     shutil.move(tmp_path / "my-agent.scenario.yaml", tmp_path / "my-agent.yml")
-    out = _ok(_sh("crashpoint run my-agent.yml", tmp_path, env), rc=2)
-    assert "Did you mean `my-agent.scenario.yaml`?" in out
-    out = _ok(_sh("crashpoint run .", tmp_path, env), rc=3)  # nothing judged
-    assert "crashpoint: note: my-agent.yml looks like a crashpoint scenario" in out
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["run", "my-agent.yml"]) == 2
+    assert "Did you mean `my-agent.scenario.yaml`?" in "".join(capsys.readouterr())
+    assert main(["run", "."]) == 3  # nothing judged
+    out = "".join(capsys.readouterr())
+    assert "crashpoint: note: my-agent.yml looks like a crashpoint scenario" in out, out
 
 
 @pytest.mark.slow

@@ -1,5 +1,11 @@
-"""``crashpoint run``, the gate, as a user runs it: a subprocess, its exit code, its output
-and its reports."""
+"""``crashpoint run``, the gate, as a user runs it: its exit code, its output and its reports.
+
+A subprocess (``python -m crashpoint``) where the process is the point: one run for each exit
+code (0 passing, in a project with ``filterwarnings = error``; 1 failing; 2 a missing path; 3
+nothing found). The other runs call the command's :func:`crashpoint.cli.main` in this process
+(:func:`run_here`), which the console script exits with: a pytest start is ~0.5 s of CPU a run,
+and their agents (and ``-n 2``'s workers) are real processes either way.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from _cli_main import main
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.usefixtures("no_unrelated_plugins")
@@ -24,6 +32,16 @@ def crashpoint(inner: Any, *args: Any) -> pytest.RunResult:
     return result
 
 
+def run_here(inner: Any, capsys: pytest.CaptureFixture[str], *args: Any) -> pytest.RunResult:
+    """``crashpoint ARGS`` in this process, in the pytester folder: :func:`crashpoint.cli.main`
+    (what the console script runs and exits with), its output read from ``capsys``."""
+    assert Path.cwd() == inner.path
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return pytest.RunResult(code, out.splitlines(), err.splitlines(), 0.0)
+
+
 def junit_suite(report: Path) -> ET.Element:
     root = ET.parse(report / "junit.xml").getroot()  # noqa: S314 - the gate's own report
     suite = root.find("testsuite")
@@ -32,10 +50,16 @@ def junit_suite(report: Path) -> ET.Element:
 
 
 def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
+    """In a project whose configuration turns warnings into errors, as downstream repositories
+    often do (``filterwarnings = error``): the gate must not trip over its own import (pytest
+    9.2 warns "Module already imported so cannot be rewritten"). A process: a gate started in
+    this one does not see that warning."""
+    inner.pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
     inner.scenario("demo_kills", "kill: {at: random, count: 2}", folder="gate", extra="seed: 21")
     report = inner.path / "out"
     result = crashpoint(inner, "run", "gate", "--report", report)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert "Warning" not in result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(
         [
             # progress, on by default: the item, the overall count, an ETA
@@ -59,9 +83,12 @@ def test_passing_scenarios_exit_0_with_table_and_reports(inner: Any) -> None:
     assert {p.name for p in campaign.iterdir()} >= {"summary.json", "verdicts.json", "junit.xml"}
 
 
-def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
+def test_failing_scenario_exits_1_naming_checks_and_replays(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Then a replay of one of its trials with a hand-edited plan is a usage error (on the same
-    report: one gate run for both, not two)."""
+    report: one gate run for both, not two; the replay refuses before it runs anything, in this
+    process)."""
     inner.scenario(
         "broken",
         "kill: {at: random, count: 2}",
@@ -93,7 +120,7 @@ def test_failing_scenario_exits_1_naming_checks_and_replays(inner: Any) -> None:
         {"kind": "fileop", "attempt": 1, "fileop": {"op": "write", "path": "/etc/passwd", "n": 1}}
     ]
     (folder / "plan.json").write_text(json.dumps(plan))
-    result = crashpoint(inner, "replay", folder)
+    result = run_here(inner, capsys, "replay", folder)
     assert result.ret == 2, result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines(
         [f"crashpoint: error: {folder}: its plan.json cannot be replayed: *path*"]
@@ -123,11 +150,13 @@ def test_missing_path_exits_2(inner: Any) -> None:
     assert not (inner.path / "crashpoint-report").exists()
 
 
-def test_bad_scenario_file_exits_2_naming_file_line_and_key(inner: Any) -> None:
+def test_bad_scenario_file_exits_2_naming_file_line_and_key(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = inner.path / "gate" / "bad.scenario.yaml"
     bad.parent.mkdir()
     bad.write_text("name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: sometimes}\n")
-    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
+    result = run_here(inner, capsys, "run", "gate", "--report", inner.path / "out")
     assert result.ret == 2, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(
         [
@@ -148,7 +177,9 @@ def test_bad_scenario_file_exits_2_naming_file_line_and_key(inner: Any) -> None:
     assert "::error" not in result.stdout.str() + result.stderr.str()
 
 
-def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
+def test_a_family_none_of_whose_faults_fired_exits_3(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     inner.scenario(
         "nothing",
         'corrupt: {path: "{state_dir}/no-such-*", how: [truncate], count: 1}',
@@ -156,7 +187,7 @@ def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
         command=inner.command(inner.tiny_agent),
     )
     out = inner.path / "out"
-    result = crashpoint(inner, "run", "gate", "--report", out, "--quiet")
+    result = run_here(inner, capsys, "run", "gate", "--report", out, "--quiet")
     assert result.ret == 3, result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines(
         ["crashpoint: gate verdict: not judged (exit 3): nothing ?corrupt@truncate?: family *"]
@@ -167,7 +198,9 @@ def test_a_family_none_of_whose_faults_fired_exits_3(inner: Any) -> None:
 
 
 @pytest.mark.parametrize("asked", [True, False], ids=["asked-for", "default"])
-def test_a_check_asked_for_by_name_with_nothing_to_judge_exits_3(inner: Any, asked: bool) -> None:
+def test_a_check_asked_for_by_name_with_nothing_to_judge_exits_3(
+    inner: Any, asked: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The tiny agent makes no effect: ``expect: {exactly_once: true}`` asks for a check no
     trial can judge, which is not a pass (3); left at its default, the check is skipped in
     each trial (shown as such) and the gate passes on what it did judge."""
@@ -179,7 +212,7 @@ def test_a_check_asked_for_by_name_with_nothing_to_judge_exits_3(inner: Any, ask
         extra="expect: {exactly_once: true}" if asked else "",
     )
     out = inner.path / "out"
-    result = crashpoint(inner, "run", "gate", "--report", out, "--quiet")
+    result = run_here(inner, capsys, "run", "gate", "--report", out, "--quiet")
     gate = json.loads((out / "gate.json").read_text())
     [campaign] = gate["campaigns"]
     assert campaign["checks"]["exactly_once"]["skipped"] == campaign["ran"] > 0
@@ -197,25 +230,30 @@ def test_a_check_asked_for_by_name_with_nothing_to_judge_exits_3(inner: Any, ask
     assert "nothing to judge" in gate["reasons"][0]
 
 
-def test_an_agent_that_reports_no_boundary_exits_3(inner: Any) -> None:
+def test_an_agent_that_reports_no_boundary_exits_3(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     inner.scenario(
         "silent",
         "kill: {at: random, count: 1}",
         folder="gate",
         command='["{python}", "-c", "pass"]',
     )
-    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
+    result = run_here(inner, capsys, "run", "gate", "--report", inner.path / "out", "--quiet")
     assert result.ret == 3, result.stdout.str() + result.stderr.str()
     gate = json.loads((inner.path / "out" / "gate.json").read_text())
     assert (gate["verdict"], gate["exit_code"]) == ("not judged", 3)
     assert "reported no event" in gate["reasons"][0]
 
 
-def test_precedence_bad_scenario_over_failed_trial_over_not_judged(inner: Any) -> None:
+def test_precedence_bad_scenario_over_failed_trial_over_not_judged(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Several at once: a failed trial (1) beats a family that proved nothing (3); a
     malformed scenario file (2) beats both. The second run with -n 2: each file's collection on
-    its own worker, so the good files run beside the bad one and the workers' verdicts merge
-    (the first needs no workers: two more interpreters cost ~3 s of CPU)."""
+    its own worker, so the good files run beside the bad one and the workers' verdicts merge in
+    the controller (this process; the first run needs no workers: two more interpreters cost
+    ~2.5 s of CPU)."""
     inner.scenario(
         "nothing",
         'corrupt: {path: "{state_dir}/no-such-*", how: [truncate], count: 1}',
@@ -227,7 +265,7 @@ def test_precedence_bad_scenario_over_failed_trial_over_not_judged(inner: Any) -
         command=inner.command(inner.broken_agent),
     )  # fmt: skip
     out = inner.path / "out"
-    failed = crashpoint(inner, "run", "gate", "--report", out, "--quiet")
+    failed = run_here(inner, capsys, "run", "gate", "--report", out, "--quiet")
     assert failed.ret == 1, failed.stdout.str() + failed.stderr.str()
     gate = json.loads((out / "gate.json").read_text())
     assert (gate["verdict"], gate["exit_code"]) == ("fail", 1)
@@ -238,16 +276,18 @@ def test_precedence_bad_scenario_over_failed_trial_over_not_judged(inner: Any) -
     (inner.path / "gate" / "bad.scenario.yaml").write_text(
         "name: x\nagent: {command: [a]}\nnope: 1\n"
     )
-    bad = crashpoint(inner, "run", "gate", "-n", "2", "--report", out, "--quiet")
+    bad = run_here(inner, capsys, "run", "gate", "-n", "2", "--report", out, "--quiet")
     assert bad.ret == 2, bad.stdout.str() + bad.stderr.str()
     gate = json.loads((out / "gate.json").read_text())
     assert (gate["verdict"], gate["exit_code"]) == ("bad input", 2)
     assert gate["reasons"][0].startswith("gate/bad.scenario.yaml:3 (key 'nope')"), gate["reasons"]
 
 
-def test_bad_option_value_exits_2(inner: Any) -> None:
+def test_bad_option_value_exits_2(inner: Any, capsys: pytest.CaptureFixture[str]) -> None:
     inner.scenario("demo_kills", "kill: {at: random, count: 1}", folder="gate")
-    result = crashpoint(inner, "run", "gate", "--shard", "5/2", "--report", inner.path / "out")
+    result = run_here(
+        inner, capsys, "run", "gate", "--shard", "5/2", "--report", inner.path / "out"
+    )
     result.stderr.fnmatch_lines(
         [
             "ERROR: crashpoint: bad value '5/2' for --crashpoint-shard "
@@ -255,22 +295,6 @@ def test_bad_option_value_exits_2(inner: Any) -> None:
         ]
     )
     assert result.ret == 2
-
-
-def test_run_in_a_project_whose_config_turns_warnings_into_errors(inner: Any) -> None:
-    """Downstream repositories often set ``filterwarnings = error``: the gate must not trip over
-    its own import (pytest 9.2 warns "Module already imported so cannot be rewritten")."""
-    inner.pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
-    inner.scenario(
-        "tiny",
-        "kill: {at: random, count: 2}",
-        folder="gate",
-        command=inner.command(inner.tiny_agent),
-    )
-    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out")
-    assert result.ret == 0, result.stdout.str() + result.stderr.str()
-    assert "Warning" not in result.stdout.str() + result.stderr.str()
-    result.stdout.fnmatch_lines(["tiny ?kill@random?*2*PASS"])
 
 
 SLOW_AGENT = """\
@@ -318,7 +342,9 @@ def test_parallel_workers_show_combined_progress_and_same_verdicts(inner: Any) -
     ]
 
 
-def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any) -> None:
+def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = inner.path / "gate" / "bad.scenario.yaml"
     bad.parent.mkdir()
     bad.write_text(
@@ -326,7 +352,7 @@ def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any)
         "  command: [sh, -c, 'echo the-agent-said-boom >&2; exit 3']\n"
         "faults:\n  - kill: {at: random, count: 2}\n  - corrupt: {how: [bitflip]}\n"
     )
-    result = crashpoint(inner, "run", "gate", "--report", inner.path / "out", "--quiet")
+    result = run_here(inner, capsys, "run", "gate", "--report", inner.path / "out", "--quiet")
     assert result.ret == 1  # the agent failed with no fault at all: a failure, not bad input
     result.stderr.fnmatch_lines(["crashpoint: gate verdict: fail (exit 1): *the golden run*"])
     out = result.stdout.str()
@@ -343,7 +369,9 @@ def test_golden_run_failure_is_shown_once_per_file_at_the_agent_line(inner: Any)
     )
 
 
-def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(inner: Any) -> None:
+def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """pytest's own --junitxml writes through a link; the gate refuses to start instead."""
     inner.scenario(
         "tiny",
@@ -356,7 +384,7 @@ def test_a_link_planted_at_junit_xml_is_refused_and_its_target_untouched(inner: 
     target = inner.path / "precious.txt"
     target.write_text("keep me")
     (report / "junit.xml").symlink_to(target)
-    result = crashpoint(inner, "run", "gate", "--report", report)
+    result = run_here(inner, capsys, "run", "gate", "--report", report)
     assert result.ret == 2, result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines(
         ["crashpoint: error: */junit.xml exists and is not a regular file (a link?)*"]

@@ -12,6 +12,8 @@ from typing import Any
 import psutil
 import pytest
 
+from _cli_main import main
+
 pytest_plugins = ["pytester"]
 
 
@@ -44,7 +46,9 @@ def test_crash_harness_passes_the_demo_agent(inner: Any) -> None:
     )
 
 
-def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> None:
+def test_crash_harness_fails_a_broken_agent_with_replay_commands(
+    inner: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     inner.pytester.makepyfile(f"""
         import pytest
 
@@ -69,16 +73,14 @@ def test_crash_harness_fails_a_broken_agent_with_replay_commands(inner: Any) -> 
             "  replay: crashpoint replay *",
         ]
     )
-    # the printed command really replays the trial, and the failure reproduces
-    replay = subprocess.run(
-        [sys.executable, "-m", "crashpoint", "replay", replays[0]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert replay.returncode == 1, replay.stdout + replay.stderr
-    assert "reproduced:" in replay.stdout
+    # the printed command really replays the trial, and the failure reproduces: the command's
+    # main in this process (the trial's agent is a process; tests/plugin/test_cli.py runs the
+    # console script itself)
+    capsys.readouterr()
+    code = main(["replay", replays[0]])
+    replay = capsys.readouterr()
+    assert code == 1, replay.out + replay.err
+    assert "reproduced:" in replay.out
 
 
 # -- effect_ledger -------------------------------------------------------------------------------

@@ -80,35 +80,45 @@ def test_unregistered_mark_under_strict_markers_names_the_file(inner: Any) -> No
     )
 
 
-@pytest.mark.parametrize(
-    ("body", "where", "message"),
-    [
-        (
-            "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\ntrails: 3\n",
-            ":6 (key 'trails')",
-            "unknown key; did you mean 'trials'?",
-        ),
-        (
-            "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\n  - explode: {}\n",
-            ":6 (key 'faults[1]')",
-            "unknown fault kind 'explode'",
-        ),
-        (
-            "name: x\nagent:\n  command: ['{pyhton}']\nfaults:\n  - kill: {at: random}\n",
-            ":3 (key 'agent.command')",
-            "unknown placeholder",
-        ),
-        ("name: x\nagent:\n  command: [a]\n", ":1 (key 'faults')", "missing required key 'faults'"),
-        ("name: x\nagent: [oops\n", ":3", "not valid YAML"),
-        ("", ":1", "the file is empty"),
-    ],
-    ids=["typo", "fault-kind", "placeholder", "missing-key", "yaml", "empty"],
-)
-def test_bad_scenario_is_a_collection_error_naming_file_line_key(
-    inner: Any, body: str, where: str, message: str
-) -> None:
-    bad = inner.path / "bad.scenario.yaml"
-    bad.write_text(body)
+#: malformed scenario files: (name, body, where, message)
+BAD_SCENARIOS = [
+    (
+        "typo",
+        "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\ntrails: 3\n",
+        ":6 (key 'trails')",
+        "unknown key; did you mean 'trials'?",
+    ),
+    (
+        "fault-kind",
+        "name: x\nagent:\n  command: [a]\nfaults:\n  - kill: {at: random}\n  - explode: {}\n",
+        ":6 (key 'faults[1]')",
+        "unknown fault kind 'explode'",
+    ),
+    (
+        "placeholder",
+        "name: x\nagent:\n  command: ['{pyhton}']\nfaults:\n  - kill: {at: random}\n",
+        ":3 (key 'agent.command')",
+        "unknown placeholder",
+    ),
+    (
+        "missing-key",
+        "name: x\nagent:\n  command: [a]\n",
+        ":1 (key 'faults')",
+        "missing required key 'faults'",
+    ),
+    ("yaml", "name: x\nagent: [oops\n", ":3", "not valid YAML"),
+    ("empty", "", ":1", "the file is empty"),
+]
+
+
+def test_bad_scenarios_are_collection_errors_naming_file_line_key(inner: Any) -> None:
+    """Six malformed files in one session (one session for all: each file is collected on its
+    own), each a collection error of its own naming its file, line and key."""
+    bad = []
+    for name, body, where, message in BAD_SCENARIOS:
+        path = inner.path / f"bad-{name}.scenario.yaml"
+        path.write_text(body)
+        bad.append((path, where, message))
     inner.scenario("good", "kill: {at: random, count: 1}")
     result = inner.inprocess("--collect-only", "-q")
     # pytest's own behaviour for any collection error: the other files are still collected,
@@ -117,10 +127,16 @@ def test_bad_scenario_is_a_collection_error_naming_file_line_key(
     result.stdout.fnmatch_lines(
         [
             "good.scenario.yaml::kill@random",
-            "*ERROR collecting bad.scenario.yaml*",
-            f"crashpoint scenario error: {bad}{where}: {message}*".replace("[", "[[]"),
-            "*Interrupted: 1 error during collection*",
-            "1 test collected, 1 error in *",
+            *[
+                line
+                for path, where, message in sorted(bad)
+                for line in (
+                    f"*ERROR collecting {path.name}*",
+                    f"crashpoint scenario error: {path}{where}: {message}*".replace("[", "[[]"),
+                )
+            ],
+            f"*Interrupted: {len(bad)} errors during collection*",
+            f"1 test collected, {len(bad)} errors in *",
         ]
     )
     assert "Traceback" not in result.stdout.str()
