@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
+import _pgdb
 from _forked import run_forked
 from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 
 def _demo(pg_server: Any, dsn: str, run_id: str) -> AgentSpec:
