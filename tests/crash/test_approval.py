@@ -20,7 +20,12 @@ import pytest
 from fake_target import FakeTarget
 from resume_check import DEMO, DENIED, PAUSED, Attempt, Finished, run_attempt, run_to_end
 
+import _pgdb
 from crashpoint.checkpoint import decide, plan, run_reducer
+
+# PostgresStore's variants: one database for the module, emptied before each test (not one
+# created and dropped per test); store_factory asks for this pg_dsn
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import Children, StoreFactory

@@ -20,7 +20,7 @@ import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
-from _forked import run_forked
+from _forked import forking, run_forked, warm
 from crashpoint.checkpoint import EXIT_CODES
 from crashpoint.faults import CORRUPTIONS
 from crashpoint.faults._disk import capabilities
@@ -168,28 +168,35 @@ def _concrete(spec: Any) -> Any:
     return {"disk_full": _disk_full()} if spec.get("disk_full") is DISK else spec
 
 
-def run_gallery_campaign(
-    agent: str, case: Case, report_dir: Path, *, fork: bool = True
-) -> CampaignResult:
-    """The attempts are forked from a warm zygote (fork mode: the gallery is about the checks,
-    not spawning; attempts that need a fresh interpreter, a disk_full rlimit or tmpfs, are
-    spawned); ``fork=False`` spawns every one (the detached-child test)."""
-    spec = AgentSpec(
+def _spec(agent: str, case: Case) -> AgentSpec:
+    return AgentSpec(
         command=("{python}", str(AGENTS / f"{agent}.py"), "--state", "{state_dir}"),
         timeout=case.timeout,
         env=case.env,
     )
+
+
+def run_gallery_campaign(
+    agent: str, case: Case, report_dir: Path, *, fork: bool = True, zygote: Zygote | None = None
+) -> CampaignResult:
+    """The attempts are forked from a warm zygote (fork mode: the gallery is about the checks,
+    not spawning; attempts that need a fresh interpreter, a disk_full rlimit or tmpfs, are
+    spawned): ``zygote`` if given (one of this agent's), else one of the campaign's own;
+    ``fork=False`` spawns every one (the detached-child test)."""
+    spec = _spec(agent, case)
     families = [family_from_spec(_concrete(f)) for f in case.faults]
-    run = run_forked if fork else lambda spec, *a, **kw: Campaign(spec, *a, **kw).run()
-    return run(
-        spec,
-        families,
-        report_dir=str(report_dir),
-        name=agent,
-        seed=SEED,
-        restarts=case.restarts,
-        expect=case.expect,
-    )
+    kw: dict[str, Any] = {
+        "report_dir": str(report_dir),
+        "name": agent,
+        "seed": SEED,
+        "restarts": case.restarts,
+        "expect": case.expect,
+    }
+    if zygote is not None:
+        return Campaign(warm(spec), families, launcher=zygote, **kw).run()
+    if fork:
+        return run_forked(spec, families, **kw)
+    return Campaign(spec, families, **kw).run()
 
 
 def _failed(trial: TrialResult) -> str:
@@ -291,9 +298,21 @@ def _good_runs() -> list[Any]:
     return [pytest.param(cases, id="+".join(c.agent for c in cases)) for cases in seen.values()]
 
 
+@pytest.fixture(scope="module")
+def good_zygote() -> Iterator[Zygote]:
+    """One warm zygote of the good agent for all its campaigns (each campaign's own env and
+    timeout go with every attempt it forks; a zygote per campaign cost ~0.05 s of CPU)."""
+    with forking(warm(_spec("good_agent", GALLERY[0]))) as z:
+        yield z
+
+
 @pytest.mark.parametrize("cases", _good_runs())
-def test_good_agent_passes_the_same_campaign(cases: Sequence[Case], tmp_path: Path) -> None:
-    result = run_gallery_campaign("good_agent", cases[0], tmp_path)
+def test_good_agent_passes_the_same_campaign(
+    cases: Sequence[Case], tmp_path: Path, good_zygote: Zygote
+) -> None:
+    forks = good_zygote.forks
+    result = run_gallery_campaign("good_agent", cases[0], tmp_path, zygote=good_zygote)
+    assert good_zygote.forks > forks, "fork mode was not used"
     ran = [t for t in result.trials if not t.skipped]
     assert ran, f"every trial was skipped: {result.summary()['skip_reasons']}"
     assert result.ok, "the good agent failed:\n" + "\n".join(map(_failed, result.failures))

@@ -24,7 +24,11 @@ pytest.importorskip(
     reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
 )
 
+import _pgdb
 from crashpoint.checkpoint import PostgresStore, run_reducer, submit
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import Child, Children

@@ -30,9 +30,13 @@ psycopg = pytest.importorskip(
     reason="psycopg (PostgreSQL driver) is not installed: pip install 'crashpoint[postgres]'",
 )
 
+import _pgdb  # noqa: E402
 from crashpoint.checkpoint import PostgresStore, run_reducer  # noqa: E402
 from crashpoint.errors import CheckpointError, StoreTimeout  # noqa: E402
 from crashpoint.faults import TcpProxy  # noqa: E402
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 if TYPE_CHECKING:
     from conftest import Children

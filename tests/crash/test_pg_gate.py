@@ -6,13 +6,19 @@ in ``agent.env`` (``PGPASSWORD``), as a user should pass one (argv is world read
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _forked import run_forked
-from crashpoint.harness import AgentSpec, Campaign, family_from_spec
+import _pgdb
+from _forked import forking, warm
+from crashpoint.harness import AgentSpec, Campaign, CampaignResult, Zygote, family_from_spec
+
+# one database for the module, emptied before each test (not one created and dropped per test)
+pg_module_database, pg_dsn = _pgdb.pg_module_database, _pgdb.pg_dsn
 
 
 def _demo(pg_server: Any, dsn: str, run_id: str) -> AgentSpec:
@@ -34,8 +40,30 @@ def _demo(pg_server: Any, dsn: str, run_id: str) -> AgentSpec:
     )
 
 
+def _warm(spec: AgentSpec) -> AgentSpec:
+    """``spec`` in fork mode, its zygote also importing the PostgreSQL store (psycopg: ~0.1 s of
+    CPU that each forked attempt would pay again)."""
+    return dataclasses.replace(warm(spec), warm=("*", "crashpoint.checkpoint.postgres._store"))
+
+
+@pytest.fixture(scope="module")
+def zygote(pg_server: Any, pg_module_database: str) -> Iterator[Zygote]:
+    """One warm zygote for the module's campaigns (the demo agent, its run id aside, is the same
+    in both): their attempts fork from it; these tests are about the store's state, not about
+    spawning."""
+    with forking(_warm(_demo(pg_server, pg_module_database, "{trial_id}"))) as z:
+        yield z
+
+
+def run(
+    zygote: Zygote, pg_server: Any, dsn: str, run_id: str, families: list[Any], tmp_path: Path
+) -> CampaignResult:
+    spec = _warm(_demo(pg_server, dsn, run_id))
+    return Campaign(spec, families, str(tmp_path), seed=7, launcher=zygote).run()
+
+
 def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
-    pg_server: Any, pg_dsn: str, tmp_path: Path
+    zygote: Zygote, pg_server: Any, pg_dsn: str, tmp_path: Path
 ) -> None:
     from crashpoint.checkpoint import open_store
 
@@ -46,7 +74,7 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
         family_from_spec({"kill": {"at": "random", "count": 2}}),
         family_from_spec({"resumers": {"count": 1}}),
     ]
-    result = run_forked(_demo(pg_server, pg_dsn, "{trial_id}"), families, str(tmp_path), seed=7)
+    result = run(zygote, pg_server, pg_dsn, "{trial_id}", families, tmp_path)
     s = result.summary()
     assert result.ok, s["failures"] or result.unexercised()
     assert s["duplicate_effects"] == 0
@@ -58,13 +86,13 @@ def test_the_demo_agent_on_postgresql_passes_kills_and_two_resumers(
 
 
 def test_a_run_id_shared_by_every_trial_is_caught(
-    pg_server: Any, pg_dsn: str, tmp_path: Path
+    zygote: Zygote, pg_server: Any, pg_dsn: str, tmp_path: Path
 ) -> None:
     """The same campaign naming its run ``{run_id}`` (one id for all trials): every trial finds
     the golden run's finished run and sends nothing, and the gate says the effects were lost
     (a shared outside state is never a silent pass)."""
     families = [family_from_spec({"kill": {"at": "random", "count": 2}})]
-    result = Campaign(_demo(pg_server, pg_dsn, "{run_id}"), families, str(tmp_path), seed=7).run()
+    result = run(zygote, pg_server, pg_dsn, "{run_id}", families, tmp_path)
     assert not result.ok
     assert result.summary()["lost_effects"] > 0
 

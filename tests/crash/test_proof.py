@@ -8,11 +8,13 @@ bug) and checks that the gate refuses to go green, and says why; its twin shows 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _forked import forking, warm
 from crashpoint.errors import NoBoundaries
 from crashpoint.harness import (
     AgentSpec,
@@ -22,6 +24,7 @@ from crashpoint.harness import (
     Fault,
     Plan,
     TrialRunner,
+    Zygote,
     family_from_spec,
 )
 
@@ -32,6 +35,17 @@ def agent(name: str, **kw: Any) -> AgentSpec:
     return AgentSpec(
         command=("{python}", str(AGENTS / f"{name}.py"), "--state", "{state_dir}"), **kw
     )
+
+
+@pytest.fixture(scope="module")
+def good() -> Iterator[tuple[AgentSpec, Zygote]]:
+    """The good agent in fork mode and its zygote, one for the module: the tests that kill it
+    by identity, by time or in an effect's in-doubt window are about where kills land and what
+    the verdicts say, not about spawning (the others spawn every attempt; fileop and disk_full
+    attempts are spawned by the harness anyway)."""
+    spec = warm(agent("good_agent"))
+    with forking(spec) as z:
+        yield spec, z
 
 
 def campaign(spec: AgentSpec, faults: list[Any], tmp_path: Path, **kw: Any) -> CampaignResult:
@@ -112,8 +126,13 @@ def test_a_chained_kill_after_a_fault_that_let_the_agent_finish_did_not_fire(
         assert "attempt 2 never ran: attempt 1 completed (exit 0) first" in t.outcomes[1].why_not
 
 
-def test_kills_by_identity_land_on_the_planned_event_and_say_where(tmp_path: Path) -> None:
-    result = campaign(agent("good_agent"), [{"kill": {"at": "every-boundary"}}], tmp_path)
+def test_kills_by_identity_land_on_the_planned_event_and_say_where(
+    good: tuple[AgentSpec, Zygote], tmp_path: Path
+) -> None:
+    spec, zygote = good
+    forks = zygote.forks
+    result = campaign(spec, [{"kill": {"at": "every-boundary"}}], tmp_path, launcher=zygote)
+    assert zygote.forks > forks, "fork mode was not used"
     assert result.ok
     golden = result.golden
     assert len(result.trials) == len(golden.boundaries())
@@ -129,9 +148,12 @@ def test_kills_by_identity_land_on_the_planned_event_and_say_where(tmp_path: Pat
         ]
 
 
-def test_instants_after_the_agent_finished_are_not_exercised_with_a_hint(tmp_path: Path) -> None:
+def test_instants_after_the_agent_finished_are_not_exercised_with_a_hint(
+    good: tuple[AgentSpec, Zygote], tmp_path: Path
+) -> None:
+    spec, zygote = good
     result = campaign(
-        agent("good_agent"), [{"kill": {"at": "time", "count": 4, "within": "30s"}}], tmp_path
+        spec, [{"kill": {"at": "time", "count": 4, "within": "30s"}}], tmp_path, launcher=zygote
     )
     late = [t for t in result.trials if t.status == "not exercised"]
     assert late, [t.landed() for t in result.trials]  # 30 s is far past a run of ~0.1 s
@@ -156,8 +178,11 @@ def test_a_keyless_duplicate_is_caught_by_exactly_once_judged_by_content(tmp_pat
     assert "pass a key derived from the run id" in root.hint
 
 
-def test_the_good_agent_is_not_duplicated_by_the_same_in_doubt_kill(tmp_path: Path) -> None:
-    with TrialRunner(agent("good_agent"), str(tmp_path / "trials")) as runner:
+def test_the_good_agent_is_not_duplicated_by_the_same_in_doubt_kill(
+    good: tuple[AgentSpec, Zygote], tmp_path: Path
+) -> None:
+    spec, zygote = good
+    with TrialRunner(spec, str(tmp_path / "trials"), launcher=zygote) as runner:
         golden = runner.golden()
         kill = Fault.make("kill", 1, op="effect", name="notify", nth=1, phase="in_doubt")
         t = runner.run(Plan((kill,), "kill", 7, 0), golden)
