@@ -4,12 +4,13 @@ reproduces it, and CrashRecoveryMachine passes the demo agent and catches a brok
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from _forked import forking, warm
 from crashpoint._failpoints import FAILPOINTS, parse
+from crashpoint.cli import main
 from crashpoint.faults import CORRUPTIONS
 from crashpoint.harness import (
     AgentSpec,
@@ -375,12 +377,13 @@ def _shrunk_plan(err: AssertionError) -> tuple[Plan, str]:
 
 
 def _replay(folder: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crashpoint", "replay", folder],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    """``crashpoint replay FOLDER``, run in this process (the command's ``main``: its own
+    interpreter would import the harness again; the agent's attempts are processes still)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["replay", folder])
+    return subprocess.CompletedProcess(
+        ["crashpoint", "replay", folder], code, out.getvalue(), err.getvalue()
     )
 
 
