@@ -75,10 +75,11 @@ GOLDEN = Golden(
     duration=0.1,
 )
 
-#: 100 derandomized examples per property (300 gave the same coverage at 3x the time); the
-#: reach-everything test below keeps 300: it needs every kind and boundary drawn
+#: 50 derandomized examples per property (a plan with one fault too many, drawn when a
+#: corruption comes with its own kill, fails within them); the reach-everything test below
+#: keeps 300 (it needs every kind and boundary drawn), and the slow twin draws 1,000
 FAST = settings(
-    max_examples=100,
+    max_examples=50,
     derandomize=True,
     database=None,
     deadline=None,
@@ -181,6 +182,15 @@ def test_fault_plans_respect_their_bounds(
         )
 
     check()
+
+
+# slow: more examples of the same properties; fast cover: test_fault_plans_are_runnable and
+# test_fault_plans_respect_their_bounds (50 examples each)
+@pytest.mark.slow
+@settings(FAST, max_examples=1000)
+@given(plan=fault_plans(GOLDEN, max_faults=4, restarts=2))
+def test_fault_plans_are_runnable_in_many_examples(plan: Plan) -> None:
+    assert_runnable(plan, GOLDEN, max_faults=4, restarts=2)
 
 
 def test_fault_plans_reach_every_kind_and_boundary() -> None:
