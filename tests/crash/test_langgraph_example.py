@@ -164,21 +164,25 @@ def test_the_same_graph_on_crashpoint_saver_passes_the_same_trial(
 
 
 def test_file_operation_kills_on_sqlite_are_not_exercised_without_strace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zygote: Zygote
 ) -> None:
     """SQLite writes in C, below Python's audit hooks: without strace no file operation of
     SqliteSaver is seen, so a fileop family cannot fire. It must fail as not exercised,
-    never pass."""
+    never pass. (The golden run is forked from the zygote: one LangGraph import fewer; the
+    fileop trial's attempt needs a fresh interpreter and is spawned by the harness.)"""
     monkeypatch.setenv("CRASHPOINT_NO_STRACE", "1")
     sc = load_scenario(EXAMPLE / "fixed.scenario.yaml")
+    forks = zygote.forks
     result = Campaign(
-        sc.agent,
+        warm(sc.agent),
         [family_from_spec({"kill": {"at": "fileop"}})],
         str(tmp_path / "report"),
         name="langgraph-fileop",
         seed=1,
         restarts=sc.restarts,
+        launcher=zygote,
     ).run()
+    assert zygote.forks == forks + 1, "the golden run was not forked"
     assert not result.ok
     assert result.unexercised(), [t.status for t in result.trials]
     assert all(t.status == "not exercised" for t in result.trials)

@@ -66,11 +66,16 @@ def divergence(t: TrialResult) -> CheckResult:
     return next(c for c in t.checks if c.name == "replay_divergence")
 
 
-def test_a_compatible_upgrade_passes_at_every_boundary(tmp_path: Path) -> None:
-    r = campaign(tmp_path, to("--v2"))
-    assert len(r.trials) == 12  # one per boundary: 9 events and 3 in-doubt windows
+#: one boundary of each kind, of the 12 (9 events, 3 in-doubt windows): the first, before an
+#: effect, an effect in doubt, before a step after the first effect, the last
+EACH_KIND = [0, 3, 4, BEFORE_NOTIFY, 11]
+
+
+def test_a_compatible_upgrade_passes_at_each_kind_of_boundary(tmp_path: Path) -> None:
+    r = campaign(tmp_path, to("--v2"), only=EACH_KIND)
+    assert [t.plan.index for t in r.trials] == EACH_KIND
     assert all(t.status == "passed" for t in r.trials), [t.failed for t in r.trials]
-    t = r.trials[BEFORE_NOTIFY]
+    t = r.trials[EACH_KIND.index(BEFORE_NOTIFY)]
     assert "attempt 2 resumed under version B" in t.landed()
     assert "--v2" in t.attempts[1].argv  # attempt 2 ran B, attempt 1 A
     assert "--v2" not in t.attempts[0].argv
@@ -79,6 +84,14 @@ def test_a_compatible_upgrade_passes_at_every_boundary(tmp_path: Path) -> None:
         c.message
     )
     assert "version B's own crash-free run is the same as A's (9 events)" in c.message
+
+
+# slow: an exhaustive sweep; fast cover: test_a_compatible_upgrade_passes_at_each_kind_of_boundary
+@pytest.mark.slow
+def test_a_compatible_upgrade_passes_at_every_boundary(tmp_path: Path) -> None:
+    r = campaign(tmp_path, to("--v2"))
+    assert len(r.trials) == 12  # one per boundary: 9 events and 3 in-doubt windows
+    assert all(t.status == "passed" for t in r.trials), [t.failed for t in r.trials]
 
 
 def test_an_upgrade_that_renames_a_step_is_caught_with_the_diff(tmp_path: Path) -> None:
@@ -150,10 +163,18 @@ def test_a_nondeterministic_agent_is_caught_by_always_replay(tmp_path: Path) -> 
 
 
 def test_a_deterministic_agent_passes_always_replay(tmp_path: Path) -> None:
+    r = campaign(tmp_path, {"always_replay": {}}, only=EACH_KIND)
+    assert [t.plan.index for t in r.trials] == EACH_KIND
+    assert all(t.status == "passed" for t in r.trials), [t.failed for t in r.trials]
+    assert "attempt 2 resumed from attempt 1's crash" in r.trials[0].landed()
+
+
+# slow: an exhaustive sweep; fast cover: test_a_deterministic_agent_passes_always_replay
+@pytest.mark.slow
+def test_a_deterministic_agent_passes_always_replay_at_every_boundary(tmp_path: Path) -> None:
     r = campaign(tmp_path, {"always_replay": {}})
     assert len(r.trials) == 12
     assert all(t.status == "passed" for t in r.trials), [t.failed for t in r.trials]
-    assert "attempt 2 resumed from attempt 1's crash" in r.trials[0].landed()
 
 
 def test_a_version_b_on_another_interpreter(tmp_path: Path) -> None:
