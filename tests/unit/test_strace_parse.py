@@ -375,6 +375,49 @@ def test_a_trace_read_again_unchanged_is_parsed_once(
     assert len(parses) == 5
 
 
+def test_interleaved_traces_are_each_parsed_once_within_the_memo_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A race's two attempts are each read twice, in turn (A, B, A, B): each is parsed once.
+    The memo keeps the MEMO_TRACES read last, of MEMO_BYTES of trace together at most (the
+    latest always): one read before those is parsed again."""
+    parses: list[str] = []
+    real = _strace.parse_lines
+
+    def counting(lines: object, **kw: object) -> _strace.Trace:
+        parses.append(str(kw.get("cwd")))
+        return real(lines, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_strace, "parse_lines", counting)
+    monkeypatch.setattr(_strace, "_MEMO", type(_strace._MEMO)())
+    files = []
+    for n in range(_strace.MEMO_TRACES + 1):
+        f = tmp_path / f"trace-{n}"
+        f.write_text(f'1 write(3</a{n}>, "x", 1) = 1\n1 +++ exited with 0 +++\n')
+        files.append(str(f))
+    a, b = files[0], files[1]
+    first = [_strace.read(a, cwd="/w"), _strace.read(b, cwd="/w")]
+    again = [_strace.read(a, cwd="/w"), _strace.read(b, cwd="/w")]
+    assert len(parses) == 2
+    assert first == again
+    assert [t.calls[0].path for t in again] == ["/a0", "/a1"]
+    assert again[0].calls is not first[0].calls
+    for f in files[2:]:  # a, b and these: one more than MEMO_TRACES; a was used longest ago
+        _strace.read(f, cwd="/w")
+    assert len(parses) == 2 + len(files) - 2
+    _strace.read(b, cwd="/w")  # still kept
+    assert len(parses) == len(files)
+    assert _strace.read(a, cwd="/w").calls[0].path == "/a0"  # dropped: parsed again
+    assert len(parses) == len(files) + 1
+    size = os.path.getsize(a)
+    monkeypatch.setattr(_strace, "MEMO_BYTES", size)  # room for one trace's parse only
+    _strace.read(files[2], cwd="/w")  # dropped before: parsed, and now kept alone
+    _strace.read(a, cwd="/w")
+    assert len(parses) == len(files) + 3
+    _strace.read(a, cwd="/w")  # the latest is always kept
+    assert len(parses) == len(files) + 3
+
+
 def test_garbage_lines_are_skipped() -> None:
     out = calls("""
         strace: Process 5 attached

@@ -39,6 +39,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -735,20 +737,25 @@ def parse_lines(
     )
 
 
-#: Traces up to this size are read whole and their parse kept (see :func:`read`).
+#: Traces up to this size are read whole and their parse kept (see :func:`read`); the parses
+#: kept are of at most this many bytes of trace together (the latest one always).
 MEMO_BYTES = 32 << 20
-# the last trace read whole: (cwd, max_lines, its bytes' digest) -> the parse
-_MEMO: tuple[tuple[str, int, bytes], Trace] | None = None
+#: At most this many parses are kept, the ones read last.
+MEMO_TRACES = 4
+# the traces read whole last: (cwd, max_lines, their bytes' digest) -> (bytes, the parse)
+_MEMO: OrderedDict[tuple[str, int, bytes], tuple[int, Trace]] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
 
 
 def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
     """:func:`parse` with the exit status of each process; a missing file is an empty trace.
 
     A trace read again with the same bytes (a golden run's: once for what it wrote in the
-    temp folders, once for what the harness learns from it) is parsed once: the parse is a
-    function of the bytes, ``cwd`` and ``max_lines`` alone, and each caller gets its own
-    lists (the calls themselves are frozen)."""
-    global _MEMO
+    temp folders, once for what the harness learns from it; a race's two attempts, each read
+    for its temp-folder writes and then for its writes under the roots) is parsed once while
+    it is among the :data:`MEMO_TRACES` read last: the parse is a function of the bytes,
+    ``cwd`` and ``max_lines`` alone, and each caller gets its own lists (the calls
+    themselves are frozen)."""
     try:
         with open(output, "rb") as f:
             data = f.read(MEMO_BYTES + 1)
@@ -759,12 +766,20 @@ def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
     except OSError:
         return Trace()
     key = (cwd, max_lines, hashlib.blake2b(data, digest_size=16).digest())
-    memo = _MEMO
-    if memo is None or memo[0] != key:
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+    if hit is None:
         lines = io.StringIO(data.decode("latin-1"), newline="\n")
-        memo = (key, parse_lines(lines, cwd=cwd, max_lines=max_lines, complete=False))
-        _MEMO = memo
-    got = memo[1]
+        hit = (len(data), parse_lines(lines, cwd=cwd, max_lines=max_lines, complete=False))
+        with _MEMO_LOCK:
+            _MEMO[key] = hit
+            _MEMO.move_to_end(key)
+            kept = sum(n for n, _t in _MEMO.values())
+            while len(_MEMO) > 1 and (len(_MEMO) > MEMO_TRACES or kept > MEMO_BYTES):
+                kept -= _MEMO.popitem(last=False)[1][0]
+    got = hit[1]
     return dataclasses.replace(
         got, calls=list(got.calls), exits=dict(got.exits), ended=dict(got.ended)
     )
