@@ -232,3 +232,70 @@ def test_the_process_connector_delivers_only_forks_of_processes() -> None:
         lineage.sock.close()
     assert (_writers._PROC_EVENT_FORK, child.pid, child.pid) in kinds, kinds
     assert all(what == _writers._PROC_EVENT_FORK and cpid == ctgid for what, cpid, ctgid in kinds)
+
+
+def _filed(watch: WriterWatch, path: Path) -> None:
+    """Wait until the reader has filed a change of ``path``."""
+    deadline = time.monotonic() + 10
+    while str(path) not in watch._seen:
+        assert time.monotonic() < deadline, f"no event for {path}"
+        time.sleep(0.01)
+    watch._drain()
+
+
+def test_a_stranger_is_walked_once_and_its_writes_stay_not_the_trials(
+    watch: WriterWatch, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy stranger's writes are not each a walk of its parents in /proc (issue 24: the
+    reader's main cost on a machine running other tests): its first write is, then it is
+    remembered as no trial's, with the same verdict."""
+    if watch._lineage is None:
+        pytest.skip("strangers are remembered only with the process connector")
+    looked: list[int] = []
+    real = _writers._stat
+
+    def counting(pid: int) -> tuple[int, int, int] | None:
+        looked.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(_writers, "_stat", counting)
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    stranger = _run(["/bin/sh", "-c", f"for i in 1 2 3 4 5; do echo $i > {folder}/s$i; done"])
+    assert stranger.wait(timeout=10) == 0
+    _filed(watch, folder / "s5")
+    got = watch.take(key, since)
+    assert {str(folder / f"s{i}") for i in range(1, 6)} <= got.seen
+    assert not got.mine
+    assert looked.count(stranger.pid) == 1, looked
+
+
+def test_a_stranger_is_forgotten_when_an_attempt_is_named(
+    watch: WriterWatch, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that wrote before its leader was named was a stranger then; once the leader is
+    named, what it writes is the attempt's (its session is the leader's), though no replay of
+    forks can tell (RECENT_FORKS 0): naming an attempt forgets the strangers."""
+    if watch._lineage is None:
+        pytest.skip("strangers are remembered only with the process connector")
+    monkeypatch.setattr(_writers, "RECENT_FORKS", 0.0)
+    key = object()
+    watch.begin(key)
+    since = time.time()
+    gate, done = folder.parent / "go", folder.parent / "done"
+    # the subshell writes with the shell's own echo: one writer, before and after the naming;
+    # it lives on until its second write is filed (a writer gone by then is nobody's)
+    script = (
+        f"(echo 1 > {folder}/before; while [ ! -e {gate} ]; do sleep 0.01; done; "
+        f"echo 2 > {folder}/after; while [ ! -e {done} ]; do sleep 0.01; done) & wait"
+    )
+    leader = _run(["/bin/sh", "-c", script])
+    _filed(watch, folder / "before")
+    watch.track(key, leader.pid)
+    gate.touch()
+    _filed(watch, folder / "after")
+    done.touch()
+    assert leader.wait(timeout=10) == 0
+    got = watch.take(key, since)
+    assert str(folder / "after") in got.mine, got

@@ -191,6 +191,74 @@ def test_relative_paths_resolve_against_the_dirfd_the_cwd_and_forks() -> None:
     ]
 
 
+#: One trace with every shape ``_Parser._resolve`` tells apart: a dirfd decoration read once
+#: for the path and for the folder it teaches, paths that need ``normpath`` and paths already
+#: normal, descriptors decorated, deleted and plain, an injected error, a fork, a resumed
+#: call, a killed one. Pinned field by field as the parser gave them before it was made
+#: cheaper (issue 24): a field put in another's place (Syscall is made positionally), a path
+#: left unnormalised or a folder not learned fails it.
+PINNED = """
+    10 1700000000.100000 openat(AT_FDCWD</w>, "a//b/./c/../d", O_WRONLY|O_CREAT, 0600) = 3</w/a/b/d>
+    10 1700000000.200000 write(3</w/a/b/d>, "x,y", 3) = 3
+    10 openat(AT_FDCWD</w>, "/abs/dir/", O_RDONLY|O_DIRECTORY) = 4</abs/dir>
+    10 openat(AT_FDCWD</w>, "/.hid/f", O_RDONLY) = -1 ENOENT (No such file or directory)
+    10 renameat2(AT_FDCWD</w>, "a//b/d", 4</abs/dir>, "./e", RENAME_NOREPLACE) = 0
+    10 symlinkat("t", 4</abs/dir>, "l") = 0
+    10 fsync(5) = 0
+    10 pwrite64(6</x/y.db>(deleted), "\\0", 1, 0) = -1 ENOSPC (No space left on device) (INJECTED)
+    10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD, child_tidptr=0x7f) = 11
+    11 mkdir("sub/", 0777) = 0
+    11 rename("/", "/r/./s") = -1 EBUSY (Device or resource busy)
+    11 unlink("..//up" <unfinished ...>
+    10 close(3</w/a/b/d>) = 0
+    11 <... unlink resumed>) = 0
+    12 1700000001.500000 openat(AT_FDCWD, "rel", O_RDONLY) = ?
+    12 1700000001.600000 +++ killed by SIGKILL +++
+    10 +++ exited with 0 +++
+"""
+# fmt: off
+# seq, pid, name, result, errno, path, path2, fd, injected, deleted, path_arg, path2_arg, time
+PINNED_CALLS = [
+    (0, 10, "openat", 3, "", "/w/a/b/d", "", -1, False, False, "a//b/./c/../d", "", 1700000000.1),
+    (1, 10, "write", 3, "", "/w/a/b/d", "", 3, False, False, "", "", 1700000000.2),
+    (2, 10, "openat", 4, "", "/abs/dir", "", -1, False, False, "/abs/dir/", "", 0.0),
+    (3, 10, "openat", -1, "ENOENT", "/.hid/f", "", -1, False, False, "/.hid/f", "", 0.0),
+    (4, 10, "renameat2", 0, "", "/w/a/b/d", "/abs/dir/e", -1, False, False, "a//b/d", "./e", 0.0),
+    (5, 10, "symlinkat", 0, "", "/abs/dir/l", "/abs/dir/t", -1, False, False, "l", "t", 0.0),
+    (6, 10, "fsync", 0, "", "", "", 5, False, False, "", "", 0.0),
+    (7, 10, "pwrite64", -1, "ENOSPC", "/x/y.db", "", 6, True, True, "", "", 0.0),
+    (8, 10, "clone", 11, "", "", "", -1, False, False, "", "", 0.0),
+    (9, 11, "mkdir", 0, "", "/w/sub", "", -1, False, False, "sub/", "", 0.0),
+    (10, 11, "rename", -1, "EBUSY", "/", "/r/s", -1, False, False, "/", "/r/./s", 0.0),
+    (11, 11, "unlink", 0, "", "/up", "", -1, False, False, "..//up", "", 0.0),
+    (12, 10, "close", 0, "", "/w/a/b/d", "", 3, False, False, "", "", 0.0),
+    (13, 12, "openat", None, "", "/start/rel", "", -1, False, False, "rel", "", 1700000001.5),
+]
+# fmt: on
+
+
+def test_every_field_of_a_parse_is_pinned() -> None:
+    trace = parse_lines(textwrap.dedent(PINNED).strip("\n").splitlines(), cwd="/start")
+    fields = [f for f in Syscall.__slots__ if f not in ("args", "raw")]  # in field order
+    assert [tuple(getattr(c, f) for f in fields) for c in trace.calls] == PINNED_CALLS
+    by_seq = {c.seq: c for c in trace.calls}
+    assert by_seq[4].args == (
+        "AT_FDCWD</w>",
+        '"a//b/d"',
+        "4</abs/dir>",
+        '"./e"',
+        "RENAME_NOREPLACE",
+    )
+    assert by_seq[7].args == ("6</x/y.db>(deleted)", '"\\0"', "1", "0")
+    assert by_seq[7].raw.startswith("pwrite64(6</x/y.db>(deleted), ")
+    assert by_seq[11].raw == 'unlink("..//up") = 0'  # the two lines, merged
+    assert by_seq[13].raw == 'openat(AT_FDCWD, "rel", O_RDONLY) = ?'
+    assert trace.exits == {12: "killed by SIGKILL", 10: "exited with 0"}
+    assert trace.ended == {12: 1700000001.6}
+    assert trace.cwd_given
+    assert not trace.truncated
+
+
 def test_a_trace_says_whether_the_given_cwd_resolved_any_folder() -> None:
     """``cwd_given``: a parse with another ``cwd`` could differ (the golden run's recording
     shares one parse only when it cannot)."""
@@ -305,6 +373,49 @@ def test_a_trace_read_again_unchanged_is_parsed_once(
     monkeypatch.setattr(_strace, "MEMO_BYTES", 10)  # bigger than this: streamed each time
     assert _strace.read(str(f), cwd="/w") == _strace.read(str(f), cwd="/w") == three
     assert len(parses) == 5
+
+
+def test_interleaved_traces_are_each_parsed_once_within_the_memo_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A race's two attempts are each read twice, in turn (A, B, A, B): each is parsed once.
+    The memo keeps the MEMO_TRACES read last, of MEMO_BYTES of trace together at most (the
+    latest always): one read before those is parsed again."""
+    parses: list[str] = []
+    real = _strace.parse_lines
+
+    def counting(lines: object, **kw: object) -> _strace.Trace:
+        parses.append(str(kw.get("cwd")))
+        return real(lines, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_strace, "parse_lines", counting)
+    monkeypatch.setattr(_strace, "_MEMO", type(_strace._MEMO)())
+    files = []
+    for n in range(_strace.MEMO_TRACES + 1):
+        f = tmp_path / f"trace-{n}"
+        f.write_text(f'1 write(3</a{n}>, "x", 1) = 1\n1 +++ exited with 0 +++\n')
+        files.append(str(f))
+    a, b = files[0], files[1]
+    first = [_strace.read(a, cwd="/w"), _strace.read(b, cwd="/w")]
+    again = [_strace.read(a, cwd="/w"), _strace.read(b, cwd="/w")]
+    assert len(parses) == 2
+    assert first == again
+    assert [t.calls[0].path for t in again] == ["/a0", "/a1"]
+    assert again[0].calls is not first[0].calls
+    for f in files[2:]:  # a, b and these: one more than MEMO_TRACES; a was used longest ago
+        _strace.read(f, cwd="/w")
+    assert len(parses) == 2 + len(files) - 2
+    _strace.read(b, cwd="/w")  # still kept
+    assert len(parses) == len(files)
+    assert _strace.read(a, cwd="/w").calls[0].path == "/a0"  # dropped: parsed again
+    assert len(parses) == len(files) + 1
+    size = os.path.getsize(a)
+    monkeypatch.setattr(_strace, "MEMO_BYTES", size)  # room for one trace's parse only
+    _strace.read(files[2], cwd="/w")  # dropped before: parsed, and now kept alone
+    _strace.read(a, cwd="/w")
+    assert len(parses) == len(files) + 3
+    _strace.read(a, cwd="/w")  # the latest is always kept
+    assert len(parses) == len(files) + 3
 
 
 def test_garbage_lines_are_skipped() -> None:

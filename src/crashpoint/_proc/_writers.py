@@ -68,6 +68,8 @@ _AT_FDCWD = -100
 MAX_MARKS = 4096
 #: Hops up a writer's parent chain looked at to find the attempt it belongs to.
 MAX_ANCESTRY = 64
+#: At most this many strangers (writers no trial's) are remembered between two attempts.
+MAX_STRANGERS = 4096
 #: Bytes of fanotify events the reader takes at a time.
 _READ_SIZE = 64 * 1024
 
@@ -341,6 +343,12 @@ class WriterWatch:
         # written and ended before; the leader's adopt() then claims them, and so their entries
         self._pending: deque[tuple[float, int, str]] = deque(maxlen=65_536)
         self._lost = 0.0  # when an event was last lost (0: never)
+        # pids whose whole parent chain, up to init, is no trial's (nor their sessions and
+        # groups): a stranger stays one (a process cannot move into an attempt's tree; a pid
+        # used again by an attempt's process is in the lineage, looked at first) until a new
+        # attempt is named (track: it may be a stranger's descendant named late). Kept only
+        # with the lineage; a busy stranger's writes are not each a walk of /proc.
+        self._strangers: set[int] = set()
         self._closed = False
         self._busy = threading.Lock()  # held while a batch is read and filed
         self.marks = 0
@@ -380,6 +388,7 @@ class WriterWatch:
         """The attempt started as ``leader`` (in a session of its own) belongs to ``key``."""
         with self._lock:
             self._roots[leader] = key
+            self._strangers.clear()
             self._found.setdefault(key, Writers())
             if self._lineage is not None:
                 self._lineage.adopt(key, leader)
@@ -450,6 +459,9 @@ class WriterWatch:
             lineage.pump()  # forked since the last look
             if pid in lineage.members:
                 return lineage.members[pid]
+            if pid in self._strangers:
+                return None
+        writer = pid
         st = _stat(pid)
         if st is None:
             return ... if lineage is None else None
@@ -460,6 +472,8 @@ class WriterWatch:
                 return roots[st[2]]
             if st[1] in roots:
                 return roots[st[1]]
+            if st[0] <= 1 and lineage is not None and len(self._strangers) < MAX_STRANGERS:
+                self._strangers.add(writer)  # its whole chain seen: a stranger
             if st[0] <= 1 or hop == MAX_ANCESTRY - 1:
                 return None
             pid = st[0]

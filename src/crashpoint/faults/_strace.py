@@ -39,6 +39,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -241,6 +243,8 @@ _RESULT = re.compile(
     r"(?:\s+([A-Z][A-Z0-9_]+)(?=\s|$))?"
 )
 _DECORATED = re.compile(r"^(-?\d+|AT_FDCWD)<(.*)>(\(deleted\))?$", re.S)
+_DIGITS = re.compile(r"\d+")
+_NOT_DECORATED: tuple[int | None, str, bool] = (None, "", False)
 _ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
 #: The characters :func:`_split` acts on.
 _SPECIAL = re.compile(r'["/<(\[{)\]},]')
@@ -455,14 +459,22 @@ def decoration(arg: str) -> tuple[int | None, str, bool]:
     return num, decode(m.group(2)), bool(m.group(3))
 
 
+def _normal(path: str) -> str:
+    """``os.path.normpath`` of an absolute path; one already normal (no ``//``, no ``/.``
+    component start, no trailing ``/``: most paths of a trace) is returned as is."""
+    if "//" in path or "/." in path or (path.endswith("/") and path != "/"):
+        return os.path.normpath(path)
+    return path
+
+
 def _join(base: str, path: str) -> str:
     if not path:
         return ""
     if path.startswith("/"):
-        return os.path.normpath(path)
+        return _normal(path)
     if not base.startswith("/"):
         return ""
-    return os.path.normpath(os.path.join(base, path))
+    return _normal(os.path.join(base, path))
 
 
 def _path_arg(arg: str) -> str | None:
@@ -514,7 +526,8 @@ class _Parser:
                 # the start of this call is not in the trace: keep what is there
                 self.slots.append(self._call(pid, rm.group(1) + "(" + rest[rm.end() :], t))
             return
-        if not _CALL.match(rest):
+        cm = _CALL.match(rest)
+        if not cm:
             return
         if rest.endswith(_UNFINISHED):
             self._close_pending(pid)
@@ -522,7 +535,7 @@ class _Parser:
             self.slots.append((pid, rest[: -len(_UNFINISHED)], t))
             return
         self._close_pending(pid)
-        self.slots.append(self._call(pid, rest, t))
+        self.slots.append(self._call(pid, rest, t, cm=cm))
 
     def _close_pending(self, pid: int) -> None:
         slot = self.pending.pop(pid, None)
@@ -541,9 +554,17 @@ class _Parser:
         return [_renumber(c, i) for i, c in enumerate(calls)]
 
     def _call(
-        self, pid: int, text: str, t: float = 0.0, *, unfinished: bool = False
+        self,
+        pid: int,
+        text: str,
+        t: float = 0.0,
+        *,
+        unfinished: bool = False,
+        cm: re.Match[str] | None = None,
     ) -> Syscall | None:
-        cm = _CALL.match(text)
+        """``cm``: ``_CALL.match(text)`` if the caller has it already."""
+        if cm is None:
+            cm = _CALL.match(text)
         if not cm:
             return None
         name = cm.group(1)
@@ -576,9 +597,10 @@ class _Parser:
     def _path(self, pid: int, given: str) -> str:
         return _join(self._cwd(pid) if given and not given.startswith("/") else "", given)
 
-    def _at(self, pid: int, dirfd: str, path_arg: str) -> str:
-        path = _path_arg(path_arg)
-        num, where, _ = decoration(dirfd)
+    def _at(self, pid: int, dirfd: str, dec: tuple[int | None, str, bool], path: str | None) -> str:
+        """The absolute path of a (``dirfd``, path) pair: ``dec`` is ``decoration(dirfd)``,
+        ``path`` the decoded path argument (``_path_arg``), each computed once by the caller."""
+        num, where, _ = dec
         if num is None and where:  # AT_FDCWD</cwd>: learn the cwd
             self.cwd[pid] = where
         if path is None or path == "":
@@ -606,18 +628,22 @@ class _Parser:
         given = given2 = ""
         fd = -1
         deleted = False
-        num, where, gone = decoration(a[0]) if a else (None, "", False)
+        dec0 = decoration(a[0]) if a else _NOT_DECORATED
+        num, where, gone = dec0
         if num is not None:
             fd = num
-        elif a and name in _FD0 and re.fullmatch(r"\d+", a[0]):
+        elif a and name in _FD0 and _DIGITS.fullmatch(a[0]):
             fd = int(a[0])
         if name in _AT1 and len(a) >= 2:
-            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
+            p1 = _path_arg(a[1])
+            path, given = self._at(pid, a[0], dec0, p1), p1 or ""
         elif name in _TWO_AT and len(a) >= 4:
-            path, given = self._at(pid, a[0], a[1]), _path_arg(a[1]) or ""
-            path2, given2 = self._at(pid, a[2], a[3]), _path_arg(a[3]) or ""
+            p1, p3 = _path_arg(a[1]), _path_arg(a[3])
+            path, given = self._at(pid, a[0], dec0, p1), p1 or ""
+            path2, given2 = self._at(pid, a[2], decoration(a[2]), p3), p3 or ""
         elif name == "symlinkat" and len(a) >= 3:
-            path, given = self._at(pid, a[1], a[2]), _path_arg(a[2]) or ""
+            p2 = _path_arg(a[2])
+            path, given = self._at(pid, a[1], decoration(a[1]), p2), p2 or ""
             given2 = _path_arg(a[0]) or ""
             path2 = _join(os.path.dirname(path), given2) if path else ""
         elif name == "symlink" and len(a) >= 2:
@@ -640,22 +666,24 @@ class _Parser:
         elif name in _FORKS and result is not None and result > 0 and pid in self.cwd:
             # (a parent whose folder is not known leaves its child's unknown too: cwd0)
             self.cwd.setdefault(result, self.cwd[pid])
+        # positional, in the order of Syscall's fields (a fifth cheaper than keywords, one
+        # Syscall per line of a trace; test_strace_parse pins every field of a parse)
         return Syscall(
-            seq=0,
-            pid=pid,
-            name=name,
-            args=a,
-            result=result,
-            errno=errno,
-            path=path,
-            path2=path2,
-            fd=fd,
-            raw=raw,
-            injected=injected,
-            deleted=deleted,
-            path_arg=given,
-            path2_arg=given2,
-            time=t,
+            0,
+            pid,
+            name,
+            a,
+            result,
+            errno,
+            path,
+            path2,
+            fd,
+            raw,
+            injected,
+            deleted,
+            given,
+            given2,
+            t,
         )
 
 
@@ -709,20 +737,25 @@ def parse_lines(
     )
 
 
-#: Traces up to this size are read whole and their parse kept (see :func:`read`).
+#: Traces up to this size are read whole and their parse kept (see :func:`read`); the parses
+#: kept are of at most this many bytes of trace together (the latest one always).
 MEMO_BYTES = 32 << 20
-# the last trace read whole: (cwd, max_lines, its bytes' digest) -> the parse
-_MEMO: tuple[tuple[str, int, bytes], Trace] | None = None
+#: At most this many parses are kept, the ones read last.
+MEMO_TRACES = 4
+# the traces read whole last: (cwd, max_lines, their bytes' digest) -> (bytes, the parse)
+_MEMO: OrderedDict[tuple[str, int, bytes], tuple[int, Trace]] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
 
 
 def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
     """:func:`parse` with the exit status of each process; a missing file is an empty trace.
 
     A trace read again with the same bytes (a golden run's: once for what it wrote in the
-    temp folders, once for what the harness learns from it) is parsed once: the parse is a
-    function of the bytes, ``cwd`` and ``max_lines`` alone, and each caller gets its own
-    lists (the calls themselves are frozen)."""
-    global _MEMO
+    temp folders, once for what the harness learns from it; a race's two attempts, each read
+    for its temp-folder writes and then for its writes under the roots) is parsed once while
+    it is among the :data:`MEMO_TRACES` read last: the parse is a function of the bytes,
+    ``cwd`` and ``max_lines`` alone, and each caller gets its own lists (the calls
+    themselves are frozen)."""
     try:
         with open(output, "rb") as f:
             data = f.read(MEMO_BYTES + 1)
@@ -733,12 +766,20 @@ def read(output: str, *, cwd: str = "", max_lines: int = 1_000_000) -> Trace:
     except OSError:
         return Trace()
     key = (cwd, max_lines, hashlib.blake2b(data, digest_size=16).digest())
-    memo = _MEMO
-    if memo is None or memo[0] != key:
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None:
+            _MEMO.move_to_end(key)
+    if hit is None:
         lines = io.StringIO(data.decode("latin-1"), newline="\n")
-        memo = (key, parse_lines(lines, cwd=cwd, max_lines=max_lines, complete=False))
-        _MEMO = memo
-    got = memo[1]
+        hit = (len(data), parse_lines(lines, cwd=cwd, max_lines=max_lines, complete=False))
+        with _MEMO_LOCK:
+            _MEMO[key] = hit
+            _MEMO.move_to_end(key)
+            kept = sum(n for n, _t in _MEMO.values())
+            while len(_MEMO) > 1 and (len(_MEMO) > MEMO_TRACES or kept > MEMO_BYTES):
+                kept -= _MEMO.popitem(last=False)[1][0]
+    got = hit[1]
     return dataclasses.replace(
         got, calls=list(got.calls), exits=dict(got.exits), ended=dict(got.ended)
     )
