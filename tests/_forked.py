@@ -3,10 +3,11 @@
 A campaign whose agent imports a heavy SDK (anthropic, mcp, openai, langgraph, dbos) pays that
 import in every spawned attempt (1-3 s each on a loaded machine). :func:`run_forked` runs the
 same campaign with its attempts forked from a warm zygote that did the script's top-level
-imports once (``warm: true``), without learning the golden run's extra imports (vetting each
-costs a fresh interpreter), and checks that fork mode was used. Attempts that need a fresh
-interpreter (``fileop``, an rlimit) are still spawned by the harness. What a spawned attempt
-adds is tested in tests/crash/test_fork_mode.py and test_fork_server.py.
+imports once (``warm: true``), without learning the golden run's extra imports (vetting them
+in a fork of the zygote saves no CPU over the few attempts these tests run: measured 22.0 s
+against 22.6 s over six SDK test files), and checks that fork mode was used. Attempts that
+need a fresh interpreter (``fileop``, an rlimit) are still spawned by the harness. What a
+spawned attempt adds is tested in tests/crash/test_fork_mode.py and test_fork_server.py.
 """
 
 from __future__ import annotations

@@ -201,6 +201,23 @@ def test_fork_and_spawn_give_identical_verdicts_on_the_same_seed(tmp_path: Path)
     assert not z.running
 
 
+def test_a_given_golden_run_is_not_run_again_in_fork_mode(tmp_path: Path) -> None:
+    """Kills at boundaries ask the golden run to be recorded for replayed kills, which fork
+    mode never records (a fork is cheaper than a replay): a golden run handed to a forked
+    campaign was run again for it, a wasted fork per campaign (issue 24)."""
+    golden = TrialRunner(DEMO, str(tmp_path / "golden")).golden()
+    kills = family_from_spec({"kill": {"at": "random", "count": 2}})
+    assert "killreplay" in kills.needs
+    with Zygote.for_agent(DEMO) as z:
+        result = Campaign(DEMO, [kills], str(tmp_path / "fork"), seed=7, launcher=z).run(
+            golden=golden
+        )
+        attempts = sum(len(t.attempts) for t in result.trials)
+        assert attempts > 0
+        assert z.forks == attempts  # the golden run was not forked again
+    assert result.ok, result.summary()["failures"]
+
+
 def test_faults_that_need_a_fresh_interpreter_fall_back_to_spawning(tmp_path: Path) -> None:
     runner = TrialRunner(DEMO, str(tmp_path / "spawn"))
     golden = runner.golden()

@@ -296,7 +296,9 @@ class Campaign:
         stopped = ""
         try:
             try:
-                needs = self.needs
+                # a given golden run is run again only for what this runner would record
+                # (fork mode records nothing for replayed kills: it was run again for them)
+                needs = runner.recording_needs(self.needs)
                 if golden is None or (needs and not golden.recorded_by):
                     try:
                         golden = runner.golden(needs)

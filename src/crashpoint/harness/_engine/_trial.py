@@ -479,6 +479,16 @@ class TrialRunner:
 
     # -- golden ---------------------------------------------------------------------------------
 
+    def recording_needs(self, needs: frozenset[str] | set[str]) -> frozenset[str]:
+        """What :meth:`golden` records of ``needs`` with this runner's launcher."""
+        needs = frozenset(needs)
+        if self.launcher is not None and "fileops" not in needs:
+            # fork mode: a killed attempt costs a fork and the run up to the kill, while
+            # recording for a replay would spawn the golden run under strace; only a kill
+            # before a file operation (itself spawned under strace) gains from replaying
+            needs -= {"killreplay"}
+        return needs
+
     def golden(self, needs: frozenset[str] | set[str] = frozenset()) -> Golden:
         """Run the agent once without faults and record what it did.
 
@@ -492,12 +502,7 @@ class TrialRunner:
         an agent whose kills can be replayed: the golden run first runs untraced while its
         threads, children and event loops are watched, and is run again traced only if it
         had none (a heavy multi-threaded agent pays no trace; a small one, one more run)."""
-        needs = frozenset(needs)
-        if self.launcher is not None and "fileops" not in needs:
-            # fork mode: a killed attempt costs a fork and the run up to the kill, while
-            # recording for a replay would spawn the golden run under strace; only a kill
-            # before a file operation (itself spawned under strace) gains from replaying
-            needs -= {"killreplay"}
+        needs = self.recording_needs(needs)
         if (
             "killreplay" in needs
             and not needs & {"fileops", "writes", "plog"}
