@@ -579,6 +579,11 @@ def _fork_into(folder: str) -> int:
     global _clone3_off
     if not _clone3_usable():
         return -1
+    if _thread_count() > 1:
+        # a raw clone3 runs none of glibc's at-fork steps: a lock another thread holds at that
+        # instant (malloc's, stdio's) stays held in the child, which hangs on it; fork() resets
+        # them. The zygote has no thread; a process that has one forks and moves the child.
+        return -1
     try:
         cg = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
