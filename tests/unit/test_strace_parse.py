@@ -340,20 +340,26 @@ def test_max_lines_bounds_the_work(tmp_path: Path) -> None:
     assert t.truncated
 
 
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The cwd of each trace :func:`_strace.parse_lines` parses from now on, in order."""
+    seen: list[str] = []
+    real = _strace.parse_lines
+
+    def counting(lines: object, **kw: object) -> _strace.Trace:
+        seen.append(str(kw.get("cwd")))
+        return real(lines, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_strace, "parse_lines", counting)
+    return seen
+
+
 def test_a_trace_read_again_unchanged_is_parsed_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parses: list[str]
 ) -> None:
     """The golden run's trace is read for its temp-folder writes and again for what is learned
     from it: the second read reuses the parse; changed bytes, another cwd or a big file do
     not, and each caller gets lists of its own."""
-    parses: list[str] = []
-    real = _strace.parse_lines
-
-    def counting(lines: object, **kw: object) -> _strace.Trace:
-        parses.append(str(kw.get("cwd")))
-        return real(lines, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_strace, "parse_lines", counting)
     f = tmp_path / "trace"
     f.write_text('1 write(3</a>, "x", 1) = 1\n1 +++ exited with 0 +++\n')
     one = _strace.read(str(f), cwd="/w")
@@ -376,19 +382,11 @@ def test_a_trace_read_again_unchanged_is_parsed_once(
 
 
 def test_interleaved_traces_are_each_parsed_once_within_the_memo_bounds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parses: list[str]
 ) -> None:
     """A race's two attempts are each read twice, in turn (A, B, A, B): each is parsed once.
     The memo keeps the MEMO_TRACES read last, of MEMO_BYTES of trace together at most (the
     latest always): one read before those is parsed again."""
-    parses: list[str] = []
-    real = _strace.parse_lines
-
-    def counting(lines: object, **kw: object) -> _strace.Trace:
-        parses.append(str(kw.get("cwd")))
-        return real(lines, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_strace, "parse_lines", counting)
     monkeypatch.setattr(_strace, "_MEMO", type(_strace._MEMO)())
     files = []
     for n in range(_strace.MEMO_TRACES + 1):
