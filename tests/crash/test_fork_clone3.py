@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from _reaped import run_reaped
 from crashpoint import _forkserver
 from crashpoint._proc import attempt_cgroup, containment
 
@@ -73,14 +74,8 @@ print(pid, os.waitstatus_to_exitcode(status), os.getpid())
 
 def test_a_child_is_born_in_its_cgroup_and_is_an_ordinary_forked_interpreter(folder: str) -> None:
     src = os.path.dirname(os.path.dirname(_forkserver.__file__))
-    done = subprocess.run(
-        [sys.executable, "-c", BORN.format(src=src, folder=folder)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        start_new_session=True,
-    )
+    # in a session of its own, killed whole after it: a child hung on a lock dies with it
+    done = run_reaped([sys.executable, "-c", BORN.format(src=src, folder=folder)], timeout=60)
     assert done.returncode == 0, done.stderr  # also: the child's raise did not reach the parent
     pid, code, parent = (int(x) for x in done.stdout.split())
     assert code == 0  # 2: not in its cgroup; 3: its raise missed it; 4: no at-fork; 5: tid

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from _reaped import run_reaped
 from crashpoint._proc import AgentProcess, Exit
 from crashpoint.harness import AgentSpec, Campaign, ScenarioError, family_from_spec, load_scenario
 from crashpoint.harness._engine._zygote import (
@@ -428,22 +429,23 @@ GATE_ENV = {
 }
 
 
+def _write_scenario(path: Path, name: str, agent: str, fault: str) -> Path:
+    sc = path / f"{name}.scenario.yaml"
+    sc.write_text(f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n")
+    return sc
+
+
+def _run_gate(*args: str | Path) -> tuple[int, str]:
+    """``crashpoint run ARGS`` in a session of its own, killed whole after it (a timeout too)."""
+    proc = run_reaped([sys.executable, "-m", "crashpoint", "run", *args], env=GATE_ENV, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def _gate(
     tmp_path: Path, name: str, agent: str, fault: str = "kill: {at: every-boundary}"
 ) -> tuple[int, str]:
-    import subprocess
-
-    sc = tmp_path / f"{name}.scenario.yaml"
-    sc.write_text(f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "crashpoint", "run", str(sc), "--report", str(tmp_path / "report")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        env=GATE_ENV,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    sc = _write_scenario(tmp_path, name, agent, fault)
+    return _run_gate(sc, "--report", tmp_path / "report")
 
 
 @pytest.fixture(scope="module")
@@ -451,8 +453,6 @@ def one_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
     """One gate over three scenarios (a gate run costs seconds of CPU), read by the two tests
     below: ``good`` (warm, forks), ``bad`` (the same, keyless: must still fail), ``sh`` (warm,
     but a shell script: spawned, and the gate says why). ``-n 0``: this is not about workers."""
-    import subprocess
-
     folder = tmp_path_factory.mktemp("gate")
     (folder / "agents").mkdir()
     for f in ("good_agent.py", "keyless_effect.py"):
@@ -469,19 +469,8 @@ def one_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
         ("bad", good.replace("good_agent.py", "keyless_effect.py"), every),
         ("sh", 'command: ["{scenario_dir}/agent.sh", "{state_dir}"]\nwarm: true', ONE_KILL),
     ):
-        (folder / f"{name}.scenario.yaml").write_text(
-            f"name: {name}\nagent:\n{textwrap.indent(agent, '  ')}\nfaults:\n  - {fault}\n"
-        )
-    report = str(folder / "report")
-    proc = subprocess.run(
-        [sys.executable, "-m", "crashpoint", "run", str(folder), "-n", "0", "--report", report],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        env=GATE_ENV,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+        _write_scenario(folder, name, agent, fault)
+    return _run_gate(folder, "-n", "0", "--report", folder / "report")
 
 
 def _row(out: str, name: str) -> str:
